@@ -1,0 +1,132 @@
+#include "checks.h"
+
+#include <cmath>
+#include <vector>
+
+namespace rangeswa {
+
+Method parse_method(c10::string_view method) {
+  if (method == "full") return Method::kFull;
+  if (method == "swa") return Method::kSwa;
+  if (method == "self_extend") return Method::kSelfExtend;
+  if (method == "rangeswa") return Method::kRangeSwa;
+  TORCH_CHECK_VALUE(false, "method must be one of 'full', 'swa', 'self_extend', 'rangeswa' "
+                    "(rangeswa_lite is rangeswa with far_summaries=False, topk=0), got '",
+                    std::string(method), "'");
+}
+
+RopeParams check_rope(int64_t head_dim, double theta, int64_t rotary_dim, c10::string_view rope_style) {
+  TORCH_CHECK_VALUE(rope_style == "interleaved" || rope_style == "half",
+                    "rope_style must be 'interleaved' or 'half', got '", std::string(rope_style), "'");
+  TORCH_CHECK_VALUE(rotary_dim >= 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim,
+                    "rotary_dim must be even and in [0, head dim = ", head_dim, "], got ", rotary_dim);
+  TORCH_CHECK_VALUE(std::isfinite(theta) && theta > 0, "theta must be a finite number > 0, got ", theta);
+  return RopeParams{theta, rotary_dim, rope_style == "interleaved"};
+}
+
+void check_bhnd(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.dim() == 4, name, " must be a 4-D tensor [B, H, N, D], got ", t.dim(), " dims");
+  auto dt = t.scalar_type();
+  TORCH_CHECK_VALUE(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf,
+                    name, " must be float32, bfloat16 or float16, got ", dt);
+}
+
+static void check_same(const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
+  TORCH_CHECK_VALUE(a.device() == b.device(), an, " and ", bn, " must be on the same device, got ",
+                    a.device(), " and ", b.device());
+  TORCH_CHECK_VALUE(a.scalar_type() == b.scalar_type(), an, " and ", bn,
+                    " must have the same dtype, got ", a.scalar_type(), " and ", b.scalar_type());
+}
+
+Rules check_topk(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
+                 int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk) {
+  check_bhnd(q, "q");
+  check_bhnd(k, "k");
+  check_same(q, "q", k, "k");
+  TORCH_CHECK_VALUE(q.size(0) == k.size(0) && q.size(2) == k.size(2) && q.size(3) == k.size(3),
+                    "q [B, H_q, N, D] and k [B, H_kv, N, D] must agree in B, N and D, got ", q.sizes(),
+                    " and ", k.sizes());
+  TORCH_CHECK_VALUE(k.size(1) > 0 && q.size(1) % k.size(1) == 0,
+                    "query heads (", q.size(1), ") must be a multiple of key/value heads (", k.size(1), ")");
+  TORCH_CHECK_VALUE(control_tokens >= 0 && control_tokens <= q.size(2),
+                    "control_tokens must lie in [0, N = ", q.size(2), "], got ", control_tokens);
+  TORCH_CHECK_VALUE(window >= 1, "window must be >= 1, got ", window);
+  TORCH_CHECK_VALUE(summary_block >= 1, "summary_block must be >= 1, got ", summary_block);
+  TORCH_CHECK_VALUE(retrieval_block >= 1 && retrieval_block % summary_block == 0,
+                    "retrieval_block must be a positive multiple of summary_block (", summary_block,
+                    "), got ", retrieval_block);
+  TORCH_CHECK_VALUE(query_block >= 1, "query_block must be >= 1, got ", query_block);
+  TORCH_CHECK_VALUE(topk >= 0, "topk must be >= 0, got ", topk);
+  int64_t L = q.size(2) - control_tokens;
+  return make_rules(Method::kRangeSwa, L, window, summary_block, /*Hn=*/0, topk, retrieval_block,
+                    query_block, /*T=*/L, /*sinks=*/0, /*far_summaries=*/true);
+}
+
+AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const std::optional<at::Tensor>& retrieved, c10::string_view method,
+                      int64_t control_tokens, int64_t window, int64_t summary_block, int64_t near_range,
+                      int64_t topk, int64_t retrieval_block, int64_t query_block, int64_t train_length,
+                      int64_t sinks, bool far_summaries, double theta, int64_t rotary_dim,
+                      c10::string_view rope_style, double scale) {
+  Method m = parse_method(method);
+  check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk);
+  check_bhnd(v, "v");
+  check_same(k, "k", v, "v");
+  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
+  TORCH_CHECK_VALUE(near_range >= 0, "near_range must be >= 0, got ", near_range);
+  TORCH_CHECK_VALUE(train_length >= 1, "train_length must be >= 1, got ", train_length);
+  TORCH_CHECK_VALUE(sinks >= 0, "sinks must be >= 0, got ", sinks);
+  TORCH_CHECK_VALUE(sinks == 0 || m == Method::kSwa, "sinks are only defined for method 'swa', got sinks=",
+                    sinks, " with method '", std::string(method), "'");
+  TORCH_CHECK_VALUE(std::isfinite(scale) && scale > 0, "scale must be a finite number > 0, got ", scale);
+
+  AttnParams p{};
+  p.B = q.size(0);
+  p.Hq = q.size(1);
+  p.Hkv = k.size(1);
+  p.N = q.size(2);
+  p.C = control_tokens;
+  p.L = p.N - p.C;
+  p.D = q.size(3);
+  p.scale = scale;
+  p.rope = check_rope(p.D, theta, rotary_dim, rope_style);
+  p.rules = make_rules(m, p.L, window, summary_block, near_range, topk, retrieval_block, query_block,
+                       train_length, sinks, far_summaries);
+  p.control_position_scale = p.rules.extrapolating ? double(train_length) / double(p.L) : 1.0;
+  p.control_bias = p.rules.extrapolating ? -std::log(double(p.L) / double(train_length)) : 0.0;
+
+  if (retrieved.has_value()) {
+    const at::Tensor& r = *retrieved;
+    TORCH_CHECK_VALUE(m == Method::kRangeSwa, "retrieved blocks are only used by method 'rangeswa'");
+    TORCH_CHECK_VALUE(r.scalar_type() == at::kInt, "retrieved must be int32, got ", r.scalar_type());
+    TORCH_CHECK_VALUE(r.device() == q.device(), "retrieved must be on the device of q (", q.device(),
+                      "), got ", r.device());
+    TORCH_CHECK_VALUE(r.dim() == 4 && r.size(0) == p.B && r.size(1) == p.Hkv &&
+                          r.size(2) == p.rules.num_query_blocks(),
+                      "retrieved must be [B, H_kv, nQb, K] = [", p.B, ", ", p.Hkv, ", ",
+                      p.rules.num_query_blocks(), ", K], got ", r.sizes());
+  }
+  return p;
+}
+
+void check_retrieved_values(const at::Tensor& retrieved, const Rules& rules) {
+  auto r = retrieved.contiguous();
+  const int32_t* data = r.data_ptr<int32_t>();
+  int64_t rows = r.numel() / std::max<int64_t>(1, r.size(3)), K = r.size(3);
+  int64_t nQb = rules.num_query_blocks(), nKb = rules.num_key_blocks();
+  std::vector<int64_t> seen(nKb, -1);
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t qb = row % nQb;
+    for (int64_t c = 0; c < K; ++c) {
+      int64_t kb = data[row * K + c];
+      if (kb == -1) continue;
+      TORCH_CHECK_VALUE(kb >= 0 && kb < nKb, "retrieved holds block ", kb, " outside [-1, ", nKb, ")");
+      TORCH_CHECK_VALUE(rules.is_candidate(qb, kb), "retrieved holds block ", kb, " for query block ", qb,
+                        ", but it overlaps that query block's local windows (not a candidate)");
+      TORCH_CHECK_VALUE(seen[kb] != row, "retrieved holds block ", kb, " twice for query block ", qb);
+      seen[kb] = row;
+    }
+  }
+}
+
+}  // namespace rangeswa

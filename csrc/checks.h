@@ -1,0 +1,49 @@
+// Input checks shared by the CPU and CUDA kernels: every op validates its arguments here before
+// touching data, and turns them into the small structs the kernels take.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "rules.h"
+
+namespace rangeswa {
+
+struct RopeParams {
+  double theta;
+  int64_t rotary_dim;
+  bool interleaved;  // pairs (2k, 2k+1); otherwise (k, k + rotary_dim/2)
+};
+
+// Everything one attention call needs, filled once from the op arguments.
+struct AttnParams {
+  Rules rules;
+  RopeParams rope;
+  int64_t B, Hq, Hkv, N, C, L, D;
+  double scale;
+  // Section 3 conditioning correction: body<->control positions scaled by T/L, control->body
+  // logits shifted by -log(L/T). Active exactly when rules.extrapolating.
+  double control_position_scale;
+  double control_bias;
+};
+
+Method parse_method(c10::string_view method);
+RopeParams check_rope(int64_t head_dim, double theta, int64_t rotary_dim, c10::string_view rope_style);
+void check_bhnd(const at::Tensor& t, const char* name);
+
+AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const std::optional<at::Tensor>& retrieved, c10::string_view method,
+                      int64_t control_tokens, int64_t window, int64_t summary_block, int64_t near_range,
+                      int64_t topk, int64_t retrieval_block, int64_t query_block, int64_t train_length,
+                      int64_t sinks, bool far_summaries, double theta, int64_t rotary_dim,
+                      c10::string_view rope_style, double scale);
+
+// Retrieval arguments shared by topk_blocks and attn; returns the rules with only the retrieval
+// fields meaningful.
+Rules check_topk(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
+                 int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk);
+
+// Section 2 rule 3 on user-given blocks: int32 [B, H_kv, nQb, K'], each entry -1 or a candidate
+// key block, no block twice in one row. `retrieved` must be on the CPU.
+void check_retrieved_values(const at::Tensor& retrieved, const Rules& rules);
+
+}  // namespace rangeswa

@@ -1,0 +1,50 @@
+// Building blocks of the CPU kernels: RoPE tables, row rotation, small GEMMs and a vectorisable exp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "checks.h"
+
+namespace rangeswa::cpu {
+
+// cos/sin of pos * inv_freq[k] for a run of positions, formed in double and stored as float, so that
+// positions up to ~1e6 keep full float precision in the rotation.
+class RopeTable {
+ public:
+  RopeTable() = default;
+  // Positions first + s * step for s in [0, count).
+  RopeTable(const RopeParams& rope, double first, double step, int64_t count);
+  // Arbitrary positions.
+  RopeTable(const RopeParams& rope, const double* positions, int64_t count);
+  const float* cos(int64_t s) const { return cos_.data() + s * half_; }
+  const float* sin(int64_t s) const { return sin_.data() + s * half_; }
+
+ private:
+  void fill(const RopeParams& rope, const double* positions, int64_t count);
+  int64_t half_ = 0;
+  std::vector<float> cos_, sin_;
+};
+
+// out[0:D] = mul * R x, with R the rotation whose cos/sin rows are given; dims past rotary_dim copied.
+void rotate_row(const float* x, float* out, const float* cos, const float* sin, int64_t D, const RopeParams& rope,
+                float mul);
+
+// Row-major C[m, n] = alpha * A[m, k] . B[n, k]^T + beta * C.
+void gemm_nt(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+             int64_t ldc, float alpha = 1.f, float beta = 0.f);
+// Row-major C[m, n] = A[m, k] . B[k, n] + beta * C.
+void gemm_nn(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+             int64_t ldc, float beta);
+
+// x[i] = exp(x[i] - shift) for n entries; -inf maps to 0. Relative error about 2e-7.
+void exp_shifted(float* x, int64_t n, float shift);
+
+// out[b, :] = mean of rows [b*G, min(L, b*G + G)) of x [L, D], for every block b (accumulated in double).
+void block_means(const float* x, int64_t L, int64_t G, int64_t D, float* out);
+
+// Rule 3 on float [B, H, N, D] inputs: int32 [B, H_kv, nQb, K], best first, ties to the lower block,
+// -1 padding. Shared by the topk_blocks op and attn.
+at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t control_tokens, const Rules& rules);
+
+}  // namespace rangeswa::cpu

@@ -1,0 +1,88 @@
+// The rope op and block_summary op on the CPU (SPEC sections 1 and 5).
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <vector>
+
+#include "cpu/kernels.h"
+
+namespace rangeswa::cpu {
+namespace {
+
+std::vector<double> positions_as_double(const at::Tensor& positions, int64_t n, const char* what) {
+  TORCH_CHECK_VALUE(positions.dim() == 1 && positions.size(0) == n, "positions must be a 1-D tensor of ", n,
+                    " entries (one per ", what, "), got shape ", positions.sizes());
+  TORCH_CHECK_VALUE(at::isFloatingType(positions.scalar_type()), "positions must be a floating tensor, got ",
+                    positions.scalar_type());
+  at::Tensor p = positions.to(at::kCPU, at::kDouble).contiguous();
+  return std::vector<double>(p.data_ptr<double>(), p.data_ptr<double>() + n);
+}
+
+// Rotates every row of a contiguous float [B*H, n, D] buffer at the table's positions.
+void rotate_all(const float* x, float* out, int64_t bh, int64_t n, int64_t D, const RopeTable& table,
+                const RopeParams& rope) {
+  at::parallel_for(0, bh * n, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t s = r % n;
+      rotate_row(x + r * D, out + r * D, table.cos(s), table.sin(s), D, rope, 1.f);
+    }
+  });
+}
+
+at::Tensor rope_cpu(const at::Tensor& x, const at::Tensor& positions, double theta, int64_t rotary_dim,
+                    c10::string_view rope_style) {
+  check_bhnd(x, "x");
+  RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style);
+  TORCH_CHECK_VALUE(positions.device() == x.device(), "positions must be on the device of x (", x.device(),
+                    "), got ", positions.device());
+  const int64_t n = x.size(2), D = x.size(3);
+  std::vector<double> pos = positions_as_double(positions, n, "token of x");
+  RopeTable table(rope, pos.data(), n);
+  at::Tensor xf = x.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty_like(xf);
+  rotate_all(xf.data_ptr<float>(), out.data_ptr<float>(), x.size(0) * x.size(1), n, D, table, rope);
+  return out.to(x.scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor> block_summary_cpu(const at::Tensor& k, const at::Tensor& v,
+                                                     const std::optional<at::Tensor>& positions,
+                                                     int64_t summary_block, double theta, int64_t rotary_dim,
+                                                     c10::string_view rope_style) {
+  check_bhnd(k, "k");
+  check_bhnd(v, "v");
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
+  TORCH_CHECK_VALUE(k.scalar_type() == v.scalar_type(), "k and v must have the same dtype, got ", k.scalar_type(),
+                    " and ", v.scalar_type());
+  TORCH_CHECK_VALUE(k.device() == v.device(), "k and v must be on the same device");
+  TORCH_CHECK_VALUE(summary_block >= 1, "summary_block must be >= 1, got ", summary_block);
+  RopeParams rope = check_rope(k.size(3), theta, rotary_dim, rope_style);
+  const int64_t BH = k.size(0) * k.size(1), L = k.size(2), D = k.size(3);
+  const int64_t nG = (L + summary_block - 1) / summary_block;
+  at::Tensor kf = k.to(at::kFloat).contiguous(), vf = v.to(at::kFloat).contiguous();
+  if (positions.has_value()) {
+    TORCH_CHECK_VALUE(positions->device() == k.device(), "positions must be on the device of k");
+    std::vector<double> pos = positions_as_double(*positions, L, "body key");
+    RopeTable table(rope, pos.data(), L);
+    at::Tensor rotated = at::empty_like(kf);
+    rotate_all(kf.data_ptr<float>(), rotated.data_ptr<float>(), BH, L, D, table, rope);
+    kf = rotated;
+  }
+  at::Tensor ks = at::empty({k.size(0), k.size(1), nG, D}, kf.options());
+  at::Tensor vs = at::empty_like(ks);
+  at::parallel_for(0, BH, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t bh = begin; bh < end; ++bh) {
+      block_means(kf.data_ptr<float>() + bh * L * D, L, summary_block, D, ks.data_ptr<float>() + bh * nG * D);
+      block_means(vf.data_ptr<float>() + bh * L * D, L, summary_block, D, vs.data_ptr<float>() + bh * nG * D);
+    }
+  });
+  return {ks.to(k.scalar_type()), vs.to(v.scalar_type())};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(rangeswa, CPU, m) {
+  m.impl("rope", &rope_cpu);
+  m.impl("block_summary", &block_summary_cpu);
+}
+
+}  // namespace rangeswa::cpu

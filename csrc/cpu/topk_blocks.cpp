@@ -1,0 +1,78 @@
+// SPEC section 2 rule 3 on the CPU: per query block and KV head, the top-K candidate key blocks.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "cpu/kernels.h"
+
+namespace rangeswa::cpu {
+
+at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t control_tokens, const Rules& rules) {
+  const int64_t B = qf.size(0), Hq = qf.size(1), Hkv = kf.size(1), N = qf.size(2), D = qf.size(3);
+  const int64_t group = Hq / Hkv, L = rules.L, K = rules.topk;
+  const int64_t nQb = rules.num_query_blocks(), nKb = rules.num_key_blocks();
+  at::Tensor out = at::full({B, Hkv, nQb, K}, -1, qf.options().dtype(at::kInt));
+  if (K == 0 || L == 0) return out;
+  const float* q = qf.data_ptr<float>();
+  const float* k = kf.data_ptr<float>();
+  int32_t* o = out.data_ptr<int32_t>();
+
+  at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> kmean(nKb * D), qmean(D);
+    std::vector<std::pair<double, int64_t>> scored;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / Hkv, hkv = task % Hkv;
+      const float* kbody = k + ((b * Hkv + hkv) * N + control_tokens) * D;
+      // mean(k over kb), pre-RoPE
+      std::fill(kmean.begin(), kmean.end(), 0.0);
+      for (int64_t j = 0; j < L; ++j)
+        for (int64_t c = 0; c < D; ++c) kmean[(j / rules.Rb) * D + c] += kbody[j * D + c];
+      for (int64_t kb = 0; kb < nKb; ++kb) {
+        double n = double(std::min(L, kb * rules.Rb + rules.Rb) - kb * rules.Rb);
+        for (int64_t c = 0; c < D; ++c) kmean[kb * D + c] /= n;
+      }
+      for (int64_t qb = 0; qb < nQb; ++qb) {
+        // mean(q over the rows of qb and the query heads of the group), pre-RoPE
+        const int64_t r0 = qb * rules.Qb, r1 = std::min(L, r0 + rules.Qb);
+        std::fill(qmean.begin(), qmean.end(), 0.0);
+        for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
+          const float* qbody = q + ((b * Hq + h) * N + control_tokens) * D;
+          for (int64_t i = r0; i < r1; ++i)
+            for (int64_t c = 0; c < D; ++c) qmean[c] += qbody[i * D + c];
+        }
+        for (int64_t c = 0; c < D; ++c) qmean[c] /= double((r1 - r0) * group);
+        scored.clear();
+        for (int64_t kb = 0; kb < nKb; ++kb) {
+          if (!rules.is_candidate(qb, kb)) continue;
+          double s = 0.0;
+          for (int64_t c = 0; c < D; ++c) s += qmean[c] * kmean[kb * D + c];
+          scored.emplace_back(s, kb);
+        }
+        const int64_t take = std::min<int64_t>(K, int64_t(scored.size()));
+        // Highest score first; equal scores keep the lower block first.
+        std::partial_sort(scored.begin(), scored.begin() + take, scored.end(),
+                          [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
+        int32_t* row = o + ((b * Hkv + hkv) * nQb + qb) * K;
+        for (int64_t c = 0; c < take; ++c) row[c] = int32_t(scored[c].second);
+      }
+    }
+  });
+  return out;
+}
+
+namespace {
+
+at::Tensor topk_blocks_cpu(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
+                           int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk) {
+  Rules rules = check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk);
+  return topk_blocks_float(q.to(at::kFloat).contiguous(), k.to(at::kFloat).contiguous(), control_tokens, rules);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(rangeswa, CPU, m) { m.impl("topk_blocks", &topk_blocks_cpu); }
+
+}  // namespace rangeswa::cpu

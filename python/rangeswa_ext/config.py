@@ -1,0 +1,138 @@
+"""One configuration object for the RangeSWA attention op and its reference (SPEC sections 2-4).
+
+`RangeSWAConfig` carries every number of the method with the paper's defaults, so callers never pass
+fifteen loose arguments. Named presets (`preset("rangeswa_lite")`) give the paper's variants and
+baselines; the stage schedule (early / late / decode windows, switch at t = 0.182) lives here too,
+and the sampler asks it which window a network call uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+#: The op-level methods (SPEC section 4). `rangeswa_lite` is a preset of `rangeswa`.
+OP_METHODS = ("full", "swa", "self_extend", "rangeswa")
+#: Stages of one sampling run (SPEC section 4): denoising before / after the switch, final decode.
+STAGES = ("early", "late", "decode")
+ROPE_STYLES = ("interleaved", "half")
+
+
+@dataclass(frozen=True)
+class RangeSWAConfig:
+    """Every number of one attention method, named as in the paper.
+
+    Attributes:
+        method: op-level method, one of ``full``, ``swa``, ``self_extend``, ``rangeswa``.
+        early_window, late_window, decode_window: local window ``W`` for denoising calls with
+            ``t < switch_time``, with ``t >= switch_time``, and for the final decode call.
+        switch_time: ELF time (0 = noise, 1 = data) where the early window gives way to the late one.
+        summary_block: ``G``, tokens per summary block.
+        near_range: ``Hn``; pairs within it keep native positions, blocks within it are "near".
+        topk: ``K`` retrieved key blocks per query block (0 switches retrieval off).
+        retrieval_block: ``Rb``, keys per retrieved block (a multiple of ``summary_block``).
+        query_block: ``Qb``, query rows sharing one retrieval.
+        train_length: ``T``; position and conditioning corrections apply only when ``L > T``.
+        sinks: ``S``, first body tokens always seen exactly (``swa`` only).
+        far_summaries: whether blocks farther than ``near_range`` contribute a summary (off in Lite).
+        theta: RoPE base.
+        rotary_dim: rotated dims (even); ``None`` rotates the whole head dim.
+        rope_style: ``interleaved`` (pairs (0,1),(2,3),...) or ``half`` (pairs (k, k + rotary_dim/2)).
+        scale: softmax scale; ``None`` means ``1/sqrt(head_dim)``.
+    """
+
+    method: str = "rangeswa"
+    early_window: int = 1023
+    late_window: int = 256
+    decode_window: int = 2047
+    switch_time: float = 0.182
+    summary_block: int = 16
+    near_range: int = 512
+    topk: int = 8
+    retrieval_block: int = 64
+    query_block: int = 128
+    train_length: int = 1024
+    sinks: int = 0
+    far_summaries: bool = True
+    theta: float = 10000.0
+    rotary_dim: Optional[int] = None
+    rope_style: str = "interleaved"
+    scale: Optional[float] = None
+
+    def __post_init__(self):
+        if self.method not in OP_METHODS:
+            raise ValueError(f"method must be one of {OP_METHODS}, got {self.method!r}")
+        if self.rope_style not in ROPE_STYLES:
+            raise ValueError(f"rope_style must be one of {ROPE_STYLES}, got {self.rope_style!r}")
+        for name in ("early_window", "late_window", "decode_window", "summary_block", "retrieval_block",
+                     "query_block", "train_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("near_range", "topk", "sinks"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.retrieval_block % self.summary_block:
+            raise ValueError(f"retrieval_block ({self.retrieval_block}) must be a multiple of "
+                             f"summary_block ({self.summary_block})")
+        if self.sinks and self.method != "swa":
+            raise ValueError(f"sinks are a swa baseline feature; method {self.method!r} needs sinks=0")
+        if self.rotary_dim is not None and (self.rotary_dim < 0 or self.rotary_dim % 2):
+            raise ValueError(f"rotary_dim must be even and >= 0, got {self.rotary_dim}")
+        if self.theta <= 0:
+            raise ValueError(f"theta must be > 0, got {self.theta}")
+
+    def replace(self, **changes) -> "RangeSWAConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def window_for(self, stage: str) -> int:
+        """The local window ``W`` of a network call in ``stage`` (``early``, ``late`` or ``decode``)."""
+        if stage == "early":
+            return self.early_window
+        if stage == "late":
+            return self.late_window
+        if stage == "decode":
+            return self.decode_window
+        raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+
+    def stage_at(self, t: float, decode: bool = False) -> str:
+        """The stage of a denoising call at ELF time ``t`` (0 = noise, 1 = data), or of the decode call."""
+        if decode:
+            return "decode"
+        return "early" if t < self.switch_time else "late"
+
+    def resolved_rotary_dim(self, head_dim: int) -> int:
+        rotary_dim = head_dim if self.rotary_dim is None else self.rotary_dim
+        if rotary_dim > head_dim:
+            raise ValueError(f"rotary_dim ({rotary_dim}) must be <= the head dim ({head_dim})")
+        return rotary_dim
+
+    def resolved_scale(self, head_dim: int) -> float:
+        return head_dim ** -0.5 if self.scale is None else float(self.scale)
+
+
+def _presets():
+    return {
+        # SPEC section 4 table: RangeSWA and RangeSWA-Lite.
+        "rangeswa": RangeSWAConfig(),
+        "rangeswa_lite": RangeSWAConfig(early_window=256, late_window=256, decode_window=2047,
+                                        near_range=1024, topk=0, far_summaries=False),
+        # Baselines of paper Appendix A.2 that the op runs.
+        "full": RangeSWAConfig(method="full", topk=0),
+        "self_extend": RangeSWAConfig(method="self_extend", topk=0),
+        "swa": RangeSWAConfig(method="swa", early_window=256, late_window=256, decode_window=256,
+                              sinks=4, topk=0),
+    }
+
+
+PRESETS = tuple(_presets())
+
+
+def preset(name: str, **overrides) -> RangeSWAConfig:
+    """The named configuration (``rangeswa``, ``rangeswa_lite``, ``full``, ``self_extend``, ``swa``),
+    with any field overridden by keyword, e.g. ``preset("swa", sinks=0)``."""
+    table = _presets()
+    if name not in table:
+        raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(table)}")
+    return table[name].replace(**overrides) if overrides else table[name]

@@ -1,0 +1,151 @@
+"""Generative perplexity (Gen. PPL) of paper Appendix B.1 with any causal LM (SPEC.md section 6).
+
+What is scored, exactly:
+- each decoded text is retokenized by the scorer's tokenizer as-is, with `add_special_tokens=False`
+  (no BOS/EOS is added);
+- its ids are cut into consecutive non-overlapping chunks of at most `chunk_size` tokens;
+- inside a chunk, token j >= 1 is scored given tokens 0..j-1 of the same chunk; the first token of each
+  chunk has no context and is not scored, so a text of n tokens gives n - ceil(n / chunk_size) scored tokens;
+- Gen. PPL = exp(total NLL / total scored tokens), summed over all chunks of all texts.
+
+transformers is imported only inside `load_scorer`, so this module imports without it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+# Appendix B.1: long texts are scored in blocks of at most 1024 GPT-2 tokens.
+MAX_CHUNK_TOKENS = 1024
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Perplexity:
+    """Gen. PPL of a sample set: ppl = exp(nll / scored_tokens), with nll the total NLL in nats."""
+
+    ppl: float
+    nll: float
+    scored_tokens: int
+
+
+def max_positions(model) -> int | None:
+    """The longest sequence the model's config allows, or None when its config does not say."""
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def default_chunk_size(model) -> int:
+    """min(MAX_CHUNK_TOKENS, the model's maximum positions), the largest chunk the paper and the model allow."""
+    return min(MAX_CHUNK_TOKENS, max_positions(model) or MAX_CHUNK_TOKENS)
+
+
+def chunk_ids(ids: Sequence[int], chunk_size: int) -> list[list[int]]:
+    """Consecutive non-overlapping chunks of at most `chunk_size` ids, keeping only those with a scored token (>= 2 ids)."""
+    chunks = (list(ids[start : start + chunk_size]) for start in range(0, len(ids), chunk_size))
+    return [c for c in chunks if len(c) >= 2]
+
+
+@torch.inference_mode()
+def batch_nll(model, chunks: Sequence[Sequence[int]]) -> tuple[float, int]:
+    """Total NLL (nats) and scored-token count of a batch of chunks, each token scored given its chunk prefix.
+
+    Chunks are right-padded (pad id 0, masked out of attention and of the loss), so real tokens keep
+    positions 0..len-1.
+    """
+    device = next(model.parameters()).device
+    width = max(len(c) for c in chunks)
+    ids = torch.zeros(len(chunks), width, dtype=torch.long)
+    mask = torch.zeros(len(chunks), width, dtype=torch.long)
+    for row, chunk in enumerate(chunks):
+        ids[row, : len(chunk)] = torch.tensor(chunk)
+        mask[row, : len(chunk)] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    nll = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="none")
+    scored = mask[:, 1:].flatten()
+    return float((nll.double() * scored).sum()), int(scored.sum())
+
+
+def generative_perplexity(
+    texts: Sequence[str],
+    model,
+    tokenizer,
+    chunk_size: int | None = None,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> Perplexity:
+    """Gen. PPL of `texts` under an already loaded causal LM and its tokenizer (see the module docstring).
+
+    chunk_size defaults to `default_chunk_size(model)`; chunks of all texts are batched together,
+    longest first, `batch_size` per forward pass, on the model's device and dtype.
+    """
+    chunk_size = default_chunk_size(model) if chunk_size is None else chunk_size
+    if chunk_size < 2:
+        raise ValueError(f"chunk_size={chunk_size} must be at least 2: the first token of a chunk is not scored.")
+    limit = max_positions(model)
+    if limit is not None and chunk_size > limit:
+        raise ValueError(f"chunk_size={chunk_size} exceeds the scorer's maximum positions ({limit}).")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be at least 1.")
+    if not texts:
+        raise ValueError("Gen. PPL needs at least one text, got none.")
+    encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+    chunks = sorted((c for ids in encoded for c in chunk_ids(ids, chunk_size)), key=len, reverse=True)
+    if not chunks:
+        raise ValueError("Gen. PPL has nothing to score: every text has fewer than 2 scorer tokens.")
+
+    model.eval()
+    batches = [chunks[start : start + batch_size] for start in range(0, len(chunks), batch_size)]
+    nll, scored = 0.0, 0
+    for batch in tqdm(batches, desc="Gen. PPL", unit="batch", disable=not progress):
+        batch_total, batch_scored = batch_nll(model, batch)
+        nll += batch_total
+        scored += batch_scored
+    return Perplexity(ppl=math.exp(nll / scored), nll=nll, scored_tokens=scored)
+
+
+def load_scorer(path: str | Path, device: str = "cpu", dtype: str = "fp32"):
+    """(model, tokenizer) of the causal LM saved in the local folder `path` (no download), on `device` in `dtype`.
+
+    Raises FileNotFoundError when the folder does not exist and ValueError when it holds no loadable
+    causal LM or tokenizer.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; choose one of {', '.join(DTYPES)}.")
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"Scorer folder {path} does not exist; pass a local folder holding a causal LM and its tokenizer "
+            "(for example GPT-2 Large saved with save_pretrained)."
+        )
+    if not (path / "config.json").is_file():
+        raise ValueError(f"Scorer folder {path} has no model: config.json is missing.")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"Scorer folder {path} holds no loadable causal LM and tokenizer: {error}") from error
+    return model.to(device=device, dtype=DTYPES[dtype]).eval(), tokenizer
+
+
+def generative_perplexity_from_path(
+    texts: Sequence[str],
+    path: str | Path,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    chunk_size: int | None = None,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> Perplexity:
+    """`generative_perplexity` with the scorer loaded from a local folder by `load_scorer`."""
+    model, tokenizer = load_scorer(path, device=device, dtype=dtype)
+    return generative_perplexity(texts, model, tokenizer, chunk_size=chunk_size, batch_size=batch_size, progress=progress)

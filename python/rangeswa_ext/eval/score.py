@@ -1,0 +1,151 @@
+"""Scoring a samples.jsonl file with every metric of SPEC.md section 6, and the `rangeswa score` subcommand.
+
+Each non-blank line of the file is a JSON object with at least "ids" (the generating model's token ids,
+a list of ints) and "text" (the decoded text, a string); other keys (method, length, seed, index, ...)
+are ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from .genppl import DTYPES, generative_perplexity_from_path
+from .metrics import lexical_continuity, low_diversity, mean_four_gram_repetition, mean_unigram_entropy
+
+METRICS = ("ppl", "h", "r4", "c2")
+
+
+def read_samples(path: str | Path) -> list[dict]:
+    """The samples of a JSON-lines file; blank lines are skipped.
+
+    Raises ValueError naming the file and line number for a line that is not a JSON object with
+    "ids" (list of ints) and "text" (string), and for a file without samples.
+    """
+    samples = []
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                sample = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}, line {number}: not valid JSON ({error}).") from error
+            if not isinstance(sample, dict):
+                raise ValueError(f"{path}, line {number}: expected a JSON object, got {type(sample).__name__}.")
+            ids, text = sample.get("ids"), sample.get("text")
+            if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise ValueError(f'{path}, line {number}: "ids" must be a list of ints.')
+            if not isinstance(text, str):
+                raise ValueError(f'{path}, line {number}: "text" must be a string.')
+            samples.append(sample)
+    if not samples:
+        raise ValueError(f"{path} holds no samples.")
+    return samples
+
+
+def resolve_metrics(metrics: Sequence[str] | None, scorer: str | Path | None) -> list[str]:
+    """The metrics to compute: all of METRICS by default, without "ppl" when no scorer is given.
+
+    Raises ValueError for an empty request, an unknown name, or "ppl" requested without a scorer.
+    """
+    if metrics is None:
+        return [m for m in METRICS if m != "ppl" or scorer is not None]
+    if not metrics:
+        raise ValueError(f"No metric requested; choose from {', '.join(METRICS)}.")
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"Unknown metric(s) {', '.join(unknown)}; known metrics are {', '.join(METRICS)}.")
+    if "ppl" in metrics and scorer is None:
+        raise ValueError('Metric "ppl" needs a scorer: pass the folder of a local causal LM (--scorer PATH).')
+    return [m for m in METRICS if m in metrics]
+
+
+def default_output(path: str | Path) -> Path:
+    """Where `score_file` writes by default: beside the samples, `<name without .jsonl>.scores.json`."""
+    path = Path(path)
+    return path.with_name(path.name.removesuffix(".jsonl") + ".scores.json")
+
+
+def score_file(
+    path: str | Path,
+    scorer: str | Path | None = None,
+    out: str | Path | None = None,
+    metrics: Sequence[str] | None = None,
+    batch_size: int = 8,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    chunk_size: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """Every requested metric over all samples of a JSON-lines file, also written as JSON to `out`.
+
+    Keys of the result: "file", "samples", then per metric
+    ppl: "ppl", "ppl_scored_tokens", "scorer"; h: "h", "low_diversity"; r4: "r4" (%);
+    c2: "c2", "c2_reference", "c2_docs" (c2 and its reference are null when too few samples qualify).
+    `out` defaults to `default_output(path)`.
+    """
+    names = resolve_metrics(metrics, scorer)
+    samples = read_samples(path)
+    texts = [s["text"] for s in samples]
+    result: dict = {"file": str(path), "samples": len(samples)}
+    if "ppl" in names:
+        ppl = generative_perplexity_from_path(
+            texts, scorer, device=device, dtype=dtype, chunk_size=chunk_size, batch_size=batch_size, progress=progress
+        )
+        result.update(ppl=ppl.ppl, ppl_scored_tokens=ppl.scored_tokens, scorer=str(scorer))
+    if "h" in names:
+        h = mean_unigram_entropy([s["ids"] for s in samples])
+        result.update(h=h, low_diversity=low_diversity(h))
+    if "r4" in names:
+        result.update(r4=mean_four_gram_repetition(texts))
+    if "c2" in names:
+        continuity = lexical_continuity(texts)
+        result.update(c2=continuity.c2, c2_reference=continuity.reference, c2_docs=continuity.docs)
+    out = default_output(path) if out is None else Path(out)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def add_score_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the `score` subcommand on an argparse subparsers object; its handler is `args.func(args)`."""
+    parser = subparsers.add_parser(
+        "score",
+        help="score a samples.jsonl file (Gen. PPL, H, R4, C2)",
+        description="Compute the metrics of a samples.jsonl file and write them as JSON beside it (or to --out).",
+    )
+    parser.add_argument("samples", type=Path, help="JSON-lines file, one object with 'ids' and 'text' per line")
+    parser.add_argument("--scorer", type=Path, help="local folder of the causal LM for Gen. PPL (e.g. GPT-2 Large)")
+    parser.add_argument("--out", type=Path, help="result JSON (default: <samples>.scores.json beside the samples)")
+    parser.add_argument(
+        "--metrics",
+        type=lambda value: [m.strip() for m in value.split(",") if m.strip()],
+        help=f"comma-separated subset of {','.join(METRICS)} (default: all; ppl only with --scorer)",
+    )
+    parser.add_argument("--batch-size", type=int, default=8, help="chunks per scorer forward pass (default 8)")
+    parser.add_argument("--chunk-size", type=int, help="scorer tokens per chunk (default min(1024, max positions))")
+    parser.add_argument("--device", default="cpu", help="scorer device, e.g. cpu or cuda (default cpu)")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="scorer dtype (default fp32)")
+    parser.set_defaults(func=run_score)
+    return parser
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """Handler of `rangeswa score`: score the file, print one `name: value` line per result key, return 0."""
+    out = default_output(args.samples) if args.out is None else args.out
+    result = score_file(
+        args.samples,
+        scorer=args.scorer,
+        out=out,
+        metrics=args.metrics,
+        batch_size=args.batch_size,
+        device=args.device,
+        dtype=args.dtype,
+        chunk_size=args.chunk_size,
+    )
+    for name, value in result.items():
+        print(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {value}")
+    print(f"written to {out}")
+    return 0

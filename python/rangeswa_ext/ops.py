@@ -1,0 +1,115 @@
+"""Typed Python entry points of the compiled ops (`torch.ops.rangeswa.*`) and their fake kernels.
+
+Each wrapper resolves a `RangeSWAConfig` into the op's plain arguments and calls
+`torch.ops.rangeswa.<op>.default`; the `register_fake` function below it tells `torch.compile` the
+output shapes without running a kernel. The schemas live in csrc/rangeswa.cpp.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _C  # noqa: F401  (loads the library that registers torch.ops.rangeswa)
+from .config import RangeSWAConfig
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0, rotary_dim: Optional[int] = None,
+         rope_style: str = "interleaved") -> torch.Tensor:
+    """Rotary embedding R(p) x at arbitrary (fractional) positions.
+
+    Args:
+        x: [B, H, N, D] float32/bfloat16/float16.
+        positions: [N] floating positions (computed in float64 inside).
+        theta: RoPE base; ``inv_freq[k] = theta^(-2k/rotary_dim)``.
+        rotary_dim: even number of rotated dims (default: all of D); later dims pass through.
+        rope_style: ``interleaved`` pairs (2k, 2k+1) or ``half`` pairs (k, k + rotary_dim/2).
+    Returns:
+        [B, H, N, D] in x's dtype.
+    """
+    rd = x.shape[-1] if rotary_dim is None else rotary_dim
+    return torch.ops.rangeswa.rope.default(x, positions, float(theta), rd, rope_style)
+
+
+@torch.library.register_fake("rangeswa::rope")
+def _rope_fake(x, positions, theta, rotary_dim, rope_style):
+    return torch.empty_like(x)
+
+
+def block_summary(k: torch.Tensor, v: torch.Tensor, positions: Optional[torch.Tensor] = None,
+                  summary_block: int = 16, theta: float = 10000.0, rotary_dim: Optional[int] = None,
+                  rope_style: str = "interleaved") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-block means of body keys (rotated to `positions` first, if given) and of values.
+
+    Args:
+        k, v: [B, H, L, D] body keys and values (no control tokens).
+        positions: optional [L] positions for the keys' rotation; None leaves them unrotated.
+        summary_block: G, tokens per block; a ragged last block averages the tokens it has.
+    Returns:
+        (k_summary, v_summary), each [B, H, ceil(L/G), D] in the input dtype.
+    """
+    rd = k.shape[-1] if rotary_dim is None else rotary_dim
+    return torch.ops.rangeswa.block_summary.default(k, v, positions, summary_block, float(theta), rd, rope_style)
+
+
+@torch.library.register_fake("rangeswa::block_summary")
+def _block_summary_fake(k, v, positions, summary_block, theta, rotary_dim, rope_style):
+    shape = (*k.shape[:2], _ceil_div(k.shape[2], summary_block), k.shape[3])
+    return k.new_empty(shape), v.new_empty(shape)
+
+
+def topk_blocks(q: torch.Tensor, k: torch.Tensor, cfg: RangeSWAConfig, control_tokens: int,
+                stage: str = "late") -> torch.Tensor:
+    """SPEC rule 3: per query block and KV head, the top-K candidate key blocks.
+
+    Args:
+        q: [B, H_q, N, D] queries before RoPE; k: [B, H_kv, N, D] keys before RoPE.
+        cfg: gives topk, retrieval_block, query_block, summary_block and the stage's window.
+        control_tokens: C, the leading control tokens (excluded from retrieval).
+    Returns:
+        int32 [B, H_kv, ceil(L/query_block), topk], best first (ties: lower block), -1 padded.
+    """
+    return torch.ops.rangeswa.topk_blocks.default(q, k, control_tokens, cfg.window_for(stage), cfg.summary_block,
+                                                  cfg.retrieval_block, cfg.query_block, cfg.topk)
+
+
+@torch.library.register_fake("rangeswa::topk_blocks")
+def _topk_blocks_fake(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk):
+    L = q.shape[2] - control_tokens
+    return q.new_empty((q.shape[0], k.shape[1], _ceil_div(L, query_block), topk), dtype=torch.int32)
+
+
+def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig, control_tokens: int,
+         stage: str = "late", retrieved: Optional[torch.Tensor] = None,
+         return_lse: bool = False):
+    """The fused single-softmax attention of SPEC sections 1-4.
+
+    Args:
+        q: [B, H_q, N, D], k and v: [B, H_kv, N, D], before RoPE (after any QK norm); N = C + L.
+        cfg: the method and its numbers (see `RangeSWAConfig`, `preset`).
+        control_tokens: C, the leading control tokens (never rotated).
+        stage: ``early``, ``late`` or ``decode``; picks the window from cfg.
+        retrieved: optional int32 [B, H_kv, nQb, K'] blocks from `topk_blocks`; computed inside when
+            None and cfg retrieves.
+        return_lse: also return the float32 log-sum-exp [B, H_q, N].
+    Returns:
+        [B, H_q, N, D] in q's dtype (and the log-sum-exp when asked).
+    """
+    D = q.shape[-1]
+    out, lse = torch.ops.rangeswa.attn.default(
+        q, k, v, retrieved, cfg.method, control_tokens, cfg.window_for(stage), cfg.summary_block,
+        cfg.near_range, cfg.topk, cfg.retrieval_block, cfg.query_block, cfg.train_length, cfg.sinks,
+        cfg.far_summaries, float(cfg.theta), cfg.resolved_rotary_dim(D), cfg.rope_style, cfg.resolved_scale(D))
+    return (out, lse) if return_lse else out
+
+
+@torch.library.register_fake("rangeswa::attn")
+def _attn_fake(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
+               retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
+               scale):
+    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
