@@ -72,7 +72,7 @@ def _extra_cuda_includes():
 def _extension():
     cpu_sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")) + glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
     include_dirs = [os.path.join(ROOT, "csrc")]
-    cxx_flags = ["-O3", "-fopenmp", "-DRANGESWA_NAMESPACE=rangeswa"]
+    cxx_flags = ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno", "-DRANGESWA_NAMESPACE=rangeswa"]
     link_args = ["-fopenmp"]
     if _want_cuda():
         cuda_sources = sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))

@@ -32,7 +32,9 @@ constexpr int64_t kChunkKeys = 512;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Kind of a G-block in a tile's plan.
-enum class Kind : uint8_t { kSkip, kDense, kSumNative, kSumLeft, kSumRight };
+// kSumMixed: summarised blocks whose position class differs between rows of the tile, or mixes
+// classes inside the block for some row (it straddles distance Hn).
+enum class Kind : uint8_t { kSkip, kDense, kSumNative, kSumLeft, kSumRight, kSumMixed };
 
 // Per (batch, KV head) keys and summaries, computed once per call.
 struct KvView {
@@ -57,6 +59,7 @@ struct Call {
   const int32_t* retrieved;  // [B, Hkv, nQb, K'] or null
   int64_t retrieved_k;
   RopeTable native, grouped, cond;  // positions j; j/g - c .. ; j*T/L
+  std::vector<float> log_block_size;  // log n_b of every G-block (rule 4's summary bias)
   at::Tensor k_native, k_grouped, k_cond, sk_native, sk_grouped, sv;
 
   int64_t chunk_tokens() const { return std::max(p.rules.G, (kChunkKeys / p.rules.G) * p.rules.G); }
@@ -93,6 +96,7 @@ struct Softmax {
     for (int64_t r = 0; r < n; ++r) {
       float* row = S + r * lds;
       float mx = kNegInf;
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < cols; ++j) mx = row[j] > mx ? row[j] : mx;
       if (mx == kNegInf) {
         std::fill(row, row + cols, 0.f);
@@ -102,6 +106,7 @@ struct Softmax {
       const float alpha = m[r] == kNegInf ? 0.f : std::exp(m[r] - m_new);
       exp_shifted(row, cols, m_new);
       float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < cols; ++j) sum += row[j];
       l[r] = l[r] * alpha + sum;
       if (alpha != 1.f)
@@ -123,7 +128,7 @@ struct Softmax {
 // Buffers of one worker thread.
 struct Workspace {
   std::vector<float> qn, qgl, qgr, qc;  // [kTileRows, D] rotated, scaled queries
-  std::vector<float> s, s_alt, s_sum;   // [kTileRows, chunk] score buffers
+  std::vector<float> s, s_alt, s_right, s_sum;  // [kTileRows, chunk] score buffers
   std::vector<Kind> kind;               // [nG] tile plan
   std::vector<uint8_t> retrieved;       // [nG] block lies in a retrieved key block
   Softmax softmax;
@@ -136,6 +141,7 @@ struct Workspace {
     qc.resize(rows * D);
     s.resize(rows * chunk);
     s_alt.resize(rows * chunk);
+    s_right.resize(rows * chunk);
     s_sum.resize(rows * chunk);
     kind.resize(c.p.rules.num_summary_blocks());
     retrieved.resize(c.p.rules.num_summary_blocks());
@@ -148,22 +154,36 @@ struct Tile {
 };
 
 // Exact logits S[r, j - a] of tile rows with body keys j in [a, b), each pair in its position class.
+// Keys split into runs where every row agrees on the class (one GEMM with the matching query
+// rotation) and the two narrow runs near +-Hn where rows disagree (both GEMMs, then a per-pair pick).
 void exact_scores(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t a, int64_t b, float* S,
                   int64_t lds) {
   const Rules& R = c.p.rules;
-  const int64_t D = c.p.D, w = b - a;
-  gemm_nt(t.n, w, D, ws.qn.data(), D, kv.k_native + a * D, D, S, lds);
-  if (!R.grouping()) return;
+  const int64_t D = c.p.D;
+  auto scores = [&](int64_t lo, int64_t hi, const float* qv, const float* keys, float* dst) {
+    if (hi > lo) gemm_nt(t.n, hi - lo, D, qv, D, keys + lo * D, D, dst + (lo - a), lds);
+  };
+  if (!R.grouping()) {
+    scores(a, b, ws.qn.data(), kv.k_native, S);
+    return;
+  }
+  auto clamp = [&](int64_t x) { return std::min(b, std::max(a, x)); };
+  // Boundaries: j < i0 - Hn is grouped-left for every row, j < last - Hn for some row; likewise right.
+  const int64_t left_all = clamp(t.i0 - R.Hn), left_some = clamp(t.last() - R.Hn);
+  const int64_t right_some = clamp(t.i0 + R.Hn + 1), right_all = clamp(t.last() + R.Hn + 1);
+  scores(a, left_all, ws.qgl.data(), kv.k_grouped, S);
+  scores(left_all, right_all, ws.qn.data(), kv.k_native, S);
+  scores(right_all, b, ws.qgr.data(), kv.k_grouped, S);
   float* alt = ws.s_alt.data();
-  auto patch = [&](int64_t lo, int64_t hi, const float* qv, PosClass cls) {
+  auto mixed = [&](int64_t lo, int64_t hi, const float* qv, PosClass cls) {
     if (hi <= lo) return;
-    gemm_nt(t.n, hi - lo, D, qv, D, kv.k_grouped + lo * D, D, alt, lds);
+    scores(lo, hi, qv, kv.k_grouped, alt);
     for (int64_t r = 0; r < t.n; ++r)
       for (int64_t j = lo; j < hi; ++j)
-        if (R.pos_class(t.i0 + r, j) == cls) S[r * lds + j - a] = alt[r * lds + j - lo];
+        if (R.pos_class(t.i0 + r, j) == cls) S[r * lds + j - a] = alt[r * lds + j - a];
   };
-  patch(a, std::min(b, t.last() - R.Hn), ws.qgl.data(), PosClass::kGroupedLeft);
-  patch(std::max(a, t.i0 + R.Hn + 1), b, ws.qgr.data(), PosClass::kGroupedRight);
+  mixed(left_all, left_some, ws.qgl.data(), PosClass::kGroupedLeft);
+  mixed(right_some, right_all, ws.qgr.data(), PosClass::kGroupedRight);
 }
 
 // Token-level methods (full, self_extend, swa): every key of [a, b) exact or hidden.
@@ -187,7 +207,7 @@ void dense_blocks(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
   float* S = ws.s.data();
   float* Ssum = ws.s_sum.data();
   exact_scores(c, kv, t, ws, a, b, S, lds);
-  bool any_summary = false;
+  bool any_summary = false, any_exact = false;
   for (int64_t r = 0; r < t.n; ++r) {
     float* row = S + r * lds;
     for (int64_t blk = ba; blk < bb; ++blk) {
@@ -197,45 +217,87 @@ void dense_blocks(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
       if (role == Role::kSummary) {
         float acc = 0.f;
         for (int64_t j = s0; j < s1; ++j) acc += row[j];
-        summary = acc / float(s1 - s0) + std::log(float(s1 - s0));
+        summary = acc / float(s1 - s0) + c.log_block_size[blk];
         any_summary = true;
       }
       if (role != Role::kExact) std::fill(row + s0, row + s1, kNegInf);
+      any_exact = any_exact || role == Role::kExact;
       Ssum[r * lds + blk - ba] = summary;
     }
   }
-  ws.softmax.update(S, b - a, lds, kv.v_body + a * c.p.D);
+  if (any_exact) ws.softmax.update(S, b - a, lds, kv.v_body + a * c.p.D);
   if (any_summary) ws.softmax.update(Ssum, nb, lds, kv.sv + ba * c.p.D);
 }
 
-// rangeswa: G-blocks [ba, bb) summarised (or hidden) for every row, all in position class `cls`.
-void summary_blocks(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t ba, int64_t bb, Kind kind) {
-  const Rules& R = c.p.rules;
-  const int64_t lds = c.chunk_tokens(), D = c.p.D, nb = bb - ba;
-  const float* qv = kind == Kind::kSumNative ? ws.qn.data() : kind == Kind::kSumLeft ? ws.qgl.data() : ws.qgr.data();
-  const float* sk = kind == Kind::kSumNative ? kv.sk_native : kv.sk_grouped;
-  float* S = ws.s_sum.data();
-  gemm_nt(t.n, nb, D, qv, D, sk + ba * D, D, S, lds);
-  bool any = false;
-  for (int64_t r = 0; r < t.n; ++r)
-    for (int64_t blk = ba; blk < bb; ++blk) {
-      float& x = S[r * lds + blk - ba];
-      if (R.block_role(t.i0 + r, blk, false) == Role::kSummary) {
-        x += std::log(float(R.block_size(blk)));
-        any = true;
-      } else {
-        x = kNegInf;
-      }
-    }
-  if (any) ws.softmax.update(S, nb, lds, kv.sv + ba * D);
-}
-
-// Position class of a whole block for row i; kDense stands for "mixed" (tokens in several classes).
+// Position class of a whole block for row i; kSumMixed when its tokens fall in several classes.
 Kind block_class(const Rules& R, int64_t i, int64_t blk) {
   if (!R.grouping() || R.is_near(i, blk)) return Kind::kSumNative;
   if (R.block_end(blk) - 1 < i - R.Hn) return Kind::kSumLeft;
   if (R.block_start(blk) > i + R.Hn) return Kind::kSumRight;
-  return Kind::kDense;
+  return Kind::kSumMixed;
+}
+
+// Summary logit of a block whose tokens fall in several position classes for tile row r: the mean
+// of its exact logits, each with its own rotation pair.
+float mixed_block_logit(const Call& c, const KvView& kv, const Tile& t, const Workspace& ws, int64_t r, int64_t blk) {
+  const Rules& R = c.p.rules;
+  const int64_t D = c.p.D, i = t.i0 + r;
+  float acc = 0.f;
+  for (int64_t j = R.block_start(blk); j < R.block_end(blk); ++j) {
+    const PosClass cls = R.pos_class(i, j);
+    const float* qv = (cls == PosClass::kNative ? ws.qn : cls == PosClass::kGroupedLeft ? ws.qgl : ws.qgr).data() + r * D;
+    const float* kk = (cls == PosClass::kNative ? kv.k_native : kv.k_grouped) + j * D;
+    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t d = 0; d < D; ++d) dot += qv[d] * kk[d];
+    acc += dot;
+  }
+  return acc / float(R.block_size(blk));
+}
+
+// rangeswa: G-blocks [ba, bb) summarised (or hidden) for every row, scored against the block means
+// of the rotated keys: in one position class for the whole run, or per (row, block) for kSumMixed.
+void summary_blocks(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t ba, int64_t bb, Kind kind) {
+  const Rules& R = c.p.rules;
+  const int64_t lds = c.chunk_tokens(), D = c.p.D, nb = bb - ba;
+  float* S = ws.s_sum.data();
+  auto scores = [&](Kind cls, float* dst) {
+    const float* qv = cls == Kind::kSumNative ? ws.qn.data() : cls == Kind::kSumLeft ? ws.qgl.data() : ws.qgr.data();
+    const float* sk = cls == Kind::kSumNative ? kv.sk_native : kv.sk_grouped;
+    gemm_nt(t.n, nb, D, qv, D, sk + ba * D, D, dst, lds);
+  };
+  if (kind != Kind::kSumMixed) {
+    scores(kind, S);
+  } else {
+    scores(Kind::kSumNative, ws.s.data());
+    scores(Kind::kSumLeft, ws.s_alt.data());
+    scores(Kind::kSumRight, ws.s_right.data());
+    for (int64_t r = 0; r < t.n; ++r)
+      for (int64_t x = 0; x < nb; ++x) {
+        const Kind cls = block_class(R, t.i0 + r, ba + x);
+        const int64_t at = r * lds + x;
+        S[at] = cls == Kind::kSumNative ? ws.s[at]
+              : cls == Kind::kSumLeft   ? ws.s_alt[at]
+              : cls == Kind::kSumRight  ? ws.s_right[at]
+                                        : mixed_block_logit(c, kv, t, ws, r, ba + x);
+      }
+  }
+  const float* log_n = c.log_block_size.data() + ba;
+  bool any = false;
+  for (int64_t r = 0; r < t.n; ++r) {
+    float* row = S + r * lds;
+    if (R.far_summaries) {  // outside the window and retrieval every block is summarised
+      for (int64_t x = 0; x < nb; ++x) row[x] += log_n[x];
+      any = true;
+      continue;
+    }
+    for (int64_t x = 0; x < nb; ++x) {
+      const bool seen = R.block_role(t.i0 + r, ba + x, false) == Role::kSummary;
+      row[x] = seen ? row[x] + log_n[x] : kNegInf;
+      any = any || seen;
+    }
+  }
+  if (any) ws.softmax.update(S, nb, lds, kv.sv + ba * D);
 }
 
 // rangeswa: which blocks a tile scores densely, which by summary class, which not at all.
@@ -267,7 +329,7 @@ void plan_tile(const Call& c, const Tile& t, Workspace& ws, int64_t b, int64_t h
       k = Kind::kDense;
     } else {
       const Kind first_row = block_class(R, t.i0, blk), last_row = block_class(R, t.last(), blk);
-      k = first_row == last_row ? first_row : Kind::kDense;
+      k = first_row == last_row ? first_row : Kind::kSumMixed;
     }
     ws.kind[blk] = k;
   }
@@ -326,11 +388,13 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
   } else {
     int64_t first = 0, last = -1;
     plan_tile(c, t, ws, b, h, &first, &last);
-    const int64_t blocks_per_chunk = chunk / R.G;
+    // A dense run scores up to `chunk` tokens, a summary run up to `chunk` blocks.
+    const int64_t dense_blocks_per_chunk = chunk / R.G;
     for (int64_t ba = first; ba <= last;) {
       const Kind k = ws.kind[ba];
+      const int64_t limit = k == Kind::kDense ? dense_blocks_per_chunk : chunk;
       int64_t bb = ba + 1;
-      while (bb <= last && ws.kind[bb] == k && bb - ba < blocks_per_chunk) ++bb;
+      while (bb <= last && ws.kind[bb] == k && bb - ba < limit) ++bb;
       if (k == Kind::kDense) dense_blocks(c, kv, t, ws, ba, bb);
       else if (k != Kind::kSkip) summary_blocks(c, kv, t, ws, ba, bb, k);
       ba = bb;
@@ -445,6 +509,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
     c.grouped = RopeTable(p.rope, double(-R.group_offset), 1.0, (p.L - 1) / R.g + 2 * R.group_offset + 1);
   if (R.extrapolating) c.cond = RopeTable(p.rope, 0.0, p.control_position_scale, p.L);
   prepare_keys(c);
+  for (int64_t blk = 0; blk < R.num_summary_blocks(); ++blk) c.log_block_size.push_back(std::log(float(R.block_size(blk))));
 
   std::vector<Tile> tiles;
   for (int64_t qb = 0; qb < R.num_query_blocks(); ++qb) {
