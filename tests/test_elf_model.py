@@ -217,6 +217,15 @@ def test_attention_method_stays_out_of_the_state_dict():
     assert not any("inv_freq" in k for k in keys)
 
 
+def test_matches_the_projects_full_attention_method():
+    methods = pytest.importorskip("rangeswa_ext.methods")
+    model = tiny_model()
+    want = outputs(model)
+    model.set_attention(methods.make_attention("full", head_dim=TINY.head_dim))
+    for got, expected in zip(outputs(model), want):
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
 # ---------------------------------------------------------------- official PyTorch checkpoints
 
 
