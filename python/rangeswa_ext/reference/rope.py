@@ -27,14 +27,17 @@ def pair_indices(rotary_dim: int, style: str) -> tuple[torch.Tensor, torch.Tenso
     raise ValueError(f"rope_style must be 'interleaved' or 'half', got {style!r}")
 
 
-def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float, rotary_dim: int, style: str) -> torch.Tensor:
+def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float, rotary_dim: int, style: str,
+           freqs: torch.Tensor | None = None) -> torch.Tensor:
     """R(p) x for x [..., N, D] at positions [N]: pair (a, b) turns by angle p * inv_freq[k].
 
-    Angles are formed in float64; the result has x's dtype. Dims past rotary_dim are unchanged.
+    `freqs` replaces theta's inv_freq (frequency-scaling baselines such as YaRN). Angles are formed in
+    float64; the result has x's dtype. Dims past rotary_dim are unchanged.
     """
     a, b = pair_indices(rotary_dim, style)
-    angle = positions.to(torch.float64)[:, None] * inv_freq(theta, rotary_dim)[None, :]
-    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    freqs = inv_freq(theta, rotary_dim) if freqs is None else freqs.to(torch.float64).cpu()
+    angle = positions.to(torch.float64).cpu()[:, None] * freqs[None, :]
+    cos, sin = angle.cos().to(x.device, x.dtype), angle.sin().to(x.device, x.dtype)
     out = x.clone()
     xa, xb = x[..., a], x[..., b]
     out[..., a] = xa * cos - xb * sin

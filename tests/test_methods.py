@@ -1,0 +1,69 @@
+"""The attention seam: every method by name, equal to full where SPEC says so, different where not."""
+
+import math
+
+import pytest
+import torch
+
+from conftest import make_qkv, rel_err
+from rangeswa_ext import reference as ref
+from rangeswa_ext.config import preset
+from rangeswa_ext.methods import METHODS, longllada_theta, make_attention, ntk_theta, yarn_frequencies
+
+
+@pytest.mark.parametrize("L,lam", [(8192, 4), (16384, 14), (24576, 31), (32768, 55)])
+def test_longllada_factor_matches_the_papers_values(L, lam):
+    # LLaDA-8B: theta 500000, head dim 128, T = 4096 (LongLLaDA notes: lambda = 4, 14, 31, 55).
+    assert longllada_theta(500000.0, 128, L, 4096) == 500000.0 * lam
+
+
+def test_ntk_and_yarn_numbers():
+    assert ntk_theta(1e4, 64, 4096, 1024) == pytest.approx(1e4 * 4 ** (64 / 62))
+    freqs, mult = yarn_frequencies(1e4, 64, 4096, 1024)
+    base = 1e4 ** (-torch.arange(32, dtype=torch.float64) * 2 / 64)
+    assert freqs[0] == pytest.approx(base[0].item())          # fastest dims kept
+    assert freqs[-1] == pytest.approx(base[-1].item() / 4)    # slowest dims interpolated
+    assert mult == pytest.approx((0.1 * math.log(4) + 1) ** 2)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_equals_full_within_training_length_with_covering_windows(name):
+    C, L = 12, 200
+    q, k, v = make_qkv(1, 2, 2, C + L, 64, seed=1)
+    overrides = {} if name in ("full", "pi", "ntk", "yarn", "longllada") else dict(
+        early_window=1024, late_window=1024, decode_window=1024, sinks=0)
+    method = make_attention(name, head_dim=64, **overrides)
+    full = ref.sdpa_with_rope(q.double(), k.double(), v.double(), preset("full"), C)
+    for stage in ("early", "late", "decode"):
+        assert rel_err(method(q, k, v, control_tokens=C, stage=stage), full) < 1e-5
+
+
+@pytest.mark.parametrize("name", [m for m in METHODS if m != "full"])
+def test_methods_differ_from_full_beyond_training_length(name):
+    C, L, T = 12, 400, 128
+    q, k, v = make_qkv(1, 2, 2, C + L, 64, seed=2)
+    full = make_attention("full", head_dim=64, train_length=T)(q, k, v, control_tokens=C)
+    out = make_attention(name, head_dim=64, train_length=T)(q, k, v, control_tokens=C)
+    assert rel_err(out, full) > 1e-3
+
+
+def test_op_methods_use_the_stage_window():
+    C, L = 12, 600
+    q, k, v = make_qkv(1, 2, 2, C + L, 64, seed=3)
+    method = make_attention("rangeswa", head_dim=64)
+    assert method.config.window_for("early") == 1023 and method.config.stage_at(0.1) == "early"
+    early = method(q, k, v, control_tokens=C, stage="early")
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), method.config, C, "early")
+    assert rel_err(early, expect) < 1e-5
+    assert rel_err(method(q, k, v, control_tokens=C, stage="late"), early) > 1e-4
+
+
+def test_unknown_method_and_bad_overrides():
+    with pytest.raises(ValueError, match=r"unknown attention method 'sparse'; known methods: full, pi"):
+        make_attention("sparse", head_dim=64)
+    with pytest.raises(ValueError, match=r"takes no overrides"):
+        make_attention("ntk", head_dim=64, late_window=3)
+    with pytest.raises(ValueError, match=r"late_window must be >= 1"):
+        make_attention("rangeswa", head_dim=64, late_window=0)
+    with pytest.raises(ValueError, match=r"rotary_dim \(80\) must be <= the head dim \(64\)"):
+        make_attention("swa", head_dim=64, rotary_dim=80)
