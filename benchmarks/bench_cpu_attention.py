@@ -1,0 +1,11 @@
+"""CPU benchmark of the fused RangeSWA op against SDPA; same as `rangeswa bench`.
+
+    python benchmarks/bench_cpu_attention.py [--lengths 1024,2048,4096,8192,16384] [--repeats 5]
+"""
+
+import sys
+
+from rangeswa_ext.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["bench", *sys.argv[1:]]))

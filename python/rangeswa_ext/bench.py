@@ -1,0 +1,156 @@
+"""CPU benchmark of the fused op against dense SDPA (issue: the extension on CPU).
+
+Every configuration runs on the same tensors in the same process: the op for `rangeswa` (late stage,
+W = 256), `rangeswa` (early stage, W = 1023) and `rangeswa_lite`, against
+`F.scaled_dot_product_attention` on RoPE-rotated q and k (the rotation is timed with it, since the
+op rotates internally). Times are medians of repeated runs; ratios are SDPA time / op time.
+The peak-memory probe runs the op in a fresh subprocess and reports its peak RSS above the RSS it
+had once the inputs existed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from . import ops
+from .config import preset
+
+CASES = (  # (label, preset, stage)
+    ("rangeswa late (W=256)", "rangeswa", "late"),
+    ("rangeswa early (W=1023)", "rangeswa", "early"),
+    ("rangeswa_lite", "rangeswa_lite", "late"),
+)
+
+
+def _median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _inputs(L: int, B: int, H: int, D: int, C: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, C + L, D, generator=g) for _ in range(3)]
+
+
+def sdpa_with_rope(q, k, v, control_tokens: int):
+    """Dense baseline: native RoPE (control tokens at position 0) then SDPA."""
+    N = q.shape[2]
+    pos = (torch.arange(N, dtype=torch.float64) - control_tokens).clamp_min(0)
+    return F.scaled_dot_product_attention(ops.rope(q, pos), ops.rope(k, pos), v)
+
+
+def run_cpu_benchmark(lengths=(1024, 2048, 4096, 8192, 16384), B=1, H=12, D=64, C=12, repeats=5,
+                      progress=True) -> dict:
+    rows = []
+    bar = tqdm(total=len(lengths) * (len(CASES) + 1), disable=not progress, desc="bench")
+    for L in lengths:
+        q, k, v = _inputs(L, B, H, D, C)
+        reps = repeats if L <= 8192 else max(3, repeats // 2)
+        sdpa_ms = _median_ms(lambda: sdpa_with_rope(q, k, v, C), reps)
+        bar.update()
+        for label, name, stage in CASES:
+            cfg = preset(name)
+            op_ms = _median_ms(lambda: ops.attn(q, k, v, cfg, C, stage), reps)
+            rows.append(dict(L=L, method=label, op_ms=round(op_ms, 2), sdpa_ms=round(sdpa_ms, 2),
+                             speedup=round(sdpa_ms / op_ms, 2)))
+            bar.update()
+    bar.close()
+    return dict(
+        date=datetime.date.today().isoformat(), machine=platform.processor() or platform.machine(),
+        cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
+        shape=dict(B=B, H=H, D=D, C=C, dtype="float32"), repeats=repeats, rows=rows)
+
+
+_MEMORY_PROBE = r"""
+import resource, sys, torch
+from rangeswa_ext import ops, preset
+L, H, D, C = (int(a) for a in sys.argv[1:5])
+def rss_kib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+q, k, v = (torch.randn(1, H, C + L, D) for _ in range(3))
+before = rss_kib()
+peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+ops.attn(q, k, v, preset("rangeswa"), C, "late")
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(before, max(peak, peak_before))
+"""
+
+
+def peak_memory_above_inputs(L=65536, H=12, D=64, C=12) -> dict:
+    """Runs the late-stage op once at length L in a subprocess; peak RSS above the inputs, in MiB."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(L), str(H), str(D), str(C)],
+                          capture_output=True, text=True, check=True)
+    before, peak = (int(x) for x in done.stdout.split())
+    inputs_mib = 3 * H * (C + L) * D * 4 / 2 ** 20
+    return dict(L=L, H=H, D=D, C=C, inputs_mib=round(inputs_mib, 1),
+                peak_above_inputs_mib=round((peak - before) / 1024, 1),
+                seconds=round(time.perf_counter() - start, 1))
+
+
+def to_markdown(result: dict) -> str:
+    lines = [f"CPU attention, {result['shape']}, {result['date']}, {result['cpu_count']} cores, "
+             f"torch {result['torch']}, median of {result['repeats']} runs",
+             "", "| L | method | op ms | SDPA ms | speed-up |", "|---:|---|---:|---:|---:|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['L']} | {r['method']} | {r['op_ms']:.1f} | {r['sdpa_ms']:.1f} | {r['speedup']:.2f}x |")
+    lite = {r["L"]: r["op_ms"] for r in result["rows"] if r["method"] == "rangeswa_lite"}
+    if 8192 in lite and 16384 in lite:
+        lines += ["", f"rangeswa_lite growth 8k -> 16k: {lite[16384] / lite[8192]:.2f}x"]
+    if "memory" in result:
+        m = result["memory"]
+        lines += ["", f"Peak memory of the late-stage op at L = {m['L']} (B=1, H={m['H']}, D={m['D']}): "
+                      f"{m['peak_above_inputs_mib']} MiB above its inputs ({m['inputs_mib']} MiB of inputs), "
+                      f"{m['seconds']} s including start-up"]
+    return "\n".join(lines) + "\n"
+
+
+def save(result: dict, out_dir: str | Path) -> Path:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"cpu_attention_{result['date']}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(to_markdown(result))
+    return stem
+
+
+def add_bench_parser(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="CPU benchmark of the op against SDPA",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--lengths", default="1024,2048,4096,8192,16384", help="comma-separated body lengths L")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per configuration (median)")
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--memory-length", type=int, default=65536,
+                   help="L of the peak-memory probe (0 skips it)")
+    p.add_argument("--out", default="benchmarks/results", help="folder for the JSON and markdown results")
+    p.set_defaults(func=run_bench)
+
+
+def run_bench(args) -> int:
+    lengths = tuple(int(x) for x in args.lengths.split(",") if x)
+    result = run_cpu_benchmark(lengths, H=args.heads, D=args.head_dim, repeats=args.repeats)
+    if args.memory_length:
+        result["memory"] = peak_memory_above_inputs(args.memory_length, H=args.heads, D=args.head_dim)
+    stem = save(result, args.out)
+    print(to_markdown(result))
+    print(f"saved {stem}.json and {stem}.md")
+    return 0

@@ -1,0 +1,36 @@
+"""The `rangeswa` command: `rangeswa bench`, `rangeswa score`, `rangeswa generate`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .bench import add_bench_parser
+    from .eval.score import add_score_parser
+
+    parser = argparse.ArgumentParser(prog="rangeswa", description="RangeSWA: long generation with diffusion LMs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_bench_parser(sub)
+    add_score_parser(sub)
+    try:
+        from .generate import add_generate_parser
+    except ImportError:
+        pass
+    else:
+        add_generate_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"rangeswa {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

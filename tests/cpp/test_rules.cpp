@@ -1,0 +1,80 @@
+// Unit tests of csrc/rules.h against the numbers SPEC.md states and small hand-checked cases.
+#include <cstdio>
+#include <cstdlib>
+
+#include "rules.h"
+
+using namespace rangeswa;
+
+static int failures = 0;
+#define EXPECT(cond)                                                    \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                       \
+    }                                                                   \
+  } while (0)
+
+static Rules paper(int64_t L, int64_t window) {
+  return make_rules(Method::kRangeSwa, L, window, 16, 512, 8, 64, 128, 1024, 0, true);
+}
+
+int main() {
+  // Section 3: g = 4, 8, 16 at L = 2k, 4k, 8k; none when Hn >= T.
+  EXPECT(group_size(2048, 1024, 512) == 4);
+  EXPECT(group_size(4096, 1024, 512) == 8);
+  EXPECT(group_size(8192, 1024, 512) == 16);
+  EXPECT(group_size(5000, 1024, 1024) == 0);
+  for (int64_t L = 1025; L < 20000; L += 997) {
+    int64_t g = group_size(L, 1024, 512);
+    EXPECT((L - 1) / g + 512 - 512 / g <= 1023);
+    EXPECT(g == 1 || (L - 1) / (g - 1) + 512 - 512 / (g - 1) > 1023);
+  }
+
+  // Extrapolation switches on only past T and only for the correcting methods.
+  EXPECT(!paper(1024, 256).extrapolating && paper(1025, 256).extrapolating);
+  EXPECT(!make_rules(Method::kSwa, 4096, 256, 16, 512, 0, 64, 128, 1024, 4, true).extrapolating);
+  EXPECT(make_rules(Method::kSelfExtend, 4096, 256, 16, 512, 0, 64, 128, 1024, 0, true).extrapolating);
+
+  // Position classes: native within Hn, grouped beyond, by side.
+  Rules r = paper(8192, 256);
+  EXPECT(r.pos_class(1000, 488) == PosClass::kNative);
+  EXPECT(r.pos_class(1000, 487) == PosClass::kGroupedLeft);
+  EXPECT(r.pos_class(1000, 1513) == PosClass::kGroupedRight);
+  EXPECT(paper(1000, 256).pos_class(999, 0) == PosClass::kNative);
+
+  // Rule 2: block-aligned window, r = 128: row 200 sees [72, 328] -> blocks 4..20.
+  EXPECT(r.window_first_block(200) == 4 && r.window_last_block(200) == 20);
+  EXPECT(r.in_window(200, 4) && !r.in_window(200, 3) && !r.in_window(200, 21));
+  EXPECT(r.window_first_block(5) == 0 && paper(100, 256).window_last_block(99) == 6);
+
+  // Rule 3: query block 1 (rows 128..255) windows cover blocks 0..23 -> tokens [0, 384).
+  EXPECT(r.union_lo(1) == 0 && r.union_hi(1) == 384);
+  EXPECT(!r.is_candidate(1, 5) && r.is_candidate(1, 6));
+  Rules ragged = paper(1000, 256);
+  EXPECT(ragged.num_key_blocks() == 16 && ragged.num_query_blocks() == 8 && ragged.num_summary_blocks() == 63);
+  EXPECT(ragged.block_size(62) == 8);
+
+  // Rule 4: near when every token is within Hn.
+  EXPECT(r.is_near(1000, 31) && !r.is_near(1000, 30));  // block 30 = [480, 495] has 487 < 488
+  EXPECT(r.block_role(1000, 62, false) == Role::kExact);
+  EXPECT(r.block_role(1000, 10, true) == Role::kExact);
+  EXPECT(r.block_role(1000, 10, false) == Role::kSummary);
+  Rules lite = make_rules(Method::kRangeSwa, 8192, 256, 16, 1024, 0, 64, 128, 1024, 0, false);
+  EXPECT(lite.block_role(3000, 100, false) == Role::kHidden);
+  EXPECT(lite.block_role(3000, 130, false) == Role::kSummary);
+  EXPECT(!lite.grouping());
+
+  // swa: |i - j| <= (W - S) / 2 plus sinks.
+  Rules swa = make_rules(Method::kSwa, 4096, 256, 16, 512, 0, 64, 128, 1024, 4, true);
+  EXPECT(swa.radius == 126);
+  EXPECT(swa.swa_sees(1000, 874) && !swa.swa_sees(1000, 873) && swa.swa_sees(1000, 3));
+  EXPECT(swa.token_role(1000, 4) == Role::kHidden);
+
+  if (failures) {
+    std::fprintf(stderr, "%d rule checks failed\n", failures);
+    return EXIT_FAILURE;
+  }
+  std::printf("all rule checks passed\n");
+  return EXIT_SUCCESS;
+}

@@ -1,0 +1,18 @@
+"""Builds and runs the C++ unit tests of csrc/rules.h through CMakeLists.txt (cmake + ctest)."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ctest") is None, reason="cmake not installed")
+def test_cpp_rules(tmp_path):
+    build = tmp_path / "build"
+    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build)], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
+    done = subprocess.run(["ctest", "--test-dir", str(build), "--output-on-failure"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
