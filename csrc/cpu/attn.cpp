@@ -2,18 +2,20 @@
 //
 // Work is split into tiles of up to kTileRows body query rows inside one query block (so the rows
 // of a tile share their retrieved blocks), plus one task for the control query rows of each head.
-// A tile walks its keys as segments and folds each into one online softmax (running max m, sum l,
-// unnormalised output o), so memory per thread is a few tile-sized buffers and nothing is N x N:
-//   - the control keys;
-//   - "dense" runs of G-blocks, where every exact logit of the tile's rows is computed (window
-//     union, retrieved blocks, and blocks that straddle the native/grouped position boundary for
-//     some row); per row, each block there is exact, summarised (mean of its exact logits plus
-//     log n_b) or hidden, as rules.h says;
-//   - "summary" runs of G-blocks whose position class is the same for every row of the tile, scored
-//     against precomputed block means of the rotated keys (q . mean(R k) = mean(q . R k)).
+// A tile folds a few wide segments into one online softmax (running max m, sum l, unnormalised
+// output o), so memory per thread is a few tile-sized buffers and nothing is N x N:
+//   1. the control keys;
+//   2. the window zone (the G-blocks of the union of the tile's windows): every exact logit, then
+//      per row each block is exact, or summarised as the mean of its exact logits plus log n_b;
+//   3. the retrieved blocks of the query block, gathered once into contiguous buffers;
+//   4. every other G-block as one summary key, scored against block means of the rotated keys
+//      (q . mean(R k) = mean(q . R k)), except blocks straddling distance Hn for a row, which are
+//      scored token by token.
 // Pairs use separately rotated vectors (rules.h PosClass): native (q at i, k at j), grouped-left
 // (q at i/g + c, k at j/g) or grouped-right (q at i/g - c, k at j/g); body -> control uses q at
-// i*T/L (or i) against the unrotated control key; control -> body uses k at j*T/L (or j).
+// i*T/L (or i) against the unrotated control key; control -> body uses k at j*T/L (or j). Each
+// segment splits its keys into runs where all rows of the tile share one class (one GEMM each) and
+// narrow runs near distance Hn where rows differ (both GEMMs, then a per-pair pick).
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -30,11 +32,6 @@ namespace {
 constexpr int64_t kTileRows = 64;
 constexpr int64_t kChunkKeys = 512;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Kind of a G-block in a tile's plan.
-// kSumMixed: summarised blocks whose position class differs between rows of the tile, or mixes
-// classes inside the block for some row (it straddles distance Hn).
-enum class Kind : uint8_t { kSkip, kDense, kSumNative, kSumLeft, kSumRight, kSumMixed };
 
 // Per (batch, KV head) keys and summaries, computed once per call.
 struct KvView {
@@ -127,10 +124,13 @@ struct Softmax {
 
 // Buffers of one worker thread.
 struct Workspace {
-  std::vector<float> qn, qgl, qgr, qc;  // [kTileRows, D] rotated, scaled queries
+  std::vector<float> qn, qgl, qgr, qc;          // [kTileRows, D] rotated, scaled queries
   std::vector<float> s, s_alt, s_right, s_sum;  // [kTileRows, chunk] score buffers
-  std::vector<Kind> kind;               // [nG] tile plan
-  std::vector<uint8_t> retrieved;       // [nG] block lies in a retrieved key block
+  std::vector<uint8_t> excluded;                // [nG] blocks the summary pass skips (window, retrieved)
+  // Retrieved tokens of one (batch, KV head, query block), gathered in ascending token order.
+  int64_t gathered_for = -1;
+  std::vector<int64_t> g_index;
+  std::vector<float> g_native, g_grouped, g_v;
   Softmax softmax;
 
   explicit Workspace(const Call& c) {
@@ -143,8 +143,7 @@ struct Workspace {
     s_alt.resize(rows * chunk);
     s_right.resize(rows * chunk);
     s_sum.resize(rows * chunk);
-    kind.resize(c.p.rules.num_summary_blocks());
-    retrieved.resize(c.p.rules.num_summary_blocks());
+    excluded.resize(c.p.rules.num_summary_blocks());
   }
 };
 
@@ -153,37 +152,48 @@ struct Tile {
   int64_t last() const { return i0 + n - 1; }
 };
 
-// Exact logits S[r, j - a] of tile rows with body keys j in [a, b), each pair in its position class.
-// Keys split into runs where every row agrees on the class (one GEMM with the matching query
-// rotation) and the two narrow runs near +-Hn where rows disagree (both GEMMs, then a per-pair pick).
-void exact_scores(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t a, int64_t b, float* S,
-                  int64_t lds) {
+// Exact logits S[r, x] of tile rows with `count` body keys whose indices ascend: index[x], or a + x
+// when index is null; kn / kg hold their native / grouped rotations in the same order.
+void exact_scores(const Call& c, const Tile& t, Workspace& ws, const float* kn, const float* kg,
+                  const int64_t* index, int64_t a, int64_t count, float* S, int64_t lds) {
   const Rules& R = c.p.rules;
   const int64_t D = c.p.D;
   auto scores = [&](int64_t lo, int64_t hi, const float* qv, const float* keys, float* dst) {
-    if (hi > lo) gemm_nt(t.n, hi - lo, D, qv, D, keys + lo * D, D, dst + (lo - a), lds);
+    if (hi > lo) gemm_nt(t.n, hi - lo, D, qv, D, keys + lo * D, D, dst + lo, lds);
   };
   if (!R.grouping()) {
-    scores(a, b, ws.qn.data(), kv.k_native, S);
+    scores(0, count, ws.qn.data(), kn, S);
     return;
   }
-  auto clamp = [&](int64_t x) { return std::min(b, std::max(a, x)); };
-  // Boundaries: j < i0 - Hn is grouped-left for every row, j < last - Hn for some row; likewise right.
-  const int64_t left_all = clamp(t.i0 - R.Hn), left_some = clamp(t.last() - R.Hn);
-  const int64_t right_some = clamp(t.i0 + R.Hn + 1), right_all = clamp(t.last() + R.Hn + 1);
-  scores(a, left_all, ws.qgl.data(), kv.k_grouped, S);
-  scores(left_all, right_all, ws.qn.data(), kv.k_native, S);
-  scores(right_all, b, ws.qgr.data(), kv.k_grouped, S);
+  // First x whose key index is >= j.
+  auto first = [&](int64_t j) {
+    if (index == nullptr) return std::min(count, std::max<int64_t>(0, j - a));
+    return int64_t(std::lower_bound(index, index + count, j) - index);
+  };
+  // Keys below i0 - Hn are grouped-left for every row, below last - Hn for some; likewise right.
+  const int64_t left_all = first(t.i0 - R.Hn), left_some = first(t.last() - R.Hn);
+  const int64_t right_some = first(t.i0 + R.Hn + 1), right_all = first(t.last() + R.Hn + 1);
+  scores(0, left_all, ws.qgl.data(), kg, S);
+  scores(left_all, right_all, ws.qn.data(), kn, S);
+  scores(right_all, count, ws.qgr.data(), kg, S);
   float* alt = ws.s_alt.data();
   auto mixed = [&](int64_t lo, int64_t hi, const float* qv, PosClass cls) {
     if (hi <= lo) return;
-    scores(lo, hi, qv, kv.k_grouped, alt);
+    scores(lo, hi, qv, kg, alt);
     for (int64_t r = 0; r < t.n; ++r)
-      for (int64_t j = lo; j < hi; ++j)
-        if (R.pos_class(t.i0 + r, j) == cls) S[r * lds + j - a] = alt[r * lds + j - a];
+      for (int64_t x = lo; x < hi; ++x)
+        if (R.pos_class(t.i0 + r, index ? index[x] : a + x) == cls) S[r * lds + x] = alt[r * lds + x];
   };
   mixed(left_all, left_some, ws.qgl.data(), PosClass::kGroupedLeft);
   mixed(right_some, right_all, ws.qgr.data(), PosClass::kGroupedRight);
+}
+
+// Exact logits of tile rows with the contiguous body keys [a, b).
+void exact_range(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t a, int64_t b, float* S,
+                 int64_t lds) {
+  const int64_t D = c.p.D;
+  exact_scores(c, t, ws, kv.k_native + a * D, kv.k_grouped ? kv.k_grouped + a * D : nullptr, nullptr, a, b - a, S,
+               lds);
 }
 
 // Token-level methods (full, self_extend, swa): every key of [a, b) exact or hidden.
@@ -191,7 +201,7 @@ void dense_tokens(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
   const Rules& R = c.p.rules;
   const int64_t lds = c.chunk_tokens();
   float* S = ws.s.data();
-  exact_scores(c, kv, t, ws, a, b, S, lds);
+  exact_range(c, kv, t, ws, a, b, S, lds);
   if (R.method == Method::kSwa)
     for (int64_t r = 0; r < t.n; ++r)
       for (int64_t j = a; j < b; ++j)
@@ -199,20 +209,20 @@ void dense_tokens(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
   ws.softmax.update(S, b - a, lds, kv.v_body + a * c.p.D);
 }
 
-// rangeswa: G-blocks [ba, bb) with every exact logit computed; per row each block is exact,
-// summarised from its exact logits, or hidden.
-void dense_blocks(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t ba, int64_t bb) {
+// rangeswa: window-zone G-blocks [ba, bb) with every exact logit computed; per row each block is
+// exact (in the row's window) or summarised from its exact logits, or hidden.
+void window_zone(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t ba, int64_t bb) {
   const Rules& R = c.p.rules;
   const int64_t lds = c.chunk_tokens(), a = R.block_start(ba), b = R.block_end(bb - 1), nb = bb - ba;
   float* S = ws.s.data();
   float* Ssum = ws.s_sum.data();
-  exact_scores(c, kv, t, ws, a, b, S, lds);
-  bool any_summary = false, any_exact = false;
+  exact_range(c, kv, t, ws, a, b, S, lds);
+  bool any_summary = false;
   for (int64_t r = 0; r < t.n; ++r) {
     float* row = S + r * lds;
     for (int64_t blk = ba; blk < bb; ++blk) {
       const int64_t s0 = R.block_start(blk) - a, s1 = R.block_end(blk) - a;
-      const Role role = R.block_role(t.i0 + r, blk, ws.retrieved[blk] != 0);
+      const Role role = R.block_role(t.i0 + r, blk, false);  // retrieved blocks never meet the window
       float summary = kNegInf;
       if (role == Role::kSummary) {
         float acc = 0.f;
@@ -221,20 +231,54 @@ void dense_blocks(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
         any_summary = true;
       }
       if (role != Role::kExact) std::fill(row + s0, row + s1, kNegInf);
-      any_exact = any_exact || role == Role::kExact;
       Ssum[r * lds + blk - ba] = summary;
     }
   }
-  if (any_exact) ws.softmax.update(S, b - a, lds, kv.v_body + a * c.p.D);
+  ws.softmax.update(S, b - a, lds, kv.v_body + a * c.p.D);
   if (any_summary) ws.softmax.update(Ssum, nb, lds, kv.sv + ba * c.p.D);
 }
 
-// Position class of a whole block for row i; kSumMixed when its tokens fall in several classes.
-Kind block_class(const Rules& R, int64_t i, int64_t blk) {
-  if (!R.grouping() || R.is_near(i, blk)) return Kind::kSumNative;
-  if (R.block_end(blk) - 1 < i - R.Hn) return Kind::kSumLeft;
-  if (R.block_start(blk) > i + R.Hn) return Kind::kSumRight;
-  return Kind::kSumMixed;
+// rangeswa rule 3: the retrieved tokens of the tile's query block, exact for every row.
+void retrieved_keys(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t b, int64_t hkv) {
+  const Rules& R = c.p.rules;
+  const int64_t D = c.p.D, chunk = c.chunk_tokens();
+  const int64_t key = (b * c.p.Hkv + hkv) * R.num_query_blocks() + t.qb;
+  if (ws.gathered_for != key) {  // gather once per query block: its tiles run one after another
+    std::vector<int64_t> blocks;
+    const int32_t* row = c.retrieved + key * c.retrieved_k;
+    for (int64_t s = 0; s < c.retrieved_k; ++s)
+      if (row[s] >= 0) blocks.push_back(row[s]);
+    std::sort(blocks.begin(), blocks.end());
+    ws.g_index.clear();
+    for (int64_t kb : blocks)
+      for (int64_t j = kb * R.Rb; j < std::min(c.p.L, kb * R.Rb + R.Rb); ++j) ws.g_index.push_back(j);
+    const int64_t n = int64_t(ws.g_index.size());
+    ws.g_native.resize(n * D);
+    ws.g_v.resize(n * D);
+    ws.g_grouped.resize(R.grouping() ? n * D : 0);
+    for (int64_t x = 0; x < n; ++x) {
+      const int64_t j = ws.g_index[x];
+      std::copy_n(kv.k_native + j * D, D, ws.g_native.data() + x * D);
+      std::copy_n(kv.v_body + j * D, D, ws.g_v.data() + x * D);
+      if (R.grouping()) std::copy_n(kv.k_grouped + j * D, D, ws.g_grouped.data() + x * D);
+    }
+    ws.gathered_for = key;
+  }
+  const int64_t n = int64_t(ws.g_index.size());
+  for (int64_t x0 = 0; x0 < n; x0 += chunk) {
+    const int64_t w = std::min(n, x0 + chunk) - x0;
+    exact_scores(c, t, ws, ws.g_native.data() + x0 * D, R.grouping() ? ws.g_grouped.data() + x0 * D : nullptr,
+                 ws.g_index.data() + x0, 0, w, ws.s.data(), chunk);
+    ws.softmax.update(ws.s.data(), w, chunk, ws.g_v.data() + x0 * D);
+  }
+}
+
+// Position class of a whole block for row i, or -1 when its tokens fall in several classes.
+int block_class(const Rules& R, int64_t i, int64_t blk) {
+  if (!R.grouping() || R.is_near(i, blk)) return int(PosClass::kNative);
+  if (R.block_end(blk) - 1 < i - R.Hn) return int(PosClass::kGroupedLeft);
+  if (R.block_start(blk) > i + R.Hn) return int(PosClass::kGroupedRight);
+  return -1;
 }
 
 // Summary logit of a block whose tokens fall in several position classes for tile row r: the mean
@@ -255,86 +299,66 @@ float mixed_block_logit(const Call& c, const KvView& kv, const Tile& t, const Wo
   return acc / float(R.block_size(blk));
 }
 
-// rangeswa: G-blocks [ba, bb) summarised (or hidden) for every row, scored against the block means
-// of the rotated keys: in one position class for the whole run, or per (row, block) for kSumMixed.
-void summary_blocks(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t ba, int64_t bb, Kind kind) {
+// Blocks [0, far_left(i)) lie wholly farther than Hn to the left of row i; [far_right(i), nG) to
+// the right.
+int64_t far_left(const Rules& R, int64_t i) { return i - R.Hn > 0 ? (i - R.Hn) / R.G : 0; }
+int64_t far_right(const Rules& R, int64_t i) {
+  return std::min(R.num_summary_blocks(), (i + R.Hn) / R.G + 1);
+}
+
+// rangeswa rule 4: G-blocks [ba, bb) not excluded (window zone, retrieved) as summary keys, scored
+// against block means of the rotated keys in each block's position class.
+void summary_pass(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t ba, int64_t bb) {
   const Rules& R = c.p.rules;
   const int64_t lds = c.chunk_tokens(), D = c.p.D, nb = bb - ba;
   float* S = ws.s_sum.data();
-  auto scores = [&](Kind cls, float* dst) {
-    const float* qv = cls == Kind::kSumNative ? ws.qn.data() : cls == Kind::kSumLeft ? ws.qgl.data() : ws.qgr.data();
-    const float* sk = cls == Kind::kSumNative ? kv.sk_native : kv.sk_grouped;
-    gemm_nt(t.n, nb, D, qv, D, sk + ba * D, D, dst, lds);
+  auto scores = [&](int64_t lo, int64_t hi, const float* qv, const float* sk, float* dst) {
+    lo = std::max(lo, ba);
+    hi = std::min(hi, bb);
+    if (hi > lo) gemm_nt(t.n, hi - lo, D, qv, D, sk + lo * D, D, dst + (lo - ba), lds);
   };
-  if (kind != Kind::kSumMixed) {
-    scores(kind, S);
+  if (!R.grouping()) {
+    scores(ba, bb, ws.qn.data(), kv.sk_native, S);
   } else {
-    scores(Kind::kSumNative, ws.s.data());
-    scores(Kind::kSumLeft, ws.s_alt.data());
-    scores(Kind::kSumRight, ws.s_right.data());
-    for (int64_t r = 0; r < t.n; ++r)
-      for (int64_t x = 0; x < nb; ++x) {
-        const Kind cls = block_class(R, t.i0 + r, ba + x);
-        const int64_t at = r * lds + x;
-        S[at] = cls == Kind::kSumNative ? ws.s[at]
-              : cls == Kind::kSumLeft   ? ws.s_alt[at]
-              : cls == Kind::kSumRight  ? ws.s_right[at]
-                                        : mixed_block_logit(c, kv, t, ws, r, ba + x);
-      }
+    const int64_t left_all = far_left(R, t.i0), left_some = far_left(R, t.last());
+    const int64_t right_some = far_right(R, t.i0), right_all = far_right(R, t.last());
+    scores(ba, left_all, ws.qgl.data(), kv.sk_grouped, S);
+    scores(left_all, right_all, ws.qn.data(), kv.sk_native, S);
+    scores(right_all, bb, ws.qgr.data(), kv.sk_grouped, S);
+    // Where rows disagree: one block more on each side holds the blocks straddling distance Hn.
+    scores(left_all, left_some + 1, ws.qgl.data(), kv.sk_grouped, ws.s_alt.data());
+    scores(right_some - 1, right_all, ws.qgr.data(), kv.sk_grouped, ws.s_right.data());
+    auto pick = [&](int64_t lo, int64_t hi) {
+      lo = std::max(lo, ba);
+      hi = std::min(hi, bb);
+      for (int64_t r = 0; r < t.n; ++r)
+        for (int64_t blk = lo; blk < hi; ++blk) {
+          const int cls = block_class(R, t.i0 + r, blk);
+          const int64_t at = r * lds + blk - ba;
+          if (cls == int(PosClass::kGroupedLeft)) S[at] = ws.s_alt[at];
+          else if (cls == int(PosClass::kGroupedRight)) S[at] = ws.s_right[at];
+          else if (cls < 0) S[at] = mixed_block_logit(c, kv, t, ws, r, blk);
+        }
+    };
+    if (left_some + 1 >= right_some - 1) {
+      pick(left_all, right_all);
+    } else {
+      pick(left_all, left_some + 1);
+      pick(right_some - 1, right_all);
+    }
   }
   const float* log_n = c.log_block_size.data() + ba;
+  const uint8_t* excluded = ws.excluded.data() + ba;
   bool any = false;
   for (int64_t r = 0; r < t.n; ++r) {
     float* row = S + r * lds;
-    if (R.far_summaries) {  // outside the window and retrieval every block is summarised
-      for (int64_t x = 0; x < nb; ++x) row[x] += log_n[x];
-      any = true;
-      continue;
-    }
     for (int64_t x = 0; x < nb; ++x) {
-      const bool seen = R.block_role(t.i0 + r, ba + x, false) == Role::kSummary;
+      const bool seen = !excluded[x] && (R.far_summaries || R.is_near(t.i0 + r, ba + x));
       row[x] = seen ? row[x] + log_n[x] : kNegInf;
       any = any || seen;
     }
   }
   if (any) ws.softmax.update(S, nb, lds, kv.sv + ba * D);
-}
-
-// rangeswa: which blocks a tile scores densely, which by summary class, which not at all.
-void plan_tile(const Call& c, const Tile& t, Workspace& ws, int64_t b, int64_t h, int64_t* first, int64_t* last) {
-  const Rules& R = c.p.rules;
-  const int64_t nG = R.num_summary_blocks(), hkv = h / (c.p.Hq / c.p.Hkv);
-  const int64_t wf = R.window_first_block(t.i0), wl = R.window_last_block(t.last());
-  int64_t lo = 0, hi = nG - 1;
-  if (!R.far_summaries) {  // only near blocks and the window can be seen
-    lo = std::min(wf, std::max<int64_t>(0, (t.i0 - R.Hn) / R.G));
-    hi = std::max(wl, std::min(nG - 1, (t.last() + R.Hn) / R.G));
-  }
-  std::fill(ws.retrieved.begin(), ws.retrieved.end(), 0);
-  if (c.retrieved != nullptr) {
-    const int32_t* row = c.retrieved + ((b * c.p.Hkv + hkv) * R.num_query_blocks() + t.qb) * c.retrieved_k;
-    const int64_t per = R.Rb / R.G;
-    for (int64_t s = 0; s < c.retrieved_k; ++s) {
-      if (row[s] < 0) continue;
-      for (int64_t blk = row[s] * per; blk < std::min(nG, row[s] * per + per); ++blk) {
-        ws.retrieved[blk] = 1;
-        lo = std::min(lo, blk);
-        hi = std::max(hi, blk);
-      }
-    }
-  }
-  for (int64_t blk = lo; blk <= hi; ++blk) {
-    Kind k;
-    if ((blk >= wf && blk <= wl) || ws.retrieved[blk]) {
-      k = Kind::kDense;
-    } else {
-      const Kind first_row = block_class(R, t.i0, blk), last_row = block_class(R, t.last(), blk);
-      k = first_row == last_row ? first_row : Kind::kSumMixed;
-    }
-    ws.kind[blk] = k;
-  }
-  *first = lo;
-  *last = hi;
 }
 
 // Folds every control key into the softmax for `rows` query rows whose vectors are `qv`.
@@ -386,19 +410,18 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
     for (int64_t a = 0; a < sinks; a += chunk) dense_tokens(c, kv, t, ws, a, std::min(sinks, a + chunk));
     for (int64_t a = lo; a < hi; a += chunk) dense_tokens(c, kv, t, ws, a, std::min(hi, a + chunk));
   } else {
-    int64_t first = 0, last = -1;
-    plan_tile(c, t, ws, b, h, &first, &last);
-    // A dense run scores up to `chunk` tokens, a summary run up to `chunk` blocks.
-    const int64_t dense_blocks_per_chunk = chunk / R.G;
-    for (int64_t ba = first; ba <= last;) {
-      const Kind k = ws.kind[ba];
-      const int64_t limit = k == Kind::kDense ? dense_blocks_per_chunk : chunk;
-      int64_t bb = ba + 1;
-      while (bb <= last && ws.kind[bb] == k && bb - ba < limit) ++bb;
-      if (k == Kind::kDense) dense_blocks(c, kv, t, ws, ba, bb);
-      else if (k != Kind::kSkip) summary_blocks(c, kv, t, ws, ba, bb, k);
-      ba = bb;
+    const int64_t nG = R.num_summary_blocks();
+    const int64_t wf = R.window_first_block(t.i0), wl = R.window_last_block(t.last());
+    for (int64_t ba = wf; ba <= wl; ba += chunk / R.G) window_zone(c, kv, t, ws, ba, std::min(wl + 1, ba + chunk / R.G));
+    std::fill(ws.excluded.begin(), ws.excluded.end(), 0);
+    std::fill(ws.excluded.begin() + wf, ws.excluded.begin() + wl + 1, 1);
+    if (c.retrieved != nullptr) {
+      retrieved_keys(c, kv, t, ws, b, hkv);
+      for (size_t x = 0; x < ws.g_index.size(); x += size_t(R.G)) ws.excluded[ws.g_index[x] / R.G] = 1;
     }
+    // Without far summaries only blocks near some row of the tile can be seen.
+    const int64_t lo = R.far_summaries ? 0 : far_left(R, t.i0), hi = R.far_summaries ? nG : far_right(R, t.last());
+    for (int64_t ba = lo; ba < hi; ba += chunk) summary_pass(c, kv, t, ws, ba, std::min(hi, ba + chunk));
   }
   ws.softmax.write(c.out + row0 * D, c.lse + row0);
 }
