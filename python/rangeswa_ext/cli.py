@@ -9,17 +9,13 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     from .bench import add_bench_parser
     from .eval.score import add_score_parser
+    from .generate import add_generate_parser
 
     parser = argparse.ArgumentParser(prog="rangeswa", description="RangeSWA: long generation with diffusion LMs")
     sub = parser.add_subparsers(dest="command", required=True)
     add_bench_parser(sub)
     add_score_parser(sub)
-    try:
-        from .generate import add_generate_parser
-    except ImportError:
-        pass
-    else:
-        add_generate_parser(sub)
+    add_generate_parser(sub)
     return parser
 
 

@@ -1,0 +1,27 @@
+"""Samplers: they call a backbone through its one forward signature and pick each call's stage."""
+
+from .elf_sampler import (
+    EOS_ID,
+    PAD_ID,
+    SAMPLERS,
+    SampleNoise,
+    SamplerConfig,
+    initial_noise,
+    mask_after_eos,
+    sample,
+    sample_seed,
+    stage_rule,
+)
+
+__all__ = [
+    "EOS_ID",
+    "PAD_ID",
+    "SAMPLERS",
+    "SampleNoise",
+    "SamplerConfig",
+    "initial_noise",
+    "mask_after_eos",
+    "sample",
+    "sample_seed",
+    "stage_rule",
+]

@@ -1,0 +1,224 @@
+"""The ELF sampler: SDE (or ODE) Euler steps in T5-embedding space, then one decode call.
+
+Follows the official PyTorch port (github.com/lillian039/ELF, branch pytorch_elf,
+src/utils/sampling_utils.py and generation_utils.py); docs/generate.md states every rule.
+
+- Time grid: ``[0] + sorted(sigmoid(p_std * randn(steps - 1) + p_mean)) + [1]``.
+- The first ``steps - 1`` intervals are SDE steps (ODE steps for ``sampler="ode"``); the last is
+  always a plain Euler ODE step. SDE step ``t -> t'``: ``alpha = clip(1 - gamma (t' - t), 0, 1)``,
+  ``t_b = alpha t``, ``z_b = alpha z + (1 - alpha) noise_scale eps``, ``x = model(z_b, t_b)``,
+  ``z <- z_b + (t' - t_b) (x - z_b) / max(1 - t_b, t_eps)``.
+- Self-conditioning on the previous x-prediction (zeros first); guidance ``omega`` on every call.
+- Decode: one call at ``t = 1`` on the final z with zero self-conditioning, argmax, ids at and after
+  the first EOS replaced by pad.
+
+Shared noise: every random number of sample ``k`` (its time grid, its starting noise, each SDE eps)
+comes from its own generator seeded by ``sample_seed(seed, k)``, drawn on the CPU in a fixed order,
+so a sample is the same whatever the method, batch, device or process that draws it.
+
+Stage: each network call's stage is ``stage_at(t_call)`` of the attention method's config, with
+``t_call`` the time the network is called at (``t_b`` for SDE steps); the decode call is ``decode``.
+Samples of a batch whose calls fall in different stages are run as separate sub-batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from tqdm import tqdm
+
+from ..config import STAGES, RangeSWAConfig
+
+SAMPLERS = ("sde", "ode")
+#: T5 special ids (pad 0, EOS 1), as the official sampler uses them.
+PAD_ID = 0
+EOS_ID = 1
+
+# Official sampling presets (pytorch_elf src/configs/sampling_configs/uncond_sampling_configs.yml):
+# ELF-B 32 SDE steps with gamma 1.5; ELF-M and ELF-L 64 steps with gamma 1.0; omega 3 for all.
+_PRESETS = {
+    "elf-b": dict(steps=32, gamma=1.5),
+    "elf-m": dict(steps=64, gamma=1.0),
+    "elf-l": dict(steps=64, gamma=1.0),
+    "elf-tiny": dict(steps=32, gamma=1.5),
+}
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How one ELF sample is drawn.
+
+    Attributes:
+        steps: ``N``, Euler intervals of the time grid (network calls before the decode call).
+        gamma: SDE churn per unit time; ``alpha = 1 - gamma * (t' - t)`` keeps that fraction of z.
+        omega: self-conditioning guidance scale fed to the guidance tokens.
+        sampler: ``sde`` or ``ode`` for the first ``N - 1`` intervals (the last is always ODE).
+        p_mean, p_std: logit-normal time grid, ``t = sigmoid(p_std * u + p_mean)`` (training values).
+        noise_scale: standard deviation of the starting noise and of each SDE eps.
+        t_eps: lower clamp of ``1 - t`` when turning the x-prediction into a velocity.
+    """
+
+    steps: int = 32
+    gamma: float = 1.5
+    omega: float = 3.0
+    sampler: str = "sde"
+    p_mean: float = -1.5
+    p_std: float = 0.8
+    noise_scale: float = 2.0
+    t_eps: float = 0.05
+
+    def __post_init__(self):
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.gamma < 0:
+            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
+        if self.p_std < 0:
+            raise ValueError(f"p_std must be >= 0, got {self.p_std}")
+        if self.noise_scale <= 0:
+            raise ValueError(f"noise_scale must be > 0, got {self.noise_scale}")
+        if not 0 < self.t_eps <= 1:
+            raise ValueError(f"t_eps must be in (0, 1], got {self.t_eps}")
+
+    @classmethod
+    def for_model(cls, name: str, **overrides) -> "SamplerConfig":
+        """The official sampling settings of an ELF preset (``elf-b``, ``elf-m``, ``elf-l``; ``elf-tiny``
+        takes ELF-B's), with fields overridden by keyword; ``None`` values keep the preset's."""
+        key = name.lower().replace("_", "-")
+        if key not in _PRESETS:
+            raise ValueError(f"no sampler preset for model {name!r}; known: {', '.join(_PRESETS)}")
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        return cls(**{**_PRESETS[key], **overrides})
+
+    def replace(self, **changes) -> "SamplerConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """The generator seed of sample ``index`` of run ``seed``: the first 8 bytes of
+    ``sha256(f"{seed}:{index}")``, big-endian, as a 63-bit integer."""
+    digest = hashlib.sha256(f"{int(seed)}:{int(index)}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
+
+
+class SampleNoise:
+    """All random numbers of one sample, drawn from its own CPU generator in a fixed order:
+    the ``steps - 1`` interior grid times, then the starting noise, then one eps per SDE step."""
+
+    def __init__(self, seed: int, index: int, length: int, config: SamplerConfig, dim: int = 512):
+        self.shape = (length, dim)
+        self.noise_scale = config.noise_scale
+        self.generator = torch.Generator().manual_seed(sample_seed(seed, index))
+        u = torch.randn(config.steps - 1, generator=self.generator)
+        interior = torch.sort(torch.sigmoid(u * config.p_std + config.p_mean)).values
+        self.time_grid = torch.cat([torch.zeros(1), interior, torch.ones(1)])
+        self.z0 = config.noise_scale * torch.randn(self.shape, generator=self.generator)
+
+    def eps(self) -> torch.Tensor:
+        """The next SDE step's noise, already times ``noise_scale``."""
+        return self.noise_scale * torch.randn(self.shape, generator=self.generator)
+
+
+def initial_noise(seed: int, index: int, length: int, config: Optional[SamplerConfig] = None,
+                  dim: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``index``'s time grid [steps + 1] and starting noise [length, dim] (CPU, fp32)."""
+    noise = SampleNoise(seed, index, length, config or SamplerConfig(), dim)
+    return noise.time_grid, noise.z0
+
+
+def stage_rule(attention) -> RangeSWAConfig:
+    """The config whose ``stage_at`` names the stage of each call: the method's own ``.config``, or
+    for methods without one (their attention ignores the stage) the default switch time."""
+    config = getattr(attention, "config", None)
+    return config if config is not None else RangeSWAConfig()
+
+
+def mask_after_eos(ids: torch.Tensor, eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> torch.Tensor:
+    """Replace every id at and after each row's first EOS by ``pad_id``."""
+    after = (ids == eos_id).int().cumsum(dim=-1) > 0
+    return ids.masked_fill(after, pad_id)
+
+
+@torch.no_grad()
+def sample(model, num: int, length: int, seed: int, start_index: int = 0,
+           config: Optional[SamplerConfig] = None, *, autocast_dtype: Optional[torch.dtype] = None,
+           eos_id: int = EOS_ID, pad_id: int = PAD_ID, progress: bool = True) -> torch.Tensor:
+    """Draw samples ``start_index .. start_index + num - 1`` of run ``seed`` as one batch.
+
+    Args:
+        model: an `ELF` (or anything with its call signature, ``.config.encoder_dim``,
+            ``.attention`` and parameters) on the device to sample on.
+        num, length: batch size and body length L.
+        seed, start_index: sample k's randomness depends only on (seed, k); see `SampleNoise`.
+        config: sampler settings (default `SamplerConfig()`).
+        autocast_dtype: run the network under autocast in this dtype (bf16 on CUDA, as the
+            official code does); None keeps the model's dtype.
+        eos_id, pad_id: ids at and after the first ``eos_id`` become ``pad_id``.
+        progress: show a tqdm bar over the steps.
+
+    Returns:
+        token ids [num, length] (int64, CPU), EOS-masked.
+    """
+    config = config or SamplerConfig()
+    if num < 1:
+        raise ValueError(f"num must be >= 1, got {num}")
+    if length < 1:
+        raise ValueError(f"length must be >= 1, got {length}")
+    device = next(model.parameters()).device
+    rule = stage_rule(model.attention)
+    noises = [SampleNoise(seed, start_index + i, length, config, model.config.encoder_dim) for i in range(num)]
+    grids = torch.stack([n.time_grid for n in noises]).double()  # [B, N + 1]; float64 for the step arithmetic
+    z = _to(torch.stack([n.z0 for n in noises]), device)
+    x_prev = torch.zeros_like(z)
+
+    with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+        for i in tqdm(range(config.steps), desc="denoising", leave=False, disable=not progress):
+            t, t_next = grids[:, i], grids[:, i + 1]
+            if config.sampler == "sde" and i < config.steps - 1:
+                alpha = (1.0 - config.gamma * (t_next - t)).clamp(0.0, 1.0)
+                t_call = alpha * t
+                eps = _to(torch.stack([n.eps() for n in noises]), device)
+                a = _column(alpha, device)
+                z = a * z + (1.0 - a) * eps
+            else:
+                t_call = t
+            # The stage is decided on the fp32 time the network actually receives.
+            stages = [rule.stage_at(float(s)) for s in t_call.float()]
+            x_prev = _call(model, z, t_call, x_prev, config.omega, stages)
+            velocity = (x_prev - z) / _column((1.0 - t_call).clamp_min(config.t_eps), device)
+            z = z + _column(t_next - t_call, device) * velocity
+        logits = model(z, 1.0, None, config.omega, decode=True, stage=rule.stage_at(1.0, decode=True))
+    return mask_after_eos(logits.argmax(dim=-1).cpu(), eos_id, pad_id)
+
+
+def _call(model, z, t_call, x_prev, omega, stages):
+    """One denoising call; rows in different stages go through the model as separate sub-batches."""
+    t_call = t_call.float().to(z.device)
+    groups = [(stage, [i for i, s in enumerate(stages) if s == stage]) for stage in STAGES]
+    groups = [(stage, rows) for stage, rows in groups if rows]
+    if len(groups) == 1:
+        return model(z, t_call, x_prev, omega, stage=groups[0][0])
+    out = None
+    for stage, rows in groups:
+        index = torch.tensor(rows, device=z.device)
+        part = model(z[index], t_call[index], x_prev[index], omega, stage=stage)
+        out = part.new_empty(z.shape) if out is None else out
+        out[index] = part
+    return out
+
+
+def _column(values: torch.Tensor, device) -> torch.Tensor:
+    """Per-sample scalars [B] (float64, CPU) -> [B, 1, 1] fp32 on ``device``."""
+    return values.float().to(device)[:, None, None]
+
+
+def _to(tensor: torch.Tensor, device) -> torch.Tensor:
+    """CPU noise -> device; through pinned memory on CUDA so the copy does not stall the GPU queue."""
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
