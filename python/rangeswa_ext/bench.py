@@ -132,21 +132,80 @@ def save(result: dict, out_dir: str | Path) -> Path:
     return stem
 
 
+ELF_CASES = (  # (label, method, stage)
+    ("full (SDPA)", "full", "late"),
+    ("rangeswa late (W=256)", "rangeswa", "late"),
+    ("rangeswa_lite", "rangeswa_lite", "late"),
+)
+
+
+def run_elf_benchmark(lengths=(2048, 4096, 8192), model="elf-b", repeats=3, progress=True) -> dict:
+    """One denoising call of an ELF model with random weights (B = 1, fp32, CPU) per method."""
+    from .methods import make_attention
+    from .models.elf import ELF, ELFConfig
+
+    config = ELFConfig.from_name(model)
+    torch.manual_seed(0)
+    net = ELF(config).eval()
+    rows = []
+    bar = tqdm(total=len(lengths) * len(ELF_CASES), disable=not progress, desc=f"bench {model}")
+    for L in lengths:
+        g = torch.Generator().manual_seed(L)
+        z = torch.randn(1, L, config.encoder_dim, generator=g)
+        self_cond = torch.randn(1, L, config.encoder_dim, generator=g)
+        times = {}
+        for label, name, stage in ELF_CASES:
+            net.set_attention(make_attention(name, head_dim=config.head_dim, theta=config.rope_theta,
+                                             train_length=config.train_length))
+            with torch.no_grad():
+                times[label] = _median_ms(lambda: net(z, 0.5, self_cond, 3.0, stage=stage), repeats)
+            bar.update()
+        full = times[ELF_CASES[0][0]]
+        for label, ms in times.items():
+            rows.append(dict(L=L, method=label, call_ms=round(ms, 1), speedup_vs_full=round(full / ms, 2)))
+    bar.close()
+    return dict(date=datetime.date.today().isoformat(), model=model, cpu_count=os.cpu_count(),
+                torch=torch.__version__, batch=1, dtype="float32", repeats=repeats, rows=rows)
+
+
+def elf_markdown(result: dict) -> str:
+    lines = [f"{result['model']} denoising call, random weights, B = 1, fp32, {result['date']}, "
+             f"{result['cpu_count']} cores, torch {result['torch']}, median of {result['repeats']} runs",
+             "", "| L | method | call ms | speed-up vs full |", "|---:|---|---:|---:|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['L']} | {r['method']} | {r['call_ms']:.0f} | {r['speedup_vs_full']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
 def add_bench_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="CPU benchmark of the op against SDPA",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("--lengths", default="1024,2048,4096,8192,16384", help="comma-separated body lengths L")
+    p.add_argument("--lengths", default=None,
+                   help="comma-separated body lengths L (default 1024..16384, or 2048,4096,8192 with --elf)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per configuration (median)")
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--memory-length", type=int, default=65536,
                    help="L of the peak-memory probe (0 skips it)")
     p.add_argument("--out", default="benchmarks/results", help="folder for the JSON and markdown results")
+    p.add_argument("--elf", metavar="MODEL", default=None,
+                   help="instead: time one denoising call of MODEL (e.g. elf-b, random weights) per method")
     p.set_defaults(func=run_bench)
 
 
 def run_bench(args) -> int:
-    lengths = tuple(int(x) for x in args.lengths.split(",") if x)
+    default = "2048,4096,8192" if args.elf else "1024,2048,4096,8192,16384"
+    lengths = tuple(int(x) for x in (args.lengths or default).split(",") if x)
+    if args.elf:
+        result = run_elf_benchmark(lengths, model=args.elf, repeats=args.repeats)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = out / f"cpu_{args.elf}_call_{result['date']}"
+        stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        stem.with_suffix(".md").write_text(elf_markdown(result))
+        print(elf_markdown(result))
+        print(f"saved {stem}.json and {stem}.md")
+        return 0
     result = run_cpu_benchmark(lengths, H=args.heads, D=args.head_dim, repeats=args.repeats)
     if args.memory_length:
         result["memory"] = peak_memory_above_inputs(args.memory_length, H=args.heads, D=args.head_dim)
