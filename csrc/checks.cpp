@@ -31,6 +31,15 @@ void check_bhnd(const at::Tensor& t, const char* name) {
                     name, " must be float32, bfloat16 or float16, got ", dt);
 }
 
+void check_positions(const at::Tensor& positions, int64_t n, const at::Tensor& like, const char* what) {
+  TORCH_CHECK_VALUE(positions.device() == like.device(), "positions must be on the device of the inputs (",
+                    like.device(), "), got ", positions.device());
+  TORCH_CHECK_VALUE(positions.dim() == 1 && positions.size(0) == n, "positions must be a 1-D tensor of ", n,
+                    " entries (one per ", what, "), got shape ", positions.sizes());
+  TORCH_CHECK_VALUE(at::isFloatingType(positions.scalar_type()), "positions must be a floating tensor, got ",
+                    positions.scalar_type());
+}
+
 static void check_same(const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
   TORCH_CHECK_VALUE(a.device() == b.device(), an, " and ", bn, " must be on the same device, got ",
                     a.device(), " and ", b.device());

@@ -29,6 +29,8 @@ struct AttnParams {
 Method parse_method(c10::string_view method);
 RopeParams check_rope(int64_t head_dim, double theta, int64_t rotary_dim, c10::string_view rope_style);
 void check_bhnd(const at::Tensor& t, const char* name);
+// `positions` of the rope and block_summary ops: 1-D floating, n entries, on the device of `like`.
+void check_positions(const at::Tensor& positions, int64_t n, const at::Tensor& like, const char* what);
 
 AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                       const std::optional<at::Tensor>& retrieved, c10::string_view method,

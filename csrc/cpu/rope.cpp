@@ -9,13 +9,9 @@
 namespace rangeswa::cpu {
 namespace {
 
-std::vector<double> positions_as_double(const at::Tensor& positions, int64_t n, const char* what) {
-  TORCH_CHECK_VALUE(positions.dim() == 1 && positions.size(0) == n, "positions must be a 1-D tensor of ", n,
-                    " entries (one per ", what, "), got shape ", positions.sizes());
-  TORCH_CHECK_VALUE(at::isFloatingType(positions.scalar_type()), "positions must be a floating tensor, got ",
-                    positions.scalar_type());
+std::vector<double> positions_as_double(const at::Tensor& positions) {
   at::Tensor p = positions.to(at::kCPU, at::kDouble).contiguous();
-  return std::vector<double>(p.data_ptr<double>(), p.data_ptr<double>() + n);
+  return std::vector<double>(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
 }
 
 // Rotates every row of a contiguous float [B*H, n, D] buffer at the table's positions.
@@ -33,10 +29,9 @@ at::Tensor rope_cpu(const at::Tensor& x, const at::Tensor& positions, double the
                     c10::string_view rope_style) {
   check_bhnd(x, "x");
   RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style);
-  TORCH_CHECK_VALUE(positions.device() == x.device(), "positions must be on the device of x (", x.device(),
-                    "), got ", positions.device());
+  check_positions(positions, x.size(2), x, "token of x");
   const int64_t n = x.size(2), D = x.size(3);
-  std::vector<double> pos = positions_as_double(positions, n, "token of x");
+  std::vector<double> pos = positions_as_double(positions);
   RopeTable table(rope, pos.data(), n);
   at::Tensor xf = x.to(at::kFloat).contiguous();
   at::Tensor out = at::empty_like(xf);
@@ -60,8 +55,8 @@ std::tuple<at::Tensor, at::Tensor> block_summary_cpu(const at::Tensor& k, const 
   const int64_t nG = (L + summary_block - 1) / summary_block;
   at::Tensor kf = k.to(at::kFloat).contiguous(), vf = v.to(at::kFloat).contiguous();
   if (positions.has_value()) {
-    TORCH_CHECK_VALUE(positions->device() == k.device(), "positions must be on the device of k");
-    std::vector<double> pos = positions_as_double(*positions, L, "body key");
+    check_positions(*positions, L, k, "body key");
+    std::vector<double> pos = positions_as_double(*positions);
     RopeTable table(rope, pos.data(), L);
     at::Tensor rotated = at::empty_like(kf);
     rotate_all(kf.data_ptr<float>(), rotated.data_ptr<float>(), BH, L, D, table, rope);
