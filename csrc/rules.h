@@ -98,6 +98,11 @@ struct Rules {
   RSWA_HD bool is_near(int64_t i, int64_t b) const {
     return block_start(b) >= i - Hn && block_end(b) - 1 <= i + Hn;
   }
+  // The same as a range: the near blocks of row i are [near_first(i), near_last(i)] (maybe empty).
+  RSWA_HD int64_t near_first(int64_t i) const { return i - Hn <= 0 ? 0 : ceil_div(i - Hn, G); }
+  RSWA_HD int64_t near_last(int64_t i) const {
+    return i + Hn >= L - 1 ? num_summary_blocks() - 1 : (i + Hn + 1) / G - 1;
+  }
 
   // Section 2 rule 5 and the swa baseline (section 4): token-exact window plus sinks.
   RSWA_HD bool swa_sees(int64_t i, int64_t j) const {

@@ -55,7 +55,7 @@ struct Call {
   float* lse;      // float [B, Hq, N]
   const int32_t* retrieved;  // [B, Hkv, nQb, K'] or null
   int64_t retrieved_k;
-  RopeTable native, grouped, cond;  // positions j; j/g - c .. ; j*T/L
+  std::shared_ptr<const RopeTable> native, grouped, cond;  // positions j; j/g - c .. ; j*T/L
   std::vector<float> log_block_size;  // log n_b of every G-block (rule 4's summary bias)
   at::Tensor k_native, k_grouped, k_cond, sk_native, sk_grouped, sv;
 
@@ -127,6 +127,7 @@ struct Workspace {
   std::vector<float> qn, qgl, qgr, qc;          // [kTileRows, D] rotated, scaled queries
   std::vector<float> s, s_alt, s_right, s_sum;  // [kTileRows, chunk] score buffers
   std::vector<uint8_t> excluded;                // [nG] blocks the summary pass skips (window, retrieved)
+  std::vector<float> bias;                      // [chunk] per-block summary bias of one pass
   // Retrieved tokens of one (batch, KV head, query block), gathered in ascending token order.
   int64_t gathered_for = -1;
   std::vector<int64_t> g_index;
@@ -144,6 +145,7 @@ struct Workspace {
     s_right.resize(rows * chunk);
     s_sum.resize(rows * chunk);
     excluded.resize(c.p.rules.num_summary_blocks());
+    bias.resize(chunk);
   }
 };
 
@@ -347,18 +349,26 @@ void summary_pass(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
       pick(right_some - 1, right_all);
     }
   }
-  const float* log_n = c.log_block_size.data() + ba;
-  const uint8_t* excluded = ws.excluded.data() + ba;
+  // Summary bias log n_b, or -inf for blocks the window zone or retrieval already cover.
+  float* bias = ws.bias.data();
   bool any = false;
+  for (int64_t x = 0; x < nb; ++x) {
+    bias[x] = ws.excluded[ba + x] ? kNegInf : c.log_block_size[ba + x];
+    any = any || !ws.excluded[ba + x];
+  }
+  if (!any) return;
   for (int64_t r = 0; r < t.n; ++r) {
     float* row = S + r * lds;
-    for (int64_t x = 0; x < nb; ++x) {
-      const bool seen = !excluded[x] && (R.far_summaries || R.is_near(t.i0 + r, ba + x));
-      row[x] = seen ? row[x] + log_n[x] : kNegInf;
-      any = any || seen;
+#pragma omp simd
+    for (int64_t x = 0; x < nb; ++x) row[x] += bias[x];
+    if (!R.far_summaries) {  // RangeSWA-Lite: only blocks near this row
+      const int64_t lo = std::clamp(R.near_first(t.i0 + r) - ba, int64_t(0), nb);
+      const int64_t hi = std::clamp(R.near_last(t.i0 + r) + 1 - ba, lo, nb);
+      std::fill(row, row + lo, kNegInf);
+      std::fill(row + hi, row + nb, kNegInf);
     }
   }
-  if (any) ws.softmax.update(S, nb, lds, kv.sv + ba * D);
+  ws.softmax.update(S, nb, lds, kv.sv + ba * D);
 }
 
 // Folds every control key into the softmax for `rows` query rows whose vectors are `qv`.
@@ -378,15 +388,15 @@ void rotate_queries(const Call& c, const float* qrows, const Tile& t, Workspace&
   for (int64_t r = 0; r < t.n; ++r) {
     const int64_t i = t.i0 + r;
     const float* x = qrows + r * D;
-    rotate_row(x, ws.qn.data() + r * D, c.native.cos(i), c.native.sin(i), D, c.p.rope, scale);
+    rotate_row(x, ws.qn.data() + r * D, c.native->cos(i), c.native->sin(i), D, c.p.rope, scale);
     if (R.grouping()) {
       const int64_t base = i / R.g;  // table index = position + c
-      rotate_row(x, ws.qgl.data() + r * D, c.grouped.cos(base + 2 * R.group_offset),
-                 c.grouped.sin(base + 2 * R.group_offset), D, c.p.rope, scale);
-      rotate_row(x, ws.qgr.data() + r * D, c.grouped.cos(base), c.grouped.sin(base), D, c.p.rope, scale);
+      rotate_row(x, ws.qgl.data() + r * D, c.grouped->cos(base + 2 * R.group_offset),
+                 c.grouped->sin(base + 2 * R.group_offset), D, c.p.rope, scale);
+      rotate_row(x, ws.qgr.data() + r * D, c.grouped->cos(base), c.grouped->sin(base), D, c.p.rope, scale);
     }
     if (R.extrapolating && c.p.C > 0)
-      rotate_row(x, ws.qc.data() + r * D, c.cond.cos(i), c.cond.sin(i), D, c.p.rope, scale);
+      rotate_row(x, ws.qc.data() + r * D, c.cond->cos(i), c.cond->sin(i), D, c.p.rope, scale);
   }
 }
 
@@ -473,12 +483,12 @@ void prepare_keys(Call& c) {
       float* kg = R.grouping() ? c.k_grouped.data_ptr<float>() + kvh * L * D : nullptr;
       float* kc = c.k_cond.defined() ? c.k_cond.data_ptr<float>() + kvh * L * D : nullptr;
       for (int64_t j = 0; j < L; ++j) {
-        rotate_row(kbody + j * D, kn + j * D, c.native.cos(j), c.native.sin(j), D, p.rope, 1.f);
+        rotate_row(kbody + j * D, kn + j * D, c.native->cos(j), c.native->sin(j), D, p.rope, 1.f);
         if (kg) {
           const int64_t s = j / R.g + R.group_offset;
-          rotate_row(kbody + j * D, kg + j * D, c.grouped.cos(s), c.grouped.sin(s), D, p.rope, 1.f);
+          rotate_row(kbody + j * D, kg + j * D, c.grouped->cos(s), c.grouped->sin(s), D, p.rope, 1.f);
         }
-        if (kc) rotate_row(kbody + j * D, kc + j * D, c.cond.cos(j), c.cond.sin(j), D, p.rope, 1.f);
+        if (kc) rotate_row(kbody + j * D, kc + j * D, c.cond->cos(j), c.cond->sin(j), D, p.rope, 1.f);
       }
       if (summaries) {
         block_means(kn, L, R.G, D, c.sk_native.data_ptr<float>() + kvh * nG * D);
@@ -527,10 +537,10 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
     c.retrieved_k = blocks.size(3);
   }
 
-  c.native = RopeTable(p.rope, 0.0, 1.0, std::max<int64_t>(p.L, 1));
+  c.native = rope_table(p.rope, 0.0, 1.0, std::max<int64_t>(p.L, 1));
   if (R.grouping())
-    c.grouped = RopeTable(p.rope, double(-R.group_offset), 1.0, (p.L - 1) / R.g + 2 * R.group_offset + 1);
-  if (R.extrapolating) c.cond = RopeTable(p.rope, 0.0, p.control_position_scale, p.L);
+    c.grouped = rope_table(p.rope, double(-R.group_offset), 1.0, (p.L - 1) / R.g + 2 * R.group_offset + 1);
+  if (R.extrapolating) c.cond = rope_table(p.rope, 0.0, p.control_position_scale, p.L);
   prepare_keys(c);
   for (int64_t blk = 0; blk < R.num_summary_blocks(); ++blk) c.log_block_size.push_back(std::log(float(R.block_size(blk))));
 

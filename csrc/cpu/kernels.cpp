@@ -1,7 +1,11 @@
 #include "cpu/kernels.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <algorithm>
+#include <mutex>
+#include <tuple>
 #include <bit>
 #include <cstring>
 
@@ -29,25 +33,50 @@ void RopeTable::fill(const RopeParams& rope, const double* positions, int64_t co
   sin_.resize(count * half_);
   std::vector<double> inv_freq(half_);
   for (int64_t k = 0; k < half_; ++k) inv_freq[k] = std::pow(rope.theta, -2.0 * double(k) / double(rope.rotary_dim));
-  for (int64_t s = 0; s < count; ++s) {
-    for (int64_t k = 0; k < half_; ++k) {
-      double angle = positions[s] * inv_freq[k];
-      cos_[s * half_ + k] = float(std::cos(angle));
-      sin_[s * half_ + k] = float(std::sin(angle));
+  at::parallel_for(0, count, 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      for (int64_t k = 0; k < half_; ++k) {
+        double angle = positions[s] * inv_freq[k];
+        cos_[s * half_ + k] = float(std::cos(angle));
+        sin_[s * half_ + k] = float(std::sin(angle));
+      }
     }
-  }
+  });
 }
 
+std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, double first, double step, int64_t count) {
+  using Key = std::tuple<double, int64_t, double, double, int64_t>;
+  static std::mutex mutex;
+  static std::vector<std::pair<Key, std::shared_ptr<const RopeTable>>> recent;  // newest last
+  constexpr size_t kKeep = 8;
+  const Key key{rope.theta, rope.rotary_dim, first, step, count};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& entry : recent)
+      if (entry.first == key) return entry.second;
+  }
+  auto table = std::make_shared<const RopeTable>(rope, first, step, count);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (recent.size() == kKeep) recent.erase(recent.begin());
+  recent.emplace_back(key, table);
+  return table;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 void rotate_row(const float* x, float* out, const float* cos, const float* sin, int64_t D, const RopeParams& rope,
                 float mul) {
   int64_t half = rope.rotary_dim / 2;
   if (rope.interleaved) {
+#pragma omp simd
     for (int64_t k = 0; k < half; ++k) {
       float a = x[2 * k], b = x[2 * k + 1];
       out[2 * k] = mul * (a * cos[k] - b * sin[k]);
       out[2 * k + 1] = mul * (a * sin[k] + b * cos[k]);
     }
   } else {
+#pragma omp simd
     for (int64_t k = 0; k < half; ++k) {
       float a = x[k], b = x[k + half];
       out[k] = mul * (a * cos[k] - b * sin[k]);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "checks.h"
@@ -25,6 +26,10 @@ class RopeTable {
   int64_t half_ = 0;
   std::vector<float> cos_, sin_;
 };
+
+// The table of positions first + s * step, s < count, shared between calls: a model calls the op
+// with the same positions in every layer, so the few most recent tables are kept.
+std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, double first, double step, int64_t count);
 
 // out[0:D] = mul * R x, with R the rotation whose cos/sin rows are given; dims past rotary_dim copied.
 void rotate_row(const float* x, float* out, const float* cos, const float* sin, int64_t D, const RopeParams& rope,

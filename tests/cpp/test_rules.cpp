@@ -65,6 +65,16 @@ int main() {
   EXPECT(lite.block_role(3000, 130, false) == Role::kSummary);
   EXPECT(!lite.grouping());
 
+  // The near range equals the near predicate, ragged last block included.
+  for (int64_t L : {1, 15, 16, 17, 100, 333}) {
+    for (int64_t Hn : {0, 5, 16, 40, 400}) {
+      Rules n = make_rules(Method::kRangeSwa, L, 32, 16, Hn, 0, 64, 128, 64, 0, false);
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t b = 0; b < n.num_summary_blocks(); ++b)
+          EXPECT(n.is_near(i, b) == (b >= n.near_first(i) && b <= n.near_last(i)));
+    }
+  }
+
   // swa: |i - j| <= (W - S) / 2 plus sinks.
   Rules swa = make_rules(Method::kSwa, 4096, 256, 16, 512, 0, 64, 128, 1024, 4, true);
   EXPECT(swa.radius == 126);
