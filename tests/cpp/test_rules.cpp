@@ -1,6 +1,7 @@
 // Unit tests of csrc/rules.h against the numbers SPEC.md states and small hand-checked cases.
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "rules.h"
 
