@@ -122,6 +122,32 @@ struct Softmax {
   }
 };
 
+// Within-block prefix sums of the native and grouped keys of the blocks a tile finds mixed, so a
+// mixed (row, block) pair costs three dot products instead of one per token.
+struct MixedPrefix {
+  std::vector<int64_t> blocks;      // blocks held, in slot order
+  std::vector<float> native, grouped;  // [slot][G][D]: sum of keys block_start .. block_start + s
+
+  const float* slot(const Call& c, const KvView& kv, int64_t blk, bool grouped_side) {
+    const Rules& R = c.p.rules;
+    const int64_t D = c.p.D, per = R.G * D;
+    size_t at = std::find(blocks.begin(), blocks.end(), blk) - blocks.begin();
+    if (at == blocks.size()) {
+      blocks.push_back(blk);
+      native.resize(blocks.size() * per);
+      grouped.resize(blocks.size() * per);
+      for (int pass = 0; pass < 2; ++pass) {
+        const float* keys = (pass == 0 ? kv.k_native : kv.k_grouped) + R.block_start(blk) * D;
+        float* out = (pass == 0 ? native : grouped).data() + at * per;
+        std::copy_n(keys, D, out);
+        for (int64_t s = 1; s < R.block_size(blk); ++s)
+          for (int64_t d = 0; d < D; ++d) out[s * D + d] = out[(s - 1) * D + d] + keys[s * D + d];
+      }
+    }
+    return (grouped_side ? grouped : native).data() + at * per;
+  }
+};
+
 // Buffers of one worker thread.
 struct Workspace {
   std::vector<float> qn, qgl, qgr, qc;          // [kTileRows, D] rotated, scaled queries
@@ -132,6 +158,7 @@ struct Workspace {
   int64_t gathered_for = -1;
   std::vector<int64_t> g_index;
   std::vector<float> g_native, g_grouped, g_v;
+  MixedPrefix mixed;  // reset per tile
   Softmax softmax;
 
   explicit Workspace(const Call& c) {
@@ -284,21 +311,27 @@ int block_class(const Rules& R, int64_t i, int64_t blk) {
 }
 
 // Summary logit of a block whose tokens fall in several position classes for tile row r: the mean
-// of its exact logits, each with its own rotation pair.
-float mixed_block_logit(const Call& c, const KvView& kv, const Tile& t, const Workspace& ws, int64_t r, int64_t blk) {
+// of its exact logits, each with its own rotation pair. Tokens split into three runs, grouped-left
+// [s0, i-Hn-1], native [i-Hn, i+Hn] and grouped-right [i+Hn+1, e], each a difference of prefix sums.
+float mixed_block_logit(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t r, int64_t blk) {
   const Rules& R = c.p.rules;
-  const int64_t D = c.p.D, i = t.i0 + r;
-  float acc = 0.f;
-  for (int64_t j = R.block_start(blk); j < R.block_end(blk); ++j) {
-    const PosClass cls = R.pos_class(i, j);
-    const float* qv = (cls == PosClass::kNative ? ws.qn : cls == PosClass::kGroupedLeft ? ws.qgl : ws.qgr).data() + r * D;
-    const float* kk = (cls == PosClass::kNative ? kv.k_native : kv.k_grouped) + j * D;
+  const int64_t D = c.p.D, i = t.i0 + r, s0 = R.block_start(blk), e = R.block_end(blk) - 1;
+  auto run = [&](int64_t lo, int64_t hi, const float* qv, bool grouped_side) {  // q . sum of keys [lo, hi]
+    lo = std::max(lo, s0);
+    hi = std::min(hi, e);
+    if (hi < lo) return 0.f;
+    const float* prefix = ws.mixed.slot(c, kv, blk, grouped_side);
+    const float* upper = prefix + (hi - s0) * D;
+    const float* lower = lo > s0 ? prefix + (lo - 1 - s0) * D : nullptr;
     float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-    for (int64_t d = 0; d < D; ++d) dot += qv[d] * kk[d];
-    acc += dot;
-  }
-  return acc / float(R.block_size(blk));
+    for (int64_t d = 0; d < D; ++d) dot += qv[d] * (upper[d] - (lower ? lower[d] : 0.f));
+    return dot;
+  };
+  const float total = run(s0, i - R.Hn - 1, ws.qgl.data() + r * D, true) +
+                      run(i - R.Hn, i + R.Hn, ws.qn.data() + r * D, false) +
+                      run(i + R.Hn + 1, e, ws.qgr.data() + r * D, true);
+  return total / float(R.block_size(blk));
 }
 
 // Blocks [0, far_left(i)) lie wholly farther than Hn to the left of row i; [far_right(i), nG) to
@@ -429,6 +462,7 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
       retrieved_keys(c, kv, t, ws, b, hkv);
       for (size_t x = 0; x < ws.g_index.size(); x += size_t(R.G)) ws.excluded[ws.g_index[x] / R.G] = 1;
     }
+    ws.mixed.blocks.clear();
     // Without far summaries only blocks near some row of the tile can be seen.
     const int64_t lo = R.far_summaries ? 0 : far_left(R, t.i0), hi = R.far_summaries ? nG : far_right(R, t.last());
     for (int64_t ba = lo; ba < hi; ba += chunk) summary_pass(c, kv, t, ws, ba, std::min(hi, ba + chunk));
