@@ -1,4 +1,4 @@
-"""The `rangeswa` command: `rangeswa bench`, `rangeswa score`, `rangeswa generate`."""
+"""The `rangeswa` command: `rangeswa bench`, `rangeswa score`, `rangeswa generate`, `rangeswa sweep`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     from .bench import add_bench_parser
     from .eval.score import add_score_parser
+    from .eval.sweep import add_sweep_parser
     from .generate import add_generate_parser
 
     parser = argparse.ArgumentParser(prog="rangeswa", description="RangeSWA: long generation with diffusion LMs")
@@ -16,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     add_score_parser(sub)
     add_generate_parser(sub)
+    add_sweep_parser(sub)
     return parser
 
 

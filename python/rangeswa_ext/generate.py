@@ -7,6 +7,10 @@ of pad ids (so, in effect, the tokens before the first EOS), ``text`` its decodi
 incomplete last line left by a killed run is cut off, and only the missing indices are generated.
 Batches are aligned to ``start_index + j * batch_size`` whatever is missing, so a resumed run draws
 every sample in the same batch as an uninterrupted one.
+
+Under ``torchrun`` (``WORLD_SIZE > 1``) the batches are dealt round-robin over the ranks; each rank appends
+its samples to its own shard file ``<out>.rank<r>`` and rank 0 merges the shards into ``out`` in index
+order (`merge_shards`), so the file equals a one-process run's (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Optional
 import torch
 from tqdm import tqdm
 
+from . import distributed
 from .config import RangeSWAConfig
 from .methods import METHODS, OP_PRESETS, make_attention
 from .models.elf import ELF_CONFIGS, ELFConfig
@@ -68,9 +73,12 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         seed: run seed; sample k depends only on (seed, k).
         steps, gamma, omega, sampler: override the preset's `SamplerConfig`.
         method_options: `RangeSWAConfig` fields of `METHOD_OPTIONS` overriding the method's preset.
-        device: ``cpu``, ``cuda``, ``cuda:1``, ...; default CUDA when available.
+        device: ``cpu``, ``cuda``, ``cuda:1``, ...; default CUDA when available (under torchrun a bare
+            ``cuda`` is the rank's own GPU).
         dtype: ``auto``, ``fp32`` or ``bf16`` (autocast dtype of the network).
-        progress: tqdm bars over samples and steps.
+        progress: tqdm bars over samples and steps (rank 0's only under torchrun).
+
+    Under torchrun every rank calls this with the same arguments; ``written`` is then the total of all ranks.
     """
     # Every argument is checked before the checkpoint is read.
     for name, value, least in (("length", length, 1), ("num_samples", num_samples, 1),
@@ -80,9 +88,9 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
     preset = ELFConfig.from_name(model)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
-    method_options = _check_method_options(method, dict(method_options or {}), preset.train_length)
+    method_options = check_method_options(method, dict(method_options or {}), preset.train_length)
     sampler_config = SamplerConfig.for_model(model, steps=steps, gamma=gamma, omega=omega, sampler=sampler)
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = distributed.device_for(device)
     dtype = _resolve_dtype(dtype, device)
     checkpoint_file = find_checkpoint(checkpoint)
     tokenizer_folder = Path(tokenizer).expanduser()
@@ -94,37 +102,54 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
                     length=length, seed=seed, sampler=sampler_config.sampler, steps=sampler_config.steps,
                     gamma=sampler_config.gamma, omega=sampler_config.omega, dtype=dtype)
     out = Path(out).expanduser()
-    done = read_done(out, settings)
     wanted = range(start_index, start_index + num_samples)
-    missing = [k for k in wanted if k not in done]
-    result = GenerateResult(out, written=0, already_done=num_samples - len(missing))
-    if not missing:
-        return result
+    with distributed.session(device) as world:
+        done, leftovers = distributed.on_main(lambda: _read_run(out, settings))
+        missing = {k for k in wanted if k not in done}
+        result = GenerateResult(out, written=0, already_done=num_samples - len(missing))
+        # One process without leftover shards appends to `out` itself; otherwise every rank writes a shard.
+        sharded = world.size > 1 or leftovers
+        every_batch = aligned_batches(wanted, batch_size, set(wanted))
+        batches = [(first, last) for first, last in distributed.deal(every_batch, world)
+                   if any(k in missing for k in range(first, last))]
+        written = 0
+        if batches:
+            target = distributed.shard_path(out, world.rank) if sharded else out
+            written = _write_batches(target, batches, missing, settings, sampler_config, checkpoint_file, preset,
+                                     tokenizer_folder, device, progress and world.main)
+        if sharded:
+            written = sum(distributed.all_gather(written))
+            distributed.on_main(lambda: merge_shards(out, settings))
+    return dataclasses.replace(result, written=written)
 
+
+def _write_batches(target: Path, batches: list[tuple[int, int]], missing: set, settings: dict,
+                   sampler_config: SamplerConfig, checkpoint_file: Path, preset: ELFConfig, tokenizer_folder: Path,
+                   device: torch.device, progress: bool) -> int:
+    """Sample ``batches`` and append their ``missing`` indices to ``target``, one line each; returns how many."""
     tok = load_t5_tokenizer(tokenizer_folder)
-    elf = load_model(checkpoint_file, preset, model, device)
+    elf = load_model(checkpoint_file, preset, settings["model"], device)
     if elf.config.vocab_size > len(tok):
         raise ValueError(f"the checkpoint's decode head has {elf.config.vocab_size} tokens but the tokenizer in "
                          f"{tokenizer_folder} knows only {len(tok)}; use the tokenizer the model was trained with")
-    elf.set_attention(make_attention(method, head_dim=elf.config.head_dim, theta=elf.config.rope_theta,
+    elf.set_attention(make_attention(settings["method"], head_dim=elf.config.head_dim, theta=elf.config.rope_theta,
                                      rope_style="interleaved", train_length=elf.config.train_length,
-                                     **method_options))
+                                     **settings["method_options"]))
     eos_id = EOS_ID if tok.eos_token_id is None else tok.eos_token_id
     pad_id = PAD_ID if tok.pad_token_id is None else tok.pad_token_id
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    missing_set = set(missing)
+    target.parent.mkdir(parents=True, exist_ok=True)
     written = 0
-    with open(out, "ab") as file, tqdm(total=len(missing), desc="samples", unit="sample",
-                                       disable=not progress) as bar:
-        for first, last in aligned_batches(wanted, batch_size, missing_set):
-            ids = sample(elf, last - first, length, seed, first, sampler_config, autocast_dtype=DTYPES[dtype],
-                         eos_id=eos_id, pad_id=pad_id, progress=progress)
+    total = sum(k in missing for first, last in batches for k in range(first, last))
+    with open(target, "ab") as file, tqdm(total=total, desc="samples", unit="sample", disable=not progress) as bar:
+        for first, last in batches:
+            ids = sample(elf, last - first, settings["length"], settings["seed"], first, sampler_config,
+                         autocast_dtype=DTYPES[settings["dtype"]], eos_id=eos_id, pad_id=pad_id, progress=progress)
             rows = [_strip_pad_tail(row, pad_id) for row in ids.tolist()]
             texts = decode_tokens(tok, rows)
             for offset, (row, text) in enumerate(zip(rows, texts)):
                 index = first + offset
-                if index not in missing_set:
+                if index not in missing:
                     continue
                 line = {"index": index, **settings, "ids": row, "text": text}
                 file.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
@@ -132,7 +157,45 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
                 written += 1
                 bar.update(1)
             os.fsync(file.fileno())
-    return dataclasses.replace(result, written=written)
+    return written
+
+
+def _read_run(out: Path, settings: dict) -> tuple[set[int], bool]:
+    """The sample indices in ``out`` and in any shard files beside it, and whether such shards exist."""
+    shards = distributed.shard_paths(out)
+    done = read_done(out, settings)
+    for shard in shards:
+        done |= read_done(shard, settings)
+    return done, bool(shards)
+
+
+def merge_shards(out: Path, settings: dict) -> None:
+    """Append the samples of ``out``'s shard files that ``out`` lacks, in index order, then delete the shards.
+
+    Every shard is read like ``out`` (same settings, no repeated index, an incomplete last line cut off).
+    ``out`` is rewritten atomically (temporary file, then `os.replace`); its lines stay as they were and
+    first. A sample both in ``out`` and in a shard (a kill between the replace and the deletion) or in two
+    shards must be the same line byte for byte, or the merge stops with an error and changes nothing.
+    """
+    shards = distributed.shard_paths(out)
+    if not shards:
+        return
+    kept = read_lines(out, settings)
+    new: dict[int, bytes] = {}
+    for shard in shards:
+        for index, line in read_lines(shard, settings).items():
+            known = kept.get(index, new.get(index))
+            if known is not None and known != line:
+                raise ValueError(f"{shard} holds a sample {index} that differs from the one already merged from "
+                                 f"{out} or another shard; the runs that wrote them differ. Move the shard away to "
+                                 f"keep the samples in {out}")
+            if index not in kept:
+                new[index] = line
+    if new:
+        head = out.read_bytes() if out.exists() else b""
+        distributed.write_atomic(out, head + b"".join(new[k] for k in sorted(new)))
+    for shard in shards:
+        shard.unlink()
 
 
 def aligned_batches(wanted: range, batch_size: int, missing: set) -> list[tuple[int, int]]:
@@ -152,12 +215,17 @@ def read_done(path: Path, settings: dict) -> set[int]:
     note on stderr. Any complete line that is not a sample of exactly these settings, or a repeated
     index, is an error: the file belongs to another run or was edited.
     """
+    return set(read_lines(path, settings))
+
+
+def read_lines(path: Path, settings: dict) -> dict[int, bytes]:
+    """`read_done`'s samples with their lines: index -> the line's bytes, newline included, in file order."""
     if not path.exists():
-        return set()
+        return {}
     data = path.read_bytes()
     complete = data.rfind(b"\n") + 1
-    done = set()
-    for number, line in enumerate(data[:complete].splitlines(), start=1):
+    done = {}
+    for number, line in enumerate(data[:complete].splitlines(keepends=True), start=1):
         if not line.strip():
             continue
         try:
@@ -174,7 +242,7 @@ def read_done(path: Path, settings: dict) -> set[int]:
                              f"asks for {asked}. Write to another --out file, or rerun with the file's settings")
         if sample_line["index"] in done:
             raise ValueError(f"{path}, line {number}: sample index {sample_line['index']} appears twice")
-        done.add(sample_line["index"])
+        done[sample_line["index"]] = line
     if complete < len(data):
         with open(path, "r+b") as file:
             file.truncate(complete)
@@ -200,7 +268,8 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "generate",
         help="generate ELF samples at any length with an attention method (resumable JSON lines)",
-        description="Generate ELF samples into a JSON-lines file; rerunning the same command resumes it.",
+        description="Generate ELF samples into a JSON-lines file; rerunning the same command resumes it. Under "
+                    "torchrun the batches are split over the processes and merged into the same file.",
     )
     parser.add_argument("--model", default="elf-b", choices=list(ELF_CONFIGS),
                         help="ELF preset the checkpoint must match; picks the sampler defaults (default elf-b)")
@@ -239,11 +308,12 @@ def run_generate(args: argparse.Namespace) -> int:
                       batch_size=args.batch_size, seed=args.seed, start_index=args.start_index, steps=args.steps,
                       gamma=args.gamma, omega=args.omega, sampler=args.sampler, method_options=options,
                       device=args.device, dtype=args.dtype, progress=not args.no_progress)
-    print(f"{result.out}: wrote {result.written} sample(s); {result.already_done} were already there")
+    if distributed.launched_world().main:
+        print(f"{result.out}: wrote {result.written} sample(s); {result.already_done} were already there")
     return 0
 
 
-def _check_method_options(method: str, options: dict, train_length: int) -> dict:
+def check_method_options(method: str, options: dict, train_length: int) -> dict:
     """Validated overrides of the method's `RangeSWAConfig` (windows, switch time, ...), sorted by name."""
     if not options:
         return {}

@@ -3,16 +3,32 @@
 Each non-blank line of the file is a JSON object with at least "ids" (the generating model's token ids,
 a list of ints) and "text" (the decoded text, a string); other keys (method, length, seed, index, ...)
 are ignored.
+
+Under torchrun (``WORLD_SIZE > 1``) the Gen. PPL scorer batches are dealt over the ranks
+(`sharded_perplexity`); the cheap text metrics run on every rank and rank 0 writes the result.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from .genppl import DTYPES, generative_perplexity_from_path
+from tqdm import tqdm
+
+from .. import distributed
+from .genppl import (
+    DTYPES,
+    Perplexity,
+    batch_nll,
+    chunk_ids,
+    default_chunk_size,
+    generative_perplexity_from_path,
+    load_scorer,
+    max_positions,
+)
 from .metrics import lexical_continuity, low_diversity, mean_four_gram_repetition, mean_unigram_entropy
 
 METRICS = ("ppl", "h", "r4", "c2")
@@ -85,28 +101,68 @@ def score_file(
     Keys of the result: "file", "samples", then per metric
     ppl: "ppl", "ppl_scored_tokens", "scorer"; h: "h", "low_diversity"; r4: "r4" (%);
     c2: "c2", "c2_reference", "c2_docs" (c2 and its reference are null when too few samples qualify).
-    `out` defaults to `default_output(path)`.
+    `out` defaults to `default_output(path)`; it is written atomically (temporary file, then a rename).
+    Under torchrun every rank calls this alike, gets the same result, and rank 0 writes `out`.
     """
     names = resolve_metrics(metrics, scorer)
     samples = read_samples(path)
     texts = [s["text"] for s in samples]
     result: dict = {"file": str(path), "samples": len(samples)}
-    if "ppl" in names:
-        ppl = generative_perplexity_from_path(
-            texts, scorer, device=device, dtype=dtype, chunk_size=chunk_size, batch_size=batch_size, progress=progress
-        )
-        result.update(ppl=ppl.ppl, ppl_scored_tokens=ppl.scored_tokens, scorer=str(scorer))
-    if "h" in names:
-        h = mean_unigram_entropy([s["ids"] for s in samples])
-        result.update(h=h, low_diversity=low_diversity(h))
-    if "r4" in names:
-        result.update(r4=mean_four_gram_repetition(texts))
-    if "c2" in names:
-        continuity = lexical_continuity(texts)
-        result.update(c2=continuity.c2, c2_reference=continuity.reference, c2_docs=continuity.docs)
-    out = default_output(path) if out is None else Path(out)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    device = distributed.device_for(device)
+    with distributed.session(device) as world:
+        if "ppl" in names:
+            if world.size > 1:
+                model, tokenizer = load_scorer(scorer, device=device, dtype=dtype)
+                ppl = sharded_perplexity(texts, model, tokenizer, world, chunk_size=chunk_size, batch_size=batch_size,
+                                         progress=progress and world.main)
+            else:
+                ppl = generative_perplexity_from_path(texts, scorer, device=str(device), dtype=dtype,
+                                                      chunk_size=chunk_size, batch_size=batch_size, progress=progress)
+            result.update(ppl=ppl.ppl, ppl_scored_tokens=ppl.scored_tokens, scorer=str(scorer))
+        if "h" in names:
+            h = mean_unigram_entropy([s["ids"] for s in samples])
+            result.update(h=h, low_diversity=low_diversity(h))
+        if "r4" in names:
+            result.update(r4=mean_four_gram_repetition(texts))
+        if "c2" in names:
+            continuity = lexical_continuity(texts)
+            result.update(c2=continuity.c2, c2_reference=continuity.reference, c2_docs=continuity.docs)
+        out = default_output(path) if out is None else Path(out)
+        if world.main:
+            distributed.write_atomic(out, (json.dumps(result, indent=2) + "\n").encode("utf-8"))
     return result
+
+
+def sharded_perplexity(texts: Sequence[str], model, tokenizer, world: distributed.World, chunk_size: int | None = None,
+                       batch_size: int = 8, progress: bool = True) -> Perplexity:
+    """`genppl.generative_perplexity` with its scorer batches dealt round-robin over the ranks of `world`.
+
+    Every rank forms the same batches (all chunks of all texts, longest first, `batch_size` each) and
+    scores its share; the per-batch totals are gathered and added in batch order, so the result is a
+    one-process run's bit for bit on the same kind of device. Every rank must call it alike.
+    """
+    chunk_size = default_chunk_size(model) if chunk_size is None else chunk_size
+    limit = max_positions(model)
+    if chunk_size < 2 or (limit is not None and chunk_size > limit):
+        raise ValueError(f"chunk_size={chunk_size} must be at least 2 and at most the scorer's maximum positions "
+                         f"({limit}).")
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be at least 1.")
+    encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+    chunks = sorted((c for ids in encoded for c in chunk_ids(ids, chunk_size)), key=len, reverse=True)
+    if not chunks:
+        raise ValueError("Gen. PPL has nothing to score: every text has fewer than 2 scorer tokens.")
+    model.eval()
+    numbered = list(enumerate(chunks[start : start + batch_size] for start in range(0, len(chunks), batch_size)))
+    mine = distributed.deal(numbered, world)
+    totals = [(number, *batch_nll(model, batch))
+              for number, batch in tqdm(mine, desc="Gen. PPL", unit="batch", disable=not progress)]
+    ordered = sorted(total for part in distributed.all_gather(totals) for total in part)
+    nll, scored = 0.0, 0
+    for _, batch_total, batch_scored in ordered:
+        nll += batch_total
+        scored += batch_scored
+    return Perplexity(ppl=math.exp(nll / scored), nll=nll, scored_tokens=scored)
 
 
 def add_score_parser(subparsers) -> argparse.ArgumentParser:
@@ -126,7 +182,11 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--batch-size", type=int, default=8, help="chunks per scorer forward pass (default 8)")
     parser.add_argument("--chunk-size", type=int, help="scorer tokens per chunk (default min(1024, max positions))")
-    parser.add_argument("--device", default="cpu", help="scorer device, e.g. cpu or cuda (default cpu)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="scorer device, e.g. cpu or cuda (default cpu; under torchrun cuda is each process's own GPU)",
+    )
     parser.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="scorer dtype (default fp32)")
     parser.set_defaults(func=run_score)
     return parser
@@ -145,6 +205,8 @@ def run_score(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         chunk_size=args.chunk_size,
     )
+    if not distributed.launched_world().main:
+        return 0
     for name, value in result.items():
         print(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {value}")
     print(f"written to {out}")
