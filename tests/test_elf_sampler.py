@@ -23,14 +23,7 @@ from rangeswa_ext.samplers import (
 
 TINY = ELFConfig.from_name("elf-tiny", vocab_size=64)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and a busy 2-core machine makes two threads slow."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class FullAttention:

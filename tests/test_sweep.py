@@ -50,6 +50,8 @@ path = "{scorer}"
 batch_size = 4
 """
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def load_example(name: str):
     """A module of examples/ (they are scripts, not a package)."""
@@ -71,15 +73,6 @@ def snapshot(folder: Path, skip=("sweep.log", ".scores.json")) -> dict:
     (which name their samples file by its absolute path)."""
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
             if p.is_file() and not p.name.endswith(skip)}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and a busy 2-core machine makes two threads slow."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
