@@ -87,6 +87,14 @@ def test_attn_half_precision_inputs(name, stage, dtype):
     assert rel_err(out, expect) < BF16_TOL
 
 
+def test_swa_sinks_beyond_a_narrow_window():
+    # Sinks (20) reach past the window of small query blocks (radius (33 - 20) // 2 = 6).
+    cfg = preset("swa", sinks=20, early_window=33, late_window=33, decode_window=33, query_block=1)
+    q, k, v = make_qkv(1, 2, 1, 70 + 65, 64, seed=15)
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, 70)
+    assert rel_err(ops.attn(q, k, v, cfg, 70), expect) < FP32_TOL
+
+
 def test_attn_computes_retrieval_itself_when_not_given():
     cfg = preset("rangeswa", train_length=256)
     q, k, v = make_qkv(1, 4, 2, 12 + 900, 64, seed=8)

@@ -1,15 +1,207 @@
-"""CUDA kernels against the reference; skipped where no CUDA device exists."""
+"""The CUDA kernels against the reference and the CPU kernels (SPEC sections 1-5).
+
+Every test needs a CUDA device and skips without one, except `test_kernel_plan_emulated_on_host`:
+with RANGESWA_EMULATE=1 it builds csrc/cuda/emulator (the fused kernel's tile walk and per-element
+decisions, run on the CPU) and holds it to the reference over the same grid, so the kernels' plan is
+checked on machines without a GPU (docs/cuda.md says what that leaves to a GPU).
+"""
+
+import os
 
 import pytest
 import torch
 
 from conftest import make_qkv, rel_err
-from rangeswa_ext import ops
+from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
+from test_ops_cpu import GRID, _case_id, _config
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+FP32_TOL = 1e-5   # max abs error relative to the output scale, as on the CPU
+# bf16 / fp16: output rounding (2^-8 relative for bf16) plus the kernel's rounding of rotated q, k, the
+# block means and the probabilities P to the input dtype before the tensor-core products.
+HALF_TOL = 2e-2
+LSE_TOL = 1e-4
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
+def _cuda(*xs):
+    return [x.cuda() for x in xs]
+
+
+def _retrieved(q, k, cfg, C, stage):
+    if cfg.method == "rangeswa" and cfg.topk > 0 and q.shape[2] > C:
+        return ops.topk_blocks(q, k, cfg, C, stage)
+    return None
+
+
+# ------------------------------------------------------------------------------------------- attn
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", GRID, ids=[_case_id(c) for c in GRID])
+def test_attn_cuda_matches_reference_and_cpu_fp32(case):
+    cfg = _config(case)
+    C, stage = case["C"], case["stage"]
+    q, k, v = make_qkv(1, case["Hq"], case["Hkv"], C + case["L"], case["D"], seed=case["seed"])
+    retrieved = _retrieved(q, k, cfg, C, stage)
+    retrieved_cuda = _retrieved(*_cuda(q, k), cfg, C, stage)
+    if retrieved is not None:
+        assert torch.equal(retrieved_cuda.cpu(), retrieved)  # the CPU kernel equals the reference (CPU tests)
+    out, lse = ops.attn(*_cuda(q, k, v), cfg, C, stage, retrieved=retrieved_cuda, return_lse=True)
+    assert out.is_cuda and out.dtype == torch.float32 and out.shape == q.shape and lse.dtype == torch.float32
+    expect, expect_lse = ref.attention(q.double(), k.double(), v.double(), cfg, C, stage, retrieved=retrieved)
+    assert rel_err(out.cpu(), expect) < FP32_TOL
+    assert (lse.cpu().double() - expect_lse.double()).abs().max().item() < LSE_TOL
+    cpu_out = ops.attn(q, k, v, cfg, C, stage, retrieved=retrieved)
+    assert rel_err(out.cpu(), cpu_out) < FP32_TOL
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", GRID, ids=[_case_id(c) for c in GRID])
+def test_attn_cuda_half_precision(case, dtype):
+    # Held to the CPU kernel on the same half-precision inputs (computed in fp32, and within 1e-5 of the
+    # reference by the CPU tests), which keeps the dense float64 reference to the fp32 test above.
+    cfg = _config(case)
+    C, stage = case["C"], case["stage"]
+    q, k, v = make_qkv(1, case["Hq"], case["Hkv"], C + case["L"], case["D"], seed=case["seed"], dtype=dtype)
+    retrieved = _retrieved(q, k, cfg, C, stage)
+    retrieved_cuda = _retrieved(*_cuda(q, k), cfg, C, stage)
+    if retrieved is not None:
+        assert torch.equal(retrieved_cuda.cpu(), retrieved)
+    out, lse = ops.attn(*_cuda(q, k, v), cfg, C, stage, retrieved=retrieved_cuda, return_lse=True)
+    assert out.dtype == dtype
+    expect, expect_lse = torch.ops.rangeswa.attn.default(
+        q.float(), k.float(), v.float(), retrieved, cfg.method, C, cfg.window_for(stage), cfg.summary_block,
+        cfg.near_range, cfg.topk, cfg.retrieval_block, cfg.query_block, cfg.train_length, cfg.sinks, cfg.far_summaries,
+        float(cfg.theta), cfg.resolved_rotary_dim(case["D"]), cfg.rope_style, cfg.resolved_scale(case["D"]))
+    assert rel_err(out.cpu(), expect) < HALF_TOL
+    assert (lse.cpu() - expect_lse).abs().max().item() < HALF_TOL
+
+
+@needs_cuda
+@pytest.mark.parametrize("D", [64, 66, 80, 128])
+@pytest.mark.parametrize("name,stage", [("rangeswa", "late"), ("rangeswa", "early"), ("rangeswa", "decode"),
+                                        ("rangeswa_lite", "late")])
+def test_attn_cuda_extrapolating_head_dims(name, stage, D):
+    # L > T with grouped positions, far blocks straddling Hn, 70 control rows (two control tiles),
+    # a query block that is not a multiple of the 64-row tile, GQA.
+    # Held to the CPU kernel (itself held to the reference by the CPU tests): the dense reference is
+    # slow at this size.
+    cfg = preset(name, train_length=512, query_block=100, rope_style="half" if D == 80 else "interleaved")
+    C, L = 70, 2100
+    q, k, v = make_qkv(1, 4, 2, C + L, D, seed=D)
+    retrieved = _retrieved(q, k, cfg, C, stage)
+    out, lse = ops.attn(*_cuda(q, k, v), cfg, C, stage, retrieved=None if retrieved is None else retrieved.cuda(),
+                        return_lse=True)
+    expect, expect_lse = ops.attn(q, k, v, cfg, C, stage, retrieved=retrieved, return_lse=True)
+    assert rel_err(out.cpu(), expect) < FP32_TOL
+    assert (lse.cpu() - expect_lse).abs().max().item() < LSE_TOL
+
+
+@needs_cuda
+def test_attn_cuda_user_retrieved_blocks():
+    cfg = preset("rangeswa", train_length=256)
+    C = 12
+    q, k, v = make_qkv(2, 2, 1, C + 1000, 64, seed=3)
+    blocks = ops.topk_blocks(q, k, cfg, C)
+    padded = torch.cat([blocks.flip(-1), torch.full_like(blocks[..., :3], -1)], -1)  # any order, -1 padding
+    out = ops.attn(*_cuda(q, k, v), cfg, C, retrieved=padded.cuda())
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, retrieved=padded)
+    assert rel_err(out.cpu(), expect) < FP32_TOL
+    bad = blocks.clone()
+    bad[0, 0, 3, 0] = 3 * cfg.query_block // cfg.retrieval_block  # inside that query block's windows
+    with pytest.raises(ValueError, match="not a candidate"):
+        ops.attn(*_cuda(q, k, v), cfg, C, retrieved=bad.cuda())
+
+
+@needs_cuda
+def test_attn_cuda_computes_retrieval_itself_when_not_given():
+    cfg = preset("rangeswa", train_length=256)
+    q, k, v = _cuda(*make_qkv(1, 4, 2, 12 + 900, 64, seed=8))
+    given = ops.attn(q, k, v, cfg, 12, retrieved=ops.topk_blocks(q, k, cfg, 12))
+    assert torch.equal(ops.attn(q, k, v, cfg, 12), given)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attn_cuda_is_deterministic(dtype):
+    cfg = preset("rangeswa", train_length=256)
+    q, k, v = _cuda(*make_qkv(2, 4, 2, 12 + 3000, 80, seed=9, dtype=dtype))
+    out, lse = ops.attn(q, k, v, cfg, 12, return_lse=True)
+    out2, lse2 = ops.attn(q, k, v, cfg, 12, return_lse=True)
+    assert torch.equal(out, out2) and torch.equal(lse, lse2)
+
+
+@needs_cuda
+def test_attn_cuda_batch_elements_are_independent():
+    cfg = preset("rangeswa", train_length=256)
+    q, k, v = _cuda(*make_qkv(3, 2, 1, 12 + 600, 64, seed=10))
+    whole = ops.attn(q, k, v, cfg, 12)
+    for b in range(3):
+        assert rel_err(ops.attn(q[b:b + 1], k[b:b + 1], v[b:b + 1], cfg, 12), whole[b:b + 1]) < 1e-6
+
+
+@needs_cuda
+def test_attn_cuda_non_contiguous_inputs():
+    cfg = preset("rangeswa", train_length=256)
+    q, k, v = make_qkv(1, 4, 2, 12 + 500, 64, seed=11)
+    qt, kt, vt = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in _cuda(q, k, v))  # [B, N, H, D] storage
+    assert not qt.is_contiguous()
+    assert rel_err(ops.attn(qt, kt, vt, cfg, 12).cpu(), ops.attn(q, k, v, cfg, 12)) < FP32_TOL
+
+
+@needs_cuda
+def test_attn_cuda_rejects_head_dims_over_128():
+    cfg = preset("rangeswa")
+    q, k, v = _cuda(*make_qkv(1, 1, 1, 40, 160, seed=0))
+    with pytest.raises(ValueError, match="head dims up to 128"):
+        ops.attn(q, k, v, cfg, 4)
+
+
+# ----------------------------------------------------------------------------- topk, summary, rope
+
+
+@needs_cuda
+@pytest.mark.parametrize("L", [1, 64, 200, 1000, 5000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_topk_blocks_cuda_matches_reference_and_cpu(L, dtype):
+    cfg = preset("rangeswa", topk=5, retrieval_block=32, query_block=64, summary_block=16)
+    q, k, _ = make_qkv(2, 4, 2, 12 + L, 66, seed=L, dtype=dtype)
+    got = ops.topk_blocks(*_cuda(q, k), cfg, 12, "late")
+    assert got.is_cuda and got.dtype == torch.int32 and got.shape == (2, 2, -(-L // 64), 5)
+    assert torch.equal(got.cpu(), ops.topk_blocks(q, k, cfg, 12, "late"))
+    assert torch.equal(got.cpu(), ref.retrieved_blocks(q.double(), k.double(), 12, cfg, 256))
+
+
+@needs_cuda
+@pytest.mark.parametrize("topk", [0, 1, 300, 2000])
+def test_topk_blocks_cuda_more_blocks_than_candidates(topk):
+    cfg = preset("rangeswa", topk=topk)
+    q, k, _ = make_qkv(1, 2, 1, 12 + 20000, 64, seed=topk)
+    got = ops.topk_blocks(*_cuda(q, k), cfg, 12, "late")
+    assert torch.equal(got.cpu(), ops.topk_blocks(q, k, cfg, 12, "late"))
+
+
+@needs_cuda
+@pytest.mark.parametrize("with_positions", [False, True])
+@pytest.mark.parametrize("L", [1, 16, 37, 500])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_block_summary_cuda_matches_reference_and_cpu(with_positions, L, dtype):
+    cfg = preset("rangeswa", rope_style="half", rotary_dim=32)
+    _, k, v = make_qkv(1, 1, 3, L, 64, seed=11, dtype=dtype)
+    pos = torch.arange(L, dtype=torch.float64) * 0.37 + 5 if with_positions else None
+    ks, vs = ops.block_summary(*_cuda(k, v), None if pos is None else pos.cuda(), 16, cfg.theta, 32, "half")
+    assert ks.dtype == dtype and ks.shape == (1, 3, -(-L // 16), 64)
+    rk, rv = ref.block_summary(k.double(), v.double(), pos, cfg)
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert rel_err(ks.cpu(), rk) < tol and rel_err(vs.cpu(), rv) < tol
+    ck, cv = ops.block_summary(k, v, pos, 16, cfg.theta, 32, "half")
+    assert rel_err(ks.cpu(), ck) < tol and rel_err(vs.cpu(), cv) < tol
+
+
+@needs_cuda
 @pytest.mark.parametrize("style,rd", [("interleaved", 64), ("half", 32), ("interleaved", 0)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_rope_cuda_matches_reference_and_cpu(style, rd, dtype):
@@ -21,8 +213,87 @@ def test_rope_cuda_matches_reference_and_cpu(style, rd, dtype):
     assert rel_err(got, ops.rope(x, pos, 1e4, rd, style)) < (1e-6 if dtype == torch.float32 else 1e-2)
 
 
-def test_rope_cuda_opcheck_and_determinism():
-    x = torch.randn(1, 2, 64, 64, device="cuda")
-    pos = torch.arange(64, dtype=torch.float64, device="cuda") * 1.5
-    torch.library.opcheck(torch.ops.rangeswa.rope.default, (x, pos, 1e4, 64, "interleaved"))
-    assert torch.equal(ops.rope(x, pos), ops.rope(x, pos))
+# ------------------------------------------------------------------------- opcheck and determinism
+
+
+def _opcheck_samples():
+    cfg = preset("rangeswa", train_length=64)
+    q, k, v = make_qkv(1, 2, 1, 4 + 150, 64, seed=13)
+    pos = torch.arange(150, dtype=torch.float64)
+    retrieved = ops.topk_blocks(q, k, cfg, 4)
+    return [
+        ("attn_rangeswa", torch.ops.rangeswa.attn.default,
+         (q, k, v, retrieved, "rangeswa", 4, 256, 16, 512, 8, 64, 128, 64, 0, True, 1e4, 64, "interleaved", 0.125)),
+        ("attn_swa", torch.ops.rangeswa.attn.default,
+         (q, k, v, None, "swa", 4, 32, 16, 512, 0, 64, 128, 64, 4, True, 1e4, 32, "half", 0.125)),
+        ("topk_blocks", torch.ops.rangeswa.topk_blocks.default, (q, k, 4, 256, 16, 64, 128, 8)),
+        ("block_summary_positions", torch.ops.rangeswa.block_summary.default,
+         (k[:, :, 4:], v[:, :, 4:], pos, 16, 1e4, 64, "interleaved")),
+        ("block_summary", torch.ops.rangeswa.block_summary.default,
+         (k[:, :, 4:], v[:, :, 4:], None, 16, 1e4, 64, "interleaved")),
+        ("rope", torch.ops.rangeswa.rope.default, (q, torch.arange(154, dtype=torch.float64), 1e4, 32, "half")),
+    ]
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", [s[0] for s in _opcheck_samples()])
+def test_opcheck_cuda(name):
+    _, op, args = next(s for s in _opcheck_samples() if s[0] == name)
+    torch.library.opcheck(op, tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+
+
+@needs_cuda
+def test_topk_and_summary_cuda_are_deterministic():
+    cfg = preset("rangeswa")
+    q, k, v = _cuda(*make_qkv(2, 4, 2, 12 + 6000, 64, seed=14))
+    assert torch.equal(ops.topk_blocks(q, k, cfg, 12), ops.topk_blocks(q, k, cfg, 12))
+    pos = torch.arange(6000, dtype=torch.float64, device="cuda") / 3
+    a = ops.block_summary(k[:, :, 12:], v[:, :, 12:], pos)
+    b = ops.block_summary(k[:, :, 12:], v[:, :, 12:], pos)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@needs_cuda
+def test_torch_compile_sees_the_fake_shapes_cuda():
+    cfg = preset("rangeswa_lite")
+    q, k, v = _cuda(*make_qkv(1, 2, 2, 12 + 300, 64, seed=14))
+
+    @torch.compile(backend="eager", fullgraph=True)
+    def f(q, k, v):
+        return ops.attn(q, k, v, cfg, 12) * 2
+
+    assert rel_err(f(q, k, v), ops.attn(q, k, v, cfg, 12) * 2) < 1e-7
+
+
+# ------------------------------------------------------------------------------- host emulation
+
+
+@pytest.mark.skipif(os.environ.get("RANGESWA_EMULATE", "0") in ("", "0"),
+                    reason="set RANGESWA_EMULATE=1 to build the host emulation of the CUDA kernel (~2 min)")
+def test_kernel_plan_emulated_on_host():
+    from torch.utils import cpp_extension
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0")  # host code only; no GPU is queried
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")  # as setup.py defaults it
+    if not os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
+        pytest.skip(f"no nvcc under {cuda_home} to build the emulator")
+    cpp_extension.CUDA_HOME = cuda_home
+    emu = cpp_extension.load(
+        name="rangeswa_attn_emulator",
+        sources=[os.path.join(root, "csrc", "cuda", "emulator", "attn_emulator.cu"), os.path.join(root, "csrc", "checks.cpp")],
+        extra_include_paths=[os.path.join(root, "csrc")], extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"],
+        extra_cuda_cflags=["-O2", "--expt-relaxed-constexpr", "-std=c++20"])
+    for case in GRID:
+        cfg = _config(case)
+        C, stage, D = case["C"], case["stage"], case["D"]
+        for dtype, tol in ((torch.float32, FP32_TOL), (torch.bfloat16, HALF_TOL)):
+            q, k, v = make_qkv(1, case["Hq"], case["Hkv"], C + case["L"], D, seed=case["seed"], dtype=dtype)
+            retrieved = _retrieved(q, k, cfg, C, stage)
+            out, lse = emu.attn(q, k, v, retrieved, cfg.method, C, cfg.window_for(stage), cfg.summary_block,
+                                cfg.near_range, cfg.topk, cfg.retrieval_block, cfg.query_block, cfg.train_length,
+                                cfg.sinks, cfg.far_summaries, float(cfg.theta), cfg.resolved_rotary_dim(D),
+                                cfg.rope_style, cfg.resolved_scale(D))
+            expect, expect_lse = ref.attention(q.double(), k.double(), v.double(), cfg, C, stage, retrieved=retrieved)
+            assert rel_err(out, expect) < tol, _case_id(case)
+            assert (lse.double() - expect_lse.double()).abs().max().item() < max(tol, LSE_TOL), _case_id(case)

@@ -449,9 +449,11 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
     for (int64_t a = 0; a < p.L; a += chunk) dense_tokens(c, kv, t, ws, a, std::min(p.L, a + chunk));
   } else if (R.method == Method::kSwa) {
     const int64_t lo = std::max<int64_t>(0, t.i0 - R.radius), hi = std::min(p.L, t.last() + R.radius + 1);
-    const int64_t sinks = std::min(R.sinks, lo);  // sinks inside the window are visited with it
+    // Sinks before the window get their own run; sinks from lo on are visited with the window run,
+    // which then reaches at least the last sink.
+    const int64_t sinks_end = std::min(R.sinks, p.L), sinks = std::min(sinks_end, lo), end = std::max(hi, sinks_end);
     for (int64_t a = 0; a < sinks; a += chunk) dense_tokens(c, kv, t, ws, a, std::min(sinks, a + chunk));
-    for (int64_t a = lo; a < hi; a += chunk) dense_tokens(c, kv, t, ws, a, std::min(hi, a + chunk));
+    for (int64_t a = lo; a < end; a += chunk) dense_tokens(c, kv, t, ws, a, std::min(end, a + chunk));
   } else {
     const int64_t nG = R.num_summary_blocks();
     const int64_t wf = R.window_first_block(t.i0), wl = R.window_last_block(t.last());

@@ -1,0 +1,30 @@
+// Launch of the fused attention kernel for one (element type, padded head dim). Each instantiation
+// lives in its own attn_hdim<D>_<dtype>.cu so the build compiles them in parallel; the op (ops.cu)
+// only sees the declaration in static_switch.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "attn_params.h"
+#include "kernel_traits.h"
+#include "mainloop.h"
+
+namespace rangeswa::cuda {
+
+template <typename Element, int kHeadDim>
+cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
+  using Traits = AttnTraits<Element, kHeadDim>;
+  const size_t smem = SharedLayout<Traits>::bytes(p.num_q_slots);
+  const int64_t blocks = (p.control_tiles + p.body_tiles) * p.B * p.Hq;
+  if (blocks == 0) return cudaSuccess;
+  if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  auto kernel = attn_kernel<Traits>;
+  if (smem > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err != cudaSuccess) return err;
+  }
+  kernel<<<unsigned(blocks), Traits::kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace rangeswa::cuda

@@ -1,0 +1,166 @@
+// Rule 3's retrieval on the device (topk_blocks.h), with the arithmetic of the CPU kernel
+// (csrc/cpu/topk_blocks.cpp) operation for operation, so both give the same blocks bit for bit:
+//   1. block means in double: q over the rows of a query block and the query heads of the KV group
+//      (heads outer, rows inner), k over the tokens of a key block, each divided once by its count;
+//   2. per (query block, KV head) every candidate's score as a sequential double dot product
+//      (separate multiply and add, no FMA, like the CPU's plain loop), and the top K kept in shared
+//      memory: the candidates come in chunks of 256, each ranked against the chunk and merged into
+//      the sorted list by rank (order: higher score, then lower block; no score table in global
+//      memory beyond the per-head block means).
+#include "topk_blocks.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "utils.h"
+
+namespace rangeswa::cuda {
+namespace {
+
+constexpr int kMeanThreads = 128;
+constexpr int kSelectThreads = 256;  // candidates per chunk
+constexpr int kQueryGroup = 4;       // query blocks per CTA (each key mean read once for all of them)
+
+template <typename Element>
+__global__ void block_means_kernel(const TopkParams p) {
+  const Rules& R = p.rules;
+  const int64_t nQb = R.num_query_blocks(), nKb = R.num_key_blocks(), D = p.D;
+  const int64_t x = blockIdx.x, bkv = blockIdx.y, b = bkv / p.Hkv, hkv = bkv % p.Hkv, group = p.Hq / p.Hkv;
+  const Element* q = static_cast<const Element*>(p.q);
+  const Element* k = static_cast<const Element*>(p.k);
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    double acc = 0.0;
+    if (x < nQb) {
+      const int64_t r0 = x * R.Qb, r1 = min64(R.L, r0 + R.Qb);
+      for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
+        const Element* rows = q + ((b * p.Hq + h) * p.N + p.C) * D;
+        for (int64_t i = r0; i < r1; ++i) acc += double(to_float(rows[i * D + d]));
+      }
+      p.q_means[(bkv * nQb + x) * D + d] = acc / double((r1 - r0) * group);
+    } else {
+      const int64_t kb = x - nQb, s = kb * R.Rb, e = min64(R.L, s + R.Rb);
+      const Element* rows = k + ((b * p.Hkv + hkv) * p.N + p.C) * D;
+      for (int64_t j = s; j < e; ++j) acc += double(to_float(rows[j * D + d]));
+      p.k_means[(bkv * nKb + kb) * D + d] = acc / double(e - s);
+    }
+  }
+}
+
+// a ranks before b: higher score, then lower block.
+__device__ __forceinline__ bool better(double sa, int ka, double sb, int kb) {
+  return sa > sb || (sa == sb && ka < kb);
+}
+
+__host__ __device__ inline int64_t kept(const Rules& R) { return min64(R.topk, R.num_key_blocks()); }
+
+__global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(const TopkParams p) {
+  const Rules& R = p.rules;
+  const int64_t nQb = R.num_query_blocks(), nKb = R.num_key_blocks(), D = p.D, K = R.topk;
+  const int Kc = int(kept(R));
+  const int64_t bkv = blockIdx.y, qb0 = int64_t(blockIdx.x) * kQueryGroup;
+  const int tid = threadIdx.x;
+
+  // Shared: the chunk's scores and blocks (-1 = not a contender), then two sorted lists per query block.
+  extern __shared__ double smem_d[];
+  double* cs = smem_d;
+  double* ls = cs + kSelectThreads;                            // [2][kQueryGroup][Kc]
+  int* ck = reinterpret_cast<int*>(ls + 2 * kQueryGroup * Kc);  // [kSelectThreads]
+  int* lk = ck + kSelectThreads;                                // [2][kQueryGroup][Kc]
+  auto list_s = [&](int buf, int qq) { return ls + (buf * kQueryGroup + qq) * Kc; };
+  auto list_k = [&](int buf, int qq) { return lk + (buf * kQueryGroup + qq) * Kc; };
+
+  int count[kQueryGroup], buf[kQueryGroup];
+#pragma unroll
+  for (int qq = 0; qq < kQueryGroup; ++qq) count[qq] = buf[qq] = 0;
+  const double* qm = p.q_means + bkv * nQb * D;
+  const double* km = p.k_means + bkv * nKb * D;
+
+  for (int64_t base = 0; base < nKb; base += kSelectThreads) {
+    const int64_t kb = base + tid;
+#pragma unroll
+    for (int qq = 0; qq < kQueryGroup; ++qq) {
+      const int64_t qb = qb0 + qq;
+      if (qb < nQb) {  // uniform
+        bool contender = kb < nKb && R.is_candidate(qb, kb);
+        double s = 0.0;
+        if (contender)
+          for (int64_t c = 0; c < D; ++c) s = __dadd_rn(s, __dmul_rn(qm[qb * D + c], km[kb * D + c]));
+        const double* cur_s = list_s(buf[qq], qq);
+        const int* cur_k = list_k(buf[qq], qq);
+        // With a full list only what beats its last entry can enter.
+        if (contender && count[qq] == Kc) contender = better(s, int(kb), cur_s[Kc - 1], cur_k[Kc - 1]);
+        cs[tid] = s;
+        ck[tid] = contender ? int(kb) : -1;
+        const int n_new = __syncthreads_count(contender);
+        if (n_new > 0) {
+          double* new_s = list_s(buf[qq] ^ 1, qq);
+          int* new_k = list_k(buf[qq] ^ 1, qq);
+          // Merged position = own rank among the chunk + entries of the list ahead of it, and vice versa.
+          if (contender) {
+            int rank = 0;
+            for (int u = 0; u < kSelectThreads; ++u) rank += ck[u] >= 0 && better(cs[u], ck[u], s, int(kb));
+            if (rank < Kc) {
+              int pos = rank;
+              for (int e = 0; e < count[qq]; ++e) pos += better(cur_s[e], cur_k[e], s, int(kb));
+              if (pos < Kc) {
+                new_s[pos] = s;
+                new_k[pos] = int(kb);
+              }
+            }
+          }
+          for (int e = tid; e < count[qq]; e += kSelectThreads) {
+            int pos = e;
+            for (int u = 0; u < kSelectThreads; ++u) pos += ck[u] >= 0 && better(cs[u], ck[u], cur_s[e], cur_k[e]);
+            if (pos < Kc) {
+              new_s[pos] = cur_s[e];
+              new_k[pos] = cur_k[e];
+            }
+          }
+          __syncthreads();
+          buf[qq] ^= 1;
+          count[qq] = min(Kc, count[qq] + n_new);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int qq = 0; qq < kQueryGroup; ++qq) {
+    const int64_t qb = qb0 + qq;
+    if (qb >= nQb) continue;
+    const int* best = list_k(buf[qq], qq);
+    for (int64_t x = tid; x < K; x += kSelectThreads)
+      p.out[(bkv * nQb + qb) * K + x] = x < count[qq] ? best[x] : -1;
+  }
+}
+
+}  // namespace
+
+size_t topk_blocks_smem_bytes(const TopkParams& p) {
+  return size_t(kSelectThreads) * (sizeof(double) + sizeof(int)) +
+         size_t(2 * kQueryGroup) * size_t(kept(p.rules)) * (sizeof(double) + sizeof(int));
+}
+
+template <typename Element>
+cudaError_t launch_topk_blocks(const TopkParams& p, cudaStream_t stream) {
+  const Rules& R = p.rules;
+  const int64_t nQb = R.num_query_blocks(), nKb = R.num_key_blocks(), BH = p.B * p.Hkv;
+  if (R.topk == 0 || R.L == 0 || BH == 0) return cudaSuccess;
+  if (BH > 65535 || nQb + nKb > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  block_means_kernel<Element><<<dim3(unsigned(nQb + nKb), unsigned(BH)), kMeanThreads, 0, stream>>>(p);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  const size_t smem = topk_blocks_smem_bytes(p);
+  if (smem > 48 * 1024) {
+    err = cudaFuncSetAttribute(topk_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err != cudaSuccess) return err;
+  }
+  const unsigned groups = unsigned((nQb + kQueryGroup - 1) / kQueryGroup);
+  topk_select_kernel<<<dim3(groups, unsigned(BH)), kSelectThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template cudaError_t launch_topk_blocks<float>(const TopkParams&, cudaStream_t);
+template cudaError_t launch_topk_blocks<__nv_bfloat16>(const TopkParams&, cudaStream_t);
+template cudaError_t launch_topk_blocks<__half>(const TopkParams&, cudaStream_t);
+
+}  // namespace rangeswa::cuda

@@ -1,0 +1,30 @@
+// SPEC section 2 rule 3 on the device: per query block and KV head, the top-K candidate key blocks
+// by s(qb, kb) = mean(q over qb) . mean(k over kb), pre-RoPE. Used by the topk_blocks op and by attn
+// when it retrieves. torch-free; ops.cu allocates the workspaces.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "rules.h"
+
+namespace rangeswa::cuda {
+
+struct TopkParams {
+  const void* q;       // [B, Hq, N, D]
+  const void* k;       // [B, Hkv, N, D]
+  int32_t* out;        // [B, Hkv, nQb, K], best first, -1 padded
+  double* q_means;     // workspace [B * Hkv, nQb, D]
+  double* k_means;     // workspace [B * Hkv, nKb, D]
+  int64_t B, Hq, Hkv, N, C, D;
+  Rules rules;         // L, G, Rb, Qb, window (for the candidates) and topk = K
+};
+
+// Shared memory the selection kernel needs for K kept blocks; ops.cu checks it against the device.
+size_t topk_blocks_smem_bytes(const TopkParams& p);
+
+template <typename Element>
+cudaError_t launch_topk_blocks(const TopkParams& p, cudaStream_t stream);
+
+}  // namespace rangeswa::cuda

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# GPU check of the CUDA kernels, for a bare GPU machine (torch, nvcc, Python 3.12; no CUTLASS headers,
+# no network). Run from anywhere:
+#
+#   bash scripts/gpu_check.sh [OUT_DIR]        (default: $OUT, else ./gpu_check_out)
+#
+# 1. installs every wheel of the repository's .whl/ folder (the nvidia-cutlass wheel; ninja, pytest and
+#    its dependencies too when the machine lacks them) into /tmp/site, put on PYTHONPATH and PATH;
+# 2. builds the extension in place for Hopper only (RANGESWA_CUDA_ARCHS=90a, MAX_JOBS=16);
+# 3. runs the CUDA tests (tests/test_ops_cuda.py, tests/test_build.py);
+# 4. runs the GPU benchmark (benchmarks/bench_gpu_attention.py --quick);
+# and writes build.log, tests.log, tests.xml, bench.json, bench.md, summary.json and summary.md to
+# OUT_DIR. Each step has a time limit so the whole check stays under 8 minutes on one H200.
+# Exit status: 0 all passed, 1 a step failed, 2 no usable GPU or toolchain (nothing was run).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT_DIR="${1:-${OUT:-$ROOT/gpu_check_out}}"
+mkdir -p "$OUT_DIR"
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+PY="${PYTHON:-python3}"
+START=$(date +%s)
+log() { echo "[gpu_check $(( $(date +%s) - START ))s] $*"; }
+
+# --- 0. a GPU and a toolchain, or stop at once -------------------------------------------------------
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() and torch.version.cuda else 1)" 2>/dev/null; then
+  echo "gpu_check: no CUDA device visible to torch ($PY: torch.cuda.is_available() is False, or torch is not" \
+       "a CUDA build); run this on a machine with an NVIDIA GPU" >&2
+  exit 2
+fi
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+if [ ! -x "$CUDA_HOME/bin/nvcc" ]; then
+  echo "gpu_check: nvcc not found at $CUDA_HOME/bin/nvcc; set CUDA_HOME to the CUDA toolkit" >&2
+  exit 2
+fi
+export PATH="$CUDA_HOME/bin:$PATH"
+
+# --- 1. wheels --------------------------------------------------------------------------------------
+SITE=/tmp/site
+if compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
+  log "installing $(ls "$ROOT"/.whl/*.whl | wc -l) wheels from .whl/ into $SITE"
+  "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$ROOT"/.whl/*.whl || { echo "gpu_check: wheel install failed" >&2; exit 1; }
+else
+  log "no .whl/ folder: using the machine's packages (the build needs the nvidia-cutlass wheel's headers)"
+fi
+export PYTHONPATH="$ROOT/python:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="$SITE/bin:$PATH"
+command -v ninja >/dev/null || log "warning: ninja not found (put its wheel in .whl/): the build will be serial and slow"
+"$PY" -c "import cutlass_library" 2>/dev/null || log "warning: no cutlass_library (nvidia-cutlass wheel) on the path"
+
+# --- 2. build ---------------------------------------------------------------------------------------
+log "building for sm_90a (MAX_JOBS=16)"
+B0=$(date +%s)
+(cd "$ROOT" && RANGESWA_CUDA_ARCHS=90a MAX_JOBS=16 timeout 300 "$PY" setup.py build_ext --inplace) >"$OUT_DIR/build.log" 2>&1
+BUILD_RC=$?
+BUILD_S=$(( $(date +%s) - B0 ))
+log "build exit $BUILD_RC after ${BUILD_S}s"
+
+# --- 3. tests ---------------------------------------------------------------------------------------
+TESTS_RC=-1
+if [ $BUILD_RC -eq 0 ]; then
+  if "$PY" -c "import pytest" 2>/dev/null; then
+    log "CUDA tests"
+    (cd "$ROOT" && timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/test_ops_cuda.py tests/test_build.py \
+        --junitxml="$OUT_DIR/tests.xml") >"$OUT_DIR/tests.log" 2>&1
+    TESTS_RC=$?
+    log "tests exit $TESTS_RC: $(tail -1 "$OUT_DIR/tests.log")"
+  else
+    echo "pytest is not installed: put its wheels (pytest, iniconfig, pluggy, packaging) in .whl/" >"$OUT_DIR/tests.log"
+    log "no pytest; tests skipped"
+  fi
+fi
+
+# --- 4. benchmark -----------------------------------------------------------------------------------
+BENCH_RC=-1
+if [ $BUILD_RC -eq 0 ]; then
+  REMAIN=$(( 460 - ($(date +%s) - START) ))
+  if [ $REMAIN -gt 30 ]; then
+    log "benchmark (budget $((REMAIN - 15))s)"
+    (cd "$ROOT" && timeout $REMAIN "$PY" benchmarks/bench_gpu_attention.py --quick --budget-s $((REMAIN - 15)) \
+        --out "$OUT_DIR") >>"$OUT_DIR/tests.log" 2>&1
+    BENCH_RC=$?
+    log "benchmark exit $BENCH_RC"
+  else
+    log "no time left for the benchmark"
+  fi
+fi
+
+# --- summary ----------------------------------------------------------------------------------------
+TOTAL_S=$(( $(date +%s) - START ))
+"$PY" - "$OUT_DIR" "$BUILD_RC" "$BUILD_S" "$TESTS_RC" "$BENCH_RC" "$TOTAL_S" <<'EOF'
+import json, os, re, sys
+out, build_rc, build_s, tests_rc, bench_rc, total_s = sys.argv[1], *map(int, sys.argv[2:])
+import torch
+summary = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=torch.version.cuda,
+               build_ok=build_rc == 0, build_seconds=build_s, tests_exit=tests_rc, bench_exit=bench_rc,
+               total_seconds=total_s)
+try:
+    last = open(os.path.join(out, "tests.log")).read()
+    m = re.findall(r"=+ (.*) in [0-9.]+s", last)
+    summary["tests"] = m[-1] if m else None
+except OSError:
+    summary["tests"] = None
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
+lines = ["# gpu_check", "", "| item | value |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in summary.items()]
+if os.path.exists(os.path.join(out, "bench.md")):
+    lines += ["", open(os.path.join(out, "bench.md")).read()]
+open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines[:len(summary) + 4]))
+EOF
+[ $BUILD_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $BENCH_RC -eq 0 ] && exit 0
+exit 1
