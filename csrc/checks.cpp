@@ -40,6 +40,19 @@ void check_positions(const at::Tensor& positions, int64_t n, const at::Tensor& l
                     positions.scalar_type());
 }
 
+RopeParams check_block_summary(const at::Tensor& k, const at::Tensor& v, int64_t summary_block, double theta,
+                               int64_t rotary_dim, c10::string_view rope_style) {
+  check_bhnd(k, "k");
+  check_bhnd(v, "v");
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
+  TORCH_CHECK_VALUE(k.scalar_type() == v.scalar_type(), "k and v must have the same dtype, got ", k.scalar_type(),
+                    " and ", v.scalar_type());
+  TORCH_CHECK_VALUE(k.device() == v.device(), "k and v must be on the same device");
+  TORCH_CHECK_VALUE(summary_block >= 1, "summary_block must be >= 1, got ", summary_block);
+  RopeParams rope = check_rope(k.size(3), theta, rotary_dim, rope_style);
+  return rope;
+}
+
 static void check_same(const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
   TORCH_CHECK_VALUE(a.device() == b.device(), an, " and ", bn, " must be on the same device, got ",
                     a.device(), " and ", b.device());

@@ -26,6 +26,10 @@ struct AttnParams {
   double control_bias;
 };
 
+// block_summary's arguments: k and v alike [B, H, L, D], summary_block >= 1, valid RoPE numbers.
+RopeParams check_block_summary(const at::Tensor& k, const at::Tensor& v, int64_t summary_block, double theta,
+                               int64_t rotary_dim, c10::string_view rope_style);
+
 Method parse_method(c10::string_view method);
 RopeParams check_rope(int64_t head_dim, double theta, int64_t rotary_dim, c10::string_view rope_style);
 void check_bhnd(const at::Tensor& t, const char* name);

@@ -93,14 +93,7 @@ std::tuple<at::Tensor, at::Tensor> block_summary_cuda(const at::Tensor& k, const
                                                       const std::optional<at::Tensor>& positions,
                                                       int64_t summary_block, double theta, int64_t rotary_dim,
                                                       c10::string_view rope_style) {
-  check_bhnd(k, "k");
-  check_bhnd(v, "v");
-  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
-  TORCH_CHECK_VALUE(k.scalar_type() == v.scalar_type(), "k and v must have the same dtype, got ", k.scalar_type(),
-                    " and ", v.scalar_type());
-  TORCH_CHECK_VALUE(k.device() == v.device(), "k and v must be on the same device");
-  TORCH_CHECK_VALUE(summary_block >= 1, "summary_block must be >= 1, got ", summary_block);
-  RopeParams rope = check_rope(k.size(3), theta, rotary_dim, rope_style);
+  RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style);
   const c10::cuda::CUDAGuard guard(k.device());
   const int64_t BH = k.size(0) * k.size(1), L = k.size(2), D = k.size(3);
   const int64_t nG = (L + summary_block - 1) / summary_block;
