@@ -12,7 +12,9 @@ import torch
 from rangeswa_ext import distributed
 from rangeswa_ext.cli import main
 from rangeswa_ext.generate import merge_shards
-from test_sweep import CONFIG, assets, one_thread, snapshot, write_config  # noqa: F401 (fixtures)
+from test_sweep import CONFIG, assets, snapshot, write_config  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SETTINGS = dict(model="elf-tiny", method="swa", method_options={}, length=24, seed=7, sampler="sde", steps=2,
                 gamma=1.5, omega=3.0, dtype="fp32")
