@@ -117,6 +117,23 @@ def test_attn_batch_elements_are_independent():
         assert rel_err(part, whole[b:b + 1]) < 1e-6
 
 
+@pytest.mark.parametrize("name", ["rangeswa", "rangeswa_lite", "self_extend"])
+def test_attn_long_inputs_processed_in_passes_match_one_head_at_a_time(name):
+    """The CPU kernel builds rotated keys for a few (batch, KV head) pairs at a time (about 8 MiB):
+    here 2 x 3 pairs of 3 MiB each, so passes of two pairs that cross the batch boundary. Every
+    (batch, KV head) run alone (a single pass) must give the same rows, GQA included."""
+    cfg = preset(name, train_length=1024)
+    C, L = 12, 4000
+    q, k, v = make_qkv(2, 6, 3, C + L, 64, seed=12)
+    whole, whole_lse = ops.attn(q, k, v, cfg, C, "late", return_lse=True)
+    for b in range(2):
+        for h in range(3):
+            qs, ks, vs = q[b:b + 1, 2 * h:2 * h + 2], k[b:b + 1, h:h + 1], v[b:b + 1, h:h + 1]
+            part, part_lse = ops.attn(qs, ks, vs, cfg, C, "late", return_lse=True)
+            assert rel_err(part, whole[b:b + 1, 2 * h:2 * h + 2]) < 1e-6
+            assert rel_err(part_lse, whole_lse[b:b + 1, 2 * h:2 * h + 2]) < 1e-6
+
+
 @pytest.mark.parametrize("L", [1, 64, 200, 1000])
 def test_topk_blocks_matches_reference(L):
     cfg = preset("rangeswa", topk=5, retrieval_block=32, query_block=64, summary_block=16)

@@ -57,15 +57,17 @@ struct Call {
   int64_t retrieved_k;
   std::shared_ptr<const RopeTable> native, grouped, cond;  // positions j; j/g - c .. ; j*T/L
   std::vector<float> log_block_size;  // log n_b of every G-block (rule 4's summary bias)
+  // Rotated keys and summaries of the (batch, KV head) pairs [kv_first, kv_first + pass) only.
   at::Tensor k_native, k_grouped, k_cond, sk_native, sk_grouped, sv;
+  int64_t kv_first = 0;
 
   int64_t chunk_tokens() const { return std::max(p.rules.G, (kChunkKeys / p.rules.G) * p.rules.G); }
 
   KvView view(int64_t b, int64_t hkv) const {
     const int64_t N = p.N, D = p.D, L = p.L, nG = p.rules.num_summary_blocks();
     const int64_t kv = b * p.Hkv + hkv;
-    auto at_ = [&](const at::Tensor& t, int64_t rows) {
-      return t.defined() ? t.data_ptr<float>() + kv * rows * D : nullptr;
+    auto at_ = [&](const at::Tensor& t, int64_t rows) {  // rotated keys hold the current pass only
+      return t.defined() ? t.data_ptr<float>() + (kv - kv_first) * rows * D : nullptr;
     };
     return KvView{k + kv * N * D,         v + kv * N * D,          v + (kv * N + p.C) * D,
                   at_(k_native, L),       at_(k_grouped, L),       at_(k_cond, L),
@@ -497,28 +499,51 @@ void control_rows(const Call& c, int64_t b, int64_t h, Workspace& ws) {
   ws.softmax.write(c.out + row0 * D, c.lse + row0);
 }
 
-// Rotated keys and block summaries of every (batch, KV head).
-void prepare_keys(Call& c) {
+// The rotated keys and block summaries are built for a few (batch, KV head) pairs at a time, as
+// many as fit in kPassBytes: every tile of those heads then reads them from the last-level cache,
+// and the buffers, allocated once per call and reused pass after pass, stay small whatever L is.
+constexpr int64_t kPassBytes = int64_t(8) << 20;
+
+int64_t heads_per_pass(const AttnParams& p) {
+  const Rules& R = p.rules;
+  const int64_t kinds = 1 + (R.grouping() ? 1 : 0) + (R.extrapolating && p.C > 0 ? 1 : 0);
+  const int64_t per_head = std::max<int64_t>(1, p.L * p.D * int64_t(sizeof(float)) * kinds);
+  return std::clamp<int64_t>(kPassBytes / per_head, 1, p.B * p.Hkv);
+}
+
+void allocate_keys(Call& c, int64_t heads) {
   const AttnParams& p = c.p;
   const Rules& R = p.rules;
   const int64_t L = p.L, D = p.D, nG = R.num_summary_blocks();
   auto opts = at::TensorOptions().dtype(at::kFloat);
-  c.k_native = at::empty({p.B, p.Hkv, L, D}, opts);
-  if (R.grouping()) c.k_grouped = at::empty({p.B, p.Hkv, L, D}, opts);
-  if (R.extrapolating && p.C > 0) c.k_cond = at::empty({p.B, p.Hkv, L, D}, opts);
-  const bool summaries = R.method == Method::kRangeSwa;
-  if (summaries) {
-    c.sk_native = at::empty({p.B, p.Hkv, nG, D}, opts);
-    c.sv = at::empty({p.B, p.Hkv, nG, D}, opts);
-    if (R.grouping()) c.sk_grouped = at::empty({p.B, p.Hkv, nG, D}, opts);
+  c.k_native = at::empty({heads, L, D}, opts);
+  if (R.grouping()) c.k_grouped = at::empty({heads, L, D}, opts);
+  if (R.extrapolating && p.C > 0) c.k_cond = at::empty({heads, L, D}, opts);
+  if (R.method == Method::kRangeSwa) {
+    c.sk_native = at::empty({heads, nG, D}, opts);
+    c.sv = at::empty({heads, nG, D}, opts);
+    if (R.grouping()) c.sk_grouped = at::empty({heads, nG, D}, opts);
   }
-  at::parallel_for(0, p.B * p.Hkv, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t kvh = begin; kvh < end; ++kvh) {
+}
+
+// Rotated keys and block summaries of the (batch, KV head) pairs [first, first + count), split
+// into runs of whole G-blocks so that even one head keeps every thread busy.
+void prepare_keys(Call& c, int64_t first, int64_t count) {
+  const AttnParams& p = c.p;
+  const Rules& R = p.rules;
+  const int64_t L = p.L, D = p.D, nG = R.num_summary_blocks();
+  c.kv_first = first;
+  const int64_t run = ((1024 + R.G - 1) / R.G) * R.G, runs = (L + run - 1) / run;
+  const bool summaries = R.method == Method::kRangeSwa;
+  at::parallel_for(0, count * runs, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t local = task / runs, j0 = (task % runs) * run, j1 = std::min(L, j0 + run);
+      const int64_t kvh = first + local;
       const float* kbody = c.k + (kvh * p.N + p.C) * D;
-      float* kn = c.k_native.data_ptr<float>() + kvh * L * D;
-      float* kg = R.grouping() ? c.k_grouped.data_ptr<float>() + kvh * L * D : nullptr;
-      float* kc = c.k_cond.defined() ? c.k_cond.data_ptr<float>() + kvh * L * D : nullptr;
-      for (int64_t j = 0; j < L; ++j) {
+      float* kn = c.k_native.data_ptr<float>() + local * L * D;
+      float* kg = R.grouping() ? c.k_grouped.data_ptr<float>() + local * L * D : nullptr;
+      float* kc = c.k_cond.defined() ? c.k_cond.data_ptr<float>() + local * L * D : nullptr;
+      for (int64_t j = j0; j < j1; ++j) {
         rotate_row(kbody + j * D, kn + j * D, c.native->cos(j), c.native->sin(j), D, p.rope, 1.f);
         if (kg) {
           const int64_t s = j / R.g + R.group_offset;
@@ -526,10 +551,11 @@ void prepare_keys(Call& c) {
         }
         if (kc) rotate_row(kbody + j * D, kc + j * D, c.cond->cos(j), c.cond->sin(j), D, p.rope, 1.f);
       }
-      if (summaries) {
-        block_means(kn, L, R.G, D, c.sk_native.data_ptr<float>() + kvh * nG * D);
-        block_means(c.v + (kvh * p.N + p.C) * D, L, R.G, D, c.sv.data_ptr<float>() + kvh * nG * D);
-        if (kg) block_means(kg, L, R.G, D, c.sk_grouped.data_ptr<float>() + kvh * nG * D);
+      if (summaries) {  // j0 is a block start, so the run's blocks are [j0 / G, ceil(j1 / G))
+        const int64_t at = (local * nG + j0 / R.G) * D;
+        block_means(kn + j0 * D, j1 - j0, R.G, D, c.sk_native.data_ptr<float>() + at);
+        block_means(c.v + (kvh * p.N + p.C + j0) * D, j1 - j0, R.G, D, c.sv.data_ptr<float>() + at);
+        if (kg) block_means(kg + j0 * D, j1 - j0, R.G, D, c.sk_grouped.data_ptr<float>() + at);
       }
     }
   });
@@ -577,7 +603,6 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
   if (R.grouping())
     c.grouped = rope_table(p.rope, double(-R.group_offset), 1.0, (p.L - 1) / R.g + 2 * R.group_offset + 1);
   if (R.extrapolating) c.cond = rope_table(p.rope, 0.0, p.control_position_scale, p.L);
-  prepare_keys(c);
   for (int64_t blk = 0; blk < R.num_summary_blocks(); ++blk) c.log_block_size.push_back(std::log(float(R.block_size(blk))));
 
   std::vector<Tile> tiles;
@@ -585,20 +610,28 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
     const int64_t end = std::min(p.L, qb * R.Qb + R.Qb);
     for (int64_t i0 = qb * R.Qb; i0 < end; i0 += kTileRows) tiles.push_back({i0, std::min(kTileRows, end - i0), qb});
   }
-  const int64_t n_tiles = int64_t(tiles.size()), heads = p.B * p.Hq;
-  const int64_t control_tasks = p.C > 0 ? heads : 0;
-  at::parallel_for(0, heads * n_tiles + control_tasks, 1, [&](int64_t begin, int64_t end) {
-    Workspace ws(c);
-    for (int64_t task = begin; task < end; ++task) {
-      if (task < heads * n_tiles) {
-        const int64_t bh = task / n_tiles;
-        body_tile(c, bh / p.Hq, bh % p.Hq, tiles[task % n_tiles], ws);
-      } else {
-        const int64_t bh = task - heads * n_tiles;
-        control_rows(c, bh / p.Hq, bh % p.Hq, ws);
+  // Query heads of KV pair kv are kv * per_kv .. kv * per_kv + per_kv - 1 (as b * Hq + h).
+  const int64_t n_tiles = int64_t(tiles.size()), per_kv = p.Hq / p.Hkv, kv_pairs = p.B * p.Hkv;
+  const int64_t pass = heads_per_pass(p);
+  allocate_keys(c, pass);
+  for (int64_t first = 0; first < kv_pairs; first += pass) {
+    const int64_t count = std::min(pass, kv_pairs - first);
+    prepare_keys(c, first, count);
+    const int64_t heads = count * per_kv, head0 = first * per_kv;
+    const int64_t control_tasks = p.C > 0 ? heads : 0;
+    at::parallel_for(0, heads * n_tiles + control_tasks, 1, [&](int64_t begin, int64_t end) {
+      Workspace ws(c);
+      for (int64_t task = begin; task < end; ++task) {
+        if (task < heads * n_tiles) {
+          const int64_t bh = head0 + task / n_tiles;
+          body_tile(c, bh / p.Hq, bh % p.Hq, tiles[task % n_tiles], ws);
+        } else {
+          const int64_t bh = head0 + task - heads * n_tiles;
+          control_rows(c, bh / p.Hq, bh % p.Hq, ws);
+        }
       }
-    }
-  });
+    });
+  }
   return {out.to(q.scalar_type()), lse};
 }
 
