@@ -174,6 +174,11 @@ def test_rmsnorm_runs_in_fp32_and_returns_input_dtype():
     assert y.dtype == torch.bfloat16
     x32 = x.float()
     torch.testing.assert_close(y, (x32 / x32.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()).to(torch.bfloat16))
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(2, 5, 16) * 3
+    expect = norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))  # official order
+    torch.testing.assert_close(norm(x), expect, rtol=1e-6, atol=1e-6)
 
 
 def test_self_cond_none_is_zeros_and_scalars_broadcast():

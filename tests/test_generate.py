@@ -206,7 +206,7 @@ def test_bad_inputs(run, tmp_path, tokenizer_dir, checkpoint_dir, capsys):
         generate(**{**common, "method_options": {"late_window": 4096}})
     with pytest.raises(ValueError, match="early_window must be >= 1"):
         generate(**{**common, "method_options": {"early_window": 0}})
-    with pytest.raises(ValueError, match="method 'pi' has no windows or stage switch; late_window apply only to"):
+    with pytest.raises(ValueError, match="method 'pi' has no windows or stage switch; the option\\(s\\) late_window apply only to"):
         generate(**{**common, "method": "pi", "method_options": {"late_window": 128}})
     with pytest.raises(ValueError, match="--model elf-b has n_layer=12, dim=768"):
         generate(**{**common, "model": "elf-b"})

@@ -47,6 +47,32 @@ def test_methods_differ_from_full_beyond_training_length(name):
     assert rel_err(out, full) > 1e-3
 
 
+@pytest.mark.parametrize("style", ["interleaved", "half"])
+@pytest.mark.parametrize("name", ["pi", "ntk", "yarn", "longllada"])
+def test_dense_baselines_beyond_training_length_follow_their_formulas(name, style):
+    """Each baseline at L > T against a dense softmax written out here in float64: positions j*T/L
+    (pi), base theta' (ntk, longllada), per-frequency inv_freq and logit multiplier (yarn); control
+    tokens stay at position 0."""
+    C, L, T, D, theta = 12, 300, 64, 64, 1e4
+    q, k, v = make_qkv(1, 2, 2, C + L, D, seed=4)
+    j = torch.arange(L, dtype=torch.float64)
+    base, freqs, mult = theta, None, 1.0
+    if name == "pi":
+        j = j * T / L
+    elif name == "ntk":
+        base = ntk_theta(theta, D, L, T)
+    elif name == "longllada":
+        base = longllada_theta(theta, D, L, T)
+    else:
+        freqs, mult = yarn_frequencies(theta, D, L, T)
+    pos = torch.cat([torch.zeros(C, dtype=torch.float64), j])
+    qr = ref.rotate(q.double(), pos, base, D, style, freqs)
+    kr = ref.rotate(k.double(), pos, base, D, style, freqs)
+    probs = torch.softmax(qr @ kr.transpose(-1, -2) * mult / math.sqrt(D), dim=-1)
+    out = make_attention(name, head_dim=D, train_length=T, rope_style=style)(q, k, v, control_tokens=C)
+    assert rel_err(out, probs @ v.double()) < 1e-5
+
+
 def test_op_methods_use_the_stage_window():
     C, L = 12, 600
     q, k, v = make_qkv(1, 2, 2, C + L, 64, seed=3)

@@ -106,12 +106,23 @@ def peak_memory_above_inputs(L=65536, H=12, D=64, C=12) -> dict:
                 seconds=round(time.perf_counter() - start, 1))
 
 
+def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    """Markdown lines: the title, then a table whose first two columns are L and the method (left)."""
+    align = ["---:", "---"] + ["---:"] * (len(header) - 2)
+    return [title, "", "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|",
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def _run_title(what: str, result: dict) -> str:
+    return (f"{what}, {result['date']}, {result['cpu_count']} cores, torch {result['torch']}, "
+            f"median of {result['repeats']} runs")
+
+
 def to_markdown(result: dict) -> str:
-    lines = [f"CPU attention, {result['shape']}, {result['date']}, {result['cpu_count']} cores, "
-             f"torch {result['torch']}, median of {result['repeats']} runs",
-             "", "| L | method | op ms | SDPA ms | speed-up |", "|---:|---|---:|---:|---:|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['L']} | {r['method']} | {r['op_ms']:.1f} | {r['sdpa_ms']:.1f} | {r['speedup']:.2f}x |")
+    lines = _table(_run_title(f"CPU attention, {result['shape']}", result),
+                   ["L", "method", "op ms", "SDPA ms", "speed-up"],
+                   [[str(r["L"]), r["method"], f"{r['op_ms']:.1f}", f"{r['sdpa_ms']:.1f}", f"{r['speedup']:.2f}x"]
+                    for r in result["rows"]])
     lite = {r["L"]: r["op_ms"] for r in result["rows"] if r["method"] == "rangeswa_lite"}
     if 8192 in lite and 16384 in lite:
         lines += ["", f"rangeswa_lite growth 8k -> 16k: {lite[16384] / lite[8192]:.2f}x"]
@@ -169,11 +180,10 @@ def run_elf_benchmark(lengths=(2048, 4096, 8192), model="elf-b", repeats=3, prog
 
 
 def elf_markdown(result: dict) -> str:
-    lines = [f"{result['model']} denoising call, random weights, B = 1, fp32, {result['date']}, "
-             f"{result['cpu_count']} cores, torch {result['torch']}, median of {result['repeats']} runs",
-             "", "| L | method | call ms | speed-up vs full |", "|---:|---|---:|---:|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['L']} | {r['method']} | {r['call_ms']:.0f} | {r['speedup_vs_full']:.2f}x |")
+    lines = _table(_run_title(f"{result['model']} denoising call, random weights, B = 1, fp32", result),
+                   ["L", "method", "call ms", "speed-up vs full"],
+                   [[str(r["L"]), r["method"], f"{r['call_ms']:.0f}", f"{r['speedup_vs_full']:.2f}x"]
+                    for r in result["rows"]])
     return "\n".join(lines) + "\n"
 
 

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from . import distributed
 from .config import RangeSWAConfig
+from .jsonl import json_objects
 from .methods import METHODS, OP_PRESETS, make_attention
 from .models.elf import ELF_CONFIGS, ELFConfig
 from .models.elf_checkpoint import decode_tokens, find_checkpoint, load_elf, load_t5_tokenizer
@@ -225,14 +226,9 @@ def read_lines(path: Path, settings: dict) -> dict[int, bytes]:
     data = path.read_bytes()
     complete = data.rfind(b"\n") + 1
     done = {}
-    for number, line in enumerate(data[:complete].splitlines(keepends=True), start=1):
-        if not line.strip():
-            continue
-        try:
-            sample_line = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}, line {number}: not valid JSON ({e}); fix or move the file") from e
-        if not isinstance(sample_line, dict) or not isinstance(sample_line.get("index"), int):
+    lines = data[:complete].splitlines(keepends=True)
+    for number, line, sample_line in json_objects(path, lines, advice=" Fix or move the file."):
+        if not isinstance(sample_line.get("index"), int):
             raise ValueError(f"{path}, line {number}: not a sample written by rangeswa generate (no 'index')")
         differ = [k for k in SETTINGS if sample_line.get(k) != settings[k]]
         if differ:
@@ -318,8 +314,8 @@ def check_method_options(method: str, options: dict, train_length: int) -> dict:
     if not options:
         return {}
     if method not in OP_PRESETS:
-        raise ValueError(f"method {method!r} has no windows or stage switch; {', '.join(sorted(options))} "
-                         f"apply only to {', '.join(OP_PRESETS)}")
+        raise ValueError(f"method {method!r} has no windows or stage switch; the option(s) "
+                         f"{', '.join(sorted(options))} apply only to {', '.join(OP_PRESETS)}")
     unknown = sorted(set(options) - set(METHOD_OPTIONS))
     if unknown:
         raise ValueError(f"unknown method option(s) {', '.join(unknown)}; known: {', '.join(METHOD_OPTIONS)}")

@@ -84,28 +84,33 @@ class DenseRopeAttention:
             raise ValueError(f"unknown dense method {name!r}; known: {', '.join(DENSE_METHODS)}")
         self.name, self.rope, self.train_length = name, rope, train_length
 
-    def rotation(self, L: int, rotary_dim: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """(body positions [L], inv_freq, logit multiplier) of this method at body length L."""
+    def rotation(self, L: int, rotary_dim: int) -> tuple[torch.Tensor, float, Optional[torch.Tensor], float]:
+        """(body positions [L], RoPE base, explicit inv_freq or None, logit multiplier) at body length L."""
         T, theta = self.train_length, self.rope.theta
         positions = torch.arange(L, dtype=torch.float64)
         if L <= T or self.name == "full":
-            return positions, inv_freq(theta, rotary_dim), 1.0
+            return positions, theta, None, 1.0
         if self.name == "pi":
-            return positions * T / L, inv_freq(theta, rotary_dim), 1.0
+            return positions * T / L, theta, None, 1.0
         if self.name == "ntk":
-            return positions, inv_freq(ntk_theta(theta, rotary_dim, L, T), rotary_dim), 1.0
+            return positions, ntk_theta(theta, rotary_dim, L, T), None, 1.0
         if self.name == "longllada":
-            return positions, inv_freq(longllada_theta(theta, rotary_dim, L, T), rotary_dim), 1.0
+            return positions, longllada_theta(theta, rotary_dim, L, T), None, 1.0
         freqs, mult = yarn_frequencies(theta, rotary_dim, L, T)
-        return positions, freqs, mult
+        return positions, theta, freqs, mult
 
     def __call__(self, q, k, v, control_tokens: int, stage: str = "late") -> torch.Tensor:
         D, C = q.shape[-1], control_tokens
         rd = self.rope.dim(D)
-        body_pos, freqs, mult = self.rotation(q.shape[2] - C, rd)
+        body_pos, base, freqs, mult = self.rotation(q.shape[2] - C, rd)
         positions = torch.cat([torch.zeros(C, dtype=torch.float64), body_pos])
-        qr = rotate(q, positions, self.rope.theta, rd, self.rope.style, freqs)
-        kr = rotate(k, positions, self.rope.theta, rd, self.rope.style, freqs)
+        if freqs is None:  # a plain RoPE base: the fused rope op, one pass over q and over k
+            positions = positions.to(q.device)
+            qr = ops.rope(q, positions, base, rd, self.rope.style)
+            kr = ops.rope(k, positions, base, rd, self.rope.style)
+        else:  # YaRN's per-frequency scaling is not a base: rotate with its frequencies
+            qr = rotate(q, positions, base, rd, self.rope.style, freqs)
+            kr = rotate(k, positions, base, rd, self.rope.style, freqs)
         return F.scaled_dot_product_attention(qr, kr, v, scale=mult / math.sqrt(D),
                                               enable_gqa=q.shape[1] != k.shape[1])
 

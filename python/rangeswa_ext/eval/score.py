@@ -19,6 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .. import distributed
+from ..jsonl import json_objects
 from .genppl import (
     DTYPES,
     Perplexity,
@@ -42,15 +43,7 @@ def read_samples(path: str | Path) -> list[dict]:
     """
     samples = []
     with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                sample = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {number}: not valid JSON ({error}).") from error
-            if not isinstance(sample, dict):
-                raise ValueError(f"{path}, line {number}: expected a JSON object, got {type(sample).__name__}.")
+        for number, _, sample in json_objects(path, lines):
             ids, text = sample.get("ids"), sample.get("text")
             if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
                 raise ValueError(f'{path}, line {number}: "ids" must be a list of ints.')

@@ -115,9 +115,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return (self.weight.float() * x32).to(x.dtype)
+        # weight * x * rsqrt(mean(x^2) + eps) in one fused pass (F.rms_norm), in fp32 whatever x's dtype.
+        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
 
 
 class BottleneckProj(nn.Module):
