@@ -76,6 +76,15 @@ def test_attn_rejects_mismatched_devices():
         _attn(k=torch.randn(1, 1, 44, 64, device="cuda"))
 
 
+def test_cuda_inputs_to_a_build_without_cuda_kernels(monkeypatch):
+    monkeypatch.setattr(ops, "CUDA_KERNELS", False)
+    with pytest.raises(RuntimeError, match=r"this rangeswa build has no CUDA kernels .* RANGESWA_CPU_ONLY"):
+        ops.require_kernels(torch.device("cuda", 0))
+    ops.require_kernels(torch.device("cpu"))  # CPU kernels are always built
+    monkeypatch.setattr(ops, "CUDA_KERNELS", True)
+    ops.require_kernels(torch.device("cuda", 0))
+
+
 def test_rope_rejects_bad_positions_and_dims():
     x = torch.randn(1, 1, 10, 64)
     with pytest.raises(ValueError, match=r"positions must be a 1-D tensor of 10 entries"):

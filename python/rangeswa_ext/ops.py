@@ -19,6 +19,19 @@ def _ceil_div(a, b):
     return -(-a // b)
 
 
+# Whether this build compiled the CUDA kernels (setup.py builds them when nvcc and a CUDA torch are
+# present and RANGESWA_CPU_ONLY is unset).
+CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("rangeswa::attn", "CUDA")
+
+
+def require_kernels(device: torch.device) -> None:
+    """A clear error, instead of the dispatcher's, for CUDA inputs to a build without CUDA kernels."""
+    if device.type == "cuda" and not CUDA_KERNELS:
+        raise RuntimeError("this rangeswa build has no CUDA kernels (it was built without nvcc or a CUDA "
+                           "build of torch, or with RANGESWA_CPU_ONLY=1); reinstall on the GPU machine with "
+                           "CUDA_HOME set: pip install --no-build-isolation -e .")
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0, rotary_dim: Optional[int] = None,
          rope_style: str = "interleaved") -> torch.Tensor:
     """Rotary embedding R(p) x at arbitrary (fractional) positions.
@@ -33,6 +46,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0, rotar
         [B, H, N, D] in x's dtype.
     """
     rd = x.shape[-1] if rotary_dim is None else rotary_dim
+    require_kernels(x.device)
     return torch.ops.rangeswa.rope.default(x, positions, float(theta), rd, rope_style)
 
 
@@ -54,6 +68,7 @@ def block_summary(k: torch.Tensor, v: torch.Tensor, positions: Optional[torch.Te
         (k_summary, v_summary), each [B, H, ceil(L/G), D] in the input dtype.
     """
     rd = k.shape[-1] if rotary_dim is None else rotary_dim
+    require_kernels(k.device)
     return torch.ops.rangeswa.block_summary.default(k, v, positions, summary_block, float(theta), rd, rope_style)
 
 
@@ -74,6 +89,7 @@ def topk_blocks(q: torch.Tensor, k: torch.Tensor, cfg: RangeSWAConfig, control_t
     Returns:
         int32 [B, H_kv, ceil(L/query_block), topk], best first (ties: lower block), -1 padded.
     """
+    require_kernels(q.device)
     return torch.ops.rangeswa.topk_blocks.default(q, k, control_tokens, cfg.window_for(stage), cfg.summary_block,
                                                   cfg.retrieval_block, cfg.query_block, cfg.topk)
 
@@ -101,6 +117,7 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig,
         [B, H_q, N, D] in q's dtype (and the log-sum-exp when asked).
     """
     D = q.shape[-1]
+    require_kernels(q.device)
     out, lse = torch.ops.rangeswa.attn.default(
         q, k, v, retrieved, cfg.method, control_tokens, cfg.window_for(stage), cfg.summary_block,
         cfg.near_range, cfg.topk, cfg.retrieval_block, cfg.query_block, cfg.train_length, cfg.sinks,
