@@ -1,7 +1,9 @@
 // The fused RangeSWA attention on the CPU (SPEC sections 1-4, op `attn` of section 5).
 //
-// Work is split into tiles of up to kTileRows body query rows inside one query block (so the rows
-// of a tile share their retrieved blocks), plus one task for the control query rows of each head.
+// The (batch, KV head) pairs are taken a few at a time (kPassBytes of rotated keys): each pass
+// rotates their keys and forms their block summaries, then runs their query heads. Work in a pass
+// is split into tiles of up to kTileRows body query rows inside one query block (so the rows of a
+// tile share their retrieved blocks), plus one task for the control query rows of each head.
 // A tile folds a few wide segments into one online softmax (running max m, sum l, unnormalised
 // output o), so memory per thread is a few tile-sized buffers and nothing is N x N:
 //   1. the control keys;
