@@ -6,6 +6,10 @@ configuration runs `--repeats` times with the method order rotated between repea
 initial noise; the table gives the median time and the median paired speed-up over `full`.
 
     python benchmarks/bench_gpu_elf.py --out results_folder [--lengths 2048,4096,8192] [--repeats 5]
+        [--budget-s SECONDS]
+
+Lengths run longest first (8k carries the target), and the results are rewritten after each length,
+so a run cut short by --budget-s or a time limit still leaves the lengths it finished.
 """
 
 import argparse
@@ -33,22 +37,48 @@ def time_sampling(model, length: int, batch: int, config: SamplerConfig) -> floa
     return time.perf_counter() - start
 
 
+def write(result: dict, out: Path) -> str:
+    """Save the JSON and markdown of the rows so far (sorted by L); returns the markdown."""
+    rows = sorted(result["rows"], key=lambda r: (r["L"], METHODS.index(r["method"])))
+    result = {**result, "rows": rows}
+    lines = [f"ELF-B sampling ({result['steps']} SDE steps + decode), B = {result['batch']}, bf16, "
+             f"{result['gpu']}, {result['date']}, median of {result['repeats']}", "",
+             "| L | method | median s | paired speed-up vs full |", "|---:|---|---:|---:|"]
+    lines += [f"| {r['L']} | {r['method']} | {r['median_s']:.2f} | {r['paired_speedup']:.2f}x |" for r in rows]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_elf_sampling.json").write_text(json.dumps(result, indent=2) + "\n")
+    markdown = "\n".join(lines) + "\n"
+    (out / "gpu_elf_sampling.md").write_text(markdown)
+    return markdown
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", default="2048,4096,8192")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--budget-s", type=float, default=float("inf"),
+                        help="start no new length after this many seconds")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_gpu_elf: no CUDA device", file=sys.stderr)
         return 2
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    start_time = time.perf_counter()
     config = ELFConfig.from_name("elf-b")
     torch.manual_seed(0)
     model = ELF(config).cuda().eval()
     sampler = SamplerConfig.for_model("elf-b")
-    rows = []
-    for L in (int(x) for x in args.lengths.split(",")):
+    result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                  model="elf-b (random weights)", steps=sampler.steps, batch=args.batch, dtype="bf16 autocast",
+                  repeats=args.repeats, rows=[])
+    out = Path(args.out)
+    for L in sorted((int(x) for x in args.lengths.split(",")), reverse=True):
+        if time.perf_counter() - start_time > args.budget_s:
+            print(f"budget of {args.budget_s}s spent; stopping before L={L}", flush=True)
+            break
         times = {m: [] for m in METHODS}
         for rep in range(args.repeats + 1):  # the first round warms up and is dropped
             order = METHODS[rep % len(METHODS):] + METHODS[:rep % len(METHODS)]
@@ -60,22 +90,12 @@ def main(argv=None) -> int:
                     times[name].append(seconds)
         for name in METHODS:
             paired = [f / t for f, t in zip(times["full"], times[name])]
-            rows.append(dict(L=L, method=name, median_s=round(statistics.median(times[name]), 3),
-                             paired_speedup=round(statistics.median(paired), 2)))
-            print(rows[-1], flush=True)
-    result = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-                  model="elf-b (random weights)", steps=sampler.steps, batch=args.batch, dtype="bf16 autocast",
-                  repeats=args.repeats, rows=rows)
-    lines = [f"ELF-B sampling ({sampler.steps} SDE steps + decode), B = {args.batch}, bf16, {result['gpu']}, "
-             f"{result['date']}, median of {args.repeats}", "",
-             "| L | method | median s | paired speed-up vs full |", "|---:|---|---:|---:|"]
-    lines += [f"| {r['L']} | {r['method']} | {r['median_s']:.2f} | {r['paired_speedup']:.2f}x |" for r in rows]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_elf_sampling.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "gpu_elf_sampling.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+            result["rows"].append(dict(L=L, method=name, median_s=round(statistics.median(times[name]), 3),
+                                       paired_speedup=round(statistics.median(paired), 2)))
+            print(result["rows"][-1], flush=True)
+        markdown = write(result, out)
+    print(markdown if result["rows"] else "bench_gpu_elf: no length finished")
+    return 0 if result["rows"] else 1
 
 
 if __name__ == "__main__":

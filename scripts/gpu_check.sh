@@ -8,9 +8,12 @@
 #    its dependencies too when the machine lacks them) into /tmp/site, put on PYTHONPATH and PATH;
 # 2. builds the extension in place for Hopper only (RANGESWA_CUDA_ARCHS=90a, MAX_JOBS=16);
 # 3. runs the CUDA tests (tests/test_ops_cuda.py, tests/test_build.py);
-# 4. runs the GPU benchmark (benchmarks/bench_gpu_attention.py --quick);
-# and writes build.log, tests.log, tests.xml, bench.json, bench.md, summary.json and summary.md to
-# OUT_DIR. Each step has a time limit so the whole check stays under 8 minutes on one H200.
+# 4. runs the GPU attention benchmark (benchmarks/bench_gpu_attention.py --quick);
+# 5. runs the ELF-B sampling benchmark (benchmarks/bench_gpu_elf.py: 32 steps, B = 16, bf16, 8k/4k/2k,
+#    longest first, 2 repeats);
+# and writes build.log, tests.log, tests.xml, bench.json, bench.md, gpu_elf_sampling.{json,md},
+# summary.json and summary.md to OUT_DIR. Each step has a time limit so the whole check stays under
+# 8 minutes on one H200.
 # Exit status: 0 all passed, 1 a step failed, 2 no usable GPU or toolchain (nothing was run).
 set -uo pipefail
 
@@ -74,27 +77,42 @@ fi
 # --- 4. benchmark -----------------------------------------------------------------------------------
 BENCH_RC=-1
 if [ $BUILD_RC -eq 0 ]; then
-  REMAIN=$(( 460 - ($(date +%s) - START) ))
+  REMAIN=$(( 330 - ($(date +%s) - START) ))
   if [ $REMAIN -gt 30 ]; then
-    log "benchmark (budget $((REMAIN - 15))s)"
+    log "attention benchmark (budget $((REMAIN - 15))s)"
     (cd "$ROOT" && timeout $REMAIN "$PY" benchmarks/bench_gpu_attention.py --quick --budget-s $((REMAIN - 15)) \
         --out "$OUT_DIR") >>"$OUT_DIR/tests.log" 2>&1
     BENCH_RC=$?
-    log "benchmark exit $BENCH_RC"
+    log "attention benchmark exit $BENCH_RC"
   else
-    log "no time left for the benchmark"
+    log "no time left for the attention benchmark"
+  fi
+fi
+
+# --- 5. ELF-B sampling benchmark --------------------------------------------------------------------
+ELF_RC=-1
+if [ $BUILD_RC -eq 0 ]; then
+  REMAIN=$(( 470 - ($(date +%s) - START) ))
+  if [ $REMAIN -gt 40 ]; then
+    log "ELF-B sampling benchmark (budget $((REMAIN - 30))s)"
+    (cd "$ROOT" && timeout $REMAIN "$PY" benchmarks/bench_gpu_elf.py --repeats 2 --budget-s $((REMAIN - 30)) \
+        --out "$OUT_DIR") >"$OUT_DIR/elf.log" 2>&1
+    ELF_RC=$?
+    log "ELF-B benchmark exit $ELF_RC"
+  else
+    log "no time left for the ELF-B benchmark"
   fi
 fi
 
 # --- summary ----------------------------------------------------------------------------------------
 TOTAL_S=$(( $(date +%s) - START ))
-"$PY" - "$OUT_DIR" "$BUILD_RC" "$BUILD_S" "$TESTS_RC" "$BENCH_RC" "$TOTAL_S" <<'EOF'
+"$PY" - "$OUT_DIR" "$BUILD_RC" "$BUILD_S" "$TESTS_RC" "$BENCH_RC" "$ELF_RC" "$TOTAL_S" <<'EOF'
 import json, os, re, sys
-out, build_rc, build_s, tests_rc, bench_rc, total_s = sys.argv[1], *map(int, sys.argv[2:])
+out, build_rc, build_s, tests_rc, bench_rc, elf_rc, total_s = sys.argv[1], *map(int, sys.argv[2:])
 import torch
 summary = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=torch.version.cuda,
                build_ok=build_rc == 0, build_seconds=build_s, tests_exit=tests_rc, bench_exit=bench_rc,
-               total_seconds=total_s)
+               elf_bench_exit=elf_rc, total_seconds=total_s)
 try:
     last = open(os.path.join(out, "tests.log")).read()
     m = re.findall(r"=+ (.*) in [0-9.]+s", last)
@@ -103,10 +121,11 @@ except OSError:
     summary["tests"] = None
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
 lines = ["# gpu_check", "", "| item | value |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in summary.items()]
-if os.path.exists(os.path.join(out, "bench.md")):
-    lines += ["", open(os.path.join(out, "bench.md")).read()]
+for name in ("bench.md", "gpu_elf_sampling.md"):
+    if os.path.exists(os.path.join(out, name)):
+        lines += ["", open(os.path.join(out, name)).read()]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines[:len(summary) + 4]))
 EOF
-[ $BUILD_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $BENCH_RC -eq 0 ] && exit 0
+[ $BUILD_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $BENCH_RC -eq 0 ] && [ $ELF_RC -eq 0 ] && exit 0
 exit 1
