@@ -1,0 +1,49 @@
+"""`rangeswa bench` at toy sizes: it runs, and what it saves and prints is well formed (no timing asserts)."""
+
+import json
+import re
+
+from rangeswa_ext import bench
+from rangeswa_ext.cli import main
+
+ROW = re.compile(r"^\| (\d+) \| ([^|]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+)x \|$")
+ELF_ROW = re.compile(r"^\| (\d+) \| ([^|]+) \| ([0-9]+) \| ([0-9.]+)x \|$")
+
+
+def test_op_benchmark_cli_saves_json_and_markdown(tmp_path, capsys, one_thread):
+    assert main(["bench", "--lengths", "64,200", "--repeats", "1", "--heads", "2", "--memory-length", "256",
+                 "--out", str(tmp_path)]) == 0
+    [json_file] = tmp_path.glob("cpu_attention_*.json")
+    result = json.loads(json_file.read_text())
+    assert result["shape"] == dict(B=1, H=2, D=64, C=12, dtype="float32")
+    assert [(r["L"], r["method"]) for r in result["rows"]] == [
+        (L, label) for L in (64, 200) for label, _, _ in bench.CASES]
+    for r in result["rows"]:
+        assert r["op_ms"] > 0 and r["sdpa_ms"] > 0
+        assert abs(r["speedup"] - r["sdpa_ms"] / r["op_ms"]) < 0.02 * r["speedup"] + 0.01
+    assert result["memory"]["L"] == 256 and result["memory"]["peak_above_inputs_mib"] >= 0
+    markdown = json_file.with_suffix(".md").read_text()
+    assert markdown == bench.to_markdown(result)
+    rows = [m.groups() for m in map(ROW.match, markdown.splitlines()) if m]
+    assert [(int(L), label.strip()) for L, label, *_ in rows] == [(r["L"], r["method"]) for r in result["rows"]]
+    assert "Peak memory of the late-stage op at L = 256" in markdown
+    assert "growth 8k -> 16k" not in markdown  # only when both lengths ran
+    assert f"saved {json_file.with_suffix('')}.json" in capsys.readouterr().out
+
+
+def test_growth_line_needs_both_lengths():
+    rows = [dict(L=L, method="rangeswa_lite", op_ms=ms, sdpa_ms=1.0, speedup=1.0 / ms)
+            for L, ms in ((8192, 100.0), (16384, 210.0))]
+    result = dict(shape={}, date="d", cpu_count=2, torch="t", repeats=1, rows=rows)
+    assert "rangeswa_lite growth 8k -> 16k: 2.10x" in bench.to_markdown(result)
+
+
+def test_elf_benchmark_cli(tmp_path, one_thread):
+    assert main(["bench", "--elf", "elf-tiny", "--lengths", "40", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    [json_file] = tmp_path.glob("cpu_elf-tiny_call_*.json")
+    result = json.loads(json_file.read_text())
+    assert [r["method"] for r in result["rows"]] == [label for label, _, _ in bench.ELF_CASES]
+    assert result["rows"][0]["speedup_vs_full"] == 1.0
+    markdown = json_file.with_suffix(".md").read_text()
+    assert markdown.startswith("elf-tiny denoising call, random weights, B = 1, fp32")
+    assert len([line for line in markdown.splitlines() if ELF_ROW.match(line)]) == len(bench.ELF_CASES)
