@@ -104,11 +104,11 @@ class DenseRopeAttention:
         rd = self.rope.dim(D)
         body_pos, base, freqs, mult = self.rotation(q.shape[2] - C, rd)
         positions = torch.cat([torch.zeros(C, dtype=torch.float64), body_pos])
-        if freqs is None:  # a plain RoPE base: the fused rope op, one pass over q and over k
+        if freqs is None and q.dtype in ops.KERNEL_DTYPES:  # the fused rope op: one pass over q, one over k
             positions = positions.to(q.device)
             qr = ops.rope(q, positions, base, rd, self.rope.style)
             kr = ops.rope(k, positions, base, rd, self.rope.style)
-        else:  # YaRN's per-frequency scaling is not a base: rotate with its frequencies
+        else:  # YaRN's per-frequency scaling (not a base), or float64 inputs: the explicit rotation
             qr = rotate(q, positions, base, rd, self.rope.style, freqs)
             kr = rotate(k, positions, base, rd, self.rope.style, freqs)
         return F.scaled_dot_product_attention(qr, kr, v, scale=mult / math.sqrt(D),

@@ -19,6 +19,9 @@ def _ceil_div(a, b):
     return -(-a // b)
 
 
+#: The dtypes every kernel takes (SPEC section 5); bf16 and fp16 accumulate in fp32.
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
 # Whether this build compiled the CUDA kernels (setup.py builds them when nvcc and a CUDA torch are
 # present and RANGESWA_CPU_ONLY is unset).
 CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("rangeswa::attn", "CUDA")
