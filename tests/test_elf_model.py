@@ -350,6 +350,28 @@ def test_flax_tree_conversion_gives_identical_outputs():
     assert flax_to_state_dict(tree["params"]).keys() == state.keys()
 
 
+@pytest.mark.parametrize("orbax", [True, False], ids=["orbax", "msgpack"])
+def test_reading_a_flax_checkpoint_written_by_flax(tmp_path, orbax):
+    """Only where the optional flax extra is installed (pip install ".[flax]"): a checkpoint written
+    by flax's own writer, as the official JAX code does, read back through `read_flax_checkpoint`."""
+    flax = pytest.importorskip("flax")
+    from flax.training import checkpoints
+
+    params, ema = tiny_model(seed=5), tiny_model(seed=6)
+    tree = dict(params=flax_tree_of(params)["params"], ema_params1=flax_tree_of(ema)["params"], step=7, epoch=0)
+    previous = flax.config.flax_use_orbax_checkpointing
+    flax.config.update("flax_use_orbax_checkpointing", orbax)
+    try:
+        written = checkpoints.save_checkpoint(str(tmp_path), tree, step=7)
+    finally:
+        flax.config.update("flax_use_orbax_checkpointing", previous)
+    for path in (tmp_path, written):  # the folder (newest step) or the checkpoint itself
+        for use_ema, model in ((True, ema), (False, params)):
+            state = read_flax_checkpoint(path, ema=use_ema)
+            assert state.keys() == model.state_dict().keys()
+            assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+
+
 def test_reading_a_flax_checkpoint_without_flax_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "flax", None)
     monkeypatch.setitem(sys.modules, "flax.training", None)

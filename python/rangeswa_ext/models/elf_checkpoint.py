@@ -210,9 +210,9 @@ def read_flax_checkpoint(path: PathLike, *, ema: bool = True) -> dict[str, torch
     try:
         from flax.training import checkpoints
     except ImportError as e:
-        raise ImportError("reading a JAX/Flax ELF checkpoint needs flax (pip install flax; orbax folders "
-                          "also need orbax-checkpoint); or load its params tree yourself and call "
-                          "flax_to_state_dict(tree)") from e
+        raise ImportError("reading a JAX/Flax ELF checkpoint needs flax and orbax-checkpoint (the package's "
+                          "[flax] extra: pip install flax orbax-checkpoint); or load its params tree yourself "
+                          "and call flax_to_state_dict(tree)") from e
     path = Path(path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"checkpoint path {path} does not exist")
@@ -267,4 +267,6 @@ def _to_tensor(array: np.ndarray) -> torch.Tensor:
     # numpy has no bfloat16 of its own (JAX arrays come through ml_dtypes); go via float32.
     if array.dtype.name == "bfloat16":
         return torch.from_numpy(np.ascontiguousarray(array.astype(np.float32))).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(array))
+    array = np.ascontiguousarray(array)
+    # Restored checkpoints hand out read-only buffers; a tensor must own writable memory.
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
