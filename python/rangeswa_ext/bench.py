@@ -62,12 +62,11 @@ def run_cpu_benchmark(lengths=(1024, 2048, 4096, 8192, 16384), B=1, H=12, D=64, 
     bar = tqdm(total=len(lengths) * (len(CASES) + 1), disable=not progress, desc="bench")
     for L in lengths:
         q, k, v = _inputs(L, B, H, D, C)
-        reps = repeats if L <= 8192 else max(3, repeats // 2)
-        sdpa_ms = _median_ms(lambda: sdpa_with_rope(q, k, v, C), reps)
+        sdpa_ms = _median_ms(lambda: sdpa_with_rope(q, k, v, C), repeats)
         bar.update()
         for label, name, stage in CASES:
             cfg = preset(name)
-            op_ms = _median_ms(lambda: ops.attn(q, k, v, cfg, C, stage), reps)
+            op_ms = _median_ms(lambda: ops.attn(q, k, v, cfg, C, stage), repeats)
             rows.append(dict(L=L, method=label, op_ms=round(op_ms, 2), sdpa_ms=round(sdpa_ms, 2),
                              speedup=round(sdpa_ms / op_ms, 2)))
             bar.update()
