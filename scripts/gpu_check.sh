@@ -74,35 +74,30 @@ if [ $BUILD_RC -eq 0 ]; then
   fi
 fi
 
-# --- 4. benchmark -----------------------------------------------------------------------------------
-BENCH_RC=-1
-if [ $BUILD_RC -eq 0 ]; then
-  REMAIN=$(( 330 - ($(date +%s) - START) ))
-  if [ $REMAIN -gt 30 ]; then
-    log "attention benchmark (budget $((REMAIN - 15))s)"
-    (cd "$ROOT" && timeout $REMAIN "$PY" benchmarks/bench_gpu_attention.py --quick --budget-s $((REMAIN - 15)) \
-        --out "$OUT_DIR") >>"$OUT_DIR/tests.log" 2>&1
-    BENCH_RC=$?
-    log "attention benchmark exit $BENCH_RC"
-  else
-    log "no time left for the attention benchmark"
+# --- 4 and 5. benchmarks, each given what is left until its deadline (seconds after START) -----------
+# run_budgeted NAME DEADLINE MARGIN LOGFILE SCRIPT [ARGS...]: runs SCRIPT with --budget-s (time left minus
+# MARGIN) and --out, killed at the deadline; sets STEP_RC to its exit status, -1 when it did not run.
+run_budgeted() {
+  local name=$1 deadline=$2 margin=$3 logfile=$4
+  shift 4
+  local remain=$(( deadline - ($(date +%s) - START) ))
+  STEP_RC=-1
+  [ $BUILD_RC -eq 0 ] || return 0
+  if [ $remain -le $(( margin + 15 )) ]; then
+    log "no time left for the $name"
+    return 0
   fi
-fi
+  log "$name (budget $((remain - margin))s)"
+  (cd "$ROOT" && timeout $remain "$PY" "$@" --budget-s $((remain - margin)) --out "$OUT_DIR") >>"$logfile" 2>&1
+  STEP_RC=$?
+  log "$name exit $STEP_RC"
+}
 
-# --- 5. ELF-B sampling benchmark --------------------------------------------------------------------
-ELF_RC=-1
-if [ $BUILD_RC -eq 0 ]; then
-  REMAIN=$(( 470 - ($(date +%s) - START) ))
-  if [ $REMAIN -gt 40 ]; then
-    log "ELF-B sampling benchmark (budget $((REMAIN - 30))s)"
-    (cd "$ROOT" && timeout $REMAIN "$PY" benchmarks/bench_gpu_elf.py --repeats 2 --budget-s $((REMAIN - 30)) \
-        --out "$OUT_DIR") >"$OUT_DIR/elf.log" 2>&1
-    ELF_RC=$?
-    log "ELF-B benchmark exit $ELF_RC"
-  else
-    log "no time left for the ELF-B benchmark"
-  fi
-fi
+run_budgeted "attention benchmark" 330 15 "$OUT_DIR/tests.log" benchmarks/bench_gpu_attention.py --quick
+BENCH_RC=$STEP_RC
+# ELF-B sampling: 32 steps, B = 16, bf16, 8k/4k/2k longest first, 2 repeats.
+run_budgeted "ELF-B sampling benchmark" 470 30 "$OUT_DIR/elf.log" benchmarks/bench_gpu_elf.py --repeats 2
+ELF_RC=$STEP_RC
 
 # --- summary ----------------------------------------------------------------------------------------
 TOTAL_S=$(( $(date +%s) - START ))
