@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from rangeswa_ext.bench import markdown_table
 from rangeswa_ext.methods import make_attention
 from rangeswa_ext.models.elf import ELF, ELFConfig
 from rangeswa_ext.samplers.elf_sampler import SamplerConfig, sample
@@ -41,10 +42,10 @@ def write(result: dict, out: Path) -> str:
     """Save the JSON and markdown of the rows so far (sorted by L); returns the markdown."""
     rows = sorted(result["rows"], key=lambda r: (r["L"], METHODS.index(r["method"])))
     result = {**result, "rows": rows}
-    lines = [f"ELF-B sampling ({result['steps']} SDE steps + decode), B = {result['batch']}, bf16, "
-             f"{result['gpu']}, {result['date']}, median of {result['repeats']}", "",
-             "| L | method | median s | paired speed-up vs full |", "|---:|---|---:|---:|"]
-    lines += [f"| {r['L']} | {r['method']} | {r['median_s']:.2f} | {r['paired_speedup']:.2f}x |" for r in rows]
+    lines = markdown_table(
+        f"ELF-B sampling ({result['steps']} SDE steps + decode), B = {result['batch']}, bf16, {result['gpu']}, "
+        f"{result['date']}, median of {result['repeats']}", ["L", "method", "median s", "paired speed-up vs full"],
+        [[str(r["L"]), r["method"], f"{r['median_s']:.2f}", f"{r['paired_speedup']:.2f}x"] for r in rows])
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_elf_sampling.json").write_text(json.dumps(result, indent=2) + "\n")
     markdown = "\n".join(lines) + "\n"

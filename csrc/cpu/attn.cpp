@@ -77,6 +77,9 @@ struct Call {
   }
 };
 
+// Control rows see body keys rotated to j * T / L (section 3) only when extrapolating with control tokens.
+bool needs_cond_keys(const AttnParams& p) { return p.rules.extrapolating && p.C > 0; }
+
 // Online softmax state of up to kTileRows rows.
 struct Softmax {
   int64_t n = 0, D = 0;
@@ -432,7 +435,7 @@ void rotate_queries(const Call& c, const float* qrows, const Tile& t, Workspace&
                  c.grouped->sin(base + 2 * R.group_offset), D, c.p.rope, scale);
       rotate_row(x, ws.qgr.data() + r * D, c.grouped->cos(base), c.grouped->sin(base), D, c.p.rope, scale);
     }
-    if (R.extrapolating && c.p.C > 0)
+    if (needs_cond_keys(c.p))
       rotate_row(x, ws.qc.data() + r * D, c.cond->cos(i), c.cond->sin(i), D, c.p.rope, scale);
   }
 }
@@ -508,7 +511,7 @@ constexpr int64_t kPassBytes = int64_t(8) << 20;
 
 int64_t heads_per_pass(const AttnParams& p) {
   const Rules& R = p.rules;
-  const int64_t kinds = 1 + (R.grouping() ? 1 : 0) + (R.extrapolating && p.C > 0 ? 1 : 0);
+  const int64_t kinds = 1 + (R.grouping() ? 1 : 0) + (needs_cond_keys(p) ? 1 : 0);
   const int64_t per_head = std::max<int64_t>(1, p.L * p.D * int64_t(sizeof(float)) * kinds);
   return std::clamp<int64_t>(kPassBytes / per_head, 1, p.B * p.Hkv);
 }
@@ -520,7 +523,7 @@ void allocate_keys(Call& c, int64_t heads) {
   auto opts = at::TensorOptions().dtype(at::kFloat);
   c.k_native = at::empty({heads, L, D}, opts);
   if (R.grouping()) c.k_grouped = at::empty({heads, L, D}, opts);
-  if (R.extrapolating && p.C > 0) c.k_cond = at::empty({heads, L, D}, opts);
+  if (needs_cond_keys(p)) c.k_cond = at::empty({heads, L, D}, opts);
   if (R.method == Method::kRangeSwa) {
     c.sk_native = at::empty({heads, nG, D}, opts);
     c.sv = at::empty({heads, nG, D}, opts);

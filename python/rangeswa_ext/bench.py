@@ -105,7 +105,7 @@ def peak_memory_above_inputs(L=65536, H=12, D=64, C=12) -> dict:
                 seconds=round(time.perf_counter() - start, 1))
 
 
-def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
     """Markdown lines: the title, then a table whose first two columns are L and the method (left)."""
     align = ["---:", "---"] + ["---:"] * (len(header) - 2)
     return [title, "", "| " + " | ".join(header) + " |", "|" + "|".join(align) + "|",
@@ -118,7 +118,7 @@ def _run_title(what: str, result: dict) -> str:
 
 
 def to_markdown(result: dict) -> str:
-    lines = _table(_run_title(f"CPU attention, {result['shape']}", result),
+    lines = markdown_table(_run_title(f"CPU attention, {result['shape']}", result),
                    ["L", "method", "op ms", "SDPA ms", "speed-up"],
                    [[str(r["L"]), r["method"], f"{r['op_ms']:.1f}", f"{r['sdpa_ms']:.1f}", f"{r['speedup']:.2f}x"]
                     for r in result["rows"]])
@@ -179,7 +179,7 @@ def run_elf_benchmark(lengths=(2048, 4096, 8192), model="elf-b", repeats=3, prog
 
 
 def elf_markdown(result: dict) -> str:
-    lines = _table(_run_title(f"{result['model']} denoising call, random weights, B = 1, fp32", result),
+    lines = markdown_table(_run_title(f"{result['model']} denoising call, random weights, B = 1, fp32", result),
                    ["L", "method", "call ms", "speed-up vs full"],
                    [[str(r["L"]), r["method"], f"{r['call_ms']:.0f}", f"{r['speedup_vs_full']:.2f}x"]
                     for r in result["rows"]])
