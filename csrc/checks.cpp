@@ -15,9 +15,11 @@ Method parse_method(c10::string_view method) {
                     std::string(method), "'");
 }
 
-RopeParams check_rope(int64_t head_dim, double theta, int64_t rotary_dim, c10::string_view rope_style) {
+RopeParams check_rope(int64_t head_dim, double theta, std::optional<int64_t> rotary_dim_arg,
+                      c10::string_view rope_style) {
   TORCH_CHECK_VALUE(rope_style == "interleaved" || rope_style == "half",
                     "rope_style must be 'interleaved' or 'half', got '", std::string(rope_style), "'");
+  const int64_t rotary_dim = rotary_dim_arg.value_or(head_dim);
   TORCH_CHECK_VALUE(rotary_dim >= 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim,
                     "rotary_dim must be even and in [0, head dim = ", head_dim, "], got ", rotary_dim);
   TORCH_CHECK_VALUE(std::isfinite(theta) && theta > 0, "theta must be a finite number > 0, got ", theta);
@@ -41,7 +43,7 @@ void check_positions(const at::Tensor& positions, int64_t n, const at::Tensor& l
 }
 
 RopeParams check_block_summary(const at::Tensor& k, const at::Tensor& v, int64_t summary_block, double theta,
-                               int64_t rotary_dim, c10::string_view rope_style) {
+                               std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
   check_bhnd(k, "k");
   check_bhnd(v, "v");
   TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
@@ -51,6 +53,16 @@ RopeParams check_block_summary(const at::Tensor& k, const at::Tensor& v, int64_t
   TORCH_CHECK_VALUE(summary_block >= 1, "summary_block must be >= 1, got ", summary_block);
   RopeParams rope = check_rope(k.size(3), theta, rotary_dim, rope_style);
   return rope;
+}
+
+at::Tensor with_contiguous_rows(const at::Tensor& t) {
+  return t.size(3) <= 1 || t.stride(3) == 1 ? t : t.contiguous();
+}
+
+RowStrides row_strides(const at::Tensor& t) {
+  TORCH_CHECK(t.dim() == 4 && (t.size(3) <= 1 || t.stride(3) == 1), "row_strides needs a [B, H, N, D] tensor "
+              "with contiguous rows (with_contiguous_rows)");
+  return RowStrides{t.stride(0), t.stride(1), t.stride(2)};
 }
 
 static void check_same(const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
@@ -88,8 +100,8 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       const std::optional<at::Tensor>& retrieved, c10::string_view method,
                       int64_t control_tokens, int64_t window, int64_t summary_block, int64_t near_range,
                       int64_t topk, int64_t retrieval_block, int64_t query_block, int64_t train_length,
-                      int64_t sinks, bool far_summaries, double theta, int64_t rotary_dim,
-                      c10::string_view rope_style, double scale) {
+                      int64_t sinks, bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
+                      c10::string_view rope_style, std::optional<double> scale_arg) {
   Method m = parse_method(method);
   check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk);
   check_bhnd(v, "v");
@@ -100,6 +112,7 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   TORCH_CHECK_VALUE(sinks >= 0, "sinks must be >= 0, got ", sinks);
   TORCH_CHECK_VALUE(sinks == 0 || m == Method::kSwa, "sinks are only defined for method 'swa', got sinks=",
                     sinks, " with method '", std::string(method), "'");
+  const double scale = scale_arg.value_or(1.0 / std::sqrt(double(q.size(3))));
   TORCH_CHECK_VALUE(std::isfinite(scale) && scale > 0, "scale must be a finite number > 0, got ", scale);
 
   AttnParams p{};

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include "layout.h"
 #include "rules.h"
 
 namespace rangeswa {
@@ -19,7 +20,7 @@ struct AttnParams {
   Rules rules;
   RopeParams rope;
   int64_t B, Hq, Hkv, N, C, L, D;
-  double scale;
+  double scale;  // resolved: the given scale, or 1/sqrt(D)
   // Section 3 conditioning correction: body<->control positions scaled by T/L, control->body
   // logits shifted by -log(L/T). Active exactly when rules.extrapolating.
   double control_position_scale;
@@ -28,10 +29,11 @@ struct AttnParams {
 
 // block_summary's arguments: k and v alike [B, H, L, D], summary_block >= 1, valid RoPE numbers.
 RopeParams check_block_summary(const at::Tensor& k, const at::Tensor& v, int64_t summary_block, double theta,
-                               int64_t rotary_dim, c10::string_view rope_style);
+                               std::optional<int64_t> rotary_dim, c10::string_view rope_style);
 
 Method parse_method(c10::string_view method);
-RopeParams check_rope(int64_t head_dim, double theta, int64_t rotary_dim, c10::string_view rope_style);
+// rotary_dim None rotates the whole head dim.
+RopeParams check_rope(int64_t head_dim, double theta, std::optional<int64_t> rotary_dim, c10::string_view rope_style);
 void check_bhnd(const at::Tensor& t, const char* name);
 // `positions` of the rope and block_summary ops: 1-D floating, n entries, on the device of `like`.
 void check_positions(const at::Tensor& positions, int64_t n, const at::Tensor& like, const char* what);
@@ -40,8 +42,14 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       const std::optional<at::Tensor>& retrieved, c10::string_view method,
                       int64_t control_tokens, int64_t window, int64_t summary_block, int64_t near_range,
                       int64_t topk, int64_t retrieval_block, int64_t query_block, int64_t train_length,
-                      int64_t sinks, bool far_summaries, double theta, int64_t rotary_dim,
-                      c10::string_view rope_style, double scale);
+                      int64_t sinks, bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
+                      c10::string_view rope_style, std::optional<double> scale);
+
+// `t` itself when its last dim is contiguous (any batch / head / row strides), else a contiguous copy;
+// kernels then read it through row_strides.
+at::Tensor with_contiguous_rows(const at::Tensor& t);
+// The batch / head / row strides of a [B, H, N, D] tensor with contiguous last dim.
+RowStrides row_strides(const at::Tensor& t);
 
 // Retrieval arguments shared by topk_blocks and attn; returns the rules with only the retrieval
 // fields meaningful.

@@ -1,7 +1,12 @@
-// Every schema of the rangeswa ops, in one place. Kernels register per backend next to their code:
-// csrc/cpu/*.cpp (CPU) and csrc/cuda/*.cu (CUDA). Argument meanings: python/rangeswa_ext/ops.py.
+// Registers every rangeswa op under torch.ops.rangeswa, with the schemas of csrc/schema.h. Kernels
+// register per backend next to their code: csrc/cpu/*.cpp (CPU) and csrc/cuda/*.cu (CUDA). Argument
+// meanings: python/rangeswa_ext/ops.py.
 #include <Python.h>
 #include <torch/library.h>
+
+#include "schema.h"
+
+namespace schema = rangeswa::schema;
 
 extern "C" {
 // `import rangeswa_ext._C` loads this library, whose static initialisers register the ops.
@@ -12,15 +17,8 @@ PyObject* PyInit__C(void) {
 }
 
 TORCH_LIBRARY(rangeswa, m) {
-  m.def("rope(Tensor x, Tensor positions, float theta, int rotary_dim, str rope_style) -> Tensor");
-  m.def(
-      "block_summary(Tensor k, Tensor v, Tensor? positions, int summary_block, float theta, int rotary_dim, "
-      "str rope_style) -> (Tensor, Tensor)");
-  m.def(
-      "topk_blocks(Tensor q, Tensor k, int control_tokens, int window, int summary_block, int retrieval_block, "
-      "int query_block, int topk) -> Tensor");
-  m.def(
-      "attn(Tensor q, Tensor k, Tensor v, Tensor? retrieved, str method, int control_tokens, int window, "
-      "int summary_block, int near_range, int topk, int retrieval_block, int query_block, int train_length, "
-      "int sinks, bool far_summaries, float theta, int rotary_dim, str rope_style, float scale) -> (Tensor, Tensor)");
+  m.def(schema::kRope);
+  m.def(schema::kBlockSummary);
+  m.def(schema::kTopkBlocks);
+  m.def(schema::kAttn);
 }

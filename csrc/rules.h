@@ -28,6 +28,11 @@ enum class Role : uint8_t { kHidden = 0, kExact = 1, kSummary = 2 };
 // or grouped with the key on the right (q at i/g - c, k at j/g), where c = Hn - Hn/g.
 enum class PosClass : uint8_t { kNative = 0, kGroupedLeft = 1, kGroupedRight = 2 };
 
+// Position class of a whole G-block for row i. The first three equal PosClass; kMixed: the block
+// straddles distance Hn, so its summary logit is the mean of exact logits under each token's own class
+// (docs/spec_decisions.md item 9).
+enum class BlockClass : uint8_t { kNative = 0, kLeft = 1, kRight = 2, kMixed = 3 };
+
 RSWA_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 RSWA_HD int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 RSWA_HD int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -99,9 +104,21 @@ struct Rules {
     return block_start(b) >= i - Hn && block_end(b) - 1 <= i + Hn;
   }
   // The same as a range: the near blocks of row i are [near_first(i), near_last(i)] (maybe empty).
+  // Blocks [0, far_left_end(i)) lie wholly farther than Hn left of row i and [far_right_begin(i), nG)
+  // wholly farther right; only the blocks between can be near, or straddle distance Hn.
   RSWA_HD int64_t near_first(int64_t i) const { return i - Hn <= 0 ? 0 : ceil_div(i - Hn, G); }
   RSWA_HD int64_t near_last(int64_t i) const {
     return i + Hn >= L - 1 ? num_summary_blocks() - 1 : (i + Hn + 1) / G - 1;
+  }
+  RSWA_HD int64_t far_left_end(int64_t i) const { return i - Hn > 0 ? (i - Hn) / G : 0; }
+  RSWA_HD int64_t far_right_begin(int64_t i) const { return min64(num_summary_blocks(), (i + Hn) / G + 1); }
+
+  // Sections 2-3: the position class of G-block b for row i (pos_class of all its tokens, or kMixed).
+  RSWA_HD BlockClass block_class(int64_t i, int64_t b) const {
+    if (!grouping() || is_near(i, b)) return BlockClass::kNative;
+    if (block_end(b) - 1 < i - Hn) return BlockClass::kLeft;
+    if (block_start(b) > i + Hn) return BlockClass::kRight;
+    return BlockClass::kMixed;
   }
 
   // Section 2 rule 5 and the swa baseline (section 4): token-exact window plus sinks.
@@ -124,6 +141,11 @@ struct Rules {
     return Role::kExact;  // full, self_extend
   }
 };
+
+// Section 3's conditioning correction with C control tokens: body rows score the control keys with
+// queries rotated to i*T/L, and control rows score body keys rotated to j*T/L (logits - log(L/T)).
+// Both need those extra rotations exactly when the call extrapolates and has control tokens.
+RSWA_HD bool conditioned(const Rules& R, int64_t C) { return R.extrapolating && C > 0; }
 
 // Builds the rules for one call; radius and the extrapolation switch depend on the method.
 RSWA_HD Rules make_rules(Method method, int64_t L, int64_t window, int64_t G, int64_t Hn, int64_t topk,

@@ -35,11 +35,13 @@ constexpr int64_t kTileRows = 64;
 constexpr int64_t kChunkKeys = 512;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Per (batch, KV head) keys and summaries, computed once per call.
+// Per (batch, KV head) keys and summaries. The inputs' rows are read in place (row strides k_ld,
+// v_ld); the rotated keys and summaries are contiguous [rows, D].
 struct KvView {
-  const float* k_control;  // [C, D] control keys, never rotated
-  const float* v_control;  // [C, D]
-  const float* v_body;     // [L, D]
+  const float* k_control;  // [C, D] control keys, never rotated (row stride k_ld)
+  const float* v_control;  // [C, D] (row stride v_ld)
+  const float* v_body;     // [L, D] (row stride v_ld)
+  int64_t k_ld, v_ld;
   const float* k_native;   // [L, D] R(j) k_j
   const float* k_grouped;  // [L, D] R(j/g) k_j (grouping only)
   const float* k_cond;     // [L, D] R(j T/L) k_j (extrapolating with control tokens only)
@@ -50,9 +52,10 @@ struct KvView {
 
 struct Call {
   AttnParams p;
-  const float* q;  // float [B, Hq, N, D]
-  const float* k;
+  const float* q;  // float [B, Hq, N, D], rows at qs.at(b, h, n)
+  const float* k;  // float [B, Hkv, N, D], rows at ks.at(b, h, n)
   const float* v;
+  RowStrides qs, ks, vs;
   float* out;      // float [B, Hq, N, D]
   float* lse;      // float [B, Hq, N]
   const int32_t* retrieved;  // [B, Hkv, nQb, K'] or null
@@ -66,19 +69,17 @@ struct Call {
   int64_t chunk_tokens() const { return std::max(p.rules.G, (kChunkKeys / p.rules.G) * p.rules.G); }
 
   KvView view(int64_t b, int64_t hkv) const {
-    const int64_t N = p.N, D = p.D, L = p.L, nG = p.rules.num_summary_blocks();
+    const int64_t D = p.D, L = p.L, nG = p.rules.num_summary_blocks();
     const int64_t kv = b * p.Hkv + hkv;
     auto at_ = [&](const at::Tensor& t, int64_t rows) {  // rotated keys hold the current pass only
       return t.defined() ? t.data_ptr<float>() + (kv - kv_first) * rows * D : nullptr;
     };
-    return KvView{k + kv * N * D,         v + kv * N * D,          v + (kv * N + p.C) * D,
+    return KvView{k + ks.at(b, hkv, 0),   v + vs.at(b, hkv, 0),    v + vs.at(b, hkv, p.C),
+                  ks.row,                 vs.row,
                   at_(k_native, L),       at_(k_grouped, L),       at_(k_cond, L),
                   at_(sk_native, nG),     at_(sk_grouped, nG),     at_(sv, nG)};
   }
 };
-
-// Control rows see body keys rotated to j * T / L (section 3) only when extrapolating with control tokens.
-bool needs_cond_keys(const AttnParams& p) { return p.rules.extrapolating && p.C > 0; }
 
 // Online softmax state of up to kTileRows rows.
 struct Softmax {
@@ -93,9 +94,9 @@ struct Softmax {
     o.assign(rows * dim, 0.f);
   }
 
-  // Folds logits S[n, cols] (row stride lds, -inf = not seen) with values V[cols, D] into the state.
-  // S is overwritten with probabilities.
-  void update(float* S, int64_t cols, int64_t lds, const float* V) {
+  // Folds logits S[n, cols] (row stride lds, -inf = not seen) with values V[cols, D] (row stride ldv)
+  // into the state. S is overwritten with probabilities.
+  void update(float* S, int64_t cols, int64_t lds, const float* V, int64_t ldv) {
     if (cols == 0) return;
     for (int64_t r = 0; r < n; ++r) {
       float* row = S + r * lds;
@@ -117,7 +118,7 @@ struct Softmax {
         for (int64_t c = 0; c < D; ++c) o[r * D + c] *= alpha;
       m[r] = m_new;
     }
-    gemm_nn(n, D, cols, S, lds, V, D, o.data(), D, 1.f);
+    gemm_nn(n, D, cols, S, lds, V, ldv, o.data(), D, 1.f);
   }
 
   void write(float* out_rows, float* lse_rows) const {
@@ -242,7 +243,7 @@ void dense_tokens(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
     for (int64_t r = 0; r < t.n; ++r)
       for (int64_t j = a; j < b; ++j)
         if (R.token_role(t.i0 + r, j) != Role::kExact) S[r * lds + j - a] = kNegInf;
-  ws.softmax.update(S, b - a, lds, kv.v_body + a * c.p.D);
+  ws.softmax.update(S, b - a, lds, kv.v_body + a * kv.v_ld, kv.v_ld);
 }
 
 // rangeswa: window-zone G-blocks [ba, bb) with every exact logit computed; per row each block is
@@ -270,8 +271,8 @@ void window_zone(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, 
       Ssum[r * lds + blk - ba] = summary;
     }
   }
-  ws.softmax.update(S, b - a, lds, kv.v_body + a * c.p.D);
-  if (any_summary) ws.softmax.update(Ssum, nb, lds, kv.sv + ba * c.p.D);
+  ws.softmax.update(S, b - a, lds, kv.v_body + a * kv.v_ld, kv.v_ld);
+  if (any_summary) ws.softmax.update(Ssum, nb, lds, kv.sv + ba * c.p.D, c.p.D);
 }
 
 // rangeswa rule 3: the retrieved tokens of the tile's query block, exact for every row.
@@ -295,7 +296,7 @@ void retrieved_keys(const Call& c, const KvView& kv, const Tile& t, Workspace& w
     for (int64_t x = 0; x < n; ++x) {
       const int64_t j = ws.g_index[x];
       std::copy_n(kv.k_native + j * D, D, ws.g_native.data() + x * D);
-      std::copy_n(kv.v_body + j * D, D, ws.g_v.data() + x * D);
+      std::copy_n(kv.v_body + j * kv.v_ld, D, ws.g_v.data() + x * D);
       if (R.grouping()) std::copy_n(kv.k_grouped + j * D, D, ws.g_grouped.data() + x * D);
     }
     ws.gathered_for = key;
@@ -305,16 +306,8 @@ void retrieved_keys(const Call& c, const KvView& kv, const Tile& t, Workspace& w
     const int64_t w = std::min(n, x0 + chunk) - x0;
     exact_scores(c, t, ws, ws.g_native.data() + x0 * D, R.grouping() ? ws.g_grouped.data() + x0 * D : nullptr,
                  ws.g_index.data() + x0, 0, w, ws.s.data(), chunk);
-    ws.softmax.update(ws.s.data(), w, chunk, ws.g_v.data() + x0 * D);
+    ws.softmax.update(ws.s.data(), w, chunk, ws.g_v.data() + x0 * D, D);
   }
-}
-
-// Position class of a whole block for row i, or -1 when its tokens fall in several classes.
-int block_class(const Rules& R, int64_t i, int64_t blk) {
-  if (!R.grouping() || R.is_near(i, blk)) return int(PosClass::kNative);
-  if (R.block_end(blk) - 1 < i - R.Hn) return int(PosClass::kGroupedLeft);
-  if (R.block_start(blk) > i + R.Hn) return int(PosClass::kGroupedRight);
-  return -1;
 }
 
 // Summary logit of a block whose tokens fall in several position classes for tile row r: the mean
@@ -341,13 +334,6 @@ float mixed_block_logit(const Call& c, const KvView& kv, const Tile& t, Workspac
   return total / float(R.block_size(blk));
 }
 
-// Blocks [0, far_left(i)) lie wholly farther than Hn to the left of row i; [far_right(i), nG) to
-// the right.
-int64_t far_left(const Rules& R, int64_t i) { return i - R.Hn > 0 ? (i - R.Hn) / R.G : 0; }
-int64_t far_right(const Rules& R, int64_t i) {
-  return std::min(R.num_summary_blocks(), (i + R.Hn) / R.G + 1);
-}
-
 // rangeswa rule 4: G-blocks [ba, bb) not excluded (window zone, retrieved) as summary keys, scored
 // against block means of the rotated keys in each block's position class.
 void summary_pass(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t ba, int64_t bb) {
@@ -362,8 +348,8 @@ void summary_pass(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
   if (!R.grouping()) {
     scores(ba, bb, ws.qn.data(), kv.sk_native, S);
   } else {
-    const int64_t left_all = far_left(R, t.i0), left_some = far_left(R, t.last());
-    const int64_t right_some = far_right(R, t.i0), right_all = far_right(R, t.last());
+    const int64_t left_all = R.far_left_end(t.i0), left_some = R.far_left_end(t.last());
+    const int64_t right_some = R.far_right_begin(t.i0), right_all = R.far_right_begin(t.last());
     scores(ba, left_all, ws.qgl.data(), kv.sk_grouped, S);
     scores(left_all, right_all, ws.qn.data(), kv.sk_native, S);
     scores(right_all, bb, ws.qgr.data(), kv.sk_grouped, S);
@@ -375,11 +361,11 @@ void summary_pass(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
       hi = std::min(hi, bb);
       for (int64_t r = 0; r < t.n; ++r)
         for (int64_t blk = lo; blk < hi; ++blk) {
-          const int cls = block_class(R, t.i0 + r, blk);
+          const BlockClass cls = R.block_class(t.i0 + r, blk);
           const int64_t at = r * lds + blk - ba;
-          if (cls == int(PosClass::kGroupedLeft)) S[at] = ws.s_alt[at];
-          else if (cls == int(PosClass::kGroupedRight)) S[at] = ws.s_right[at];
-          else if (cls < 0) S[at] = mixed_block_logit(c, kv, t, ws, r, blk);
+          if (cls == BlockClass::kLeft) S[at] = ws.s_alt[at];
+          else if (cls == BlockClass::kRight) S[at] = ws.s_right[at];
+          else if (cls == BlockClass::kMixed) S[at] = mixed_block_logit(c, kv, t, ws, r, blk);
         }
     };
     if (left_some + 1 >= right_some - 1) {
@@ -408,7 +394,7 @@ void summary_pass(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
       std::fill(row + hi, row + nb, kNegInf);
     }
   }
-  ws.softmax.update(S, nb, lds, kv.sv + ba * D);
+  ws.softmax.update(S, nb, lds, kv.sv + ba * D, D);
 }
 
 // Folds every control key into the softmax for `rows` query rows whose vectors are `qv`.
@@ -416,8 +402,8 @@ void control_keys(const Call& c, const KvView& kv, int64_t rows, const float* qv
   const int64_t D = c.p.D, chunk = c.chunk_tokens();
   for (int64_t a = 0; a < c.p.C; a += chunk) {
     const int64_t w = std::min(c.p.C, a + chunk) - a;
-    gemm_nt(rows, w, D, qv, D, kv.k_control + a * D, D, ws.s.data(), chunk);
-    ws.softmax.update(ws.s.data(), w, chunk, kv.v_control + a * D);
+    gemm_nt(rows, w, D, qv, D, kv.k_control + a * kv.k_ld, kv.k_ld, ws.s.data(), chunk);
+    ws.softmax.update(ws.s.data(), w, chunk, kv.v_control + a * kv.v_ld, kv.v_ld);
   }
 }
 
@@ -427,7 +413,7 @@ void rotate_queries(const Call& c, const float* qrows, const Tile& t, Workspace&
   const float scale = float(c.p.scale);
   for (int64_t r = 0; r < t.n; ++r) {
     const int64_t i = t.i0 + r;
-    const float* x = qrows + r * D;
+    const float* x = qrows + r * c.qs.row;
     rotate_row(x, ws.qn.data() + r * D, c.native->cos(i), c.native->sin(i), D, c.p.rope, scale);
     if (R.grouping()) {
       const int64_t base = i / R.g;  // table index = position + c
@@ -435,7 +421,7 @@ void rotate_queries(const Call& c, const float* qrows, const Tile& t, Workspace&
                  c.grouped->sin(base + 2 * R.group_offset), D, c.p.rope, scale);
       rotate_row(x, ws.qgr.data() + r * D, c.grouped->cos(base), c.grouped->sin(base), D, c.p.rope, scale);
     }
-    if (needs_cond_keys(c.p))
+    if (conditioned(c.p.rules, c.p.C))
       rotate_row(x, ws.qc.data() + r * D, c.cond->cos(i), c.cond->sin(i), D, c.p.rope, scale);
   }
 }
@@ -445,8 +431,8 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
   const Rules& R = p.rules;
   const int64_t D = p.D, hkv = h / (p.Hq / p.Hkv);
   const KvView kv = c.view(b, hkv);
-  const int64_t row0 = (b * p.Hq + h) * p.N + p.C + t.i0;
-  rotate_queries(c, c.q + row0 * D, t, ws);
+  const int64_t row0 = (b * p.Hq + h) * p.N + p.C + t.i0;  // of the contiguous output
+  rotate_queries(c, c.q + c.qs.at(b, h, p.C + t.i0), t, ws);
   ws.softmax.reset(t.n, D);
 
   const int64_t chunk = c.chunk_tokens();
@@ -473,7 +459,8 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
     }
     ws.mixed.blocks.clear();
     // Without far summaries only blocks near some row of the tile can be seen.
-    const int64_t lo = R.far_summaries ? 0 : far_left(R, t.i0), hi = R.far_summaries ? nG : far_right(R, t.last());
+    const int64_t lo = R.far_summaries ? 0 : R.far_left_end(t.i0);
+    const int64_t hi = R.far_summaries ? nG : R.far_right_begin(t.last());
     for (int64_t ba = lo; ba < hi; ba += chunk) summary_pass(c, kv, t, ws, ba, std::min(hi, ba + chunk));
   }
   ws.softmax.write(c.out + row0 * D, c.lse + row0);
@@ -485,9 +472,11 @@ void control_rows(const Call& c, int64_t b, int64_t h, Workspace& ws) {
   const AttnParams& p = c.p;
   const int64_t D = p.D, hkv = h / (p.Hq / p.Hkv), lds = c.chunk_tokens();
   const KvView kv = c.view(b, hkv);
-  const int64_t row0 = (b * p.Hq + h) * p.N;
+  const int64_t row0 = (b * p.Hq + h) * p.N;  // of the contiguous output
   const float scale = float(p.scale);
-  for (int64_t r = 0; r < p.C * D; ++r) ws.qn[r] = c.q[row0 * D + r] * scale;
+  const float* qrows = c.q + c.qs.at(b, h, 0);
+  for (int64_t r = 0; r < p.C; ++r)
+    for (int64_t d = 0; d < D; ++d) ws.qn[r * D + d] = qrows[r * c.qs.row + d] * scale;
   ws.softmax.reset(p.C, D);
   control_keys(c, kv, p.C, ws.qn.data(), ws);
   float* S = ws.s.data();
@@ -499,7 +488,7 @@ void control_rows(const Call& c, int64_t b, int64_t h, Workspace& ws) {
     if (bias != 0.f)
       for (int64_t r = 0; r < p.C; ++r)
         for (int64_t j = 0; j < w; ++j) S[r * lds + j] += bias;
-    ws.softmax.update(S, w, lds, kv.v_body + a * D);
+    ws.softmax.update(S, w, lds, kv.v_body + a * kv.v_ld, kv.v_ld);
   }
   ws.softmax.write(c.out + row0 * D, c.lse + row0);
 }
@@ -511,7 +500,7 @@ constexpr int64_t kPassBytes = int64_t(8) << 20;
 
 int64_t heads_per_pass(const AttnParams& p) {
   const Rules& R = p.rules;
-  const int64_t kinds = 1 + (R.grouping() ? 1 : 0) + (needs_cond_keys(p) ? 1 : 0);
+  const int64_t kinds = 1 + (R.grouping() ? 1 : 0) + (conditioned(p.rules, p.C) ? 1 : 0);
   const int64_t per_head = std::max<int64_t>(1, p.L * p.D * int64_t(sizeof(float)) * kinds);
   return std::clamp<int64_t>(kPassBytes / per_head, 1, p.B * p.Hkv);
 }
@@ -523,7 +512,7 @@ void allocate_keys(Call& c, int64_t heads) {
   auto opts = at::TensorOptions().dtype(at::kFloat);
   c.k_native = at::empty({heads, L, D}, opts);
   if (R.grouping()) c.k_grouped = at::empty({heads, L, D}, opts);
-  if (needs_cond_keys(p)) c.k_cond = at::empty({heads, L, D}, opts);
+  if (conditioned(p.rules, p.C)) c.k_cond = at::empty({heads, L, D}, opts);
   if (R.method == Method::kRangeSwa) {
     c.sk_native = at::empty({heads, nG, D}, opts);
     c.sv = at::empty({heads, nG, D}, opts);
@@ -543,24 +532,25 @@ void prepare_keys(Call& c, int64_t first, int64_t count) {
   at::parallel_for(0, count * runs, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t local = task / runs, j0 = (task % runs) * run, j1 = std::min(L, j0 + run);
-      const int64_t kvh = first + local;
-      const float* kbody = c.k + (kvh * p.N + p.C) * D;
+      const int64_t kvh = first + local, b = kvh / p.Hkv, hkv = kvh % p.Hkv;
+      const float* kbody = c.k + c.ks.at(b, hkv, p.C);
       float* kn = c.k_native.data_ptr<float>() + local * L * D;
       float* kg = R.grouping() ? c.k_grouped.data_ptr<float>() + local * L * D : nullptr;
       float* kc = c.k_cond.defined() ? c.k_cond.data_ptr<float>() + local * L * D : nullptr;
       for (int64_t j = j0; j < j1; ++j) {
-        rotate_row(kbody + j * D, kn + j * D, c.native->cos(j), c.native->sin(j), D, p.rope, 1.f);
+        const float* krow = kbody + j * c.ks.row;
+        rotate_row(krow, kn + j * D, c.native->cos(j), c.native->sin(j), D, p.rope, 1.f);
         if (kg) {
           const int64_t s = j / R.g + R.group_offset;
-          rotate_row(kbody + j * D, kg + j * D, c.grouped->cos(s), c.grouped->sin(s), D, p.rope, 1.f);
+          rotate_row(krow, kg + j * D, c.grouped->cos(s), c.grouped->sin(s), D, p.rope, 1.f);
         }
-        if (kc) rotate_row(kbody + j * D, kc + j * D, c.cond->cos(j), c.cond->sin(j), D, p.rope, 1.f);
+        if (kc) rotate_row(krow, kc + j * D, c.cond->cos(j), c.cond->sin(j), D, p.rope, 1.f);
       }
       if (summaries) {  // j0 is a block start, so the run's blocks are [j0 / G, ceil(j1 / G))
         const int64_t at = (local * nG + j0 / R.G) * D;
-        block_means(kn + j0 * D, j1 - j0, R.G, D, c.sk_native.data_ptr<float>() + at);
-        block_means(c.v + (kvh * p.N + p.C + j0) * D, j1 - j0, R.G, D, c.sv.data_ptr<float>() + at);
-        if (kg) block_means(kg + j0 * D, j1 - j0, R.G, D, c.sk_grouped.data_ptr<float>() + at);
+        block_means(kn + j0 * D, D, j1 - j0, R.G, D, c.sk_native.data_ptr<float>() + at);
+        block_means(c.v + c.vs.at(b, hkv, p.C + j0), c.vs.row, j1 - j0, R.G, D, c.sv.data_ptr<float>() + at);
+        if (kg) block_means(kg + j0 * D, D, j1 - j0, R.G, D, c.sk_grouped.data_ptr<float>() + at);
       }
     }
   });
@@ -571,22 +561,26 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
                                             int64_t control_tokens, int64_t window, int64_t summary_block,
                                             int64_t near_range, int64_t topk, int64_t retrieval_block,
                                             int64_t query_block, int64_t train_length, int64_t sinks,
-                                            bool far_summaries, double theta, int64_t rotary_dim,
-                                            c10::string_view rope_style, double scale) {
+                                            bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
+                                            c10::string_view rope_style, std::optional<double> scale) {
   Call c{};
   c.p = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
                    retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim,
                    rope_style, scale);
   const AttnParams& p = c.p;
   const Rules& R = p.rules;
-  at::Tensor qf = q.to(at::kFloat).contiguous(), kf = k.to(at::kFloat).contiguous(),
-             vf = v.to(at::kFloat).contiguous();
+  // fp32 inputs are read in place through their strides (views of a fused qkv projection included).
+  at::Tensor qf = with_contiguous_rows(q.to(at::kFloat)), kf = with_contiguous_rows(k.to(at::kFloat)),
+             vf = with_contiguous_rows(v.to(at::kFloat));
   at::Tensor out = at::empty({p.B, p.Hq, p.N, p.D}, qf.options());
   at::Tensor lse = at::empty({p.B, p.Hq, p.N}, qf.options());
   if (p.N == 0 || p.B == 0 || p.Hq == 0) return {out.to(q.scalar_type()), lse};
   c.q = qf.data_ptr<float>();
   c.k = kf.data_ptr<float>();
   c.v = vf.data_ptr<float>();
+  c.qs = row_strides(qf);
+  c.ks = row_strides(kf);
+  c.vs = row_strides(vf);
   c.out = out.data_ptr<float>();
   c.lse = lse.data_ptr<float>();
 

@@ -149,13 +149,13 @@ void exp_shifted(float* x, int64_t n, float shift) {
   }
 }
 
-void block_means(const float* x, int64_t L, int64_t G, int64_t D, float* out) {
+void block_means(const float* x, int64_t ldx, int64_t L, int64_t G, int64_t D, float* out) {
   std::vector<double> acc(D);
   for (int64_t start = 0, b = 0; start < L; start += G, ++b) {
     int64_t end = std::min(L, start + G);
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t t = start; t < end; ++t)
-      for (int64_t c = 0; c < D; ++c) acc[c] += x[t * D + c];
+      for (int64_t c = 0; c < D; ++c) acc[c] += x[t * ldx + c];
     for (int64_t c = 0; c < D; ++c) out[b * D + c] = float(acc[c] / double(end - start));
   }
 }

@@ -45,10 +45,11 @@ void gemm_nn(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const
 // x[i] = exp(x[i] - shift) for n entries; -inf maps to 0. Relative error about 2e-7.
 void exp_shifted(float* x, int64_t n, float shift);
 
-// out[b, :] = mean of rows [b*G, min(L, b*G + G)) of x [L, D], for every block b (accumulated in double).
-void block_means(const float* x, int64_t L, int64_t G, int64_t D, float* out);
+// out[b, :] = mean of rows [b*G, min(L, b*G + G)) of x [L, D] (row stride ldx), for every block b
+// (accumulated in double); out is contiguous [ceil(L/G), D].
+void block_means(const float* x, int64_t ldx, int64_t L, int64_t G, int64_t D, float* out);
 
-// Rule 3 on float [B, H, N, D] inputs: int32 [B, H_kv, nQb, K], best first, ties to the lower block,
+// Rule 3 on float [B, H, N, D] inputs with contiguous rows (any batch / head / row strides): int32 [B, H_kv, nQb, K], best first, ties to the lower block,
 // -1 padding. Shared by the topk_blocks op and attn.
 at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t control_tokens, const Rules& rules);
 

@@ -11,13 +11,14 @@
 namespace rangeswa::cpu {
 
 at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t control_tokens, const Rules& rules) {
-  const int64_t B = qf.size(0), Hq = qf.size(1), Hkv = kf.size(1), N = qf.size(2), D = qf.size(3);
+  const int64_t B = qf.size(0), Hq = qf.size(1), Hkv = kf.size(1), D = qf.size(3);
   const int64_t group = Hq / Hkv, L = rules.L, K = rules.topk;
   const int64_t nQb = rules.num_query_blocks(), nKb = rules.num_key_blocks();
   at::Tensor out = at::full({B, Hkv, nQb, K}, -1, qf.options().dtype(at::kInt));
   if (K == 0 || L == 0) return out;
   const float* q = qf.data_ptr<float>();
   const float* k = kf.data_ptr<float>();
+  const RowStrides qs = row_strides(qf), ks = row_strides(kf);
   int32_t* o = out.data_ptr<int32_t>();
 
   at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
@@ -25,11 +26,11 @@ at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t
     std::vector<std::pair<double, int64_t>> scored;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / Hkv, hkv = task % Hkv;
-      const float* kbody = k + ((b * Hkv + hkv) * N + control_tokens) * D;
+      const float* kbody = k + ks.at(b, hkv, control_tokens);
       // mean(k over kb), pre-RoPE
       std::fill(kmean.begin(), kmean.end(), 0.0);
       for (int64_t j = 0; j < L; ++j)
-        for (int64_t c = 0; c < D; ++c) kmean[(j / rules.Rb) * D + c] += kbody[j * D + c];
+        for (int64_t c = 0; c < D; ++c) kmean[(j / rules.Rb) * D + c] += kbody[j * ks.row + c];
       for (int64_t kb = 0; kb < nKb; ++kb) {
         double n = double(std::min(L, kb * rules.Rb + rules.Rb) - kb * rules.Rb);
         for (int64_t c = 0; c < D; ++c) kmean[kb * D + c] /= n;
@@ -39,9 +40,9 @@ at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t
         const int64_t r0 = qb * rules.Qb, r1 = std::min(L, r0 + rules.Qb);
         std::fill(qmean.begin(), qmean.end(), 0.0);
         for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
-          const float* qbody = q + ((b * Hq + h) * N + control_tokens) * D;
+          const float* qbody = q + qs.at(b, h, control_tokens);
           for (int64_t i = r0; i < r1; ++i)
-            for (int64_t c = 0; c < D; ++c) qmean[c] += qbody[i * D + c];
+            for (int64_t c = 0; c < D; ++c) qmean[c] += qbody[i * qs.row + c];
         }
         for (int64_t c = 0; c < D; ++c) qmean[c] /= double((r1 - r0) * group);
         scored.clear();
@@ -68,7 +69,8 @@ namespace {
 at::Tensor topk_blocks_cpu(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
                            int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk) {
   Rules rules = check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk);
-  return topk_blocks_float(q.to(at::kFloat).contiguous(), k.to(at::kFloat).contiguous(), control_tokens, rules);
+  return topk_blocks_float(with_contiguous_rows(q.to(at::kFloat)), with_contiguous_rows(k.to(at::kFloat)),
+                           control_tokens, rules);
 }
 
 }  // namespace

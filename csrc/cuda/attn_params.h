@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "layout.h"
 #include "rules.h"
 
 namespace rangeswa::cuda {
@@ -19,8 +20,9 @@ enum class DType : int { kFloat = 0, kBFloat16 = 1, kHalf = 2 };
 //   keys_cond [L]         : R(j T/L) k_j (control rows under the conditioning correction; else null)
 // nS = ceil(L / G) for rangeswa (the summary keys), 0 for the token-level methods.
 struct AttnKernelParams {
-  const void* q;     // [B, Hq, N, D], before RoPE
-  void* out;         // [B, Hq, N, D]
+  const void* q;     // [B, Hq, N, D], before RoPE; rows at q_strides.at(b, h, n)
+  RowStrides q_strides;
+  void* out;         // [B, Hq, N, D], contiguous
   float* lse;        // [B, Hq, N], natural log
   const void* keys_nat;
   const void* keys_grp;

@@ -35,7 +35,7 @@ inline AttnPlan plan_attn(const AttnParams& ap) {
   plan.nat_rows = ap.C + ap.L + summaries;
   plan.grp_rows = ap.L + summaries;
   plan.grouping = R.grouping();
-  plan.cond = R.extrapolating && ap.C > 0 && ap.L > 0;
+  plan.cond = conditioned(R, ap.C);
   const bool rotates = ap.rope.rotary_dim > 0 && ap.L > 0;
   plan.nat_count = rotates ? ap.L : 0;
   plan.grp_count = rotates && plan.grouping ? (ap.L - 1) / R.g + 2 * R.group_offset + 1 : 0;
@@ -47,7 +47,8 @@ inline AttnPlan plan_attn(const AttnParams& ap) {
 
 // Device (or host) pointers of one call.
 struct AttnBuffers {
-  const void *q, *k, *v;  // contiguous inputs
+  const void *q, *k, *v;  // inputs with contiguous rows (any batch / head / row strides)
+  RowStrides q_strides, k_strides, v_strides;
   void* out;
   float* lse;
   void *keys_nat, *values, *keys_grp, *keys_cond;
@@ -61,6 +62,8 @@ inline PrepareParams prepare_params(const AttnParams& ap, const AttnPlan& plan, 
   PrepareParams pp{};
   pp.k = buf.k;
   pp.v = buf.v;
+  pp.k_strides = buf.k_strides;
+  pp.v_strides = buf.v_strides;
   pp.keys_nat = buf.keys_nat;
   pp.values = buf.values;
   pp.keys_grp = buf.keys_grp;
@@ -72,6 +75,7 @@ inline PrepareParams prepare_params(const AttnParams& ap, const AttnPlan& plan, 
   pp.cos_cond = buf.cos_cond;
   pp.sin_cond = buf.sin_cond;
   pp.BH = plan.BH;
+  pp.Hkv = ap.Hkv;
   pp.N = ap.N;
   pp.C = ap.C;
   pp.L = ap.L;
@@ -93,6 +97,7 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnPlan& plan
   const bool rangeswa = R.method == Method::kRangeSwa;
   AttnKernelParams p{};
   p.q = buf.q;
+  p.q_strides = buf.q_strides;
   p.out = buf.out;
   p.lse = buf.lse;
   p.keys_nat = buf.keys_nat;

@@ -27,18 +27,6 @@ enum class SegKind : uint8_t { kControl = 0, kBody = 1, kMixed = 2, kSummary = 3
 // token window plus sinks (swa).
 enum class Visibility : uint8_t { kAll = 0, kWindow = 1, kSwa = 2 };
 
-// Position class of a whole G-block for row i (the CPU kernel's block_class). The first three equal
-// PosClass (and select the query slot); kMixed: the block straddles distance Hn, so its summary logit
-// is the mean of exact logits under each token's own class (docs/spec_decisions.md item 9).
-enum class BlockClass : uint8_t { kNative = 0, kLeft = 1, kRight = 2, kMixed = 3 };
-
-RSWA_HD BlockClass block_class(const Rules& R, int64_t i, int64_t b) {
-  if (!R.grouping() || R.is_near(i, b)) return BlockClass::kNative;
-  if (R.block_end(b) - 1 < i - R.Hn) return BlockClass::kLeft;
-  if (R.block_start(b) > i + R.Hn) return BlockClass::kRight;
-  return BlockClass::kMixed;
-}
-
 // Keys [begin, end): control indices, body tokens or G-blocks by kind.
 struct Segment {
   int64_t begin, end;
@@ -131,8 +119,8 @@ RSWA_HD void build_segments(const AttnKernelParams& p, const QueryTile& t, Segme
   const int64_t nG = R.num_summary_blocks();
   int64_t lo = 0, hi = nG - 1;
   if (!R.far_summaries) {
-    lo = max64(0, t.i0 - R.Hn) / R.G;
-    hi = min64(nG - 1, (t.i1 + R.Hn) / R.G);
+    lo = R.far_left_end(t.i0);
+    hi = R.far_right_begin(t.i1) - 1;
   }
   const int64_t left_end = min64(hi, t.wf1 - 1) + 1, right_begin = max64(lo, max64(t.wl0 + 1, t.wf1));
   seg[kSegSummaryLeft] = Segment{lo, max64(lo, left_end), SegKind::kSummary, Visibility::kAll};
@@ -250,16 +238,16 @@ RSWA_HD KvTile describe_tile(const AttnKernelParams& p, const QueryTile& t,
     // The extreme pairs decide for the whole tile: is_near is tightest for (i1, a) and (i0, last).
     const bool all_near = R.is_near(t.i1, a) && R.is_near(t.i0, last);
     if (R.grouping() && !all_near) {
-      const bool all_left = block_class(R, t.i0, last) == BlockClass::kLeft;
-      const bool all_right = block_class(R, t.i1, a) == BlockClass::kRight;
+      const bool all_left = R.block_class(t.i0, last) == BlockClass::kLeft;
+      const bool all_right = R.block_class(t.i1, a) == BlockClass::kRight;
       if (all_left) {
         k.classes = kLeftBit;
       } else if (all_right) {
         k.classes = kRightBit;
       } else {
         k.per_class = true;
-        k.classes = uint8_t(kNativeBit | (block_class(R, t.i1, a) == BlockClass::kLeft ? kLeftBit : 0) |
-                            (block_class(R, t.i0, last) == BlockClass::kRight ? kRightBit : 0));
+        k.classes = uint8_t(kNativeBit | (R.block_class(t.i1, a) == BlockClass::kLeft ? kLeftBit : 0) |
+                            (R.block_class(t.i0, last) == BlockClass::kRight ? kRightBit : 0));
       }
     }
     k.retrieved_mask = segs.retrieved_mask(R, a, n);

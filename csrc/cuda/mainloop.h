@@ -69,7 +69,7 @@ __device__ __forceinline__ void load_queries(typename Traits::Element* slot, con
   using Element = typename Traits::Element;
   for (int idx = threadIdx.x; idx < Traits::kBlockM * Traits::kHeadDim; idx += Traits::kThreads) {
     const int r = idx / Traits::kHeadDim, d = idx % Traits::kHeadDim;
-    const Element* row = q + int64_t(r) * p.D;
+    const Element* row = q + int64_t(r) * p.q_strides.row;
     const float val = query_element(p, t, rot, r, d, [&](int e) { return to_float(row[e]); });
     slot[r * Traits::kStride + d] = from_float<Element>(val);
   }
@@ -106,8 +106,9 @@ __global__ void __launch_bounds__(Traits::kThreads) attn_kernel(const __grid_con
   const Element* keys_grp = p.keys_grp ? static_cast<const Element*>(p.keys_grp) + kvh * p.grp_rows * kHeadDim : nullptr;
   const Element* keys_cond = p.keys_cond ? static_cast<const Element*>(p.keys_cond) + kvh * p.L * kHeadDim : nullptr;
   const Element* values = static_cast<const Element*>(p.values) + kvh * p.nat_rows * kHeadDim;
-  const int64_t row0 = head * p.N + (t.control ? 0 : p.C) + t.i0;  // first query row of [B * Hq * N]
-  const Element* q_rows = static_cast<const Element*>(p.q) + row0 * p.D;
+  const int64_t n0 = (t.control ? 0 : p.C) + t.i0;
+  const int64_t row0 = head * p.N + n0;  // first output row of the contiguous [B * Hq * N]
+  const Element* q_rows = query_row<Element>(p, head, n0);
   SegmentList segs{sSeg, nullptr, 0};
   if (!t.control && R.method == Method::kRangeSwa && p.retrieved != nullptr) {
     segs.retrieved = p.retrieved + (kvh * R.num_query_blocks() + t.qb) * p.retrieved_k;

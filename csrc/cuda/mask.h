@@ -37,8 +37,8 @@ RSWA_HD RowCtx make_row_ctx(const Rules& R, int64_t i) {
   // A block is kMixed for i exactly when it holds both i - Hn - 1 and i - Hn (left) or both i + Hn and
   // i + Hn + 1 (right); one block can be both when G > 2 Hn + 1, and is then kept once (left).
   const int64_t left = i - R.Hn - 1, right = i + R.Hn + 1;
-  if (left >= 0 && block_class(R, i, left / R.G) == BlockClass::kMixed) c.mixed_block[0] = left / R.G;
-  if (right < R.L && right / R.G != c.mixed_block[0] && block_class(R, i, right / R.G) == BlockClass::kMixed)
+  if (left >= 0 && R.block_class(i, left / R.G) == BlockClass::kMixed) c.mixed_block[0] = left / R.G;
+  if (right < R.L && right / R.G != c.mixed_block[0] && R.block_class(i, right / R.G) == BlockClass::kMixed)
     c.mixed_block[1] = right / R.G;
   for (int side = 0; side < 2; ++side)
     if (c.mixed_block[side] >= 0) {
@@ -64,7 +64,7 @@ RSWA_HD bool summary_visible(const Rules& R, const RowCtx& row, int64_t b, bool 
 
 // The class an element's score comes from: its pair's PosClass (exact keys) or its block's BlockClass.
 RSWA_HD int element_class(const Rules& R, SegKind kind, const RowCtx& row, int64_t key) {
-  return kind == SegKind::kSummary ? int(block_class(R, row.i, key)) : int(R.pos_class(row.i, key));
+  return kind == SegKind::kSummary ? int(R.block_class(row.i, key)) : int(R.pos_class(row.i, key));
 }
 
 // Mixed-block pass: which of the row's mixed blocks body key j belongs to (0 left, 1 right, -1 none).
@@ -93,7 +93,7 @@ RSWA_HD float edge_logit(const AttnKernelParams& p, const QueryTile& t, const Kv
     if (k.check_visibility && !summary_visible(R, row, key, ((k.retrieved_mask >> col) & 1) != 0)) return -INFINITY;
     const float log2_n =
         k.check_last_block && key == R.num_summary_blocks() - 1 ? p.log2_last_block : p.log2_block;
-    if (k.per_class && block_class(R, row.i, key) == BlockClass::kMixed) {
+    if (k.per_class && R.block_class(row.i, key) == BlockClass::kMixed) {
       const float mean = mixed[key == row.mixed_block[0] ? 0 : 1] / float(R.block_size(key));
       return mean * p.scale_log2 + log2_n;
     }

@@ -68,8 +68,8 @@ const T* ptr_or_null(const at::Tensor& t) {
 
 // ---------------------------------------------------------------------------------------------- rope
 
-at::Tensor rope_cuda(const at::Tensor& x, const at::Tensor& positions, double theta, int64_t rotary_dim,
-                     c10::string_view rope_style) {
+at::Tensor rope_cuda(const at::Tensor& x, const at::Tensor& positions, double theta,
+                     std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
   check_bhnd(x, "x");
   RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style);
   const c10::cuda::CUDAGuard guard(x.device());
@@ -91,8 +91,8 @@ at::Tensor rope_cuda(const at::Tensor& x, const at::Tensor& positions, double th
 
 std::tuple<at::Tensor, at::Tensor> block_summary_cuda(const at::Tensor& k, const at::Tensor& v,
                                                       const std::optional<at::Tensor>& positions,
-                                                      int64_t summary_block, double theta, int64_t rotary_dim,
-                                                      c10::string_view rope_style) {
+                                                      int64_t summary_block, double theta,
+                                                      std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
   RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style);
   const c10::cuda::CUDAGuard guard(k.device());
   const int64_t BH = k.size(0) * k.size(1), L = k.size(2), D = k.size(3);
@@ -117,7 +117,7 @@ std::tuple<at::Tensor, at::Tensor> block_summary_cuda(const at::Tensor& k, const
 
 // --------------------------------------------------------------------------------------- topk_blocks
 
-// Rule 3 on contiguous device q, k: int32 [B, H_kv, nQb, K], best first, -1 padded.
+// Rule 3 on device q, k with contiguous rows: int32 [B, H_kv, nQb, K], best first, -1 padded.
 at::Tensor topk_blocks_device(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, const Rules& rules) {
   const int64_t B = q.size(0), Hkv = k.size(1), D = q.size(3);
   const int64_t nQb = rules.num_query_blocks(), nKb = rules.num_key_blocks();
@@ -126,6 +126,8 @@ at::Tensor topk_blocks_device(const at::Tensor& q, const at::Tensor& k, int64_t 
   TopkParams p{};
   p.q = q.data_ptr();
   p.k = k.data_ptr();
+  p.q_strides = row_strides(q);
+  p.k_strides = row_strides(k);
   p.out = out.data_ptr<int32_t>();
   at::Tensor q_means = at::empty({B * Hkv, nQb, D}, q.options().dtype(at::kDouble));
   at::Tensor k_means = at::empty({B * Hkv, nKb, D}, q.options().dtype(at::kDouble));
@@ -151,7 +153,7 @@ at::Tensor topk_blocks_cuda(const at::Tensor& q, const at::Tensor& k, int64_t co
                             int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk) {
   Rules rules = check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk);
   const c10::cuda::CUDAGuard guard(q.device());
-  return topk_blocks_device(q.contiguous(), k.contiguous(), control_tokens, rules);
+  return topk_blocks_device(with_contiguous_rows(q), with_contiguous_rows(k), control_tokens, rules);
 }
 
 // ---------------------------------------------------------------------------------------------- attn
@@ -161,8 +163,9 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
                                              int64_t control_tokens, int64_t window, int64_t summary_block,
                                              int64_t near_range, int64_t topk, int64_t retrieval_block,
                                              int64_t query_block, int64_t train_length, int64_t sinks,
-                                             bool far_summaries, double theta, int64_t rotary_dim,
-                                             c10::string_view rope_style, double scale) {
+                                             bool far_summaries, double theta,
+                                             std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                                             std::optional<double> scale) {
   const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
                                    topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
                                    rotary_dim, rope_style, scale);
@@ -170,8 +173,9 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   TORCH_CHECK_VALUE(padded_head_dim(ap.D) > 0, "attn on CUDA supports head dims up to 128, got ", ap.D);
   const c10::cuda::CUDAGuard guard(q.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  at::Tensor out = at::empty_like(qc);
+  // Inputs are read through their strides (views of a fused qkv projection need no copy).
+  at::Tensor qc = with_contiguous_rows(q), kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
+  at::Tensor out = at::empty(q.sizes(), qc.options());
   at::Tensor lse = at::empty({ap.B, ap.Hq, ap.N}, qc.options().dtype(at::kFloat));
   if (ap.N == 0 || ap.B == 0 || ap.Hq == 0) return {out, lse};
   const int64_t C = ap.C, L = ap.L;
@@ -201,6 +205,9 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   buf.q = qc.data_ptr();
   buf.k = kc.data_ptr();
   buf.v = vc.data_ptr();
+  buf.q_strides = row_strides(qc);
+  buf.k_strides = row_strides(kc);
+  buf.v_strides = row_strides(vc);
   buf.out = out.data_ptr();
   buf.lse = lse.data_ptr<float>();
   buf.keys_nat = keys_nat.data_ptr();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "layout.h"
 #include "rules.h"
 #include "utils.h"
 
@@ -19,14 +20,15 @@ cudaError_t launch_rope_table(float* cos_out, float* sin_out, int64_t count, int
                               double first, double step, const double* positions, cudaStream_t stream);
 
 struct PrepareParams {
-  const void* k;  // [BH, N, D]: C control rows, then L body rows
-  const void* v;
+  const void* k;  // [B, Hkv, N, D]: C control rows, then L body rows; rows at k_strides.at(b, h, n)
+  const void* v;  // likewise, at v_strides.at(b, h, n)
+  RowStrides k_strides, v_strides;
   void* keys_nat;   // [BH, nat_rows, Dp]
   void* values;     // [BH, nat_rows, Dp]
   void* keys_grp;   // [BH, grp_rows, Dp] or null
   void* keys_cond;  // [BH, L, Dp] or null
   const float *cos_nat, *sin_nat, *cos_grp, *sin_grp, *cos_cond, *sin_cond;
-  int64_t BH, N, C, L, D, Dp;
+  int64_t BH, Hkv, N, C, L, D, Dp;  // BH = B * Hkv rows of the prepared arrays
   int64_t nat_rows, grp_rows;
   int64_t G;                // summary block
   bool summaries;           // write the block means (rangeswa)
@@ -54,8 +56,9 @@ RSWA_HD int prepare_units(const PrepareParams& p) { return int(p.rotary_half + (
 template <typename Element>
 __host__ __device__ inline void prepare_unit(const PrepareParams& p, int64_t bh, int64_t chunk, int u) {
   const int64_t Dp = p.Dp, D = p.D;
-  const Element* k = static_cast<const Element*>(p.k) + bh * p.N * D;
-  const Element* v = static_cast<const Element*>(p.v) + bh * p.N * D;
+  const Element* k = static_cast<const Element*>(p.k) + p.k_strides.at(bh / p.Hkv, bh % p.Hkv, 0);
+  const Element* v = static_cast<const Element*>(p.v) + p.v_strides.at(bh / p.Hkv, bh % p.Hkv, 0);
+  const int64_t k_ld = p.k_strides.row, v_ld = p.v_strides.row;
   Element* kn = static_cast<Element*>(p.keys_nat) + bh * p.nat_rows * Dp;
   Element* vo = static_cast<Element*>(p.values) + bh * p.nat_rows * Dp;
   Element* kg = p.keys_grp ? static_cast<Element*>(p.keys_grp) + bh * p.grp_rows * Dp : nullptr;
@@ -73,8 +76,8 @@ __host__ __device__ inline void prepare_unit(const PrepareParams& p, int64_t bh,
     const int64_t c0 = (chunk - body_chunks) * kPrepareRows;
     for (int64_t c = c0; c < p.C && c < c0 + kPrepareRows; ++c)
       for (int d : {ia, ib}) {
-        store(kn + c * Dp, d, load(k + c * D, d));
-        store(vo + c * Dp, d, load(v + c * D, d));
+        store(kn + c * Dp, d, load(k + c * k_ld, d));
+        store(vo + c * Dp, d, load(v + c * v_ld, d));
       }
     return;
   }
@@ -82,7 +85,7 @@ __host__ __device__ inline void prepare_unit(const PrepareParams& p, int64_t bh,
   // Block sums of the rotated keys (native, grouped) and of the values, dims ia and ib, in double.
   double sum[3][2] = {{0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}};
   for (int64_t j = j0; j < j1; ++j) {
-    const Element* krow = k + (p.C + j) * D;
+    const Element* krow = k + (p.C + j) * k_ld;
     const float ka = load(krow, ia), kb = load(krow, ib);
     // R x at table row s: (a cos - b sin, a sin + b cos) like the CPU's rotate_row; x for a single dim.
     auto rotate = [&](const float* cos_t, const float* sin_t, int64_t s, float* ra, float* rb) {
@@ -112,7 +115,7 @@ __host__ __device__ inline void prepare_unit(const PrepareParams& p, int64_t bh,
       store(kc + j * Dp, ia, ra);
       store(kc + j * Dp, ib, rb);
     }
-    const Element* vrow = v + (p.C + j) * D;
+    const Element* vrow = v + (p.C + j) * v_ld;
     const float va = load(vrow, ia), vb = load(vrow, ib);
     store(vo + (p.C + j) * Dp, ia, va);
     store(vo + (p.C + j) * Dp, ib, vb);

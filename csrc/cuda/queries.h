@@ -15,6 +15,13 @@ namespace rangeswa::cuda {
 
 enum class QueryRotation : uint8_t { kPlain, kNative, kLeft, kRight, kCond };
 
+// Query row n of head `head` (= b * Hq + h) in q's own strides; the rows of a tile follow each other
+// p.q_strides.row elements apart.
+template <typename Element>
+RSWA_HD const Element* query_row(const AttnKernelParams& p, int64_t head, int64_t n) {
+  return static_cast<const Element*>(p.q) + p.q_strides.at(head / p.Hq, head % p.Hq, n);
+}
+
 // Element d of the tile's row r under rotation `rot`, unscaled (0 past the tile's rows and past D);
 // x(e) reads element e of that row of q as float.
 template <typename Load>

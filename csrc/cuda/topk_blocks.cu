@@ -33,14 +33,14 @@ __global__ void block_means_kernel(const TopkParams p) {
     if (x < nQb) {
       const int64_t r0 = x * R.Qb, r1 = min64(R.L, r0 + R.Qb);
       for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
-        const Element* rows = q + ((b * p.Hq + h) * p.N + p.C) * D;
-        for (int64_t i = r0; i < r1; ++i) acc += double(to_float(rows[i * D + d]));
+        const Element* rows = q + p.q_strides.at(b, h, p.C);
+        for (int64_t i = r0; i < r1; ++i) acc += double(to_float(rows[i * p.q_strides.row + d]));
       }
       p.q_means[(bkv * nQb + x) * D + d] = acc / double((r1 - r0) * group);
     } else {
       const int64_t kb = x - nQb, s = kb * R.Rb, e = min64(R.L, s + R.Rb);
-      const Element* rows = k + ((b * p.Hkv + hkv) * p.N + p.C) * D;
-      for (int64_t j = s; j < e; ++j) acc += double(to_float(rows[j * D + d]));
+      const Element* rows = k + p.k_strides.at(b, hkv, p.C);
+      for (int64_t j = s; j < e; ++j) acc += double(to_float(rows[j * p.k_strides.row + d]));
       p.k_means[(bkv * nKb + kb) * D + d] = acc / double(e - s);
     }
   }

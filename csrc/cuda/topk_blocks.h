@@ -7,13 +7,15 @@
 
 #include <cstdint>
 
+#include "layout.h"
 #include "rules.h"
 
 namespace rangeswa::cuda {
 
 struct TopkParams {
-  const void* q;       // [B, Hq, N, D]
-  const void* k;       // [B, Hkv, N, D]
+  const void* q;       // [B, Hq, N, D], rows at q_strides.at(b, h, n)
+  const void* k;       // [B, Hkv, N, D], rows at k_strides.at(b, h, n)
+  RowStrides q_strides, k_strides;
   int32_t* out;        // [B, Hkv, nQb, K], best first, -1 padded
   double* q_means;     // workspace [B * Hkv, nQb, D]
   double* k_means;     // workspace [B * Hkv, nKb, D]

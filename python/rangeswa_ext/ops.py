@@ -1,8 +1,11 @@
 """Typed Python entry points of the compiled ops (`torch.ops.rangeswa.*`) and their fake kernels.
 
-Each wrapper resolves a `RangeSWAConfig` into the op's plain arguments and calls
-`torch.ops.rangeswa.<op>.default`; the `register_fake` function below it tells `torch.compile` the
-output shapes without running a kernel. The schemas live in csrc/rangeswa.cpp.
+`import rangeswa_ext` loads the extension, which registers the ops with the schemas of
+csrc/schema.h. Every schema has defaults (the paper's RangeSWA, late stage), so
+``torch.ops.rangeswa.attn(q, k, v)`` works as it stands. `attn_arguments` turns a `RangeSWAConfig`
+into the op's keyword arguments: the wrappers below, the tests (opcheck samples) and the benchmarks
+all build the arguments with it, so no file spells them out. Each ``register_fake`` function tells
+`torch.compile` the output shapes without running a kernel.
 """
 
 from __future__ import annotations
@@ -35,27 +38,46 @@ def require_kernels(device: torch.device) -> None:
                            "CUDA_HOME set: pip install --no-build-isolation -e .")
 
 
+def attn_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late") -> dict:
+    """The arguments of ``torch.ops.rangeswa.attn`` after ``q, k, v, retrieved``, by schema name and in
+    schema order, for the method ``cfg`` in ``stage`` (which picks the window) with C control tokens.
+
+    ``rotary_dim`` and ``scale`` stay None when the config leaves them open (the op resolves them to
+    the head dim and 1/sqrt(D)). ``RangeSWAConfig()`` gives exactly the schema's defaults.
+    """
+    return dict(method=cfg.method, control_tokens=int(control_tokens), window=cfg.window_for(stage),
+                summary_block=cfg.summary_block, near_range=cfg.near_range, topk=cfg.topk,
+                retrieval_block=cfg.retrieval_block, query_block=cfg.query_block, train_length=cfg.train_length,
+                sinks=cfg.sinks, far_summaries=cfg.far_summaries, theta=float(cfg.theta), rotary_dim=cfg.rotary_dim,
+                rope_style=cfg.rope_style, scale=None if cfg.scale is None else float(cfg.scale))
+
+
+def topk_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late") -> dict:
+    """The arguments of ``torch.ops.rangeswa.topk_blocks`` after ``q, k``, by schema name, for ``cfg``."""
+    return dict(control_tokens=int(control_tokens), window=cfg.window_for(stage), summary_block=cfg.summary_block,
+                retrieval_block=cfg.retrieval_block, query_block=cfg.query_block, topk=cfg.topk)
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0, rotary_dim: Optional[int] = None,
          rope_style: str = "interleaved") -> torch.Tensor:
     """Rotary embedding R(p) x at arbitrary (fractional) positions.
 
     Args:
-        x: [B, H, N, D] float32/bfloat16/float16.
+        x: [B, H, N, D] float32/bfloat16/float16 (any strides with contiguous rows are read in place).
         positions: [N] floating positions (computed in float64 inside).
         theta: RoPE base; ``inv_freq[k] = theta^(-2k/rotary_dim)``.
         rotary_dim: even number of rotated dims (default: all of D); later dims pass through.
         rope_style: ``interleaved`` pairs (2k, 2k+1) or ``half`` pairs (k, k + rotary_dim/2).
     Returns:
-        [B, H, N, D] in x's dtype.
+        [B, H, N, D] in x's dtype, contiguous.
     """
-    rd = x.shape[-1] if rotary_dim is None else rotary_dim
     require_kernels(x.device)
-    return torch.ops.rangeswa.rope.default(x, positions, float(theta), rd, rope_style)
+    return torch.ops.rangeswa.rope.default(x, positions, float(theta), rotary_dim, rope_style)
 
 
 @torch.library.register_fake("rangeswa::rope")
-def _rope_fake(x, positions, theta, rotary_dim, rope_style):
-    return torch.empty_like(x)
+def _rope_fake(x, positions, *args, **kwargs):
+    return x.new_empty(x.shape)
 
 
 def block_summary(k: torch.Tensor, v: torch.Tensor, positions: Optional[torch.Tensor] = None,
@@ -70,13 +92,13 @@ def block_summary(k: torch.Tensor, v: torch.Tensor, positions: Optional[torch.Te
     Returns:
         (k_summary, v_summary), each [B, H, ceil(L/G), D] in the input dtype.
     """
-    rd = k.shape[-1] if rotary_dim is None else rotary_dim
     require_kernels(k.device)
-    return torch.ops.rangeswa.block_summary.default(k, v, positions, summary_block, float(theta), rd, rope_style)
+    return torch.ops.rangeswa.block_summary.default(k, v, positions, summary_block, float(theta), rotary_dim,
+                                                    rope_style)
 
 
 @torch.library.register_fake("rangeswa::block_summary")
-def _block_summary_fake(k, v, positions, summary_block, theta, rotary_dim, rope_style):
+def _block_summary_fake(k, v, positions=None, summary_block=16, *args, **kwargs):
     shape = (*k.shape[:2], _ceil_div(k.shape[2], summary_block), k.shape[3])
     return k.new_empty(shape), v.new_empty(shape)
 
@@ -93,24 +115,25 @@ def topk_blocks(q: torch.Tensor, k: torch.Tensor, cfg: RangeSWAConfig, control_t
         int32 [B, H_kv, ceil(L/query_block), topk], best first (ties: lower block), -1 padded.
     """
     require_kernels(q.device)
-    return torch.ops.rangeswa.topk_blocks.default(q, k, control_tokens, cfg.window_for(stage), cfg.summary_block,
-                                                  cfg.retrieval_block, cfg.query_block, cfg.topk)
+    return torch.ops.rangeswa.topk_blocks.default(q, k, **topk_arguments(cfg, control_tokens, stage))
 
 
 @torch.library.register_fake("rangeswa::topk_blocks")
-def _topk_blocks_fake(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk):
+def _topk_blocks_fake(q, k, control_tokens=0, window=256, summary_block=16, retrieval_block=64, query_block=128,
+                      topk=8):
     L = q.shape[2] - control_tokens
     return q.new_empty((q.shape[0], k.shape[1], _ceil_div(L, query_block), topk), dtype=torch.int32)
 
 
-def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig, control_tokens: int,
-         stage: str = "late", retrieved: Optional[torch.Tensor] = None,
+def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = None,
+         control_tokens: int = 0, stage: str = "late", retrieved: Optional[torch.Tensor] = None,
          return_lse: bool = False):
     """The fused single-softmax attention of SPEC sections 1-4.
 
     Args:
-        q: [B, H_q, N, D], k and v: [B, H_kv, N, D], before RoPE (after any QK norm); N = C + L.
-        cfg: the method and its numbers (see `RangeSWAConfig`, `preset`).
+        q: [B, H_q, N, D], k and v: [B, H_kv, N, D], before RoPE (after any QK norm); N = C + L. Views
+            with contiguous rows (e.g. slices of a fused qkv projection) are read without a copy.
+        cfg: the method and its numbers (see `RangeSWAConfig`, `preset`); default RangeSWA.
         control_tokens: C, the leading control tokens (never rotated).
         stage: ``early``, ``late`` or ``decode``; picks the window from cfg.
         retrieved: optional int32 [B, H_kv, nQb, K'] blocks from `topk_blocks`; computed inside when
@@ -119,17 +142,12 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig,
     Returns:
         [B, H_q, N, D] in q's dtype (and the log-sum-exp when asked).
     """
-    D = q.shape[-1]
     require_kernels(q.device)
-    out, lse = torch.ops.rangeswa.attn.default(
-        q, k, v, retrieved, cfg.method, control_tokens, cfg.window_for(stage), cfg.summary_block,
-        cfg.near_range, cfg.topk, cfg.retrieval_block, cfg.query_block, cfg.train_length, cfg.sinks,
-        cfg.far_summaries, float(cfg.theta), cfg.resolved_rotary_dim(D), cfg.rope_style, cfg.resolved_scale(D))
+    out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved,
+                                               **attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage))
     return (out, lse) if return_lse else out
 
 
 @torch.library.register_fake("rangeswa::attn")
-def _attn_fake(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
-               retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
-               scale):
-    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+def _attn_fake(q, k, v, *args, **kwargs):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)

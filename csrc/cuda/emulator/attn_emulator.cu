@@ -6,12 +6,15 @@
 // reference over the CPU test grid; what it cannot check (the mma.sync / ldmatrix fragment layouts,
 // cp.async, barriers, shared-memory races) is listed in docs/cuda.md.
 // Not part of the extension: setup.py compiles csrc/cuda/*.cu, not this folder.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <vector>
 
 #include "checks.h"
+#include "schema.h"
 #include "cuda/attn_setup.h"
 #include "cuda/block.h"
 #include "cuda/kernel_traits.h"
@@ -46,8 +49,9 @@ struct Emulator {
     const Element* keys_grp = p.keys_grp ? static_cast<const Element*>(p.keys_grp) + kvh * p.grp_rows * kHeadDim : nullptr;
     const Element* keys_cond = p.keys_cond ? static_cast<const Element*>(p.keys_cond) + kvh * p.L * kHeadDim : nullptr;
     const Element* values = static_cast<const Element*>(p.values) + kvh * p.nat_rows * kHeadDim;
-    const int64_t row0 = head * p.N + (t.control ? 0 : p.C) + t.i0;
-    const Element* q_rows = static_cast<const Element*>(p.q) + row0 * p.D;
+    const int64_t n0 = (t.control ? 0 : p.C) + t.i0;
+    const int64_t row0 = head * p.N + n0;  // of the contiguous output
+    const Element* q_rows = query_row<Element>(p, head, n0);
 
     Segment fixed[kNumFixedSegments];
     build_segments(p, t, fixed);
@@ -64,7 +68,7 @@ struct Emulator {
     auto fill_slot = [&](int slot, QueryRotation rot) {
       for (int r = 0; r < kBlockM; ++r)
         for (int d = 0; d < kHeadDim; ++d) {
-          const Element* row = q_rows + int64_t(r) * p.D;
+          const Element* row = q_rows + int64_t(r) * p.q_strides.row;
           slots[(slot * kBlockM + r) * kHeadDim + d] =
               round(query_element(p, t, rot, r, d, [&](int e) { return to_float(row[e]); }));
         }
@@ -179,18 +183,18 @@ void run(const AttnKernelParams& p, int64_t Dp) {
 // attn with the CUDA kernels' plan, on CPU tensors; `retrieved` as the op takes it (computed by the
 // caller when the method retrieves).
 std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                 const std::optional<at::Tensor>& retrieved, const std::string& method,
+                                                 const std::optional<at::Tensor>& retrieved, c10::string_view method,
                                                  int64_t control_tokens, int64_t window, int64_t summary_block,
                                                  int64_t near_range, int64_t topk, int64_t retrieval_block,
                                                  int64_t query_block, int64_t train_length, int64_t sinks,
-                                                 bool far_summaries, double theta, int64_t rotary_dim,
-                                                 const std::string& rope_style, double scale) {
+                                                 bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
+                                                 c10::string_view rope_style, std::optional<double> scale) {
   const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
                                    topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
                                    rotary_dim, rope_style, scale);
   TORCH_CHECK(padded_head_dim(ap.D) > 0, "head dims up to 128");
-  at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  at::Tensor out = at::zeros_like(qc), lse = at::zeros({ap.B, ap.Hq, ap.N}, qc.options().dtype(at::kFloat));
+  at::Tensor qc = with_contiguous_rows(q), kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
+  at::Tensor out = at::zeros(q.sizes(), qc.options()), lse = at::zeros({ap.B, ap.Hq, ap.N}, qc.options().dtype(at::kFloat));
   if (ap.N == 0 || ap.B == 0 || ap.Hq == 0) return {out, lse};
   const AttnPlan plan = plan_attn(ap);
   auto table = [&](int64_t count, double first, double step) {
@@ -212,7 +216,8 @@ std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::
   at::Tensor blocks = retrieved.has_value() ? retrieved->contiguous() : at::Tensor();
   if (blocks.defined()) check_retrieved_values(blocks, ap.rules);
   auto ptr = [](const at::Tensor& x) { return x.defined() && x.numel() > 0 ? x.data_ptr<float>() : nullptr; };
-  AttnBuffers buf{qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), out.data_ptr(), lse.data_ptr<float>(),
+  AttnBuffers buf{qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), row_strides(qc), row_strides(kc), row_strides(vc),
+                  out.data_ptr(), lse.data_ptr<float>(),
                   keys_nat.data_ptr(), values.data_ptr(), keys_grp.defined() ? keys_grp.data_ptr() : nullptr,
                   keys_cond.defined() ? keys_cond.data_ptr() : nullptr, ptr(nat.first), ptr(nat.second),
                   ptr(grp.first), ptr(grp.second), ptr(cnd.first), ptr(cnd.second),
@@ -236,4 +241,6 @@ std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::
 }  // namespace
 }  // namespace rangeswa::cuda
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("attn", &rangeswa::cuda::attn_emulated); }
+// torch.ops.rangeswa_emulator.attn: the attn schema (csrc/schema.h) on CPU tensors.
+TORCH_LIBRARY(rangeswa_emulator, m) { m.def(rangeswa::schema::kAttn); }
+TORCH_LIBRARY_IMPL(rangeswa_emulator, CPU, m) { m.impl("attn", &rangeswa::cuda::attn_emulated); }
