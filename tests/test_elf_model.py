@@ -223,7 +223,7 @@ def test_attention_method_stays_out_of_the_state_dict():
 
 
 def test_matches_the_projects_full_attention_method():
-    methods = pytest.importorskip("rangeswa_ext.methods")
+    from rangeswa_ext import methods
     model = tiny_model()
     want = outputs(model)
     model.set_attention(methods.make_attention("full", head_dim=TINY.head_dim))
@@ -352,9 +352,9 @@ def test_flax_tree_conversion_gives_identical_outputs():
 
 @pytest.mark.parametrize("orbax", [True, False], ids=["orbax", "msgpack"])
 def test_reading_a_flax_checkpoint_written_by_flax(tmp_path, orbax):
-    """Only where the optional flax extra is installed (pip install ".[flax]"): a checkpoint written
-    by flax's own writer, as the official JAX code does, read back through `read_flax_checkpoint`."""
-    flax = pytest.importorskip("flax")
+    """A checkpoint written by flax's own writer, as the official JAX code does, read back through
+    `read_flax_checkpoint` (flax and orbax-checkpoint are test dependencies: the [test] extra)."""
+    import flax
     from flax.training import checkpoints
 
     params, ema = tiny_model(seed=5), tiny_model(seed=6)
@@ -388,7 +388,6 @@ def test_missing_tokenizer_folder(tmp_path):
 
 
 def test_tokenizer_decodes_up_to_the_first_eos(tmp_path):
-    pytest.importorskip("transformers")
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 

@@ -18,8 +18,7 @@ from rangeswa_ext.methods import METHODS, make_attention
 from rangeswa_ext.models import ELF, ELFConfig, load_elf, load_t5_tokenizer, save_checkpoint
 from rangeswa_ext.samplers import SamplerConfig, sample
 
-spm = pytest.importorskip("sentencepiece")
-pytest.importorskip("transformers")
+import sentencepiece as spm  # noqa: E402  (test dependencies: the [test] extra)
 
 TEXT = [
     "the river ran past the old mill and the children watched the boats go by",

@@ -95,3 +95,35 @@ def test_unknown_method_and_bad_overrides():
         make_attention("rangeswa", head_dim=64, late_window=0)
     with pytest.raises(ValueError, match=r"rotary_dim \(80\) must be <= the head dim \(64\)"):
         make_attention("swa", head_dim=64, rotary_dim=80)
+
+
+def _hf_yarn(head_dim: int, theta: float, T: int, L: int):
+    """Hugging Face transformers' own YaRN (ROPE_INIT_FUNCTIONS["yarn"]) for factor L/T, original length T."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    sizes = dict(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim, max_position_embeddings=L)
+    scaling = dict(rope_type="yarn", factor=L / T, original_max_position_embeddings=T)
+    try:  # transformers >= 5: rope_parameters holds the base too
+        config = LlamaConfig(**sizes, rope_parameters=dict(scaling, rope_theta=theta))
+    except (TypeError, ValueError, KeyError):  # transformers 4.x
+        config = LlamaConfig(**sizes, rope_theta=theta, rope_scaling=scaling)
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
+    return inv_freq.double(), float(attention_factor)
+
+
+@pytest.mark.parametrize("D,theta,T,L", [(64, 1e4, 1024, 4096), (128, 5e5, 4096, 32768), (80, 1e4, 1024, 2560),
+                                         (66, 1e4, 512, 1300), (128, 1e4, 1024, 8192)])
+def test_yarn_matches_hugging_face_transformers(D, theta, T, L):
+    """YaRN's inv_freq and attention factor as transformers computes them (called here, not copied):
+    every frequency within float32 rounding, and the logit multiplier = attention_factor^2 (transformers
+    scales cos and sin, hence q and k, by the factor)."""
+    hf_freqs, hf_factor = _hf_yarn(D, theta, T, L)
+    freqs, mult = yarn_frequencies(theta, D, L, T)
+    assert freqs.shape == hf_freqs.shape == (D // 2,)
+    torch.testing.assert_close(freqs, hf_freqs, rtol=2e-6, atol=0)
+    assert mult == pytest.approx(hf_factor ** 2, rel=1e-12)
+    # Pinned values from transformers' output for this setting: the fastest frequency is kept, the slowest
+    # interpolated by 1/factor.
+    assert hf_freqs[0].item() == pytest.approx(1.0, rel=1e-7)
+    assert hf_freqs[-1].item() == pytest.approx(theta ** (-(D - 2) / D) * T / L, rel=1e-6)

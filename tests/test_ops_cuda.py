@@ -1,9 +1,11 @@
-"""The CUDA kernels against the reference and the CPU kernels (SPEC sections 1-5).
+"""The CUDA kernels against the reference and the CPU kernels (SPEC sections 1-5), over the stratified
+grid of tests/attn_cases.py.
 
-Every test needs a CUDA device and skips without one, except `test_kernel_plan_emulated_on_host`:
-with RANGESWA_EMULATE=1 it builds csrc/cuda/emulator (the fused kernel's tile walk and per-element
-decisions, run on the CPU) and holds it to the reference over the same grid, so the kernels' plan is
-checked on machines without a GPU (docs/cuda.md says what that leaves to a GPU).
+Every test needs a CUDA device and skips without one, except the host emulation: the fused kernel's
+own setup, tile plan, per-element decisions and rotations (csrc/cuda/emulator), compiled for the host by
+nvcc and registered as torch.ops.rangeswa_emulator.attn with the attn schema, held to the reference on
+every case of the grid (one test per case and dtype). It runs wherever nvcc and a CUDA build of torch
+are (the README's install gives both), GPU or not; docs/cuda.md says what it leaves to a GPU.
 """
 
 import os
@@ -11,18 +13,14 @@ import os
 import pytest
 import torch
 
+from attn_cases import (FP32_TOL, GRID, LSE_TOL, assert_low_precision_close, attn_reference, case_id,
+                        config, inputs, opcheck_samples, retrieved_for)
 from conftest import make_qkv, rel_err
 from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
-from test_ops_cpu import GRID, _case_id, _config
-
-FP32_TOL = 1e-5   # max abs error relative to the output scale, as on the CPU
-# bf16 / fp16: output rounding (2^-8 relative for bf16) plus the kernel's rounding of rotated q, k, the
-# block means and the probabilities P to the input dtype before the tensor-core products.
-HALF_TOL = 2e-2
-LSE_TOL = 1e-4
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cuda(*xs):
@@ -39,18 +37,18 @@ def _retrieved(q, k, cfg, C, stage):
 
 
 @needs_cuda
-@pytest.mark.parametrize("case", GRID, ids=[_case_id(c) for c in GRID])
+@pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])
 def test_attn_cuda_matches_reference_and_cpu_fp32(case):
-    cfg = _config(case)
+    cfg = config(case)
     C, stage = case["C"], case["stage"]
-    q, k, v = make_qkv(1, case["Hq"], case["Hkv"], C + case["L"], case["D"], seed=case["seed"])
-    retrieved = _retrieved(q, k, cfg, C, stage)
+    q, k, v = inputs(case)
+    retrieved = retrieved_for(q, k, cfg, case)
     retrieved_cuda = _retrieved(*_cuda(q, k), cfg, C, stage)
     if retrieved is not None:
-        assert torch.equal(retrieved_cuda.cpu(), retrieved)  # the CPU kernel equals the reference (CPU tests)
+        assert torch.equal(retrieved_cuda.cpu(), retrieved)
     out, lse = ops.attn(*_cuda(q, k, v), cfg, C, stage, retrieved=retrieved_cuda, return_lse=True)
     assert out.is_cuda and out.dtype == torch.float32 and out.shape == q.shape and lse.dtype == torch.float32
-    expect, expect_lse = ref.attention(q.double(), k.double(), v.double(), cfg, C, stage, retrieved=retrieved)
+    expect, expect_lse = attn_reference(q, k, v, case, retrieved)
     assert rel_err(out.cpu(), expect) < FP32_TOL
     assert (lse.cpu().double() - expect_lse.double()).abs().max().item() < LSE_TOL
     cpu_out = ops.attn(q, k, v, cfg, C, stage, retrieved=retrieved)
@@ -59,38 +57,33 @@ def test_attn_cuda_matches_reference_and_cpu_fp32(case):
 
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("case", GRID, ids=[_case_id(c) for c in GRID])
-def test_attn_cuda_half_precision(case, dtype):
-    # Held to the CPU kernel on the same half-precision inputs (computed in fp32, and within 1e-5 of the
-    # reference by the CPU tests), which keeps the dense float64 reference to the fp32 test above.
-    cfg = _config(case)
+@pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])
+def test_attn_cuda_low_precision_within_twice_the_same_dtype_reference(case, dtype):
+    cfg = config(case)
     C, stage = case["C"], case["stage"]
-    q, k, v = make_qkv(1, case["Hq"], case["Hkv"], C + case["L"], case["D"], seed=case["seed"], dtype=dtype)
-    retrieved = _retrieved(q, k, cfg, C, stage)
+    q, k, v = inputs(case, dtype)
+    retrieved = retrieved_for(q, k, cfg, case)
     retrieved_cuda = _retrieved(*_cuda(q, k), cfg, C, stage)
     if retrieved is not None:
         assert torch.equal(retrieved_cuda.cpu(), retrieved)
-    out, lse = ops.attn(*_cuda(q, k, v), cfg, C, stage, retrieved=retrieved_cuda, return_lse=True)
+    out = ops.attn(*_cuda(q, k, v), cfg, C, stage, retrieved=retrieved_cuda)
     assert out.dtype == dtype
-    expect, expect_lse = torch.ops.rangeswa.attn.default(
-        q.float(), k.float(), v.float(), retrieved, cfg.method, C, cfg.window_for(stage), cfg.summary_block,
-        cfg.near_range, cfg.topk, cfg.retrieval_block, cfg.query_block, cfg.train_length, cfg.sinks, cfg.far_summaries,
-        float(cfg.theta), cfg.resolved_rotary_dim(case["D"]), cfg.rope_style, cfg.resolved_scale(case["D"]))
-    assert rel_err(out.cpu(), expect) < HALF_TOL
-    assert (lse.cpu() - expect_lse).abs().max().item() < HALF_TOL
+    assert_low_precision_close(out.cpu(), q, k, v, case, retrieved)
 
 
 @needs_cuda
 @pytest.mark.parametrize("D", [64, 66, 80, 128])
-@pytest.mark.parametrize("name,stage", [("rangeswa", "late"), ("rangeswa", "early"), ("rangeswa", "decode"),
-                                        ("rangeswa_lite", "late")])
-def test_attn_cuda_extrapolating_head_dims(name, stage, D):
-    # L > T with grouped positions, far blocks straddling Hn, 70 control rows (two control tiles),
-    # a query block that is not a multiple of the 64-row tile, GQA.
+@pytest.mark.parametrize("name,stage,near", [("rangeswa", "late", 200), ("rangeswa", "early", 200),
+                                             ("rangeswa", "decode", 200), ("rangeswa_lite", "late", 300)])
+def test_attn_cuda_extrapolating_head_dims(name, stage, near, D):
+    # L > T with grouped positions (Hn < T, g >= 2), far blocks straddling Hn, 70 control rows (two
+    # control tiles), a query block that is not a multiple of the 64-row tile, GQA.
     # Held to the CPU kernel (itself held to the reference by the CPU tests): the dense reference is
     # slow at this size.
-    cfg = preset(name, train_length=512, query_block=100, rope_style="half" if D == 80 else "interleaved")
+    cfg = preset(name, train_length=512, near_range=near, query_block=100,
+                 rope_style="half" if D == 80 else "interleaved")
     C, L = 70, 2100
+    assert ref.group_size(L, cfg.train_length, cfg.near_range) >= 2 and near % cfg.summary_block != 0
     q, k, v = make_qkv(1, 4, 2, C + L, D, seed=D)
     retrieved = _retrieved(q, k, cfg, C, stage)
     out, lse = ops.attn(*_cuda(q, k, v), cfg, C, stage, retrieved=None if retrieved is None else retrieved.cuda(),
@@ -216,30 +209,11 @@ def test_rope_cuda_matches_reference_and_cpu(style, rd, dtype):
 # ------------------------------------------------------------------------- opcheck and determinism
 
 
-def _opcheck_samples():
-    cfg = preset("rangeswa", train_length=64)
-    q, k, v = make_qkv(1, 2, 1, 4 + 150, 64, seed=13)
-    pos = torch.arange(150, dtype=torch.float64)
-    retrieved = ops.topk_blocks(q, k, cfg, 4)
-    return [
-        ("attn_rangeswa", torch.ops.rangeswa.attn.default,
-         (q, k, v, retrieved, "rangeswa", 4, 256, 16, 512, 8, 64, 128, 64, 0, True, 1e4, 64, "interleaved", 0.125)),
-        ("attn_swa", torch.ops.rangeswa.attn.default,
-         (q, k, v, None, "swa", 4, 32, 16, 512, 0, 64, 128, 64, 4, True, 1e4, 32, "half", 0.125)),
-        ("topk_blocks", torch.ops.rangeswa.topk_blocks.default, (q, k, 4, 256, 16, 64, 128, 8)),
-        ("block_summary_positions", torch.ops.rangeswa.block_summary.default,
-         (k[:, :, 4:], v[:, :, 4:], pos, 16, 1e4, 64, "interleaved")),
-        ("block_summary", torch.ops.rangeswa.block_summary.default,
-         (k[:, :, 4:], v[:, :, 4:], None, 16, 1e4, 64, "interleaved")),
-        ("rope", torch.ops.rangeswa.rope.default, (q, torch.arange(154, dtype=torch.float64), 1e4, 32, "half")),
-    ]
-
-
 @needs_cuda
-@pytest.mark.parametrize("name", [s[0] for s in _opcheck_samples()])
-def test_opcheck_cuda(name):
-    _, op, args = next(s for s in _opcheck_samples() if s[0] == name)
-    torch.library.opcheck(op, tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+@pytest.mark.parametrize("sample", opcheck_samples(), ids=lambda s: s[0])
+def test_opcheck_cuda(sample):
+    _, op, args, kwargs = sample
+    torch.library.opcheck(op, tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args), kwargs)
 
 
 @needs_cuda
@@ -268,32 +242,54 @@ def test_torch_compile_sees_the_fake_shapes_cuda():
 # ------------------------------------------------------------------------------- host emulation
 
 
-@pytest.mark.skipif(os.environ.get("RANGESWA_EMULATE", "0") in ("", "0"),
-                    reason="set RANGESWA_EMULATE=1 to build the host emulation of the CUDA kernel (~2 min)")
-def test_kernel_plan_emulated_on_host():
+@pytest.fixture(scope="module")
+def emulator():
+    """torch.ops.rangeswa_emulator.attn, built once per run (about 2 minutes on 2 cores)."""
     from torch.utils import cpp_extension
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0")  # host code only; no GPU is queried
     cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")  # as setup.py defaults it
     if not os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
-        pytest.skip(f"no nvcc under {cuda_home} to build the emulator")
+        pytest.skip(f"the emulator is the kernel's CUDA source compiled for the host by nvcc, and there is no "
+                    f"nvcc under {cuda_home}; set CUDA_HOME to a CUDA toolkit")
+    if torch.version.cuda is None:
+        pytest.skip("the emulator links against a CUDA build of torch; this torch is a CPU-only build")
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0")  # host code only; no GPU is queried
     cpp_extension.CUDA_HOME = cuda_home
-    emu = cpp_extension.load(
+    cpp_extension.load(
         name="rangeswa_attn_emulator",
-        sources=[os.path.join(root, "csrc", "cuda", "emulator", "attn_emulator.cu"), os.path.join(root, "csrc", "checks.cpp")],
-        extra_include_paths=[os.path.join(root, "csrc")], extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"],
-        extra_cuda_cflags=["-O2", "--expt-relaxed-constexpr", "-std=c++20"])
-    for case in GRID:
-        cfg = _config(case)
-        C, stage, D = case["C"], case["stage"], case["D"]
-        for dtype, tol in ((torch.float32, FP32_TOL), (torch.bfloat16, HALF_TOL)):
-            q, k, v = make_qkv(1, case["Hq"], case["Hkv"], C + case["L"], D, seed=case["seed"], dtype=dtype)
-            retrieved = _retrieved(q, k, cfg, C, stage)
-            out, lse = emu.attn(q, k, v, retrieved, cfg.method, C, cfg.window_for(stage), cfg.summary_block,
-                                cfg.near_range, cfg.topk, cfg.retrieval_block, cfg.query_block, cfg.train_length,
-                                cfg.sinks, cfg.far_summaries, float(cfg.theta), cfg.resolved_rotary_dim(D),
-                                cfg.rope_style, cfg.resolved_scale(D))
-            expect, expect_lse = ref.attention(q.double(), k.double(), v.double(), cfg, C, stage, retrieved=retrieved)
-            assert rel_err(out, expect) < tol, _case_id(case)
-            assert (lse.double() - expect_lse.double()).abs().max().item() < max(tol, LSE_TOL), _case_id(case)
+        sources=[os.path.join(ROOT, "csrc", "cuda", "emulator", "attn_emulator.cu"), os.path.join(ROOT, "csrc", "checks.cpp")],
+        extra_include_paths=[os.path.join(ROOT, "csrc")], extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"],
+        extra_cuda_cflags=["-O2", "--expt-relaxed-constexpr", "-std=c++20"], is_python_module=False)
+    return torch.ops.rangeswa_emulator.attn.default
+
+
+@pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])
+def test_kernel_plan_emulated_on_host_fp32(emulator, case):
+    cfg = config(case)
+    q, k, v = inputs(case)
+    retrieved = retrieved_for(q, k, cfg, case)
+    out, lse = emulator(q, k, v, retrieved, **ops.attn_arguments(cfg, case["C"], case["stage"]))
+    expect, expect_lse = attn_reference(q, k, v, case, retrieved)
+    assert rel_err(out, expect) < FP32_TOL
+    assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
+
+
+@pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])
+def test_kernel_plan_emulated_on_host_bf16(emulator, case):
+    cfg = config(case)
+    q, k, v = inputs(case, torch.bfloat16)
+    retrieved = retrieved_for(q, k, cfg, case)
+    out, _ = emulator(q, k, v, retrieved, **ops.attn_arguments(cfg, case["C"], case["stage"]))
+    assert out.dtype == torch.bfloat16
+    assert_low_precision_close(out, q, k, v, case, retrieved, what="emulated ")
+
+
+def test_emulator_reads_strided_views(emulator):
+    """The kernel's query / key / value addressing (query_row, prepare_unit) on views of a fused qkv."""
+    cfg = preset("rangeswa", train_length=128, late_window=32, near_range=40, retrieval_block=32, query_block=64)
+    fused = torch.randn(2, 12 + 300, 3 * 2 * 64, generator=torch.Generator().manual_seed(4))
+    q, k, v = fused.view(2, 312, 3, 2, 64).permute(2, 0, 3, 1, 4)
+    retrieved = ops.topk_blocks(q, k, cfg, 12)
+    out, _ = emulator(q, k, v, retrieved, **ops.attn_arguments(cfg, 12))
+    expect = ops.attn(q.contiguous(), k.contiguous(), v.contiguous(), cfg, 12, retrieved=retrieved)
+    assert rel_err(out, expect) < FP32_TOL

