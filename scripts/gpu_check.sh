@@ -9,9 +9,9 @@
 # 2. builds the extension in place for Hopper only (RANGESWA_CUDA_ARCHS=90a, MAX_JOBS=16);
 # 3. runs the CUDA tests (tests/test_ops_cuda.py, tests/test_build.py);
 # 4. runs the GPU attention benchmark (benchmarks/bench_gpu_attention.py --quick);
-# 5. runs the ELF-B sampling benchmark (benchmarks/bench_gpu_elf.py: 32 steps, B = 16, bf16, 8k/4k/2k,
+# 5. runs the ELF-B sampling benchmark (benchmarks/bench_gpu_sampling.py --model elf-b: 32 steps, B = 16, bf16, 8k/4k/2k,
 #    longest first, 2 repeats);
-# and writes build.log, tests.log, tests.xml, bench.json, bench.md, gpu_elf_sampling.{json,md},
+# and writes build.log, tests.log, tests.xml, bench.json, bench.md, gpu_elf-b_sampling.{json,md},
 # summary.json and summary.md to OUT_DIR. Each step has a time limit so the whole check stays under
 # 8 minutes on one H200.
 # Exit status: 0 all passed, 1 a step failed, 2 no usable GPU or toolchain (nothing was run).
@@ -96,7 +96,7 @@ run_budgeted() {
 run_budgeted "attention benchmark" 330 15 "$OUT_DIR/tests.log" benchmarks/bench_gpu_attention.py --quick
 BENCH_RC=$STEP_RC
 # ELF-B sampling: 32 steps, B = 16, bf16, 8k/4k/2k longest first, 2 repeats.
-run_budgeted "ELF-B sampling benchmark" 470 30 "$OUT_DIR/elf.log" benchmarks/bench_gpu_elf.py --repeats 2
+run_budgeted "ELF-B sampling benchmark" 470 30 "$OUT_DIR/elf.log" benchmarks/bench_gpu_sampling.py --model elf-b --repeats 2
 ELF_RC=$STEP_RC
 
 # --- summary ----------------------------------------------------------------------------------------
@@ -116,7 +116,7 @@ except OSError:
     summary["tests"] = None
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
 lines = ["# gpu_check", "", "| item | value |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in summary.items()]
-for name in ("bench.md", "gpu_elf_sampling.md"):
+for name in ("bench.md", "gpu_elf-b_sampling.md"):
     if os.path.exists(os.path.join(out, name)):
         lines += ["", open(os.path.join(out, name)).read()]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")

@@ -31,8 +31,8 @@ def test_op_benchmark_cli_saves_json_and_markdown(tmp_path, capsys, one_thread):
     rows = [m.groups() for m in map(ROW.match, markdown.splitlines()) if m]
     assert [(int(L), label.strip()) for L, label, *_ in rows] == [(r["L"], r["method"]) for r in result["rows"]]
     for (_, _, op_ms, sdpa_ms, speedup), r in zip(rows, result["rows"]):
-        assert float(op_ms) == pytest.approx(r["op_ms"], abs=0.05)
-        assert float(sdpa_ms) == pytest.approx(r["sdpa_ms"], abs=0.05)
+        assert float(op_ms) == pytest.approx(r["op_ms"], abs=0.051)  # 0.01 ms in the JSON, 0.1 ms printed
+        assert float(sdpa_ms) == pytest.approx(r["sdpa_ms"], abs=0.051)
         assert float(speedup) == pytest.approx(r["speedup"], abs=0.005)
     assert "Peak memory of the late-stage op at L = 256" in markdown
     assert "growth 8k -> 16k" not in markdown  # only when both lengths ran
@@ -50,16 +50,16 @@ def test_elf_benchmark_cli(tmp_path, one_thread):
     assert main(["bench", "--elf", "elf-tiny", "--lengths", "40", "--repeats", "1", "--out", str(tmp_path)]) == 0
     [json_file] = tmp_path.glob("cpu_elf-tiny_call_*.json")
     result = json.loads(json_file.read_text())
-    assert [r["method"] for r in result["rows"]] == [label for label, _, _ in bench.ELF_CASES]
+    assert [r["method"] for r in result["rows"]] == [label for label, _, _ in bench.MODEL_CASES]
     full = next(r["call_ms"] for r in result["rows"] if r["method"] == "full (SDPA)")
     for r in result["rows"]:  # each speed-up is full's time over the row's (both saved rounded to 0.1 ms)
         assert r["call_ms"] > 0
         slack = r["speedup_vs_full"] * (0.05 / r["call_ms"] + 0.05 / full) * 1.01 + 0.005
         assert abs(r["speedup_vs_full"] - full / r["call_ms"]) <= slack
     markdown = json_file.with_suffix(".md").read_text()
-    assert markdown.startswith("elf-tiny denoising call, random weights, B = 1, fp32")
+    assert markdown.startswith("elf-tiny network call, random weights, B = 1, fp32")
     rows = [m.groups() for m in map(ELF_ROW.match, markdown.splitlines()) if m]
     assert [(int(L), label.strip()) for L, label, *_ in rows] == [(r["L"], r["method"]) for r in result["rows"]]
     for (_, _, ms, speedup), r in zip(rows, result["rows"]):
-        assert float(ms) == pytest.approx(r["call_ms"], abs=0.5)
+        assert float(ms) == pytest.approx(r["call_ms"], abs=0.51)
         assert float(speedup) == pytest.approx(r["speedup_vs_full"], abs=0.005)

@@ -133,12 +133,12 @@ def test_shards_concatenate_to_the_whole_run(run, tmp_path):
 
 def test_lines_stop_at_the_first_eos(run, tmp_path, monkeypatch, tokenizer_dir):
     """ids keep what comes before the first EOS (pads the model wrote there included); text decodes it."""
-    import rangeswa_ext.generate as gen
+    import rangeswa_ext.backbones.elf as elf_backbone
 
     tok = load_t5_tokenizer(tokenizer_dir)
     words = tok("the river ran past", add_special_tokens=False).input_ids
     masked = torch.tensor([words + [0, 5] + [0] * 4, [0] * (len(words) + 6), words + [5] * 6])
-    monkeypatch.setattr(gen, "sample", lambda model, num, *args, **kwargs: masked[:num])
+    monkeypatch.setattr(elf_backbone, "sample", lambda model, num, *args, **kwargs: masked[:num])
     out = tmp_path / "eos.jsonl"
     assert run(out, num=3, batch=3, length=len(words) + 6) == 0
     samples = lines(out)
@@ -209,7 +209,7 @@ def test_bad_inputs(run, tmp_path, tokenizer_dir, checkpoint_dir, capsys):
         generate(**{**common, "method": "pi", "method_options": {"late_window": 128}})
     with pytest.raises(ValueError, match="--model elf-b has n_layer=12, dim=768"):
         generate(**{**common, "model": "elf-b"})
-    with pytest.raises(ValueError, match="unknown ELF preset 'elf-xl'"):
+    with pytest.raises(ValueError, match="unknown model 'elf-xl'; known models: elf-b, elf-m"):
         generate(**{**common, "model": "elf-xl"})
     assert not out.exists()
 

@@ -215,7 +215,7 @@ BAD_CONFIGS = [  # (name, edit of the config text, regular expression the error 
     ("bad sampler key", lambda t: t.replace("steps = 2", "stpes = 2"), re.escape("unknown key(s) stpes in [sampler]")),
     ("wrong type", lambda t: t.replace("steps = 2", 'steps = "2"'),
      re.escape("steps in [sampler] must be an integer, got '2'")),
-    ("unknown preset", lambda t: t.replace("[models.elf-tiny]", "[models.tiny]"), "unknown ELF preset 'tiny'"),
+    ("unknown preset", lambda t: t.replace("[models.elf-tiny]", "[models.tiny]"), "unknown model 'tiny'"),
 ]
 
 

@@ -142,44 +142,40 @@ def save(result: dict, out_dir: str | Path) -> Path:
     return stem
 
 
-ELF_CASES = (  # (label, method, stage)
+MODEL_CASES = (  # (label, method, stage)
     ("full (SDPA)", "full", "late"),
     ("rangeswa late (W=256)", "rangeswa", "late"),
     ("rangeswa_lite", "rangeswa_lite", "late"),
 )
 
 
-def run_elf_benchmark(lengths=(2048, 4096, 8192), model="elf-b", repeats=3, progress=True) -> dict:
-    """One denoising call of an ELF model with random weights (B = 1, fp32, CPU) per method."""
-    from .methods import make_attention
-    from .models.elf import ELF, ELFConfig
+def run_model_benchmark(lengths=(2048, 4096, 8192), model="elf-b", repeats=3, progress=True) -> dict:
+    """One network call of a model with random weights (B = 1, fp32, CPU) per method, through the
+    backbone registry (ELF: a denoising call; LangFlow: a denoising call; ...)."""
+    from . import backbones
 
-    config = ELFConfig.from_name(model)
-    torch.manual_seed(0)
-    net = ELF(config).eval()
+    backbone = backbones.backbone_for(model)
+    net = backbone.random_model(model)
     rows = []
-    bar = tqdm(total=len(lengths) * len(ELF_CASES), disable=not progress, desc=f"bench {model}")
+    bar = tqdm(total=len(lengths) * len(MODEL_CASES), disable=not progress, desc=f"bench {model}")
     for L in lengths:
-        g = torch.Generator().manual_seed(L)
-        z = torch.randn(1, L, config.encoder_dim, generator=g)
-        self_cond = torch.randn(1, L, config.encoder_dim, generator=g)
         times = {}
-        for label, name, stage in ELF_CASES:
-            net.set_attention(make_attention(name, head_dim=config.head_dim, theta=config.rope_theta,
-                                             train_length=config.train_length))
+        for label, name, stage in MODEL_CASES:
+            net.set_attention(backbone.attention(net, name))
+            call = backbone.benchmark_call(net, L, torch.Generator().manual_seed(L), stage)
             with torch.no_grad():
-                times[label] = _median_ms(lambda: net(z, 0.5, self_cond, 3.0, stage=stage), repeats)
+                times[label] = _median_ms(call, repeats)
             bar.update()
-        full = times[ELF_CASES[0][0]]
+        full = times[MODEL_CASES[0][0]]
         for label, ms in times.items():
             rows.append(dict(L=L, method=label, call_ms=round(ms, 1), speedup_vs_full=round(full / ms, 2)))
     bar.close()
-    return dict(date=datetime.date.today().isoformat(), model=model, cpu_count=os.cpu_count(),
+    return dict(date=datetime.date.today().isoformat(), model=backbones.normalize(model), cpu_count=os.cpu_count(),
                 torch=torch.__version__, batch=1, dtype="float32", repeats=repeats, rows=rows)
 
 
-def elf_markdown(result: dict) -> str:
-    lines = markdown_table(_run_title(f"{result['model']} denoising call, random weights, B = 1, fp32", result),
+def model_markdown(result: dict) -> str:
+    lines = markdown_table(_run_title(f"{result['model']} network call, random weights, B = 1, fp32", result),
                    ["L", "method", "call ms", "speed-up vs full"],
                    [[str(r["L"]), r["method"], f"{r['call_ms']:.0f}", f"{r['speedup_vs_full']:.2f}x"]
                     for r in result["rows"]])
@@ -197,22 +193,24 @@ def add_bench_parser(subparsers) -> None:
     p.add_argument("--memory-length", type=int, default=65536,
                    help="L of the peak-memory probe (0 skips it)")
     p.add_argument("--out", default="benchmarks/results", help="folder for the JSON and markdown results")
-    p.add_argument("--elf", metavar="MODEL", default=None,
-                   help="instead: time one denoising call of MODEL (e.g. elf-b, random weights) per method")
+    p.add_argument("--model", metavar="MODEL", default=None,
+                   help="instead: time one network call of MODEL (any model of `rangeswa generate --model`, random "
+                        "weights) per method: full, rangeswa late, rangeswa_lite")
+    p.add_argument("--elf", metavar="MODEL", dest="model", help="the same as --model MODEL (e.g. elf-b)")
     p.set_defaults(func=run_bench)
 
 
 def run_bench(args) -> int:
-    default = "2048,4096,8192" if args.elf else "1024,2048,4096,8192,16384"
+    default = "2048,4096,8192" if args.model else "1024,2048,4096,8192,16384"
     lengths = tuple(int(x) for x in (args.lengths or default).split(",") if x)
-    if args.elf:
-        result = run_elf_benchmark(lengths, model=args.elf, repeats=args.repeats)
+    if args.model:
+        result = run_model_benchmark(lengths, model=args.model, repeats=args.repeats)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        stem = out / f"cpu_{args.elf}_call_{result['date']}"
+        stem = out / f"cpu_{result['model']}_call_{result['date']}"
         stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-        stem.with_suffix(".md").write_text(elf_markdown(result))
-        print(elf_markdown(result))
+        stem.with_suffix(".md").write_text(model_markdown(result))
+        print(model_markdown(result))
         print(f"saved {stem}.json and {stem}.md")
         return 0
     result = run_cpu_benchmark(lengths, H=args.heads, D=args.head_dim, repeats=args.repeats)

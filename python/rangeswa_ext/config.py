@@ -2,8 +2,8 @@
 
 `RangeSWAConfig` carries every number of the method with the paper's defaults, so callers never pass
 fifteen loose arguments. Named presets (`preset("rangeswa_lite")`) give the paper's variants and
-baselines; the stage schedule (early / late / decode windows, switch at t = 0.182) lives here too,
-and the sampler asks it which window a network call uses.
+baselines; the stage schedule (early / late / decode windows, switch at 18.2% of the way from noise
+to data) lives here too, and the sampler asks it which window a network call uses.
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ class RangeSWAConfig:
         method: op-level method, one of ``full``, ``swa``, ``self_extend``, ``rangeswa``.
         early_window, late_window, decode_window: local window ``W`` for denoising calls with
             ``t < switch_time``, with ``t >= switch_time``, and for the final decode call.
-        switch_time: ELF time (0 = noise, 1 = data) where the early window gives way to the late one.
+        switch_time: progress on the noise-to-data path (0 = noise, 1 = data) where the early window gives
+            way to the late one. Each sampler reports the progress of its calls in its backbone's own
+            time (ELF: its time t; LangFlow, CoLa, LLaDA: see their samplers), so the rule is the same
+            whichever way a backbone's clock runs.
         summary_block: ``G``, tokens per summary block.
         near_range: ``Hn``; pairs within it keep native positions, blocks within it are "near".
         topk: ``K`` retrieved key blocks per query block (0 switches retrieval off).
@@ -96,11 +99,12 @@ class RangeSWAConfig:
             return self.decode_window
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
 
-    def stage_at(self, t: float, decode: bool = False) -> str:
-        """The stage of a denoising call at ELF time ``t`` (0 = noise, 1 = data), or of the decode call."""
+    def stage_at(self, progress: float, decode: bool = False) -> str:
+        """The stage of a denoising call at ``progress`` on the noise-to-data path (0 = noise, 1 = data;
+        for ELF its time t), or of the final decode / readout call."""
         if decode:
             return "decode"
-        return "early" if t < self.switch_time else "late"
+        return "early" if progress < self.switch_time else "late"
 
     def resolved_rotary_dim(self, head_dim: int) -> int:
         rotary_dim = head_dim if self.rotary_dim is None else self.rotary_dim

@@ -1,9 +1,12 @@
-"""`rangeswa generate`: ELF samples at any length with any attention method, written as resumable JSON lines.
+"""`rangeswa generate`: samples of any backbone at any length with any attention method, written as
+resumable JSON lines.
 
-One line per sample, in index order, with the settings that made it (docs/generate.md):
-``{"index", "model", "method", "method_options", "length", "seed", "sampler", "steps", "gamma",
-"omega", "dtype", "ids", "text"}``. ``ids`` is the sampler's EOS-masked row without its final run
-of pad ids (so, in effect, the tokens before the first EOS), ``text`` its decoding. Rerunning the same command resumes: samples already in the file are kept, an
+The backbone comes from the ``--model`` name through the registry (backbones/); nothing here knows
+which one it runs. One line per sample, in index order, with the settings that made it
+(docs/generate.md): ``{"index", "model", "method", "method_options", "length", "seed", <the
+backbone's sampler settings>, "dtype", "ids", "text"}`` (ELF's sampler settings: "sampler", "steps",
+"gamma", "omega"). ``ids`` is what the backbone keeps of a sample (ELF: the EOS-masked row without its
+final run of pad ids, so in effect the tokens before the first EOS), ``text`` its decoding. Rerunning the same command resumes: samples already in the file are kept, an
 incomplete last line left by a killed run is cut off, and only the missing indices are generated.
 Batches are aligned to ``start_index + j * batch_size`` whatever is missing, so a resumed run draws
 every sample in the same batch as an uninterrupted one.
@@ -26,13 +29,10 @@ from typing import Optional
 import torch
 from tqdm import tqdm
 
-from . import distributed
+from . import backbones, distributed
 from .config import RangeSWAConfig
 from .jsonl import json_objects
-from .methods import METHODS, OP_PRESETS, make_attention
-from .models.elf import ELF_CONFIGS, ELFConfig
-from .models.elf_checkpoint import decode_tokens, find_checkpoint, load_elf, load_t5_tokenizer
-from .samplers.elf_sampler import EOS_ID, PAD_ID, SAMPLERS, SamplerConfig, sample
+from .methods import METHODS, OP_PRESETS
 
 #: ``--dtype``: the autocast dtype of the network calls; ``auto`` is bf16 on CUDA and fp32 elsewhere,
 #: as in the official sampler.
@@ -41,8 +41,6 @@ DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 METHOD_OPTIONS = ("early_window", "late_window", "decode_window", "switch_time", "summary_block", "near_range",
                   "topk", "retrieval_block", "query_block", "sinks", "far_summaries")
 WINDOWS = ("early_window", "late_window", "decode_window")
-#: The keys of a line that must equal the run's settings for the run to append to the file.
-SETTINGS = ("model", "method", "method_options", "length", "seed", "sampler", "steps", "gamma", "omega", "dtype")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,23 +54,24 @@ class GenerateResult:
 
 def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = "rangeswa", length: int = 1024,
              num_samples: int = 1000, batch_size: int = 16, seed: int = 0, start_index: int = 0,
-             steps: Optional[int] = None, gamma: Optional[float] = None, omega: Optional[float] = None,
-             sampler: Optional[str] = None, method_options: Optional[dict] = None, device: Optional[str] = None,
-             dtype: str = "auto", progress: bool = True) -> GenerateResult:
+             method_options: Optional[dict] = None, device: Optional[str] = None, dtype: str = "auto",
+             progress: bool = True, **sampler_options) -> GenerateResult:
     """Generate samples ``start_index .. start_index + num_samples - 1`` into the JSON-lines file ``out``.
 
     Args:
-        checkpoint: official ELF checkpoint file, or a folder of ``checkpoint_<step>`` files.
-        tokenizer: folder of the T5 tokenizer (``tokenizer.json`` / ``spiece.model``).
+        checkpoint: the model's checkpoint (ELF: a ``checkpoint_<step>`` file or a folder of them; other
+            backbones: see their docs).
+        tokenizer: folder of the model's tokenizer (ELF: a saved T5 tokenizer).
         out: the JSON-lines file; appended to, and resumed from if it exists.
-        model: ELF preset the checkpoint must match (``elf-b``, ``elf-m``, ``elf-l``, ``elf-tiny``);
-            it also picks the sampler defaults.
+        model: model name (`backbones.model_names()`: ``elf-b``, ``elf-m``, ...); picks the backbone, the
+            size the checkpoint must have and the sampler defaults.
         method: attention method, one of `METHODS`.
         length: body length L of every sample.
         num_samples, start_index: which sample indices to produce (one shard of a run per process).
         batch_size: samples per sampler call.
         seed: run seed; sample k depends only on (seed, k).
-        steps, gamma, omega, sampler: override the preset's `SamplerConfig`.
+        sampler_options: fields of the backbone's sampler config (ELF: steps, gamma, omega, sampler)
+            overriding the preset's; None values keep the preset's.
         method_options: `RangeSWAConfig` fields of `METHOD_OPTIONS` overriding the method's preset.
         device: ``cpu``, ``cuda``, ``cuda:1``, ...; default CUDA when available (under torchrun a bare
             ``cuda`` is the rank's own GPU).
@@ -86,22 +85,22 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
                                ("batch_size", batch_size, 1), ("start_index", start_index, 0)):
         if value < least:
             raise ValueError(f"{name} must be >= {least}, got {value}")
-    preset = ELFConfig.from_name(model)
+    backbone = backbones.backbone_for(model)
+    model = backbones.normalize(model)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
-    method_options = check_method_options(method, dict(method_options or {}), preset.train_length)
-    sampler_config = SamplerConfig.for_model(model, steps=steps, gamma=gamma, omega=omega, sampler=sampler)
+    method_options = check_method_options(method, dict(method_options or {}), backbone.config(model).train_length)
+    sampler_config = sampler_config_for(backbone, model, sampler_options)
     device = distributed.device_for(device)
     dtype = _resolve_dtype(dtype, device)
-    checkpoint_file = find_checkpoint(checkpoint)
+    checkpoint_file = backbone.find_checkpoint(Path(checkpoint).expanduser())
     tokenizer_folder = Path(tokenizer).expanduser()
     if not tokenizer_folder.is_dir():
-        raise FileNotFoundError(f"tokenizer folder {tokenizer_folder} does not exist; save a T5 tokenizer there "
-                                f"(e.g. the tokenizer files of t5-small or t5-base)")
+        raise FileNotFoundError(f"tokenizer folder {tokenizer_folder} does not exist; --model {model} needs the "
+                                f"{backbone.tokenizer_help}")
 
-    settings = dict(model=model.lower().replace("_", "-"), method=method, method_options=method_options,
-                    length=length, seed=seed, sampler=sampler_config.sampler, steps=sampler_config.steps,
-                    gamma=sampler_config.gamma, omega=sampler_config.omega, dtype=dtype)
+    settings = dict(model=model, method=method, method_options=method_options, length=length, seed=seed,
+                    **backbone.sampler_settings(sampler_config), dtype=dtype)
     out = Path(out).expanduser()
     wanted = range(start_index, start_index + num_samples)
     with distributed.session(device) as world:
@@ -116,7 +115,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         written = 0
         if batches:
             target = distributed.shard_path(out, world.rank) if sharded else out
-            written = _write_batches(target, batches, missing, settings, sampler_config, checkpoint_file, preset,
+            written = _write_batches(target, batches, missing, settings, backbone, sampler_config, checkpoint_file,
                                      tokenizer_folder, device, progress and world.main)
         if sharded:
             written = sum(distributed.all_gather(written))
@@ -124,30 +123,35 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
     return dataclasses.replace(result, written=written)
 
 
+def sampler_config_for(backbone: backbones.Backbone, model: str, options: dict):
+    """The backbone's sampler config for ``model`` with ``options`` (None values ignored), checking that
+    every option is a setting of that backbone's sampler."""
+    options = {k: v for k, v in options.items() if v is not None}
+    known = [f.name for f in dataclasses.fields(backbone.sampler_config)]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"--model {model} ({backbone.name}) has no sampler setting {', '.join(unknown)}; "
+                         f"its settings: {', '.join(known)}")
+    return backbone.sampler_config.for_model(model, **options)
+
+
 def _write_batches(target: Path, batches: list[tuple[int, int]], missing: set, settings: dict,
-                   sampler_config: SamplerConfig, checkpoint_file: Path, preset: ELFConfig, tokenizer_folder: Path,
+                   backbone: backbones.Backbone, sampler_config, checkpoint_file: Path, tokenizer_folder: Path,
                    device: torch.device, progress: bool) -> int:
     """Sample ``batches`` and append their ``missing`` indices to ``target``, one line each; returns how many."""
-    tok = load_t5_tokenizer(tokenizer_folder)
-    elf = load_model(checkpoint_file, preset, settings["model"], device)
-    if elf.config.vocab_size > len(tok):
-        raise ValueError(f"the checkpoint's decode head has {elf.config.vocab_size} tokens but the tokenizer in "
-                         f"{tokenizer_folder} knows only {len(tok)}; use the tokenizer the model was trained with")
-    elf.set_attention(make_attention(settings["method"], head_dim=elf.config.head_dim, theta=elf.config.rope_theta,
-                                     rope_style="interleaved", train_length=elf.config.train_length,
-                                     **settings["method_options"]))
-    eos_id = EOS_ID if tok.eos_token_id is None else tok.eos_token_id
-    pad_id = PAD_ID if tok.pad_token_id is None else tok.pad_token_id
+    tok = backbone.load_tokenizer(tokenizer_folder)
+    net = backbone.load(checkpoint_file, settings["model"], device)
+    backbone.check_tokenizer(net, tok, tokenizer_folder)
+    net.set_attention(backbone.attention(net, settings["method"], **settings["method_options"]))
 
     target.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     total = sum(k in missing for first, last in batches for k in range(first, last))
     with open(target, "ab") as file, tqdm(total=total, desc="samples", unit="sample", disable=not progress) as bar:
         for first, last in batches:
-            ids = sample(elf, last - first, settings["length"], settings["seed"], first, sampler_config,
-                         autocast_dtype=DTYPES[settings["dtype"]], eos_id=eos_id, pad_id=pad_id, progress=progress)
-            rows = [_strip_pad_tail(row, pad_id) for row in ids.tolist()]
-            texts = decode_tokens(tok, rows)
+            rows = backbone.sample(net, tok, first, last - first, settings["length"], settings["seed"], sampler_config,
+                                   autocast_dtype=DTYPES[settings["dtype"]], progress=progress)
+            texts = backbone.decode(tok, rows)
             for offset, (row, text) in enumerate(zip(rows, texts)):
                 index = first + offset
                 if index not in missing:
@@ -230,7 +234,7 @@ def read_lines(path: Path, settings: dict) -> dict[int, bytes]:
     for number, line, sample_line in json_objects(path, lines, advice=" Fix or move the file."):
         if not isinstance(sample_line.get("index"), int):
             raise ValueError(f"{path}, line {number}: not a sample written by rangeswa generate (no 'index')")
-        differ = [k for k in SETTINGS if sample_line.get(k) != settings[k]]
+        differ = [k for k in settings if sample_line.get(k) != settings[k]]
         if differ:
             found = ", ".join(f"{k}={sample_line.get(k)!r}" for k in differ)
             asked = ", ".join(f"{k}={settings[k]!r}" for k in differ)
@@ -248,30 +252,24 @@ def read_lines(path: Path, settings: dict) -> dict[int, bytes]:
     return done
 
 
-def load_model(checkpoint_file: Path, preset: ELFConfig, model: str, device: torch.device):
-    """The checkpoint's ELF on ``device`` in eval mode, after checking it is the ``model`` preset."""
-    elf = load_elf(checkpoint_file)
-    sizes = ("n_layer", "dim", "n_head", "encoder_dim")
-    if any(getattr(elf.config, k) != getattr(preset, k) for k in sizes):
-        found = ", ".join(f"{k}={getattr(elf.config, k)}" for k in sizes)
-        expected = ", ".join(f"{k}={getattr(preset, k)}" for k in sizes)
-        raise ValueError(f"{checkpoint_file} holds a model with {found}, but --model {model} has {expected}")
-    return elf.to(device).eval()
-
-
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `generate` subcommand on an argparse subparsers object; its handler is `args.func(args)`."""
     parser = subparsers.add_parser(
         "generate",
-        help="generate ELF samples at any length with an attention method (resumable JSON lines)",
-        description="Generate ELF samples into a JSON-lines file; rerunning the same command resumes it. Under "
+        help="generate samples of any backbone at any length with an attention method (resumable JSON lines)",
+        description="Generate samples into a JSON-lines file; rerunning the same command resumes it. Under "
                     "torchrun the batches are split over the processes and merged into the same file.",
     )
-    parser.add_argument("--model", default="elf-b", choices=list(ELF_CONFIGS),
-                        help="ELF preset the checkpoint must match; picks the sampler defaults (default elf-b)")
+    families = backbones.backbones()
+    parser.add_argument("--model", default="elf-b", choices=backbones.model_names(), metavar="MODEL",
+                        help="model the checkpoint must be; picks the backbone and the sampler defaults: "
+                             + "; ".join(f"{b.name}: {', '.join(b.presets)}" for b in families.values())
+                             + " (default elf-b)")
     parser.add_argument("--checkpoint", type=Path, required=True,
-                        help="official ELF checkpoint file, or a folder of checkpoint_<step> files (newest used)")
-    parser.add_argument("--tokenizer", type=Path, required=True, help="folder of the T5 tokenizer files")
+                        help="the model's checkpoint (ELF: a checkpoint_<step> file or a folder of them, newest "
+                             "used; other backbones: their folder, see docs/)")
+    parser.add_argument("--tokenizer", type=Path, required=True,
+                        help="; ".join(f"{b.name}: {b.tokenizer_help}" for b in families.values()))
     parser.add_argument("--length", type=int, default=1024, help="body length L of every sample (default 1024)")
     parser.add_argument("--method", default="rangeswa", help=f"attention method: {', '.join(METHODS)} (default rangeswa)")
     parser.add_argument("--num-samples", type=int, default=1000, help="samples to produce (default 1000)")
@@ -280,14 +278,12 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=16, help="samples per batch (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="run seed; sample k depends only on (seed, k) (default 0)")
     parser.add_argument("--out", type=Path, required=True, help="JSON-lines output; an existing file is resumed")
-    parser.add_argument("--steps", type=int, help="sampling steps (default: the model's, 32 for ELF-B, 64 for M/L)")
-    parser.add_argument("--gamma", type=float, help="SDE churn (default: 1.5 for ELF-B, 1.0 for M/L)")
-    parser.add_argument("--omega", type=float, help="self-conditioning guidance scale (default 3)")
-    parser.add_argument("--sampler", choices=SAMPLERS, help="sde (default) or ode for all steps but the last")
+    add_sampler_options(parser, families.values())
     for name in WINDOWS:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name,
                             help=f"override the method's {name.replace('_', ' ')} W (rangeswa, rangeswa_lite, swa)")
-    parser.add_argument("--switch-time", type=float, help="ELF time of the early -> late window switch (default 0.182)")
+    parser.add_argument("--switch-time", type=float,
+                        help="progress (0 = noise, 1 = data) of the early -> late window switch (default 0.182)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default cuda when available)")
     parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
                         help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU (default auto)")
@@ -296,14 +292,39 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def add_sampler_options(parser: argparse.ArgumentParser, families) -> None:
+    """One ``--<setting>`` option per sampler setting of any backbone (``dest`` = ``sampler_<setting>``),
+    typed like the setting's default; help from the sampler config's ``HELP`` table."""
+    seen: dict[str, list[str]] = {}
+    for backbone in families:
+        for f in dataclasses.fields(backbone.sampler_config):
+            seen.setdefault(f.name, []).append(backbone.name)
+    for name, owners in seen.items():
+        backbone = next(b for b in families if b.name == owners[0])
+        default = next(f.default for f in dataclasses.fields(backbone.sampler_config) if f.name == name)
+        kind = type(default)
+        help_text = getattr(backbone.sampler_config, "HELP", {}).get(name, name.replace("_", " "))
+        kwargs = dict(type=kind) if kind is not str else {}
+        choices = getattr(backbone.sampler_config, "CHOICES", {}).get(name)
+        if choices:
+            kwargs["choices"] = choices
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=f"sampler_{name}", metavar=name.upper(), **kwargs,
+                            help=f"{help_text} ({', '.join(owners)}; default: the model's)")
+
+
+def sampler_options_of(args: argparse.Namespace) -> dict:
+    """The sampler settings given on the command line (``--steps 64`` -> ``{"steps": 64}``)."""
+    return {k.removeprefix("sampler_"): v for k, v in vars(args).items() if k.startswith("sampler_") and v is not None}
+
+
 def run_generate(args: argparse.Namespace) -> int:
     """Handler of `rangeswa generate`: generate, print what was done, return 0."""
     options = {k: getattr(args, k) for k in (*WINDOWS, "switch_time") if getattr(args, k) is not None}
     result = generate(checkpoint=args.checkpoint, tokenizer=args.tokenizer, out=args.out, model=args.model,
                       method=args.method, length=args.length, num_samples=args.num_samples,
-                      batch_size=args.batch_size, seed=args.seed, start_index=args.start_index, steps=args.steps,
-                      gamma=args.gamma, omega=args.omega, sampler=args.sampler, method_options=options,
-                      device=args.device, dtype=args.dtype, progress=not args.no_progress)
+                      batch_size=args.batch_size, seed=args.seed, start_index=args.start_index,
+                      method_options=options, device=args.device, dtype=args.dtype, progress=not args.no_progress,
+                      **sampler_options_of(args))
     if distributed.launched_world().main:
         print(f"{result.out}: wrote {result.written} sample(s); {result.already_done} were already there")
     return 0
@@ -335,11 +356,3 @@ def _resolve_dtype(dtype: str, device: torch.device) -> str:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be auto, {' or '.join(DTYPES)}, got {dtype!r}")
     return dtype
-
-
-def _strip_pad_tail(row: list[int], pad_id: int) -> list[int]:
-    """An EOS-masked row without its final run of pad ids (the masked tail after the first EOS)."""
-    end = len(row)
-    while end and row[end - 1] == pad_id:
-        end -= 1
-    return row[:end]

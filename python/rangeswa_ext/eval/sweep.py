@@ -19,6 +19,7 @@ Output folder:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import re
@@ -29,13 +30,10 @@ from typing import Optional
 
 from tqdm import tqdm
 
-from .. import distributed
+from .. import backbones, distributed
 from ..config import RangeSWAConfig
-from ..generate import DTYPES, METHOD_OPTIONS, check_method_options, generate
+from ..generate import DTYPES, METHOD_OPTIONS, check_method_options, generate, sampler_config_for
 from ..methods import METHODS
-from ..models.elf import ELFConfig
-from ..models.elf_checkpoint import find_checkpoint
-from ..samplers.elf_sampler import SamplerConfig
 from .genppl import DTYPES as SCORER_DTYPES
 from .plots import plot_model
 from .score import resolve_metrics, score_file
@@ -48,7 +46,6 @@ except ModuleNotFoundError:  # Python 3.10
 
 #: Paper Appendix A.1: seed 1001.
 DEFAULT_SEEDS = (1001,)
-SAMPLER_KEYS = ("steps", "gamma", "omega", "sampler")
 TOP_KEYS = ("output", "models", "lengths", "methods", "seeds", "num_samples", "batch_size", "device", "dtype",
             "sampler", "method_options", "scorer")
 MODEL_KEYS = ("preset", "checkpoint", "tokenizer", "sampler")
@@ -59,7 +56,8 @@ TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One ``[models.<name>]`` table: its ELF preset, files and sampler overrides (the sweep's, then its own)."""
+    """One ``[models.<name>]`` table: its model name (``preset``, any of `backbones.model_names()`), files and
+    sampler overrides (the sweep's, then its own)."""
 
     name: str
     preset: str
@@ -150,7 +148,7 @@ def load_config(path) -> SweepConfig:
     if dtype not in ("auto", *DTYPES):
         check.fail(f"dtype must be auto, {' or '.join(DTYPES)}, got {dtype!r}")
     device = check.optional_str(data.get("device"), "device")
-    sampler = check.sampler(data.get("sampler", {}), "[sampler]")
+    sampler = check.sampler(data.get("sampler", {}), "[sampler]", _all_sampler_fields())
 
     models_table = check.table(data["models"], "models")
     if not models_table:
@@ -161,14 +159,15 @@ def load_config(path) -> SweepConfig:
         if not NAME.fullmatch(name):
             check.fail(f"{where}: a model name may hold only letters, digits, '.', '_' and '-' (it names folders)")
         check.keys(check.table(table, where), MODEL_KEYS, where, required=("checkpoint", "tokenizer"))
-        preset = check.string(table.get("preset", name), f"{where} preset").lower().replace("_", "-")
+        preset = backbones.normalize(check.string(table.get("preset", name), f"{where} preset"))
         try:
-            ELFConfig.from_name(preset)
+            backbone = backbones.backbone_for(preset)
         except ValueError as e:
-            check.fail(f"{where}: {e}; name the table after a preset or set preset = \"elf-b\"")
-        overrides = {**sampler, **check.sampler(table.get("sampler", {}), f"[models.{name}.sampler]")}
+            check.fail(f"{where}: {e}; name the table after a model or set preset = \"elf-b\"")
+        own = check.sampler(table.get("sampler", {}), f"[models.{name}.sampler]", _sampler_fields(backbone))
+        overrides = {**sampler, **own}
         try:
-            SamplerConfig.for_model(preset, **overrides)
+            sampler_config_for(backbone, preset, overrides)
         except ValueError as e:
             check.fail(f"sampler settings of {where}: {e}")
         models.append(ModelSpec(name, preset, check.path(table["checkpoint"], f"{where} checkpoint"),
@@ -181,10 +180,12 @@ def load_config(path) -> SweepConfig:
             check.fail(f"{where}: {method!r} is not in methods ({', '.join(methods)})")
         check.keys(check.table(options, where), METHOD_OPTIONS, where)
         options = check.typed(options, {k: getattr(RangeSWAConfig(), k) for k in METHOD_OPTIONS}, where)
-        try:
-            method_options[method] = check_method_options(method, options, ELFConfig().train_length)
-        except ValueError as e:
-            check.fail(f"{where}: {e}")
+        for model in models:  # windows are bounded by each model's training length
+            try:
+                method_options[method] = check_method_options(
+                    method, options, backbones.backbone_for(model.preset).config(model.preset).train_length)
+            except ValueError as e:
+                check.fail(f"{where}: {e} (for [models.{model.name}])")
 
     scorer_table = check.table(data.get("scorer", {}), "scorer")
     check.keys(scorer_table, SCORER_KEYS, "[scorer]")
@@ -209,7 +210,7 @@ def load_config(path) -> SweepConfig:
 def check_inputs(config: SweepConfig) -> None:
     """Every file the sweep reads exists: checkpoints, tokenizer folders and, for Gen. PPL, the scorer folder."""
     for model in config.models:
-        find_checkpoint(model.checkpoint)
+        backbones.backbone_for(model.preset).find_checkpoint(model.checkpoint)
         if not model.tokenizer.is_dir():
             raise FileNotFoundError(f"{config.source}: tokenizer folder {model.tokenizer} of [models.{model.name}] "
                                     f"does not exist")
@@ -224,9 +225,9 @@ def check_inputs(config: SweepConfig) -> None:
 
 def settings(config: SweepConfig, run: Run) -> dict:
     """What a configuration's numbers depend on besides its files; a results file with other settings is redone."""
-    sampler = SamplerConfig.for_model(run.model.preset, **run.model.sampler)
-    return {"preset": run.model.preset, "num_samples": config.num_samples, "dtype": config.dtype,
-            "sampler": sampler.sampler, "steps": sampler.steps, "gamma": sampler.gamma, "omega": sampler.omega,
+    backbone = backbones.backbone_for(run.model.preset)
+    sampler = backbone.sampler_settings(sampler_config_for(backbone, run.model.preset, run.model.sampler))
+    return {"preset": run.model.preset, "num_samples": config.num_samples, "dtype": config.dtype, **sampler,
             "method_options": config.method_options.get(run.method, {}),
             "scorer": None if config.scorer.path is None else str(config.scorer.path),
             "metrics": list(config.scorer.metrics), "chunk_size": config.scorer.chunk_size,
@@ -349,6 +350,19 @@ class _Log:
             file.write(f"{stamp} {message}\n")
 
 
+def _sampler_fields(backbone) -> dict:
+    """The backbone's sampler settings, name -> default value (its type is the setting's)."""
+    return {f.name: f.default for f in dataclasses.fields(backbone.sampler_config)}
+
+
+def _all_sampler_fields() -> dict:
+    """Sampler settings of every backbone (a sweep-wide [sampler] table may serve several)."""
+    fields = {}
+    for backbone in backbones.backbones().values():
+        fields.update(_sampler_fields(backbone))
+    return fields
+
+
 class _Checker:
     """Type and key checks of a sweep file, failing with the file's name and the key's place."""
 
@@ -399,9 +413,10 @@ class _Checker:
         path = Path(self.string(value, key)).expanduser()
         return path if path.is_absolute() else (self.source.parent / path).resolve()
 
-    def sampler(self, value, where: str) -> dict:
-        self.keys(self.table(value, where), SAMPLER_KEYS, where)
-        return self.typed(value, {"steps": 1, "gamma": 1.0, "omega": 1.0, "sampler": "sde"}, where)
+    def sampler(self, value, where: str, fields: dict) -> dict:
+        """A sampler table: keys among ``fields`` (name -> an example value of the setting's type)."""
+        self.keys(self.table(value, where), tuple(fields), where)
+        return self.typed(value, fields, where)
 
     def typed(self, table: dict, examples: dict, where: str) -> dict:
         """``table`` after checking each value has the type of its key's example value; an integer

@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from .elf import ELF, ELFConfig
+from .strict import CheckpointMismatchError, check_state_dict
 
 PathLike = Union[str, Path]
 
@@ -31,23 +32,6 @@ OFFICIAL_KEYS = ("params", "ema_params1", "opt_state", "lr_scheduler", "step", "
                  "grad_accum_buffers")
 _CHECKPOINT_NAME = re.compile(r"checkpoint_(\d+)")
 _FLAX_BLOCK = re.compile(r"blocks_(\d+)")
-
-
-class CheckpointMismatchError(ValueError):
-    """A state dict whose keys or shapes differ from the model's; lists every difference."""
-
-    def __init__(self, source: str, missing: list[str], unexpected: list[str],
-                 mismatched: list[tuple[str, tuple, tuple]]):
-        self.missing, self.unexpected, self.mismatched = missing, unexpected, mismatched
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing key(s): {', '.join(missing)}")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected key(s): {', '.join(unexpected)}")
-        if mismatched:
-            shapes = "; ".join(f"{k}: checkpoint {list(a)} vs model {list(b)}" for k, a, b in mismatched)
-            parts.append(f"{len(mismatched)} shape mismatch(es): {shapes}")
-        super().__init__(f"{source} does not fit the ELF model: " + " | ".join(parts))
 
 
 @dataclass
@@ -120,18 +104,6 @@ def config_from_state_dict(state_dict: Mapping[str, torch.Tensor]) -> ELFConfig:
         mode_tokens=state_dict["mode_tokens"].shape[1],
         frequency_dim=state_dict["t_embedder.mlp_0.weight"].shape[1],
     )
-
-
-def check_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], source: str = "state dict") -> None:
-    """Raise CheckpointMismatchError listing every missing, unexpected and wrongly shaped key."""
-    expected = model.state_dict()
-    missing = sorted(expected.keys() - state_dict.keys())
-    unexpected = sorted(state_dict.keys() - expected.keys())
-    mismatched = [(k, tuple(state_dict[k].shape), tuple(expected[k].shape))
-                  for k in sorted(expected.keys() & state_dict.keys())
-                  if tuple(state_dict[k].shape) != tuple(expected[k].shape)]
-    if missing or unexpected or mismatched:
-        raise CheckpointMismatchError(source, missing, unexpected, mismatched)
 
 
 def elf_from_state_dict(state_dict: Mapping[str, torch.Tensor], config: Optional[ELFConfig] = None,

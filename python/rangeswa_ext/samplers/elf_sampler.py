@@ -16,8 +16,9 @@ Shared noise: every random number of sample ``k`` (its time grid, its starting n
 comes from its own generator seeded by ``sample_seed(seed, k)``, drawn on the CPU in a fixed order,
 so a sample is the same whatever the method, batch, device or process that draws it.
 
-Stage: each network call's stage is ``stage_at(t_call)`` of the attention method's config, with
-``t_call`` the time the network is called at (``t_b`` for SDE steps); the decode call is ``decode``.
+Stage: each network call's progress on the noise-to-data path is ELF's own time ``t_call`` (0 = noise,
+1 = data), the time the network is called at (``t_b`` for SDE steps); its stage is ``stage_at(t_call)``
+of the attention method's config (samplers/stages.py), and the decode call is ``decode``.
 Samples of a batch whose calls fall in different stages are run as separate sub-batches.
 """
 
@@ -31,7 +32,8 @@ from typing import Optional
 import torch
 from tqdm import tqdm
 
-from ..config import STAGES, RangeSWAConfig
+from ..config import STAGES
+from .stages import stage_rule
 
 SAMPLERS = ("sde", "ode")
 #: T5 special ids (pad 0, EOS 1), as the official sampler uses them.
@@ -61,6 +63,13 @@ class SamplerConfig:
         noise_scale: standard deviation of the starting noise and of each SDE eps.
         t_eps: lower clamp of ``1 - t`` when turning the x-prediction into a velocity.
     """
+
+    HELP = dict(steps="sampling steps (ELF: 32 for ELF-B, 64 for M/L)", gamma="SDE churn (1.5 for ELF-B, 1.0 for M/L)",
+                omega="self-conditioning guidance scale (3)", sampler="sde or ode for all steps but the last",
+                p_mean="mean of the logit-normal time grid", p_std="spread of the logit-normal time grid",
+                noise_scale="standard deviation of the starting noise and of each SDE eps",
+                t_eps="lower clamp of 1 - t in the velocity")
+    CHOICES = dict(sampler=SAMPLERS)
 
     steps: int = 32
     gamma: float = 1.5
@@ -131,13 +140,6 @@ def initial_noise(seed: int, index: int, length: int, config: Optional[SamplerCo
     return noise.time_grid, noise.z0
 
 
-def stage_rule(attention) -> RangeSWAConfig:
-    """The config whose ``stage_at`` names the stage of each call: the method's own ``.config``, or
-    for methods without one (their attention ignores the stage) the default switch time."""
-    config = getattr(attention, "config", None)
-    return config if config is not None else RangeSWAConfig()
-
-
 def mask_after_eos(ids: torch.Tensor, eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> torch.Tensor:
     """Replace every id at and after each row's first EOS by ``pad_id``."""
     after = (ids == eos_id).int().cumsum(dim=-1) > 0
@@ -187,7 +189,7 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0,
                 z = a * z + (1.0 - a) * eps
             else:
                 t_call = t
-            # The stage is decided on the fp32 time the network actually receives.
+            # Progress = ELF time; the stage is decided on the fp32 time the network actually receives.
             stages = [rule.stage_at(float(s)) for s in t_call.float()]
             x_prev = _call(model, z, t_call, x_prev, config.omega, stages)
             velocity = (x_prev - z) / _column((1.0 - t_call).clamp_min(config.t_eps), device)

@@ -1,0 +1,146 @@
+"""The backbone registry: everything the pipeline (generate, sweep, benchmarks, demo) asks about a model.
+
+A backbone is a subclass of `Backbone` in a module of this package that calls `register` on import.
+The registry imports every module of the package the first time it is asked, so adding a backbone
+touches only its own files (its model, its sampler, its module here). Above this layer nothing knows
+which backbone it runs: `generate` picks one from the ``--model`` name, asks it for the model, the
+tokenizer, the attention method with the model's RoPE and training length, and the samples.
+
+Data flows one way: config -> method -> model -> sampler -> metrics -> report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from ..methods import make_attention
+
+
+class Backbone:
+    """One family of models (ELF, LangFlow, ...) as the pipeline sees it.
+
+    Class attributes a subclass sets:
+        name: the family's name (``elf``).
+        presets: model names ``--model`` accepts (``elf-b``, ``elf-m``, ...), lower case.
+        sampler_config: the dataclass of the family's sampler settings; ``sampler_config.for_model(preset,
+            **overrides)`` gives a preset's official settings, ``None`` overrides keeping the preset's.
+        conditional: whether samples continue prompts (``rangeswa generate --prompts``).
+        tokenizer_help: what the tokenizer folder must hold, for error messages and ``--help``.
+    """
+
+    name: str = ""
+    presets: tuple = ()
+    sampler_config: type = type(None)
+    conditional: bool = False
+    tokenizer_help: str = ""
+
+    # ---------------------------------------------------------------------------------- model
+    def config(self, preset: str):
+        """The model config of ``preset`` (it has ``head_dim`` and ``train_length``)."""
+        raise NotImplementedError
+
+    def find_checkpoint(self, path: Path) -> Path:
+        """The checkpoint ``path`` names (a file or a folder), or FileNotFoundError saying what is missing."""
+        raise NotImplementedError
+
+    def load(self, checkpoint: Path, preset: str, device: torch.device) -> torch.nn.Module:
+        """The checkpoint's model on ``device`` in eval mode, after checking it is the ``preset``'s size."""
+        raise NotImplementedError
+
+    def random_model(self, preset: str, seed: int = 0) -> torch.nn.Module:
+        """The ``preset``'s model with random weights (benchmarks, tests)."""
+        raise NotImplementedError
+
+    def rope(self, model) -> dict:
+        """The model's RoPE and training length: ``dict(theta=, rope_style=, rotary_dim=, train_length=)``."""
+        raise NotImplementedError
+
+    def attention(self, model, method: str, **options):
+        """The attention method ``method`` for ``model`` (its head dim, RoPE and training length),
+        with ``options`` overriding fields of the method's RangeSWAConfig."""
+        return make_attention(method, head_dim=model.config.head_dim, **self.rope(model), **options)
+
+    # ------------------------------------------------------------------------------ tokenizer
+    def load_tokenizer(self, folder: Path):
+        raise NotImplementedError
+
+    def check_tokenizer(self, model, tokenizer, folder: Path) -> None:
+        """Raise ValueError when ``tokenizer`` cannot decode every id ``model`` can produce."""
+
+    def decode(self, tokenizer, rows: list[list[int]]) -> list[str]:
+        raise NotImplementedError
+
+    # -------------------------------------------------------------------------------- sampling
+    def sample(self, model, tokenizer, first: int, count: int, length: int, seed: int, config, *,
+               autocast_dtype: Optional[torch.dtype], progress: bool, prompts: Optional[list] = None) -> list[list[int]]:
+        """Samples ``first .. first + count - 1`` of run ``seed`` as token-id rows (what a JSON line
+        keeps); sample k's randomness depends only on (seed, k)."""
+        raise NotImplementedError
+
+    def sampler_settings(self, config) -> dict:
+        """The sampler settings a JSON line records, in order (default: every field of the dataclass)."""
+        return dataclasses.asdict(config)
+
+    # ------------------------------------------------------------------------------- benchmark
+    def benchmark_call(self, model, length: int, generator: torch.Generator, stage: str = "late") -> Callable[[], object]:
+        """One network call of ``model`` in ``stage`` at body length ``length`` (B = 1), inputs drawn from
+        ``generator``; the pipeline times it under ``torch.no_grad``."""
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, Backbone] = {}
+_LOADED = False
+
+
+def register(backbone: Backbone) -> Backbone:
+    """Add a backbone (called by its module on import); names and presets must be new."""
+    clash = [p for p in (backbone.name, *backbone.presets) if p in _by_model_name(load=False)]
+    if backbone.name in _REGISTRY or clash:
+        raise ValueError(f"backbone {backbone.name!r} registers names already taken: {clash or [backbone.name]}")
+    _REGISTRY[backbone.name] = backbone
+    return backbone
+
+
+def _load_all() -> None:
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        for module in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+def _by_model_name(load: bool = True) -> dict[str, Backbone]:
+    if load:
+        _load_all()
+    return {preset: b for b in _REGISTRY.values() for preset in b.presets}
+
+
+def backbones() -> dict[str, Backbone]:
+    """Every registered backbone by family name."""
+    _load_all()
+    return dict(_REGISTRY)
+
+
+def model_names() -> list[str]:
+    """Every model name ``--model`` accepts, family by family."""
+    return list(_by_model_name())
+
+
+def backbone_for(model: str) -> Backbone:
+    """The backbone that runs model ``model`` (``elf-b``, ``langflow-owt``, ...; case-insensitive)."""
+    key = model.lower().replace("_", "-")
+    table = _by_model_name()
+    if key not in table:
+        raise ValueError(f"unknown model {model!r}; known models: {', '.join(table)}")
+    return table[key]
+
+
+def normalize(model: str) -> str:
+    """The canonical spelling of a model name (lower case, '-' for '_')."""
+    return model.lower().replace("_", "-")

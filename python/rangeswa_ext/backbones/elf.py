@@ -1,0 +1,93 @@
+"""ELF-B/M/L (models/elf.py, samplers/elf_sampler.py) as a backbone of the pipeline.
+
+Checkpoints: the official PyTorch-port ``checkpoint_<step>`` files (a file or a folder of them);
+tokenizer: a saved T5 tokenizer folder. A sample's line keeps its EOS-masked ids without the final
+run of pad ids (in effect the tokens before the first EOS) and their decoding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from ..models.elf import ELF, ELF_CONFIGS, ELFConfig
+from ..models.elf_checkpoint import decode_tokens, find_checkpoint, load_elf, load_t5_tokenizer
+from ..samplers.elf_sampler import EOS_ID, PAD_ID, SamplerConfig, sample
+from . import Backbone, register
+
+
+class ELFBackbone(Backbone):
+    name = "elf"
+    presets = tuple(ELF_CONFIGS)
+    sampler_config = SamplerConfig
+    tokenizer_help = "folder of the T5 tokenizer files (tokenizer.json or spiece.model)"
+
+    def config(self, preset: str) -> ELFConfig:
+        return ELFConfig.from_name(preset)
+
+    def find_checkpoint(self, path: Path) -> Path:
+        return find_checkpoint(path)
+
+    def load(self, checkpoint: Path, preset: str, device: torch.device) -> ELF:
+        elf = load_elf(find_checkpoint(checkpoint))
+        expected = self.config(preset)
+        sizes = ("n_layer", "dim", "n_head", "encoder_dim")
+        if any(getattr(elf.config, k) != getattr(expected, k) for k in sizes):
+            found = ", ".join(f"{k}={getattr(elf.config, k)}" for k in sizes)
+            want = ", ".join(f"{k}={getattr(expected, k)}" for k in sizes)
+            raise ValueError(f"{checkpoint} holds a model with {found}, but --model {preset} has {want}")
+        return elf.to(device).eval()
+
+    def random_model(self, preset: str, seed: int = 0) -> ELF:
+        torch.manual_seed(seed)
+        return ELF(self.config(preset)).eval()
+
+    def rope(self, model: ELF) -> dict:
+        return dict(theta=model.config.rope_theta, rope_style="interleaved", rotary_dim=None,
+                    train_length=model.config.train_length)
+
+    def load_tokenizer(self, folder: Path):
+        return load_t5_tokenizer(folder)
+
+    def check_tokenizer(self, model: ELF, tokenizer, folder: Path) -> None:
+        if model.config.vocab_size > len(tokenizer):
+            raise ValueError(f"the checkpoint's decode head has {model.config.vocab_size} tokens but the tokenizer "
+                             f"in {folder} knows only {len(tokenizer)}; use the tokenizer the model was trained with")
+
+    def decode(self, tokenizer, rows: list[list[int]]) -> list[str]:
+        return decode_tokens(tokenizer, rows) if rows else []
+
+    def sample(self, model, tokenizer, first, count, length, seed, config, *, autocast_dtype, progress, prompts=None):
+        # The tokenizer's EOS and pad ids (T5's 1 and 0 without one, e.g. in benchmarks).
+        eos_id = EOS_ID if getattr(tokenizer, "eos_token_id", None) is None else tokenizer.eos_token_id
+        pad_id = PAD_ID if getattr(tokenizer, "pad_token_id", None) is None else tokenizer.pad_token_id
+        ids = sample(model, count, length, seed, first, config, autocast_dtype=autocast_dtype, eos_id=eos_id,
+                     pad_id=pad_id, progress=progress)
+        return [_strip_pad_tail(row, pad_id) for row in ids.tolist()]
+
+    def sampler_settings(self, config: SamplerConfig) -> dict:
+        # The keys (and order) ELF's JSON lines have always had, then any other setting a run changed.
+        settings = dict(sampler=config.sampler, steps=config.steps, gamma=config.gamma, omega=config.omega)
+        default = SamplerConfig()
+        for f in dataclasses.fields(config):
+            if f.name not in settings and getattr(config, f.name) != getattr(default, f.name):
+                settings[f.name] = getattr(config, f.name)
+        return settings
+
+    def benchmark_call(self, model: ELF, length: int, generator: torch.Generator, stage: str = "late"):
+        z = torch.randn(1, length, model.config.encoder_dim, generator=generator)
+        self_cond = torch.randn(1, length, model.config.encoder_dim, generator=generator)
+        return lambda: model(z, 0.5, self_cond, 3.0, stage=stage)
+
+
+def _strip_pad_tail(row: list[int], pad_id: int) -> list[int]:
+    """An EOS-masked row without its final run of pad ids (the masked tail after the first EOS)."""
+    end = len(row)
+    while end and row[end - 1] == pad_id:
+        end -= 1
+    return row[:end]
+
+
+register(ELFBackbone())
