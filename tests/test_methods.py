@@ -127,3 +127,18 @@ def test_yarn_matches_hugging_face_transformers(D, theta, T, L):
     # interpolated by 1/factor.
     assert hf_freqs[0].item() == pytest.approx(1.0, rel=1e-7)
     assert hf_freqs[-1].item() == pytest.approx(theta ** (-(D - 2) / D) * T / L, rel=1e-6)
+
+
+def test_scaled_windows_follow_the_training_length():
+    """The paper's numbers (T = 1024) scaled to LLaDA's T = 4096 and to a 128-token miniature."""
+    llada = preset("rangeswa").scaled_to(4096)
+    assert (llada.early_window, llada.late_window, llada.decode_window) == (4095, 1024, 8191)
+    assert (llada.near_range, llada.summary_block, llada.retrieval_block, llada.query_block) == (2048, 64, 256, 512)
+    assert (llada.topk, llada.train_length) == (8, 4096)
+    mini = preset("rangeswa_lite").scaled_to(128)
+    assert (mini.late_window, mini.decode_window, mini.near_range, mini.summary_block) == (32, 255, 128, 4)
+    assert mini.retrieval_block % mini.summary_block == 0 and mini.far_summaries is False
+    method = make_attention("rangeswa", head_dim=64, train_length=4096, scale_windows=True, topk=4)
+    assert method.config == llada.replace(topk=4)
+    with pytest.raises(ValueError, match="takes no overrides"):
+        make_attention("ntk", head_dim=64, scale_windows=True)

@@ -106,6 +106,28 @@ class RangeSWAConfig:
             return "decode"
         return "early" if progress < self.switch_time else "late"
 
+    def scaled_to(self, train_length: int) -> "RangeSWAConfig":
+        """This config with the paper's numbers (stated for T = 1024) scaled by s = train_length / 1024,
+        for backbones trained at another length (LLaDA: 4096; the miniature: 64 or 128).
+
+        Windows: an odd W (of the form 2r + 1, like 1023 and 2047) becomes round(s (W + 1)) - 1, an even
+        one round(s W); near range round(s Hn); summary block max(4, round(s G)); retrieval block a
+        multiple of the summary block, at least one block, near s Rb; query block max(8, round(s Qb)).
+        K, sinks, the switch point and the flags stay; train_length becomes ``train_length``.
+        """
+        if train_length < 1:
+            raise ValueError(f"train_length must be >= 1, got {train_length}")
+        s = train_length / PAPER_TRAIN_LENGTH
+
+        def window(w: int) -> int:
+            return max(1, round(s * (w + 1)) - 1 if w % 2 else round(s * w))
+
+        G = max(4, round(s * self.summary_block))
+        return self.replace(early_window=window(self.early_window), late_window=window(self.late_window),
+                            decode_window=window(self.decode_window), near_range=round(s * self.near_range),
+                            summary_block=G, retrieval_block=G * max(1, round(s * self.retrieval_block / G)),
+                            query_block=max(8, round(s * self.query_block)), train_length=train_length)
+
     def resolved_rotary_dim(self, head_dim: int) -> int:
         rotary_dim = head_dim if self.rotary_dim is None else self.rotary_dim
         if rotary_dim > head_dim:
@@ -114,6 +136,10 @@ class RangeSWAConfig:
 
     def resolved_scale(self, head_dim: int) -> float:
         return head_dim ** -0.5 if self.scale is None else float(self.scale)
+
+
+#: The training length the paper's numbers (SPEC section 2 defaults) are stated for.
+PAPER_TRAIN_LENGTH = 1024
 
 
 def _presets():

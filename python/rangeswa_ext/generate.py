@@ -39,7 +39,11 @@ from .methods import METHODS, OP_PRESETS
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 #: RangeSWAConfig fields a run may override (the RoPE fields and train_length come from the model).
 METHOD_OPTIONS = ("early_window", "late_window", "decode_window", "switch_time", "summary_block", "near_range",
-                  "topk", "retrieval_block", "query_block", "sinks", "far_summaries")
+                  "topk", "retrieval_block", "query_block", "sinks", "far_summaries", "scale_windows")
+#: An example value of each method option (its type is the option's); scale_windows scales the preset's
+#: numbers from T = 1024 to the model's training length (RangeSWAConfig.scaled_to) before the others apply.
+METHOD_OPTION_EXAMPLES = {**{k: getattr(RangeSWAConfig(), k) for k in METHOD_OPTIONS if k != "scale_windows"},
+                          "scale_windows": False}
 WINDOWS = ("early_window", "late_window", "decode_window")
 
 
@@ -346,7 +350,9 @@ def check_method_options(method: str, options: dict, train_length: int) -> dict:
             raise ValueError(f"{name} = {options[name]} is larger than allowed: a window's radius W // 2 must stay "
                              f"inside the training length ({train_length}), so W <= {largest}")
     # Validates the values (windows >= 1, Rb a multiple of G, ...) with RangeSWAConfig's own messages.
-    RangeSWAConfig(**options)
+    fields = {k: v for k, v in options.items() if k != "scale_windows"}
+    base = RangeSWAConfig().scaled_to(train_length) if options.get("scale_windows") else RangeSWAConfig()
+    base.replace(**fields)
     return dict(sorted(options.items()))
 
 

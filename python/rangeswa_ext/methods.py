@@ -126,18 +126,24 @@ class OpAttention:
 
 
 def make_attention(name: str, *, head_dim: int, theta: float = 10000.0, rope_style: str = "interleaved",
-                   rotary_dim: Optional[int] = None, train_length: int = 1024, **overrides):
+                   rotary_dim: Optional[int] = None, train_length: int = 1024, scale_windows: bool = False,
+                   **overrides):
     """The attention method `name` for a backbone's RoPE (theta, style, rotary dims) and training
-    length; `overrides` change fields of the method's `RangeSWAConfig` preset (windows, K, ...)."""
+    length; `overrides` change fields of the method's `RangeSWAConfig` preset (windows, K, ...).
+
+    ``scale_windows`` scales the preset's numbers, stated for T = 1024, to ``train_length``
+    (`RangeSWAConfig.scaled_to`) before the overrides apply; by default the paper's numbers are used
+    as they are whatever the training length."""
     rope = RopeSpec(theta, rope_style, rotary_dim)
     rope.dim(head_dim)
     if name in DENSE_METHODS:
-        if overrides:
-            raise ValueError(f"method {name!r} takes no overrides, got {sorted(overrides)}")
+        if overrides or scale_windows:
+            raise ValueError(f"method {name!r} takes no overrides, got {sorted(overrides) or ['scale_windows']}")
         return DenseRopeAttention(name, rope, train_length)
     if name in OP_PRESETS:
-        cfg = preset(name, theta=theta, rope_style=rope_style, rotary_dim=rotary_dim, train_length=train_length,
-                     **overrides)
+        base = preset(name).scaled_to(train_length) if scale_windows else preset(name)
+        cfg = base.replace(theta=theta, rope_style=rope_style, rotary_dim=rotary_dim, train_length=train_length,
+                           **overrides)
         cfg.resolved_rotary_dim(head_dim)
         return OpAttention(name, cfg)
     raise ValueError(f"unknown attention method {name!r}; known methods: {', '.join(METHODS)}")

@@ -31,8 +31,7 @@ from typing import Optional
 from tqdm import tqdm
 
 from .. import backbones, distributed
-from ..config import RangeSWAConfig
-from ..generate import DTYPES, METHOD_OPTIONS, check_method_options, generate, sampler_config_for
+from ..generate import DTYPES, METHOD_OPTION_EXAMPLES, METHOD_OPTIONS, check_method_options, generate, sampler_config_for
 from ..methods import METHODS
 from .genppl import DTYPES as SCORER_DTYPES
 from .plots import plot_model
@@ -179,7 +178,7 @@ def load_config(path) -> SweepConfig:
         if method not in methods:
             check.fail(f"{where}: {method!r} is not in methods ({', '.join(methods)})")
         check.keys(check.table(options, where), METHOD_OPTIONS, where)
-        options = check.typed(options, {k: getattr(RangeSWAConfig(), k) for k in METHOD_OPTIONS}, where)
+        options = check.typed(options, METHOD_OPTION_EXAMPLES, where)
         for model in models:  # windows are bounded by each model's training length
             try:
                 method_options[method] = check_method_options(
