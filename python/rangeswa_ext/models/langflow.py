@@ -1,0 +1,527 @@
+"""LangFlow (Chen et al., 2026): continuous diffusion over normalised GPT-2 token embeddings.
+
+A DiT (12 DDiT blocks of 768, 12 heads of 64, adaLN from the noise level) reads L noisy embeddings
+``z`` and returns token logits; a skip term ``c_skip(gamma) * z @ E_n^T`` makes them the Gaussian
+posterior's log-likelihood plus the network's correction. The noise level is ``gamma = log(sigma^2 /
+alpha^2)`` (high = noisy), drawn from a learned Gumbel proposal. Layer names follow the official code
+(github.com/nealchen2003/LangFlow, commit a712b08, langflow/model.py), so its state dict (``backbone.*``,
+``proposal.*``) loads without renaming; docs/langflow.md lists the source line of every constant.
+
+The model does no RoPE and no attention arithmetic itself. Each block hands q, k, v (head-split views
+of its fused qkv projection, before RoPE, no QK norm) to the injected attention method,
+``attention(q, k, v, control_tokens=0, stage=stage)``, which rotates (half-split, theta 1e4, all head
+dims) and attends (SPEC.md sections 1-4). The rotary ``inv_freq`` buffer is kept only because the
+official checkpoint stores it; the loader checks that it is the rotation the method applies.
+
+Checkpoints: a folder in the layout of the Hugging Face repository Continuous-Rivals-Discrete/langflow-owt,
+``config.json`` + ``model.safetensors`` (`load_langflow`, `save_langflow`); tokenizer: GPT-2's, saved in a
+local folder (`load_gpt2_tokenizer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .elf import ScalarEmbedder, _per_example
+from .strict import check_state_dict
+
+Scalar = Union[float, torch.Tensor]
+PathLike = Union[str, Path]
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class LangFlowConfig:
+    """Sizes of one LangFlow model. Named presets live in `LANGFLOW_CONFIGS`; get one with `from_name`.
+
+    Attributes (official config.json names where it has them):
+        n_blocks, hidden_size, n_heads: depth, width and attention heads of the DiT.
+        cond_dim: width of the noise-level embedding that drives every adaLN.
+        vocab_size: GPT-2's 50,257 tokens (embedding rows and logits, not padded).
+        train_length: sequence length the model was trained at (config.json ``model_length``).
+        frequency_dim: sinusoidal features of the noise-level embedder.
+        mlp_ratio: MLP width over hidden_size.
+        norm_eps: epsilon of every LayerNorm (F.layer_norm's default).
+        rope_theta: RoPE base, handed to the attention method.
+        gumbel_loc, gumbel_scale, gumbel_entropy: initial values of the proposal's parameters; a
+            checkpoint's stored values replace them.
+        gumbel_cutoff: tail mass cut off each end of the proposal (sets gamma_min, gamma_max); not a weight.
+    """
+
+    n_blocks: int = 12
+    hidden_size: int = 768
+    n_heads: int = 12
+    cond_dim: int = 128
+    vocab_size: int = 50257
+    train_length: int = 1024
+    frequency_dim: int = 256
+    mlp_ratio: int = 4
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    gumbel_loc: float = 4.723
+    gumbel_scale: float = 0.852
+    gumbel_entropy: float = 7.02
+    gumbel_cutoff: float = 1e-5
+
+    def __post_init__(self):
+        for name in ("n_blocks", "hidden_size", "n_heads", "cond_dim", "vocab_size", "train_length",
+                     "frequency_dim", "mlp_ratio"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"LangFlowConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size % self.n_heads:
+            raise ValueError(f"LangFlowConfig.hidden_size ({self.hidden_size}) must be a multiple of "
+                             f"n_heads ({self.n_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"head dim hidden_size / n_heads = {self.head_dim} must be even (RoPE rotates pairs)")
+        if self.frequency_dim % 2:
+            raise ValueError(f"LangFlowConfig.frequency_dim must be even (cos and sin halves), got {self.frequency_dim}")
+        if self.gumbel_scale <= 0:
+            raise ValueError(f"LangFlowConfig.gumbel_scale must be > 0, got {self.gumbel_scale}")
+        if not 0 < self.gumbel_cutoff < 1:
+            raise ValueError(f"LangFlowConfig.gumbel_cutoff must be in (0, 1), got {self.gumbel_cutoff}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.n_heads
+
+    @classmethod
+    def from_name(cls, name: str, **overrides) -> "LangFlowConfig":
+        """The preset ``name`` (``langflow-owt``, its alias ``langflow``, ``langflow-tiny``; case-insensitive),
+        with any field overridden by keyword, e.g. ``LangFlowConfig.from_name("langflow-tiny", train_length=32)``."""
+        key = name.lower().replace("_", "-")
+        if key not in LANGFLOW_CONFIGS:
+            raise ValueError(f"unknown LangFlow preset {name!r}; known presets: {', '.join(LANGFLOW_CONFIGS)}")
+        return cls(**{**LANGFLOW_CONFIGS[key], **overrides})
+
+    def replace(self, **changes) -> "LangFlowConfig":
+        return dataclasses.replace(self, **changes)
+
+
+#: The OpenWebText model (official langflow/config.json, identical to config.py's defaults), its alias
+#: ``langflow`` (the name the issue's command uses), and a tiny model for tests that keeps GPT-2's
+#: vocabulary and the head dim 64.
+LANGFLOW_CONFIGS = {
+    "langflow-owt": {},
+    "langflow": {},
+    "langflow-tiny": dict(n_blocks=2, hidden_size=128, n_heads=2, cond_dim=32),
+}
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with a weight and no bias, computed in fp32 whatever the input or autocast (M:131-140)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return F.layer_norm(x.float(), (x.shape[-1],), self.weight.float(), None, self.eps)
+
+
+def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """adaLN: ``x * (1 + scale) + shift`` (M:62-66)."""
+    return x * (1 + scale) + shift
+
+
+class TimestepEmbedder(ScalarEmbedder):
+    """gamma -> cond_dim: ELF's DiT embedder (the same sinusoids: cos first, the raw value, 256 features,
+    max period 1e4; M:143-171) under LangFlow's parameter names, ``mlp.0`` and ``mlp.2`` of a Sequential."""
+
+    def __init__(self, dim: int, frequency_dim: int = 256):
+        nn.Module.__init__(self)  # ScalarEmbedder's own layers are named mlp_0 / mlp_2; these replace them
+        self.frequency_dim = frequency_dim
+        self.mlp = nn.Sequential(nn.Linear(frequency_dim, dim), nn.SiLU(), nn.Linear(dim, dim))
+
+    def forward(self, gamma: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.sinusoids(gamma).to(self.mlp[0].weight.dtype))
+
+
+class Rotary(nn.Module):
+    """Holds the official checkpoint's persistent ``inv_freq`` buffer, ``theta^(-2k/head_dim)`` in fp32
+    (M:69-73). The rotation itself belongs to the attention method; the loader checks the two agree."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta))
+
+
+def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
+    """``1 / theta^(2k / head_dim)``, k = 0 .. head_dim/2 - 1, in fp32 the way the official buffer is made."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
+
+
+class DDiTBlock(nn.Module):
+    """adaLN transformer block (M:174-222): shift/scale/gate for attention and for the MLP from the
+    noise-level embedding; qkv and output projections without bias; GELU-tanh MLP."""
+
+    def __init__(self, config: LangFlowConfig):
+        super().__init__()
+        D = config.hidden_size
+        self.n_heads, self.head_dim = config.n_heads, config.head_dim
+        self.norm1 = LayerNorm(D, config.norm_eps)
+        # Output rows of attn_qkv are [q | k | v], each head-major (official 'b s (three h d)').
+        self.attn_qkv = nn.Linear(D, 3 * D, bias=False)
+        self.attn_out = nn.Linear(D, D, bias=False)
+        self.norm2 = LayerNorm(D, config.norm_eps)
+        self.mlp = nn.Sequential(nn.Linear(D, config.mlp_ratio * D), nn.GELU(approximate="tanh"),
+                                 nn.Linear(config.mlp_ratio * D, D))
+        self.adaLN_modulation = nn.Linear(config.cond_dim, 6 * D)
+
+    def forward(self, x: torch.Tensor, c: torch.Tensor, attention, stage: str) -> torch.Tensor:
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.adaLN_modulation(c)[:, None].chunk(6, dim=2)
+        B, N, D = x.shape
+        h = modulate(self.norm1(x), shift_msa, scale_msa)
+        # Views of the one projection: the op reads these strided rows in place.
+        q, k, v = self.attn_qkv(h).view(B, N, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        out = attention(q, k, v, control_tokens=0, stage=stage)
+        if out.shape != v.shape:
+            raise ValueError(f"the attention method returned shape {tuple(out.shape)}; "
+                             f"expected [B, H, N, D] = {tuple(v.shape)}")
+        x = x + gate_msa * self.attn_out(out.transpose(1, 2).reshape(B, N, D))
+        return x + gate_mlp * self.mlp(modulate(self.norm2(x), shift_mlp, scale_mlp))
+
+
+class EmbeddingLayer(nn.Module):
+    """The token embedding E (vocab x D) and its normalised form E_n (M:225-252)."""
+
+    def __init__(self, dim: int, vocab_size: int):
+        super().__init__()
+        self.embedding = nn.Parameter(torch.empty(vocab_size, dim))
+        nn.init.kaiming_uniform_(self.embedding, a=math.sqrt(5))
+
+    def normalized(self) -> torch.Tensor:
+        """E_n: every row scaled to L2 norm sqrt(D), so each embedding has mean square 1 per dim (the
+        official "layernorm" normalisation, M:225-228)."""
+        E = self.embedding
+        return (F.normalize(E.float(), dim=-1) * math.sqrt(E.shape[-1])).to(E.dtype)
+
+
+class FinalLayer(nn.Module):
+    """LayerNorm, adaLN shift and scale (no gate), then the vocabulary projection with bias (M:255-271)."""
+
+    def __init__(self, config: LangFlowConfig):
+        super().__init__()
+        self.norm_final = LayerNorm(config.hidden_size, config.norm_eps)
+        self.linear = nn.Linear(config.hidden_size, config.vocab_size)
+        self.adaLN_modulation = nn.Linear(config.cond_dim, 2 * config.hidden_size)
+
+    def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        shift, scale = self.adaLN_modulation(c)[:, None].chunk(2, dim=2)
+        return self.linear(modulate(self.norm_final(x), shift, scale))
+
+
+class Backbone(nn.Module):
+    """The DiT of LangFlow (official ``LangFlowBackbone``, M:306-369): noisy embeddings -> network logits."""
+
+    def __init__(self, config: LangFlowConfig):
+        super().__init__()
+        D = config.hidden_size
+        self.vocab_embed = EmbeddingLayer(D, config.vocab_size)
+        self.sigma_map = TimestepEmbedder(config.cond_dim, config.frequency_dim)
+        self.rotary_emb = Rotary(config.head_dim, config.rope_theta)
+        self.blocks = nn.ModuleList(DDiTBlock(config) for _ in range(config.n_blocks))
+        self.output_layer = FinalLayer(config)
+        # Self-conditioning input: columns 0:D act on z, D:2D on the previous x-prediction.
+        self.self_cond_proj = nn.Linear(2 * D, D, bias=False)
+
+    def forward(self, z: torch.Tensor, gamma: torch.Tensor, self_cond: torch.Tensor, attention,
+                stage: str) -> torch.Tensor:
+        # The input projection and the noise-level embedding run in fp32 outside autocast (M:353-360),
+        # the blocks and the output layer under the caller's autocast (bf16 on CUDA, M:362-367).
+        with torch.autocast(z.device.type, enabled=False):
+            x = z + self.self_cond_proj(torch.cat([z, self_cond], dim=-1))
+            c = F.silu(self.sigma_map(gamma))
+        for block in self.blocks:
+            x = block(x, c, attention, stage)
+        return self.output_layer(x, c)
+
+
+class GumbelProposal(nn.Module):
+    """The learned noise-level distribution, Gumbel(loc, scale) cut to [gamma_min, gamma_max] (M:274-303).
+
+    ``loc``, ``scale`` and ``entropy`` are weights (a checkpoint's values replace config.json's);
+    ``entropy`` is used only in training. ``cutoff`` comes from the config.
+    """
+
+    def __init__(self, loc: float, scale: float, entropy: float, cutoff: float):
+        super().__init__()
+        self.loc = nn.Parameter(torch.tensor(float(loc)))
+        self.scale = nn.Parameter(torch.tensor(float(scale)))
+        self.entropy = nn.Parameter(torch.tensor(float(entropy)))
+        self.cutoff = cutoff
+
+    # Both bounds are evaluated as fp32 tensor arithmetic on the parameters, as the official properties
+    # do (M:288-294), so the clamp below cuts at exactly the same values.
+    @property
+    def gamma_min(self) -> float:
+        return float(self.loc.detach() - math.log(-math.log(self.cutoff)) * self.scale.detach())
+
+    @property
+    def gamma_max(self) -> float:
+        return float(self.loc.detach() - math.log(self.cutoff) * self.scale.detach())
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        """gamma at quantiles t (t = 1: noise, t = 0: data), on t's device. torch's Gumbel evaluates its
+        inverse CDF on Uniform(tiny, 1 - eps), which moves the ends slightly from ``loc - scale log(-log t)``
+        (by 0.01 at t = 1 - 1e-5); the official sampler uses torch's, so this does too."""
+        gumbel = torch.distributions.Gumbel(self.loc.to(t.device), self.scale.to(t.device))
+        return gumbel.icdf(t).clamp(min=self.gamma_min, max=self.gamma_max)
+
+
+class LangFlow(nn.Module):
+    """The LangFlow denoiser: ``model(z, gamma, self_cond, stage=...)`` -> fp32 logits [B, L, vocab].
+
+    ``LangFlow(config, attention=make_attention("full", head_dim=64, rope_style="half"))``. The attention
+    method is not a submodule: it holds no weights, stays out of ``state_dict`` (which is exactly the
+    official one, ``backbone.*`` and ``proposal.*``), and must compute on whatever device q arrives on.
+    Change it with `set_attention`. There is no dropout: this is the inference model (the official one
+    in ``eval()`` mode).
+    """
+
+    def __init__(self, config: LangFlowConfig, attention=None):
+        super().__init__()
+        self.config = config
+        self.backbone = Backbone(config)
+        self.proposal = GumbelProposal(config.gumbel_loc, config.gumbel_scale, config.gumbel_entropy,
+                                       config.gumbel_cutoff)
+        self.set_attention(attention)
+
+    @property
+    def attention(self):
+        return self.__dict__["_attention"]
+
+    def set_attention(self, attention) -> None:
+        """Use ``attention(q, k, v, control_tokens=0, stage=...) -> [B, H, N, D]`` in every block."""
+        if attention is not None and not callable(attention):
+            raise TypeError(f"attention must be callable as attention(q, k, v, control_tokens=, stage=), "
+                            f"got {type(attention).__name__}")
+        # Kept outside nn.Module's registry so state_dict stays the official one.
+        self.__dict__["_attention"] = attention
+
+    def normalized_embedding(self) -> torch.Tensor:
+        """E_n [vocab, D]: the embedding the skip logits and the sampler's x-prediction use."""
+        return self.backbone.vocab_embed.normalized()
+
+    def forward(self, z: torch.Tensor, gamma: Scalar, self_cond: Optional[torch.Tensor] = None,
+                stage: str = "late") -> torch.Tensor:
+        """One network call.
+
+        Args:
+            z: noisy embeddings [B, L, hidden_size], any L >= 1 (variance preserving: z = alpha x + sigma eps).
+            gamma: noise level log(sigma^2 / alpha^2) (high = noisy; the official ``timesteps``), a float or [B].
+            self_cond: previous x-prediction [B, L, hidden_size]; None means zeros (the official first call).
+            stage: ``early``, ``late`` or ``decode``, passed to the attention method unchanged.
+
+        Returns:
+            logits [B, L, vocab_size]: the network's plus the skip term ``c_skip(gamma) * z @ E_n^T`` with
+            ``c_skip = alpha / sigma^2`` (M:472-477); fp32 (on CUDA under bf16 autocast, the network logits
+            and the skip logits are bf16-rounded before the fp32 sum, as in the official code).
+        """
+        if self.attention is None:
+            raise RuntimeError("LangFlow has no attention method; pass attention= to LangFlow(...) or call "
+                               "set_attention(make_attention('full', head_dim=config.head_dim, rope_style='half'))")
+        D = self.config.hidden_size
+        if z.dim() != 3 or z.shape[-1] != D or z.shape[1] < 1:
+            raise ValueError(f"z must be [B, L, {D}] with L >= 1, got {tuple(z.shape)}")
+        if self_cond is None:
+            self_cond = torch.zeros_like(z)
+        elif self_cond.shape != z.shape:
+            raise ValueError(f"self_cond must have z's shape {tuple(z.shape)}, got {tuple(self_cond.shape)}")
+        gamma = _per_example(gamma, z.shape[0], z.device, "gamma")
+
+        logits = self.backbone(z, gamma, self_cond, self.attention, stage)
+        with torch.autocast(z.device.type, enabled=False):
+            c_skip = ((F.softplus(-gamma) - gamma) / 2).exp()
+            skip = z.float() @ self.normalized_embedding().float().t()
+            if logits.dtype != skip.dtype:
+                skip.copy_(skip.to(logits.dtype))  # the official rounding of the skip logits, in place
+            return skip.mul_(c_skip[:, None, None]).add_(logits)
+
+
+# ---------------------------------------------------------------------------------------- checkpoints
+
+#: config.json keys that map onto `LangFlowConfig` fields (official name -> field).
+CONFIG_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "cond_dim": "cond_dim",
+               "n_blocks": "n_blocks", "n_heads": "n_heads", "model_length": "train_length",
+               "gumbel_loc": "gumbel_loc", "gumbel_scale": "gumbel_scale", "gumbel_cutoff": "gumbel_cutoff",
+               "gumbel_entropy": "gumbel_entropy"}
+#: Switches of the official architecture; the released model has them all on and only that one exists here.
+ARCHITECTURE_FLAGS = ("use_normalized_embedding", "self_conditioning", "use_bias")
+#: Keys that do not change the inference model: training dropout, a name the model never reads
+#: (``embedding_norm_method``), and Hugging Face bookkeeping.
+IGNORED_KEYS = ("dropout", "embedding_norm_method", "model_type", "architectures", "auto_map", "torch_dtype",
+                "dtype", "transformers_version", "return_dict", "_name_or_path", "output_hidden_states",
+                "output_attentions", "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id",
+                "chunk_size_feed_forward", "id2label", "label2id", "is_encoder_decoder", "problem_type")
+MODEL_TYPE = "LangFlow"
+
+
+def find_checkpoint(path: PathLike) -> Path:
+    """The ``model.safetensors`` that ``path`` names: the file itself or the one in a folder."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        if path.suffix != ".safetensors":
+            raise FileNotFoundError(f"{path} is not a .safetensors file; pass the LangFlow folder "
+                                    f"({CONFIG_FILE} + {WEIGHTS_FILE}) or its {WEIGHTS_FILE}")
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint path {path} does not exist")
+    weights = path / WEIGHTS_FILE
+    if not weights.is_file():
+        raise FileNotFoundError(f"folder {path} holds no {WEIGHTS_FILE}; a LangFlow checkpoint is a folder in the layout "
+                                f"of Continuous-Rivals-Discrete/langflow-owt ({CONFIG_FILE} + {WEIGHTS_FILE})")
+    return weights
+
+
+def read_config(path: PathLike) -> LangFlowConfig:
+    """The `LangFlowConfig` of an official ``config.json``; keys it lacks take the official defaults.
+
+    Raises ValueError naming the file and key for a file that is not a JSON object, another
+    ``model_type``, a key that is not a LangFlow setting, a value of the wrong type, and an architecture
+    switch (``use_bias``, ``self_conditioning``, ``use_normalized_embedding``) that is off.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object of LangFlow settings, got {type(data).__name__}")
+    if data.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+        raise ValueError(f"{path} has model_type {data['model_type']!r}; a LangFlow config has {MODEL_TYPE!r}")
+    known = (*CONFIG_KEYS, *ARCHITECTURE_FLAGS, *IGNORED_KEYS)
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"{path} has key(s) {', '.join(unknown)} that are not LangFlow settings; "
+                         f"known keys: {', '.join(known)}")
+    for flag in ARCHITECTURE_FLAGS:
+        if data.get(flag, True) is not True:
+            raise ValueError(f"{path}: {flag} = {data[flag]!r} is not supported; the LangFlow model here is the "
+                             f"released one, with {', '.join(ARCHITECTURE_FLAGS)} all true")
+    fields = {}
+    defaults = LangFlowConfig()
+    for key, field in CONFIG_KEYS.items():
+        if key not in data:
+            continue
+        value, default = data[key], getattr(defaults, field)
+        wanted = (int, float) if isinstance(default, float) else int
+        if isinstance(value, bool) or not isinstance(value, wanted):
+            kind = "a number" if isinstance(default, float) else "an integer"
+            raise ValueError(f"{path}: {key} must be {kind}, got {value!r}")
+        fields[field] = float(value) if isinstance(default, float) else value
+    try:
+        return LangFlowConfig(**fields)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def config_to_json(config: LangFlowConfig) -> dict:
+    """The official ``config.json`` of ``config`` (every key of langflow/config.json, in its order)."""
+    return {"model_type": MODEL_TYPE, "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+            "cond_dim": config.cond_dim, "n_blocks": config.n_blocks, "n_heads": config.n_heads, "dropout": 0.1,
+            "model_length": config.train_length, "use_normalized_embedding": True,
+            "embedding_norm_method": "layernorm", "self_conditioning": True, "use_bias": True,
+            "gumbel_loc": config.gumbel_loc, "gumbel_scale": config.gumbel_scale,
+            "gumbel_cutoff": config.gumbel_cutoff, "gumbel_entropy": config.gumbel_entropy,
+            "return_dict": True, "torch_dtype": "float32"}
+
+
+def langflow_from_state_dict(state_dict: Mapping[str, torch.Tensor], config: Optional[LangFlowConfig] = None,
+                             attention=None, source: str = "state dict") -> LangFlow:
+    """A LangFlow holding exactly these tensors (cast to fp32, as the official fp32 model loads them).
+
+    Every missing, unexpected and wrongly shaped key is named in one `CheckpointMismatchError`; a stored
+    rotary ``inv_freq`` that is not ``theta^(-2k/head_dim)`` is a ValueError (the attention method rotates
+    with ``config.rope_theta``)."""
+    config = config or LangFlowConfig()
+    # Built on meta so the weights are never initialised only to be overwritten.
+    with torch.device("meta"):
+        model = LangFlow(config, attention=attention)
+    check_state_dict(model, state_dict, source, name="LangFlow")
+    state_dict = {k: v.float() if v.is_floating_point() else v for k, v in state_dict.items()}
+    check_rotary(state_dict["backbone.rotary_emb.inv_freq"], config, source)
+    model.load_state_dict(state_dict, assign=True)
+    return model
+
+
+def check_rotary(inv_freq: torch.Tensor, config: LangFlowConfig, source: str) -> None:
+    """Raise ValueError unless the stored ``inv_freq`` is the rotation the attention method will apply."""
+    expected = rope_inv_freq(config.head_dim, config.rope_theta)
+    error = ((inv_freq.double() - expected.double()).abs() / expected.double()).max().item()
+    if not error <= 1e-5:
+        raise ValueError(f"{source}: backbone.rotary_emb.inv_freq is not the RoPE of this model: expected "
+                         f"theta^(-2k/{config.head_dim}) with theta = {config.rope_theta:g} "
+                         f"(first values {expected[:3].tolist()}), found {inv_freq[:3].tolist()} (relative "
+                         f"difference up to {error:.3g}); the attention methods rotate with theta = "
+                         f"{config.rope_theta:g}, so this checkpoint would run with the wrong positions")
+
+
+def load_langflow(path: PathLike, *, config: Optional[LangFlowConfig] = None, attention=None,
+                  map_location="cpu") -> LangFlow:
+    """LangFlow from a folder holding ``model.safetensors`` and ``config.json`` (or the .safetensors file).
+
+    The config is ``config`` if given, else the ``config.json`` beside the weights, else the official
+    OWT config (what the official inference.py does: it downloads only the weights and reads the config
+    bundled with the code). Keys and shapes are checked strictly (`langflow_from_state_dict`).
+    """
+    weights = find_checkpoint(path)
+    if config is None:
+        config_file = weights.parent / CONFIG_FILE
+        config = read_config(config_file) if config_file.is_file() else LangFlowConfig()
+    try:
+        from safetensors.torch import load_file
+    except ImportError as e:
+        raise ImportError("loading LangFlow weights needs safetensors (pip install safetensors)") from e
+    state_dict = load_file(str(weights), device=str(map_location))
+    return langflow_from_state_dict(state_dict, config, attention, source=str(weights))
+
+
+def save_langflow(model: LangFlow, folder: PathLike) -> Path:
+    """Write ``folder/config.json`` and ``folder/model.safetensors`` in the official layout; returns the folder."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CONFIG_FILE).write_text(json.dumps(config_to_json(model.config), indent=2) + "\n")
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(folder / WEIGHTS_FILE))
+    return folder
+
+
+# ------------------------------------------------------------------------------------------ tokenizer
+
+
+def load_gpt2_tokenizer(folder: PathLike):
+    """GPT-2's tokenizer saved in a local folder (no download), via transformers' AutoTokenizer."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"tokenizer folder {folder} does not exist; save the GPT-2 tokenizer there first "
+                                f"(AutoTokenizer.from_pretrained('gpt2').save_pretrained(...))")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise ImportError("loading the GPT-2 tokenizer needs transformers (pip install transformers)") from e
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"folder {folder} holds no readable tokenizer (expected tokenizer.json, or vocab.json "
+                         f"and merges.txt, with tokenizer_config.json): {e}") from e
+
+
+def decode_tokens(tokenizer, rows) -> list[str]:
+    """Token id rows -> texts, every special token (GPT-2's <|endoftext|>) dropped wherever it stands and
+    nothing cut, as the official inference.py decodes (``batch_decode(..., skip_special_tokens=True)``)."""
+    rows = rows.tolist() if isinstance(rows, torch.Tensor) else [list(r) for r in rows]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True) if rows else []

@@ -1,0 +1,178 @@
+"""The LangFlow sampler: deterministic Euler-EDM (DDIM) steps in embedding space, then an argmax readout.
+
+Follows the official ``LangFlow.generate_samples`` (github.com/nealchen2003/LangFlow, commit a712b08,
+langflow/model.py:489-560, "M:" below); docs/langflow.md states every rule.
+
+- Noise levels: ``t = linspace(1 - 1e-5, 1e-5, N)`` in fp32 (N = ``steps``, noise to data), ``gamma =
+  proposal(t)``: the learned Gumbel's inverse CDF, clamped to [gamma_min, gamma_max] (M:514-521).
+- Calls i = 0 .. N-2 (M:527-548): ``logits = model(z, gamma_i, x_sc)``, ``x_pred = softmax(logits) @ E_n``
+  (E_n the normalised embedding), ``x_sc = x_pred`` (self-conditioning for the next call), and the
+  Euler-EDM step to ``gamma_{i+1}``, in float64 and cast back to fp32:
+  ``z <- alpha_s x_pred + (sigma_s / sigma_t) (z - alpha_t x_pred)``, alpha^2 = sigmoid(-gamma),
+  sigma^2 = sigmoid(gamma).
+- Readout (M:551-558): call N-1 at ``gamma_{N-1}`` (the level the last step reached) with the last
+  x-prediction, then argmax. N network calls in all; no other randomness, no temperature.
+
+Shared noise: the only random draw of sample ``k`` is its starting noise ``z0`` [L, hidden_size],
+standard normal at scale 1 (M:517), drawn on the CPU from its own generator seeded by
+``sample_seed(seed, k)``, so a sample is the same whatever the method, batch, device or process that
+draws it. (The official code draws one ``randn(B, L, D)`` for the batch after ``manual_seed``; `denoise`
+takes any starting noise, which is how the parity test feeds it the official draw.)
+
+Stage: call i (i = 0 .. N-1) sits at progress ``i / (N - 1)`` on the noise-to-data path, its place on
+the sampler's own grid: t runs linearly from 1 - 1e-5 to 1e-5 over the calls, so this is
+``(t_0 - t_i) / (t_0 - t_{N-1})``, and the Gumbel schedule is built so that equal steps in t carry equal
+information. A denoising call's stage is ``stage_at(i / (N - 1))`` of the attention method's config
+(samplers/stages.py): with the switch at 0.182 and N = 1024, calls 0 .. 186 are ``early`` and 187 .. 1022
+``late``. The readout call N-1 is ``decode`` (the decode window).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ..models.langflow import LANGFLOW_CONFIGS
+from .elf_sampler import _to, sample_seed
+from .stages import stage_rule
+
+#: End points of the time grid, ``linspace(1 - GRID_EPS, GRID_EPS, N)`` (M:514, M:520).
+GRID_EPS = 1e-5
+#: Rows of logits turned into probabilities at once: [rows, vocab] fp32 at a time, not [B, L, vocab].
+READOUT_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How one LangFlow sample is drawn.
+
+    Attributes:
+        steps: ``N``, network calls: N - 1 Euler steps on the noise-level grid, then the readout call.
+            The paper's protocol and the official OWT Gen. PPL run use 1024 (README.md:51-58); the
+            official ``generate_samples`` defaults to 128.
+    """
+
+    HELP = dict(steps="network calls: N - 1 Euler steps and the readout (LangFlow: 1024)")
+
+    steps: int = 1024
+
+    def __post_init__(self):
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+
+    @classmethod
+    def for_model(cls, name: str, **overrides) -> "SamplerConfig":
+        """The sampling settings of a LangFlow model (every preset samples with 1024 steps), with fields
+        overridden by keyword; ``None`` values keep the preset's."""
+        key = name.lower().replace("_", "-")
+        if key not in LANGFLOW_CONFIGS:
+            raise ValueError(f"no sampler preset for model {name!r}; known: {', '.join(LANGFLOW_CONFIGS)}")
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
+
+    def replace(self, **changes) -> "SamplerConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def initial_noise(seed: int, index: int, length: int, dim: int = 768) -> torch.Tensor:
+    """Sample ``index``'s starting noise z0 [length, dim] of run ``seed`` (CPU, fp32, standard normal)."""
+    generator = torch.Generator().manual_seed(sample_seed(seed, index))
+    return torch.randn(length, dim, generator=generator)
+
+
+def noise_levels(model, steps: int) -> torch.Tensor:
+    """gamma of every network call [steps] (CPU, fp32, decreasing: noise to data), from the model's
+    learned proposal on ``t = linspace(1 - 1e-5, 1e-5, steps)``. Computed on the CPU, so every device
+    sees the same levels."""
+    t = torch.linspace(1.0 - GRID_EPS, GRID_EPS, steps)
+    with torch.no_grad():
+        return model.proposal(t)
+
+
+def progress_of_call(index: int, steps: int) -> float:
+    """Progress of denoising call ``index`` (0 .. steps - 2) on the noise-to-data path: ``index / (steps - 1)``."""
+    return index / (steps - 1)
+
+
+def euler_edm_step(z: torch.Tensor, x_pred: torch.Tensor, gamma_t: torch.Tensor, gamma_s: torch.Tensor) -> torch.Tensor:
+    """One deterministic step from noise level gamma_t to gamma_s (M:412-420), in float64, back in z's dtype.
+
+    ``z_s = alpha_s x + w (z alpha_s / alpha_t - alpha_s x)`` with ``w = exp((gamma_s - gamma_t) / 2)``
+    = (sigma_s / alpha_s) / (sigma_t / alpha_t): the DDIM update ``alpha_s x + (sigma_s / sigma_t)(z - alpha_t x)``.
+    The coefficients are formed from the fp32 levels in float64 (``alpha_s / alpha_t = exp((softplus(gamma_t)
+    - softplus(gamma_s)) / 2)``) and the blend is ``torch.lerp``, as in the official step.
+    """
+    t, s = gamma_t.double(), gamma_s.double()
+    keep = ((F.softplus(t) - F.softplus(s)) / 2).exp().item()  # alpha_s / alpha_t
+    alpha_s = torch.sigmoid(-s).sqrt().item()
+    weight = ((s - t) / 2).exp().item()
+    target = alpha_s * x_pred.double()
+    return target.lerp(z.double() * keep, weight).to(z.dtype)
+
+
+def x_prediction(logits: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+    """``softmax(logits) @ E_n`` in fp32 [B, L, D] (M:540-541), a block of rows at a time so the
+    probabilities never take a second [B, L, vocab] buffer."""
+    B, L, V = logits.shape
+    flat = logits.reshape(B * L, V)
+    out = torch.empty(B * L, embedding.shape[1], dtype=torch.float32, device=logits.device)
+    for rows, dest in zip(flat.split(READOUT_ROWS), out.split(READOUT_ROWS)):
+        torch.matmul(torch.softmax(rows.float(), dim=-1), embedding, out=dest)
+    return out.view(B, L, -1)
+
+
+@torch.no_grad()
+def sample(model, num: int, length: int, seed: int, start_index: int = 0, config: Optional[SamplerConfig] = None,
+           *, autocast_dtype: Optional[torch.dtype] = None, progress: bool = True) -> torch.Tensor:
+    """Draw samples ``start_index .. start_index + num - 1`` of run ``seed`` as one batch.
+
+    Args:
+        model: a `LangFlow` (``.config.hidden_size``, ``.proposal``, ``.normalized_embedding()``,
+            ``.attention``, parameters) on the device to sample on.
+        num, length: batch size and sequence length L.
+        seed, start_index: sample k's starting noise depends only on (seed, k); see `initial_noise`.
+        config: sampler settings (default `SamplerConfig()`, 1024 steps).
+        autocast_dtype: run the network under autocast in this dtype (bf16 on CUDA, as the official
+            model does); None keeps the model's dtype. The step arithmetic is fp32 / float64 either way.
+        progress: show a tqdm bar over the steps.
+
+    Returns:
+        token ids [num, length] (int64, CPU).
+    """
+    if num < 1:
+        raise ValueError(f"num must be >= 1, got {num}")
+    if length < 1:
+        raise ValueError(f"length must be >= 1, got {length}")
+    device = next(model.parameters()).device
+    dim = model.config.hidden_size
+    z0 = torch.stack([initial_noise(seed, start_index + i, length, dim) for i in range(num)])
+    return denoise(model, _to(z0, device), config, autocast_dtype=autocast_dtype, progress=progress)
+
+
+@torch.no_grad()
+def denoise(model, z: torch.Tensor, config: Optional[SamplerConfig] = None, *,
+            autocast_dtype: Optional[torch.dtype] = None, progress: bool = False) -> torch.Tensor:
+    """The official sampler from the starting noise ``z`` [B, L, hidden_size] (on the model's device):
+    ``steps - 1`` Euler-EDM steps with self-conditioning, the readout call, argmax -> ids [B, L] (CPU)."""
+    config = config or SamplerConfig()
+    steps = config.steps
+    rule = stage_rule(model.attention)
+    gamma = noise_levels(model, steps)
+    embedding = model.normalized_embedding().float()
+
+    def call(z, level, self_cond, stage):
+        with torch.autocast(z.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+            return model(z, level, self_cond, stage=stage)
+
+    self_cond = None
+    for i in tqdm(range(steps - 1), desc="denoising", leave=False, disable=not progress):
+        logits = call(z, gamma[i], self_cond, rule.stage_at(progress_of_call(i, steps)))
+        self_cond = x_prediction(logits, embedding)
+        del logits
+        z = euler_edm_step(z, self_cond, gamma[i], gamma[i + 1])
+    logits = call(z, gamma[-1], self_cond, rule.stage_at(1.0, decode=True))
+    return logits.argmax(dim=-1).cpu()
