@@ -1,0 +1,77 @@
+"""LLaDA-8B (models/llada.py, samplers/llada_sampler.py) as a backbone of the pipeline.
+
+Checkpoints: a local Hugging Face folder (config.json, model.safetensors.index.json and its shards),
+streamed into a model built on ``meta``, in bf16 on CUDA and fp32 on the CPU; tokenizer: the same folder
+(or any folder AutoTokenizer reads). `rangeswa generate` samples unconditionally (an empty prompt,
+``--length`` generated tokens); a sample's line keeps the generated ids before the first EOS and their
+decoding. Prompts are `sample`'s ``prompts`` argument (`rangeswa niah` uses the sampler directly).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..models.llada import LLADA_CONFIGS, LLaDA, LLaDAConfig, find_checkpoint, load_llada, load_llada_tokenizer
+from ..samplers.llada_sampler import SamplerConfig, sample
+from . import Backbone, register
+
+
+class LLaDABackbone(Backbone):
+    name = "llada"
+    presets = tuple(LLADA_CONFIGS)
+    sampler_config = SamplerConfig
+    conditional = True
+    tokenizer_help = "folder of the LLaDA tokenizer (tokenizer.json; the model's download folder has it)"
+
+    def config(self, preset: str) -> LLaDAConfig:
+        return LLaDAConfig.from_name(preset)
+
+    def find_checkpoint(self, path: Path) -> Path:
+        return find_checkpoint(path)
+
+    def load(self, checkpoint: Path, preset: str, device: torch.device) -> LLaDA:
+        model = load_llada(checkpoint, device=device)
+        expected = self.config(preset)
+        sizes = ("n_layer", "dim", "n_head", "mlp_dim")
+        if any(getattr(model.config, k) != getattr(expected, k) for k in sizes):
+            found = ", ".join(f"{k}={getattr(model.config, k)}" for k in sizes)
+            want = ", ".join(f"{k}={getattr(expected, k)}" for k in sizes)
+            raise ValueError(f"{checkpoint} holds a model with {found}, but --model {preset} has {want}")
+        return model
+
+    def random_model(self, preset: str, seed: int = 0) -> LLaDA:
+        torch.manual_seed(seed)
+        return LLaDA(self.config(preset)).eval()
+
+    def rope(self, model: LLaDA) -> dict:
+        return dict(theta=model.config.rope_theta, rope_style="half", rotary_dim=None,
+                    train_length=model.config.train_length)
+
+    def load_tokenizer(self, folder: Path):
+        return load_llada_tokenizer(folder)
+
+    def check_tokenizer(self, model: LLaDA, tokenizer, folder: Path) -> None:
+        if len(tokenizer) > model.config.vocab_size:
+            raise ValueError(f"the tokenizer in {folder} has {len(tokenizer)} tokens but the model's embedding only "
+                             f"{model.config.vocab_size}; use the tokenizer the model was trained with")
+
+    def decode(self, tokenizer, rows: list[list[int]]) -> list[str]:
+        return [tokenizer.decode(row, skip_special_tokens=True) for row in rows]
+
+    def sample(self, model, tokenizer, first, count, length, seed, config, *, autocast_dtype, progress, prompts=None):
+        eos = model.config.eos_id if getattr(tokenizer, "eos_token_id", None) is None else tokenizer.eos_token_id
+        if prompts is not None and not isinstance(prompts, torch.Tensor):
+            prompts = torch.tensor(prompts, dtype=torch.long)
+        ids = sample(model, count, length, seed, first, config, prompts=prompts, autocast_dtype=autocast_dtype,
+                     progress=progress)
+        return [row[:row.index(eos)] if eos in row else row for row in ids.tolist()]
+
+    def benchmark_call(self, model: LLaDA, length: int, generator: torch.Generator, stage: str = "late"):
+        ids = torch.randint(0, model.config.vocab_size, (1, length), generator=generator)
+        last = slice(max(0, length - 32), length)  # the sampler asks for one block's logits
+        return lambda: model(ids.to(next(model.parameters()).device), stage=stage, logits_at=last)
+
+
+register(LLaDABackbone())

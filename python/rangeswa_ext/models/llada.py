@@ -1,0 +1,391 @@
+"""LLaDA (Nie et al., 2025), the masked diffusion language model, as its Hugging Face code defines it.
+
+A plain bidirectional Llama-style transformer: token embedding, 32 pre-norm blocks (RMSNorm, q/k/v
+projections, half-split RoPE, attention, SwiGLU), a final RMSNorm and an untied LM head; no biases, no
+QK norm, no embedding scaling, no causal mask. Parameter names are those of the official state dict
+(GSAI-ML/LLaDA-8B-Base, ``modeling_llada.py``: ``model.transformer.wte``, ``blocks.N.q_proj``, ...), so
+its safetensors shards load without renaming (`load_llada`, strict keys, shards streamed one tensor at
+a time). docs/llada.md gives the source line of every constant.
+
+The model does no RoPE and no attention arithmetic itself: each block hands q, k (before RoPE, as
+[B, H, N, D] views of the projections) and v to the injected attention method,
+``attention(q, k, v, control_tokens=0, stage=stage)`` (SPEC.md sections 1-4; LLaDA has no control
+tokens). Swapping the method never touches this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .strict import check_state_dict
+
+PathLike = Union[str, Path]
+
+
+@dataclass(frozen=True)
+class LLaDAConfig:
+    """Sizes of one LLaDA model. Named presets live in `LLADA_CONFIGS`; get one with `from_name`.
+
+    Attributes:
+        n_layer, dim, n_head: depth, width and attention heads (no grouped-query attention).
+        mlp_dim: hidden width of the SwiGLU MLP (``mlp_hidden_size``).
+        vocab_size: rows of the embedding and of the LM head (``embedding_size``, padded past the tokenizer).
+        norm_eps: epsilon of every RMSNorm (``rms_norm_eps``).
+        rope_theta: RoPE base, handed to the attention method (half-split pairs, all head dims).
+        train_length: sequence length the model was trained at (``max_sequence_length``).
+        mask_id: the ``<|mdm_mask|>`` token the sampler fills the generation with.
+        eos_id: ``<|endoftext|>``, the end of a text (also the padding id).
+    """
+
+    n_layer: int = 32
+    dim: int = 4096
+    n_head: int = 32
+    mlp_dim: int = 12288
+    vocab_size: int = 126464
+    norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    train_length: int = 4096
+    mask_id: int = 126336
+    eos_id: int = 126081
+
+    def __post_init__(self):
+        for name in ("n_layer", "dim", "n_head", "mlp_dim", "vocab_size", "train_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"LLaDAConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.dim % self.n_head:
+            raise ValueError(f"LLaDAConfig.dim ({self.dim}) must be a multiple of n_head ({self.n_head})")
+        if self.head_dim % 2:
+            raise ValueError(f"head dim dim / n_head = {self.head_dim} must be even (RoPE rotates pairs)")
+        for name in ("mask_id", "eos_id"):
+            if not 0 <= getattr(self, name) < self.vocab_size:
+                raise ValueError(f"LLaDAConfig.{name} = {getattr(self, name)} must be a token id below "
+                                 f"vocab_size ({self.vocab_size})")
+        if self.rope_theta <= 0 or self.norm_eps <= 0:
+            raise ValueError(f"rope_theta and norm_eps must be > 0, got {self.rope_theta} and {self.norm_eps}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    @classmethod
+    def from_name(cls, name: str, **overrides) -> "LLaDAConfig":
+        """The preset ``name`` (``llada-8b``, ``llada-tiny``; case-insensitive), with any field overridden
+        by keyword, e.g. ``LLaDAConfig.from_name("llada-tiny", vocab_size=300)``."""
+        key = name.lower().replace("_", "-")
+        if key not in LLADA_CONFIGS:
+            raise ValueError(f"unknown LLaDA preset {name!r}; known presets: {', '.join(LLADA_CONFIGS)}")
+        return cls(**{**LLADA_CONFIGS[key], **overrides})
+
+    def replace(self, **changes) -> "LLaDAConfig":
+        return dataclasses.replace(self, **changes)
+
+
+#: LLaDA-8B (Base and Instruct share config.json: d_model 4096, n_layers 32, n_heads 32 = n_kv_heads,
+#: mlp_hidden_size 12288, embedding_size 126464, rms_norm_eps 1e-5, rope_theta 5e5, max_sequence_length
+#: 4096, mask_token_id 126336, eos 126081), and a tiny model for tests with the same structure (2 heads
+#: of 32, training length 32, the last two ids as EOS and mask).
+LLADA_CONFIGS = {
+    "llada-8b": dict(),
+    "llada-tiny": dict(n_layer=2, dim=64, n_head=2, mlp_dim=64, vocab_size=128, train_length=32,
+                       mask_id=127, eos_id=126),
+}
+
+
+class RMSNorm(nn.Module):
+    """x * rsqrt(mean(x^2) + eps) in fp32, rounded back to x's dtype, then times the weight, as the official
+    RMSLayerNorm does it (the weight multiplies after the rounding, in the parameter's dtype)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
+
+
+class Block(nn.Module):
+    """LLaDALlamaBlock: x + attn_out(attention(rope(q), rope(k), v)), then x + ff_out(silu(ff_proj) * up_proj)."""
+
+    def __init__(self, config: LLaDAConfig):
+        super().__init__()
+        D, F_ = config.dim, config.mlp_dim
+        self.n_head, self.head_dim = config.n_head, config.head_dim
+        self.attn_norm = RMSNorm(D, config.norm_eps)
+        self.q_proj = nn.Linear(D, D, bias=False)
+        self.k_proj = nn.Linear(D, D, bias=False)
+        self.v_proj = nn.Linear(D, D, bias=False)
+        self.attn_out = nn.Linear(D, D, bias=False)
+        self.ff_norm = RMSNorm(D, config.norm_eps)
+        self.ff_proj = nn.Linear(D, F_, bias=False)   # the gate: it goes through SiLU
+        self.up_proj = nn.Linear(D, F_, bias=False)
+        self.ff_out = nn.Linear(F_, D, bias=False)
+
+    def forward(self, x: torch.Tensor, attention, stage: str) -> torch.Tensor:
+        B, N, D = x.shape
+        h = self.attn_norm(x)
+        # Head n takes columns [n*D_h, (n+1)*D_h) of each projection; [B, H, N, D_h] views, no copies.
+        q, k, v = (proj(h).view(B, N, self.n_head, self.head_dim).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        out = attention(q, k, v, control_tokens=0, stage=stage)
+        if out.shape != v.shape:
+            raise ValueError(f"the attention method returned shape {tuple(out.shape)}; "
+                             f"expected [B, H, N, D] = {tuple(v.shape)}")
+        x = x + self.attn_out(out.transpose(1, 2).reshape(B, N, D))
+        h = self.ff_norm(x)
+        return x + self.ff_out(F.silu(self.ff_proj(h)) * self.up_proj(h))
+
+
+class Transformer(nn.Module):
+    """``model.transformer`` of the official LLaDAModel: wte, blocks, ln_f, ff_out (the LM head)."""
+
+    def __init__(self, config: LLaDAConfig):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.dim)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = RMSNorm(config.dim, config.norm_eps)
+        self.ff_out = nn.Linear(config.dim, config.vocab_size, bias=False)
+
+
+class _Wrapper(nn.Module):
+    """The ``model.`` level of the official LLaDAModelLM -> LLaDAModel nesting (names only)."""
+
+    def __init__(self, config: LLaDAConfig):
+        super().__init__()
+        self.transformer = Transformer(config)
+
+
+class LLaDA(nn.Module):
+    """The LLaDA mask predictor: token ids -> logits at every (or some) position.
+
+    ``LLaDA(config, attention=make_attention("full", head_dim=config.head_dim, theta=config.rope_theta,
+    rope_style="half", train_length=config.train_length))``. The attention method is not a submodule: it
+    holds no weights, stays out of ``state_dict`` (which is exactly the official one) and must compute on
+    whatever device q arrives on. Change it with `set_attention`.
+    """
+
+    def __init__(self, config: LLaDAConfig, attention=None):
+        super().__init__()
+        self.config = config
+        self.model = _Wrapper(config)
+        self.set_attention(attention)
+
+    @property
+    def attention(self):
+        return self.__dict__["_attention"]
+
+    def set_attention(self, attention) -> None:
+        """Use ``attention(q, k, v, control_tokens=0, stage=...) -> [B, H, N, D]`` in every block."""
+        if attention is not None and not callable(attention):
+            raise TypeError(f"attention must be callable as attention(q, k, v, control_tokens=, stage=), "
+                            f"got {type(attention).__name__}")
+        # Kept outside nn.Module's registry so state_dict stays the official one.
+        self.__dict__["_attention"] = attention
+
+    def forward(self, ids: torch.Tensor, stage: str = "late", logits_at: Optional[slice] = None) -> torch.Tensor:
+        """One network call.
+
+        Args:
+            ids: token ids [B, N], any N >= 1 (mask positions hold ``config.mask_id``).
+            stage: ``early``, ``late`` or ``decode``, passed to the attention method unchanged.
+            logits_at: positions whose logits are wanted (a slice of 0..N-1); None means all. The sampler
+                asks only for the current block: the LM head over all of a 32k sequence would be 16 GB.
+
+        Returns:
+            logits [B, n, vocab_size] in the parameters' dtype (the autocast dtype under autocast), as the
+            official model returns them.
+        """
+        if self.attention is None:
+            raise RuntimeError("LLaDA has no attention method; pass attention= to LLaDA(...) or call "
+                               "set_attention(make_attention('full', head_dim=config.head_dim, theta=config.rope_theta, "
+                               "rope_style='half', train_length=config.train_length))")
+        if ids.dim() != 2 or ids.shape[1] < 1 or ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"ids must be integer token ids [B, N] with N >= 1, got {ids.dtype} {tuple(ids.shape)}")
+        t = self.model.transformer
+        x = t.wte(ids)
+        for block in t.blocks:
+            x = block(x, self.attention, stage)
+        if logits_at is not None:
+            x = x[:, logits_at]
+        return t.ff_out(t.ln_f(x))
+
+
+# ------------------------------------------------------------------------------------------- loading
+#: config.json values of LLaDA-8B that this implementation assumes (anything else is another model).
+_REQUIRED_CONFIG = dict(activation_type="silu", block_type="llama", layer_norm_type="rms", alibi=False, rope=True,
+                        weight_tying=False, include_bias=False, input_emb_norm=False, scale_logits=False,
+                        attention_layer_norm=False)
+#: config.json keys read into LLaDAConfig (key -> field).
+_CONFIG_KEYS = dict(n_layers="n_layer", d_model="dim", n_heads="n_head", mlp_hidden_size="mlp_dim",
+                    embedding_size="vocab_size", rms_norm_eps="norm_eps", rope_theta="rope_theta",
+                    max_sequence_length="train_length", mask_token_id="mask_id", eos_token_id="eos_id")
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+
+
+def find_checkpoint(path: PathLike) -> Path:
+    """The Hugging Face folder ``path`` names, checked to hold config.json and the safetensors weights
+    (``model.safetensors.index.json`` with its shards, or one ``model.safetensors``)."""
+    folder = Path(path).expanduser()
+    if folder.is_file() and folder.name in ("config.json", INDEX_FILE, SINGLE_FILE):
+        folder = folder.parent
+    if not folder.is_dir():
+        raise FileNotFoundError(f"LLaDA checkpoint folder {folder} does not exist; pass the folder of a Hugging Face "
+                                f"download of GSAI-ML/LLaDA-8B-Base (config.json, {INDEX_FILE}, the shards, the tokenizer)")
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder (expected config.json, "
+                                f"{INDEX_FILE} and model-0000N-of-0000M.safetensors)")
+    if not (folder / INDEX_FILE).is_file() and not (folder / SINGLE_FILE).is_file():
+        raise FileNotFoundError(f"{folder} has no {INDEX_FILE} and no {SINGLE_FILE}: the weights are missing "
+                                f"(only safetensors are read)")
+    return folder
+
+
+def config_from_hf(folder: PathLike) -> LLaDAConfig:
+    """The LLaDAConfig of a Hugging Face folder's config.json, after checking it describes LLaDA's architecture."""
+    file = find_checkpoint(folder) / "config.json"
+    try:
+        hf = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{file} is not valid JSON: {e}") from e
+    if not isinstance(hf, dict):
+        raise ValueError(f"{file} must hold a JSON object, got {type(hf).__name__}")
+    if hf.get("model_type") != "llada":
+        raise ValueError(f"{file} has model_type {hf.get('model_type')!r}; this loader reads LLaDA ('llada') only")
+    missing = [k for k in _CONFIG_KEYS if k not in hf]
+    if missing:
+        raise ValueError(f"{file} lacks the key(s) {', '.join(missing)} that LLaDA's config.json has")
+    wrong = [f"{k}={hf.get(k)!r} (expected {v!r})" for k, v in _REQUIRED_CONFIG.items() if k in hf and hf[k] != v]
+    kv_heads = hf.get("n_kv_heads")
+    if kv_heads is not None and kv_heads != hf["n_heads"]:
+        wrong.append(f"n_kv_heads={kv_heads!r} (expected n_heads = {hf['n_heads']}: no grouped-query attention)")
+    if wrong:
+        raise ValueError(f"{file} describes a model this LLaDA implementation does not compute: {', '.join(wrong)}")
+    try:
+        return LLaDAConfig(**{field: hf[key] for key, field in _CONFIG_KEYS.items()})
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{file}: {e}") from e
+
+
+def shard_map(folder: PathLike) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it, from the index (or the single file), every file checked
+    to exist."""
+    folder = find_checkpoint(folder)
+    index = folder / INDEX_FILE
+    if not index.is_file():
+        return {name: folder / SINGLE_FILE for name in _tensor_shapes(folder / SINGLE_FILE)}
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{index} is not a safetensors index (a JSON object with a 'weight_map'): {e}") from e
+    files = {name: folder / file for name, file in weight_map.items()}
+    absent = sorted({p.name for p in files.values() if not p.is_file()})
+    if absent:
+        raise FileNotFoundError(f"{folder} lacks the shard(s) {', '.join(absent)} that {INDEX_FILE} lists; "
+                                f"the download is incomplete")
+    return files
+
+
+def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dtype: Optional[torch.dtype] = None,
+               attention=None) -> LLaDA:
+    """LLaDA from a local Hugging Face folder (config.json + safetensors shards), strictly checked.
+
+    The model is built on the ``meta`` device and the shards are streamed into it one tensor at a time
+    (read from its shard, cast to ``dtype``, moved to ``device``, assigned), so the host never holds more
+    than one tensor beyond the model: 16 GB of bf16 weights need no 32 GB of memory. ``dtype`` defaults to
+    bf16 on CUDA and fp32 elsewhere. Every missing, unexpected or mis-shaped tensor is named in one
+    `CheckpointMismatchError` before any weight is read.
+    """
+    from safetensors import safe_open
+
+    folder = find_checkpoint(folder)
+    device = torch.device(device)
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    config = config_from_hf(folder)
+    files = shard_map(folder)
+    with torch.device("meta"):
+        model = LLaDA(config, attention=attention)
+    shapes = {}
+    for file in sorted(set(files.values())):
+        shapes.update({name: shape for name, shape in _tensor_shapes(file).items() if files.get(name) == file})
+    unlisted = sorted(set(files) - set(shapes))
+    if unlisted:
+        raise ValueError(f"{folder / INDEX_FILE} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
+    check_state_dict(model, {k: torch.empty(s, device="meta") for k, s in shapes.items()}, str(folder), "LLaDA")
+
+    for file in sorted(set(files.values())):
+        with safe_open(str(file), framework="pt", device="cpu") as shard:
+            for name in shard.keys():
+                if files.get(name) != file:
+                    continue
+                tensor = shard.get_tensor(name).to(device=device, dtype=dtype)
+                _assign(model, name, nn.Parameter(tensor, requires_grad=False))
+                del tensor
+    return model.eval()
+
+
+def save_llada(model: LLaDA, folder: PathLike, shards: int = 1) -> Path:
+    """Write ``model`` as a Hugging Face folder: config.json (LLaDA-8B's keys with this model's sizes) and its
+    weights in ``shards`` safetensors files with an index (tests, and a converted or fine-tuned model)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    c = model.config
+    hf = dict(model_type="llada", architectures=["LLaDAModelLM"], **_REQUIRED_CONFIG,
+              **{key: getattr(c, field) for key, field in _CONFIG_KEYS.items()}, n_kv_heads=c.n_head,
+              vocab_size=c.vocab_size, pad_token_id=c.eos_id, rope_full_precision=True, use_cache=False)
+    (folder / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    names = list(state)
+    groups = [names[i::shards] for i in range(shards)]  # scattered, like the official shards
+    weight_map = {}
+    for number, group in enumerate(groups, start=1):
+        file = f"model-{number:05d}-of-{shards:05d}.safetensors"
+        save_file({k: state[k] for k in group}, str(folder / file), metadata={"format": "pt"})
+        weight_map.update({k: file for k in group})
+    total = sum(v.numel() * v.element_size() for v in state.values())
+    index = dict(metadata=dict(total_size=total), weight_map=weight_map)
+    (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+def load_llada_tokenizer(folder: PathLike):
+    """The tokenizer saved in a local folder (no download), via transformers' AutoTokenizer."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"tokenizer folder {folder} does not exist; pass the LLaDA download folder (it holds "
+                                f"tokenizer.json and tokenizer_config.json)")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise ImportError("the LLaDA tokenizer needs transformers (pip install 'rangeswa[eval]')") from e
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"folder {folder} holds no readable tokenizer (expected tokenizer.json with "
+                         f"tokenizer_config.json): {e}") from e
+
+
+def _tensor_shapes(file: Path) -> dict[str, tuple]:
+    """Name -> shape of every tensor in a safetensors file, from its header (no tensor is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{file} is not a readable safetensors file: {e}") from e
+
+
+def _assign(model: nn.Module, name: str, value: nn.Parameter) -> None:
+    owner, _, leaf = name.rpartition(".")
+    model.get_submodule(owner)._parameters[leaf] = value

@@ -1,0 +1,235 @@
+"""The LLaDA sampler: the official ``generate`` (ML-GSAI/LLaDA generate.py) with per-sample randomness.
+
+Rules (docs/llada.md gives the source line of each):
+
+- The sequence is the prompt followed by ``gen_length`` mask tokens. The generation is cut into
+  ``gen_length / block_length`` blocks filled left to right (semi-autoregressive); each block gets
+  ``steps / num_blocks`` network calls.
+- In each block the masked tokens are shared out evenly over its calls, the first ``remainder`` calls
+  taking one more (`num_transfer_tokens`).
+- Each call predicts every position (argmax of the logits, or of the Gumbel-perturbed logits
+  ``exp(l) / (-log u)^temperature`` in float64 when ``temperature > 0``), scores the block's masked
+  positions by confidence (``low_confidence``: the softmax probability of the predicted token;
+  ``random``: a uniform draw) and unmasks the most confident ones. Unmasked tokens are never remasked;
+  positions past the current block are never chosen.
+- Classifier-free guidance (``cfg_scale > 0``): the same call on a copy whose prompt is all masks,
+  ``logits = un + (cfg_scale + 1) (cond - un)``. The official generate (since its attention-mask
+  version) raises NameError here when no attention mask is given; this sampler does what the
+  algorithm means, which is what the earlier version (and LongLLaDA's copy) computes.
+
+Only the current block's logits are computed (the LM head over a whole 32k sequence would take 16 GB
+and changes nothing: the official code discards every other position's prediction).
+
+Shared randomness: every random number of sample ``k`` (the Gumbel uniforms of a call, the random
+remasking scores) comes from its own CPU generator seeded with ``sample_seed(seed, k)`` (the ELF
+sampler's function), drawn in a fixed order (per call: the Gumbel uniforms of the block's
+``block_length`` positions, then the remasking scores), so a sample is the same whatever the method,
+batch, device or process that draws it. `generate` takes the draws as an argument (``draws``), so a
+test can feed the official code's own ``torch.rand_like`` numbers.
+
+Stage: a call's progress on the noise-to-data path is the fraction of the generated tokens already
+unmasked when the call is made (0 at the first call, ``1 - n_last / gen_length`` at the last one); its
+stage is ``stage_at(progress)`` of the attention method's config (samplers/stages.py). LLaDA has no
+separate decode call: its last call is a denoising call like the others, in the stage its progress gives
+(``late`` with the default switch at 0.182), and the ``decode`` window is never used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .elf_sampler import sample_seed
+from .stages import stage_rule
+
+REMASKING = ("low_confidence", "random")
+
+#: ``draws(index, call, kind, start, shape) -> float64 tensor of `shape` (CPU)``: the uniforms in [0, 1) of
+#: sample ``index`` at network call ``call`` (counted from 0 over the whole generation); ``kind`` is
+#: ``"gumbel"`` (shape [block_length, vocab]) or ``"remask"`` (shape [block_length]), for the positions
+#: ``start .. start + block_length - 1`` of the sequence (prompt included).
+Draws = Callable[[int, int, str, int, tuple], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How one LLaDA sample is drawn (the official generate's arguments; ``gen_length`` is the length asked for).
+
+    Attributes:
+        steps: network calls over the whole generation; 0 means one per generated token (``gen_length``).
+            Must be a multiple of the number of blocks.
+        block_length: tokens per semi-autoregressive block; ``gen_length`` must be a multiple of it; 0 means
+            one block (``gen_length``).
+        temperature: Gumbel-max sampling temperature; 0 is greedy (argmax).
+        cfg_scale: classifier-free guidance scale; 0 switches it off.
+        remasking: ``low_confidence`` (unmask the most probable predictions first) or ``random``.
+    """
+
+    HELP = dict(block_length="LLaDA semi-autoregressive block length (0 = the whole generation)",
+                temperature="LLaDA Gumbel-max temperature (0 = greedy; unconditional samples need > 0)",
+                cfg_scale="LLaDA classifier-free guidance scale (0 = off)",
+                remasking="LLaDA remasking: low_confidence or random")
+    CHOICES = dict(remasking=REMASKING)
+
+    steps: int = 0
+    block_length: int = 32
+    temperature: float = 1.0
+    cfg_scale: float = 0.0
+    remasking: str = "low_confidence"
+
+    def __post_init__(self):
+        if self.steps < 0 or self.block_length < 0:
+            raise ValueError(f"steps and block_length must be >= 0 (0: one per token / one block), got "
+                             f"{self.steps} and {self.block_length}")
+        if self.temperature < 0 or self.cfg_scale < 0:
+            raise ValueError(f"temperature and cfg_scale must be >= 0, got {self.temperature} and {self.cfg_scale}")
+        if self.remasking not in REMASKING:
+            raise ValueError(f"remasking must be one of {REMASKING}, got {self.remasking!r}")
+
+    @classmethod
+    def for_model(cls, name: str, **overrides) -> "SamplerConfig":
+        """The sampling settings of a LLaDA preset (all presets share them): one token per step, blocks of 32
+        (the official demo), temperature 1 (the official default, 0, would make every unconditional sample
+        the same), no guidance, low-confidence remasking; ``None`` overrides keep the preset's."""
+        key = name.lower().replace("_", "-")
+        if not key.startswith("llada"):
+            raise ValueError(f"no LLaDA sampler preset for model {name!r}")
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
+
+    def replace(self, **changes) -> "SamplerConfig":
+        return dataclasses.replace(self, **changes)
+
+    def schedule(self, gen_length: int) -> tuple[int, int, int]:
+        """(block length, number of blocks, calls per block) for ``gen_length`` generated tokens, checked."""
+        if gen_length < 1:
+            raise ValueError(f"gen_length must be >= 1, got {gen_length}")
+        block = self.block_length or gen_length
+        if gen_length % block:
+            raise ValueError(f"the generation length {gen_length} must be a multiple of block_length {block}")
+        blocks = gen_length // block
+        steps = self.steps or gen_length
+        if steps % blocks:
+            raise ValueError(f"steps ({steps}) must be a multiple of the number of blocks ({blocks} = "
+                             f"{gen_length} / {block})")
+        return block, blocks, steps // blocks
+
+
+def num_transfer_tokens(masked: torch.Tensor, steps: int) -> torch.Tensor:
+    """Tokens to unmask at each of ``steps`` calls, per row of ``masked`` [B, n] (bool): the masked count
+    split evenly, the first ``count % steps`` calls taking one more. Returns int64 [B, steps]."""
+    count = masked.sum(dim=1, keepdim=True)
+    plan = (count // steps).expand(-1, steps).clone()
+    plan += torch.arange(steps, device=masked.device)[None, :] < count % steps
+    return plan
+
+
+class SeededDraws:
+    """The default `Draws`: sample ``index`` draws from its own CPU generator seeded with
+    ``sample_seed(seed, index)``, in the order the sampler asks."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.generators: dict[int, torch.Generator] = {}
+
+    def __call__(self, index: int, call: int, kind: str, start: int, shape: tuple) -> torch.Tensor:
+        if index not in self.generators:
+            self.generators[index] = torch.Generator().manual_seed(sample_seed(self.seed, index))
+        return torch.rand(shape, generator=self.generators[index], dtype=torch.float64)
+
+
+@torch.no_grad()
+def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[SamplerConfig] = None, *,
+             seed: int = 0, indices: Optional[Sequence[int]] = None, draws: Optional[Draws] = None,
+             autocast_dtype: Optional[torch.dtype] = None, progress: bool = False) -> torch.Tensor:
+    """The generated tokens of each prompt.
+
+    Args:
+        model: a `LLaDA` (or anything with its call ``model(ids, stage=, logits_at=)``, ``.config.mask_id``,
+            ``.attention`` and parameters) on the device to sample on.
+        prompts: token ids [B, Lp] (Lp may be 0), the same length for every row (no padding).
+        gen_length: tokens to generate after each prompt.
+        config: sampler settings (default `SamplerConfig()`).
+        seed, indices: row j is sample ``indices[j]`` (default ``0 .. B-1``) of run ``seed``; its randomness
+            depends on (seed, indices[j]) alone.
+        draws: the uniform draws (default `SeededDraws(seed)`); see `Draws`.
+        autocast_dtype: run the network under autocast in this dtype; None keeps the model's dtype.
+        progress: a tqdm bar over the calls.
+
+    Returns:
+        the generated ids [B, gen_length] (int64, CPU).
+    """
+    config = config or SamplerConfig()
+    block, blocks, steps = config.schedule(gen_length)
+    if prompts.dim() != 2:
+        raise ValueError(f"prompts must be token ids [B, Lp], got shape {tuple(prompts.shape)}")
+    B, Lp = prompts.shape
+    indices = list(range(B)) if indices is None else list(indices)
+    if len(indices) != B or B < 1:
+        raise ValueError(f"need one sample index per prompt row: {B} row(s), {len(indices)} index(es)")
+    device = next(model.parameters()).device
+    mask_id = model.config.mask_id
+    draws = draws or SeededDraws(seed)
+    rule = stage_rule(model.attention)
+
+    x = torch.full((B, Lp + gen_length), mask_id, dtype=torch.long)
+    x[:, :Lp] = prompts.long()
+    x = x.to(device)
+    prompt_index = x != mask_id
+    unmasked = 0  # generated tokens already unmasked: the progress of the next call is unmasked / gen_length
+    call = 0
+    bar = tqdm(total=blocks * steps, desc="LLaDA calls", leave=False, disable=not progress)
+    with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+        for b in range(blocks):
+            start = Lp + b * block
+            window = slice(start, start + block)
+            plan = num_transfer_tokens(x[:, window] == mask_id, steps).cpu()
+            for i in range(steps):
+                stage = rule.stage_at(unmasked / gen_length)
+                logits = _logits(model, x, prompt_index, mask_id, config.cfg_scale, window, stage)
+                masked = x[:, window] == mask_id
+                if config.temperature > 0:
+                    u = torch.stack([draws(k, call, "gumbel", start, tuple(logits.shape[1:])) for k in indices])
+                    noisy = logits.double().exp() / (-torch.log(u.to(device))) ** config.temperature
+                    x0 = noisy.argmax(dim=-1)
+                else:
+                    x0 = logits.argmax(dim=-1)
+                if config.remasking == "low_confidence":
+                    p = F.softmax(logits, dim=-1)
+                    score = torch.gather(p, -1, x0[..., None]).squeeze(-1).double()
+                else:
+                    score = torch.stack([draws(k, call, "remask", start, (block,)) for k in indices]).to(device)
+                confidence = torch.where(masked, score, torch.tensor(float("-inf"), dtype=score.dtype, device=device))
+                for j in range(B):
+                    chosen = torch.topk(confidence[j], k=int(plan[j, i])).indices
+                    x[j, start + chosen] = x0[j, chosen]
+                unmasked += int(plan[0, i])
+                call += 1
+                bar.update(1)
+    bar.close()
+    return x[:, Lp:].cpu()
+
+
+def _logits(model, x, prompt_index, mask_id, cfg_scale, window, stage):
+    """The block's logits [B, block, V] of one call, with classifier-free guidance when ``cfg_scale > 0``."""
+    if cfg_scale <= 0:
+        return model(x, stage=stage, logits_at=window)
+    unconditional = x.masked_fill(prompt_index, mask_id)
+    cond, un = model(torch.cat([x, unconditional]), stage=stage, logits_at=window).chunk(2)
+    return un + (cfg_scale + 1) * (cond - un)
+
+
+def sample(model, num: int, length: int, seed: int, start_index: int = 0, config: Optional[SamplerConfig] = None,
+           *, prompts: Optional[torch.Tensor] = None, autocast_dtype: Optional[torch.dtype] = None,
+           progress: bool = True) -> torch.Tensor:
+    """Samples ``start_index .. start_index + num - 1`` of run ``seed``: ``length`` tokens after ``prompts``
+    ([num, Lp], default empty, i.e. unconditional). Returns ids [num, length] (int64, CPU)."""
+    if num < 1:
+        raise ValueError(f"num must be >= 1, got {num}")
+    prompts = torch.zeros(num, 0, dtype=torch.long) if prompts is None else prompts
+    return generate(model, prompts, length, config, seed=seed, indices=range(start_index, start_index + num),
+                    autocast_dtype=autocast_dtype, progress=progress)
