@@ -119,15 +119,16 @@ class Block(nn.Module):
         super().__init__()
         D, F_ = config.dim, config.mlp_dim
         self.n_head, self.head_dim = config.n_head, config.head_dim
+        # Registered in the official order, so state_dict() lists the keys as the official model does.
+        self.attn_out = nn.Linear(D, D, bias=False)
+        self.ff_out = nn.Linear(F_, D, bias=False)
         self.attn_norm = RMSNorm(D, config.norm_eps)
+        self.ff_norm = RMSNorm(D, config.norm_eps)
         self.q_proj = nn.Linear(D, D, bias=False)
         self.k_proj = nn.Linear(D, D, bias=False)
         self.v_proj = nn.Linear(D, D, bias=False)
-        self.attn_out = nn.Linear(D, D, bias=False)
-        self.ff_norm = RMSNorm(D, config.norm_eps)
         self.ff_proj = nn.Linear(D, F_, bias=False)   # the gate: it goes through SiLU
         self.up_proj = nn.Linear(D, F_, bias=False)
-        self.ff_out = nn.Linear(F_, D, bias=False)
 
     def forward(self, x: torch.Tensor, attention, stage: str) -> torch.Tensor:
         B, N, D = x.shape
@@ -150,8 +151,8 @@ class Transformer(nn.Module):
     def __init__(self, config: LLaDAConfig):
         super().__init__()
         self.wte = nn.Embedding(config.vocab_size, config.dim)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = RMSNorm(config.dim, config.norm_eps)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ff_out = nn.Linear(config.dim, config.vocab_size, bias=False)
 
 

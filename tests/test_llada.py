@@ -1,0 +1,494 @@
+"""LLaDA: parity with the official code, the attention seam on LLaDA shapes, the streaming loader, the sampler,
+and `rangeswa generate --model llada-tiny`.
+
+tests/fixtures/llada_parity.pt was written by scripts/make_llada_parity_fixture.py, which runs the official
+Hugging Face modeling_llada.py and ML-GSAI/LLaDA generate.py on a tiny random LLaDA (transformers 4.46.3):
+logits at L <= T and beyond, LongLLaDA's base change (rope_theta *= lambda before the model is built), and
+generate runs with the uniform draws the official code made. Here our model is loaded from that state dict
+and must agree within 1e-5 of each output's scale; the sampler fed the same draws must give the same ids.
+"""
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import make_qkv, rel_err
+from rangeswa_ext import backbones
+from rangeswa_ext import reference as ref
+from rangeswa_ext.cli import main
+from rangeswa_ext.config import preset
+from rangeswa_ext.methods import DENSE_METHODS, METHODS, OP_PRESETS, longllada_theta, make_attention, ntk_theta
+from rangeswa_ext.models import llada as llada_module
+from rangeswa_ext.models.llada import (LLaDA, LLaDAConfig, config_from_hf, load_llada, load_llada_tokenizer,
+                                       save_llada)
+from rangeswa_ext.models.strict import CheckpointMismatchError
+from rangeswa_ext.samplers import llada_sampler
+from rangeswa_ext.samplers.llada_sampler import SamplerConfig, generate, num_transfer_tokens, sample
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "tests" / "fixtures" / "llada_parity.pt"
+SCRIPT = "scripts/make_llada_parity_fixture.py"
+LLADA_COMMIT = "b7e6c3565f194352da44b38dd12b6970597309f3"  # ML-GSAI/LLaDA HEAD when the fixture was made
+TOL = 1e-5
+TEXT = ("In the beginning God created the heaven and the earth. And the earth was without form, and void; "
+        "and darkness was upon the face of the deep. And God said, Let there be light: and there was light. "
+        "The river ran past the old mill and the children watched the boats go by.")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# ------------------------------------------------------------------------------------- tiny assets
+def make_tokenizer(folder: Path, texts=(TEXT,), vocab_size: int = 296) -> Path:
+    """A byte-level BPE tokenizer (256 bytes, merges up to ``vocab_size``, then EOS and mask) trained here on
+    ``texts``, saved like LLaDA's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|mdm_mask|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator(list(texts) * 4, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                   mask_token="<|mdm_mask|>")
+    fast.save_pretrained(folder)
+    return folder
+
+
+def tiny_model(tokenizer, seed: int = 0) -> LLaDA:
+    """llada-tiny sized to the tokenizer (its EOS and mask ids), weights drawn so logits are of order 1."""
+    config = LLaDAConfig.from_name("llada-tiny", vocab_size=len(tokenizer), eos_id=tokenizer.eos_token_id,
+                                   mask_id=tokenizer.mask_token_id)
+    torch.manual_seed(seed)
+    model = LLaDA(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 1 / math.sqrt(p.shape[1]))
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_assets(tmp_path_factory):
+    """(checkpoint folder in 3 shards with an index, tokenizer folder, the model)."""
+    tok_dir = make_tokenizer(tmp_path_factory.mktemp("llada_tok"))
+    tok = load_llada_tokenizer(tok_dir)
+    model = tiny_model(tok)
+    ckpt = save_llada(model, tmp_path_factory.mktemp("llada_ckpt"), shards=3)
+    return ckpt, tok_dir, model
+
+
+def full_attention(config: LLaDAConfig, name: str = "full", **options):
+    return make_attention(name, head_dim=config.head_dim, theta=config.rope_theta, rope_style="half",
+                          train_length=config.train_length, **options)
+
+
+# ------------------------------------------------------------------------------------------ parity
+@pytest.fixture(scope="module")
+def fixture():
+    return torch.load(FIXTURE, weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def official_model(fixture, tmp_path_factory):
+    """Our LLaDA holding the fixture's state dict, through the real loader (config.json + shards)."""
+    c = fixture["meta"]["config"]
+    config = LLaDAConfig(n_layer=c["n_layers"], dim=c["d_model"], n_head=c["n_heads"], mlp_dim=c["mlp_hidden_size"],
+                         vocab_size=c["embedding_size"], norm_eps=c["rms_norm_eps"], rope_theta=c["rope_theta"],
+                         train_length=c["max_sequence_length"], mask_id=c["mask_token_id"], eos_id=c["eos_token_id"])
+    with torch.device("meta"):
+        staged = LLaDA(config)
+    staged.load_state_dict(fixture["state_dict"], assign=True)
+    folder = save_llada(staged, tmp_path_factory.mktemp("official"), shards=2)
+    hf = json.loads((folder / "config.json").read_text())
+    hf.update(c)  # the official config.json itself (every key)
+    (folder / "config.json").write_text(json.dumps(hf))
+    model = load_llada(folder, attention=full_attention(config))
+    return model
+
+
+def test_fixture_comes_from_the_official_code(fixture):
+    meta = fixture["meta"]
+    assert meta["official_generate"] == "github.com/ML-GSAI/LLaDA" and meta["llada_commit"] == LLADA_COMMIT
+    assert meta["generator_script"] == SCRIPT and (REPO / SCRIPT).is_file()
+    for name in ("modeling_llada.py", "configuration_llada.py", "generate.py"):
+        assert re.fullmatch(r"[0-9a-f]{64}", meta["official_files"][name]), name
+    assert meta["transformers_version"].startswith("4.46.")
+    assert meta["dtype"] == "float32" and FIXTURE.stat().st_size < 1_000_000
+
+
+def test_state_dict_names_are_the_official_ones(fixture, official_model):
+    official = fixture["state_dict"]
+    assert list(official_model.state_dict()) == list(official)
+    for key, value in official_model.state_dict().items():
+        assert torch.equal(value, official[key]), key
+
+
+@pytest.mark.parametrize("case", range(4), ids=["L=24<T", "L=32=T", "L=45>T", "L=64=2T"])
+def test_logits_match_official(fixture, official_model, case):
+    c = fixture["logits"][case]
+    expect = c["logits"]
+    assert expect.abs().max() > 1.0 and expect.std() > 0.3  # not vacuous
+    with torch.no_grad():
+        out = official_model(c["ids"])
+    assert out.dtype == torch.float32 and out.shape == expect.shape
+    assert rel_err(out, expect) < TOL
+
+
+@pytest.mark.parametrize("case", range(2), ids=["L=45", "L=64"])
+def test_longllada_matches_longlladas_base_change(fixture, official_model, case):
+    """LongLLaDA multiplies config.rope_theta by ceil(lambda) before building the model; our `longllada`
+    method applies the same base at the call's length, and differs from full attention there."""
+    c = fixture["longllada"][case]
+    config = official_model.config
+    assert c["L"] > config.train_length
+    assert longllada_theta(config.rope_theta, config.head_dim, c["L"], config.train_length) == c["rope_theta"]
+    with torch.no_grad():
+        official_model.set_attention(full_attention(config, "longllada"))
+        out = official_model(c["ids"])
+        official_model.set_attention(full_attention(config))
+        plain = official_model(c["ids"])
+    assert rel_err(out, c["logits"]) < TOL
+    assert rel_err(plain, c["logits"]) > 1e-3
+
+
+class GivenDraws:
+    """The official code's uniforms, for the block each call works on, in the order it drew them."""
+
+    def __init__(self, run):
+        self.run, self.used = run, []
+
+    def __call__(self, index, call, kind, start, shape):
+        assert start == self.run["starts"][call]
+        table = self.run["gumbel"] if kind == "gumbel" else self.run["remask"]
+        self.used.append((call, kind, index))
+        value = table[call][index].double()
+        assert tuple(value.shape) == shape
+        return value
+
+
+@pytest.mark.parametrize("case", range(3), ids=["greedy", "gumbel_t1", "cfg_random_remasking"])
+def test_generate_matches_official(fixture, official_model, case):
+    run = fixture["generate"][case]
+    kw = run["kwargs"]
+    config = SamplerConfig(steps=kw["steps"], block_length=kw["block_length"], temperature=kw["temperature"],
+                           cfg_scale=kw["cfg_scale"], remasking=kw["remasking"])
+    draws = GivenDraws(run)
+    out = generate(official_model, run["prompt"], kw["gen_length"], config, draws=draws)
+    prompt_length = run["prompt"].shape[1]
+    assert torch.equal(run["out"][:, :prompt_length], run["prompt"])
+    assert torch.equal(out, run["out"][:, prompt_length:])
+    assert (out != official_model.config.mask_id).all()
+    calls = kw["steps"] * run["prompt"].shape[0]
+    assert len(draws.used) == calls * ((kw["temperature"] > 0) + (kw["remasking"] == "random"))
+
+
+def test_generate_beyond_training_length_in_fixture(fixture, official_model):
+    run = fixture["generate"][0]
+    assert run["out"].shape[1] > official_model.config.train_length
+
+
+# ----------------------------------------------------------------------------------------- model
+def test_presets():
+    big = LLaDAConfig.from_name("llada-8b")
+    assert (big.n_layer, big.dim, big.n_head, big.head_dim, big.mlp_dim, big.vocab_size) == (32, 4096, 32, 128, 12288,
+                                                                                            126464)
+    assert (big.norm_eps, big.rope_theta, big.train_length, big.mask_id, big.eos_id) == (1e-5, 5e5, 4096, 126336,
+                                                                                        126081)
+    with torch.device("meta"):
+        model = LLaDA(big)
+    state = model.state_dict()
+    assert sum(v.numel() for v in state.values()) == 8_015_581_184  # = the index's total_size / 2 (bf16)
+    assert len(state) == 291 and not any("bias" in k for k in state)
+    assert tuple(state["model.transformer.blocks.31.ff_out.weight"].shape) == (4096, 12288)
+    assert tuple(state["model.transformer.ff_out.weight"].shape) == (126464, 4096)
+    with pytest.raises(ValueError, match="unknown LLaDA preset 'llada-2b'; known presets: llada-8b, llada-tiny"):
+        LLaDAConfig.from_name("llada-2b")
+    with pytest.raises(ValueError, match="mask_id = 500 must be a token id below vocab_size"):
+        LLaDAConfig.from_name("llada-tiny", mask_id=500)
+
+
+class Recording:
+    """Full attention that keeps what each call received."""
+
+    def __init__(self, config):
+        self.inner, self.calls = full_attention(config), []
+
+    def __call__(self, q, k, v, control_tokens, stage):
+        self.calls.append((q, k, v, control_tokens, stage))
+        return self.inner(q, k, v, control_tokens=control_tokens, stage=stage)
+
+
+def test_attention_gets_views_of_the_projections_before_rope(tiny_assets):
+    _, _, model = tiny_assets
+    c = model.config
+    attention = Recording(c)
+    model.set_attention(attention)
+    ids = torch.randint(0, c.vocab_size, (2, 20))
+    with torch.no_grad():
+        model(ids, stage="early")
+    assert len(attention.calls) == c.n_layer
+    q, k, v, control_tokens, stage = attention.calls[0]
+    assert (control_tokens, stage) == (0, "early")
+    assert q.shape == (2, c.n_head, 20, c.head_dim) and q._base is not None and not q.is_contiguous()
+    block = model.model.transformer.blocks[0]
+    with torch.no_grad():
+        h = block.attn_norm(model.model.transformer.wte(ids))
+        expect = block.q_proj(h).view(2, 20, c.n_head, c.head_dim).transpose(1, 2)  # no rotation
+    assert torch.equal(q, expect)
+    model.set_attention(None)
+
+
+def test_forward_logits_at_and_bad_inputs(tiny_assets):
+    _, _, model = tiny_assets
+    model.set_attention(full_attention(model.config))
+    ids = torch.randint(0, model.config.vocab_size, (1, 40))
+    with torch.no_grad():
+        whole = model(ids)
+        part = model(ids, logits_at=slice(8, 16))
+    assert whole.shape == (1, 40, model.config.vocab_size)
+    assert torch.allclose(part, whole[:, 8:16], atol=1e-6)
+    with pytest.raises(ValueError, match=r"ids must be integer token ids \[B, N\]"):
+        model(torch.zeros(1, 4))
+    model.set_attention(None)
+    with pytest.raises(RuntimeError, match="LLaDA has no attention method"):
+        model(ids)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_on_llada_shapes_against_the_reference(name):
+    """D = 128, half-split RoPE, theta 5e5, C = 0, windows scaled to the training length (here T = 256 so the
+    float64 reference stays small), L = 640 > T: each method against the dense float64 oracle."""
+    D, T, L, theta = 128, 256, 640, 5e5
+    q, k, v = make_qkv(1, 2, 2, L, D, seed=7)
+    options = dict(scale_windows=True) if name in OP_PRESETS else {}
+    method = make_attention(name, head_dim=D, theta=theta, rope_style="half", train_length=T, **options)
+    out = method(q, k, v, control_tokens=0, stage="late")
+    if name in OP_PRESETS:
+        cfg = method.config
+        assert (cfg.rope_style, cfg.theta, cfg.train_length) == ("half", theta, T)
+        assert cfg == preset(name).scaled_to(T).replace(theta=theta, rope_style="half", train_length=T)
+        expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, 0, "late")
+    else:
+        positions = torch.arange(L, dtype=torch.float64)
+        base, freqs, mult = theta, None, 1.0
+        if name == "pi":
+            positions = positions * T / L
+        elif name == "ntk":
+            base = ntk_theta(theta, D, L, T)
+        elif name == "longllada":
+            base = longllada_theta(theta, D, L, T)
+        elif name == "yarn":
+            freqs, mult = method.rotation(L, D)[2:]
+        qr = ref.rotate(q.double(), positions, base, D, "half", freqs)
+        kr = ref.rotate(k.double(), positions, base, D, "half", freqs)
+        expect = torch.softmax(qr @ kr.transpose(-1, -2) * mult / math.sqrt(D), dim=-1) @ v.double()
+    assert rel_err(out, expect) < 1e-5
+    assert name in DENSE_METHODS or name in OP_PRESETS
+
+
+# ---------------------------------------------------------------------------------------- loader
+def test_sharded_folder_round_trip(tiny_assets):
+    ckpt, _, model = tiny_assets
+    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) == 3
+    loaded = load_llada(ckpt)
+    assert loaded.config == model.config
+    for key, value in model.state_dict().items():
+        got = loaded.state_dict()[key]
+        assert got.dtype == torch.float32 and not got.requires_grad and torch.equal(got, value), key
+    assert load_llada(ckpt, dtype=torch.bfloat16).model.transformer.wte.weight.dtype == torch.bfloat16
+
+
+def test_loader_streams_one_tensor_at_a_time_into_a_meta_model(tiny_assets, monkeypatch):
+    """The model starts on meta and its parameters arrive one by one (1, 2, ..., n on the device, each
+    assignment a single tensor), with never more than one shard file open."""
+    ckpt, _, model = tiny_assets
+    import safetensors
+
+    open_files, most_open, on_device = [], [0], []
+    real_open, real_assign = safetensors.safe_open, llada_module._assign
+
+    class Tracking:
+        def __init__(self, path, *args, **kwargs):
+            self.inner = real_open(path, *args, **kwargs)
+
+        def __enter__(self):
+            open_files.append(self)
+            most_open[0] = max(most_open[0], len(open_files))
+            return self.inner.__enter__()
+
+        def __exit__(self, *exc):
+            open_files.remove(self)
+            return self.inner.__exit__(*exc)
+
+    def assign(net, name, value):
+        real_assign(net, name, value)
+        on_device.append(sum(not p.is_meta for p in net.parameters()))
+
+    monkeypatch.setattr(safetensors, "safe_open", Tracking)
+    monkeypatch.setattr(llada_module, "_assign", assign)
+    loaded = load_llada(ckpt)
+    assert on_device == list(range(1, len(model.state_dict()) + 1))
+    assert most_open == [1] and not open_files
+    assert not any(p.is_meta for p in loaded.parameters())
+
+
+def test_loader_errors_name_the_problem(tiny_assets, tmp_path):
+    ckpt, _, model = tiny_assets
+    with pytest.raises(FileNotFoundError, match="LLaDA checkpoint folder .* does not exist"):
+        load_llada(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="has no config.json: not a Hugging Face model folder"):
+        load_llada(tmp_path / "empty")
+
+    def copy(name):
+        folder = tmp_path / name
+        folder.mkdir()
+        for f in ckpt.iterdir():
+            (folder / f.name).write_bytes(f.read_bytes())
+        return folder
+
+    folder = copy("missing_shard")
+    (folder / "model-00002-of-00003.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="lacks the shard.* model-00002-of-00003.safetensors"):
+        load_llada(folder)
+
+    folder = copy("bad_config")
+    hf = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**hf, "activation_type": "swiglu", "n_kv_heads": 1}))
+    with pytest.raises(ValueError, match=r"activation_type='swiglu' \(expected 'silu'\).*n_kv_heads=1"):
+        load_llada(folder)
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in hf.items() if k != "rope_theta"}))
+    with pytest.raises(ValueError, match="lacks the key.* rope_theta"):
+        config_from_hf(folder)
+    (folder / "config.json").write_text(json.dumps({**hf, "model_type": "llama"}))
+    with pytest.raises(ValueError, match="model_type 'llama'; this loader reads LLaDA"):
+        config_from_hf(folder)
+
+    # One tensor renamed, one reshaped: both named in one error, before any weight is read.
+    from safetensors.torch import load_file, save_file
+
+    folder = copy("bad_keys")
+    shard = folder / "model-00001-of-00003.safetensors"
+    tensors = load_file(shard)
+    renamed = sorted(tensors)[0]
+    reshaped = sorted(tensors)[1]
+    tensors[renamed + "_old"] = tensors.pop(renamed)
+    tensors[reshaped] = tensors[reshaped][..., :-1].contiguous()
+    save_file(tensors, shard)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"][renamed + "_old"] = index["weight_map"].pop(renamed)
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointMismatchError) as error:
+        load_llada(folder)
+    message = str(error.value)
+    assert f"1 missing key(s): {renamed}" in message and f"unexpected key(s): {renamed}_old" in message
+    assert f"shape mismatch(es): {reshaped}" in message and "LLaDA model" in message
+
+
+def test_backbone_checks_size_and_tokenizer(tiny_assets, tmp_path):
+    ckpt, tok_dir, _ = tiny_assets
+    backbone = backbones.backbone_for("llada-tiny")
+    assert backbone.name == "llada" and backbone.conditional and backbone.presets == ("llada-8b", "llada-tiny")
+    assert backbone.rope(backbone.random_model("llada-tiny")) == dict(theta=5e5, rope_style="half", rotary_dim=None,
+                                                                       train_length=32)
+    with pytest.raises(ValueError, match="n_layer=2, dim=64, n_head=2, mlp_dim=64, but --model llada-8b has n_layer=32"):
+        backbone.load(ckpt, "llada-8b", torch.device("cpu"))
+    small = save_llada(LLaDA(LLaDAConfig.from_name("llada-tiny")), tmp_path / "small")
+    with pytest.raises(ValueError, match=r"tokenizer in .* has 296 tokens but the model's embedding only 128"):
+        backbone.check_tokenizer(backbone.load(small, "llada-tiny", torch.device("cpu")),
+                                 load_llada_tokenizer(tok_dir), tok_dir)
+
+
+# --------------------------------------------------------------------------------------- sampler
+def test_num_transfer_tokens_splits_evenly():
+    masked = torch.tensor([[True] * 10, [True] * 3 + [False] * 7])
+    assert num_transfer_tokens(masked, 4).tolist() == [[3, 3, 2, 2], [1, 1, 1, 0]]
+    assert num_transfer_tokens(masked, 1).tolist() == [[10], [3]]
+
+
+def test_schedule_and_config_errors():
+    assert SamplerConfig().schedule(64) == (32, 2, 32)
+    assert SamplerConfig(steps=8, block_length=0).schedule(24) == (24, 1, 8)
+    with pytest.raises(ValueError, match="generation length 40 must be a multiple of block_length 32"):
+        SamplerConfig().schedule(40)
+    with pytest.raises(ValueError, match=r"steps \(6\) must be a multiple of the number of blocks \(4"):
+        SamplerConfig(steps=6, block_length=8).schedule(32)
+    with pytest.raises(ValueError, match="remasking must be one of"):
+        SamplerConfig(remasking="entropy")
+    assert SamplerConfig.for_model("llada-8b", temperature=None, steps=64) == SamplerConfig(steps=64)
+
+
+def test_samples_depend_only_on_seed_and_index(tiny_assets):
+    """Sample k is the same alone, in a batch, or at another start index; different k differ (temperature 1)."""
+    _, _, model = tiny_assets
+    model.set_attention(full_attention(model.config, "rangeswa", scale_windows=True))
+    config = SamplerConfig(steps=8, block_length=8, temperature=1.0)
+    batch = sample(model, 3, 16, seed=5, start_index=0, config=config, progress=False)
+    alone = sample(model, 1, 16, seed=5, start_index=2, config=config, progress=False)
+    assert torch.equal(batch[2], alone[0])
+    assert not torch.equal(batch[0], batch[1])
+    other_seed = sample(model, 1, 16, seed=6, start_index=2, config=config, progress=False)
+    assert not torch.equal(other_seed[0], alone[0])
+    greedy = sample(model, 2, 16, seed=5, config=config.replace(temperature=0.0), progress=False)
+    assert torch.equal(greedy[0], greedy[1])  # no prompt, no noise: the same text
+
+
+def test_stage_follows_the_unmasked_fraction(tiny_assets):
+    _, _, model = tiny_assets
+    attention = Recording(model.config)
+    attention.config = preset("rangeswa")  # switch at 0.182; Recording runs full attention
+    model.set_attention(attention)
+    sample(model, 1, 32, seed=0, config=SamplerConfig(steps=32, block_length=16, temperature=0.0), progress=False)
+    stages = [call[4] for call in attention.calls[::model.config.n_layer]]
+    # One token per call: call c has progress c / 32; 0.182 * 32 = 5.8, so calls 0..5 are early.
+    assert stages == ["early"] * 6 + ["late"] * 26
+    model.set_attention(None)
+
+
+def test_classifier_free_guidance_masks_the_prompt(tiny_assets, monkeypatch):
+    _, _, model = tiny_assets
+    model.set_attention(full_attention(model.config))
+    seen = []
+    real = model.forward
+
+    def spy(ids, stage="late", logits_at=None):
+        seen.append(ids.clone())
+        return real(ids, stage=stage, logits_at=logits_at)
+
+    monkeypatch.setattr(model, "forward", spy)
+    prompt = torch.tensor([[5, 6, 7]])
+    generate(model, prompt, 4, SamplerConfig(steps=2, block_length=4, temperature=0.0, cfg_scale=2.0))
+    assert len(seen) == 2 and seen[0].shape == (2, 7)
+    assert seen[0][0, :3].tolist() == [5, 6, 7] and (seen[0][1, :3] == model.config.mask_id).all()
+    assert (seen[1][:, 3:] != model.config.mask_id).sum() == 2 * 2  # both halves carry the 2 unmasked tokens
+
+
+# -------------------------------------------------------------------------------------- generate
+def test_rangeswa_generate_llada_tiny(tiny_assets, tmp_path):
+    ckpt, tok_dir, _ = tiny_assets
+    out = tmp_path / "llada.jsonl"
+    argv = ["generate", "--model", "llada-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--length",
+            "16", "--method", "rangeswa_lite", "--num-samples", "3", "--batch-size", "2", "--seed", "3", "--steps", "8",
+            "--block-length", "8", "--out", str(out), "--device", "cpu", "--no-progress"]
+    assert main(argv) == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [s["index"] for s in lines] == [0, 1, 2]
+    assert list(lines[0]) == ["index", "model", "method", "method_options", "length", "seed", "steps", "block_length",
+                              "temperature", "cfg_scale", "remasking", "dtype", "ids", "text"]
+    assert (lines[0]["steps"], lines[0]["block_length"], lines[0]["temperature"]) == (8, 8, 1.0)
+    model = load_llada(ckpt)
+    model.set_attention(backbones.backbone_for("llada-tiny").attention(model, "rangeswa_lite"))
+    ids = sample(model, 3, 16, 3, 0, SamplerConfig(steps=8, block_length=8), progress=False).tolist()
+    tok = load_llada_tokenizer(tok_dir)
+    for line, row in zip(lines, ids):
+        eos = tok.eos_token_id
+        assert line["ids"] == (row[:row.index(eos)] if eos in row else row)
+        assert line["text"] == tok.decode(line["ids"], skip_special_tokens=True)
+    assert main([*argv[:-4], "--gamma", "1.0", *argv[-4:]]) == 2  # an ELF setting: a clear error, exit 2
