@@ -56,6 +56,7 @@ def test_whitespace_is_ignored_for_the_distance_but_not_for_the_keyword():
     expect = 0.2 * 100 * (1 - levenshtein("Thepasswordtotheoldobservatory", re.sub(r"\s+", "", NEEDLE.needle)) / 61)
     assert score(spaced, NEEDLE.needle, keyword) == pytest.approx(expect)
     assert score("OLD OBSERVATORY", NEEDLE.needle, keyword) < 100  # case-sensitive, as the original
+    assert score("It is silver- heron-42.", NEEDLE.needle, NEEDLE.keyword) < 100  # the raw text lacks the keyword
 
 
 def test_overall_score_is_the_mean_of_the_per_length_means():
