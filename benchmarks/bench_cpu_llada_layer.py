@@ -7,7 +7,8 @@ range 4096, no retrieval, no far summaries). Every method runs in the same proce
 times are medians of repeated calls after one warm-up call (rotation included: the op rotates inside).
 
     python benchmarks/bench_cpu_llada_layer.py [--lengths 8192,16384,32768] [--repeats 3]
-    python benchmarks/bench_cpu_llada_layer.py --device cuda --dtype bf16     (full = SDPA's flash kernel)
+    python benchmarks/bench_cpu_llada_layer.py --device cuda --dtype bf16 --repeats 10 --full-repeats-32k 10
+        (GPU, scripts/gpu_check.sh: full = SDPA's flash kernel)
 
 Results: benchmarks/results/<cpu|gpu>_llada_layer_<date>.{json,md}.
 """
@@ -62,9 +63,13 @@ def flash_only(device: torch.device):
     return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
 
 
-def run(lengths, repeats: int, device: torch.device, dtype: torch.dtype, full_repeats_above: dict) -> dict:
-    rows = []
+def run(lengths, repeats: int, device: torch.device, dtype: torch.dtype, full_repeats_above: dict,
+        budget_s: float = float("inf")) -> dict:
+    rows, skipped, start = [], [], time.perf_counter()
     for L in lengths:
+        if time.perf_counter() - start > budget_s:
+            skipped.append(L)
+            continue
         g = torch.Generator().manual_seed(L)
         q, k, v = (torch.randn(1, H, L, D, generator=g).to(device, dtype) for _ in range(3))
         times = {}
@@ -84,7 +89,8 @@ def run(lengths, repeats: int, device: torch.device, dtype: torch.dtype, full_re
     return dict(date=datetime.date.today().isoformat(), device=str(device), dtype=str(dtype).removeprefix("torch."),
                 cpu=platform.processor() or platform.machine(), cpu_count=os.cpu_count(),
                 threads=torch.get_num_threads(), torch=torch.__version__, shape=f"B=1, H={H}, D={D}, C=0",
-                rope="half, theta 5e5", train_length=T, windows="scaled to T = 4096", rows=rows)
+                rope="half, theta 5e5", train_length=T, windows="scaled to T = 4096", rows=rows,
+                skipped_for_time=skipped)
 
 
 def markdown(result: dict) -> str:
@@ -94,6 +100,8 @@ def markdown(result: dict) -> str:
     lines = markdown_table(title, ["L", "method", "ms", "repeats", "speed-up vs full"],
                            [[str(r["L"]), r["method"], f"{r['ms']:.0f}", str(r["repeats"]),
                              f"{r['speedup_vs_full']:.2f}x"] for r in result["rows"]])
+    if result["skipped_for_time"]:
+        lines += ["", f"not run (time budget spent): L = {result['skipped_for_time']}"]
     return "\n".join(lines) + "\n"
 
 
@@ -105,12 +113,13 @@ def main(argv=None) -> int:
                         help="timed calls of full at L >= 32768 (one takes about two minutes on 2 CPU cores)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32")
+    parser.add_argument("--budget-s", type=float, default=float("inf"), help="start no new length after this time")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     lengths = [int(x) for x in args.lengths.split(",")]
     device = torch.device(args.device)
     result = run(lengths, args.repeats, device, DTYPES[args.dtype],
-                 {L: args.full_repeats_32k for L in lengths if L >= 32768})
+                 {L: args.full_repeats_32k for L in lengths if L >= 32768}, args.budget_s)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{'gpu' if device.type == 'cuda' else 'cpu'}_llada_layer_{result['date']}"
