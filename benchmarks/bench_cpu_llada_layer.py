@@ -85,7 +85,6 @@ def run(lengths, repeats: int, device: torch.device, dtype: torch.dtype, full_re
         full = times[CASES[0][0]]
         for row in rows[-len(CASES):]:
             row["speedup_vs_full"] = round(full / row["ms"], 2)
-        del q, k, v
     return dict(date=datetime.date.today().isoformat(), device=str(device), dtype=str(dtype).removeprefix("torch."),
                 cpu=platform.processor() or platform.machine(), cpu_count=os.cpu_count(),
                 threads=torch.get_num_threads(), torch=torch.__version__, shape=f"B=1, H={H}, D={D}, C=0",

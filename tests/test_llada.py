@@ -26,7 +26,6 @@ from rangeswa_ext.models import llada as llada_module
 from rangeswa_ext.models.llada import (LLaDA, LLaDAConfig, config_from_hf, load_llada, load_llada_tokenizer,
                                        save_llada)
 from rangeswa_ext.models.strict import CheckpointMismatchError
-from rangeswa_ext.samplers import llada_sampler
 from rangeswa_ext.samplers.llada_sampler import SamplerConfig, generate, num_transfer_tokens, sample
 
 REPO = Path(__file__).resolve().parents[1]
