@@ -11,9 +11,11 @@
 # 4. runs the GPU attention benchmark (benchmarks/bench_gpu_attention.py --quick);
 # 5. runs the ELF-B sampling benchmark (benchmarks/bench_gpu_sampling.py --model elf-b: 32 steps, B = 16, bf16, 8k/4k/2k,
 #    longest first, 2 repeats);
+# 6. runs the LangFlow-OWT sampling benchmark (--model langflow-owt: 32 of its Euler steps, B = 16, bf16, 8k only,
+#    2 repeats; per-step ms and the speed-up over full);
 # and writes build.log, tests.log, tests.xml, bench.json, bench.md, gpu_elf-b_sampling.{json,md},
-# summary.json and summary.md to OUT_DIR. Each step has a time limit so the whole check stays under
-# 8 minutes on one H200.
+# gpu_langflow-owt_sampling.{json,md}, summary.json and summary.md to OUT_DIR. Each step has a time limit so
+# the whole check stays under 11 minutes on one H200.
 # Exit status: 0 all passed, 1 a step failed, 2 no usable GPU or toolchain (nothing was run).
 set -uo pipefail
 
@@ -98,16 +100,20 @@ BENCH_RC=$STEP_RC
 # ELF-B sampling: 32 steps, B = 16, bf16, 8k/4k/2k longest first, 2 repeats.
 run_budgeted "ELF-B sampling benchmark" 470 30 "$OUT_DIR/elf.log" benchmarks/bench_gpu_sampling.py --model elf-b --repeats 2
 ELF_RC=$STEP_RC
+# LangFlow-OWT sampling: 32 Euler steps (of its 1024), B = 16, bf16, 8k, 2 repeats.
+run_budgeted "LangFlow-OWT sampling benchmark" 650 30 "$OUT_DIR/langflow.log" benchmarks/bench_gpu_sampling.py \
+    --model langflow-owt --steps 32 --lengths 8192 --batch 16 --repeats 2
+LANGFLOW_RC=$STEP_RC
 
 # --- summary ----------------------------------------------------------------------------------------
 TOTAL_S=$(( $(date +%s) - START ))
-"$PY" - "$OUT_DIR" "$BUILD_RC" "$BUILD_S" "$TESTS_RC" "$BENCH_RC" "$ELF_RC" "$TOTAL_S" <<'EOF'
+"$PY" - "$OUT_DIR" "$BUILD_RC" "$BUILD_S" "$TESTS_RC" "$BENCH_RC" "$ELF_RC" "$LANGFLOW_RC" "$TOTAL_S" <<'EOF'
 import json, os, re, sys
-out, build_rc, build_s, tests_rc, bench_rc, elf_rc, total_s = sys.argv[1], *map(int, sys.argv[2:])
+out, build_rc, build_s, tests_rc, bench_rc, elf_rc, langflow_rc, total_s = sys.argv[1], *map(int, sys.argv[2:])
 import torch
 summary = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=torch.version.cuda,
                build_ok=build_rc == 0, build_seconds=build_s, tests_exit=tests_rc, bench_exit=bench_rc,
-               elf_bench_exit=elf_rc, total_seconds=total_s)
+               elf_bench_exit=elf_rc, langflow_bench_exit=langflow_rc, total_seconds=total_s)
 try:
     last = open(os.path.join(out, "tests.log")).read()
     m = re.findall(r"=+ (.*) in [0-9.]+s", last)
@@ -116,11 +122,11 @@ except OSError:
     summary["tests"] = None
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
 lines = ["# gpu_check", "", "| item | value |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in summary.items()]
-for name in ("bench.md", "gpu_elf-b_sampling.md"):
+for name in ("bench.md", "gpu_elf-b_sampling.md", "gpu_langflow-owt_sampling.md"):
     if os.path.exists(os.path.join(out, name)):
         lines += ["", open(os.path.join(out, name)).read()]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines[:len(summary) + 4]))
 EOF
-[ $BUILD_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $BENCH_RC -eq 0 ] && [ $ELF_RC -eq 0 ] && exit 0
+[ $BUILD_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $BENCH_RC -eq 0 ] && [ $ELF_RC -eq 0 ] && [ $LANGFLOW_RC -eq 0 ] && exit 0
 exit 1

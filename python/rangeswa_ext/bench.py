@@ -186,7 +186,7 @@ def add_bench_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="CPU benchmark of the op against SDPA",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", default=None,
-                   help="comma-separated body lengths L (default 1024..16384, or 2048,4096,8192 with --elf)")
+                   help="comma-separated body lengths L (default 1024..16384, or 2048,4096,8192 with --model)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per configuration (median)")
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
@@ -197,6 +197,8 @@ def add_bench_parser(subparsers) -> None:
                    help="instead: time one network call of MODEL (any model of `rangeswa generate --model`, random "
                         "weights) per method: full, rangeswa late, rangeswa_lite")
     p.add_argument("--elf", metavar="MODEL", dest="model", help="the same as --model MODEL (e.g. elf-b)")
+    p.add_argument("--langflow", dest="model", action="store_const", const="langflow-owt",
+                   help="the same as --model langflow-owt (one LangFlow-OWT call, C = 0)")
     p.set_defaults(func=run_bench)
 
 
