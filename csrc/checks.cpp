@@ -73,17 +73,25 @@ static void check_same(const at::Tensor& a, const char* an, const at::Tensor& b,
 }
 
 Rules check_topk(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
-                 int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk) {
+                 int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk,
+                 int64_t causal_block) {
   check_bhnd(q, "q");
   check_bhnd(k, "k");
   check_same(q, "q", k, "k");
-  TORCH_CHECK_VALUE(q.size(0) == k.size(0) && q.size(2) == k.size(2) && q.size(3) == k.size(3),
-                    "q [B, H_q, N, D] and k [B, H_kv, N, D] must agree in B, N and D, got ", q.sizes(),
-                    " and ", k.sizes());
+  TORCH_CHECK_VALUE(q.size(0) == k.size(0) && q.size(3) == k.size(3),
+                    "q [B, H_q, Nq, D] and k [B, H_kv, N, D] must agree in B and D, got ", q.sizes(), " and ",
+                    k.sizes());
   TORCH_CHECK_VALUE(k.size(1) > 0 && q.size(1) % k.size(1) == 0,
                     "query heads (", q.size(1), ") must be a multiple of key/value heads (", k.size(1), ")");
-  TORCH_CHECK_VALUE(control_tokens >= 0 && control_tokens <= q.size(2),
-                    "control_tokens must lie in [0, N = ", q.size(2), "], got ", control_tokens);
+  TORCH_CHECK_VALUE(control_tokens >= 0 && control_tokens <= k.size(2),
+                    "control_tokens must lie in [0, N = ", k.size(2), "], got ", control_tokens);
+  // SPEC section 7: q holds the control rows and the last Lq body rows, 1 <= Lq <= L (or all N rows).
+  const int64_t Lq = q.size(2) - control_tokens, L = k.size(2) - control_tokens;
+  TORCH_CHECK_VALUE(q.size(2) == k.size(2) || (Lq >= 1 && Lq <= L),
+                    "q must hold the ", control_tokens, " control rows and the last Lq body rows of k, "
+                    "1 <= Lq <= L = ", L, " (SPEC section 7), got ", q.size(2), " q rows for ", k.size(2),
+                    " k rows");
+  TORCH_CHECK_VALUE(causal_block >= 0, "causal_block must be >= 0 (0 = bidirectional), got ", causal_block);
   TORCH_CHECK_VALUE(window >= 1, "window must be >= 1, got ", window);
   TORCH_CHECK_VALUE(summary_block >= 1, "summary_block must be >= 1, got ", summary_block);
   TORCH_CHECK_VALUE(retrieval_block >= 1 && retrieval_block % summary_block == 0,
@@ -91,9 +99,8 @@ Rules check_topk(const at::Tensor& q, const at::Tensor& k, int64_t control_token
                     "), got ", retrieval_block);
   TORCH_CHECK_VALUE(query_block >= 1, "query_block must be >= 1, got ", query_block);
   TORCH_CHECK_VALUE(topk >= 0, "topk must be >= 0, got ", topk);
-  int64_t L = q.size(2) - control_tokens;
   return make_rules(Method::kRangeSwa, L, window, summary_block, /*Hn=*/0, topk, retrieval_block,
-                    query_block, /*T=*/L, /*sinks=*/0, /*far_summaries=*/true);
+                    query_block, /*T=*/L, /*sinks=*/0, /*far_summaries=*/true, causal_block);
 }
 
 AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -101,9 +108,10 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       int64_t control_tokens, int64_t window, int64_t summary_block, int64_t near_range,
                       int64_t topk, int64_t retrieval_block, int64_t query_block, int64_t train_length,
                       int64_t sinks, bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                      c10::string_view rope_style, std::optional<double> scale_arg) {
+                      c10::string_view rope_style, std::optional<double> scale_arg, int64_t causal_block,
+                      bool cond_correction) {
   Method m = parse_method(method);
-  check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk);
+  check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk, causal_block);
   check_bhnd(v, "v");
   check_same(k, "k", v, "v");
   TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
@@ -119,16 +127,20 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   p.B = q.size(0);
   p.Hq = q.size(1);
   p.Hkv = k.size(1);
-  p.N = q.size(2);
+  p.N = k.size(2);
   p.C = control_tokens;
   p.L = p.N - p.C;
+  p.Nq = q.size(2);
+  p.Lq = p.Nq - p.C;
+  p.first_row = p.L - p.Lq;
   p.D = q.size(3);
   p.scale = scale;
   p.rope = check_rope(p.D, theta, rotary_dim, rope_style);
   p.rules = make_rules(m, p.L, window, summary_block, near_range, topk, retrieval_block, query_block,
-                       train_length, sinks, far_summaries);
-  p.control_position_scale = p.rules.extrapolating ? double(train_length) / double(p.L) : 1.0;
-  p.control_bias = p.rules.extrapolating ? -std::log(double(p.L) / double(train_length)) : 0.0;
+                       train_length, sinks, far_summaries, causal_block, cond_correction);
+  const bool conditioning = conditioned(p.rules, p.C);
+  p.control_position_scale = conditioning ? double(train_length) / double(p.L) : 1.0;
+  p.control_bias = conditioning ? -std::log(double(p.L) / double(train_length)) : 0.0;
 
   if (retrieved.has_value()) {
     const at::Tensor& r = *retrieved;

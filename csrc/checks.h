@@ -19,10 +19,13 @@ struct RopeParams {
 struct AttnParams {
   Rules rules;
   RopeParams rope;
-  int64_t B, Hq, Hkv, N, C, L, D;
+  int64_t B, Hq, Hkv, N, C, L, D;  // k and v hold N = C + L rows
+  // q holds Nq = C + Lq rows: the control rows, then body rows first_row .. L - 1 (SPEC section 7;
+  // Lq = L and first_row = 0 in an ordinary call). Body index i is q row C + i - first_row.
+  int64_t Nq, Lq, first_row;
   double scale;  // resolved: the given scale, or 1/sqrt(D)
   // Section 3 conditioning correction: body<->control positions scaled by T/L, control->body
-  // logits shifted by -log(L/T). Active exactly when rules.extrapolating.
+  // logits shifted by -log(L/T). Active exactly when conditioned(rules, C) (rules.h).
   double control_position_scale;
   double control_bias;
 };
@@ -43,7 +46,8 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       int64_t control_tokens, int64_t window, int64_t summary_block, int64_t near_range,
                       int64_t topk, int64_t retrieval_block, int64_t query_block, int64_t train_length,
                       int64_t sinks, bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                      c10::string_view rope_style, std::optional<double> scale);
+                      c10::string_view rope_style, std::optional<double> scale, int64_t causal_block,
+                      bool cond_correction);
 
 // `t` itself when its last dim is contiguous (any batch / head / row strides), else a contiguous copy;
 // kernels then read it through row_strides.
@@ -54,7 +58,8 @@ RowStrides row_strides(const at::Tensor& t);
 // Retrieval arguments shared by topk_blocks and attn; returns the rules with only the retrieval
 // fields meaningful.
 Rules check_topk(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
-                 int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk);
+                 int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk,
+                 int64_t causal_block);
 
 // Section 2 rule 3 on user-given blocks: int32 [B, H_kv, nQb, K'], each entry -1 or a candidate
 // key block, no block twice in one row. `retrieved` must be on the CPU.

@@ -62,6 +62,8 @@ struct Rules {
   int64_t T;              // train_length
   int64_t sinks;          // S (swa only)
   bool far_summaries;
+  int64_t cb;             // section 7's causal block, 0 = bidirectional
+  bool cond_correction;   // section 3's conditioning correction is applied when extrapolating
   bool extrapolating;     // L > T and the method corrects positions (self_extend, rangeswa)
   int64_t g;              // group size, 0 = none (no grouped positions)
   int64_t group_offset;   // c = Hn - Hn / g
@@ -94,10 +96,16 @@ struct Rules {
   RSWA_HD int64_t union_hi(int64_t qb) const {
     return min64(L, (window_last_block(min64(L, qb * Qb + Qb) - 1) + 1) * G);
   }
+  // Section 7 adds: under a causal block every key of kb must be visible to every row of qb.
   RSWA_HD bool is_candidate(int64_t qb, int64_t kb) const {
     int64_t s = kb * Rb, e = min64(L, s + Rb);
-    return e <= union_lo(qb) || s >= union_hi(qb);
+    return (e <= union_lo(qb) || s >= union_hi(qb)) && (cb == 0 || e <= visible_end(qb * Qb));
   }
+
+  // Section 7: row i sees body keys [0, visible_end(i)) (all L without a causal block); every rule
+  // above decides first, then the pairs past visible_end are dropped.
+  RSWA_HD int64_t visible_end(int64_t i) const { return cb == 0 ? L : min64(L, (i / cb + 1) * cb); }
+  RSWA_HD bool visible(int64_t i, int64_t j) const { return j < visible_end(i); }
 
   // Section 2 rule 4: block b is near row i when every one of its tokens is within Hn of i.
   RSWA_HD bool is_near(int64_t i, int64_t b) const {
@@ -145,11 +153,13 @@ struct Rules {
 // Section 3's conditioning correction with C control tokens: body rows score the control keys with
 // queries rotated to i*T/L, and control rows score body keys rotated to j*T/L (logits - log(L/T)).
 // Both need those extra rotations exactly when the call extrapolates and has control tokens.
-RSWA_HD bool conditioned(const Rules& R, int64_t C) { return R.extrapolating && C > 0; }
+// The correction can be switched off (the paper's ablation without it), positions staying corrected.
+RSWA_HD bool conditioned(const Rules& R, int64_t C) { return R.extrapolating && R.cond_correction && C > 0; }
 
 // Builds the rules for one call; radius and the extrapolation switch depend on the method.
 RSWA_HD Rules make_rules(Method method, int64_t L, int64_t window, int64_t G, int64_t Hn, int64_t topk,
-                         int64_t Rb, int64_t Qb, int64_t T, int64_t sinks, bool far_summaries) {
+                         int64_t Rb, int64_t Qb, int64_t T, int64_t sinks, bool far_summaries,
+                         int64_t causal_block = 0, bool cond_correction = true) {
   Rules r{};
   r.method = method;
   r.L = L;
@@ -163,6 +173,8 @@ RSWA_HD Rules make_rules(Method method, int64_t L, int64_t window, int64_t G, in
   r.T = T;
   r.sinks = method == Method::kSwa ? sinks : 0;
   r.far_summaries = far_summaries;
+  r.cb = causal_block;
+  r.cond_correction = cond_correction;
   r.extrapolating = L > T && (method == Method::kSelfExtend || method == Method::kRangeSwa);
   r.g = r.extrapolating ? group_size(L, T, Hn) : 0;
   r.group_offset = r.g > 0 ? Hn - Hn / r.g : 0;

@@ -163,3 +163,64 @@ def opcheck_samples():
         ("rope", torch.ops.rangeswa.rope.default, (q, torch.arange(154, dtype=torch.float64)),
          dict(rotary_dim=32, rope_style="half")),
     ]
+
+
+# --------------------------------------------------------------------------------------------------
+# SPEC section 7: causal blocks and query suffixes (cached calls). Each case adds `cb` (the causal block)
+# and `Lq` (body rows q holds: 1, one causal block, or all L). CoLa's own shape is there: D = 128 with
+# interleaved RoPE on the first 96 dims, G = cb = 16.
+
+
+def _causal():
+    cases = []
+    n = 0
+    for cb in (4, 16):
+        for regime, L in (("native", 93), ("grouped_retrieval", 611), ("grouped_lite", 537)):
+            for lq in ("one", "block", "all"):
+                Lq = {"one": 1, "block": cb, "all": L}[lq]
+                case = dict(name="rangeswa_lite" if regime == "grouped_lite" else "rangeswa", regime=regime, D=128,
+                            C=(0, 12)[n % 2], L=L, stage=("late", "early")[n % 2], Hkv=1 + n % 2, Hq=2 * (1 + n % 2),
+                            style="interleaved", rotary_dim=96, near=(40, 72)[n % 2],
+                            topk=0 if regime == "grouped_lite" else (3, 64)[(n // 2) % 2], seed=200 + n, cb=cb, Lq=Lq)
+                if n % 3 == 2:  # other head dims and RoPE styles too
+                    case.update(D=(64, 66, 80)[(n // 3) % 3], style="half", rotary_dim=None)
+                cases.append(case)
+                n += 1
+    base = dict(D=64, C=12, Hkv=2, Hq=4, style="half", rotary_dim=None, near=40, topk=0)
+    extra = [
+        # Suffix calls without a causal block; one starts on a query-block boundary (64 of 611 rows).
+        dict(base, name="rangeswa", regime="grouped_retrieval", L=611, Lq=17, cb=0, stage="late", topk=3),
+        dict(base, name="rangeswa", regime="grouped_retrieval", L=611, Lq=611 - 512, cb=0, stage="late", topk=3),
+        # The other methods under a causal block and a suffix.
+        dict(base, name="swa", regime="swa", L=300, Lq=40, cb=16, stage="late"),
+        dict(base, name="full", regime="native", L=200, Lq=200, cb=16, stage="late"),
+        dict(base, name="self_extend", regime="grouped", L=611, Lq=50, cb=4, stage="late"),
+        # Rows seeing a summary block in part: cb = 12 and G = 16 divide neither each other, and the window
+        # radius is below cb - 1 (the block holding a row's visible end can lie outside its window).
+        dict(base, name="rangeswa", regime="partial", L=300, Lq=300, cb=12, stage="late", topk=2, window=3),
+        dict(base, name="rangeswa_lite", regime="partial", L=300, Lq=37, cb=12, stage="late", window=5, near=64),
+    ]
+    cases += [dict(case, seed=300 + i) for i, case in enumerate(extra)]
+    return cases
+
+
+CAUSAL_GRID = _causal()
+
+
+def causal_id(case) -> str:
+    return case_id(case) + f"-cb{case['cb']}-Lq{case['Lq']}"
+
+
+def causal_config(case):
+    cfg = config(case)
+    if "window" in case:
+        cfg = cfg.replace(early_window=case["window"], late_window=case["window"], decode_window=case["window"])
+    return cfg
+
+
+def causal_inputs(case, dtype=torch.float32):
+    """q (control rows + the last Lq body rows), k, v (all C + L rows) of a section-7 case."""
+    q, k, v = inputs(case, dtype)
+    C, L, Lq = case["C"], case["L"], case["Lq"]
+    rows = torch.cat([torch.arange(C), C + torch.arange(L - Lq, L)])
+    return q[:, :, rows].contiguous(), k, v

@@ -13,8 +13,8 @@ import os
 import pytest
 import torch
 
-from attn_cases import (FP32_TOL, GRID, LSE_TOL, assert_low_precision_close, attn_reference, case_id,
-                        config, inputs, opcheck_samples, retrieved_for)
+from attn_cases import (CAUSAL_GRID, FP32_TOL, GRID, LSE_TOL, assert_low_precision_close, attn_reference, case_id,
+                        causal_config, causal_id, causal_inputs, config, inputs, opcheck_samples, retrieved_for)
 from conftest import make_qkv, rel_err
 from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
@@ -282,6 +282,49 @@ def test_kernel_plan_emulated_on_host_bf16(emulator, case):
     out, _ = emulator(q, k, v, retrieved, **ops.attn_arguments(cfg, case["C"], case["stage"]))
     assert out.dtype == torch.bfloat16
     assert_low_precision_close(out, q, k, v, case, retrieved, what="emulated ")
+
+
+def _cuda_runs(case) -> bool:
+    """attn_setup.h cuda_unsupported: rows seeing a summary block in part stay on the CPU."""
+    return case["regime"] != "partial"
+
+
+@pytest.mark.parametrize("case", CAUSAL_GRID, ids=[causal_id(c) for c in CAUSAL_GRID])
+def test_kernel_plan_emulated_on_host_causal_and_cached(emulator, case):
+    cfg = causal_config(case)
+    q, k, v = causal_inputs(case)
+    C, cb = case["C"], case["cb"]
+    retrieved = None
+    if cfg.method == "rangeswa" and cfg.topk > 0:
+        retrieved = ref.retrieved_blocks(q.double(), k.double(), C, cfg, cfg.window_for(case["stage"]), cb)
+    args = ops.attn_arguments(cfg, C, case["stage"], cb)
+    if not _cuda_runs(case):
+        with pytest.raises(ValueError, match="causal_block and summary_block to divide one another"):
+            emulator(q, k, v, retrieved, **args)
+        return
+    out, lse = emulator(q, k, v, retrieved, **args)
+    expect, expect_lse = ref.attention(q.double(), k.double(), v.double(), cfg, C, case["stage"], retrieved=retrieved,
+                                       causal_block=cb)
+    assert out.shape == q.shape
+    assert rel_err(out, expect) < FP32_TOL
+    assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", CAUSAL_GRID, ids=[causal_id(c) for c in CAUSAL_GRID])
+def test_attn_cuda_causal_and_cached(case):
+    cfg = causal_config(case)
+    q, k, v = causal_inputs(case)
+    C, cb, stage = case["C"], case["cb"], case["stage"]
+    if not _cuda_runs(case):
+        with pytest.raises(ValueError, match="divide one another"):
+            ops.attn(*_cuda(q, k, v), cfg, C, stage, causal_block=cb)
+        return
+    retrieved = ops.topk_blocks(q, k, cfg, C, stage, causal_block=cb) if cfg.method == "rangeswa" and cfg.topk else None
+    if retrieved is not None:
+        assert torch.equal(ops.topk_blocks(*_cuda(q, k), cfg, C, stage, causal_block=cb).cpu(), retrieved)
+    out = ops.attn(*_cuda(q, k, v), cfg, C, stage, causal_block=cb)
+    assert rel_err(out.cpu(), ops.attn(q, k, v, cfg, C, stage, retrieved=retrieved, causal_block=cb)) < FP32_TOL
 
 
 def test_emulator_reads_strided_views(emulator):

@@ -18,6 +18,10 @@
 // i*T/L (or i) against the unrotated control key; control -> body uses k at j*T/L (or j). Each
 // segment splits its keys into runs where all rows of the tile share one class (one GEMM each) and
 // narrow runs near distance Hn where rows differ (both GEMMs, then a per-pair pick).
+// SPEC section 7: tiles cover only the body rows q holds (first_row .. L - 1), and under a causal block
+// every pair past the row's visible end is dropped after the rules above decide; a summary block the
+// row sees only in part (possible only when cb is not a multiple of G) is averaged over its visible
+// tokens, logit and value, and folded into that row alone.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -94,6 +98,16 @@ struct Softmax {
     o.assign(rows * dim, 0.f);
   }
 
+  // Folds one (logit, value) pair into row r alone (a summary only this row sees in this form).
+  void update_one(int64_t r, float logit, const float* value) {
+    if (logit == kNegInf) return;
+    const float m_new = std::max(m[r], logit);
+    const float alpha = m[r] == kNegInf ? 0.f : std::exp(m[r] - m_new), p = std::exp(logit - m_new);
+    l[r] = l[r] * alpha + p;
+    for (int64_t c = 0; c < D; ++c) o[r * D + c] = o[r * D + c] * alpha + p * value[c];
+    m[r] = m_new;
+  }
+
   // Folds logits S[n, cols] (row stride lds, -inf = not seen) with values V[cols, D] (row stride ldv)
   // into the state. S is overwritten with probabilities.
   void update(float* S, int64_t cols, int64_t lds, const float* V, int64_t ldv) {
@@ -144,7 +158,7 @@ struct MixedPrefix {
       blocks.push_back(blk);
       native.resize(blocks.size() * per);
       grouped.resize(blocks.size() * per);
-      for (int pass = 0; pass < 2; ++pass) {
+      for (int pass = 0; pass < (kv.k_grouped ? 2 : 1); ++pass) {
         const float* keys = (pass == 0 ? kv.k_native : kv.k_grouped) + R.block_start(blk) * D;
         float* out = (pass == 0 ? native : grouped).data() + at * per;
         std::copy_n(keys, D, out);
@@ -162,6 +176,8 @@ struct Workspace {
   std::vector<float> s, s_alt, s_right, s_sum;  // [kTileRows, chunk] score buffers
   std::vector<uint8_t> excluded;                // [nG] blocks the summary pass skips (window, retrieved)
   std::vector<float> bias;                      // [chunk] per-block summary bias of one pass
+  std::vector<float> partial_value;             // [D] mean value of a block's visible tokens (section 7)
+  std::vector<int64_t> partial;                 // tile rows that see a summary block in part (section 7)
   // Retrieved tokens of one (batch, KV head, query block), gathered in ascending token order.
   int64_t gathered_for = -1;
   std::vector<int64_t> g_index;
@@ -181,6 +197,7 @@ struct Workspace {
     s_sum.resize(rows * chunk);
     excluded.resize(c.p.rules.num_summary_blocks());
     bias.resize(chunk);
+    partial_value.resize(D);
   }
 };
 
@@ -233,6 +250,24 @@ void exact_range(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, 
                lds);
 }
 
+// Section 7: hides the keys [max(a, visible_end(i)), b) of every tile row i in S[r, j - a].
+void drop_invisible(const Rules& R, const Tile& t, int64_t a, int64_t b, float* S, int64_t lds) {
+  if (R.cb == 0) return;
+  for (int64_t r = 0; r < t.n; ++r) {
+    const int64_t from = std::max(a, R.visible_end(t.i0 + r));
+    if (from < b) std::fill(S + r * lds + from - a, S + r * lds + b - a, kNegInf);
+  }
+}
+
+// The mean value of a block's tokens [s0, end) (section 7: the part of a summary block a row sees).
+const float* mean_value(const KvView& kv, Workspace& ws, int64_t D, int64_t s0, int64_t end) {
+  std::fill(ws.partial_value.begin(), ws.partial_value.end(), 0.f);
+  for (int64_t j = s0; j < end; ++j)
+    for (int64_t d = 0; d < D; ++d) ws.partial_value[d] += kv.v_body[j * kv.v_ld + d];
+  for (int64_t d = 0; d < D; ++d) ws.partial_value[d] /= float(end - s0);
+  return ws.partial_value.data();
+}
+
 // Token-level methods (full, self_extend, swa): every key of [a, b) exact or hidden.
 void dense_tokens(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t a, int64_t b) {
   const Rules& R = c.p.rules;
@@ -243,6 +278,7 @@ void dense_tokens(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
     for (int64_t r = 0; r < t.n; ++r)
       for (int64_t j = a; j < b; ++j)
         if (R.token_role(t.i0 + r, j) != Role::kExact) S[r * lds + j - a] = kNegInf;
+  drop_invisible(R, t, a, b, S, lds);
   ws.softmax.update(S, b - a, lds, kv.v_body + a * kv.v_ld, kv.v_ld);
 }
 
@@ -255,24 +291,37 @@ void window_zone(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, 
   float* Ssum = ws.s_sum.data();
   exact_range(c, kv, t, ws, a, b, S, lds);
   bool any_summary = false;
+  // (row, logit) of a block a row sees in part (section 7): the block holding its visible end.
+  std::vector<std::pair<int64_t, float>> partial;
   for (int64_t r = 0; r < t.n; ++r) {
     float* row = S + r * lds;
+    const int64_t end = R.visible_end(t.i0 + r) - a;  // keys [end, ...) are invisible to this row
     for (int64_t blk = ba; blk < bb; ++blk) {
-      const int64_t s0 = R.block_start(blk) - a, s1 = R.block_end(blk) - a;
+      const int64_t s0 = R.block_start(blk) - a, s1 = R.block_end(blk) - a, seen = std::min(s1, end);
       const Role role = R.block_role(t.i0 + r, blk, false);  // retrieved blocks never meet the window
       float summary = kNegInf;
-      if (role == Role::kSummary) {
+      if (role == Role::kSummary && seen > s0) {  // the mean exact logit of the tokens it sees, + log n
         float acc = 0.f;
-        for (int64_t j = s0; j < s1; ++j) acc += row[j];
-        summary = acc / float(s1 - s0) + c.log_block_size[blk];
-        any_summary = true;
+        for (int64_t j = s0; j < seen; ++j) acc += row[j];
+        summary = acc / float(seen - s0) + std::log(float(seen - s0));
+        if (seen < s1) {  // seen in part: its value differs from the block's mean value
+          partial.emplace_back(r, summary);
+          summary = kNegInf;
+        } else {
+          any_summary = true;
+        }
       }
       if (role != Role::kExact) std::fill(row + s0, row + s1, kNegInf);
       Ssum[r * lds + blk - ba] = summary;
     }
   }
+  drop_invisible(R, t, a, b, S, lds);
   ws.softmax.update(S, b - a, lds, kv.v_body + a * kv.v_ld, kv.v_ld);
   if (any_summary) ws.softmax.update(Ssum, nb, lds, kv.sv + ba * c.p.D, c.p.D);
+  for (const auto& [r, logit] : partial) {
+    const int64_t end = R.visible_end(t.i0 + r);
+    ws.softmax.update_one(r, logit, mean_value(kv, ws, c.p.D, R.block_start(end / R.G), end));
+  }
 }
 
 // rangeswa rule 3: the retrieved tokens of the tile's query block, exact for every row.
@@ -310,12 +359,14 @@ void retrieved_keys(const Call& c, const KvView& kv, const Tile& t, Workspace& w
   }
 }
 
-// Summary logit of a block whose tokens fall in several position classes for tile row r: the mean
-// of its exact logits, each with its own rotation pair. Tokens split into three runs, grouped-left
+// The mean exact logit of tile row r over the tokens [s0, min(block end, end)) of block blk, each
+// with its own rotation pair: a block straddling distance Hn (its tokens in several position
+// classes), or one the row sees only in part (section 7). Tokens split into three runs, grouped-left
 // [s0, i-Hn-1], native [i-Hn, i+Hn] and grouped-right [i+Hn+1, e], each a difference of prefix sums.
-float mixed_block_logit(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t r, int64_t blk) {
+float mean_exact_logit(const Call& c, const KvView& kv, const Tile& t, Workspace& ws, int64_t r, int64_t blk,
+                       int64_t end) {
   const Rules& R = c.p.rules;
-  const int64_t D = c.p.D, i = t.i0 + r, s0 = R.block_start(blk), e = R.block_end(blk) - 1;
+  const int64_t D = c.p.D, i = t.i0 + r, s0 = R.block_start(blk), e = std::min(R.block_end(blk), end) - 1;
   auto run = [&](int64_t lo, int64_t hi, const float* qv, bool grouped_side) {  // q . sum of keys [lo, hi]
     lo = std::max(lo, s0);
     hi = std::min(hi, e);
@@ -328,10 +379,11 @@ float mixed_block_logit(const Call& c, const KvView& kv, const Tile& t, Workspac
     for (int64_t d = 0; d < D; ++d) dot += qv[d] * (upper[d] - (lower ? lower[d] : 0.f));
     return dot;
   };
+  if (!R.grouping()) return run(s0, e, ws.qn.data() + r * D, false) / float(e + 1 - s0);
   const float total = run(s0, i - R.Hn - 1, ws.qgl.data() + r * D, true) +
                       run(i - R.Hn, i + R.Hn, ws.qn.data() + r * D, false) +
                       run(i + R.Hn + 1, e, ws.qgr.data() + r * D, true);
-  return total / float(R.block_size(blk));
+  return total / float(e + 1 - s0);
 }
 
 // rangeswa rule 4: G-blocks [ba, bb) not excluded (window zone, retrieved) as summary keys, scored
@@ -365,7 +417,7 @@ void summary_pass(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
           const int64_t at = r * lds + blk - ba;
           if (cls == BlockClass::kLeft) S[at] = ws.s_alt[at];
           else if (cls == BlockClass::kRight) S[at] = ws.s_right[at];
-          else if (cls == BlockClass::kMixed) S[at] = mixed_block_logit(c, kv, t, ws, r, blk);
+          else if (cls == BlockClass::kMixed) S[at] = mean_exact_logit(c, kv, t, ws, r, blk, R.L);
         }
     };
     if (left_some + 1 >= right_some - 1) {
@@ -393,8 +445,21 @@ void summary_pass(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
       std::fill(row, row + lo, kNegInf);
       std::fill(row + hi, row + nb, kNegInf);
     }
+    if (R.cb > 0) {  // section 7: blocks past the row's visible end are dropped
+      const int64_t end = R.visible_end(t.i0 + r), split = end / R.G;  // split: the first block not all seen
+      if (end < R.L && end % R.G != 0 && split >= ba && split < bb && row[split - ba] != kNegInf)
+        ws.partial.push_back(r);  // seen in part: folded below with its own logit and value
+      const int64_t from = std::clamp(split - ba, int64_t(0), nb);
+      std::fill(row + from, row + nb, kNegInf);
+    }
   }
   ws.softmax.update(S, nb, lds, kv.sv + ba * D, D);
+  for (int64_t r : ws.partial) {
+    const int64_t end = R.visible_end(t.i0 + r), blk = end / R.G, s0 = R.block_start(blk);
+    const float logit = mean_exact_logit(c, kv, t, ws, r, blk, end) + std::log(float(end - s0));
+    ws.softmax.update_one(r, logit, mean_value(kv, ws, D, s0, end));
+  }
+  ws.partial.clear();
 }
 
 // Folds every control key into the softmax for `rows` query rows whose vectors are `qv`.
@@ -431,20 +496,24 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
   const Rules& R = p.rules;
   const int64_t D = p.D, hkv = h / (p.Hq / p.Hkv);
   const KvView kv = c.view(b, hkv);
-  const int64_t row0 = (b * p.Hq + h) * p.N + p.C + t.i0;  // of the contiguous output
-  rotate_queries(c, c.q + c.qs.at(b, h, p.C + t.i0), t, ws);
+  // q and the output hold body row i at row C + i - first_row (section 7's suffix calls).
+  const int64_t n0 = p.C + t.i0 - p.first_row, row0 = (b * p.Hq + h) * p.Nq + n0;
+  rotate_queries(c, c.q + c.qs.at(b, h, n0), t, ws);
   ws.softmax.reset(t.n, D);
 
   const int64_t chunk = c.chunk_tokens();
+  // Keys from the last row's visible end on are hidden from every row of the tile (section 7).
+  const int64_t seen = R.visible_end(t.last());
   // Rule 1: control keys, unrotated (position 0).
-  control_keys(c, kv, t.n, R.extrapolating ? ws.qc.data() : ws.qn.data(), ws);
+  control_keys(c, kv, t.n, conditioned(R, p.C) ? ws.qc.data() : ws.qn.data(), ws);
   if (R.method == Method::kFull || R.method == Method::kSelfExtend) {
-    for (int64_t a = 0; a < p.L; a += chunk) dense_tokens(c, kv, t, ws, a, std::min(p.L, a + chunk));
+    for (int64_t a = 0; a < seen; a += chunk) dense_tokens(c, kv, t, ws, a, std::min(seen, a + chunk));
   } else if (R.method == Method::kSwa) {
-    const int64_t lo = std::max<int64_t>(0, t.i0 - R.radius), hi = std::min(p.L, t.last() + R.radius + 1);
+    const int64_t lo = std::max<int64_t>(0, t.i0 - R.radius), hi = std::min(seen, t.last() + R.radius + 1);
     // Sinks before the window get their own run; sinks from lo on are visited with the window run,
     // which then reaches at least the last sink.
-    const int64_t sinks_end = std::min(R.sinks, p.L), sinks = std::min(sinks_end, lo), end = std::max(hi, sinks_end);
+    const int64_t sinks_end = std::min({R.sinks, p.L, seen}), sinks = std::min(sinks_end, lo);
+    const int64_t end = std::max(hi, sinks_end);
     for (int64_t a = 0; a < sinks; a += chunk) dense_tokens(c, kv, t, ws, a, std::min(sinks, a + chunk));
     for (int64_t a = lo; a < end; a += chunk) dense_tokens(c, kv, t, ws, a, std::min(end, a + chunk));
   } else {
@@ -460,7 +529,7 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
     ws.mixed.blocks.clear();
     // Without far summaries only blocks near some row of the tile can be seen.
     const int64_t lo = R.far_summaries ? 0 : R.far_left_end(t.i0);
-    const int64_t hi = R.far_summaries ? nG : R.far_right_begin(t.last());
+    const int64_t hi = std::min(R.far_summaries ? nG : R.far_right_begin(t.last()), ceil_div(seen, R.G));
     for (int64_t ba = lo; ba < hi; ba += chunk) summary_pass(c, kv, t, ws, ba, std::min(hi, ba + chunk));
   }
   ws.softmax.write(c.out + row0 * D, c.lse + row0);
@@ -472,7 +541,7 @@ void control_rows(const Call& c, int64_t b, int64_t h, Workspace& ws) {
   const AttnParams& p = c.p;
   const int64_t D = p.D, hkv = h / (p.Hq / p.Hkv), lds = c.chunk_tokens();
   const KvView kv = c.view(b, hkv);
-  const int64_t row0 = (b * p.Hq + h) * p.N;  // of the contiguous output
+  const int64_t row0 = (b * p.Hq + h) * p.Nq;  // of the contiguous output
   const float scale = float(p.scale);
   const float* qrows = c.q + c.qs.at(b, h, 0);
   for (int64_t r = 0; r < p.C; ++r)
@@ -480,7 +549,7 @@ void control_rows(const Call& c, int64_t b, int64_t h, Workspace& ws) {
   ws.softmax.reset(p.C, D);
   control_keys(c, kv, p.C, ws.qn.data(), ws);
   float* S = ws.s.data();
-  const float* keys = p.rules.extrapolating ? kv.k_cond : kv.k_native;
+  const float* keys = conditioned(p.rules, p.C) ? kv.k_cond : kv.k_native;
   const float bias = float(p.control_bias);
   for (int64_t a = 0; a < p.L; a += lds) {
     const int64_t w = std::min(p.L, a + lds) - a;
@@ -562,19 +631,20 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
                                             int64_t near_range, int64_t topk, int64_t retrieval_block,
                                             int64_t query_block, int64_t train_length, int64_t sinks,
                                             bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                                            c10::string_view rope_style, std::optional<double> scale) {
+                                            c10::string_view rope_style, std::optional<double> scale,
+                                            int64_t causal_block, bool cond_correction) {
   Call c{};
   c.p = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
                    retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim,
-                   rope_style, scale);
+                   rope_style, scale, causal_block, cond_correction);
   const AttnParams& p = c.p;
   const Rules& R = p.rules;
   // fp32 inputs are read in place through their strides (views of a fused qkv projection included).
   at::Tensor qf = with_contiguous_rows(q.to(at::kFloat)), kf = with_contiguous_rows(k.to(at::kFloat)),
              vf = with_contiguous_rows(v.to(at::kFloat));
-  at::Tensor out = at::empty({p.B, p.Hq, p.N, p.D}, qf.options());
-  at::Tensor lse = at::empty({p.B, p.Hq, p.N}, qf.options());
-  if (p.N == 0 || p.B == 0 || p.Hq == 0) return {out.to(q.scalar_type()), lse};
+  at::Tensor out = at::empty({p.B, p.Hq, p.Nq, p.D}, qf.options());
+  at::Tensor lse = at::empty({p.B, p.Hq, p.Nq}, qf.options());
+  if (p.Nq == 0 || p.B == 0 || p.Hq == 0) return {out.to(q.scalar_type()), lse};
   c.q = qf.data_ptr<float>();
   c.k = kf.data_ptr<float>();
   c.v = vf.data_ptr<float>();
@@ -601,13 +671,15 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
   c.native = rope_table(p.rope, 0.0, 1.0, std::max<int64_t>(p.L, 1));
   if (R.grouping())
     c.grouped = rope_table(p.rope, double(-R.group_offset), 1.0, (p.L - 1) / R.g + 2 * R.group_offset + 1);
-  if (R.extrapolating) c.cond = rope_table(p.rope, 0.0, p.control_position_scale, p.L);
+  if (conditioned(R, p.C)) c.cond = rope_table(p.rope, 0.0, p.control_position_scale, p.L);
   for (int64_t blk = 0; blk < R.num_summary_blocks(); ++blk) c.log_block_size.push_back(std::log(float(R.block_size(blk))));
 
+  // Tiles of the body rows q holds, first_row .. L - 1, each inside one query block.
   std::vector<Tile> tiles;
-  for (int64_t qb = 0; qb < R.num_query_blocks(); ++qb) {
+  for (int64_t qb = p.first_row / R.Qb; qb < R.num_query_blocks(); ++qb) {
     const int64_t end = std::min(p.L, qb * R.Qb + R.Qb);
-    for (int64_t i0 = qb * R.Qb; i0 < end; i0 += kTileRows) tiles.push_back({i0, std::min(kTileRows, end - i0), qb});
+    for (int64_t i0 = std::max(qb * R.Qb, p.first_row); i0 < end; i0 += kTileRows)
+      tiles.push_back({i0, std::min(kTileRows, end - i0), qb});
   }
   // Query heads of KV pair kv are kv * per_kv .. kv * per_kv + per_kv - 1 (as b * Hq + h).
   const int64_t n_tiles = int64_t(tiles.size()), per_kv = p.Hq / p.Hkv, kv_pairs = p.B * p.Hkv;

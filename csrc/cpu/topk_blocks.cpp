@@ -13,6 +13,8 @@ namespace rangeswa::cpu {
 at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t control_tokens, const Rules& rules) {
   const int64_t B = qf.size(0), Hq = qf.size(1), Hkv = kf.size(1), D = qf.size(3);
   const int64_t group = Hq / Hkv, L = rules.L, K = rules.topk;
+  // q may hold only the last body rows (SPEC section 7): body row i is q row control_tokens + i - first.
+  const int64_t first = L - (qf.size(2) - control_tokens);
   const int64_t nQb = rules.num_query_blocks(), nKb = rules.num_key_blocks();
   at::Tensor out = at::full({B, Hkv, nQb, K}, -1, qf.options().dtype(at::kInt));
   if (K == 0 || L == 0) return out;
@@ -36,13 +38,16 @@ at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t
         for (int64_t c = 0; c < D; ++c) kmean[kb * D + c] /= n;
       }
       for (int64_t qb = 0; qb < nQb; ++qb) {
-        // mean(q over the rows of qb and the query heads of the group), pre-RoPE
-        const int64_t r0 = qb * rules.Qb, r1 = std::min(L, r0 + rules.Qb);
+        // mean(q over the rows of qb that q holds and the query heads of the group), pre-RoPE; a block
+        // with none of its rows in q retrieves nothing.
+        const int64_t r0 = std::max(qb * rules.Qb, first), r1 = std::min(L, qb * rules.Qb + rules.Qb);
+        if (r1 <= r0) continue;
         std::fill(qmean.begin(), qmean.end(), 0.0);
         for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
-          const float* qbody = q + qs.at(b, h, control_tokens);
-          for (int64_t i = r0; i < r1; ++i)
-            for (int64_t c = 0; c < D; ++c) qmean[c] += qbody[i * qs.row + c];
+          for (int64_t i = r0; i < r1; ++i) {
+            const float* row = q + qs.at(b, h, control_tokens + i - first);
+            for (int64_t c = 0; c < D; ++c) qmean[c] += row[c];
+          }
         }
         for (int64_t c = 0; c < D; ++c) qmean[c] /= double((r1 - r0) * group);
         scored.clear();
@@ -67,8 +72,10 @@ at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t
 namespace {
 
 at::Tensor topk_blocks_cpu(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
-                           int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk) {
-  Rules rules = check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk);
+                           int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk,
+                           int64_t causal_block) {
+  Rules rules = check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk,
+                           causal_block);
   return topk_blocks_float(with_contiguous_rows(q.to(at::kFloat)), with_contiguous_rows(k.to(at::kFloat)),
                            control_tokens, rules);
 }

@@ -40,7 +40,10 @@ struct AttnKernelParams {
   int64_t retrieved_k;
 
   Rules rules;
-  int64_t B, Hq, Hkv, N, C, L, D;
+  int64_t B, Hq, Hkv, N, C, L, D;  // k and v hold N = C + L rows
+  // q and the output hold Nq = C + Lq rows: the control rows, then body rows first_row .. L - 1 (SPEC
+  // section 7's cached calls; Nq = N and first_row = 0 otherwise). Body row i is q row C + i - first_row.
+  int64_t Nq, first_row;
   float scale_log2;         // scale * log2(e): logits are kept in base 2
   float control_bias_log2;  // section 3: -log(L/T) * log2(e) on control-row logits of body keys
   float log2_block;         // log2(G), rule 4's summary bias of a full G-block
@@ -52,9 +55,10 @@ struct AttnKernelParams {
   bool cond_queries;  // body rows score the control keys with the conditioning rotation
 
   // Work split: per (batch, query head), control_tiles tiles of control rows, then body tiles.
-  // Body tile t holds rows [qb * tile_query_block + s * kBlockM, ...) with qb = t / tiles_per_query_block,
-  // s = t % tiles_per_query_block, clipped to the query block (tile_query_block = Qb for rangeswa).
-  int64_t control_tiles, body_tiles, tile_query_block, tiles_per_query_block;
+  // Body tile t holds rows [max(qb * tile_query_block, first_row) + s * kBlockM, ...) with
+  // qb = first_tile_query_block + t / tiles_per_query_block, s = t % tiles_per_query_block, clipped to
+  // the query block (tile_query_block = Qb for rangeswa); a tile past its block's rows has none.
+  int64_t control_tiles, body_tiles, tile_query_block, tiles_per_query_block, first_tile_query_block;
 };
 
 }  // namespace rangeswa::cuda

@@ -126,6 +126,8 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnPlan& plan
   p.C = ap.C;
   p.L = ap.L;
   p.D = ap.D;
+  p.Nq = ap.Nq;
+  p.first_row = ap.first_row;
   const double log2e = 1.4426950408889634;
   p.scale_log2 = float(ap.scale * log2e);
   p.control_bias_log2 = float(ap.control_bias * log2e);
@@ -138,8 +140,26 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnPlan& plan
   p.tile_query_block = rangeswa ? R.Qb : kAttnTileRows;
   p.tiles_per_query_block =
       rangeswa ? (std::min(R.Qb, std::max<int64_t>(ap.L, 1)) + kAttnTileRows - 1) / kAttnTileRows : 1;
-  p.body_tiles = ap.L > 0 ? (ap.L + p.tile_query_block - 1) / p.tile_query_block * p.tiles_per_query_block : 0;
+  // Only the query blocks holding rows of q (from first_row on, SPEC section 7) get tiles.
+  p.first_tile_query_block = ap.first_row / p.tile_query_block;
+  const int64_t blocks = (ap.L + p.tile_query_block - 1) / p.tile_query_block - p.first_tile_query_block;
+  p.body_tiles = ap.Lq > 0 ? blocks * p.tiles_per_query_block : 0;
   return p;
+}
+
+// Calls the CUDA kernel does not run, with the reason (nullptr: supported). Section 7 lets a row see
+// a summary block in part only when the causal block cb and G divide neither each other (a row's
+// visible end then falls inside a G-block other than its own) and the window radius is below cb - 1
+// (that block lies outside its window). Such a summary has a value of its own per row, which the
+// kernel's shared summary tiles cannot hold; the CPU kernel and the reference compute it. CoLa's
+// cb = G = 16 and every cb dividing or divided by G run here.
+inline const char* cuda_unsupported(const AttnParams& ap) {
+  const Rules& R = ap.rules;
+  if (R.method == Method::kRangeSwa && R.cb > 0 && R.cb % R.G != 0 && R.G % R.cb != 0 && R.radius < R.cb - 1)
+    return "attn on CUDA needs causal_block and summary_block to divide one another, or a window radius "
+           "W // 2 of at least causal_block - 1 (otherwise a row can see a summary block in part, which only "
+           "the CPU kernel computes); run this configuration on the CPU";
+  return nullptr;
 }
 
 }  // namespace rangeswa::cuda

@@ -46,6 +46,9 @@ struct QueryTile {
   int64_t i0, i1;  // first and last row
   int64_t qb;      // query block of body rows
   int nrows;
+  // Section 7: body keys [0, seen_by_all) are visible to every row of the tile, [0, seen_by_any) to
+  // some (both L without a causal block, and for control rows).
+  int64_t seen_by_all, seen_by_any;
   // rangeswa: window blocks of the first and last row, and the tokens every row sees in its window
   int64_t wf0, wl0, wf1, wl1, window_all_lo, window_all_hi;
 };
@@ -60,12 +63,17 @@ RSWA_HD QueryTile query_tile(const AttnKernelParams& p, int64_t tile) {
     t.nrows = int(min64(kBlockM, p.C - t.i0));
   } else {
     const int64_t bt = tile - p.control_tiles;
-    t.qb = bt / p.tiles_per_query_block;
+    t.qb = p.first_tile_query_block + bt / p.tiles_per_query_block;
     const int64_t end = min64(p.L, (t.qb + 1) * p.tile_query_block);
-    t.i0 = t.qb * p.tile_query_block + (bt % p.tiles_per_query_block) * kBlockM;
+    t.i0 = max64(t.qb * p.tile_query_block, p.first_row) + (bt % p.tiles_per_query_block) * kBlockM;
     t.nrows = int(max64(0, min64(kBlockM, end - t.i0)));
   }
   t.i1 = t.i0 + t.nrows - 1;
+  t.seen_by_all = t.seen_by_any = p.L;
+  if (!t.control && t.nrows > 0) {
+    t.seen_by_all = R.visible_end(t.i0);
+    t.seen_by_any = R.visible_end(t.i1);
+  }
   if (!t.control && t.nrows > 0 && R.method == Method::kRangeSwa) {
     t.wf0 = R.window_first_block(t.i0);
     t.wl0 = R.window_last_block(t.i0);
@@ -82,21 +90,23 @@ RSWA_HD void build_segments(const AttnKernelParams& p, const QueryTile& t, Segme
   const Rules& R = p.rules;
   for (int s = 0; s < kNumFixedSegments; ++s) seg[s] = Segment{0, 0, SegKind::kBody, Visibility::kAll};
   seg[kSegControl] = Segment{0, p.C, SegKind::kControl, Visibility::kAll};
+  // Section 7: keys from t.seen_by_any on are invisible to every row (no segment reaches them).
   if (t.control || R.method == Method::kFull || R.method == Method::kSelfExtend) {
-    seg[kSegBody] = Segment{0, p.L, SegKind::kBody, Visibility::kAll};
+    seg[kSegBody] = Segment{0, t.seen_by_any, SegKind::kBody, Visibility::kAll};
     return;
   }
   if (R.method == Method::kSwa) {
     // Sinks left of the window are all seen; the window segment reaches at least to the last sink so
     // that sinks right of lo come with it (masked per element) even when the radius (W - S) / 2 < 0.
-    const int64_t lo = max64(0, t.i0 - R.radius), hi = min64(p.L, t.i1 + R.radius + 1);
-    const int64_t sinks_end = min64(R.sinks, p.L);
+    const int64_t lo = max64(0, t.i0 - R.radius), hi = min64(t.seen_by_any, t.i1 + R.radius + 1);
+    const int64_t sinks_end = min64(R.sinks, t.seen_by_any);
     seg[kSegSinks] = Segment{0, min64(sinks_end, lo), SegKind::kBody, Visibility::kAll};
     seg[kSegBody] = Segment{lo, max64(hi, sinks_end), SegKind::kBody, Visibility::kSwa};
     return;
   }
   // rangeswa
-  seg[kSegBody] = Segment{R.block_start(t.wf0), R.block_end(t.wl1), SegKind::kBody, Visibility::kWindow};
+  seg[kSegBody] = Segment{R.block_start(t.wf0), max64(R.block_start(t.wf0), min64(R.block_end(t.wl1), t.seen_by_any)),
+                          SegKind::kBody, Visibility::kWindow};
   // Mixed blocks exist for far summaries under grouping (when the window reaches past Hn they all lie
   // inside their row's window and need no pass). The left and right runs may overlap when Hn is small
   // against the tile, so the right one starts where the left one ends: each logit is added once.
@@ -117,10 +127,10 @@ RSWA_HD void build_segments(const AttnKernelParams& p, const QueryTile& t, Segme
   // Summaries: every block unless far summaries are off (then only blocks near some row), minus the
   // blocks [wf1, wl0] inside every row's window.
   const int64_t nG = R.num_summary_blocks();
-  int64_t lo = 0, hi = nG - 1;
+  int64_t lo = 0, hi = ceil_div(t.seen_by_any, R.G) - 1;  // blocks holding a key some row sees
   if (!R.far_summaries) {
     lo = R.far_left_end(t.i0);
-    hi = R.far_right_begin(t.i1) - 1;
+    hi = min64(hi, R.far_right_begin(t.i1) - 1);
   }
   const int64_t left_end = min64(hi, t.wf1 - 1) + 1, right_begin = max64(lo, max64(t.wl0 + 1, t.wf1));
   seg[kSegSummaryLeft] = Segment{lo, max64(lo, left_end), SegKind::kSummary, Visibility::kAll};
@@ -176,7 +186,11 @@ struct KvTile {
   bool check_count;         // n < kBlockN: columns past n are not keys
   bool check_visibility;    // per-element rule 2 / swa / rule 4 roles
   bool check_last_block;    // holds the ragged last G-block (its own log2 n_b)
+  bool check_causal;        // section 7: some key (or block) lies past some row's visible end
   uint64_t retrieved_mask;  // summary tiles: see SegmentList::retrieved_mask
+
+  // Edge tiles decide per element (mask.h edge_logit); interior tiles only scale and add their bias.
+  RSWA_HD bool edge() const { return check_count || check_visibility || per_class || check_last_block || check_causal; }
 };
 
 // The prepared array (attn_params.h) and first row holding a tile's keys for one GEMM pass.
@@ -254,7 +268,9 @@ RSWA_HD KvTile describe_tile(const AttnKernelParams& p, const QueryTile& t,
     const bool window_overlap = a <= t.wl1 && last >= t.wf0;
     k.check_visibility = window_overlap || k.retrieved_mask != 0 || (!R.far_summaries && !all_near);
     k.check_last_block = last == R.num_summary_blocks() - 1 && R.block_size(last) != R.G;
+    k.check_causal = R.block_start(last) >= t.seen_by_all;
   }
+  if (s.kind == SegKind::kBody && !t.control) k.check_causal = last >= t.seen_by_all;
   return k;
 }
 

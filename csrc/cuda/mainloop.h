@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(Traits::kThreads) attn_kernel(const __grid_con
   const Element* keys_grp = p.keys_grp ? static_cast<const Element*>(p.keys_grp) + kvh * p.grp_rows * kHeadDim : nullptr;
   const Element* keys_cond = p.keys_cond ? static_cast<const Element*>(p.keys_cond) + kvh * p.L * kHeadDim : nullptr;
   const Element* values = static_cast<const Element*>(p.values) + kvh * p.nat_rows * kHeadDim;
-  const int64_t n0 = (t.control ? 0 : p.C) + t.i0;
-  const int64_t row0 = head * p.N + n0;  // first output row of the contiguous [B * Hq * N]
+  const int64_t n0 = t.control ? t.i0 : p.C + t.i0 - p.first_row;  // q row of the tile's first row
+  const int64_t row0 = head * p.Nq + n0;  // first output row of the contiguous [B * Hq * Nq]
   const Element* q_rows = query_row<Element>(p, head, n0);
   SegmentList segs{sSeg, nullptr, 0};
   if (!t.control && R.method == Method::kRangeSwa && p.retrieved != nullptr) {
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(Traits::kThreads) attn_kernel(const __grid_con
         }
     } else if (warp_active) {
       // Base-2 logits: interior tiles scale and add the tile's bias; edge tiles decide per element.
-      const bool edge = cur.check_count || cur.check_visibility || cur.per_class || cur.check_last_block;
+      const bool edge = cur.edge();
       const float bias = tile_bias(p, t, cur);
 #pragma unroll
       for (int n = 0; n < NT; ++n)

@@ -20,6 +20,7 @@ struct RowCtx {
   int64_t win_lo, win_hi;     // the same window as tokens [wf * G, block_end(wl))
   int64_t mixed_block[2];     // its kMixed blocks on the left / right of i (-1: none)
   int64_t mixed_lo[2], mixed_hi[2];  // their tokens [lo, hi)
+  int64_t visible_end;        // section 7: it sees body keys [0, visible_end) only
 };
 
 RSWA_HD RowCtx make_row_ctx(const Rules& R, int64_t i) {
@@ -29,6 +30,7 @@ RSWA_HD RowCtx make_row_ctx(const Rules& R, int64_t i) {
   c.wl = R.window_last_block(i);
   c.win_lo = R.block_start(c.wf);
   c.win_hi = R.block_end(c.wl);
+  c.visible_end = R.visible_end(i);
   for (int side = 0; side < 2; ++side) {
     c.mixed_block[side] = -1;
     c.mixed_lo[side] = c.mixed_hi[side] = 0;
@@ -90,6 +92,9 @@ RSWA_HD float edge_logit(const AttnKernelParams& p, const QueryTile& t, const Kv
   if (k.check_count && col >= k.n) return -INFINITY;
   const int64_t key = k.a + col;
   if (k.kind == SegKind::kSummary) {
+    // Section 7: a block starting past the row's visible end is dropped (the host admits no call in
+    // which a summarised block is visible in part: attn_setup.h cuda_unsupported).
+    if (k.check_causal && R.block_start(key) >= row.visible_end) return -INFINITY;
     if (k.check_visibility && !summary_visible(R, row, key, ((k.retrieved_mask >> col) & 1) != 0)) return -INFINITY;
     const float log2_n =
         k.check_last_block && key == R.num_summary_blocks() - 1 ? p.log2_last_block : p.log2_block;
@@ -99,6 +104,7 @@ RSWA_HD float edge_logit(const AttnKernelParams& p, const QueryTile& t, const Kv
     }
     return s * p.scale_log2 + log2_n;
   }
+  if (k.kind == SegKind::kBody && k.check_causal && key >= row.visible_end) return -INFINITY;
   if (k.kind == SegKind::kBody && k.check_visibility && !body_key_visible(R, k.vis, row, key)) return -INFINITY;
   return s * p.scale_log2 + tile_bias(p, t, k);
 }

@@ -136,8 +136,9 @@ at::Tensor topk_blocks_device(const at::Tensor& q, const at::Tensor& k, int64_t 
   p.B = B;
   p.Hq = q.size(1);
   p.Hkv = Hkv;
-  p.N = q.size(2);
+  p.N = k.size(2);
   p.C = control_tokens;
+  p.first = rules.L - (q.size(2) - control_tokens);
   p.D = D;
   p.rules = rules;
   const size_t smem = topk_blocks_smem_bytes(p);
@@ -150,8 +151,10 @@ at::Tensor topk_blocks_device(const at::Tensor& q, const at::Tensor& k, int64_t 
 }
 
 at::Tensor topk_blocks_cuda(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
-                            int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk) {
-  Rules rules = check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk);
+                            int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk,
+                            int64_t causal_block) {
+  Rules rules = check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk,
+                           causal_block);
   const c10::cuda::CUDAGuard guard(q.device());
   return topk_blocks_device(with_contiguous_rows(q), with_contiguous_rows(k), control_tokens, rules);
 }
@@ -165,19 +168,21 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
                                              int64_t query_block, int64_t train_length, int64_t sinks,
                                              bool far_summaries, double theta,
                                              std::optional<int64_t> rotary_dim, c10::string_view rope_style,
-                                             std::optional<double> scale) {
+                                             std::optional<double> scale, int64_t causal_block, bool cond_correction) {
   const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
                                    topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
-                                   rotary_dim, rope_style, scale);
+                                   rotary_dim, rope_style, scale, causal_block, cond_correction);
   const Rules& R = ap.rules;
   TORCH_CHECK_VALUE(padded_head_dim(ap.D) > 0, "attn on CUDA supports head dims up to 128, got ", ap.D);
+  const char* unsupported = cuda_unsupported(ap);
+  TORCH_CHECK_VALUE(unsupported == nullptr, unsupported);
   const c10::cuda::CUDAGuard guard(q.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   // Inputs are read through their strides (views of a fused qkv projection need no copy).
   at::Tensor qc = with_contiguous_rows(q), kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
   at::Tensor out = at::empty(q.sizes(), qc.options());
-  at::Tensor lse = at::empty({ap.B, ap.Hq, ap.N}, qc.options().dtype(at::kFloat));
-  if (ap.N == 0 || ap.B == 0 || ap.Hq == 0) return {out, lse};
+  at::Tensor lse = at::empty({ap.B, ap.Hq, ap.Nq}, qc.options().dtype(at::kFloat));
+  if (ap.Nq == 0 || ap.B == 0 || ap.Hq == 0) return {out, lse};
   const int64_t C = ap.C, L = ap.L;
 
   // Rule 3: given blocks are validated on the host (a small copy), computed ones are valid by construction.

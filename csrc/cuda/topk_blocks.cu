@@ -1,7 +1,8 @@
 // Rule 3's retrieval on the device (topk_blocks.h), with the arithmetic of the CPU kernel
 // (csrc/cpu/topk_blocks.cpp) operation for operation, so both give the same blocks bit for bit:
-//   1. block means in double: q over the rows of a query block and the query heads of the KV group
-//      (heads outer, rows inner), k over the tokens of a key block, each divided once by its count;
+//   1. block means in double: q over the rows of a query block that q holds and the query heads of
+//      the KV group (heads outer, rows inner), k over the tokens of a key block, each divided once by
+//      its count; a query block with none of its rows in q (SPEC section 7) retrieves nothing;
 //   2. per (query block, KV head) every candidate's score as a sequential double dot product
 //      (separate multiply and add, no FMA, like the CPU's plain loop), and the top K kept in shared
 //      memory: the candidates come in chunks of 256, each ranked against the chunk and merged into
@@ -31,12 +32,10 @@ __global__ void block_means_kernel(const TopkParams p) {
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     double acc = 0.0;
     if (x < nQb) {
-      const int64_t r0 = x * R.Qb, r1 = min64(R.L, r0 + R.Qb);
-      for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
-        const Element* rows = q + p.q_strides.at(b, h, p.C);
-        for (int64_t i = r0; i < r1; ++i) acc += double(to_float(rows[i * p.q_strides.row + d]));
-      }
-      p.q_means[(bkv * nQb + x) * D + d] = acc / double((r1 - r0) * group);
+      const int64_t r0 = max64(x * R.Qb, p.first), r1 = min64(R.L, x * R.Qb + R.Qb);
+      for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h)
+        for (int64_t i = r0; i < r1; ++i) acc += double(to_float(q[p.q_strides.at(b, h, p.C + i - p.first) + d]));
+      p.q_means[(bkv * nQb + x) * D + d] = r1 > r0 ? acc / double((r1 - r0) * group) : 0.0;
     } else {
       const int64_t kb = x - nQb, s = kb * R.Rb, e = min64(R.L, s + R.Rb);
       const Element* rows = k + p.k_strides.at(b, hkv, p.C);
@@ -81,7 +80,8 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(const TopkP
     for (int qq = 0; qq < kQueryGroup; ++qq) {
       const int64_t qb = qb0 + qq;
       if (qb < nQb) {  // uniform
-        bool contender = kb < nKb && R.is_candidate(qb, kb);
+        const bool held = min64(R.L, (qb + 1) * R.Qb) > p.first;  // q holds a row of qb
+        bool contender = held && kb < nKb && R.is_candidate(qb, kb);
         double s = 0.0;
         if (contender)
           for (int64_t c = 0; c < D; ++c) s = __dadd_rn(s, __dmul_rn(qm[qb * D + c], km[kb * D + c]));

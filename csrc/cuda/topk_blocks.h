@@ -20,7 +20,8 @@ struct TopkParams {
   double* q_means;     // workspace [B * Hkv, nQb, D]
   double* k_means;     // workspace [B * Hkv, nKb, D]
   int64_t B, Hq, Hkv, N, C, D;
-  Rules rules;         // L, G, Rb, Qb, window (for the candidates) and topk = K
+  int64_t first;       // q holds body rows first .. L - 1 (SPEC section 7; 0 in an ordinary call)
+  Rules rules;         // L, G, Rb, Qb, window, causal block (for the candidates) and topk = K
 };
 
 // Shared memory the selection kernel needs for K kept blocks; ops.cu checks it against the device.

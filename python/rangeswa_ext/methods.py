@@ -1,7 +1,9 @@
 """The attention seam: every method of SPEC section 4 behind one callable, chosen by name.
 
 Models call ``attention(q, k, v, control_tokens=C, stage=stage)`` with q, k, v of shape
-[B, H, N, D] before RoPE (after any QK norm); the method applies RoPE itself.
+[B, H, N, D] before RoPE (after any QK norm); the method applies RoPE itself. Causal and cached
+backbones (SPEC section 7) also pass ``causal_block=cb``, and may give q only the control rows and the
+last Lq body rows of k and v (a KV-cached call); every method handles both.
 
 - Position-parameter baselines (``full``, ``pi``, ``ntk``, ``yarn``, ``longllada``) rotate q and k with
   their own positions / frequencies and run dense ``scaled_dot_product_attention``; they change
@@ -74,6 +76,18 @@ def yarn_frequencies(theta: float, rotary_dim: int, L: int, T: int, beta_fast: f
     return freqs, temperature ** 2
 
 
+def causal_mask(C: int, L: int, Lq: int, causal_block: int, device) -> Optional[torch.Tensor]:
+    """SPEC section 7 for the dense methods: [C + Lq, C + L] bool (True = attend), body row i = L - Lq + r
+    seeing body key j when j // cb <= i // cb, control rows and keys always; None without a causal block."""
+    if causal_block == 0:
+        return None
+    mask = torch.ones(C + Lq, C + L, dtype=torch.bool)
+    i = torch.arange(L - Lq, L)[:, None] // causal_block
+    j = torch.arange(L)[None, :] // causal_block
+    mask[C:, C:] = j <= i
+    return mask.to(device)
+
+
 class DenseRopeAttention:
     """Full attention with a position-parameter baseline's RoPE (control tokens unrotated)."""
 
@@ -99,19 +113,21 @@ class DenseRopeAttention:
         freqs, mult = yarn_frequencies(theta, rotary_dim, L, T)
         return positions, theta, freqs, mult
 
-    def __call__(self, q, k, v, control_tokens: int, stage: str = "late") -> torch.Tensor:
+    def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0) -> torch.Tensor:
         D, C = q.shape[-1], control_tokens
+        L, Lq = k.shape[2] - C, q.shape[2] - C  # q may hold only the last Lq body rows (SPEC section 7)
         rd = self.rope.dim(D)
-        body_pos, base, freqs, mult = self.rotation(q.shape[2] - C, rd)
-        positions = torch.cat([torch.zeros(C, dtype=torch.float64), body_pos])
+        body_pos, base, freqs, mult = self.rotation(L, rd)
+        k_pos = torch.cat([torch.zeros(C, dtype=torch.float64), body_pos])
+        q_pos = torch.cat([k_pos[:C], body_pos[L - Lq:]])
         if freqs is None and q.dtype in ops.KERNEL_DTYPES:  # the fused rope op: one pass over q, one over k
-            positions = positions.to(q.device)
-            qr = ops.rope(q, positions, base, rd, self.rope.style)
-            kr = ops.rope(k, positions, base, rd, self.rope.style)
+            qr = ops.rope(q, q_pos.to(q.device), base, rd, self.rope.style)
+            kr = ops.rope(k, k_pos.to(q.device), base, rd, self.rope.style)
         else:  # YaRN's per-frequency scaling (not a base), or float64 inputs: the explicit rotation
-            qr = rotate(q, positions, base, rd, self.rope.style, freqs)
-            kr = rotate(k, positions, base, rd, self.rope.style, freqs)
-        return F.scaled_dot_product_attention(qr, kr, v, scale=mult / math.sqrt(D),
+            qr = rotate(q, q_pos, base, rd, self.rope.style, freqs)
+            kr = rotate(k, k_pos, base, rd, self.rope.style, freqs)
+        mask = causal_mask(C, L, Lq, causal_block, q.device)
+        return F.scaled_dot_product_attention(qr, kr, v, attn_mask=mask, scale=mult / math.sqrt(D),
                                               enable_gqa=q.shape[1] != k.shape[1])
 
 
@@ -121,8 +137,8 @@ class OpAttention:
     def __init__(self, name: str, config: RangeSWAConfig):
         self.name, self.config = name, config
 
-    def __call__(self, q, k, v, control_tokens: int, stage: str = "late") -> torch.Tensor:
-        return ops.attn(q, k, v, self.config, control_tokens, stage)
+    def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0) -> torch.Tensor:
+        return ops.attn(q, k, v, self.config, control_tokens, stage, causal_block=causal_block)
 
 
 def make_attention(name: str, *, head_dim: int, theta: float = 10000.0, rope_style: str = "interleaved",

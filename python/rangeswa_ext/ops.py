@@ -38,9 +38,10 @@ def require_kernels(device: torch.device) -> None:
                            "CUDA_HOME set: pip install --no-build-isolation -e .")
 
 
-def attn_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late") -> dict:
+def attn_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late", causal_block: int = 0) -> dict:
     """The arguments of ``torch.ops.rangeswa.attn`` after ``q, k, v, retrieved``, by schema name and in
-    schema order, for the method ``cfg`` in ``stage`` (which picks the window) with C control tokens.
+    schema order, for the method ``cfg`` in ``stage`` (which picks the window) with C control tokens
+    and SPEC section 7's causal block (0: bidirectional; a backbone's property, not the method's).
 
     ``rotary_dim`` and ``scale`` stay None when the config leaves them open (the op resolves them to
     the head dim and 1/sqrt(D)). ``RangeSWAConfig()`` gives exactly the schema's defaults.
@@ -49,13 +50,15 @@ def attn_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "l
                 summary_block=cfg.summary_block, near_range=cfg.near_range, topk=cfg.topk,
                 retrieval_block=cfg.retrieval_block, query_block=cfg.query_block, train_length=cfg.train_length,
                 sinks=cfg.sinks, far_summaries=cfg.far_summaries, theta=float(cfg.theta), rotary_dim=cfg.rotary_dim,
-                rope_style=cfg.rope_style, scale=None if cfg.scale is None else float(cfg.scale))
+                rope_style=cfg.rope_style, scale=None if cfg.scale is None else float(cfg.scale),
+                causal_block=int(causal_block), cond_correction=cfg.cond_correction)
 
 
-def topk_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late") -> dict:
+def topk_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late", causal_block: int = 0) -> dict:
     """The arguments of ``torch.ops.rangeswa.topk_blocks`` after ``q, k``, by schema name, for ``cfg``."""
     return dict(control_tokens=int(control_tokens), window=cfg.window_for(stage), summary_block=cfg.summary_block,
-                retrieval_block=cfg.retrieval_block, query_block=cfg.query_block, topk=cfg.topk)
+                retrieval_block=cfg.retrieval_block, query_block=cfg.query_block, topk=cfg.topk,
+                causal_block=int(causal_block))
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0, rotary_dim: Optional[int] = None,
@@ -104,47 +107,54 @@ def _block_summary_fake(k, v, positions=None, summary_block=16, *args, **kwargs)
 
 
 def topk_blocks(q: torch.Tensor, k: torch.Tensor, cfg: RangeSWAConfig, control_tokens: int,
-                stage: str = "late") -> torch.Tensor:
+                stage: str = "late", causal_block: int = 0) -> torch.Tensor:
     """SPEC rule 3: per query block and KV head, the top-K candidate key blocks.
 
     Args:
-        q: [B, H_q, N, D] queries before RoPE; k: [B, H_kv, N, D] keys before RoPE.
+        q: [B, H_q, Nq, D] queries before RoPE; k: [B, H_kv, N, D] keys before RoPE. q may hold the
+            control rows and only the last Lq body rows (SPEC section 7).
         cfg: gives topk, retrieval_block, query_block, summary_block and the stage's window.
         control_tokens: C, the leading control tokens (excluded from retrieval).
+        causal_block: SPEC section 7's cb; candidates must be wholly visible to the query block.
     Returns:
-        int32 [B, H_kv, ceil(L/query_block), topk], best first (ties: lower block), -1 padded.
+        int32 [B, H_kv, ceil(L/query_block), topk], best first (ties: lower block), -1 padded (a query
+        block with none of its rows in q: all -1).
     """
     require_kernels(q.device)
-    return torch.ops.rangeswa.topk_blocks.default(q, k, **topk_arguments(cfg, control_tokens, stage))
+    return torch.ops.rangeswa.topk_blocks.default(q, k, **topk_arguments(cfg, control_tokens, stage, causal_block))
 
 
 @torch.library.register_fake("rangeswa::topk_blocks")
 def _topk_blocks_fake(q, k, control_tokens=0, window=256, summary_block=16, retrieval_block=64, query_block=128,
-                      topk=8):
-    L = q.shape[2] - control_tokens
+                      topk=8, causal_block=0):
+    L = k.shape[2] - control_tokens
     return q.new_empty((q.shape[0], k.shape[1], _ceil_div(L, query_block), topk), dtype=torch.int32)
 
 
 def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = None,
          control_tokens: int = 0, stage: str = "late", retrieved: Optional[torch.Tensor] = None,
-         return_lse: bool = False):
-    """The fused single-softmax attention of SPEC sections 1-4.
+         return_lse: bool = False, causal_block: int = 0):
+    """The fused single-softmax attention of SPEC sections 1-4 and 7.
 
     Args:
-        q: [B, H_q, N, D], k and v: [B, H_kv, N, D], before RoPE (after any QK norm); N = C + L. Views
-            with contiguous rows (e.g. slices of a fused qkv projection) are read without a copy.
+        q: [B, H_q, Nq, D], k and v: [B, H_kv, N, D], before RoPE (after any QK norm); N = C + L. q holds
+            the control rows and the last Lq = Nq - C body rows (Nq = N: an ordinary call; fewer: a
+            cached call, SPEC section 7). Views with contiguous rows (e.g. slices of a fused qkv
+            projection) are read without a copy.
         cfg: the method and its numbers (see `RangeSWAConfig`, `preset`); default RangeSWA.
         control_tokens: C, the leading control tokens (never rotated).
         stage: ``early``, ``late`` or ``decode``; picks the window from cfg.
         retrieved: optional int32 [B, H_kv, nQb, K'] blocks from `topk_blocks`; computed inside when
             None and cfg retrieves.
-        return_lse: also return the float32 log-sum-exp [B, H_q, N].
+        return_lse: also return the float32 log-sum-exp [B, H_q, Nq].
+        causal_block: SPEC section 7's cb (0: bidirectional): body key j is seen by body row i only when
+            j // cb <= i // cb.
     Returns:
-        [B, H_q, N, D] in q's dtype (and the log-sum-exp when asked).
+        [B, H_q, Nq, D] in q's dtype (and the log-sum-exp when asked).
     """
     require_kernels(q.device)
-    out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved,
-                                               **attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage))
+    out, lse = torch.ops.rangeswa.attn.default(
+        q, k, v, retrieved, **attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage, causal_block))
     return (out, lse) if return_lse else out
 
 

@@ -49,8 +49,8 @@ struct Emulator {
     const Element* keys_grp = p.keys_grp ? static_cast<const Element*>(p.keys_grp) + kvh * p.grp_rows * kHeadDim : nullptr;
     const Element* keys_cond = p.keys_cond ? static_cast<const Element*>(p.keys_cond) + kvh * p.L * kHeadDim : nullptr;
     const Element* values = static_cast<const Element*>(p.values) + kvh * p.nat_rows * kHeadDim;
-    const int64_t n0 = (t.control ? 0 : p.C) + t.i0;
-    const int64_t row0 = head * p.N + n0;  // of the contiguous output
+    const int64_t n0 = t.control ? t.i0 : p.C + t.i0 - p.first_row;  // q row of the tile's first row
+    const int64_t row0 = head * p.Nq + n0;  // of the contiguous output
     const Element* q_rows = query_row<Element>(p, head, n0);
 
     Segment fixed[kNumFixedSegments];
@@ -133,7 +133,7 @@ struct Emulator {
             if (side >= 0) mixed[2 * r + side] += s[r * kBlockN + c];
           }
       } else {
-        const bool edge = cur.check_count || cur.check_visibility || cur.per_class || cur.check_last_block;
+        const bool edge = cur.edge();
         const float bias = tile_bias(p, t, cur);
         for (int r = 0; r < kBlockM; ++r) {
           float* x = s.data() + r * kBlockN;
@@ -188,14 +188,17 @@ std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::
                                                  int64_t near_range, int64_t topk, int64_t retrieval_block,
                                                  int64_t query_block, int64_t train_length, int64_t sinks,
                                                  bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                                                 c10::string_view rope_style, std::optional<double> scale) {
+                                                 c10::string_view rope_style, std::optional<double> scale,
+                                                 int64_t causal_block, bool cond_correction) {
   const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
                                    topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
-                                   rotary_dim, rope_style, scale);
+                                   rotary_dim, rope_style, scale, causal_block, cond_correction);
   TORCH_CHECK(padded_head_dim(ap.D) > 0, "head dims up to 128");
   at::Tensor qc = with_contiguous_rows(q), kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
-  at::Tensor out = at::zeros(q.sizes(), qc.options()), lse = at::zeros({ap.B, ap.Hq, ap.N}, qc.options().dtype(at::kFloat));
-  if (ap.N == 0 || ap.B == 0 || ap.Hq == 0) return {out, lse};
+  const char* unsupported = cuda_unsupported(ap);
+  TORCH_CHECK_VALUE(unsupported == nullptr, unsupported);
+  at::Tensor out = at::zeros(q.sizes(), qc.options()), lse = at::zeros({ap.B, ap.Hq, ap.Nq}, qc.options().dtype(at::kFloat));
+  if (ap.Nq == 0 || ap.B == 0 || ap.Hq == 0) return {out, lse};
   const AttnPlan plan = plan_attn(ap);
   auto table = [&](int64_t count, double first, double step) {
     const int64_t half = ap.rope.rotary_dim / 2;

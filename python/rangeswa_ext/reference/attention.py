@@ -14,13 +14,18 @@ from ..config import RangeSWAConfig
 from . import positions, rope, selection
 
 
-def _check_inputs(q, k, v, control_tokens):
+def _check_inputs(q, k, v, control_tokens, causal_block):
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k and v must be [B, H, N, D]")
     if q.shape[1] % k.shape[1]:
         raise ValueError("query heads must be a multiple of key/value heads")
-    if not 0 <= control_tokens <= q.shape[2]:
+    if not 0 <= control_tokens <= k.shape[2]:
         raise ValueError("control_tokens must lie in [0, N]")
+    if causal_block < 0:
+        raise ValueError("causal_block must be >= 0")
+    Lq, L = q.shape[2] - control_tokens, k.shape[2] - control_tokens
+    if q.shape[2] != k.shape[2] and not 1 <= Lq <= L:
+        raise ValueError("q must hold the control rows and the last 1 <= Lq <= L body rows")
 
 
 def block_summary(k: torch.Tensor, v: torch.Tensor, positions_: torch.Tensor | None, cfg: RangeSWAConfig):
@@ -38,16 +43,24 @@ def _expand_kv(x: torch.Tensor, q_heads: int) -> torch.Tensor:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig, control_tokens: int,
-              stage: str = "late", retrieved: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The attention of one call: output [B, H, N, D] and log-sum-exp [B, H, N] (float32).
+              stage: str = "late", retrieved: torch.Tensor | None = None,
+              causal_block: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention of one call: output [B, H, Nq, D] and log-sum-exp [B, H, Nq] (float32).
 
-    q, k, v: [B, H_q|H_kv, N, D] before RoPE; the first `control_tokens` are control tokens.
+    q: [B, H_q, Nq, D], k, v: [B, H_kv, N, D] before RoPE, N = C + L; the first `control_tokens` rows
+    of each are control tokens. q holds the control rows and the last Lq = Nq - C body rows (SPEC
+    section 7's cached calls; Lq = L for an ordinary call): its body row r is body index L - Lq + r.
     retrieved: rule-3 blocks [B, H_kv, nQb, K'] (int, -1 = none); computed from q and k when None and
     the method retrieves (rangeswa with topk > 0).
+    causal_block: section 7's cb (0: bidirectional); body key j is seen by body row i only when
+    j // cb <= i // cb, after sections 2-3 have decided.
     """
-    _check_inputs(q, k, v, control_tokens)
-    B, Hq, N, D = q.shape
-    C, L = control_tokens, N - control_tokens
+    _check_inputs(q, k, v, control_tokens, causal_block)
+    B, Hq, Nq, D = q.shape
+    C, L = control_tokens, k.shape[2] - control_tokens
+    first = L - (Nq - C)  # body index of q's first body row
+    body_rows = torch.arange(first, L)
+    rows = torch.cat([torch.arange(C), C + body_rows])  # q's rows among the N tokens
     window = cfg.window_for(stage)
     rd = cfg.resolved_rotary_dim(D)
     scale = cfg.resolved_scale(D)
@@ -55,30 +68,41 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWACo
     # Section 3: positions and conditioning bias of every pair, then every exact logit.
     d, bias = positions.relative_positions(L, C, cfg)
     ke, ve = _expand_kv(k, Hq), _expand_kv(v, Hq)
-    logits = rope.relative_scores(q, ke, d, cfg.theta, rd, cfg.rope_style) * scale + bias.to(q.dtype)
+    logits = rope.relative_scores(q, ke, d[rows], cfg.theta, rd, cfg.rope_style) * scale + bias[rows].to(q.dtype)
 
-    # Section 2: exact keys and summarised blocks of body rows (control rows see everything).
+    # Section 2: exact keys and summarised blocks of body rows (control rows see everything); then
+    # section 7 drops the pairs a causal block hides.
     if retrieved is None and cfg.method == "rangeswa" and cfg.topk > 0 and L > 0:
-        retrieved = selection.retrieved_blocks(q, k, C, cfg, window)
-    exact_body = _expand_kv(selection.exact_keys(L, cfg, window, retrieved, B, k.shape[1]), Hq)
-    summarised = _expand_kv(selection.summary_blocks(exact_body[:, :: Hq // k.shape[1]], L, cfg), Hq)
-    exact = torch.ones(B, Hq, N, N, dtype=torch.bool)
-    exact[:, :, C:, C:] = exact_body
+        retrieved = selection.retrieved_blocks(q, k, C, cfg, window, causal_block)
+    Hkv = k.shape[1]
+    decided = selection.exact_keys(L, cfg, window, retrieved, B, Hkv)[:, :, first:]  # [B, Hkv, Lq, L]
+    visible = selection.visible_keys(L, causal_block, body_rows)  # [Lq, L]
+    exact = torch.ones(B, Hq, Nq, C + L, dtype=torch.bool)
+    exact[:, :, C:, C:] = _expand_kv(decided & visible, Hq)
 
-    # Rule 4: a summary logit is the mean of its tokens' exact logits plus log(n_b).
-    n_b = selection.block_sizes(L, cfg.summary_block).to(q.dtype)
-    sum_logits = selection.block_means(logits[..., C:].transpose(-1, -2), cfg.summary_block).transpose(-1, -2)
-    sum_logits = sum_logits + n_b.log()
-    sum_values = selection.block_means(ve[:, :, C:], cfg.summary_block)
-    sum_mask = torch.zeros(B, Hq, N, sum_logits.shape[-1], dtype=torch.bool)
+    # Rule 4: a summary logit is the mean of its tokens' exact logits plus log(n_b), over the tokens the
+    # row can see; its value, the mean of their values (a block with none visible contributes nothing).
+    G = cfg.summary_block
+    member = torch.nn.functional.one_hot(selection.block_of(L, G), selection.block_sizes(L, G).numel()).to(q.dtype)
+    seen = visible.to(q.dtype)                                    # [Lq, L]
+    n_seen = seen @ member                                        # [Lq, nG] tokens of each block seen
+    summarised = _expand_kv(selection.summary_blocks(decided, L, cfg) & (n_seen > 0), Hq)
+    n_b = n_seen.clamp_min(1)
+    sum_logits = (logits[:, :, C:, C:] * seen) @ member / n_b + n_b.log()
+    sum_mask = torch.zeros(B, Hq, Nq, n_b.shape[-1], dtype=torch.bool)
     sum_mask[:, :, C:] = summarised
+    sum_logits = torch.cat([torch.zeros(B, Hq, C, n_b.shape[-1], dtype=q.dtype), sum_logits], dim=2)
 
     # One softmax over control, exact and summary entries.
     neg_inf = torch.tensor(float("-inf"), dtype=q.dtype)
     all_logits = torch.cat([torch.where(exact, logits, neg_inf), torch.where(sum_mask, sum_logits, neg_inf)], -1)
     lse = torch.logsumexp(all_logits, dim=-1)
     p = torch.exp(all_logits - lse[..., None])
-    out = p[..., :N] @ ve + p[..., N:] @ sum_values
+    p_exact, p_sum = p[..., :logits.shape[-1]], p[..., logits.shape[-1]:]
+    # A summary's weight is spread evenly over the values of the tokens it averages.
+    spread = torch.zeros_like(logits)
+    spread[:, :, C:, C:] = seen * (p_sum[:, :, C:] / n_b)[..., selection.block_of(L, G)]
+    out = (p_exact + spread) @ ve
     return out, lse.to(torch.float32)
 
 

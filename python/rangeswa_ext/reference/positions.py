@@ -18,6 +18,12 @@ def corrects_positions(method: str, L: int, train_length: int) -> bool:
     return method in ("self_extend", "rangeswa") and L > train_length
 
 
+def corrects_conditioning(cfg: RangeSWAConfig, L: int) -> bool:
+    """Section 3's conditioning correction: whenever positions are corrected, unless the config switches
+    it off (the paper's ablation without it)."""
+    return corrects_positions(cfg.method, L, cfg.train_length) and cfg.cond_correction
+
+
 def group_size(L: int, train_length: int, near_range: int) -> int:
     """The smallest g >= 1 with (L-1)//g + Hn - Hn//g <= T-1; 0 when none exists (Hn >= T).
 
@@ -54,15 +60,16 @@ def relative_positions(L: int, control_tokens: int, cfg: RangeSWAConfig) -> tupl
     correction. Control query -> body key j: d = -j, or -j*T/L with bias -log(L/T) under the correction.
     """
     C = control_tokens
-    correct = corrects_positions(cfg.method, L, cfg.train_length)
     N = C + L
     d = torch.zeros(N, N, dtype=torch.float64)
     bias = torch.zeros(N, N, dtype=torch.float64)
-    d[C:, C:] = body_relative_positions(L, cfg.near_range, cfg.train_length, remap=correct)
+    d[C:, C:] = body_relative_positions(L, cfg.near_range, cfg.train_length,
+                                        remap=corrects_positions(cfg.method, L, cfg.train_length))
+    conditioned = corrects_conditioning(cfg, L)
     body = torch.arange(L, dtype=torch.float64)
-    body_pos = body * cfg.train_length / L if correct else body
+    body_pos = body * cfg.train_length / L if conditioned else body
     d[C:, :C] = body_pos[:, None]
     d[:C, C:] = -body_pos[None, :]
-    if correct:
+    if conditioned:
         bias[:C, C:] = -math.log(L / cfg.train_length)
     return d, bias

@@ -1,8 +1,11 @@
-"""SPEC section 2: who sees whom, for body query rows (control rows see every key).
+"""SPEC sections 2 and 7: who sees whom, for body query rows (control rows see every key).
 
 Each rule is one function returning a dense boolean table, so a reader can tick them off:
 rule 2 `window_blocks`, rule 3 `retrieval_candidates` / `retrieved_blocks`, rule 4 `near_blocks` /
 `summary_blocks`, rule 5 and the swa baseline `swa_keys`. `exact_keys` combines them per method.
+Section 7's causal blocks: `visible_keys` (which pairs survive) and `causal_candidates` (rule 3 under
+causality). Tables are stated for all L rows; a call whose q holds only the last Lq body rows (a
+cached call) keeps the last Lq rows of each.
 """
 
 from __future__ import annotations
@@ -47,6 +50,27 @@ def window_union(L: int, cfg: RangeSWAConfig, window: int) -> torch.Tensor:
     return torch.stack([rows.any(0) for rows in covered.split(cfg.query_block)])
 
 
+def visible_keys(L: int, causal_block: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Section 7: body key j is visible to body row i when j // cb <= i // cb (all, for cb = 0); [rows, L]
+    bool for the body rows ``rows`` (default all L)."""
+    i = torch.arange(L) if rows is None else rows
+    j = torch.arange(L)
+    if causal_block == 0:
+        return torch.ones(len(i), L, dtype=torch.bool)
+    return (j[None, :] // causal_block) <= (i[:, None] // causal_block)
+
+
+def causal_candidates(L: int, cfg: RangeSWAConfig, causal_block: int) -> torch.Tensor:
+    """Section 7, rule 3: key block kb can be retrieved for query block qb only when every key of kb is
+    visible to every row of qb (its first row is the one that sees least); [nQb, nKb] bool."""
+    nQb, nKb = _ceil_div(L, cfg.query_block), _ceil_div(L, cfg.retrieval_block)
+    if causal_block == 0:
+        return torch.ones(nQb, nKb, dtype=torch.bool)
+    last_key = torch.clamp((torch.arange(nKb) + 1) * cfg.retrieval_block, max=L) - 1
+    first_row = torch.arange(nQb) * cfg.query_block
+    return (last_key[None, :] // causal_block) <= (first_row[:, None] // causal_block)
+
+
 def retrieval_candidates(L: int, cfg: RangeSWAConfig, window: int) -> torch.Tensor:
     """Rule 3: key block kb is a candidate for query block qb when it shares no token with the
     union of qb's windows; [nQb, nKb] bool."""
@@ -66,22 +90,34 @@ def block_means(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def retrieved_blocks(q: torch.Tensor, k: torch.Tensor, control_tokens: int, cfg: RangeSWAConfig,
-                     window: int) -> torch.Tensor:
+                     window: int, causal_block: int = 0) -> torch.Tensor:
     """Rule 3: per query block and KV head, the top-K candidate key blocks by
     s(qb, kb) = mean(q over qb) . mean(k over kb), pre-RoPE, in float64.
 
     For GQA the query mean also runs over the query heads of the group. Order: highest score first,
     ties broken by lower kb; padded with -1 when fewer than K candidates. Returns int32
-    [B, H_kv, nQb, K].
+    [B, H_kv, nQb, K] with nQb = ceil(L / Qb) over all L body tokens.
+
+    Section 7: when q holds only the last Lq body rows (k holds all L), the query mean runs over the
+    rows of each block that q holds, and a block with none of them retrieves nothing (-1 row); with a
+    causal block, candidates must also be wholly visible to the block (`causal_candidates`).
     """
-    B, Hq, N, D = q.shape
+    B, Hq, Nq, D = q.shape
     Hkv = k.shape[1]
-    L = N - control_tokens
-    qb = block_means(q[:, :, control_tokens:].to(torch.float64), cfg.query_block)  # [B, Hq, nQb, D]
-    qb = qb.reshape(B, Hkv, Hq // Hkv, qb.shape[-2], D).mean(2)
+    L = k.shape[2] - control_tokens
+    first = L - (Nq - control_tokens)  # body index of q's first body row
+    nQb = _ceil_div(L, cfg.query_block)
+    rows = q[:, :, control_tokens:].to(torch.float64)
+    which = (first + torch.arange(rows.shape[-2])) // cfg.query_block
+    sums = torch.zeros(B, Hq, nQb, D, dtype=torch.float64)
+    sums.index_add_(-2, which, rows)
+    held = torch.bincount(which, minlength=nQb)  # rows of each query block that q holds
+    qb = sums / held.clamp_min(1).to(torch.float64)[:, None]
+    qb = qb.reshape(B, Hkv, Hq // Hkv, nQb, D).mean(2)
     kb = block_means(k[:, :, control_tokens:].to(torch.float64), cfg.retrieval_block)
     score = qb @ kb.transpose(-1, -2)  # [B, Hkv, nQb, nKb]
-    candidate = retrieval_candidates(L, cfg, window)
+    candidate = (retrieval_candidates(L, cfg, window) & causal_candidates(L, cfg, causal_block)
+                 & (held > 0)[:, None])
     score = torch.where(candidate, score, torch.tensor(float("-inf"), dtype=torch.float64))
     order = torch.sort(score, dim=-1, descending=True, stable=True)
     K = cfg.topk
@@ -136,14 +172,15 @@ def exact_keys(L: int, cfg: RangeSWAConfig, window: int, retrieved: torch.Tensor
 
 def summary_blocks(exact: torch.Tensor, L: int, cfg: RangeSWAConfig) -> torch.Tensor:
     """Rule 4: every G-block with no exact token for row i is summarised, unless far summaries are
-    off and the block is not near; [B, H_kv, L, nG] bool. Only rangeswa summarises."""
-    B, Hkv = exact.shape[:2]
+    off and the block is not near; [B, H_kv, rows, nG] bool for the rows of ``exact`` (the last rows of
+    the sequence; all L by default). Only rangeswa summarises. Section 7's visibility applies after."""
+    B, Hkv, rows = exact.shape[:3]
     nG = _ceil_div(L, cfg.summary_block)
     if cfg.method != "rangeswa":
-        return torch.zeros(B, Hkv, L, nG, dtype=torch.bool)
-    has_exact = torch.zeros(B, Hkv, L, nG, dtype=torch.int64)
+        return torch.zeros(B, Hkv, rows, nG, dtype=torch.bool)
+    has_exact = torch.zeros(B, Hkv, rows, nG, dtype=torch.int64)
     has_exact.index_add_(-1, block_of(L, cfg.summary_block), exact.to(torch.int64))
     summarised = has_exact == 0
     if not cfg.far_summaries:
-        summarised = summarised & near_blocks(L, cfg)
+        summarised = summarised & near_blocks(L, cfg)[L - rows:]
     return summarised
