@@ -6,7 +6,10 @@ which one it runs. One line per sample, in index order, with the settings that m
 (docs/generate.md): ``{"index", "model", "method", "method_options", "length", "seed", <the
 backbone's sampler settings>, "dtype", "ids", "text"}`` (ELF's sampler settings: "sampler", "steps",
 "gamma", "omega"). ``ids`` is what the backbone keeps of a sample (ELF: the EOS-masked row without its
-final run of pad ids, so in effect the tokens before the first EOS), ``text`` its decoding. Rerunning the same command resumes: samples already in the file are kept, an
+final run of pad ids, so in effect the tokens before the first EOS), ``text`` its decoding. Backbones
+that continue prompts (CoLa, LLaDA) take ``--prompts FILE.jsonl`` (one {"text": ...} per line; sample k
+continues line k, cut to its first ``--prompt-tokens`` tokens): their lines also hold "prompt_ids" and
+"prompt" (the decoded prompt), so conditional Gen. PPL can score the continuation after its prompt. Rerunning the same command resumes: samples already in the file are kept, an
 incomplete last line left by a killed run is cut off, and only the missing indices are generated.
 Batches are aligned to ``start_index + j * batch_size`` whatever is missing, so a resumed run draws
 every sample in the same batch as an uninterrupted one.
@@ -59,7 +62,8 @@ class GenerateResult:
 def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = "rangeswa", length: int = 1024,
              num_samples: int = 1000, batch_size: int = 16, seed: int = 0, start_index: int = 0,
              method_options: Optional[dict] = None, device: Optional[str] = None, dtype: str = "auto",
-             progress: bool = True, **sampler_options) -> GenerateResult:
+             prompts=None, prompt_tokens: Optional[int] = None, progress: bool = True,
+             **sampler_options) -> GenerateResult:
     """Generate samples ``start_index .. start_index + num_samples - 1`` into the JSON-lines file ``out``.
 
     Args:
@@ -70,7 +74,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         model: model name (`backbones.model_names()`: ``elf-b``, ``elf-m``, ...); picks the backbone, the
             size the checkpoint must have and the sampler defaults.
         method: attention method, one of `METHODS`.
-        length: body length L of every sample.
+        length: body length L of every sample (the new tokens of a continuation).
         num_samples, start_index: which sample indices to produce (one shard of a run per process).
         batch_size: samples per sampler call.
         seed: run seed; sample k depends only on (seed, k).
@@ -80,6 +84,10 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         device: ``cpu``, ``cuda``, ``cuda:1``, ...; default CUDA when available (under torchrun a bare
             ``cuda`` is the rank's own GPU).
         dtype: ``auto``, ``fp32`` or ``bf16`` (autocast dtype of the network).
+        prompts: a JSON-lines file of {"text": ...} prompts (conditional backbones only); sample k
+            continues prompt k.
+        prompt_tokens: cut each prompt to its first ``prompt_tokens`` tokens (a prompt shorter than that
+            is an error); None keeps whole prompts.
         progress: tqdm bars over samples and steps (rank 0's only under torchrun).
 
     Under torchrun every rank calls this with the same arguments; ``written`` is then the total of all ranks.
@@ -103,8 +111,18 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         raise FileNotFoundError(f"tokenizer folder {tokenizer_folder} does not exist; --model {model} needs the "
                                 f"{backbone.tokenizer_help}")
 
+    if prompts is not None and not backbone.conditional:
+        raise ValueError(f"--model {model} ({backbone.name}) generates without prompts; drop --prompts")
+    if prompt_tokens is not None and (prompts is None or prompt_tokens < 1):
+        raise ValueError(f"prompt_tokens must be >= 1 and needs prompts, got {prompt_tokens}")
+    prompt_texts = None
+    if prompts is not None:
+        prompt_texts = read_prompts(Path(prompts).expanduser(), start_index + num_samples)
+
     settings = dict(model=model, method=method, method_options=method_options, length=length, seed=seed,
                     **backbone.sampler_settings(sampler_config), dtype=dtype)
+    if prompts is not None:
+        settings.update(prompts=Path(prompts).name, prompt_tokens=prompt_tokens)
     out = Path(out).expanduser()
     wanted = range(start_index, start_index + num_samples)
     with distributed.session(device) as world:
@@ -120,7 +138,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         if batches:
             target = distributed.shard_path(out, world.rank) if sharded else out
             written = _write_batches(target, batches, missing, settings, backbone, sampler_config, checkpoint_file,
-                                     tokenizer_folder, device, progress and world.main)
+                                     tokenizer_folder, device, progress and world.main, prompt_texts)
         if sharded:
             written = sum(distributed.all_gather(written))
             distributed.on_main(lambda: merge_shards(out, settings))
@@ -139,9 +157,36 @@ def sampler_config_for(backbone: backbones.Backbone, model: str, options: dict):
     return backbone.sampler_config.for_model(model, **options)
 
 
+def read_prompts(path: Path, needed: int) -> list[str]:
+    """The prompt texts of a JSON-lines file ({"text": ...} per line; "prompt" is read too), at least ``needed``."""
+    if not path.is_file():
+        raise FileNotFoundError(f"prompts file {path} does not exist")
+    texts = []
+    with open(path, encoding="utf-8") as lines:
+        for number, _, line in json_objects(path, lines):
+            text = line.get("text", line.get("prompt"))
+            if not isinstance(text, str) or not text:
+                raise ValueError(f'{path}, line {number}: a prompt line needs a non-empty "text" string')
+            texts.append(text)
+    if len(texts) < needed:
+        raise ValueError(f"{path} holds {len(texts)} prompts, but samples up to index {needed - 1} were asked "
+                         f"for (sample k continues prompt k); add prompts or lower --num-samples")
+    return texts
+
+
+def _prompt_ids(backbone, tok, texts: list[str], index: int, prompt_tokens: Optional[int]) -> list[int]:
+    ids = backbone.encode(tok, texts[index])
+    if prompt_tokens is not None:
+        if len(ids) < prompt_tokens:
+            raise ValueError(f"prompt {index} has {len(ids)} tokens, fewer than --prompt-tokens {prompt_tokens}; "
+                             f"use longer prompts or a smaller --prompt-tokens")
+        ids = ids[:prompt_tokens]
+    return ids
+
+
 def _write_batches(target: Path, batches: list[tuple[int, int]], missing: set, settings: dict,
                    backbone: backbones.Backbone, sampler_config, checkpoint_file: Path, tokenizer_folder: Path,
-                   device: torch.device, progress: bool) -> int:
+                   device: torch.device, progress: bool, prompt_texts: Optional[list[str]] = None) -> int:
     """Sample ``batches`` and append their ``missing`` indices to ``target``, one line each; returns how many."""
     tok = backbone.load_tokenizer(tokenizer_folder)
     net = backbone.load(checkpoint_file, settings["model"], device)
@@ -153,14 +198,20 @@ def _write_batches(target: Path, batches: list[tuple[int, int]], missing: set, s
     total = sum(k in missing for first, last in batches for k in range(first, last))
     with open(target, "ab") as file, tqdm(total=total, desc="samples", unit="sample", disable=not progress) as bar:
         for first, last in batches:
+            prompts = None
+            if prompt_texts is not None:
+                prompts = [_prompt_ids(backbone, tok, prompt_texts, k, settings["prompt_tokens"])
+                           for k in range(first, last)]
             rows = backbone.sample(net, tok, first, last - first, settings["length"], settings["seed"], sampler_config,
-                                   autocast_dtype=DTYPES[settings["dtype"]], progress=progress)
+                                   autocast_dtype=DTYPES[settings["dtype"]], progress=progress, prompts=prompts)
             texts = backbone.decode(tok, rows)
             for offset, (row, text) in enumerate(zip(rows, texts)):
                 index = first + offset
                 if index not in missing:
                     continue
                 line = {"index": index, **settings, "ids": row, "text": text}
+                if prompts is not None:
+                    line.update(prompt_ids=prompts[offset], prompt=backbone.decode(tok, [prompts[offset]])[0])
                 file.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
                 file.flush()
                 written += 1
@@ -274,7 +325,13 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
                              "used; other backbones: their folder, see docs/)")
     parser.add_argument("--tokenizer", type=Path, required=True,
                         help="; ".join(f"{b.name}: {b.tokenizer_help}" for b in families.values()))
-    parser.add_argument("--length", type=int, default=1024, help="body length L of every sample (default 1024)")
+    parser.add_argument("--length", "--new-tokens", type=int, default=1024, dest="length",
+                        help="body length L of every sample; with --prompts, the new tokens (default 1024)")
+    parser.add_argument("--prompts", type=Path,
+                        help="JSON-lines prompts ({\"text\": ...} per line) to continue; sample k continues line k "
+                             "(backbones that continue prompts: "
+                             + ", ".join(b.name for b in families.values() if b.conditional) + ")")
+    parser.add_argument("--prompt-tokens", type=int, help="cut each prompt to its first N tokens (paper: 1024)")
     parser.add_argument("--method", default="rangeswa", help=f"attention method: {', '.join(METHODS)} (default rangeswa)")
     parser.add_argument("--num-samples", type=int, default=1000, help="samples to produce (default 1000)")
     parser.add_argument("--start-index", type=int, default=0,
@@ -327,8 +384,8 @@ def run_generate(args: argparse.Namespace) -> int:
     result = generate(checkpoint=args.checkpoint, tokenizer=args.tokenizer, out=args.out, model=args.model,
                       method=args.method, length=args.length, num_samples=args.num_samples,
                       batch_size=args.batch_size, seed=args.seed, start_index=args.start_index,
-                      method_options=options, device=args.device, dtype=args.dtype, progress=not args.no_progress,
-                      **sampler_options_of(args))
+                      method_options=options, device=args.device, dtype=args.dtype, prompts=args.prompts,
+                      prompt_tokens=args.prompt_tokens, progress=not args.no_progress, **sampler_options_of(args))
     if distributed.launched_world().main:
         print(f"{result.out}: wrote {result.written} sample(s); {result.already_done} were already there")
     return 0

@@ -76,11 +76,16 @@ class Backbone:
     def decode(self, tokenizer, rows: list[list[int]]) -> list[str]:
         raise NotImplementedError
 
+    def encode(self, tokenizer, text: str) -> list[int]:
+        """The token ids of a prompt text (conditional backbones; no special tokens added)."""
+        raise NotImplementedError(f"{self.name} does not continue prompts")
+
     # -------------------------------------------------------------------------------- sampling
     def sample(self, model, tokenizer, first: int, count: int, length: int, seed: int, config, *,
                autocast_dtype: Optional[torch.dtype], progress: bool, prompts: Optional[list] = None) -> list[list[int]]:
         """Samples ``first .. first + count - 1`` of run ``seed`` as token-id rows (what a JSON line
-        keeps); sample k's randomness depends only on (seed, k)."""
+        keeps); sample k's randomness depends only on (seed, k). ``prompts`` (conditional backbones):
+        one list of prompt token ids per sample, the rows then hold the continuation only."""
         raise NotImplementedError
 
     def sampler_settings(self, config) -> dict:
