@@ -108,7 +108,7 @@ def euler_edm_step(z: torch.Tensor, x_pred: torch.Tensor, gamma_t: torch.Tensor,
     """
     t, s = gamma_t.double(), gamma_s.double()
     keep = ((F.softplus(t) - F.softplus(s)) / 2).exp().item()  # alpha_s / alpha_t
-    alpha_s = torch.sigmoid(-t).sqrt().item()
+    alpha_s = torch.sigmoid(-s).sqrt().item()
     weight = ((s - t) / 2).exp().item()
     target = alpha_s * x_pred.double()
     return target.lerp(z.double() * keep, weight).to(z.dtype)
