@@ -8,6 +8,16 @@ What is scored, exactly:
   chunk has no context and is not scored, so a text of n tokens gives n - ceil(n / chunk_size) scored tokens;
 - Gen. PPL = exp(total NLL / total scored tokens), summed over all chunks of all texts.
 
+Conditional Gen. PPL (samples that continue a prompt, given as `prompts`): prompt and continuation are
+tokenized separately (as above) and only the continuation's tokens are scored, each after its prompt:
+- the continuation is cut into consecutive pieces of at most `chunk_size // 2` tokens (512 for a
+  1024-token scorer);
+- each piece is scored in one window: the piece preceded by the `chunk_size - len(piece)` tokens just
+  before it (the prompt's tail, then earlier continuation tokens), or all of them when fewer exist; the
+  context tokens are not scored;
+- so every continuation token is scored exactly once, with at least `chunk_size // 2` tokens of context
+  when that many precede it; only the first token of a continuation without a prompt goes unscored.
+
 transformers is imported only inside `load_scorer`, so this module imports without it.
 """
 
@@ -46,18 +56,57 @@ def default_chunk_size(model) -> int:
     return min(MAX_CHUNK_TOKENS, max_positions(model) or MAX_CHUNK_TOKENS)
 
 
+#: A scoring window: its token ids and how many leading ids are context only (token j is scored when
+#: j >= max(1, context)).
+Window = tuple[list[int], int]
+
+
 def chunk_ids(ids: Sequence[int], chunk_size: int) -> list[list[int]]:
     """Consecutive non-overlapping chunks of at most `chunk_size` ids, keeping only those with a scored token (>= 2 ids)."""
     chunks = (list(ids[start : start + chunk_size]) for start in range(0, len(ids), chunk_size))
     return [c for c in chunks if len(c) >= 2]
 
 
+def continuation_windows(prompt: Sequence[int], ids: Sequence[int], chunk_size: int) -> list[Window]:
+    """The windows that score continuation ``ids`` after ``prompt`` (conditional Gen. PPL, module docstring)."""
+    piece = max(1, chunk_size // 2)
+    sequence = list(prompt) + list(ids)
+    windows = []
+    for start in range(len(prompt), len(sequence), piece):
+        end = min(start + piece, len(sequence))
+        first = max(0, end - chunk_size)
+        window = sequence[first:end]
+        if len(window) >= 2:
+            windows.append((window, start - first))
+    return windows
+
+
+def scoring_windows(tokenizer, texts: Sequence[str], chunk_size: int,
+                    prompts: Sequence[str | None] | None = None) -> list[Window]:
+    """Every window of every text, longest first: `chunk_ids` chunks (no context) for a text without a prompt,
+    `continuation_windows` for one whose prompt (``prompts[i]``, None for none) is given."""
+    encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+    prompts = [None] * len(texts) if prompts is None else list(prompts)
+    if len(prompts) != len(texts):
+        raise ValueError(f"need one prompt (or None) per text, got {len(prompts)} for {len(texts)} texts.")
+    given = [p for p in prompts if p is not None]
+    prompt_ids = iter(tokenizer(given, add_special_tokens=False, verbose=False)["input_ids"] if given else [])
+    windows = []
+    for ids, prompt in zip(encoded, prompts):
+        if prompt is None:
+            windows += [(chunk, 0) for chunk in chunk_ids(ids, chunk_size)]
+        else:
+            windows += continuation_windows(next(prompt_ids), ids, chunk_size)
+    return sorted(windows, key=lambda w: len(w[0]), reverse=True)
+
+
 @torch.inference_mode()
-def batch_nll(model, chunks: Sequence[Sequence[int]]) -> tuple[float, int]:
+def batch_nll(model, chunks: Sequence[Sequence[int]], contexts: Sequence[int] | None = None) -> tuple[float, int]:
     """Total NLL (nats) and scored-token count of a batch of chunks, each token scored given its chunk prefix.
 
-    Chunks are right-padded (pad id 0, masked out of attention and of the loss), so real tokens keep
-    positions 0..len-1.
+    Token j of chunk i is scored when j >= max(1, contexts[i]) (``contexts`` default: all zero, every token
+    but the first). Chunks are right-padded (pad id 0, masked out of attention and of the loss), so real
+    tokens keep positions 0..len-1.
     """
     device = next(model.parameters()).device
     width = max(len(c) for c in chunks)
@@ -69,6 +118,9 @@ def batch_nll(model, chunks: Sequence[Sequence[int]]) -> tuple[float, int]:
     ids, mask = ids.to(device), mask.to(device)
     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
     nll = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="none")
+    if contexts is not None:
+        positions = torch.arange(1, width, device=device)[None, :]
+        mask[:, 1:] *= positions >= torch.tensor(list(contexts), device=device)[:, None]
     scored = mask[:, 1:].flatten()
     return float((nll.double() * scored).sum()), int(scored.sum())
 
@@ -80,11 +132,13 @@ def generative_perplexity(
     chunk_size: int | None = None,
     batch_size: int = 8,
     progress: bool = True,
+    prompts: Sequence[str | None] | None = None,
 ) -> Perplexity:
     """Gen. PPL of `texts` under an already loaded causal LM and its tokenizer (see the module docstring).
 
     chunk_size defaults to `default_chunk_size(model)`; chunks of all texts are batched together,
-    longest first, `batch_size` per forward pass, on the model's device and dtype.
+    longest first, `batch_size` per forward pass, on the model's device and dtype. ``prompts[i]`` (None:
+    none) makes text i a continuation scored after its prompt (conditional Gen. PPL).
     """
     chunk_size = default_chunk_size(model) if chunk_size is None else chunk_size
     if chunk_size < 2:
@@ -96,16 +150,15 @@ def generative_perplexity(
         raise ValueError(f"batch_size={batch_size} must be at least 1.")
     if not texts:
         raise ValueError("Gen. PPL needs at least one text, got none.")
-    encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
-    chunks = sorted((c for ids in encoded for c in chunk_ids(ids, chunk_size)), key=len, reverse=True)
-    if not chunks:
+    windows = scoring_windows(tokenizer, texts, chunk_size, prompts)
+    if not windows:
         raise ValueError("Gen. PPL has nothing to score: every text has fewer than 2 scorer tokens.")
 
     model.eval()
-    batches = [chunks[start : start + batch_size] for start in range(0, len(chunks), batch_size)]
+    batches = [windows[start : start + batch_size] for start in range(0, len(windows), batch_size)]
     nll, scored = 0.0, 0
     for batch in tqdm(batches, desc="Gen. PPL", unit="batch", disable=not progress):
-        batch_total, batch_scored = batch_nll(model, batch)
+        batch_total, batch_scored = batch_nll(model, *zip(*batch))
         nll += batch_total
         scored += batch_scored
     return Perplexity(ppl=math.exp(nll / scored), nll=nll, scored_tokens=scored)
@@ -145,7 +198,9 @@ def generative_perplexity_from_path(
     chunk_size: int | None = None,
     batch_size: int = 8,
     progress: bool = True,
+    prompts: Sequence[str | None] | None = None,
 ) -> Perplexity:
     """`generative_perplexity` with the scorer loaded from a local folder by `load_scorer`."""
     model, tokenizer = load_scorer(path, device=device, dtype=dtype)
-    return generative_perplexity(texts, model, tokenizer, chunk_size=chunk_size, batch_size=batch_size, progress=progress)
+    return generative_perplexity(texts, model, tokenizer, chunk_size=chunk_size, batch_size=batch_size, progress=progress,
+                                 prompts=prompts)

@@ -2,7 +2,9 @@
 
 Each non-blank line of the file is a JSON object with at least "ids" (the generating model's token ids,
 a list of ints) and "text" (the decoded text, a string); other keys (method, length, seed, index, ...)
-are ignored.
+are ignored, except "prompt": a line with a "prompt" string (written by `rangeswa generate --prompts`) is
+a continuation, and its Gen. PPL scores the text after that prompt (conditional Gen. PPL, genppl's
+docstring); H, R4 and C2 read "ids" and "text", the continuation alone.
 
 Under torchrun (``WORLD_SIZE > 1``) the Gen. PPL scorer batches are dealt over the ranks
 (`sharded_perplexity`); the cheap text metrics run on every rank and rank 0 writes the result.
@@ -24,11 +26,11 @@ from .genppl import (
     DTYPES,
     Perplexity,
     batch_nll,
-    chunk_ids,
     default_chunk_size,
     generative_perplexity_from_path,
     load_scorer,
     max_positions,
+    scoring_windows,
 )
 from .metrics import lexical_continuity, low_diversity, mean_four_gram_repetition, mean_unigram_entropy
 
@@ -39,7 +41,7 @@ def read_samples(path: str | Path) -> list[dict]:
     """The samples of a JSON-lines file; blank lines are skipped.
 
     Raises ValueError naming the file and line number for a line that is not a JSON object with
-    "ids" (list of ints) and "text" (string), and for a file without samples.
+    "ids" (list of ints) and "text" (string), or whose "prompt" is not a string, and for a file without samples.
     """
     samples = []
     with open(path, encoding="utf-8") as lines:
@@ -49,6 +51,8 @@ def read_samples(path: str | Path) -> list[dict]:
                 raise ValueError(f'{path}, line {number}: "ids" must be a list of ints.')
             if not isinstance(text, str):
                 raise ValueError(f'{path}, line {number}: "text" must be a string.')
+            if "prompt" in sample and not isinstance(sample["prompt"], str):
+                raise ValueError(f'{path}, line {number}: "prompt" must be a string (the prompt the text continues).')
             samples.append(sample)
     if not samples:
         raise ValueError(f"{path} holds no samples.")
@@ -100,6 +104,7 @@ def score_file(
     names = resolve_metrics(metrics, scorer)
     samples = read_samples(path)
     texts = [s["text"] for s in samples]
+    prompts = [s.get("prompt") for s in samples] if any("prompt" in s for s in samples) else None
     result: dict = {"file": str(path), "samples": len(samples)}
     device = distributed.device_for(device)
     with distributed.session(device) as world:
@@ -107,10 +112,11 @@ def score_file(
             if world.size > 1:
                 model, tokenizer = load_scorer(scorer, device=device, dtype=dtype)
                 ppl = sharded_perplexity(texts, model, tokenizer, world, chunk_size=chunk_size, batch_size=batch_size,
-                                         progress=progress and world.main)
+                                         progress=progress and world.main, prompts=prompts)
             else:
                 ppl = generative_perplexity_from_path(texts, scorer, device=str(device), dtype=dtype,
-                                                      chunk_size=chunk_size, batch_size=batch_size, progress=progress)
+                                                      chunk_size=chunk_size, batch_size=batch_size, progress=progress,
+                                                      prompts=prompts)
             result.update(ppl=ppl.ppl, ppl_scored_tokens=ppl.scored_tokens, scorer=str(scorer))
         if "h" in names:
             h = mean_unigram_entropy([s["ids"] for s in samples])
@@ -127,10 +133,11 @@ def score_file(
 
 
 def sharded_perplexity(texts: Sequence[str], model, tokenizer, world: distributed.World, chunk_size: int | None = None,
-                       batch_size: int = 8, progress: bool = True) -> Perplexity:
+                       batch_size: int = 8, progress: bool = True,
+                       prompts: Sequence[str | None] | None = None) -> Perplexity:
     """`genppl.generative_perplexity` with its scorer batches dealt round-robin over the ranks of `world`.
 
-    Every rank forms the same batches (all chunks of all texts, longest first, `batch_size` each) and
+    Every rank forms the same batches (all windows of all texts, longest first, `batch_size` each) and
     scores its share; the per-batch totals are gathered and added in batch order, so the result is a
     one-process run's bit for bit on the same kind of device. Every rank must call it alike.
     """
@@ -141,14 +148,13 @@ def sharded_perplexity(texts: Sequence[str], model, tokenizer, world: distribute
                          f"({limit}).")
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be at least 1.")
-    encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
-    chunks = sorted((c for ids in encoded for c in chunk_ids(ids, chunk_size)), key=len, reverse=True)
-    if not chunks:
+    windows = scoring_windows(tokenizer, texts, chunk_size, prompts)
+    if not windows:
         raise ValueError("Gen. PPL has nothing to score: every text has fewer than 2 scorer tokens.")
     model.eval()
-    numbered = list(enumerate(chunks[start : start + batch_size] for start in range(0, len(chunks), batch_size)))
+    numbered = list(enumerate(windows[start : start + batch_size] for start in range(0, len(windows), batch_size)))
     mine = distributed.deal(numbered, world)
-    totals = [(number, *batch_nll(model, batch))
+    totals = [(number, *batch_nll(model, *zip(*batch)))
               for number, batch in tqdm(mine, desc="Gen. PPL", unit="batch", disable=not progress)]
     ordered = sorted(total for part in distributed.all_gather(totals) for total in part)
     nll, scored = 0.0, 0
