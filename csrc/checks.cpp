@@ -109,7 +109,7 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       int64_t topk, int64_t retrieval_block, int64_t query_block, int64_t train_length,
                       int64_t sinks, bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
                       c10::string_view rope_style, std::optional<double> scale_arg, int64_t causal_block,
-                      bool cond_correction) {
+                      bool cond_correction, bool summaries) {
   Method m = parse_method(method);
   check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk, causal_block);
   check_bhnd(v, "v");
@@ -137,7 +137,7 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   p.scale = scale;
   p.rope = check_rope(p.D, theta, rotary_dim, rope_style);
   p.rules = make_rules(m, p.L, window, summary_block, near_range, topk, retrieval_block, query_block,
-                       train_length, sinks, far_summaries, causal_block, cond_correction);
+                       train_length, sinks, far_summaries, causal_block, cond_correction, summaries);
   const bool conditioning = conditioned(p.rules, p.C);
   p.control_position_scale = conditioning ? double(train_length) / double(p.L) : 1.0;
   p.control_bias = conditioning ? -std::log(double(p.L) / double(train_length)) : 0.0;

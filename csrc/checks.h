@@ -47,7 +47,7 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       int64_t topk, int64_t retrieval_block, int64_t query_block, int64_t train_length,
                       int64_t sinks, bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
                       c10::string_view rope_style, std::optional<double> scale, int64_t causal_block,
-                      bool cond_correction);
+                      bool cond_correction, bool summaries);
 
 // `t` itself when its last dim is contiguous (any batch / head / row strides), else a contiguous copy;
 // kernels then read it through row_strides.

@@ -62,6 +62,7 @@ struct Rules {
   int64_t T;              // train_length
   int64_t sinks;          // S (swa only)
   bool far_summaries;
+  bool summaries;         // rule 4 at all (off: the paper's ablation without summaries)
   int64_t cb;             // section 7's causal block, 0 = bidirectional
   bool cond_correction;   // section 3's conditioning correction is applied when extrapolating
   bool extrapolating;     // L > T and the method corrects positions (self_extend, rangeswa)
@@ -139,7 +140,7 @@ struct Rules {
   // block retrieved for i's query block.
   RSWA_HD Role block_role(int64_t i, int64_t b, bool retrieved) const {
     if (in_window(i, b) || retrieved) return Role::kExact;
-    if (far_summaries || is_near(i, b)) return Role::kSummary;
+    if (summaries && (far_summaries || is_near(i, b))) return Role::kSummary;
     return Role::kHidden;
   }
 
@@ -159,7 +160,7 @@ RSWA_HD bool conditioned(const Rules& R, int64_t C) { return R.extrapolating && 
 // Builds the rules for one call; radius and the extrapolation switch depend on the method.
 RSWA_HD Rules make_rules(Method method, int64_t L, int64_t window, int64_t G, int64_t Hn, int64_t topk,
                          int64_t Rb, int64_t Qb, int64_t T, int64_t sinks, bool far_summaries,
-                         int64_t causal_block = 0, bool cond_correction = true) {
+                         int64_t causal_block = 0, bool cond_correction = true, bool summaries = true) {
   Rules r{};
   r.method = method;
   r.L = L;
@@ -173,6 +174,7 @@ RSWA_HD Rules make_rules(Method method, int64_t L, int64_t window, int64_t G, in
   r.T = T;
   r.sinks = method == Method::kSwa ? sinks : 0;
   r.far_summaries = far_summaries;
+  r.summaries = summaries;
   r.cb = causal_block;
   r.cond_correction = cond_correction;
   r.extrapolating = L > T && (method == Method::kSelfExtend || method == Method::kRangeSwa);

@@ -5,7 +5,8 @@
 // Defaults are the paper's RangeSWA in its late denoising stage (SPEC sections 2-4): W = 256, G = 16,
 // Hn = 512, K = 8 blocks of Rb = 64 per query block of Qb = 128, T = 1024, no control tokens, RoPE base
 // 10^4 on every dim (rotary_dim None), interleaved pairs, scale None = 1/sqrt(D), bidirectional
-// (causal_block 0), with the conditioning correction. SPEC section 7's cached calls need no argument:
+// (causal_block 0), with the conditioning correction and the block summaries of rule 4 (both can be
+// switched off for the paper's ablations). SPEC section 7's cached calls need no argument:
 // q may hold the C control rows and only the last Lq body rows of k and v. So
 // `torch.ops.rangeswa.attn(q, k, v)` is a drop-in for scaled_dot_product_attention on [B, H, N, D]
 // inputs before RoPE. Argument meanings: python/rangeswa_ext/ops.py; they equal RangeSWAConfig's
@@ -31,6 +32,6 @@ inline constexpr const char* kAttn =
     "int window=256, int summary_block=16, int near_range=512, int topk=8, int retrieval_block=64, "
     "int query_block=128, int train_length=1024, int sinks=0, bool far_summaries=True, float theta=10000.0, "
     "int? rotary_dim=None, str rope_style=\"interleaved\", float? scale=None, int causal_block=0, "
-    "bool cond_correction=True) -> (Tensor, Tensor)";
+    "bool cond_correction=True, bool summaries=True) -> (Tensor, Tensor)";
 
 }  // namespace rangeswa::schema

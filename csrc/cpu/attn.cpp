@@ -530,7 +530,8 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
     // Without far summaries only blocks near some row of the tile can be seen.
     const int64_t lo = R.far_summaries ? 0 : R.far_left_end(t.i0);
     const int64_t hi = std::min(R.far_summaries ? nG : R.far_right_begin(t.last()), ceil_div(seen, R.G));
-    for (int64_t ba = lo; ba < hi; ba += chunk) summary_pass(c, kv, t, ws, ba, std::min(hi, ba + chunk));
+    if (R.summaries)
+      for (int64_t ba = lo; ba < hi; ba += chunk) summary_pass(c, kv, t, ws, ba, std::min(hi, ba + chunk));
   }
   ws.softmax.write(c.out + row0 * D, c.lse + row0);
 }
@@ -632,11 +633,11 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
                                             int64_t query_block, int64_t train_length, int64_t sinks,
                                             bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
                                             c10::string_view rope_style, std::optional<double> scale,
-                                            int64_t causal_block, bool cond_correction) {
+                                            int64_t causal_block, bool cond_correction, bool summaries) {
   Call c{};
   c.p = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
                    retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim,
-                   rope_style, scale, causal_block, cond_correction);
+                   rope_style, scale, causal_block, cond_correction, summaries);
   const AttnParams& p = c.p;
   const Rules& R = p.rules;
   // fp32 inputs are read in place through their strides (views of a fused qkv projection included).

@@ -110,7 +110,7 @@ RSWA_HD void build_segments(const AttnKernelParams& p, const QueryTile& t, Segme
   // Mixed blocks exist for far summaries under grouping (when the window reaches past Hn they all lie
   // inside their row's window and need no pass). The left and right runs may overlap when Hn is small
   // against the tile, so the right one starts where the left one ends: each logit is added once.
-  if (R.grouping() && R.far_summaries && R.radius < R.Hn + 1) {
+  if (R.grouping() && R.summaries && R.far_summaries && R.radius < R.Hn + 1) {
     const int64_t left_last = t.i1 - R.Hn - 1, right_first = t.i0 + R.Hn + 1;
     int64_t left_end = 0;
     if (left_last >= 0) {
@@ -127,7 +127,7 @@ RSWA_HD void build_segments(const AttnKernelParams& p, const QueryTile& t, Segme
   // Summaries: every block unless far summaries are off (then only blocks near some row), minus the
   // blocks [wf1, wl0] inside every row's window.
   const int64_t nG = R.num_summary_blocks();
-  int64_t lo = 0, hi = ceil_div(t.seen_by_any, R.G) - 1;  // blocks holding a key some row sees
+  int64_t lo = 0, hi = R.summaries ? ceil_div(t.seen_by_any, R.G) - 1 : -1;  // blocks with a key some row sees
   if (!R.far_summaries) {
     lo = R.far_left_end(t.i0);
     hi = min64(hi, R.far_right_begin(t.i1) - 1);

@@ -35,7 +35,7 @@ RSWA_HD RowCtx make_row_ctx(const Rules& R, int64_t i) {
     c.mixed_block[side] = -1;
     c.mixed_lo[side] = c.mixed_hi[side] = 0;
   }
-  if (!R.grouping() || !R.far_summaries) return c;  // mixed blocks are never near, so never seen then
+  if (!R.grouping() || !R.far_summaries || !R.summaries) return c;  // mixed blocks are far: unseen then
   // A block is kMixed for i exactly when it holds both i - Hn - 1 and i - Hn (left) or both i + Hn and
   // i + Hn + 1 (right); one block can be both when G > 2 Hn + 1, and is then kept once (left).
   const int64_t left = i - R.Hn - 1, right = i + R.Hn + 1;
@@ -61,7 +61,7 @@ RSWA_HD bool body_key_visible(const Rules& R, Visibility vis, const RowCtx& row,
 RSWA_HD bool summary_visible(const Rules& R, const RowCtx& row, int64_t b, bool retrieved) {
   const bool in_window = b >= row.wf && b <= row.wl;
   if (in_window || retrieved) return false;
-  return R.far_summaries || R.is_near(row.i, b);
+  return R.summaries && (R.far_summaries || R.is_near(row.i, b));
 }
 
 // The class an element's score comes from: its pair's PosClass (exact keys) or its block's BlockClass.

@@ -168,10 +168,10 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
                                              int64_t query_block, int64_t train_length, int64_t sinks,
                                              bool far_summaries, double theta,
                                              std::optional<int64_t> rotary_dim, c10::string_view rope_style,
-                                             std::optional<double> scale, int64_t causal_block, bool cond_correction) {
+                                             std::optional<double> scale, int64_t causal_block, bool cond_correction, bool summaries) {
   const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
                                    topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
-                                   rotary_dim, rope_style, scale, causal_block, cond_correction);
+                                   rotary_dim, rope_style, scale, causal_block, cond_correction, summaries);
   const Rules& R = ap.rules;
   TORCH_CHECK_VALUE(padded_head_dim(ap.D) > 0, "attn on CUDA supports head dims up to 128, got ", ap.D);
   const char* unsupported = cuda_unsupported(ap);

@@ -43,6 +43,8 @@ class RangeSWAConfig:
         rotary_dim: rotated dims (even); ``None`` rotates the whole head dim.
         rope_style: ``interleaved`` (pairs (0,1),(2,3),...) or ``half`` (pairs (k, k + rotary_dim/2)).
         scale: softmax scale; ``None`` means ``1/sqrt(head_dim)``.
+        summaries: rule 4's block summaries at all; off only for the ablation "without summaries"
+            (paper Tables 4 and 8; ``far_summaries`` keeps the near ones, as RangeSWA-Lite does).
         cond_correction: SPEC section 3's conditioning correction between body and control tokens when
             L > T (positions scaled by T/L, control-row logits - log(L/T)); off only for the ablation
             "without the conditioning correction" (paper Table 4).
@@ -66,6 +68,7 @@ class RangeSWAConfig:
     rope_style: str = "interleaved"
     scale: Optional[float] = None
     cond_correction: bool = True
+    summaries: bool = True
 
     def __post_init__(self):
         if self.method not in OP_METHODS:

@@ -42,7 +42,8 @@ from .methods import METHODS, OP_PRESETS
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 #: RangeSWAConfig fields a run may override (the RoPE fields and train_length come from the model).
 METHOD_OPTIONS = ("early_window", "late_window", "decode_window", "switch_time", "summary_block", "near_range",
-                  "topk", "retrieval_block", "query_block", "sinks", "far_summaries", "scale_windows")
+                  "topk", "retrieval_block", "query_block", "sinks", "far_summaries", "summaries", "cond_correction",
+                  "scale_windows")
 #: An example value of each method option (its type is the option's); scale_windows scales the preset's
 #: numbers from T = 1024 to the model's training length (RangeSWAConfig.scaled_to) before the others apply.
 METHOD_OPTION_EXAMPLES = {**{k: getattr(RangeSWAConfig(), k) for k in METHOD_OPTIONS if k != "scale_windows"},

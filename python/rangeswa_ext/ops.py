@@ -51,7 +51,7 @@ def attn_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "l
                 retrieval_block=cfg.retrieval_block, query_block=cfg.query_block, train_length=cfg.train_length,
                 sinks=cfg.sinks, far_summaries=cfg.far_summaries, theta=float(cfg.theta), rotary_dim=cfg.rotary_dim,
                 rope_style=cfg.rope_style, scale=None if cfg.scale is None else float(cfg.scale),
-                causal_block=int(causal_block), cond_correction=cfg.cond_correction)
+                causal_block=int(causal_block), cond_correction=cfg.cond_correction, summaries=cfg.summaries)
 
 
 def topk_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late", causal_block: int = 0) -> dict:
@@ -81,6 +81,24 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0, rotar
 @torch.library.register_fake("rangeswa::rope")
 def _rope_fake(x, positions, *args, **kwargs):
     return x.new_empty(x.shape)
+
+
+def _rope_setup_context(ctx, inputs, output):
+    _, positions, theta, rotary_dim, rope_style = (list(inputs) + [10000.0, None, "interleaved"])[:5]
+    ctx.save_for_backward(positions)
+    ctx.rope = (theta, rotary_dim, rope_style)
+
+
+def _rope_backward(ctx, grad):
+    # R(p) is a rotation: its gradient is the transposed rotation R(p)^T g = R(-p) g.
+    (positions,) = ctx.saved_tensors
+    theta, rotary_dim, rope_style = ctx.rope
+    return torch.ops.rangeswa.rope.default(grad.contiguous(), -positions, theta, rotary_dim, rope_style), None, None, None, None
+
+
+# The rotation is differentiable in x (positions get no gradient), so models train through the dense
+# baselines (the miniature's training uses `full`).
+torch.library.register_autograd("rangeswa::rope", _rope_backward, setup_context=_rope_setup_context)
 
 
 def block_summary(k: torch.Tensor, v: torch.Tensor, positions: Optional[torch.Tensor] = None,

@@ -96,13 +96,16 @@ class ELFConfig:
         return dataclasses.replace(self, **changes)
 
 
-#: Official factories ELF_B / ELF_M / ELF_L (pytorch_elf src/modules/model.py:234-236), plus a tiny
-#: model for tests that keeps the real input width and vocabulary.
+#: Official factories ELF_B / ELF_M / ELF_L (pytorch_elf src/modules/model.py:234-236), a tiny model for
+#: tests that keeps the real input width and vocabulary, and the shipped miniature (docs/demo.md): 4
+#: layers of width 192 over a 64-d frozen embedding table of a 4096-token BPE, trained at T = 128.
 ELF_CONFIGS = {
     "elf-b": dict(n_layer=12, dim=768, n_head=12),
     "elf-m": dict(n_layer=24, dim=1056, n_head=16),
     "elf-l": dict(n_layer=32, dim=1280, n_head=16),
     "elf-tiny": dict(n_layer=2, dim=64, n_head=2),
+    "elf-mini": dict(n_layer=4, dim=192, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
+                     frequency_dim=64, train_length=128),
 }
 
 

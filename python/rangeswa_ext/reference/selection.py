@@ -176,7 +176,7 @@ def summary_blocks(exact: torch.Tensor, L: int, cfg: RangeSWAConfig) -> torch.Te
     the sequence; all L by default). Only rangeswa summarises. Section 7's visibility applies after."""
     B, Hkv, rows = exact.shape[:3]
     nG = _ceil_div(L, cfg.summary_block)
-    if cfg.method != "rangeswa":
+    if cfg.method != "rangeswa" or not cfg.summaries:
         return torch.zeros(B, Hkv, rows, nG, dtype=torch.bool)
     has_exact = torch.zeros(B, Hkv, rows, nG, dtype=torch.int64)
     has_exact.index_add_(-1, block_of(L, cfg.summary_block), exact.to(torch.int64))

@@ -47,6 +47,7 @@ _PRESETS = {
     "elf-m": dict(steps=64, gamma=1.0),
     "elf-l": dict(steps=64, gamma=1.0),
     "elf-tiny": dict(steps=32, gamma=1.5),
+    "elf-mini": dict(steps=32, gamma=1.5),  # ELF-B's settings
 }
 
 

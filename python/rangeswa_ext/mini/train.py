@@ -1,0 +1,228 @@
+"""Training the miniature: ELF-mini with ELF's objective, and a tiny GPT-2 judge for Gen. PPL.
+
+ELF's objective (the ELF explainer in shared/seeds, condensed from the official JAX code), per step:
+- with probability 1 - decode_prob, the denoising branch: t = sigmoid(p_std * n + p_mean) per sequence,
+  z = t x + (1 - t) * noise_scale * eps, the network predicts x (x-prediction) and the loss compares
+  velocities, ((x_pred - z) / max(1 - t, t_eps) - v)^2 with v = (x - z) / max(1 - t, t_eps). Half the
+  sequences are self-conditioned on a first, gradient-free prediction x0, and their target carries the
+  training-time guidance term (1 - 1/w) (v_c - v_u) with w the guidance scale fed to the network (drawn
+  log-uniformly in 1 + w over [0.5, 5]);
+- with probability decode_prob, the decoding branch: each token's embedding is corrupted as
+  p x + (1 - p) * 5 eps with p = sigmoid(0.8 n + 0.8) per token, and the decode mode is trained with
+  cross-entropy against the true tokens.
+x is the frozen embedding table (latent.py) at the token ids. AdamW (the official Muon is not in torch)
+with a linear warm-up and a cosine decay to a tenth of the rate, and an EMA of the weights used for
+sampling. Checkpoints are official ELF checkpoint files (`checkpoint_<step>`, EMA weights in
+``ema_params1``) plus ``training_state.pt`` (optimizer, EMA, generator, step), from which a killed run
+resumes exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ..methods import make_attention
+from ..models.elf import ELF, ELFConfig
+from ..models.elf_checkpoint import save_checkpoint
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run of ELF-mini (or of the judge, which uses steps, batch, lr, warmup, seed)."""
+
+    steps: int = 6000
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup: int = 200
+    ema: float = 0.999
+    decode_prob: float = 0.2
+    self_cond_prob: float = 0.5
+    p_mean: float = -1.5
+    p_std: float = 0.8
+    noise_scale: float = 2.0
+    t_eps: float = 0.05
+    decode_noise: float = 5.0
+    guidance_min: float = 0.5
+    guidance_max: float = 5.0
+    save_every: int = 500
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "save_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.decode_prob <= 1 or not 0 <= self.self_cond_prob <= 1:
+            raise ValueError("decode_prob and self_cond_prob must lie in [0, 1]")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+def learning_rate(config: TrainConfig, step: int) -> float:
+    """Linear warm-up over `warmup` steps, then a cosine decay to a tenth of `lr` at `steps`."""
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
+    return config.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def random_windows(ids: torch.Tensor, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """``batch`` random windows of ``length`` consecutive corpus tokens, [batch, length]."""
+    if ids.numel() <= length:
+        raise ValueError(f"the corpus has {ids.numel()} tokens, not more than the training length {length}")
+    starts = torch.randint(0, ids.numel() - length, (batch,), generator=generator)
+    return ids[starts[:, None] + torch.arange(length)[None, :]]
+
+
+def elf_loss(model: ELF, table: torch.Tensor, tokens: torch.Tensor, config: TrainConfig,
+             generator: torch.Generator) -> tuple[torch.Tensor, str]:
+    """One step's loss (see the module docstring) and which branch it took."""
+    B = tokens.shape[0]
+    device = table.device
+    x = table[tokens]
+    draw = lambda *shape: torch.randn(*shape, generator=generator).to(device)  # noqa: E731
+    uniform = lambda *shape: torch.rand(*shape, generator=generator).to(device)  # noqa: E731
+    # Guidance scale per sequence, log-uniform in 1 + w over [1 + min, 1 + max].
+    low, high = math.log1p(config.guidance_min), math.log1p(config.guidance_max)
+    w = torch.expm1(low + (high - low) * uniform(B))
+    if float(torch.rand(1, generator=generator)) < config.decode_prob:
+        p = torch.sigmoid(0.8 * draw(B, tokens.shape[1], 1) + 0.8)
+        noisy = p * x + (1 - p) * config.decode_noise * draw(*x.shape)
+        logits = model(noisy, 1.0, None, w, decode=True)
+        return F.cross_entropy(logits.flatten(0, 1), tokens.flatten().to(device)), "decode"
+    t = torch.sigmoid(config.p_std * draw(B) + config.p_mean)
+    tt = t[:, None, None]
+    z = tt * x + (1 - tt) * config.noise_scale * draw(*x.shape)
+    clip = (1 - tt).clamp_min(config.t_eps)
+    v = (x - z) / clip
+    with torch.no_grad():
+        x0 = model(z, t, None, w)
+        conditioned = (uniform(B) < config.self_cond_prob)[:, None, None]
+        xs = model(z, t, x0, w)
+        guidance = (1 - 1 / w)[:, None, None] * ((xs - z) / clip - (x0 - z) / clip)
+        target = v + torch.where(conditioned, guidance, torch.zeros_like(guidance))
+    x_pred = model(z, t, torch.where(conditioned, x0, torch.zeros_like(x0)), w)
+    return (((x_pred - z) / clip - target) ** 2).mean(), "denoise"
+
+
+def train_elf(ids: torch.Tensor, table: torch.Tensor, model_config: ELFConfig, config: TrainConfig,
+              out: str | Path, *, device: Optional[str] = None, progress: bool = True) -> Path:
+    """Train (or resume) ELF-mini on the token ids ``ids`` in the space of ``table``; returns the last
+    checkpoint file. A run resumes from ``out/training_state.pt`` when it exists with the same configs."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if table.shape != (model_config.vocab_size, model_config.encoder_dim):
+        raise ValueError(f"the embedding table is {tuple(table.shape)}, but the model needs "
+                         f"[vocab_size, encoder_dim] = [{model_config.vocab_size}, {model_config.encoder_dim}]")
+    torch.manual_seed(config.seed)
+    model = ELF(model_config, attention=make_attention("full", head_dim=model_config.head_dim,
+                                                       train_length=model_config.train_length)).to(device)
+    ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    generator = torch.Generator().manual_seed(config.seed)
+    step = 0
+    state_file = out / "training_state.pt"
+    settings = dict(model=dataclasses.asdict(model_config), train=dataclasses.asdict(config))
+    if state_file.exists():
+        state = torch.load(state_file, map_location=device, weights_only=False)
+        if state["settings"] != settings:
+            raise ValueError(f"{state_file} belongs to a run with other settings; use another --out folder")
+        model.load_state_dict(state["model"])
+        ema = state["ema"]
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        step = state["step"]
+    table = table.to(device)
+    ids = ids.cpu()
+    last = out / f"checkpoint_{step}"
+    bar = tqdm(total=config.steps, initial=step, desc="train elf-mini", unit="step", disable=not progress)
+    while step < config.steps:
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(config, step)
+        tokens = random_windows(ids, config.batch_size, model_config.train_length, generator)
+        loss, branch = elf_loss(model, table, tokens, config, generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        with torch.no_grad():
+            for k, v in model.state_dict().items():
+                ema[k].lerp_(v, 1 - config.ema)
+        step += 1
+        bar.update(1)
+        bar.set_postfix_str(f"{branch} loss {loss.item():.3f}")
+        if step % config.save_every == 0 or step == config.steps:
+            last = save_checkpoint(model, out, step, ema_params1=ema)
+            torch.save(dict(settings=settings, model=model.state_dict(), ema=ema, optimizer=optimizer.state_dict(),
+                            generator=generator.get_state(), step=step), state_file)
+    bar.close()
+    return last
+
+
+def judge_config(vocab_size: int, positions: int = 256):
+    """The judge's GPT-2 config: 4 layers of width 128, 4 heads, ``positions`` positions."""
+    from transformers import GPT2Config
+
+    return GPT2Config(vocab_size=vocab_size, n_positions=positions, n_embd=128, n_layer=4, n_head=4,
+                      bos_token_id=1, eos_token_id=1, pad_token_id=0)
+
+
+def train_judge(ids: torch.Tensor, vocab_size: int, config: TrainConfig, out: str | Path, *,
+                positions: int = 256, device: Optional[str] = None, progress: bool = True):
+    """A tiny causal LM (transformers GPT-2) trained on the same corpus, saved with save_pretrained in
+    ``out`` (the tokenizer is added by the caller); resumes from ``out/judge_state.pt``."""
+    from transformers import GPT2LMHeadModel
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(config.seed)
+    model = GPT2LMHeadModel(judge_config(vocab_size, positions)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    generator = torch.Generator().manual_seed(config.seed + 1)
+    step = 0
+    state_file = out / "judge_state.pt"
+    settings = dict(vocab=vocab_size, positions=positions, train=dataclasses.asdict(config))
+    if state_file.exists():
+        state = torch.load(state_file, map_location=device, weights_only=False)
+        if state["settings"] != settings:
+            raise ValueError(f"{state_file} belongs to a run with other settings; use another --out folder")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        step = state["step"]
+    bar = tqdm(total=config.steps, initial=step, desc="train judge", unit="step", disable=not progress)
+    model.train()
+    while step < config.steps:
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(config, step)
+        tokens = random_windows(ids.cpu(), config.batch_size, positions, generator).to(device)
+        loss = model(input_ids=tokens, labels=tokens).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix_str(f"loss {loss.item():.3f}")
+        if step % config.save_every == 0 or step == config.steps:
+            model.save_pretrained(out)
+            torch.save(dict(settings=settings, model=model.state_dict(), optimizer=optimizer.state_dict(),
+                            generator=generator.get_state(), step=step), state_file)
+    bar.close()
+    return model.eval()
+
+
+def timed(fn, *args, **kwargs):
+    """(result, seconds) of one call."""
+    start = time.perf_counter()
+    return fn(*args, **kwargs), time.perf_counter() - start
