@@ -47,7 +47,7 @@ except ModuleNotFoundError:  # Python 3.10
 DEFAULT_SEEDS = (1001,)
 TOP_KEYS = ("output", "models", "lengths", "methods", "seeds", "num_samples", "batch_size", "device", "dtype",
             "sampler", "method_options", "scorer")
-MODEL_KEYS = ("preset", "checkpoint", "tokenizer", "sampler")
+MODEL_KEYS = ("preset", "checkpoint", "tokenizer", "sampler", "prompts", "prompt_tokens")
 SCORER_KEYS = ("path", "metrics", "batch_size", "chunk_size", "dtype", "device")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
@@ -55,14 +55,17 @@ TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One ``[models.<name>]`` table: its model name (``preset``, any of `backbones.model_names()`), files and
-    sampler overrides (the sweep's, then its own)."""
+    """One ``[models.<name>]`` table: its model name (``preset``, any of `backbones.model_names()`), files,
+    sampler overrides (the sweep's, then its own) and, for backbones that continue prompts, the prompts
+    file (JSON lines, sample k continues line k) and the tokens each prompt is cut to."""
 
     name: str
     preset: str
     checkpoint: Path
     tokenizer: Path
     sampler: dict
+    prompts: Optional[Path] = None
+    prompt_tokens: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -169,8 +172,16 @@ def load_config(path) -> SweepConfig:
             sampler_config_for(backbone, preset, overrides)
         except ValueError as e:
             check.fail(f"sampler settings of {where}: {e}")
+        prompts = check.path(table["prompts"], f"{where} prompts") if "prompts" in table else None
+        prompt_tokens = table.get("prompt_tokens")
+        if prompt_tokens is not None:
+            prompt_tokens = check.integer(prompt_tokens, f"{where} prompt_tokens")
+            if prompts is None:
+                check.fail(f"{where}: prompt_tokens needs prompts (the JSON-lines file of prompts to cut)")
+        if prompts is not None and not backbone.conditional:
+            check.fail(f"{where}: {preset} ({backbone.name}) generates without prompts; drop prompts")
         models.append(ModelSpec(name, preset, check.path(table["checkpoint"], f"{where} checkpoint"),
-                                check.path(table["tokenizer"], f"{where} tokenizer"), overrides))
+                                check.path(table["tokenizer"], f"{where} tokenizer"), overrides, prompts, prompt_tokens))
 
     method_options = {}
     for method, options in check.table(data.get("method_options", {}), "method_options").items():
@@ -207,12 +218,16 @@ def load_config(path) -> SweepConfig:
 
 
 def check_inputs(config: SweepConfig) -> None:
-    """Every file the sweep reads exists: checkpoints, tokenizer folders and, for Gen. PPL, the scorer folder."""
+    """Every file the sweep reads exists: checkpoints, tokenizer folders, prompts files and, for Gen. PPL, the
+    scorer folder."""
     for model in config.models:
         backbones.backbone_for(model.preset).find_checkpoint(model.checkpoint)
         if not model.tokenizer.is_dir():
             raise FileNotFoundError(f"{config.source}: tokenizer folder {model.tokenizer} of [models.{model.name}] "
                                     f"does not exist")
+        if model.prompts is not None and not model.prompts.is_file():
+            raise FileNotFoundError(f"{config.source}: prompts file {model.prompts} of [models.{model.name}] does "
+                                    f"not exist")
     path = config.scorer.path
     if "ppl" in config.scorer.metrics:
         if not path.is_dir():
@@ -223,10 +238,13 @@ def check_inputs(config: SweepConfig) -> None:
 
 
 def settings(config: SweepConfig, run: Run) -> dict:
-    """What a configuration's numbers depend on besides its files; a results file with other settings is redone."""
+    """What a configuration's numbers depend on besides its files; a results file with other settings is redone.
+    (The prompts keys appear only for a model with prompts, so results of other models stay valid.)"""
     backbone = backbones.backbone_for(run.model.preset)
     sampler = backbone.sampler_settings(sampler_config_for(backbone, run.model.preset, run.model.sampler))
-    return {"preset": run.model.preset, "num_samples": config.num_samples, "dtype": config.dtype, **sampler,
+    prompts = {} if run.model.prompts is None else {"prompts": run.model.prompts.name,
+                                                    "prompt_tokens": run.model.prompt_tokens}
+    return {"preset": run.model.preset, "num_samples": config.num_samples, "dtype": config.dtype, **sampler, **prompts,
             "method_options": config.method_options.get(run.method, {}),
             "scorer": None if config.scorer.path is None else str(config.scorer.path),
             "metrics": list(config.scorer.metrics), "chunk_size": config.scorer.chunk_size,
@@ -295,7 +313,8 @@ def _run_pending(config: SweepConfig, runs: list[Run], world: distributed.World,
                             model=run.model.preset, method=run.method, length=run.length,
                             num_samples=config.num_samples, batch_size=config.batch_size, seed=run.seed,
                             method_options=config.method_options.get(run.method), device=device,
-                            dtype=config.dtype, progress=progress, **run.model.sampler)
+                            dtype=config.dtype, prompts=run.model.prompts, prompt_tokens=run.model.prompt_tokens,
+                            progress=progress, **run.model.sampler)
             log(f"{run.name}: generated {made.written} sample(s), {made.already_done} already there "
                 f"({time.perf_counter() - start:.1f} s)")
             start = time.perf_counter()

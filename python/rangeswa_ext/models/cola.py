@@ -612,11 +612,12 @@ def find_checkpoint(path: PathLike) -> Path:
                                 f"`hf download ByteDance-Seed/Cola-DLM` (it holds cola_dlm/cola_dit and cola_dlm/cola_vae)")
     if not (folder / PRIOR_FOLDER).is_dir() and (folder / "cola_dlm" / PRIOR_FOLDER).is_dir():
         folder = folder / "cola_dlm"
+    missing = [f"{part}/" for part in (PRIOR_FOLDER, VAE_FOLDER) if not (folder / part).is_dir()]
+    if missing:
+        raise FileNotFoundError(f"{folder} has no {' and no '.join(missing)} folder: a CoLa release folder holds "
+                                f"{PRIOR_FOLDER}/ and {VAE_FOLDER}/ (config.json and model*.safetensors each)")
     for part in (PRIOR_FOLDER, VAE_FOLDER):
         sub = folder / part
-        if not sub.is_dir():
-            raise FileNotFoundError(f"{folder} has no {part}/ folder: a CoLa release folder holds {PRIOR_FOLDER}/ "
-                                    f"and {VAE_FOLDER}/ (config.json and model*.safetensors each)")
         if not (sub / "config.json").is_file():
             raise FileNotFoundError(f"{sub} has no config.json")
         if not list(sub.glob("*.safetensors")):
