@@ -114,9 +114,11 @@ def elf_loss(model: ELF, table: torch.Tensor, tokens: torch.Tensor, config: Trai
 
 
 def train_elf(ids: torch.Tensor, table: torch.Tensor, model_config: ELFConfig, config: TrainConfig,
-              out: str | Path, *, device: Optional[str] = None, progress: bool = True) -> Path:
+              out: str | Path, *, device: Optional[str] = None, progress: bool = True,
+              stop_at: Optional[int] = None) -> Path:
     """Train (or resume) ELF-mini on the token ids ``ids`` in the space of ``table``; returns the last
-    checkpoint file. A run resumes from ``out/training_state.pt`` when it exists with the same configs."""
+    checkpoint file. A run resumes from ``out/training_state.pt`` when it exists with the same configs.
+    ``stop_at`` ends this invocation after that many steps (a later call resumes), like a killed run."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -145,7 +147,8 @@ def train_elf(ids: torch.Tensor, table: torch.Tensor, model_config: ELFConfig, c
     ids = ids.cpu()
     last = out / f"checkpoint_{step}"
     bar = tqdm(total=config.steps, initial=step, desc="train elf-mini", unit="step", disable=not progress)
-    while step < config.steps:
+    end = config.steps if stop_at is None else min(config.steps, stop_at)
+    while step < end:
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(config, step)
         tokens = random_windows(ids, config.batch_size, model_config.train_length, generator)
@@ -160,7 +163,7 @@ def train_elf(ids: torch.Tensor, table: torch.Tensor, model_config: ELFConfig, c
         step += 1
         bar.update(1)
         bar.set_postfix_str(f"{branch} loss {loss.item():.3f}")
-        if step % config.save_every == 0 or step == config.steps:
+        if step % config.save_every == 0 or step == end:
             last = save_checkpoint(model, out, step, ema_params1=ema)
             torch.save(dict(settings=settings, model=model.state_dict(), ema=ema, optimizer=optimizer.state_dict(),
                             generator=generator.get_state(), step=step), state_file)

@@ -1,0 +1,141 @@
+"""The miniature: its corpus and tokenizer, the embedding table, the training loops (they lower the loss
+and resume identically), the bigram metric, the shipped weights, and `rangeswa demo --quick` end to end."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rangeswa_ext import backbones
+from rangeswa_ext.cli import main
+from rangeswa_ext.mini import assets, corpus
+from rangeswa_ext.mini.bigrams import BigramModel
+from rangeswa_ext.mini.latent import embedding_table
+from rangeswa_ext.mini.train import TrainConfig, elf_loss, train_elf, train_judge
+from rangeswa_ext.models.elf import ELF, ELFConfig
+from rangeswa_ext.models.elf_checkpoint import load_elf
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TOY = ("the lord said unto moses , go and speak unto the people . " * 40
+       + "and the people went out into the wilderness and spake unto him . " * 40)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    """A toy corpus, its tokenizer and ids, and a tiny ELF config over them."""
+    tokenizer = corpus.train_tokenizer(TOY, vocab_size=300)
+    ids = torch.tensor(corpus.encode(tokenizer, TOY))
+    config = ELFConfig(n_layer=1, dim=32, n_head=2, encoder_dim=8, bottleneck_dim=8,
+                       vocab_size=tokenizer.get_vocab_size(), frequency_dim=16, train_length=16)
+    table = embedding_table(ids.numpy(), config.vocab_size, dim=8)
+    return tokenizer, ids, config, table
+
+
+def test_the_shipped_tokenizer_round_trips_the_corpus():
+    from tokenizers import Tokenizer
+
+    text = corpus.load_corpus()
+    assert corpus.ATTRIBUTION.startswith("King James") and len(text) > 4_000_000
+    tokenizer = Tokenizer.from_file(str(assets.paths()["tokenizer"] / "tokenizer.json"))
+    ids = corpus.encode(tokenizer, text)
+    assert tokenizer.decode(ids) == text
+    assert assets.manifest()["corpus_tokens"] == len(ids)
+
+
+def test_the_embedding_table_is_standardised_and_smooth(toy):
+    tokenizer, ids, config, table = toy
+    weights = np.bincount(ids.numpy(), minlength=config.vocab_size)
+    weights = weights / weights.sum()
+    mean = weights @ table.double().numpy()
+    var = weights @ (table.double().numpy() - mean) ** 2
+    assert np.abs(mean).max() < 1e-6 and np.abs(var - 1).max() < 1e-6
+    assert torch.equal(table, embedding_table(ids.numpy(), config.vocab_size, dim=8))  # reproducible
+
+
+def test_training_lowers_the_loss_and_resumes_identically(toy, tmp_path):
+    _, ids, config, table = toy
+    train = TrainConfig(steps=40, batch_size=8, lr=3e-3, warmup=5, save_every=20, seed=3)
+
+    def eval_loss(model):
+        g = torch.Generator().manual_seed(99)
+        tokens = ids[:16 * 8].reshape(8, 16)
+        with torch.no_grad():
+            return float(sum(elf_loss(model, table, tokens, train.__class__(decode_prob=p, seed=3), g)[0]
+                             for p in (0.0, 1.0)))
+
+    straight = train_elf(ids, table, config, train, tmp_path / "straight", progress=False)
+    model = load_elf(straight, ema=False)  # the trained weights (the EMA of 40 steps is still the start)
+    from rangeswa_ext.methods import make_attention
+
+    model.set_attention(make_attention("full", head_dim=config.head_dim, train_length=16))
+    torch.manual_seed(3)  # the initial weights of the run
+    untrained = ELF(config, attention=model.attention)
+    assert eval_loss(model) < 0.95 * eval_loss(untrained)
+
+    train_elf(ids, table, config, train, tmp_path / "resumed", progress=False, stop_at=13)  # killed at step 13
+    resumed = train_elf(ids, table, config, train, tmp_path / "resumed", progress=False)
+    a, b = torch.load(straight, weights_only=True), torch.load(resumed, weights_only=True)
+    assert all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"])
+    assert all(torch.equal(a["ema_params1"][k], b["ema_params1"][k]) for k in a["ema_params1"])
+
+
+def test_judge_training_lowers_its_loss(toy, tmp_path):
+    _, ids, config, _ = toy
+    judge = train_judge(ids, config.vocab_size, TrainConfig(steps=30, batch_size=4, lr=3e-3, warmup=3, save_every=30),
+                        tmp_path, positions=32, progress=False)
+    tokens = ids[:4 * 32].reshape(4, 32)
+    from transformers import GPT2LMHeadModel
+
+    fresh = GPT2LMHeadModel(judge.config)
+    with torch.no_grad():
+        assert judge(input_ids=tokens, labels=tokens).loss < 0.7 * fresh(input_ids=tokens, labels=tokens).loss
+    assert (tmp_path / "config.json").is_file()
+
+
+def test_bigram_nll_by_hand():
+    model = BigramModel.from_ids([2, 3, 2, 3, 2, 4], vocab_size=5, alpha=1.0)
+    p_unigram = (np.array([0, 0, 3, 2, 1]) + 1.0) / (6 + 5)
+    # P(3 | 2) = (2 + p(3)) / (3 + 1): pairs after 2 are (2,3) twice and (2,4) once.
+    assert model.nll([[2, 3]]) == pytest.approx(-math.log((2 + p_unigram[3]) / 4))
+    assert model.nll([[0, 1]]) == pytest.approx(-math.log(p_unigram[1]))  # unseen context: the unigram
+    assert math.isnan(model.nll([[2]]))
+    with pytest.raises(ValueError, match="outside"):
+        model.nll([[2, 9]])
+
+
+def test_the_shipped_miniature_loads_and_generates():
+    files = assets.paths()
+    backbone = backbones.backbone_for("elf-mini")
+    model = backbone.load(files["checkpoint"], "elf-mini", torch.device("cpu"))
+    tokenizer = backbone.load_tokenizer(files["tokenizer"])
+    backbone.check_tokenizer(model, tokenizer, files["tokenizer"])
+    model.set_attention(backbone.attention(model, "rangeswa", scale_windows=True))
+    config = backbone.sampler_config.for_model("elf-mini", steps=2)
+    rows = backbone.sample(model, tokenizer, 0, 2, 300, 1001, config, autocast_dtype=None, progress=False)
+    assert len(rows) == 2 and all(0 <= t < model.config.vocab_size for row in rows for t in row)
+    assert all(isinstance(text, str) for text in backbone.decode(tokenizer, rows))
+    manifest = assets.manifest()
+    assert manifest["model"]["train_length"] == model.config.train_length == 128
+
+
+def test_demo_quick_end_to_end(tmp_path, capsys):
+    assert main(["demo", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+    report = (tmp_path / "demo.md").read_text()
+    assert "| Full |" in report and "| RangeSWA |" in report and "random tokens" in report
+    assert "## The paper's claims on these numbers" in report
+    data = json.loads((tmp_path / "demo.json").read_text())
+    cells = {(r["method"], r["length"]) for r in data["rows"]}
+    assert cells == {(m, n) for m in ("full", "swa", "rangeswa") for n in (128, 1024)}
+    assert all(r["samples"] == 4 and r["ppl"] > 0 and not math.isnan(r["bigram"]) for r in data["rows"])
+    assert (tmp_path / "figures" / "elf-mini.png").is_file()
+    assert "rangeswa at 1024 stays near full at T" in capsys.readouterr().out
+
+
+def test_demo_rejects_bad_arguments(tmp_path, capsys):
+    assert main(["demo", "--methods", "flash", "--out", str(tmp_path)]) == 2
+    assert "unknown method(s) flash" in capsys.readouterr().err
+    assert main(["demo", "--lengths", "0,2", "--out", str(tmp_path)]) == 2
+    assert "multiples of the training length" in capsys.readouterr().err
