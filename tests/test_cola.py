@@ -206,6 +206,21 @@ def test_generation_matches_official(fixture, official_model):
     assert rows == [ids[:9] for ids in case["ids"]]
 
 
+def test_prompt_latents_are_shifted_and_scaled(fixture, official_model, monkeypatch):
+    """The prefill hands the VAE decoder prior-space latents, (mean - shift) * scale with the config.json's
+    values, without undoing them (as the official loop does)."""
+    seen = []
+    decode = official_model.vae.decode
+    monkeypatch.setattr(official_model.vae, "decode", lambda z, *a, **k: seen.append(z) or decode(z, *a, **k))
+    prompt = fixture["generation"]["prompts"][2]  # 8 tokens: two whole blocks of 4
+    generate(official_model, [prompt], 4, pad_id=fixture["generation"]["pad_id"])
+    vae = fixture["meta"]["vae_config"]
+    with torch.no_grad():
+        means = official_model.vae.encode(torch.tensor([prompt]))
+    expected = (means - vae["shifting_factor"]) * vae["scaling_factor"]
+    assert seen[0].shape == (1, 8, 4) and torch.allclose(seen[0], expected, rtol=1e-6, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------------- cache, methods
 @pytest.fixture(scope="module")
 def one_layer():
@@ -239,7 +254,7 @@ def test_every_method_on_the_prior(one_layer, method):
     assert rel_err(changed[:, :20], full[:, :20]) < TOL and rel_err(changed[:, 20:], full[:, 20:]) > 1e-3
     assert {(c[3], c[4]) for c in spy.calls} == {(4, 0)}  # the prior's block size, no control tokens
     assert spy.calls[-1][:2] == (4, 44)                   # the cached call: q the block, k cache + block
-    if method != "full":
+    if method not in ("full", "longllada"):  # LongLLaDA's lambda = ceil(1e-4 (44 / 2 pi)^3) = 1 here: theta stays
         prior.set_attention(tiny_attention("full", T=32))
         with torch.no_grad():
             assert rel_err(prior(z, t), full) > 1e-3
@@ -318,6 +333,28 @@ def test_pinned_tail_and_block_count(tiny, monkeypatch):
     tail = tiny.vae.to_prior(tiny.vae.encode(padded))[:, 8:10]
     assert torch.equal(decoded[1][:, :2], tail)
     assert not torch.equal(decoded[2][:, :2], tail)
+
+
+def test_repetition_history_holds_the_pinned_tail(tiny, monkeypatch):
+    """The penalty's history is every token of the sample's blocks, the pinned tail's decoded tokens included:
+    block 0 decodes 5 at the 2 pinned positions and 6 after them; in block 1, 5 (10 / 1.1 = 9.09) loses to
+    9 (9.5), which no block has produced."""
+    tiny.set_attention(tiny_attention("full", T=32))
+    blocks = []
+
+    def decode(z, *args, **kwargs):
+        logits = torch.full((1, 4, 300), -10.0)
+        if not blocks:
+            logits[0, :2, 5], logits[0, 2:, 6] = 10.0, 10.0
+        else:
+            logits[0, :, 5], logits[0, :, 9] = 10.0, 9.5
+        blocks.append(z)
+        return logits
+
+    monkeypatch.setattr(tiny.vae, "decode", decode)
+    assert generate(tiny, [[1, 2]], 6, pad_id=299) == [[6, 6, 9, 9, 9, 9]]
+    blocks.clear()
+    assert generate(tiny, [[1, 2]], 6, SamplerConfig(repetition_penalty=1.0), pad_id=299) == [[6, 6, 5, 5, 5, 5]]
 
 
 def test_eos_stops_a_sample(tiny):

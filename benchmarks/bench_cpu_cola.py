@@ -1,0 +1,162 @@
+"""CoLa's cached prior call on the CPU: the attention op alone, then the whole prior call, per method.
+
+(1) The prior's attention for one cached block: q = one CoLa block (Lq = 16 rows), k and v = L rows (the
+    cache and the block), 16 heads of 128, RoPE on the first 96 dims (interleaved pairs, theta 1e4),
+    causal blocks of 16, training length T = 2048 (docs/cola.md), L = 2k / 4k / 8k. Methods: full (the
+    `full` method: the `rope` op on q and k, then SDPA with the block-causal mask), rangeswa late (W = 256),
+    rangeswa early (W = 1023), rangeswa decode (W = 2047, the prefill and commit calls), rangeswa_lite.
+(2) The whole cached prior call at the released sizes (24 layers, width 2048, random weights, fp32): the
+    last block of L latents over a KV cache of the L - 16 before it (`ColaBackbone.benchmark_call`).
+
+Every method runs in the same process on the same tensors; times are medians of repeated calls after one
+warm-up call. The load average before and after is recorded (the machine may be shared).
+
+    python benchmarks/bench_cpu_cola.py [--lengths 2048,4096,8192] [--repeats 7] [--call-repeats 3] [--no-call]
+
+Results: benchmarks/results/cpu_cola_<date>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from rangeswa_ext import backbones
+from rangeswa_ext.bench import markdown_table
+from rangeswa_ext.methods import make_attention
+from rangeswa_ext.models.cola import Cola, ColaConfig
+
+H, D, ROTARY, BLOCK, T = 16, 128, 96, 16, 2048
+OP_CASES = (  # (label, method, stage)
+    ("full (rope + SDPA)", "full", "late"),
+    ("rangeswa late (W=256)", "rangeswa", "late"),
+    ("rangeswa early (W=1023)", "rangeswa", "early"),
+    ("rangeswa decode (W=2047)", "rangeswa", "decode"),
+    ("rangeswa_lite (W=256)", "rangeswa_lite", "late"),
+)
+CALL_CASES = (OP_CASES[0], OP_CASES[1], OP_CASES[4])
+
+
+def timed_ms(fn, repeats: int) -> list[float]:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def method(name: str):
+    return make_attention(name, head_dim=D, theta=10000.0, rope_style="interleaved", rotary_dim=ROTARY, train_length=T)
+
+
+def op_rows(lengths, repeats: int) -> list[dict]:
+    rows = []
+    for L in lengths:
+        g = torch.Generator().manual_seed(L)
+        q = torch.randn(1, H, BLOCK, D, generator=g)
+        k, v = torch.randn(1, H, L, D, generator=g), torch.randn(1, H, L, D, generator=g)
+        times = {}
+        for label, name, stage in OP_CASES:
+            attention = method(name)
+            with torch.no_grad():
+                samples = timed_ms(lambda: attention(q, k, v, control_tokens=0, stage=stage, causal_block=BLOCK),
+                                   repeats)
+            times[label] = statistics.median(samples)
+            print(f"op L={L} {label}: {times[label]:.2f} ms", flush=True)
+        full = times[OP_CASES[0][0]]
+        rows += [dict(L=L, method=label, ms=round(ms, 2), speedup_vs_full=round(full / ms, 2))
+                 for label, ms in times.items()]
+    return rows
+
+
+def released_prior() -> Cola:
+    """The released sizes with random weights (uniform, fan-in scaled; the VAE stays on meta, unused)."""
+    with torch.device("meta"):
+        model = Cola(ColaConfig.from_name("cola"))
+    model.prior.to_empty(device="cpu")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.prior.named_parameters():
+            bound = 1.0 / (p.shape[-1] ** 0.5) if p.dim() > 1 else 0.1
+            p.uniform_(-bound, bound, generator=g)
+            if name.endswith(("norm_q.weight", "norm_k.weight", "txt_out_norm.weight")):
+                p.add_(1.0)
+        for key, buffer in model.prior.named_buffers():
+            buffer.copy_(1.0 / 10000 ** (torch.arange(0, ROTARY, 2) / ROTARY))
+    return model.eval()
+
+
+def call_rows(lengths, repeats: int) -> list[dict]:
+    backbone = backbones.backbone_for("cola")
+    model = released_prior()
+    rows = []
+    for L in lengths:
+        times = {}
+        for label, name, stage in CALL_CASES:
+            model.set_attention(backbone.attention(model, name))
+            call = backbone.benchmark_call(model, L, torch.Generator().manual_seed(L), stage)
+            with torch.no_grad():
+                times[label] = statistics.median(timed_ms(call, repeats))
+            print(f"call L={L} {label}: {times[label]:.0f} ms", flush=True)
+            del call
+        full = times[CALL_CASES[0][0]]
+        rows += [dict(L=L, method=label, ms=round(ms, 1), speedup_vs_full=round(full / ms, 2))
+                 for label, ms in times.items()]
+    return rows
+
+
+def markdown(result: dict) -> str:
+    head = (f"{result['date']}, {result['cpu']} ({result['cpu_count']} cores, {result['threads']} threads), torch "
+            f"{result['torch']}, fp32; load average {result['load_before']} before, {result['load_after']} after")
+    lines = markdown_table(f"CoLa prior attention, one cached block: q = {BLOCK} rows, k/v = L rows, {H} heads of "
+                           f"{D}, rotary {ROTARY} interleaved, causal block {BLOCK}, T = {T}; median of "
+                           f"{result['op_repeats']} calls. {head}",
+                           ["L", "method", "ms", "speed-up vs full"],
+                           [[str(r["L"]), r["method"], f"{r['ms']:.2f}", f"{r['speedup_vs_full']:.2f}x"]
+                            for r in result["op"]])
+    if result["call"]:
+        lines += [""] + markdown_table(
+            f"Whole cached prior call at the released sizes (24 layers, width 2048, random weights): the last "
+            f"block of L latents over a cache of L - {BLOCK}; median of {result['call_repeats']} calls.",
+            ["L", "method", "ms", "speed-up vs full"],
+            [[str(r["L"]), r["method"], f"{r['ms']:.0f}", f"{r['speedup_vs_full']:.2f}x"] for r in result["call"]])
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", default="2048,4096,8192")
+    parser.add_argument("--repeats", type=int, default=7, help="timed op calls per case (median)")
+    parser.add_argument("--call-repeats", type=int, default=3, help="timed prior calls per case (median)")
+    parser.add_argument("--no-call", action="store_true", help="time only the attention op")
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args(argv)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    op = op_rows(lengths, args.repeats)
+    call = [] if args.no_call else call_rows(lengths, args.call_repeats)
+    result = dict(date=datetime.date.today().isoformat(), cpu=platform.processor() or platform.machine(),
+                  cpu_count=os.cpu_count(), threads=torch.get_num_threads(), torch=torch.__version__,
+                  op_repeats=args.repeats, call_repeats=args.call_repeats, load_before=load_before,
+                  load_after=[round(x, 2) for x in os.getloadavg()], op=op, call=call)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"cpu_cola_{result['date']}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
