@@ -80,7 +80,13 @@ class SamplerConfig:
         repetition_penalty: divides positive / multiplies negative logits of tokens already generated.
     """
 
-    HELP = dict(guidance_scale="CoLa classifier-free guidance scale (7; 1 in the first block of an empty prompt)",
+    # steps and temperature are shared with other backbones, and `generate --help` shows the first
+    # registered owner's text (CoLa's, alphabetically): these two say what each backbone means.
+    HELP = dict(steps="sampling steps (ELF: 32 for ELF-B, 64 for M/L; LangFlow: 1024 calls; LLaDA: 0 = one per token; "
+                      "CoLa: 16 Euler steps per block)",
+                temperature="token temperature (LLaDA: Gumbel-max, unconditional samples need > 0; CoLa: 0 = greedy, "
+                            "the official default)",
+                guidance_scale="CoLa classifier-free guidance scale (7; 1 in the first block of an empty prompt)",
                 top_k="CoLa top-k filter when temperature > 0 (50)", top_p="CoLa top-p filter when temperature > 0 (0.9)",
                 repetition_penalty="CoLa repetition penalty over the sample's generated tokens (1.1, greedy too)")
 
