@@ -382,6 +382,17 @@ def test_noise_depends_only_on_seed_and_index(tiny):
     assert generate(tiny, prompts[:1], 8, config, seed=6, indices=[3], pad_id=299)[0] != together[0]
 
 
+def test_bf16_autocast(tiny):
+    """The CUDA path's arithmetic (bf16 autocast, as the official loop) runs through the op and the caches; the
+    prior's velocities come out bf16, and the tiny model's tokens match fp32's."""
+    tiny.set_attention(tiny_attention("rangeswa", T=32))
+    prompts = [list(range(10, 20))] * 2
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert tiny.prior(torch.zeros(1, 4, 4), 0.0).dtype == torch.bfloat16
+    bf16 = generate(tiny, prompts, 20, pad_id=299, autocast_dtype=torch.bfloat16)
+    assert bf16 == generate(tiny, prompts, 20, pad_id=299) and len(bf16[0]) == 20
+
+
 def test_choose_tokens_penalty_and_filters():
     logits = torch.tensor([[[2.0, 1.9, -1.0, 0.5]]])
     history = torch.tensor([[0, 0]])
