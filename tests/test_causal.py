@@ -168,6 +168,35 @@ def test_attn_without_the_conditioning_correction_matches_reference(case):
     assert rel_err(corrected, out) > 1e-4  # beyond T with control tokens the switch matters
 
 
+@pytest.mark.parametrize("case", [c for c in GRID if c["regime"] == "grouped_retrieval"][:4],
+                         ids=case_id)
+def test_attn_without_summaries_matches_reference(case):
+    cfg = config(case).replace(summaries=False)
+    q, k, v = inputs(case)
+    out, lse = ops.attn(q, k, v, cfg, case["C"], case["stage"], return_lse=True)
+    expect, expect_lse = ref.attention(q.double(), k.double(), v.double(), cfg, case["C"], case["stage"])
+    assert rel_err(out, expect) < FP32_TOL
+    assert (lse.double() - expect_lse).abs().max().item() < LSE_TOL
+    assert rel_err(ops.attn(q, k, v, cfg.replace(summaries=True), case["C"], case["stage"]), out) > 1e-4
+
+
+def test_without_summaries_rangeswa_is_window_plus_retrieval():
+    """Rule 4 off: rows see exactly their block-aligned window and retrieved blocks (and the control keys)."""
+    C, L = 4, 300
+    cfg = preset("rangeswa", topk=2, late_window=32, summary_block=16, retrieval_block=32, query_block=64,
+                 summaries=False)
+    q, k, v = make_qkv(1, 1, 1, C + L, 32, seed=5, dtype=torch.float64)
+    retrieved = ref.retrieved_blocks(q, k, C, cfg, 32)
+    out, _ = ref.attention(q, k, v, cfg, C, retrieved=retrieved)
+    exact = ref.selection.exact_keys(L, cfg, 32, retrieved, 1, 1)[0, 0]
+    d, _ = ref.positions.relative_positions(L, C, cfg)
+    logits = ref.relative_scores(q, k, d, cfg.theta, 32, cfg.rope_style) / math.sqrt(32)
+    mask = torch.ones(C + L, C + L, dtype=torch.bool)
+    mask[C:, C:] = exact
+    expect = torch.softmax(logits.masked_fill(~mask, float("-inf")), -1) @ v
+    assert rel_err(out, expect) < 1e-12
+
+
 def test_the_conditioning_switch_changes_nothing_within_training_length():
     cfg = preset("rangeswa", train_length=1024)
     q, k, v = make_qkv(1, 2, 1, 12 + 500, 64, seed=2)

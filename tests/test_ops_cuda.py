@@ -327,6 +327,18 @@ def test_attn_cuda_causal_and_cached(case):
     assert rel_err(out.cpu(), ops.attn(q, k, v, cfg, C, stage, retrieved=retrieved, causal_block=cb)) < FP32_TOL
 
 
+@pytest.mark.parametrize("switch", ["summaries", "cond_correction"])
+def test_kernel_plan_emulated_with_a_component_switched_off(emulator, switch):
+    """The ablations' switches (rule 4 off, the conditioning correction off) in the CUDA kernel's plan."""
+    for case in [c for c in GRID if c["C"] == 12 and c["regime"].startswith("grouped")][:3]:
+        cfg = config(case).replace(**{switch: False})
+        q, k, v = inputs(case)
+        retrieved = retrieved_for(q, k, cfg, case)
+        out, _ = emulator(q, k, v, retrieved, **ops.attn_arguments(cfg, case["C"], case["stage"]))
+        expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, case["C"], case["stage"], retrieved=retrieved)
+        assert rel_err(out, expect) < FP32_TOL, case_id(case)
+
+
 def test_emulator_reads_strided_views(emulator):
     """The kernel's query / key / value addressing (query_row, prepare_unit) on views of a fused qkv."""
     cfg = preset("rangeswa", train_length=128, late_window=32, near_range=40, retrieval_block=32, query_block=64)
