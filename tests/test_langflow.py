@@ -348,7 +348,7 @@ def test_every_method_on_langflow_matches_its_reference(name, small_inputs, full
             expect = oracle(*small_inputs, stage=stage)
             assert rel_err(outs[stage], expect) < TOL, stage
     if name != "full":
-        assert rel_err(outs["late"], full_logits) > 1e-3
+        assert rel_err(outs["late"], full_logits) > 1e-4  # measured 1.1e-3 (ntk) to 1.5e-2 (swa)
     if name in ("rangeswa", "rangeswa_lite"):
         assert rel_err(outs["early"], outs["decode"]) > 1e-4  # the stage picks the window
 
