@@ -346,6 +346,9 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
                             help=f"override the method's {name.replace('_', ' ')} W (rangeswa, rangeswa_lite, swa)")
     parser.add_argument("--switch-time", type=float,
                         help="progress (0 = noise, 1 = data) of the early -> late window switch (default 0.182)")
+    parser.add_argument("--scale-windows", action="store_true", default=None,
+                        help="scale the method's windows, blocks and near range from the paper's T = 1024 to the "
+                             "model's training length (RangeSWAConfig.scaled_to; e.g. LLaDA's 4096)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default cuda when available)")
     parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
                         help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU (default auto)")
@@ -381,7 +384,7 @@ def sampler_options_of(args: argparse.Namespace) -> dict:
 
 def run_generate(args: argparse.Namespace) -> int:
     """Handler of `rangeswa generate`: generate, print what was done, return 0."""
-    options = {k: getattr(args, k) for k in (*WINDOWS, "switch_time") if getattr(args, k) is not None}
+    options = {k: getattr(args, k) for k in (*WINDOWS, "switch_time", "scale_windows") if getattr(args, k) is not None}
     result = generate(checkpoint=args.checkpoint, tokenizer=args.tokenizer, out=args.out, model=args.model,
                       method=args.method, length=args.length, num_samples=args.num_samples,
                       batch_size=args.batch_size, seed=args.seed, start_index=args.start_index,
