@@ -104,16 +104,21 @@ ELF_RC=$STEP_RC
 run_budgeted "LangFlow-OWT sampling benchmark" 650 30 "$OUT_DIR/langflow.log" benchmarks/bench_gpu_sampling.py \
     --model langflow-owt --steps 32 --lengths 8192 --batch 16 --repeats 2
 LANGFLOW_RC=$STEP_RC
+# LLaDA-8B-shaped attention layer (32 heads of 128, windows scaled to T = 4096): bf16 against SDPA-flash.
+run_budgeted "LLaDA layer benchmark" 720 10 "$OUT_DIR/llada.log" benchmarks/bench_cpu_llada_layer.py \
+    --device cuda --dtype bf16 --repeats 10 --full-repeats-32k 10
+LLADA_RC=$STEP_RC
 
 # --- summary ----------------------------------------------------------------------------------------
 TOTAL_S=$(( $(date +%s) - START ))
-"$PY" - "$OUT_DIR" "$BUILD_RC" "$BUILD_S" "$TESTS_RC" "$BENCH_RC" "$ELF_RC" "$LANGFLOW_RC" "$TOTAL_S" <<'EOF'
-import json, os, re, sys
-out, build_rc, build_s, tests_rc, bench_rc, elf_rc, langflow_rc, total_s = sys.argv[1], *map(int, sys.argv[2:])
+"$PY" - "$OUT_DIR" "$BUILD_RC" "$BUILD_S" "$TESTS_RC" "$BENCH_RC" "$ELF_RC" "$LANGFLOW_RC" "$LLADA_RC" "$TOTAL_S" <<'EOF'
+import glob, json, os, re, sys
+out, build_rc, build_s, tests_rc, bench_rc, elf_rc, langflow_rc, llada_rc, total_s = sys.argv[1], *map(int, sys.argv[2:])
 import torch
 summary = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=torch.version.cuda,
                build_ok=build_rc == 0, build_seconds=build_s, tests_exit=tests_rc, bench_exit=bench_rc,
-               elf_bench_exit=elf_rc, langflow_bench_exit=langflow_rc, total_seconds=total_s)
+               elf_bench_exit=elf_rc, langflow_bench_exit=langflow_rc, llada_bench_exit=llada_rc,
+               total_seconds=total_s)
 try:
     last = open(os.path.join(out, "tests.log")).read()
     m = re.findall(r"=+ (.*) in [0-9.]+s", last)
@@ -122,11 +127,14 @@ except OSError:
     summary["tests"] = None
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
 lines = ["# gpu_check", "", "| item | value |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in summary.items()]
-for name in ("bench.md", "gpu_elf-b_sampling.md", "gpu_langflow-owt_sampling.md"):
+names = ["bench.md", "gpu_elf-b_sampling.md", "gpu_langflow-owt_sampling.md"]
+names += sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "gpu_llada_layer_*.md")))
+for name in names:
     if os.path.exists(os.path.join(out, name)):
         lines += ["", open(os.path.join(out, name)).read()]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines[:len(summary) + 4]))
 EOF
-[ $BUILD_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $BENCH_RC -eq 0 ] && [ $ELF_RC -eq 0 ] && [ $LANGFLOW_RC -eq 0 ] && exit 0
+[ $BUILD_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $BENCH_RC -eq 0 ] && [ $ELF_RC -eq 0 ] && [ $LANGFLOW_RC -eq 0 ] \
+  && [ $LLADA_RC -eq 0 ] && exit 0
 exit 1
