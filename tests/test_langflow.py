@@ -249,6 +249,24 @@ def test_skip_logits_and_self_conditioning():
         torch.testing.assert_close(model(z, 3.0, None), model(z, torch.full((2,), 3.0), torch.zeros_like(z)))
 
 
+def test_bf16_autocast_rounds_like_the_official_model():
+    """Under bf16 autocast (the official model's CUDA setting; CPU autocast here) the blocks and the output
+    layer run in bf16, the skip logits are formed in fp32 and rounded to bf16, and the sum is fp32
+    (M:362-367, M:476-477); the sampler runs that way too."""
+    model = tiny_model(SMALL)
+    z, gamma, _ = inputs(D=SMALL.hidden_size)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(z, gamma)
+        network = model.backbone(z, gamma, torch.zeros_like(z), model.attention, "late")
+    assert network.dtype == torch.bfloat16 and logits.dtype == torch.float32
+    with torch.no_grad():
+        skip = (z @ model.normalized_embedding().T).to(torch.bfloat16).float()
+    c_skip = ((F.softplus(-gamma) - gamma) / 2).exp()
+    assert torch.equal(logits, network.float() + c_skip[:, None, None] * skip)
+    ids = sample(model, 2, 12, 0, config=SamplerConfig(steps=2), autocast_dtype=torch.bfloat16, progress=False)
+    assert ids.shape == (2, 12) and ids.dtype == torch.int64
+
+
 def test_layer_norm_is_fp32_weight_only():
     model = tiny_model()
     norm = model.backbone.blocks[0].norm1
