@@ -19,15 +19,18 @@ def _args(**changes):
 
 
 def _attn(**changes):
-    return torch.ops.rangeswa.attn.default(*_args(**changes).values())
+    return torch.ops.rangeswa.attn.default(**_args(**changes))
 
 
 BAD_ATTN = {
     "q_rank": (dict(q=torch.randn(2, 44, 64)), r"q must be a 4-D tensor"),
     "k_rank": (dict(k=torch.randn(1, 1, 44, 64, 1)), r"k must be a 4-D tensor"),
     "v_shape": (dict(v=torch.randn(1, 1, 43, 64)), r"v must have the shape of k"),
-    "kv_length": (dict(k=torch.randn(1, 1, 40, 64), v=torch.randn(1, 1, 40, 64)), r"agree in B, N and D"),
-    "head_dim": (dict(k=torch.randn(1, 1, 44, 32), v=torch.randn(1, 1, 44, 32)), r"agree in B, N and D"),
+    "kv_length": (dict(k=torch.randn(1, 1, 40, 64), v=torch.randn(1, 1, 40, 64)),
+                  r"q must hold the 4 control rows and the last Lq body rows of k, 1 <= Lq <= L = 36 "
+                  r"\(SPEC section 7\), got 44 q rows for 40 k rows"),
+    "head_dim": (dict(k=torch.randn(1, 1, 44, 32), v=torch.randn(1, 1, 44, 32)), r"must agree in B and D"),
+    "negative_causal_block": (dict(causal_block=-2), r"causal_block must be >= 0 \(0 = bidirectional\)"),
     "gqa_heads": (dict(q=torch.randn(1, 3, 44, 64), k=torch.randn(1, 2, 44, 64), v=torch.randn(1, 2, 44, 64)),
                   r"query heads \(3\) must be a multiple of key/value heads \(2\)"),
     "dtype_mismatch": (dict(k=torch.randn(1, 1, 44, 64, dtype=torch.bfloat16)), r"same dtype"),
