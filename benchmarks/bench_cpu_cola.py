@@ -12,8 +12,9 @@ Every method runs in the same process on the same tensors; times are medians of 
 warm-up call. The load average before and after is recorded (the machine may be shared).
 
     python benchmarks/bench_cpu_cola.py [--lengths 2048,4096,8192] [--repeats 7] [--call-repeats 3] [--no-call]
+                                        [--threads N]
 
-Results: benchmarks/results/cpu_cola_<date>.{json,md}.
+Results: benchmarks/results/cpu_cola_<date>.{json,md} (``_<N>thread`` added with --threads).
 """
 
 from __future__ import annotations
@@ -139,9 +140,14 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7, help="timed op calls per case (median)")
     parser.add_argument("--call-repeats", type=int, default=3, help="timed prior calls per case (median)")
     parser.add_argument("--no-call", action="store_true", help="time only the attention op")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's); on a shared, loaded machine 1 thread avoids the "
+                             "op's many short parallel regions waiting on descheduled threads")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args(argv)
     lengths = [int(x) for x in args.lengths.split(",")]
+    if args.threads:
+        torch.set_num_threads(args.threads)
     load_before = [round(x, 2) for x in os.getloadavg()]
     op = op_rows(lengths, args.repeats)
     call = [] if args.no_call else call_rows(lengths, args.call_repeats)
@@ -151,7 +157,7 @@ def main(argv=None) -> int:
                   load_after=[round(x, 2) for x in os.getloadavg()], op=op, call=call)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"cpu_cola_{result['date']}"
+    stem = out / f"cpu_cola_{result['date']}" if not args.threads else out / f"cpu_cola_{result['date']}_{args.threads}thread"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     stem.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))
