@@ -311,7 +311,7 @@ def test_loader_streams_one_tensor_at_a_time_into_a_meta_model(tiny_assets, monk
     import safetensors
 
     open_files, most_open, on_device = [], [0], []
-    real_open, real_assign = safetensors.safe_open, llada_module._assign
+    real_open, real_assign = safetensors.safe_open, llada_module.assign_parameter
 
     class Tracking:
         def __init__(self, path, *args, **kwargs):
@@ -331,7 +331,7 @@ def test_loader_streams_one_tensor_at_a_time_into_a_meta_model(tiny_assets, monk
         on_device.append(sum(not p.is_meta for p in net.parameters()))
 
     monkeypatch.setattr(safetensors, "safe_open", Tracking)
-    monkeypatch.setattr(llada_module, "_assign", assign)
+    monkeypatch.setattr(llada_module, "assign_parameter", assign)
     loaded = load_llada(ckpt)
     assert on_device == list(range(1, len(model.state_dict()) + 1))
     assert most_open == [1] and not open_files

@@ -30,8 +30,7 @@ import torch.nn.functional as F
 from .. import ops
 from ..methods import causal_mask
 from ..reference.rope import inv_freq, rotate
-from .llada import _assign, _tensor_shapes
-from .strict import check_state_dict
+from .strict import assign_parameter, check_state_dict, safetensors_shapes
 
 PathLike = Union[str, Path]
 
@@ -698,7 +697,7 @@ def weight_files(folder: Path) -> dict[str, Path]:
         return files
     files = {}
     for file in sorted(folder.glob("*.safetensors")):
-        for name in _tensor_shapes(file):
+        for name in safetensors_shapes(file):
             if name in files:
                 raise ValueError(f"tensor {name} is in both {files[name].name} and {file.name} of {folder}, and there "
                                  f"is no {INDEX_FILE} to say which to use")
@@ -716,7 +715,7 @@ def _load_part(module: nn.Module, folder: Path, name: str, device: torch.device)
     files = weight_files(folder)
     shapes = {}
     for file in sorted(set(files.values())):
-        shapes.update({k: s for k, s in _tensor_shapes(file).items() if files.get(k) == file})
+        shapes.update({k: s for k, s in safetensors_shapes(file).items() if files.get(k) == file})
     unlisted = sorted(set(files) - set(shapes))
     if unlisted:
         raise ValueError(f"{folder / INDEX_FILE} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
@@ -737,7 +736,7 @@ def _load_part(module: nn.Module, folder: Path, name: str, device: torch.device)
                                          f"{module.config.rope_theta}'s over {module.config.rotary_dim} dims")
                     _assign_buffer(module, key, tensor)
                 else:
-                    _assign(module, key, nn.Parameter(tensor, requires_grad=False))
+                    assign_parameter(module, key, nn.Parameter(tensor, requires_grad=False))
     for key in computed:
         _assign_buffer(module, key, _rope_freqs(module, device))
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .strict import check_state_dict
+from .strict import assign_parameter, check_state_dict, safetensors_shapes
 
 PathLike = Union[str, Path]
 
@@ -282,7 +282,7 @@ def shard_map(folder: PathLike) -> dict[str, Path]:
     folder = find_checkpoint(folder)
     index = folder / INDEX_FILE
     if not index.is_file():
-        return {name: folder / SINGLE_FILE for name in _tensor_shapes(folder / SINGLE_FILE)}
+        return {name: folder / SINGLE_FILE for name in safetensors_shapes(folder / SINGLE_FILE)}
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
@@ -316,7 +316,7 @@ def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dt
         model = LLaDA(config, attention=attention)
     shapes = {}
     for file in sorted(set(files.values())):
-        shapes.update({name: shape for name, shape in _tensor_shapes(file).items() if files.get(name) == file})
+        shapes.update({name: shape for name, shape in safetensors_shapes(file).items() if files.get(name) == file})
     unlisted = sorted(set(files) - set(shapes))
     if unlisted:
         raise ValueError(f"{folder / INDEX_FILE} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
@@ -328,7 +328,7 @@ def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dt
                 if files.get(name) != file:
                     continue
                 tensor = shard.get_tensor(name).to(device=device, dtype=dtype)
-                _assign(model, name, nn.Parameter(tensor, requires_grad=False))
+                assign_parameter(model, name, nn.Parameter(tensor, requires_grad=False))
                 del tensor
     return model.eval()
 
@@ -374,19 +374,3 @@ def load_llada_tokenizer(folder: PathLike):
     except (OSError, ValueError) as e:
         raise ValueError(f"folder {folder} holds no readable tokenizer (expected tokenizer.json with "
                          f"tokenizer_config.json): {e}") from e
-
-
-def _tensor_shapes(file: Path) -> dict[str, tuple]:
-    """Name -> shape of every tensor in a safetensors file, from its header (no tensor is read)."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
-    except (SafetensorError, OSError) as e:
-        raise ValueError(f"{file} is not a readable safetensors file: {e}") from e
-
-
-def _assign(model: nn.Module, name: str, value: nn.Parameter) -> None:
-    owner, _, leaf = name.rpartition(".")
-    model.get_submodule(owner)._parameters[leaf] = value

@@ -3,6 +3,7 @@ dict and the model (missing, unexpected and wrongly shaped keys) is named in one
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping
 
 import torch
@@ -39,3 +40,21 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], s
                   if tuple(state_dict[k].shape) != tuple(expected[k].shape)]
     if missing or unexpected or mismatched:
         raise CheckpointMismatchError(source, missing, unexpected, mismatched, name or type(model).__name__)
+
+
+def safetensors_shapes(file: Path) -> dict[str, tuple]:
+    """Name -> shape of every tensor in a safetensors file, from its header (no tensor is read), so a
+    loader can name every difference before it reads a weight."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{file} is not a readable safetensors file: {e}") from e
+
+
+def assign_parameter(model: nn.Module, name: str, value: nn.Parameter) -> None:
+    """Put ``value`` in place of the parameter ``name`` (dotted path) of a model built on ``meta``."""
+    owner, _, leaf = name.rpartition(".")
+    model.get_submodule(owner)._parameters[leaf] = value
