@@ -568,11 +568,14 @@ void control_rows(const Call& c, int64_t b, int64_t h, Workspace& ws) {
 // and the buffers, allocated once per call and reused pass after pass, stay small whatever L is.
 constexpr int64_t kPassBytes = int64_t(8) << 20;
 
-int64_t heads_per_pass(const AttnParams& p) {
+// A pass also holds at least one task per thread: a cached call (SPEC section 7) has a single query
+// tile per head, and passes of one head would leave every thread but one idle.
+int64_t heads_per_pass(const AttnParams& p, int64_t tasks_per_kv_head) {
   const Rules& R = p.rules;
   const int64_t kinds = 1 + (R.grouping() ? 1 : 0) + (conditioned(p.rules, p.C) ? 1 : 0);
   const int64_t per_head = std::max<int64_t>(1, p.L * p.D * int64_t(sizeof(float)) * kinds);
-  return std::clamp<int64_t>(kPassBytes / per_head, 1, p.B * p.Hkv);
+  const int64_t busy = ceil_div(at::get_num_threads(), std::max<int64_t>(1, tasks_per_kv_head));
+  return std::clamp<int64_t>(std::max(kPassBytes / per_head, busy), 1, p.B * p.Hkv);
 }
 
 void allocate_keys(Call& c, int64_t heads) {
@@ -684,7 +687,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
   }
   // Query heads of KV pair kv are kv * per_kv .. kv * per_kv + per_kv - 1 (as b * Hq + h).
   const int64_t n_tiles = int64_t(tiles.size()), per_kv = p.Hq / p.Hkv, kv_pairs = p.B * p.Hkv;
-  const int64_t pass = heads_per_pass(p);
+  const int64_t pass = heads_per_pass(p, per_kv * (n_tiles + (p.C > 0 ? 1 : 0)));
   allocate_keys(c, pass);
   for (int64_t first = 0; first < kv_pairs; first += pass) {
     const int64_t count = std::min(pass, kv_pairs - first);
