@@ -38,7 +38,8 @@ class ELFBackbone(Backbone):
             found = ", ".join(f"{k}={getattr(elf.config, k)}" for k in sizes)
             want = ", ".join(f"{k}={getattr(expected, k)}" for k in sizes)
             raise ValueError(f"{checkpoint} holds a model with {found}, but --model {preset} has {want}")
-        return elf.to(device).eval()
+        # fp32 weights whatever the file stores (the shipped miniature is fp16); CUDA runs bf16 autocast.
+        return elf.to(device=device, dtype=torch.float32).eval()
 
     def random_model(self, preset: str, seed: int = 0) -> ELF:
         torch.manual_seed(seed)
