@@ -4,7 +4,7 @@
     tokenizer/                   the 4096-token byte-level BPE (transformers tokenizer folder)
     judge/                       the GPT-2 judge (config.json, model.safetensors in fp16, tokenizer files)
     bigrams.npz                  corpus unigram and bigram counts (bigrams.py)
-    manifest.json                how they were made: command, seed, corpus, steps, times, losses
+    manifest.json                how they were made: command, seed, corpus, model and training settings, times
 """
 
 from __future__ import annotations

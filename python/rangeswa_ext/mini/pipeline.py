@@ -83,7 +83,8 @@ def add_train_mini_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=TrainConfig.steps, help="ELF-mini training steps")
     parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     parser.add_argument("--lr", type=float, default=TrainConfig.lr)
-    parser.add_argument("--judge-steps", type=int, default=3000, help="judge training steps")
+    parser.add_argument("--judge-steps", type=int, default=1200, help="judge training steps")
+    parser.add_argument("--judge-batch-size", type=int, default=16, help="judge windows (of 256 tokens) per step")
     parser.add_argument("--train-length", type=int, default=ELFConfig.from_name("elf-mini").train_length,
                         help="ELF-mini's training length T (default 128)")
     parser.add_argument("--seed", type=int, default=0)
@@ -103,7 +104,7 @@ def run_train_mini(args) -> int:
     config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
     train_elf(ids, table, model_config, config, args.out / "elf", device=args.device, progress=not args.no_progress)
     trained = time.perf_counter()
-    judge_cfg = TrainConfig(steps=args.judge_steps, batch_size=32, lr=1e-3, warmup=100, seed=args.seed)
+    judge_cfg = TrainConfig(steps=args.judge_steps, batch_size=args.judge_batch_size, lr=1e-3, warmup=100, seed=args.seed)
     train_judge(ids, model_config.vocab_size, judge_cfg, args.out / "judge", device=args.device,
                 progress=not args.no_progress)
     judged = time.perf_counter()
@@ -111,7 +112,7 @@ def run_train_mini(args) -> int:
     manifest = dict(
         command="rangeswa " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("rangeswa") else
         "rangeswa train-mini " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                                          if k in ("steps", "batch_size", "lr", "judge_steps", "train_length", "seed")),
+                                          if k in ("steps", "batch_size", "lr", "judge_steps", "judge_batch_size", "train_length", "seed")),
         date=datetime.date.today().isoformat(), corpus=corpus_module.ATTRIBUTION, corpus_tokens=int(ids.numel()),
         vocab_size=model_config.vocab_size, model=dataclasses.asdict(model_config), train=dataclasses.asdict(config),
         judge_train=dataclasses.asdict(judge_cfg), seed=args.seed, torch=torch.__version__,
