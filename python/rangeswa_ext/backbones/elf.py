@@ -38,6 +38,9 @@ class ELFBackbone(Backbone):
             found = ", ".join(f"{k}={getattr(elf.config, k)}" for k in sizes)
             want = ", ".join(f"{k}={getattr(expected, k)}" for k in sizes)
             raise ValueError(f"{checkpoint} holds a model with {found}, but --model {preset} has {want}")
+        # The file holds no training length (the config is read from the tensors' shapes): the preset's is
+        # the model's, and every method's T comes from it.
+        elf.config = dataclasses.replace(elf.config, train_length=expected.train_length)
         # fp32 weights whatever the file stores (the shipped miniature is fp16); CUDA runs bf16 autocast.
         return elf.to(device=device, dtype=torch.float32).eval()
 
