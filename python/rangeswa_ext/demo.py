@@ -77,7 +77,7 @@ def plan_from_args(args) -> DemoPlan:
     if any(m < 1 for m in multiples):
         raise ValueError(f"--lengths are multiples of the training length, each >= 1, got {args.lengths}")
     seeds = tuple(int(s) for s in args.seeds.split(",")) if args.seeds else (1001,)
-    samples = args.samples or (4 if args.quick else 16)
+    samples = args.samples or (4 if args.quick else 12)
     steps = args.steps or (8 if args.quick else 32)
     for name, value in (("--samples", samples), ("--steps", steps), ("--batch-size", args.batch_size)):
         if value < 1:
@@ -239,7 +239,7 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--ablation", action="store_true",
                         help="also RangeSWA at the longest length without each component (paper Tables 4, 5)")
     parser.add_argument("--out", default="runs/demo", help="output folder (reruns resume) (default runs/demo)")
-    parser.add_argument("--samples", type=int, help="samples per configuration (default 16; --quick 4)")
+    parser.add_argument("--samples", type=int, help="samples per configuration (default 12; --quick 4)")
     parser.add_argument("--seeds", help="comma-separated seeds (default 1001)")
     parser.add_argument("--lengths", help="comma-separated multiples of T (default 1,2,4,8; --quick 1,8)")
     parser.add_argument("--methods", help=f"comma-separated methods (default {','.join(DEFAULT_METHODS)})")
