@@ -181,12 +181,19 @@ def load_scorer(path: str | Path, device: str = "cpu", dtype: str = "fp32"):
     if not (path / "config.json").is_file():
         raise ValueError(f"Scorer folder {path} has no model: config.json is missing.")
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    # No weight-loading bar: scoring has its own progress bar, and --no-progress must mean none.
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     try:
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as error:
         raise ValueError(f"Scorer folder {path} holds no loadable causal LM and tokenizer: {error}") from error
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     return model.to(device=device, dtype=DTYPES[dtype]).eval(), tokenizer
 
 
