@@ -139,3 +139,20 @@ def test_demo_rejects_bad_arguments(tmp_path, capsys):
     assert "unknown method(s) flash" in capsys.readouterr().err
     assert main(["demo", "--lengths", "0,2", "--out", str(tmp_path)]) == 2
     assert "multiples of the training length" in capsys.readouterr().err
+
+
+def test_demo_takes_the_preset_of_the_miniature_s_training_length(tmp_path):
+    from rangeswa_ext.demo import model_for
+
+    assert model_for(dict(model=dict(train_length=128))) == "elf-mini"
+    assert model_for(dict(model=dict(train_length=64))) == "elf-mini-64"
+    with pytest.raises(ValueError, match="trained at T = 32, which has no ELF preset"):
+        model_for(dict(model=dict(train_length=32)))
+    # The loader gives the model the preset's T whatever the file (a checkpoint stores none).
+    model = ELF(ELFConfig.from_name("elf-mini-64"))
+    from rangeswa_ext.models.elf_checkpoint import save_checkpoint
+
+    save_checkpoint(model, tmp_path / "ckpt", 1)
+    backbone = backbones.backbone_for("elf-mini-64")
+    for name, T in (("elf-mini", 128), ("elf-mini-64", 64)):
+        assert backbone.load(tmp_path / "ckpt", name, torch.device("cpu")).config.train_length == T

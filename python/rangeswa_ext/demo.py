@@ -13,6 +13,7 @@ without the conditioning correction, without retrieval, without summaries, witho
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -32,6 +33,16 @@ from .mini import assets
 from .mini.bigrams import BigramModel
 
 MODEL = "elf-mini"
+
+
+def model_for(manifest: dict) -> str:
+    """The ELF preset of a miniature: ``elf-mini`` (T = 128, the shipped one) or ``elf-mini-<T>``."""
+    T = int(manifest["model"]["train_length"])
+    name = MODEL if T == 128 else f"{MODEL}-{T}"
+    if name not in backbones.backbone_for(MODEL).presets:
+        raise ValueError(f"the miniature was trained at T = {T}, which has no ELF preset; presets: "
+                         f"{', '.join(p for p in backbones.backbone_for(MODEL).presets if p.startswith(MODEL))}")
+    return name
 DEFAULT_METHODS = ("full", "pi", "ntk", "yarn", "self_extend", "swa", "rangeswa", "rangeswa_lite")
 #: --ablation: RangeSWA and RangeSWA with one component removed (paper Tables 4 and 5 in miniature).
 ABLATIONS = ("rangeswa", "w/o conditioning correction", "w/o retrieval", "w/o summaries", "w/o stage schedule")
@@ -65,6 +76,7 @@ class DemoPlan:
     steps: int
     device: str
     ablation: bool
+    model: str = MODEL
 
 
 def plan_from_args(args) -> DemoPlan:
@@ -93,7 +105,7 @@ def sweep_file(plan: DemoPlan, files: dict, train_length: int) -> str:
     return (f'output = {json.dumps(str(plan.out.resolve()))}\n'
             f"lengths = {lengths}\nmethods = {json.dumps(list(plan.methods))}\nseeds = {list(plan.seeds)}\n"
             f"num_samples = {plan.samples}\nbatch_size = {plan.batch_size}\ndevice = {json.dumps(plan.device)}\n"
-            f'dtype = "fp32"\n\n[sampler]\nsteps = {plan.steps}\n\n[models.{MODEL}]\n'
+            f'dtype = "fp32"\n\n[sampler]\nsteps = {plan.steps}\n\n[models.{plan.model}]\n'
             f'checkpoint = {json.dumps(str(files["checkpoint"]))}\ntokenizer = {json.dumps(str(files["tokenizer"]))}\n'
             f'{options}\n[scorer]\npath = {json.dumps(str(files["judge"]))}\nmetrics = ["ppl", "h", "r4"]\n'
             f"batch_size = 16\n")
@@ -102,7 +114,8 @@ def sweep_file(plan: DemoPlan, files: dict, train_length: int) -> str:
 def run_demo(args) -> int:
     plan = plan_from_args(args)
     files = assets.paths(Path(args.assets) if args.assets else None)
-    train_length = backbones.backbone_for(MODEL).config(MODEL).train_length
+    plan = dataclasses.replace(plan, model=model_for(assets.manifest(files["manifest"].parent)))
+    train_length = backbones.backbone_for(plan.model).config(plan.model).train_length
     plan.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     config_path = plan.out / "demo_sweep.toml"
@@ -133,7 +146,7 @@ def run_demo(args) -> int:
 
 def random_floor(bigrams: BigramModel, files: dict, train_length: int, plan: DemoPlan) -> dict:
     """Tokens drawn independently from the corpus unigram frequencies, at length T: what the model must beat."""
-    backbone = backbones.backbone_for(MODEL)
+    backbone = backbones.backbone_for(plan.model)
     tokenizer = backbone.load_tokenizer(files["tokenizer"])
     rows = bigrams.random_rows(max(plan.samples, 8), train_length, seed=plan.seeds[0])
     texts = backbone.decode(tokenizer, rows)
@@ -151,7 +164,7 @@ def run_ablation(plan: DemoPlan, files: dict, train_length: int, bigrams: Bigram
         options = ablation_options(label, train_length)
         slug = label.replace("/", "").replace(" ", "_")
         out = plan.out / "ablation" / f"{slug}_L{length}.jsonl"
-        generate(checkpoint=files["checkpoint"], tokenizer=files["tokenizer"], out=out, model=MODEL, method="rangeswa",
+        generate(checkpoint=files["checkpoint"], tokenizer=files["tokenizer"], out=out, model=plan.model, method="rangeswa",
                  length=length, num_samples=plan.samples, batch_size=plan.batch_size, seed=plan.seeds[0],
                  method_options=options, device=plan.device, dtype="fp32", progress=progress, steps=plan.steps)
         scores = score_file(out, scorer=files["judge"], metrics=["ppl", "h", "r4"], device=plan.device or "cpu",
@@ -176,7 +189,7 @@ def render(plan: DemoPlan, rows: dict, floor: dict, ablation: dict, lengths: lis
     body = [f"| {method_label(m)} | " + " | ".join(_cell(rows.get((m, n, seed))) for n in lengths) + " |"
             for m in plan.methods]
     body.append(f"| random tokens (corpus frequencies) | {_cell(floor)} |" + " |" * (len(lengths) - 1))
-    lines = [f"# rangeswa demo: {MODEL} (T = {train_length}), {plan.samples} samples per cell, seed {seed}, "
+    lines = [f"# rangeswa demo: {plan.model} (T = {train_length}), {plan.samples} samples per cell, seed {seed}, "
              f"{plan.steps} steps", "",
              f"Model: ELF-mini trained on the {manifest.get('corpus', 'corpus')}; judge: a 4-layer GPT-2 trained on "
              f"the same corpus. Cells: judge PPL / corpus bigram NLL (nats) / H / R4 (%). RangeSWA numbers are the "
@@ -195,7 +208,7 @@ def render(plan: DemoPlan, rows: dict, floor: dict, ablation: dict, lengths: lis
             continue
         text = read_samples(run.samples_path(config.output))[0]["text"].replace("\n", " ")
         lines += [f"**{method_label(method)}**: {text[:300]}", ""]
-    lines += [f"Figure 7 in miniature: {config.output / 'figures' / (MODEL + '.png')}",
+    lines += [f"Figure 7 in miniature: {config.output / 'figures' / (plan.model + '.png')}",
               f"Ran in {seconds / 60:.1f} minutes."]
     return "\n".join(lines) + "\n"
 

@@ -106,6 +106,9 @@ ELF_CONFIGS = {
     "elf-tiny": dict(n_layer=2, dim=64, n_head=2),
     "elf-mini": dict(n_layer=4, dim=192, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
                      frequency_dim=64, train_length=128),
+    # The same miniature trained at T = 64 (`rangeswa train-mini --train-length 64`; docs/demo.md).
+    "elf-mini-64": dict(n_layer=4, dim=192, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
+                        frequency_dim=64, train_length=64),
 }
 
 

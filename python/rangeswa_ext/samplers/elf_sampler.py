@@ -48,6 +48,7 @@ _PRESETS = {
     "elf-l": dict(steps=64, gamma=1.0),
     "elf-tiny": dict(steps=32, gamma=1.5),
     "elf-mini": dict(steps=32, gamma=1.5),  # ELF-B's settings
+    "elf-mini-64": dict(steps=32, gamma=1.5),
 }
 
 
