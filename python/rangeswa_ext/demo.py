@@ -113,7 +113,7 @@ def sweep_file(plan: DemoPlan, files: dict, train_length: int) -> str:
 
 def run_demo(args) -> int:
     plan = plan_from_args(args)
-    files = assets.paths(Path(args.assets) if args.assets else None)
+    files = assets.paths(Path(args.assets).resolve() if args.assets else None)  # the sweep file lives elsewhere
     plan = dataclasses.replace(plan, model=model_for(assets.manifest(files["manifest"].parent)))
     train_length = backbones.backbone_for(plan.model).config(plan.model).train_length
     plan.out.mkdir(parents=True, exist_ok=True)
