@@ -156,3 +156,13 @@ def test_demo_takes_the_preset_of_the_miniature_s_training_length(tmp_path):
     backbone = backbones.backbone_for("elf-mini-64")
     for name, T in (("elf-mini", 128), ("elf-mini-64", 64)):
         assert backbone.load(tmp_path / "ckpt", name, torch.device("cpu")).config.train_length == T
+
+
+def test_demo_assets_path_relative_to_the_working_folder(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    relative = os.path.relpath(assets.DATA, tmp_path)
+    assert main(["demo", "--assets", relative, "--out", "out", "--lengths", "1", "--methods", "full",
+                 "--samples", "1", "--steps", "1", "--no-progress"]) == 0
+    assert (tmp_path / "out" / "demo.md").is_file()
