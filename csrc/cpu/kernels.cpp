@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <mutex>
 #include <tuple>
-#include <bit>
 #include <cstring>
 
 // MKL / OpenBLAS ship in torch's CPU library; weak so that a torch without a Fortran BLAS symbol
@@ -144,7 +143,9 @@ void exp_shifted(float* x, int64_t n, float shift) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    const float scale = std::bit_cast<float>((static_cast<int32_t>(fn) + 127) << 23);
+    const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;  // 2^fn as float bits (C++17: no bit_cast)
+    float scale;
+    std::memcpy(&scale, &bits, sizeof scale);
     x[i] = v < -87.0f ? 0.0f : p * scale;
   }
 }
