@@ -310,6 +310,18 @@ def test_kernel_plan_emulated_on_host_causal_and_cached(emulator, case):
     assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
 
 
+def test_kernel_plan_emulated_on_host_rejects_a_bad_retrieved_block(emulator):
+    """The error path of test_attn_cuda_user_retrieved_blocks through nvcc-compiled host code: a block inside
+    the query block's windows is refused with a ValueError (on the H200 the CUDA build crashed here once)."""
+    cfg = preset("rangeswa", train_length=256)
+    C = 12
+    q, k, v = make_qkv(2, 2, 1, C + 1000, 64, seed=3)
+    bad = ops.topk_blocks(q, k, cfg, C).clone()
+    bad[0, 0, 3, 0] = 3 * cfg.query_block // cfg.retrieval_block
+    with pytest.raises(ValueError, match="not a candidate"):
+        emulator(q, k, v, bad, **ops.attn_arguments(cfg, C, "late"))
+
+
 @needs_cuda
 @pytest.mark.parametrize("case", CAUSAL_GRID, ids=[causal_id(c) for c in CAUSAL_GRID])
 def test_attn_cuda_causal_and_cached(case):
