@@ -146,8 +146,11 @@ def test_demo_takes_the_preset_of_the_miniature_s_training_length(tmp_path):
 
     assert model_for(dict(model=dict(train_length=128))) == "elf-mini"
     assert model_for(dict(model=dict(train_length=64))) == "elf-mini-64"
-    with pytest.raises(ValueError, match="trained at T = 32, which has no ELF preset"):
+    assert model_for(dict(model=dict(n_layer=4, dim=256, n_head=4, train_length=128))) == "elf-mini-wide"
+    with pytest.raises(ValueError, match="train_length = 32, which no ELF preset has"):
         model_for(dict(model=dict(train_length=32)))
+    with pytest.raises(ValueError, match="dim = 320, .* which no ELF preset has"):
+        model_for(dict(model=dict(dim=320, train_length=128)))
     # The loader gives the model the preset's T whatever the file (a checkpoint stores none).
     model = ELF(ELFConfig.from_name("elf-mini-64"))
     from rangeswa_ext.models.elf_checkpoint import save_checkpoint
@@ -166,3 +169,15 @@ def test_demo_assets_path_relative_to_the_working_folder(tmp_path, monkeypatch):
     assert main(["demo", "--assets", relative, "--out", "out", "--lengths", "1", "--methods", "full",
                  "--samples", "1", "--steps", "1", "--no-progress"]) == 0
     assert (tmp_path / "out" / "demo.md").is_file()
+
+
+def test_train_mini_preset_and_training_length(tmp_path):
+    from rangeswa_ext.mini.pipeline import mini_config
+
+    assert (mini_config().dim, mini_config().train_length) == (192, 128)
+    assert (mini_config("elf-mini-wide").dim, mini_config("elf-mini-wide").head_dim) == (256, 64)
+    assert mini_config("elf-mini", 64) == ELFConfig.from_name("elf-mini-64")
+    with pytest.raises(ValueError, match="miniature presets"):
+        mini_config("elf-b")
+    with pytest.raises(SystemExit):  # argparse refuses it before anything is built
+        main(["train-mini", "--preset", "elf-b", "--out", str(tmp_path)])

@@ -36,13 +36,22 @@ MODEL = "elf-mini"
 
 
 def model_for(manifest: dict) -> str:
-    """The ELF preset of a miniature: ``elf-mini`` (T = 128, the shipped one) or ``elf-mini-<T>``."""
-    T = int(manifest["model"]["train_length"])
-    name = MODEL if T == 128 else f"{MODEL}-{T}"
-    if name not in backbones.backbone_for(MODEL).presets:
-        raise ValueError(f"the miniature was trained at T = {T}, which has no ELF preset; presets: "
-                         f"{', '.join(p for p in backbones.backbone_for(MODEL).presets if p.startswith(MODEL))}")
-    return name
+    """The ELF preset of a miniature: the ``elf-mini*`` preset whose layers, width, heads and training
+    length are the manifest's (``elf-mini``, the shipped one; ``elf-mini-64``; ``elf-mini-wide``)."""
+    from .models.elf import ELF_CONFIGS, ELFConfig
+
+    model = manifest["model"]
+    keys = ("n_layer", "dim", "n_head", "train_length")
+    defaults = ELFConfig.from_name(MODEL)
+    want = {k: int(model.get(k, getattr(defaults, k))) for k in keys}
+    for name in ELF_CONFIGS:
+        config = ELFConfig.from_name(name)
+        if name.startswith(MODEL) and all(getattr(config, k) == v for k, v in want.items()):
+            return name
+    raise ValueError(f"the miniature has {', '.join(f'{k} = {v}' for k, v in want.items())}, which no ELF preset "
+                     f"has; presets: {', '.join(p for p in ELF_CONFIGS if p.startswith(MODEL))}")
+
+
 DEFAULT_METHODS = ("full", "pi", "ntk", "yarn", "self_extend", "swa", "rangeswa", "rangeswa_lite")
 #: --ablation: RangeSWA and RangeSWA with one component removed (paper Tables 4 and 5 in miniature).
 ABLATIONS = ("rangeswa", "w/o conditioning correction", "w/o retrieval", "w/o summaries", "w/o stage schedule")

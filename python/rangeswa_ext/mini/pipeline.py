@@ -24,12 +24,24 @@ from pathlib import Path
 
 import torch
 
-from ..models.elf import ELFConfig
+from ..models.elf import ELF_CONFIGS, ELFConfig
 from ..models.elf_checkpoint import find_checkpoint, read_checkpoint, save_checkpoint
 from . import corpus as corpus_module
 from .bigrams import BigramModel
 from .latent import embedding_table
 from .train import TrainConfig, train_elf, train_judge
+
+
+#: The ELF presets `train-mini` can train (the miniature's shapes; docs/demo.md).
+MINI_PRESETS = tuple(name for name in ELF_CONFIGS if name.startswith("elf-mini"))
+
+
+def mini_config(preset: str = "elf-mini", train_length: int | None = None) -> ELFConfig:
+    """The ELF config `train-mini` trains: an ``elf-mini*`` preset, with another training length if given."""
+    if preset not in MINI_PRESETS:
+        raise ValueError(f"train-mini trains the miniature presets {', '.join(MINI_PRESETS)}, not {preset!r}")
+    config = ELFConfig.from_name(preset)
+    return config if train_length is None else config.replace(train_length=train_length)
 
 
 def prepare(out: Path, vocab_size: int, dim: int) -> tuple:
@@ -85,8 +97,10 @@ def add_train_mini_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=TrainConfig.lr)
     parser.add_argument("--judge-steps", type=int, default=1200, help="judge training steps")
     parser.add_argument("--judge-batch-size", type=int, default=16, help="judge windows (of 256 tokens) per step")
-    parser.add_argument("--train-length", type=int, default=ELFConfig.from_name("elf-mini").train_length,
-                        help="ELF-mini's training length T (default 128)")
+    parser.add_argument("--preset", default="elf-mini", choices=MINI_PRESETS,
+                        help="the ELF-mini shape (default elf-mini: 4 x 192; elf-mini-wide: 4 x 256)")
+    parser.add_argument("--train-length", type=int, default=None,
+                        help="ELF-mini's training length T (default: the preset's, 128)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--export", type=Path, default=None,
@@ -98,7 +112,7 @@ def add_train_mini_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_train_mini(args) -> int:
     start = time.perf_counter()
-    model_config = ELFConfig.from_name("elf-mini", train_length=args.train_length)
+    model_config = mini_config(args.preset, args.train_length)
     tokenizer, ids, table = prepare(args.out, model_config.vocab_size, model_config.encoder_dim)
     prepared = time.perf_counter()
     config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
@@ -112,7 +126,8 @@ def run_train_mini(args) -> int:
     manifest = dict(
         command="rangeswa " + " ".join(sys.argv[1:]) if sys.argv and sys.argv[0].endswith("rangeswa") else
         "rangeswa train-mini " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                                          if k in ("steps", "batch_size", "lr", "judge_steps", "judge_batch_size", "train_length", "seed")),
+                                          if k in ("steps", "batch_size", "lr", "judge_steps", "judge_batch_size", "preset", "train_length", "seed")
+                                          and v is not None),
         date=datetime.date.today().isoformat(), corpus=corpus_module.ATTRIBUTION, corpus_tokens=int(ids.numel()),
         vocab_size=model_config.vocab_size, model=dataclasses.asdict(model_config), train=dataclasses.asdict(config),
         judge_train=dataclasses.asdict(judge_cfg), seed=args.seed, torch=torch.__version__,

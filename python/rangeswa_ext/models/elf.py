@@ -109,6 +109,9 @@ ELF_CONFIGS = {
     # The same miniature trained at T = 64 (`rangeswa train-mini --train-length 64`; docs/demo.md).
     "elf-mini-64": dict(n_layer=4, dim=192, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
                         frequency_dim=64, train_length=64),
+    # A wider miniature (width 256, heads of 64; `rangeswa train-mini --preset elf-mini-wide`; docs/demo.md).
+    "elf-mini-wide": dict(n_layer=4, dim=256, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
+                          frequency_dim=64, train_length=128),
 }
 
 
