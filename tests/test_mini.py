@@ -177,6 +177,10 @@ def test_train_mini_preset_and_training_length(tmp_path):
     assert (mini_config().dim, mini_config().train_length) == (192, 128)
     assert (mini_config("elf-mini-wide").dim, mini_config("elf-mini-wide").head_dim) == (256, 64)
     assert mini_config("elf-mini", 64) == ELFConfig.from_name("elf-mini-64")
+    from rangeswa_ext.mini.pipeline import MINI_PRESETS
+    from rangeswa_ext.samplers.elf_sampler import _PRESETS as SAMPLER_PRESETS
+
+    assert set(MINI_PRESETS) == {"elf-mini", "elf-mini-64", "elf-mini-wide"} and set(MINI_PRESETS) <= set(SAMPLER_PRESETS)
     with pytest.raises(ValueError, match="miniature presets"):
         mini_config("elf-b")
     with pytest.raises(SystemExit):  # argparse refuses it before anything is built

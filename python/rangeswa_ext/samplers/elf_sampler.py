@@ -49,6 +49,7 @@ _PRESETS = {
     "elf-tiny": dict(steps=32, gamma=1.5),
     "elf-mini": dict(steps=32, gamma=1.5),  # ELF-B's settings
     "elf-mini-64": dict(steps=32, gamma=1.5),
+    "elf-mini-wide": dict(steps=32, gamma=1.5),
 }
 
 
