@@ -10,8 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
-from rangeswa_ext.eval.score import read_samples, score_file
-from rangeswa_ext.generate import generate
+from rangeswa_ext import preset
+from rangeswa_ext.demo import run_variant
 from rangeswa_ext.mini import assets
 from rangeswa_ext.mini.bigrams import BigramModel
 
@@ -29,8 +29,6 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=12)
     parser.add_argument("--seed", type=int, default=1001)
     args = parser.parse_args()
-    from rangeswa_ext import preset
-
     files = assets.paths()
     T = int(assets.manifest()["model"]["train_length"])
     late = preset("rangeswa_lite").scaled_to(T).late_window
@@ -40,11 +38,9 @@ def main() -> None:
     for label, change in VARIANTS.items():
         options = {"scale_windows": True, **{k: (late if v == "late" else v) for k, v in change.items()}}
         out = args.out / (label.replace("/", "").replace("=", "").replace(" ", "_") + ".jsonl")
-        generate(checkpoint=files["checkpoint"], tokenizer=files["tokenizer"], out=out, model="elf-mini",
-                 method="rangeswa_lite", length=8 * T, num_samples=args.samples, batch_size=16, seed=args.seed,
-                 method_options=options, device="cpu", dtype="fp32", progress=True, steps=32)
-        scores = score_file(out, scorer=files["judge"], metrics=["ppl", "h", "r4"], device="cpu", progress=False)
-        scores["bigram"] = bigrams.nll(s["ids"] for s in read_samples(out))
+        scores = run_variant(files, out, model="elf-mini", method="rangeswa_lite", length=8 * T, options=options,
+                             samples=args.samples, batch_size=16, seed=args.seed, device="cpu", steps=32,
+                             bigrams=bigrams, progress=True)
         results[label] = scores
         print(f"{label}: PPL {scores['ppl']:.1f}, bigram NLL {scores['bigram']:.2f}, H {scores['h']:.2f}, "
               f"R4 {scores['r4']:.1f}", flush=True)

@@ -38,18 +38,19 @@ MODEL = "elf-mini"
 def model_for(manifest: dict) -> str:
     """The ELF preset of a miniature: the ``elf-mini*`` preset whose layers, width, heads and training
     length are the manifest's (``elf-mini``, the shipped one; ``elf-mini-64``; ``elf-mini-wide``)."""
-    from .models.elf import ELF_CONFIGS, ELFConfig
+    from .mini.pipeline import MINI_PRESETS
+    from .models.elf import ELFConfig
 
     model = manifest["model"]
     keys = ("n_layer", "dim", "n_head", "train_length")
     defaults = ELFConfig.from_name(MODEL)
     want = {k: int(model.get(k, getattr(defaults, k))) for k in keys}
-    for name in ELF_CONFIGS:
+    for name in MINI_PRESETS:
         config = ELFConfig.from_name(name)
-        if name.startswith(MODEL) and all(getattr(config, k) == v for k, v in want.items()):
+        if all(getattr(config, k) == v for k, v in want.items()):
             return name
     raise ValueError(f"the miniature has {', '.join(f'{k} = {v}' for k, v in want.items())}, which no ELF preset "
-                     f"has; presets: {', '.join(p for p in ELF_CONFIGS if p.startswith(MODEL))}")
+                     f"has; presets: {', '.join(MINI_PRESETS)}")
 
 
 DEFAULT_METHODS = ("full", "pi", "ntk", "yarn", "self_extend", "swa", "rangeswa", "rangeswa_lite")
@@ -165,21 +166,29 @@ def random_floor(bigrams: BigramModel, files: dict, train_length: int, plan: Dem
                 r4=mean_four_gram_repetition(texts))
 
 
+def run_variant(files: dict, out: Path, *, model: str, method: str, length: int, options: dict, samples: int,
+                batch_size: int, seed: int, device: Optional[str], steps: int, bigrams: BigramModel,
+                progress: bool) -> dict:
+    """One configuration through generate and score (judge PPL, H, R4) plus its corpus bigram NLL."""
+    generate(checkpoint=files["checkpoint"], tokenizer=files["tokenizer"], out=out, model=model, method=method,
+             length=length, num_samples=samples, batch_size=batch_size, seed=seed, method_options=options,
+             device=device, dtype="fp32", progress=progress, steps=steps)
+    scores = score_file(out, scorer=files["judge"], metrics=["ppl", "h", "r4"], device=device or "cpu",
+                        progress=progress)
+    scores["bigram"] = bigrams.nll(s["ids"] for s in read_samples(out))
+    return scores
+
+
 def run_ablation(plan: DemoPlan, files: dict, train_length: int, bigrams: BigramModel, progress: bool) -> dict:
     """RangeSWA at the longest length with one component removed at a time, through generate and score."""
     length = train_length * max(plan.multiples)
     results = {}
     for label in ABLATIONS:
-        options = ablation_options(label, train_length)
         slug = label.replace("/", "").replace(" ", "_")
-        out = plan.out / "ablation" / f"{slug}_L{length}.jsonl"
-        generate(checkpoint=files["checkpoint"], tokenizer=files["tokenizer"], out=out, model=plan.model, method="rangeswa",
-                 length=length, num_samples=plan.samples, batch_size=plan.batch_size, seed=plan.seeds[0],
-                 method_options=options, device=plan.device, dtype="fp32", progress=progress, steps=plan.steps)
-        scores = score_file(out, scorer=files["judge"], metrics=["ppl", "h", "r4"], device=plan.device or "cpu",
-                            progress=progress)
-        scores["bigram"] = bigrams.nll(s["ids"] for s in read_samples(out))
-        results[label] = scores
+        results[label] = run_variant(files, plan.out / "ablation" / f"{slug}_L{length}.jsonl", model=plan.model,
+                                     method="rangeswa", length=length, options=ablation_options(label, train_length),
+                                     samples=plan.samples, batch_size=plan.batch_size, seed=plan.seeds[0],
+                                     device=plan.device, steps=plan.steps, bigrams=bigrams, progress=progress)
     return results
 
 
