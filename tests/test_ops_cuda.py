@@ -255,11 +255,14 @@ def emulator():
         pytest.skip("the emulator links against a CUDA build of torch; this torch is a CPU-only build")
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0")  # host code only; no GPU is queried
     cpp_extension.CUDA_HOME = cuda_home
+    # A build folder of this checkout's own: torch's shared cache would rebuild it for every checkout in turn.
+    build = os.path.join(ROOT, "build", "emulator")
+    os.makedirs(build, exist_ok=True)
     cpp_extension.load(
         name="rangeswa_attn_emulator",
         sources=[os.path.join(ROOT, "csrc", "cuda", "emulator", "attn_emulator.cu"), os.path.join(ROOT, "csrc", "checks.cpp")],
         extra_include_paths=[os.path.join(ROOT, "csrc")], extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"],
-        extra_cuda_cflags=["-O2", "--expt-relaxed-constexpr", "-std=c++20"], is_python_module=False)
+        extra_cuda_cflags=["-O2", "--expt-relaxed-constexpr", "-std=c++20"], is_python_module=False, build_directory=build)
     return torch.ops.rangeswa_emulator.attn.default
 
 
