@@ -187,6 +187,75 @@ def test_generate_matches_official(fixture, official_model, case):
     assert len(draws.used) == calls * ((kw["temperature"] > 0) + (kw["remasking"] == "random"))
 
 
+@pytest.mark.parametrize("case", range(4), ids=["L=24<T", "L=32=T", "L=45>T", "L=64=2T"])
+def test_padded_official_input_gives_the_official_logits(fixture, official_model, case):
+    """The padded case of the official parity check, built from the official unpadded logits (the fixture
+    script's official model cannot be run here): each official input is put in a batch with left padding
+    (7 tokens) and right padding (5), the padding filled with EOS (LLaDA's pad id) or with random ids; the
+    real rows' logits must be the official unpadded logits within 1e-5, for `full` as for the official
+    model, whose attention mask hides padded keys behind an additive bias while RoPE positions stay
+    0..N-1 (RoPE being relative, that is the unpadded computation)."""
+    c = fixture["logits"][case]
+    ids, expect = c["ids"], c["logits"]
+    L = ids.shape[1]
+    g = torch.Generator().manual_seed(case)
+    batch = torch.full((2, L + 12), official_model.config.eos_id)
+    batch[0, 7:7 + L], batch[1, :L] = ids[0], ids[0]
+    mask = torch.zeros(2, L + 12, dtype=torch.bool)
+    mask[0, 7:7 + L], mask[1, :L] = True, True
+    noisy = batch.masked_scatter(~mask, torch.randint(0, 126, (int((~mask).sum()),), generator=g))
+    with torch.no_grad():
+        for padded in (batch, noisy):
+            out = official_model(padded, attention_mask=mask)
+            assert rel_err(out[0, 7:7 + L], expect[0]) < TOL and rel_err(out[1, :L], expect[0]) < TOL
+        unmasked = official_model(batch)
+    assert rel_err(unmasked[1, :L], expect[0]) > 1e-3  # without the mask the padding is seen
+
+
+@pytest.mark.parametrize("name", ["full", "rangeswa", "longllada"])
+def test_generate_with_prompts_of_different_lengths_equals_each_alone(tiny_assets, name):
+    """Three prompts of 5, 12 and 0 tokens in one batch (left padding with EOS, or the same prompts right-
+    padded with other ids), temperature 1 and random remasking with guidance: every row is the row generated
+    alone, sequence and mask in the left-padded layout; past the training length (12 + 24 > T = 32)."""
+    _, _, model = tiny_assets
+    options = dict(scale_windows=True) if name in OP_PRESETS else {}
+    model.set_attention(full_attention(model.config, name, **options))
+    eos = model.config.eos_id
+    prompts = [torch.randint(0, 100, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (5, 12, 0)]
+    left = torch.tensor([[eos] * (12 - len(p)) + p for p in prompts])
+    right = torch.tensor([p + [3] * (12 - len(p)) for p in prompts])
+    left_mask = torch.tensor([[0] * (12 - len(p)) + [1] * len(p) for p in prompts])
+    right_mask = left_mask.flip(1)  # the empty prompt: no real token in either layout
+    for config in (SamplerConfig(steps=12, block_length=8, temperature=1.0),
+                   SamplerConfig(steps=6, block_length=8, temperature=0.5, cfg_scale=1.0, remasking="random")):
+        out = [generate(model, p, 24, config, prompt_mask=m, seed=3, indices=[4, 5, 6], return_all=True)
+               for p, m in ((left, left_mask), (right, right_mask))]
+        alone = [generate(model, torch.tensor([p], dtype=torch.long).view(1, -1), 24, config, seed=3, indices=[k])
+                 for p, k in zip(prompts, (4, 5, 6))]
+        for whole in out:
+            assert torch.equal(whole.ids, torch.cat(alone))
+            assert torch.equal(whole.sequence[:, 12:], whole.ids) and torch.equal(whole.sequence[0, 7:12], left[0, 7:])
+            assert whole.mask[0].tolist() == [False] * 7 + [True] * 29 and whole.latents is None
+    model.set_attention(None)
+
+
+def test_generate_takes_its_mask_id_and_traces_each_call(tiny_assets):
+    """mask_id= replaces the config's; the trace callback gets every call's ids, logits window and logits."""
+    _, _, model = tiny_assets
+    model.set_attention(full_attention(model.config))
+    calls = []
+    config = SamplerConfig(steps=4, block_length=4, temperature=0.0)
+    out = generate(model, torch.tensor([[5, 6, 7]]), 4, config, mask_id=3, trace=calls.append, return_all=True)
+    assert [c.index for c in calls] == [0, 1, 2, 3] and {c.network for c in calls} == {"llada"}
+    first = calls[0]
+    assert first.inputs["ids"].tolist() == [[5, 6, 7, 3, 3, 3, 3]] and first.inputs["logits_at"] == slice(3, 7)
+    assert first.samples == [0] and first.stage == "early" and first.inputs["attention_mask"] is None
+    with torch.no_grad():
+        assert torch.equal(first.output, model(first.inputs["ids"], stage="early", logits_at=slice(3, 7)))
+    assert (calls[-1].inputs["ids"][0, 3:] == 3).sum() == 1 and (out.ids != 3).all()
+    model.set_attention(None)
+
+
 def test_generate_beyond_training_length_in_fixture(fixture, official_model):
     run = fixture["generate"][0]
     assert run["out"].shape[1] > official_model.config.train_length

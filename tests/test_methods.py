@@ -142,3 +142,112 @@ def test_scaled_windows_follow_the_training_length():
     assert method.config == llada.replace(topk=4)
     with pytest.raises(ValueError, match="takes no overrides"):
         make_attention("ntk", head_dim=64, scale_windows=True)
+
+
+# ------------------------------------------------- SPEC section 7's arguments: one check, the op's words
+def op_error(q, k, v, **kwargs):
+    with pytest.raises(ValueError) as error:
+        torch.ops.rangeswa.attn(q, k, v, **kwargs)
+    return str(error.value)
+
+
+@pytest.mark.parametrize("bad", ["causal_block=-1", "Lq=0", "Lq>L", "C>N"])
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_rejects_bad_section7_arguments_with_the_ops_message(name, bad):
+    """causal_block < 0, Lq = 0, Lq > L and C past the keys: every method raises the op's own ValueError text."""
+    C, L = 4, 40
+    q, k, v = make_qkv(1, 2, 2, C + L, 64, seed=9)
+    arguments = dict(control_tokens=C, causal_block=0)
+    if bad == "causal_block=-1":
+        arguments["causal_block"] = -1
+    elif bad == "Lq=0":
+        q = q[:, :, :C]
+    elif bad == "Lq>L":
+        q = torch.cat([q, q[:, :, :3]], dim=2)
+    else:
+        arguments["control_tokens"] = C + L + 1
+    expected = op_error(q, k, v, **arguments)
+    method = make_attention(name, head_dim=64, train_length=32)
+    with pytest.raises(ValueError) as error:
+        method(q, k, v, stage="late", **arguments)
+    assert str(error.value) == expected
+
+
+# ------------------------------------------------------------------- padded batches (attention_mask)
+def padded(x, C, before, after):
+    """x [1, H, C + n, D] with `before` and `after` zero-free random body rows of padding around its body."""
+    g = torch.Generator().manual_seed(before * 31 + after)
+    noise = lambda n: torch.randn(1, x.shape[1], n, x.shape[3], generator=g)  # noqa: E731
+    return torch.cat([x[:, :, :C], noise(before), x[:, :, C:], noise(after)], dim=2)
+
+
+@pytest.mark.parametrize("causal_block", [0, 8])
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_computes_a_padded_sample_as_if_alone(name, causal_block):
+    """Three samples of body lengths 150, 90 and 150 (> T = 64) in one padded batch of L = 170 (left, right and
+    both-sided padding, two samples sharing a run), C = 4, with and without causal blocks, a full call and a
+    suffix call: each sample's real rows equal its own unpadded call, padded rows are zero, and changing the
+    padding changes nothing (padded keys are never seen)."""
+    C, T, L = 4, 64, 170
+    options = {} if name in ("full", "pi", "ntk", "yarn", "longllada") else dict(scale_windows=True)
+    method = make_attention(name, head_dim=64, train_length=T, **options)
+    runs = [(20, 170), (0, 90), (20, 170)]
+    alone = [make_qkv(1, 2, 2, C + e - s, 64, seed=20 + b) for b, (s, e) in enumerate(runs)]
+    alone[2] = alone[0]
+    q, k, v = (torch.cat([padded(x[i], C, s, L - e) for x, (s, e) in zip(alone, runs)]) for i in range(3))
+    mask = torch.zeros(3, L, dtype=torch.bool)
+    for b, (s, e) in enumerate(runs):
+        mask[b, s:e] = True
+    for Lq in (L, 100):  # 100: a cached call holding the last 100 body rows
+        qs = torch.cat([q[:, :, :C], q[:, :, C + L - Lq:]], dim=2)
+        out = method(qs, k, v, control_tokens=C, stage="late", causal_block=causal_block, attention_mask=mask)
+        pads = torch.cat([torch.zeros(3, C, dtype=torch.bool), ~mask], dim=1)[:, None, :, None]
+        k2, v2 = k.masked_fill(pads, 7.0), v.masked_fill(pads, -3.0)  # other padding: nothing changes
+        assert torch.equal(method(qs, k2, v2, control_tokens=C, stage="late", causal_block=causal_block,
+                                  attention_mask=mask), out)
+        for b, (s, e) in enumerate(runs):
+            rows = range(max(s, L - Lq), e)
+            qa, ka, va = alone[b]
+            qa = torch.cat([qa[:, :, :C], qa[:, :, C + rows.start - s:]], dim=2)
+            expect = method(qa, ka, va, control_tokens=C, stage="late", causal_block=causal_block)
+            got = torch.cat([out[b:b + 1, :, :C], out[b:b + 1, :, C + rows.start - (L - Lq):C + e - (L - Lq)]], dim=2)
+            assert rel_err(got, expect) < 1e-6, (b, Lq)
+            assert not out[b, :, C:C + rows.start - (L - Lq)].any() and not out[b, :, C + e - (L - Lq):].any()
+        assert rel_err(out[0], out[2]) == 0  # samples with one run share a call
+
+
+def test_attention_mask_errors():
+    method = make_attention("rangeswa", head_dim=64)
+    q, k, v = make_qkv(2, 2, 2, 20, 64, seed=3)
+    good = torch.ones(2, 20, dtype=torch.bool)
+    cases = [(good[:, :10], r"attention_mask must be \[B, L\] = \[2, 20\]"),
+             (torch.tensor([[1] * 20, [1, 0] * 10]), "row 1 has its real tokens in more than one run"),
+             (torch.tensor([[1] * 20, [0] * 20]), "row 1 has no real token"),
+             (torch.full((2, 20), 2), "must hold only 0 and 1"),
+             (good.float(), "must be bool or integer 0/1")]
+    for mask, message in cases:
+        with pytest.raises(ValueError, match=message):
+            method(q, k, v, control_tokens=0, attention_mask=mask)
+    assert torch.equal(method(q, k, v, control_tokens=0, attention_mask=good), method(q, k, v, control_tokens=0))
+
+
+def test_op_wrapper_takes_the_attention_mask():
+    """ops.attn: padded rows give zeros and a log-sum-exp of -inf, real rows the unpadded call's output and
+    log-sum-exp; retrieved blocks cannot be combined with a mask; bad section 7 arguments get the op's words."""
+    from rangeswa_ext import ops
+
+    C, cfg = 2, preset("rangeswa").scaled_to(64)
+    qa, ka, va = make_qkv(1, 2, 1, C + 100, 64, seed=5)
+    q, k, v = (torch.cat([x[:, :, :C], torch.randn(1, x.shape[1], 30, 64), x[:, :, C:]], dim=2) for x in (qa, ka, va))
+    mask = torch.cat([torch.zeros(1, 30, dtype=torch.bool), torch.ones(1, 100, dtype=torch.bool)], dim=1)
+    out, lse = ops.attn(q, k, v, cfg, C, return_lse=True, attention_mask=mask)
+    expect, expect_lse = ops.attn(qa, ka, va, cfg, C, return_lse=True)
+    real = torch.cat([torch.arange(C), torch.arange(C + 30, C + 130)])
+    assert rel_err(out[:, :, real], expect) < 1e-6 and rel_err(lse[:, :, real], expect_lse) < 1e-6
+    assert not out[:, :, C:C + 30].any() and torch.isinf(lse[:, :, C:C + 30]).all()
+    retrieved = ops.topk_blocks(q, k, cfg, C)
+    with pytest.raises(ValueError, match="retrieved cannot be combined with attention_mask"):
+        ops.attn(q, k, v, cfg, C, retrieved=retrieved, attention_mask=mask)
+    with pytest.raises(ValueError) as error:
+        ops.attn(q, k, v, cfg, C, causal_block=-2, attention_mask=mask)
+    assert str(error.value) == op_error(q, k, v, control_tokens=C, causal_block=-2)

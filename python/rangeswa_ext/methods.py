@@ -3,7 +3,10 @@
 Models call ``attention(q, k, v, control_tokens=C, stage=stage)`` with q, k, v of shape
 [B, H, N, D] before RoPE (after any QK norm); the method applies RoPE itself. Causal and cached
 backbones (SPEC section 7) also pass ``causal_block=cb``, and may give q only the control rows and the
-last Lq body rows of k and v (a KV-cached call); every method handles both.
+last Lq body rows of k and v (a KV-cached call); every method handles both. Padded batches pass
+``attention_mask`` [B, L] (True = real body token): every method computes each sample as if its padding
+were absent (`masking`). Every method checks SPEC section 7's arguments first with the op's messages
+(`masking.check_call`).
 
 - Position-parameter baselines (``full``, ``pi``, ``ntk``, ``yarn``, ``longllada``) rotate q and k with
   their own positions / frequencies and run dense ``scaled_dot_product_attention``; they change
@@ -23,6 +26,7 @@ import torch.nn.functional as F
 
 from . import ops
 from .config import RangeSWAConfig, preset
+from .masking import check_call, per_sample
 from .reference.rope import inv_freq, rotate
 
 DENSE_METHODS = ("full", "pi", "ntk", "yarn", "longllada")
@@ -113,7 +117,14 @@ class DenseRopeAttention:
         freqs, mult = yarn_frequencies(theta, rotary_dim, L, T)
         return positions, theta, freqs, mult
 
-    def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0) -> torch.Tensor:
+    def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0,
+                 attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        check_call(q, k, control_tokens, causal_block)
+        return per_sample(q, k, v, control_tokens, attention_mask,
+                          lambda q, k, v: self.attend(q, k, v, control_tokens, causal_block))
+
+    def attend(self, q, k, v, control_tokens: int, causal_block: int) -> torch.Tensor:
+        """One call without padding (the arguments already checked)."""
         D, C = q.shape[-1], control_tokens
         L, Lq = k.shape[2] - C, q.shape[2] - C  # q may hold only the last Lq body rows (SPEC section 7)
         rd = self.rope.dim(D)
@@ -137,8 +148,10 @@ class OpAttention:
     def __init__(self, name: str, config: RangeSWAConfig):
         self.name, self.config = name, config
 
-    def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0) -> torch.Tensor:
-        return ops.attn(q, k, v, self.config, control_tokens, stage, causal_block=causal_block)
+    def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0,
+                 attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return ops.attn(q, k, v, self.config, control_tokens, stage, causal_block=causal_block,
+                        attention_mask=attention_mask)
 
 
 def make_attention(name: str, *, head_dim: int, theta: float = 10000.0, rope_style: str = "interleaved",

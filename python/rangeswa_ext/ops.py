@@ -16,6 +16,7 @@ import torch
 
 from . import _C  # noqa: F401  (loads the library that registers torch.ops.rangeswa)
 from .config import RangeSWAConfig
+from .masking import check_call, per_sample
 
 
 def _ceil_div(a, b):
@@ -151,7 +152,7 @@ def _topk_blocks_fake(q, k, control_tokens=0, window=256, summary_block=16, retr
 
 def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = None,
          control_tokens: int = 0, stage: str = "late", retrieved: Optional[torch.Tensor] = None,
-         return_lse: bool = False, causal_block: int = 0):
+         return_lse: bool = False, causal_block: int = 0, attention_mask: Optional[torch.Tensor] = None):
     """The fused single-softmax attention of SPEC sections 1-4 and 7.
 
     Args:
@@ -167,13 +168,28 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
         return_lse: also return the float32 log-sum-exp [B, H_q, Nq].
         causal_block: SPEC section 7's cb (0: bidirectional): body key j is seen by body row i only when
             j // cb <= i // cb.
+        attention_mask: optional [B, L] bool over the body tokens (True = real token), one run of real
+            tokens per sample: each sample is computed as if its padding were absent, padded keys are
+            never seen and padded query rows come back as zeros (`masking`, docs/spec_decisions.md 17).
+            Not combinable with ``retrieved`` (block indices depend on each sample's own length).
     Returns:
         [B, H_q, Nq, D] in q's dtype (and the log-sum-exp when asked).
     """
     require_kernels(q.device)
-    out, lse = torch.ops.rangeswa.attn.default(
-        q, k, v, retrieved, **attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage, causal_block))
-    return (out, lse) if return_lse else out
+    arguments = attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage, causal_block)
+    if attention_mask is None:
+        out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved, **arguments)
+        return (out, lse) if return_lse else out
+    if retrieved is not None:
+        raise ValueError("retrieved cannot be combined with attention_mask: each sample retrieves over its own "
+                         "unpadded length; leave retrieved=None")
+    check_call(q, k, control_tokens, causal_block)
+
+    def call(q, k, v):
+        out, lse = torch.ops.rangeswa.attn.default(q, k, v, None, **arguments)
+        return (out, lse) if return_lse else out
+
+    return per_sample(q, k, v, control_tokens, attention_mask, call, return_lse)
 
 
 @torch.library.register_fake("rangeswa::attn")

@@ -4,7 +4,8 @@ Checkpoints: a local Hugging Face folder (config.json, model.safetensors.index.j
 streamed into a model built on ``meta``, in bf16 on CUDA and fp32 on the CPU; tokenizer: the same folder
 (or any folder AutoTokenizer reads). `rangeswa generate` samples unconditionally (an empty prompt,
 ``--length`` generated tokens); a sample's line keeps the generated ids before the first EOS and their
-decoding. Prompts are `sample`'s ``prompts`` argument (`rangeswa niah` uses the sampler directly).
+decoding. Prompts are `sample`'s ``prompts`` argument (`rangeswa niah` uses the sampler directly); prompts
+of different lengths share a batch, left-padded and masked, each generated as it would be alone.
 """
 
 from __future__ import annotations
@@ -62,10 +63,14 @@ class LLaDABackbone(Backbone):
 
     def sample(self, model, tokenizer, first, count, length, seed, config, *, autocast_dtype, progress, prompts=None):
         eos = model.config.eos_id if getattr(tokenizer, "eos_token_id", None) is None else tokenizer.eos_token_id
+        prompt_mask = None
         if prompts is not None and not isinstance(prompts, torch.Tensor):
-            prompts = torch.tensor(prompts, dtype=torch.long)
-        ids = sample(model, count, length, seed, first, config, prompts=prompts, autocast_dtype=autocast_dtype,
-                     progress=progress)
+            # Prompts of different lengths share the batch, left-padded with EOS (= LLaDA's pad id) and masked.
+            width = max(len(p) for p in prompts)
+            prompt_mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
+            prompts = torch.tensor([[eos] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long)
+        ids = sample(model, count, length, seed, first, config, prompts=prompts, prompt_mask=prompt_mask,
+                     autocast_dtype=autocast_dtype, progress=progress)
         return [row[:row.index(eos)] if eos in row else row for row in ids.tolist()]
 
     def benchmark_call(self, model: LLaDA, length: int, generator: torch.Generator, stage: str = "late"):

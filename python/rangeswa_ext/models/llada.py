@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..masking import valid_ranges
 from .strict import assign_parameter, check_state_dict, safetensors_shapes
 
 PathLike = Union[str, Path]
@@ -130,13 +131,13 @@ class Block(nn.Module):
         self.ff_proj = nn.Linear(D, F_, bias=False)   # the gate: it goes through SiLU
         self.up_proj = nn.Linear(D, F_, bias=False)
 
-    def forward(self, x: torch.Tensor, attention, stage: str) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention, stage: str, padding: dict) -> torch.Tensor:
         B, N, D = x.shape
         h = self.attn_norm(x)
         # Head n takes columns [n*D_h, (n+1)*D_h) of each projection; [B, H, N, D_h] views, no copies.
         q, k, v = (proj(h).view(B, N, self.n_head, self.head_dim).transpose(1, 2)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
-        out = attention(q, k, v, control_tokens=0, stage=stage)
+        out = attention(q, k, v, control_tokens=0, stage=stage, **padding)
         if out.shape != v.shape:
             raise ValueError(f"the attention method returned shape {tuple(out.shape)}; "
                              f"expected [B, H, N, D] = {tuple(v.shape)}")
@@ -191,14 +192,20 @@ class LLaDA(nn.Module):
         # Kept outside nn.Module's registry so state_dict stays the official one.
         self.__dict__["_attention"] = attention
 
-    def forward(self, ids: torch.Tensor, stage: str = "late", logits_at: Optional[slice] = None) -> torch.Tensor:
-        """One network call.
+    def forward(self, ids: torch.Tensor, stage: str = "late", logits_at: Optional[slice] = None,
+                attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """One network call: the logits of token ids.
 
         Args:
             ids: token ids [B, N], any N >= 1 (mask positions hold ``config.mask_id``).
             stage: ``early``, ``late`` or ``decode``, passed to the attention method unchanged.
             logits_at: positions whose logits are wanted (a slice of 0..N-1); None means all. The sampler
                 asks only for the current block: the LM head over all of a 32k sequence would be 16 GB.
+            attention_mask: [B, N] bool or 0/1 (1 = real token, 0 = padding), the Hugging Face convention;
+                each row's real tokens one run (left or right padding). Each sample is computed as if its
+                padding were absent (`masking`): its real rows' logits are those of the unpadded ids, for
+                every attention method; padded rows' logits are the network's output for a zero attention
+                output and mean nothing. None (or all ones): no padding.
 
         Returns:
             logits [B, n, vocab_size] in the parameters' dtype (the autocast dtype under autocast), as the
@@ -210,10 +217,13 @@ class LLaDA(nn.Module):
                                "rope_style='half', train_length=config.train_length))")
         if ids.dim() != 2 or ids.shape[1] < 1 or ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"ids must be integer token ids [B, N] with N >= 1, got {ids.dtype} {tuple(ids.shape)}")
+        padding = {}
+        if attention_mask is not None and valid_ranges(attention_mask, *ids.shape) is not None:
+            padding = dict(attention_mask=attention_mask)  # methods are called without it when nothing is padded
         t = self.model.transformer
         x = t.wte(ids)
         for block in t.blocks:
-            x = block(x, self.attention, stage)
+            x = block(x, self.attention, stage, padding)
         if logits_at is not None:
             x = x[:, logits_at]
         return t.ff_out(t.ln_f(x))

@@ -17,6 +17,10 @@ Rules (docs/llada.md gives the source line of each):
   version) raises NameError here when no attention mask is given; this sampler does what the
   algorithm means, which is what the earlier version (and LongLLaDA's copy) computes.
 
+Prompts of different lengths share a batch through ``prompt_mask`` (the official generate's
+``attention_mask``): rows are laid out left-padded, as the official demo pads them, and the model computes
+each sample as if its padding were absent, so a row's tokens are those it gets alone.
+
 Only the current block's logits are computed (the LM head over a whole 32k sequence would take 16 GB
 and changes nothing: the official code discards every other position's prediction).
 
@@ -44,6 +48,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from ..masking import valid_ranges
+from .calls import Generation, Trace, Tracer
 from .elf_sampler import sample_seed
 from .stages import stage_rule
 
@@ -144,24 +150,39 @@ class SeededDraws:
 
 @torch.no_grad()
 def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[SamplerConfig] = None, *,
-             seed: int = 0, indices: Optional[Sequence[int]] = None, draws: Optional[Draws] = None,
-             autocast_dtype: Optional[torch.dtype] = None, progress: bool = False) -> torch.Tensor:
+             prompt_mask: Optional[torch.Tensor] = None, mask_id: Optional[int] = None, seed: int = 0,
+             indices: Optional[Sequence[int]] = None, draws: Optional[Draws] = None,
+             autocast_dtype: Optional[torch.dtype] = None, progress: bool = False, trace: Optional[Trace] = None,
+             return_all: bool = False):
     """The generated tokens of each prompt.
 
     Args:
-        model: a `LLaDA` (or anything with its call ``model(ids, stage=, logits_at=)``, ``.config.mask_id``,
-            ``.attention`` and parameters) on the device to sample on.
-        prompts: token ids [B, Lp] (Lp may be 0), the same length for every row (no padding).
+        model: a `LLaDA` (or anything with its call ``model(ids, stage=, logits_at=, attention_mask=)``,
+            ``.config.mask_id``, ``.attention`` and parameters) on the device to sample on.
+        prompts: token ids [B, Lp] (Lp may be 0). Prompts of different lengths share a batch with
+            ``prompt_mask``.
         gen_length: tokens to generate after each prompt.
         config: sampler settings (default `SamplerConfig()`).
+        prompt_mask: [B, Lp] bool or 0/1, True (1) on each prompt's real tokens, one run per row (left or
+            right padding, the official generate's ``attention_mask``; a row may have none: an empty prompt). Each row is generated exactly as
+            it would be alone: the rows are laid out left-padded (real tokens right-aligned, the
+            generation after them) and the model computes each sample as if its padding were absent
+            (`LLaDA.forward`'s ``attention_mask``). None: every token is real.
+        mask_id: the mask token the generation starts from (default ``model.config.mask_id``).
         seed, indices: row j is sample ``indices[j]`` (default ``0 .. B-1``) of run ``seed``; its randomness
             depends on (seed, indices[j]) alone.
-        draws: the uniform draws (default `SeededDraws(seed)`); see `Draws`.
+        draws: the uniform draws (default `SeededDraws(seed)`); see `Draws` (``start`` is the block's
+            position in the sample's own, unpadded, sequence).
         autocast_dtype: run the network under autocast in this dtype; None keeps the model's dtype.
         progress: a tqdm bar over the calls.
+        trace: called after every network call with a `NetworkCall` (network ``llada``; inputs ``ids``,
+            ``logits_at``, ``attention_mask``; output the block's logits, guided when ``cfg_scale > 0``).
+        return_all: return a `Generation`: ``ids``, ``sequence`` [B, Lp + gen_length] (the left-padded
+            layout: padding, prompt, generation; padded positions keep the prompt tensor's own padding
+            ids) and ``mask`` (True on real tokens).
 
     Returns:
-        the generated ids [B, gen_length] (int64, CPU).
+        the generated ids [B, gen_length] (int64, CPU), or a `Generation` with ``return_all``.
     """
     config = config or SamplerConfig()
     block, blocks, steps = config.schedule(gen_length)
@@ -172,12 +193,16 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
     if len(indices) != B or B < 1:
         raise ValueError(f"need one sample index per prompt row: {B} row(s), {len(indices)} index(es)")
     device = next(model.parameters()).device
-    mask_id = model.config.mask_id
+    mask_id = model.config.mask_id if mask_id is None else int(mask_id)
     draws = draws or SeededDraws(seed)
     rule = stage_rule(model.attention)
+    tracer = Tracer(trace)
+    prompts, pad = left_padded(prompts.long(), prompt_mask)
 
     x = torch.full((B, Lp + gen_length), mask_id, dtype=torch.long)
-    x[:, :Lp] = prompts.long()
+    x[:, :Lp] = prompts
+    real = torch.arange(Lp + gen_length)[None, :] >= pad[:, None]
+    attention_mask = real.to(device) if bool((pad > 0).any()) else None
     x = x.to(device)
     prompt_index = x != mask_id
     unmasked = 0  # generated tokens already unmasked: the progress of the next call is unmasked / gen_length
@@ -187,13 +212,16 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
         for b in range(blocks):
             start = Lp + b * block
             window = slice(start, start + block)
+            own_start = [start - int(p) for p in pad]  # the block's place in each sample's own sequence
             plan = num_transfer_tokens(x[:, window] == mask_id, steps).cpu()
             for i in range(steps):
                 stage = rule.stage_at(unmasked / gen_length)
-                logits = _logits(model, x, prompt_index, mask_id, config.cfg_scale, window, stage)
+                logits = _logits(model, x, prompt_index, mask_id, config.cfg_scale, window, stage, attention_mask)
+                tracer("llada", stage, indices, logits, ids=x, logits_at=window, attention_mask=attention_mask)
                 masked = x[:, window] == mask_id
                 if config.temperature > 0:
-                    u = torch.stack([draws(k, call, "gumbel", start, tuple(logits.shape[1:])) for k in indices])
+                    u = torch.stack([draws(k, call, "gumbel", s, tuple(logits.shape[1:]))
+                                     for k, s in zip(indices, own_start)])
                     noisy = logits.double().exp() / (-torch.log(u.to(device))) ** config.temperature
                     x0 = noisy.argmax(dim=-1)
                 else:
@@ -202,7 +230,8 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
                     p = F.softmax(logits, dim=-1)
                     score = torch.gather(p, -1, x0[..., None]).squeeze(-1).double()
                 else:
-                    score = torch.stack([draws(k, call, "remask", start, (block,)) for k in indices]).to(device)
+                    score = torch.stack([draws(k, call, "remask", s, (block,))
+                                         for k, s in zip(indices, own_start)]).to(device)
                 confidence = torch.where(masked, score, torch.tensor(float("-inf"), dtype=score.dtype, device=device))
                 for j in range(B):
                     chosen = torch.topk(confidence[j], k=int(plan[j, i])).indices
@@ -211,25 +240,40 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
                 call += 1
                 bar.update(1)
     bar.close()
-    return x[:, Lp:].cpu()
+    ids = x[:, Lp:].cpu()
+    return Generation(ids, x.cpu(), mask=real) if return_all else ids
 
 
-def _logits(model, x, prompt_index, mask_id, cfg_scale, window, stage):
+def left_padded(prompts: torch.Tensor, prompt_mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the prompts with each row's real tokens moved to its end, the padding count of each row [B])."""
+    B, Lp = prompts.shape
+    ranges = None if prompt_mask is None else valid_ranges(prompt_mask, B, Lp, allow_empty=True)
+    if ranges is None:
+        return prompts, torch.zeros(B, dtype=torch.long)
+    rows = [torch.cat([row[:s], row[e:], row[s:e]]) for row, (s, e) in zip(prompts, ranges)]
+    return torch.stack(rows), torch.tensor([Lp - (e - s) for s, e in ranges])
+
+
+def _logits(model, x, prompt_index, mask_id, cfg_scale, window, stage, attention_mask):
     """The block's logits [B, block, V] of one call, with classifier-free guidance when ``cfg_scale > 0``."""
+    padding = {} if attention_mask is None else dict(attention_mask=attention_mask)
     if cfg_scale <= 0:
-        return model(x, stage=stage, logits_at=window)
+        return model(x, stage=stage, logits_at=window, **padding)
     unconditional = x.masked_fill(prompt_index, mask_id)
-    cond, un = model(torch.cat([x, unconditional]), stage=stage, logits_at=window).chunk(2)
+    if padding:
+        padding = dict(attention_mask=torch.cat([attention_mask, attention_mask]))
+    cond, un = model(torch.cat([x, unconditional]), stage=stage, logits_at=window, **padding).chunk(2)
     return un + (cfg_scale + 1) * (cond - un)
 
 
 def sample(model, num: int, length: int, seed: int, start_index: int = 0, config: Optional[SamplerConfig] = None,
-           *, prompts: Optional[torch.Tensor] = None, autocast_dtype: Optional[torch.dtype] = None,
-           progress: bool = True) -> torch.Tensor:
+           *, prompts: Optional[torch.Tensor] = None, prompt_mask: Optional[torch.Tensor] = None,
+           autocast_dtype: Optional[torch.dtype] = None, progress: bool = True) -> torch.Tensor:
     """Samples ``start_index .. start_index + num - 1`` of run ``seed``: ``length`` tokens after ``prompts``
-    ([num, Lp], default empty, i.e. unconditional). Returns ids [num, length] (int64, CPU)."""
+    ([num, Lp], default empty, i.e. unconditional; ``prompt_mask`` as in `generate`). Returns ids [num, length]
+    (int64, CPU)."""
     if num < 1:
         raise ValueError(f"num must be >= 1, got {num}")
     prompts = torch.zeros(num, 0, dtype=torch.long) if prompts is None else prompts
-    return generate(model, prompts, length, config, seed=seed, indices=range(start_index, start_index + num),
-                    autocast_dtype=autocast_dtype, progress=progress)
+    return generate(model, prompts, length, config, prompt_mask=prompt_mask, seed=seed,
+                    indices=range(start_index, start_index + num), autocast_dtype=autocast_dtype, progress=progress)

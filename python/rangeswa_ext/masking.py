@@ -1,0 +1,109 @@
+"""What every attention call checks first, and padded batches (an attention mask over the body keys).
+
+`check_call` is SPEC section 7's argument check with the fused op's own messages (csrc/checks.cpp
+``check_topk``), so every method, dense or fused, rejects the same bad call with the same sentence.
+
+The attention mask (docs/spec_decisions.md 17) is a [B, L] boolean tensor over the body tokens, True for
+a real token. Each sample's real tokens are **one contiguous run** (left padding, right padding or
+both), and the sample is computed **as if its padding were absent**: its body is the run ``[s, e)``,
+its body indices restart at 0 at ``s``, every rule of SPEC sections 2-4 and 7 (windows, blocks,
+retrieval, summaries, position maps, the training-length switch, causal blocks) applies to that body of
+``e - s`` tokens, and no padded key is ever seen. Control tokens are never padding. Padded query rows
+are outputs of nothing: they come back as zeros (and a log-sum-exp of -inf). `per_sample` implements
+this by slicing each sample's run out of q, k and v, grouping samples with equal runs so that they
+share one call, and scattering the results back.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+
+def check_call(q: torch.Tensor, k: torch.Tensor, control_tokens: int, causal_block: int) -> None:
+    """SPEC section 7's arguments, checked as the op checks them, with the op's messages: C within the keys,
+    q holding the C control rows and the last 1 <= Lq <= L body rows of k (or all rows), causal_block >= 0."""
+    N, Nq = k.shape[2], q.shape[2]
+    if not 0 <= control_tokens <= N:
+        raise ValueError(f"control_tokens must lie in [0, N = {N}], got {control_tokens}")
+    Lq, L = Nq - control_tokens, N - control_tokens
+    if not (Nq == N or 1 <= Lq <= L):
+        raise ValueError(f"q must hold the {control_tokens} control rows and the last Lq body rows of k, "
+                         f"1 <= Lq <= L = {L} (SPEC section 7), got {Nq} q rows for {N} k rows")
+    if causal_block < 0:
+        raise ValueError(f"causal_block must be >= 0 (0 = bidirectional), got {causal_block}")
+
+
+def valid_ranges(attention_mask: torch.Tensor, batch: int, length: int,
+                 allow_empty: bool = False) -> Optional[list[tuple[int, int]]]:
+    """Each sample's run of real body tokens ``(s, e)`` from a [B, L] mask (bool or 0/1), or None when no
+    token is padded. Raises ValueError for a wrong shape, real tokens in several runs, or (unless
+    ``allow_empty``, which gives ``(0, 0)``) a row without a real token."""
+    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, length):
+        raise ValueError(f"attention_mask must be [B, L] = [{batch}, {length}] over the body tokens (True = real "
+                         f"token), got shape {tuple(attention_mask.shape)}")
+    if attention_mask.dtype != torch.bool:
+        if attention_mask.is_floating_point() or attention_mask.is_complex():
+            raise ValueError(f"attention_mask must be bool or integer 0/1, got {attention_mask.dtype}")
+        if ((attention_mask != 0) & (attention_mask != 1)).any():
+            raise ValueError("attention_mask must hold only 0 and 1 (1 = real token)")
+        attention_mask = attention_mask != 0
+    real = attention_mask.cpu()
+    if bool(real.all()):
+        return None
+    counts = real.sum(dim=1)
+    first = real.int().argmax(dim=1)
+    ranges = []
+    for b in range(batch):
+        n, s = int(counts[b]), int(first[b])
+        if n == 0 and allow_empty:
+            ranges.append((0, 0))
+            continue
+        if n == 0:
+            raise ValueError(f"attention_mask row {b} has no real token; every sample needs at least one")
+        if not bool(real[b, s:s + n].all()):
+            raise ValueError(f"attention_mask row {b} has its real tokens in more than one run; padding may only "
+                             f"stand before and after a sample's tokens (left or right padding)")
+        ranges.append((s, s + n))
+    return ranges
+
+
+def per_sample(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, control_tokens: int,
+               attention_mask: Optional[torch.Tensor], compute: Callable, return_lse: bool = False):
+    """``compute(q, k, v)`` with each sample computed as if its padding were absent (module docstring).
+
+    ``compute`` takes q, k, v of a sub-batch whose samples share one run of real tokens (cut to it, control
+    rows kept) and returns the output, or ``(output, lse)`` when ``return_lse``. Without padding it is
+    called once on the inputs as they are.
+    """
+    C = control_tokens
+    B, L, Lq = q.shape[0], k.shape[2] - C, q.shape[2] - C
+    ranges = None if attention_mask is None else valid_ranges(attention_mask, B, L)
+    if ranges is None:
+        return compute(q, k, v)
+    out = q.new_zeros(q.shape)
+    lse = torch.full(q.shape[:3], float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
+    first = L - Lq  # body index of q's first body row
+    groups: dict[tuple[int, int], list[int]] = {}
+    for b, run in enumerate(ranges):
+        groups.setdefault(run, []).append(b)
+    for (s, e), rows in groups.items():
+        lo = max(s, first)
+        if lo >= e:  # none of q's body rows is a real token of these samples
+            if C:
+                raise ValueError(f"attention_mask: sample(s) {rows} have no real token among q's {Lq} body rows, "
+                                 f"so their control rows have no call to be computed in")
+            continue
+        index = torch.tensor(rows, device=q.device)
+        qs, ks, vs = q.index_select(0, index), k.index_select(0, index), v.index_select(0, index)
+        qg = torch.cat([qs[:, :, :C], qs[:, :, C + lo - first:C + e - first]], dim=2)
+        kg = torch.cat([ks[:, :, :C], ks[:, :, C + s:C + e]], dim=2)
+        vg = torch.cat([vs[:, :, :C], vs[:, :, C + s:C + e]], dim=2)
+        result = compute(qg, kg, vg)
+        part, part_lse = result if return_lse else (result, None)
+        rows_out = torch.cat([torch.arange(C), torch.arange(C + lo - first, C + e - first)]).to(q.device)
+        out[index[:, None], :, rows_out[None, :]] = part.transpose(1, 2).to(out.dtype)
+        if return_lse:
+            lse[index[:, None], :, rows_out[None, :]] = part_lse.transpose(1, 2)
+    return (out, lse) if return_lse else out
