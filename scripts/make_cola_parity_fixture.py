@@ -22,25 +22,29 @@ What it writes (``torch.save`` of tensors and plain Python values only, loadable
   block committed at t = 0; the next block over the cache).
 - ``vae``: ``encode`` (posterior means of two 10-token rows) and ``decode`` (10 latents uncached, and 6
   prefilled with ``update_kv`` then 4 over the cache).
-- ``generation``: ``generate_task_repaint_inference`` on three prompts of 10, 3 and 8 tokens (prior
-  block 4: a pinned prompt tail of 2, an empty prefix with a tail of 3, and a whole-block prompt),
-  12 new tokens, greedy with the official repetition penalty 1.1, guidance 7, 16 steps, no EOS: the
-  trimmed ids, the noise the loop drew (block by block), and the smallest top-2 margin of the penalised
-  logits at each position (where an argmax could flip).
+- ``generation``: ``generate_task_repaint_inference`` on three prompts of 10, 3 and 8 tokens in one
+  batch (prior block 4: a pinned prompt tail of 2, an empty prefix with a tail of 3, and a whole-block
+  prompt), 12 new tokens, greedy with the official repetition penalty 1.1, guidance 7, 16 steps, no EOS:
+  the official rows, the noise the loop drew (block by block), the clean latents each block ended with
+  (what the VAE decoded), and the smallest top-2 margin of the penalised logits at each position
+  (where an argmax could flip). ``generation_short``: the same prompts with ``max_new_tokens`` 1
+  (one block; the official rows are the block's tokens after each pinned tail).
 
-The official loop runs on CUDA only: on CPU ``torch.autocast("cuda")`` does nothing and its explicit
-bf16 casts of the prior's inputs meet fp32 weights (``mat1 and mat2 must have the same dtype``). The
-minimal patch used here, and nothing else: inside ``cola_dlm.inference`` only, the name ``torch`` is a
-view of torch whose ``bfloat16`` is ``float32`` and whose ``autocast`` is a no-op, so the loop runs in
-fp32; its ``randn`` records each draw. The prior is passed through a thin wrapper that rounds the
-timesteps to bf16 before the official prior sees them, as the loop's own ``ts.to(bfloat16)`` does on
-CUDA (the latents stay fp32). The loop's code itself is unchanged.
+The official loop is run **unpatched**, on CPU in fp32: it rounds ``z`` and the timesteps to bf16 itself
+(``txt.to(torch.bfloat16)``, ``ts.to(torch.bfloat16)``) before every prior call, as on CUDA; its
+``torch.autocast("cuda")`` blocks do nothing on a machine without a GPU. The official prior, given those
+bf16 tensors with fp32 weights, would stop at ``mat1 and mat2 must have the same dtype``; so the prior is
+handed to the loop behind a thin adapter that turns its bf16 inputs back into fp32 (exact: every bf16
+value is an fp32 value) and calls the official prior, which then computes in fp32 on the bf16-rounded
+inputs. The VAE is handed behind an adapter that records what ``decode`` is given and returns (the
+clean latents, the logits); ``torch.randn`` is wrapped while the loop runs to record its draws; the top-2
+margins are recomputed afterwards from the recorded logits with the official ``sample_with_strategies``.
+Nothing of the loop is replaced.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import math
@@ -104,8 +108,8 @@ def clear(dit, vae) -> None:
     vae.set_kv_cache(False)
 
 
-class BF16Timesteps:
-    """The official prior with its timesteps rounded to bf16 first (what the loop feeds it on CUDA)."""
+class PriorInFP32:
+    """The official prior behind the loop: bf16 inputs back to fp32 (exact), everything else as it is."""
 
     def __init__(self, dit):
         self.dit, self.blocks, self.block_size = dit, dit.blocks, dit.block_size
@@ -114,8 +118,44 @@ class BF16Timesteps:
         self.dit.eval()
         return self
 
-    def __call__(self, *, timestep, **kwargs):
-        return self.dit(timestep=timestep.to(torch.bfloat16).float(), **kwargs)
+    def __call__(self, *, txt, timestep, **kwargs):
+        return self.dit(txt=txt.float(), timestep=timestep.float(), **kwargs)
+
+
+class RecordingVAE:
+    """The official VAE behind the loop, keeping each ``decode``'s latents and logits."""
+
+    def __init__(self, vae):
+        self.vae, self.decoded = vae, []
+
+    def __getattr__(self, name):
+        return getattr(self.vae, name)
+
+    def decode(self, z, **kwargs):
+        out = self.vae.decode(z=z, **kwargs)
+        self.decoded.append((z.detach().clone(), out.detach().clone()))
+        return out
+
+
+class RecordingRandn:
+    """torch.randn wrapped while the loop runs, keeping every draw."""
+
+    def __init__(self):
+        self.draws = []
+
+    def __enter__(self):
+        self.original = torch.randn
+
+        def randn(*args, **kwargs):
+            out = self.original(*args, **kwargs)
+            self.draws.append(out.clone())
+            return out
+
+        torch.randn = randn
+        return self
+
+    def __exit__(self, *exc):
+        torch.randn = self.original
 
 
 class StubTokenizer:
@@ -131,20 +171,33 @@ class StubTokenizer:
         return [" ".join(map(str, row)) for row in rows]
 
 
-def fp32_torch(draws: list) -> types.ModuleType:
-    """torch with bfloat16 -> float32, a no-op autocast, and randn recording its draws."""
-    view = types.ModuleType("torch")
-    view.__getattr__ = lambda name: getattr(torch, name)
-    view.bfloat16 = torch.float32
-    view.autocast = lambda *args, **kwargs: contextlib.nullcontext()
-
-    def randn(*args, **kwargs):
-        out = torch.randn(*args, **kwargs)
-        draws.append(out.clone())
-        return out
-
-    view.randn = randn
-    return view
+def run_loop(inference, dit, vae, prompt_ids, max_new_tokens):
+    """The official loop, unpatched, on ``prompt_ids``; returns its rows, noise, decoded latents and margins."""
+    bs, d = DIT_KWARGS["block_size"], DIT_KWARGS["txt_in_channels"]
+    texts = {f"prompt {i}": ids_ for i, ids_ in enumerate(prompt_ids)}
+    recording = RecordingVAE(vae)
+    with RecordingRandn() as drawn:
+        results = inference.generate_task_repaint_inference(
+            PriorInFP32(dit), recording, StubTokenizer(texts), [dict(question=text) for text in texts],
+            task_name="lambada", device=torch.device("cpu"), timestep_num=STEPS, guidance_scale=GUIDANCE,
+            max_new_tokens=max_new_tokens, temperature=0.0, repetition_penalty=PENALTY, pad_token_id=PAD_ID,
+            eos_token_id=None, im_end_token_id=None)
+    rows = [[int(x) for x in r["generate"].split()] for r in results]
+    B = len(prompt_ids)
+    blocks = recording.decoded[-(len(drawn.draws)):]  # the prefill's decode comes first
+    latents = torch.stack([z.view(B, bs, d) for z, _ in blocks])
+    history, margins = None, []
+    for _, logits in blocks:
+        penalised = logits.view(B, bs, -1).clone()
+        chosen = inference.sample_with_strategies(penalised, generated_ids=history, temperature=0.0,
+                                                  repetition_penalty=PENALTY)
+        top2 = penalised.topk(2, dim=-1).values
+        margins.append(top2[..., 0] - top2[..., 1])
+        history = chosen if history is None else torch.cat([history, chosen], dim=1)
+    noise = torch.stack([n.view(B, bs, d) for n in drawn.draws])  # [blocks, B, bs, d]
+    return dict(prompts=prompt_ids, max_new_tokens=max_new_tokens, guidance_scale=GUIDANCE, steps=STEPS,
+                repetition_penalty=PENALTY, pad_id=PAD_ID, ids=rows, noise=noise, latents=latents,
+                margins=torch.stack(margins), tokens=history)
 
 
 def main():
@@ -200,33 +253,10 @@ def main():
                                     txt_q_shape=na_shape([4, 4])).view(2, 4, -1)
         clear(dit, vae)
 
-    # ---- the official generation loop (fp32 patch above), recording its noise and its logits' margins.
+    # ---- the official generation loop, unpatched.
     prompt_ids = [torch.randint(0, PAD_ID, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
-    texts = {f"prompt {i}": ids_ for i, ids_ in enumerate(prompt_ids)}
-    draws, margins = [], []
-    original_choice = inference.sample_with_strategies
-
-    def choice(logits, **kwargs):
-        out = original_choice(logits, **kwargs)
-        # The official function applies the repetition penalty in place on a view of `logits` (2-D reshape).
-        top2 = logits.float().topk(2, dim=-1).values
-        margins.append(top2[..., 0] - top2[..., 1])
-        assert torch.equal(logits.argmax(dim=-1), out)
-        return out
-
-    inference.torch = fp32_torch(draws)
-    inference.sample_with_strategies = choice
-    try:
-        results = inference.generate_task_repaint_inference(
-            BF16Timesteps(dit), vae, StubTokenizer(texts), [dict(question=text) for text in texts], task_name="lambada",
-            device=torch.device("cpu"), timestep_num=STEPS, guidance_scale=GUIDANCE, max_new_tokens=MAX_NEW_TOKENS,
-            temperature=0.0, repetition_penalty=PENALTY, pad_token_id=PAD_ID, eos_token_id=None, im_end_token_id=None)
-    finally:
-        inference.torch = torch
-        inference.sample_with_strategies = original_choice
-    generated = [[int(x) for x in r["generate"].split()] for r in results]
-    noise = torch.stack([n.view(len(PROMPT_LENGTHS), bs, d) for n in draws])  # [blocks, B, bs, d]
-    margin = torch.stack(margins)                                               # [blocks, B, bs]
+    generation = run_loop(inference, dit, vae, prompt_ids, MAX_NEW_TOKENS)
+    short = run_loop(inference, dit, vae, prompt_ids, 1)
 
     def config_json(config):  # what save_pretrained writes to config.json, without the library version
         return {k: v for k, v in json.loads(config.to_json_string()).items() if k != "transformers_version"}
@@ -235,21 +265,22 @@ def main():
         meta=dict(official_repo=OFFICIAL_REPO, official_commit=commit,
                   official_files={f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in OFFICIAL_FILES},
                   generator_script=SCRIPT, torch_version=str(torch.__version__), seed=SEED, dtype="float32", device="cpu",
-                  attn_backend="sdpa", dit_config=config_json(dit_config),
+                  attn_backend="sdpa", loop="unpatched (bf16 rounding of z and t as in the official loop)",
+                  dit_config=config_json(dit_config),
                   vae_config=config_json(vae_config)),
         prior_state={k: v.clone() for k, v in dit.state_dict().items()},
         vae_state={k: v.clone() for k, v in vae.state_dict().items()},
         prior=dict(full=dict(z=z, t=t, out=full),
                    cached=dict(z=z2, t_block=t_block, block=block, after_commit=after)),
         vae=dict(ids=ids, means=means, z=zv, decoded=decoded, decoded_cached=decoded_cached),
-        generation=dict(prompts=prompt_ids, max_new_tokens=MAX_NEW_TOKENS, guidance_scale=GUIDANCE, steps=STEPS,
-                        repetition_penalty=PENALTY, pad_id=PAD_ID, ids=generated, noise=noise, margins=margin),
+        generation=generation,
+        generation_short=short,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(fixture, args.out)
     size = args.out.stat().st_size
-    print(f"wrote {args.out} ({size / 1024:.0f} kB); official commit {commit}; generated {generated}; "
-          f"smallest top-2 margin {margin.min():.3g}")
+    print(f"wrote {args.out} ({size / 1024:.0f} kB); official commit {commit}; generated {generation['ids']} and "
+          f"{short['ids']}; smallest top-2 margin {generation['margins'].min():.3g}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ both), and the sample is computed **as if its padding were absent**: its body is
 its body indices restart at 0 at ``s``, every rule of SPEC sections 2-4 and 7 (windows, blocks,
 retrieval, summaries, position maps, the training-length switch, causal blocks) applies to that body of
 ``e - s`` tokens, and no padded key is ever seen. Control tokens are never padding. Padded query rows
-are outputs of nothing: they come back as zeros (and a log-sum-exp of -inf). `per_sample` implements
+are outputs of nothing: they come back as zeros (and a log-sum-exp of -inf); so does a sample without any
+real token (allowed without control tokens: a batch row that takes no part in a cached call). `per_sample` implements
 this by slicing each sample's run out of q, k and v, grouping samples with equal runs so that they
 share one call, and scattering the results back.
 """
@@ -79,7 +80,7 @@ def per_sample(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, control_tokens
     """
     C = control_tokens
     B, L, Lq = q.shape[0], k.shape[2] - C, q.shape[2] - C
-    ranges = None if attention_mask is None else valid_ranges(attention_mask, B, L)
+    ranges = None if attention_mask is None else valid_ranges(attention_mask, B, L, allow_empty=True)
     if ranges is None:
         return compute(q, k, v)
     out = q.new_zeros(q.shape)

@@ -28,8 +28,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import ops
-from ..methods import causal_mask
-from ..reference.rope import inv_freq, rotate
+from ..methods import make_attention
+from ..reference.rope import inv_freq
 from .strict import assign_parameter, check_state_dict, safetensors_shapes
 
 PathLike = Union[str, Path]
@@ -178,13 +178,19 @@ COLA_CONFIGS = {
 
 # ----------------------------------------------------------------------------------------- KV cache
 class KVCache:
-    """Keys and values of the committed tokens of every layer, for B samples of one cache length.
+    """Keys and values of the committed tokens of every layer, for B samples of their own lengths.
 
     Per layer, k and v live in [B, H, capacity, D] buffers; `extend` writes a call's new tokens after the
     committed ones and returns views over both (no copy of the cache), and `commit` keeps the last
     call's tokens. A call that does not commit leaves its tokens past ``length``, where the next call
     overwrites them. The prior stores keys after its QK-norm and before RoPE (the attention method
     rotates), the VAE after its k-norm and before RoPE; both store raw values.
+
+    Per-sample lengths: every sample's committed tokens end at the common ``length``; sample b holds the
+    last ``lengths[b]`` of them, the positions before are padding that no call sees (`key_mask`, the
+    attention methods' ``attention_mask``). A sample's tokens arrive left-padded in a call (`ColaPrior`'s
+    ``attention_mask``); padding may only stand before a sample's first committed token, so its tokens
+    stay one run.
     """
 
     def __init__(self, layers: int, capacity: int = 0):
@@ -193,6 +199,31 @@ class KVCache:
         self.length = 0
         self.capacity = capacity
         self.pending = 0
+        self.real: Optional[torch.Tensor] = None  # [B] committed tokens per sample; None: all ``length``
+
+    @property
+    def lengths(self) -> Optional[list[int]]:
+        """Committed tokens per sample (None while every sample holds ``length``)."""
+        return None if self.real is None else self.real.tolist()
+
+    def key_mask(self, new: int, mask: Optional[torch.Tensor], device) -> Optional[torch.Tensor]:
+        """The attention mask [B, length + new] of a call adding ``new`` tokens (``mask`` [B, new] over them,
+        True = real, left padding), or None when nothing is padded. Checks the new padding keeps each
+        sample's tokens one run."""
+        if mask is not None and self.real is not None and self.length:
+            padded = (~mask.bool()).any(dim=1).cpu()
+            if bool((padded & (self.real > 0)).any()):
+                raise ValueError("a sample with committed tokens in the cache cannot take padding in a later call "
+                                 "(its tokens would not be one run); pad only a sample's first call")
+        if mask is None and self.real is None:
+            return None
+        B = (mask if mask is not None else self.real).shape[0]
+        committed = torch.arange(self.length)[None, :] >= (self.length - self.lengths_tensor(B))[:, None]
+        fresh = torch.ones(B, new, dtype=torch.bool) if mask is None else mask.bool().cpu()
+        return torch.cat([committed, fresh], dim=1).to(device)
+
+    def lengths_tensor(self, batch: int) -> torch.Tensor:
+        return torch.full((batch,), self.length) if self.real is None else self.real
 
     def extend(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cache + new tokens of ``layer``: k, v [B, H, Lq, D] in, views [B, H, length + Lq, D] out."""
@@ -213,8 +244,12 @@ class KVCache:
             buffer[:, :, :self.length] = old[:, :, :self.length]
         return buffer
 
-    def commit(self) -> None:
-        """Keep the tokens of the last call (every layer has extended by them)."""
+    def commit(self, mask: Optional[torch.Tensor] = None) -> None:
+        """Keep the tokens of the last call (every layer has extended by them); ``mask`` [B, pending] marks
+        its real ones (left padding), None: all."""
+        if mask is not None or self.real is not None:
+            added = mask.bool().sum(dim=1).cpu() if mask is not None else torch.full_like(self.real, self.pending)
+            self.real = self.lengths_tensor(added.shape[0]) + added
         self.length += self.pending
         self.pending = 0
 
@@ -222,6 +257,7 @@ class KVCache:
         """The cache of the samples ``rows`` (an index tensor over B)."""
         cache = KVCache(len(self.k), self.capacity)
         cache.length = self.length
+        cache.real = None if self.real is None else self.real[rows.cpu()]
         cache.k = [None if t is None else t.index_select(0, rows.to(t.device)) for t in self.k]
         cache.v = [None if t is None else t.index_select(0, rows.to(t.device)) for t in self.v]
         return cache
@@ -316,7 +352,7 @@ class PriorAttention(nn.Module):
         self.rope = PriorRope(config.rotary_dim, config.rope_theta)
 
     def forward(self, x: torch.Tensor, attention, stage: str, causal_block: int, cache: Optional[KVCache],
-                layer: int) -> torch.Tensor:
+                layer: int, padding: dict) -> torch.Tensor:
         B, Lq, _ = x.shape
         q, k, v = self.proj_qkv(x).view(B, Lq, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         # Under autocast the norms come out fp32 while v is bf16; attention runs in v's dtype (the official
@@ -324,7 +360,7 @@ class PriorAttention(nn.Module):
         q, k = self.norm_q(q).to(v.dtype), self.norm_k(k).to(v.dtype)
         if cache is not None:
             k, v = cache.extend(layer, k, v)
-        out = attention(q, k, v, control_tokens=0, stage=stage, causal_block=causal_block)
+        out = attention(q, k, v, control_tokens=0, stage=stage, causal_block=causal_block, **padding)
         if out.shape != q.shape:
             raise ValueError(f"the attention method returned shape {tuple(out.shape)}; expected q's {tuple(q.shape)}")
         return self.proj_out(out.transpose(1, 2).reshape(B, Lq, self.n_head * self.head_dim))
@@ -353,9 +389,9 @@ class PriorBlock(nn.Module):
         self.mlp = MLP(config.dim, config.mlp_ratio)
         self.ada = AdaLN(config.dim, ("msa", "mlp"))
 
-    def forward(self, x, emb, attention, stage, causal_block, cache, layer):
+    def forward(self, x, emb, attention, stage, causal_block, cache, layer, padding):
         h = self.ada.modulate(self._norm(x), emb, "msa")
-        x = self.ada.gate(self.msa(h, attention, stage, causal_block, cache, layer), emb, "msa", x)
+        x = self.ada.gate(self.msa(h, attention, stage, causal_block, cache, layer, padding), emb, "msa", x)
         h = self.ada.modulate(self._norm(x), emb, "mlp")
         return self.ada.gate(self.mlp(h), emb, "mlp", x)
 
@@ -397,8 +433,8 @@ class ColaPrior(nn.Module):
         return KVCache(self.config.n_layer, capacity)
 
     def forward(self, z: torch.Tensor, t, cache: Optional[KVCache] = None, commit: bool = False,
-                stage: str = "late") -> torch.Tensor:
-        """One prior call on the latest ``Lq`` latents of each sample.
+                stage: str = "late", attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """One prior call on the latest ``Lq`` latents of each sample: their velocities.
 
         Args:
             z: latents [B, Lq, latent_dim] at body positions ``cache.length .. cache.length + Lq - 1``
@@ -408,6 +444,10 @@ class ColaPrior(nn.Module):
                 alone (the official unconditional pass, positions 0 .. Lq - 1).
             commit: append z's keys and values to ``cache`` (the prefill and the clean commit of a block).
             stage: ``early``, ``late`` or ``decode``, passed to the attention method unchanged.
+            attention_mask: [B, Lq] bool, True on real latents, left padding (a sample's latents end at
+                Lq): each sample is computed as if its padding were absent (its positions start at its
+                first real latent); padded rows' velocities mean nothing. A cache tracks each sample's
+                own length (`KVCache`), so samples with prompts of different lengths share calls.
 
         Returns:
             the velocity [B, Lq, latent_dim] (noise minus data), in the output Linear's dtype.
@@ -424,6 +464,7 @@ class ColaPrior(nn.Module):
             raise ValueError(f"the cache holds {cache.length} latents, not a whole number of blocks of "
                              f"{c.block_size}; block-causal positions would not line up")
         B, Lq, _ = z.shape
+        padding = _padding(cache, attention_mask, B, Lq, z.device, c.block_size)
         t = torch.as_tensor(t, device=z.device)
         if t.dim() == 0:
             t = t.expand(B, Lq)
@@ -434,21 +475,33 @@ class ColaPrior(nn.Module):
         x = self.txt_in(z)
         emb = self.emb_in(t, x.dtype)
         for layer, block in enumerate(self.blocks):
-            x = block(x, emb, self.attention, stage, c.block_size, cache, layer)
+            x = block(x, emb, self.attention, stage, c.block_size, cache, layer, padding)
         out = self.txt_out(self.txt_out_ada.modulate(self.txt_out_norm(x), emb, "out"))
         if commit:
-            cache.commit()
+            cache.commit(attention_mask)
         return out
 
 
+def _padding(cache: Optional[KVCache], mask: Optional[torch.Tensor], batch: int, new: int, device,
+             block: int) -> dict:
+    """The attention methods' ``attention_mask`` keyword of a call adding ``new`` tokens (empty: no padding);
+    ``mask`` [B, new] marks the real ones: left padding, and with a cache a whole number of ``block``s per
+    sample (so every sample's cache stays whole blocks)."""
+    if mask is not None:
+        if tuple(mask.shape) != (batch, new):
+            raise ValueError(f"attention_mask must be [B, Lq] = [{batch}, {new}], got shape {tuple(mask.shape)}")
+        real = mask.bool().cpu()
+        counts = real.sum(dim=1)
+        if not torch.equal(real, torch.arange(new)[None, :] >= (new - counts)[:, None]):
+            raise ValueError("attention_mask must pad on the left: each sample's real latents last, in one run")
+        if cache is not None and bool((counts % block).any()):
+            raise ValueError(f"with a cache, each sample's real latents must be whole blocks of {block}, got "
+                             f"{counts.tolist()}")
+    keys = cache.key_mask(new, mask, device) if cache is not None else (None if mask is None else mask.bool())
+    return {} if keys is None or bool(keys.all()) else dict(attention_mask=keys.to(device))
+
+
 # --------------------------------------------------------------------------------------------- VAE
-def _rotate_half(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Half-split (NeoX) RoPE over the whole head dim: the `rope` op for kernel dtypes, else the reference."""
-    if x.dtype in ops.KERNEL_DTYPES:
-        return ops.rope(x, positions.to(x.device), theta, None, "half")
-    return rotate(x, positions, theta, x.shape[-1], "half")
-
-
 class VAEBlock(nn.Module):
     """One encoder / decoder block (modeling_cola_vae.py:387-462), post-norm by default: the attention
     sub-layer normalises the residual input (``x = norm_attn(x) + attn``), the FFN sub-layer its own output
@@ -458,6 +511,9 @@ class VAEBlock(nn.Module):
         super().__init__()
         self.config = config
         d = config.dim
+        # Plain attention (not a swappable method): half-split RoPE over the head, the VAE's block-causal mask.
+        self.__dict__["attention"] = make_attention("full", head_dim=config.head_dim, theta=config.rope_theta,
+                                                    rope_style="half")
         self.norm_attn = nn.LayerNorm(d, eps=config.norm_eps)
         self.qkv_proj = nn.Linear(d, 3 * d, bias=False)
         self.q_norm = nn.LayerNorm(d, eps=config.norm_eps)
@@ -467,7 +523,7 @@ class VAEBlock(nn.Module):
         self.ffn_proj = nn.Linear(d, config.ffn_dim)
         self.ffn_out = nn.Linear(config.ffn_dim // 2, d)
 
-    def forward(self, x: torch.Tensor, cache: Optional[KVCache], layer: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: Optional[KVCache], layer: int, padding: dict) -> torch.Tensor:
         c = self.config
         B, Lq, d = x.shape
         qkv = self.qkv_proj(x if c.post_norm else self.norm_attn(x))
@@ -478,12 +534,7 @@ class VAEBlock(nn.Module):
         q, k, v = (y.view(B, Lq, c.n_head, c.head_dim).transpose(1, 2) for y in (q, k, v))
         if cache is not None:
             k, v = cache.extend(layer, k, v)
-        L = k.shape[2]
-        positions = torch.arange(L, dtype=torch.float64)
-        q = _rotate_half(q, positions[L - Lq:], c.rope_theta)
-        k = _rotate_half(k, positions, c.rope_theta)
-        mask = causal_mask(0, L, Lq, c.block_size, x.device)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out = self.attention(q, k, v, control_tokens=0, causal_block=c.block_size, **padding)
         attn = self.attn_out_proj(out.transpose(1, 2).reshape(B, Lq, d))
         x = (self.norm_attn(x) if c.post_norm else x) + attn
         value, gate = self.ffn_proj(x if c.post_norm else self.norm_ffn(x)).chunk(2, dim=-1)
@@ -523,20 +574,24 @@ class ColaVAE(nn.Module):
     def new_cache(self, capacity: int = 0) -> KVCache:
         return KVCache(self.config.decoder_layers, capacity)
 
-    def encode(self, ids: torch.Tensor) -> torch.Tensor:
+    def encode(self, ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Posterior means [B, n, latent_dim] of token ids [B, n] (modeling_cola_vae.py:563-640): the mean
-        half of ``final_layer`` standardised by a LayerNorm without parameters; the log-variance is unused."""
+        half of ``final_layer`` standardised by a LayerNorm without parameters; the log-variance is unused.
+        ``attention_mask`` [B, n] (True = real token, one run per row): each row encoded as if its padding
+        were absent (the official encoder takes a list of unpadded rows); padded rows' means mean nothing."""
         c = self.config
         if ids.dim() != 2 or ids.shape[1] < 1:
             raise ValueError(f"ids must be [B, n] with n >= 1, got {tuple(ids.shape)}")
         if int(ids.min()) < 0 or int(ids.max()) > c.vocab_size:
             raise ValueError(f"token ids must lie in 0 .. {c.vocab_size} (the encoder's embedding rows), "
                              f"got {int(ids.min())} .. {int(ids.max())}")
+        padding = {} if attention_mask is None or bool(attention_mask.bool().all()) else dict(
+            attention_mask=attention_mask.to(ids.device))
         enc = self.encoder
         x = enc.wte(ids)
         x = F.linear(x, enc.patch_embedder.weight[..., 0], enc.patch_embedder.bias)
         for layer, block in enumerate(enc.blocks):
-            x = block(x, None, layer)
+            x = block(x, None, layer, padding)
         mean = enc.final_layer(x)[..., :c.latent_dim]
         return F.layer_norm(mean, (c.latent_dim,), eps=c.norm_eps)
 
@@ -544,20 +599,23 @@ class ColaVAE(nn.Module):
         """VAE means -> prior latents: (mean - shift) * scale, in fp32 (inference.py:404-408)."""
         return ((mean - self.config.shifting_factor) * self.config.scaling_factor).float()
 
-    def decode(self, z: torch.Tensor, cache: Optional[KVCache] = None, commit: bool = False) -> torch.Tensor:
+    def decode(self, z: torch.Tensor, cache: Optional[KVCache] = None, commit: bool = False,
+               attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Logits [B, Lq, vocab_size] of latents z [B, Lq, latent_dim] that follow the cache's latents (or
-        start at position 0 without one); ``commit`` appends z to the cache (modeling_cola_vae.py:646-691)."""
+        start at position 0 without one); ``commit`` appends z to the cache (modeling_cola_vae.py:646-691).
+        ``attention_mask`` [B, Lq]: real latents, left padding, as for `ColaPrior.forward`."""
         c = self.config
         if z.dim() != 3 or z.shape[-1] != c.latent_dim or z.shape[1] < 1:
             raise ValueError(f"z must be [B, Lq, {c.latent_dim}] with Lq >= 1, got {tuple(z.shape)}")
         if commit and cache is None:
             raise ValueError("commit=True needs a cache to commit to")
+        padding = _padding(cache, attention_mask, z.shape[0], z.shape[1], z.device, 1)
         dec = self.decoder
         x = dec.in_layer(z)
         for layer, block in enumerate(dec.blocks):
-            x = block(x, cache, layer)
+            x = block(x, cache, layer, padding)
         if commit:
-            cache.commit()
+            cache.commit(attention_mask)
         return dec.final_layer(dec.final_norm(dec.unpatch_layer(x)))
 
 

@@ -16,8 +16,10 @@ Per sample, with the prior's block size ``bs`` (16 released) and the official de
    velocity ``v = s (v_cond - v_uncond) + v_uncond``. ``v_cond`` is the prior over the cache and the block;
    ``v_uncond`` the prior on the block alone, at positions 0 .. bs - 1. ``s`` is ``guidance_scale`` (7),
    except 1 in the first block of a sample whose prefix is empty (there both passes are the same call).
-   The prior receives ``t_i`` rounded to bf16 (1000, 936, 876, 812, 752, ...), as the official loop
-   feeds it; the step size stays exactly ``1 / steps``.
+   The prior receives ``t_i`` and ``z`` rounded to bf16 (1000, 936, 876, 812, 752, ...), on every
+   device, as the official loop feeds them (``ts.to(bfloat16)``, ``txt.to(bfloat16)``; the prefill and
+   the clean commit too); ``z`` itself stays fp32, the VAE decodes it unrounded, and the step size stays
+   exactly ``1 / steps``.
 5. The VAE decodes the block with its cache (committing it); tokens are chosen from its logits: the
    repetition penalty (1.1: positive logits divided, negative multiplied) over every token this sample has
    generated so far (the pinned tail's decoded tokens included, the prefix's not), applied in greedy mode
@@ -27,11 +29,17 @@ Per sample, with the prior's block size ``bs`` (16 released) and the official de
    two) or when it has ``new_tokens`` tokens after the pinned tail; its row is those tokens, cut to
    ``new_tokens`` and before the first EOS.
 
+Prompts of different lengths share every call, as in the official loop: the caches hold each sample's
+own length (`KVCache`; left padding that no call sees) and each sample is computed as it would be alone.
+
 Differences from the official loop, none of which changes a kept token: the official batch stops only
 when every sample has stopped and counts the pinned tail in ``max_new_tokens`` (so it can return fewer
 than ``max_new_tokens`` new tokens); here each sample stops on its own (a sample's blocks depend only on
 its own earlier blocks) and gets ``ceil((new_tokens + r) / bs)`` blocks, at least ``new_tokens`` new tokens.
 A sample that has stopped skips its last clean commit, whose result nothing reads.
+``official_max_new_tokens=True`` gives the official rule and rows instead, with one difference: the
+official loop stops the whole batch after one block when any sample's ``max_new_tokens`` is below its
+first-block gap, here only that sample stops.
 
 Shared noise: every random number of sample ``k`` (each block's noise, then that block's token draws when
 temperature > 0) comes from its own CPU generator seeded with ``sample_seed(seed, k)`` (the ELF
@@ -57,6 +65,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from tqdm import tqdm
 
+from .calls import Generation, Trace, Tracer
 from .elf_sampler import sample_seed
 from .stages import stage_rule
 
@@ -179,13 +188,14 @@ def choose_tokens(logits: torch.Tensor, history: Optional[torch.Tensor], config:
 @torch.no_grad()
 def generate(model, prompts: Sequence[Sequence[int]], new_tokens: int, config: Optional[SamplerConfig] = None, *,
              seed: int = 0, indices: Optional[Sequence[int]] = None, pad_id: int, eos_ids: Sequence[int] = (),
-             noise: Optional[Noise] = None, autocast_dtype: Optional[torch.dtype] = None,
-             progress: bool = False) -> list[list[int]]:
+             noise: Optional[Noise] = None, autocast_dtype: Optional[torch.dtype] = None, progress: bool = False,
+             official_max_new_tokens: bool = False, trace: Optional[Trace] = None, return_all: bool = False):
     """The continuation of each prompt (the rules of the module docstring).
 
     Args:
         model: a `Cola` (``.prior``, ``.vae``, ``.attention``) on the device to sample on.
-        prompts: token ids per sample (an empty list: no prompt, the official empty-prefix case).
+        prompts: token ids per sample, of any lengths (an empty list: no prompt, the official empty-prefix
+            case); they share every call, each sample computed as it would be alone (`KVCache`).
         new_tokens: tokens to generate after each prompt.
         config: sampler settings (default `SamplerConfig()`).
         seed, indices: sample ``indices[j]`` (default ``0 .. len(prompts) - 1``) of run ``seed``.
@@ -194,9 +204,20 @@ def generate(model, prompts: Sequence[Sequence[int]], new_tokens: int, config: O
         noise: block noise instead of each sample's generator (tests).
         autocast_dtype: run the networks under autocast in this dtype (bf16 on CUDA, as the official code).
         progress: a tqdm bar over blocks.
+        official_max_new_tokens: read ``new_tokens`` as the official ``max_new_tokens``: every sample gets
+            ``ceil(new_tokens / bs)`` blocks (one when ``new_tokens`` is below a sample's first-block gap
+            ``bs - r``), the pinned tail counting in it; the batch runs until every sample has met an
+            EOS or its blocks are done, and a row is every token after the pinned tail, EOS and all (the
+            official loop's output). Default: this package's rule (module docstring).
+        trace: called after every network call with a `NetworkCall` (networks ``vae_encode``,
+            ``prior_prefill``, ``vae_decode``, ``prior_cond``, ``prior_uncond``, ``prior_commit``).
+        return_all: return a `Generation`: ``ids`` (the rows), ``sequence`` (per sample every token its
+            blocks decoded, the pinned tail's included, nothing cut) and ``latents`` (per sample the
+            clean latents of its blocks, [blocks * bs, latent_dim], fp32 on the CPU).
 
     Returns:
-        one list of at most ``new_tokens`` ids per sample, cut before the first EOS.
+        one list of ids per sample (at most ``new_tokens``, cut before the first EOS, unless
+        ``official_max_new_tokens``), or a `Generation` with ``return_all``.
     """
     config = config or SamplerConfig()
     if new_tokens < 1:
@@ -209,85 +230,132 @@ def generate(model, prompts: Sequence[Sequence[int]], new_tokens: int, config: O
         if any(not 0 <= int(i) <= vocab for i in ids):
             raise ValueError(f"prompt of sample {k} holds ids outside 0 .. {vocab} (the VAE's vocabulary)")
     device = next(model.parameters()).device
-    rows: dict[int, list[int]] = {}
-    groups: dict[int, list[int]] = {}
-    for j, ids in enumerate(prompts):  # samples with prompts of one length share their caches' length
-        groups.setdefault(len(ids), []).append(j)
     with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-        for members in groups.values():
-            draws = [SampleDraws(seed, indices[j], noise) for j in members]
-            out = _generate_group(model, [list(prompts[j]) for j in members], draws, new_tokens, config, pad_id,
-                                  set(eos_ids), device, progress)
-            rows.update(zip(members, out))
-    return [rows[j] for j in range(len(prompts))]
+        run = _Run(model, [[int(i) for i in p] for p in prompts], indices, seed, noise, config, pad_id, set(eos_ids),
+                   device, Tracer(trace), official_max_new_tokens)
+        run.generate(new_tokens, progress)
+    rows = [run.row(a, new_tokens) for a in range(len(prompts))]
+    if not return_all:
+        return rows
+    return Generation(rows, [list(t) for t in run.tokens], [torch.cat(z) if z else torch.zeros(0, run.d) for z in
+                                                            run.latents])
 
 
-def _generate_group(model, prompts: list[list[int]], draws: list[SampleDraws], new_tokens: int,
-                    config: SamplerConfig, pad_id: int, eos_ids: set, device, progress: bool) -> list[list[int]]:
-    """`generate` for prompts of one length."""
-    prior, vae = model.prior, model.vae
-    bs, d = prior.config.block_size, prior.config.latent_dim
-    rule = stage_rule(model.attention)
-    clean = rule.stage_at(1.0, decode=True)
-    n = len(prompts[0])
-    pinned_count = n % bs
-    start = n - pinned_count
-    blocks = math.ceil((new_tokens + pinned_count) / bs)
-    prior_cache, vae_cache = prior.new_cache(start + blocks * bs), vae.new_cache(start + blocks * bs)
+def bf16(z: torch.Tensor) -> torch.Tensor:
+    """z rounded to bf16 and back: what the official loop feeds the prior (``txt.to(torch.bfloat16)``, on
+    every device; the VAE gets z unrounded)."""
+    return z.to(torch.bfloat16).to(z.dtype)
 
-    tail = None
-    if n:
-        padded = torch.tensor([ids + [pad_id] * (-n % bs) for ids in prompts], device=device)
-        latents = vae.to_prior(vae.encode(padded))
-        if start:
-            prior(latents[:, :start], 0.0, prior_cache, commit=True, stage=clean)
-            vae.decode(latents[:, :start], vae_cache, commit=True)
-        tail = latents[:, start:start + bs]
-    pinned = torch.arange(bs, device=device) < pinned_count
 
-    grid, fed = timesteps(config.steps)
-    dt = 1.0 / config.steps
-    stages = [rule.stage_at(1.0 - float(t) / TIME_SCALE) for t in fed[:-1]]
-    active = list(range(len(prompts)))
-    rows: list[list[int]] = [[] for _ in prompts]
-    history = None
-    for block in tqdm(range(blocks), desc="blocks", leave=False, disable=not progress):
-        z = torch.stack([draws[a].block_noise(block, (bs, d)) for a in active]).to(device)
-        repaint = block == 0 and pinned_count > 0
-        scale = config.guidance_scale if block > 0 or start > 0 else 1.0
-        for i in range(config.steps):
-            t = torch.full((len(active), bs), float(fed[i]), device=device)
-            if repaint:
-                t[:, pinned] = 0.0
-                z[:, pinned] = tail[:, pinned]
-            v_cond = prior(z, t, prior_cache, stage=stages[i])
-            v_uncond = prior(z, t, stage=stages[i])
-            z = z - (scale * (v_cond - v_uncond) + v_uncond) * dt
-            if repaint:
-                z[:, pinned] = tail[:, pinned]
-        logits = vae.decode(z, vae_cache, commit=True)
-        chosen = choose_tokens(logits, history, config, [draws[a].generator for a in active])
-        history = chosen if history is None else torch.cat([history, chosen], dim=1)
-        kept = chosen[:, pinned_count:] if block == 0 else chosen
-        going = []
-        for row, (a, ids, new) in enumerate(zip(active, chosen.tolist(), kept.tolist())):
-            rows[a] += new
-            if not eos_ids & set(ids) and len(rows[a]) < new_tokens:
-                going.append(row)
-        if len(going) < len(active):
-            if not going:
+class _Run:
+    """One `generate` run: every sample's caches, blocks and tokens."""
+
+    def __init__(self, model, prompts, indices, seed, noise, config, pad_id, eos_ids, device, tracer, official):
+        self.prior, self.vae = model.prior, model.vae
+        self.bs, self.d = self.prior.config.block_size, self.prior.config.latent_dim
+        self.rule = stage_rule(model.attention)
+        self.config, self.eos_ids, self.device, self.trace, self.official = config, eos_ids, device, tracer, official
+        self.indices = indices
+        self.draws = [SampleDraws(seed, k, noise) for k in indices]
+        self.lengths = [len(p) for p in prompts]
+        self.pinned = [n % self.bs for n in self.lengths]
+        self.prefix = [n - r for n, r in zip(self.lengths, self.pinned)]
+        self.tokens: list[list[int]] = [[] for _ in prompts]
+        self.latents: list[list[torch.Tensor]] = [[] for _ in prompts]
+        self.prompts, self.pad_id = prompts, pad_id
+
+    def blocks_of(self, a: int, new_tokens: int) -> int:
+        r = self.pinned[a]
+        if self.official:  # inference.py: step * bs >= max_new_tokens; one block when the first block's gap is not filled
+            return 1 if r and new_tokens < self.bs - r else math.ceil(new_tokens / self.bs)
+        return math.ceil((new_tokens + r) / self.bs)
+
+    def generate(self, new_tokens: int, progress: bool) -> None:
+        bs, d, device, trace = self.bs, self.d, self.device, self.trace
+        B = len(self.prompts)
+        blocks = [self.blocks_of(a, new_tokens) for a in range(B)]
+        capacity = max(self.prefix) + max(blocks) * bs
+        prior_cache, vae_cache = self.prior.new_cache(capacity), self.vae.new_cache(capacity)
+        tails = torch.zeros(B, bs, d, device=device)
+        clean = self.rule.stage_at(1.0, decode=True)
+        width = max(self.lengths)
+        if width:
+            # Each prompt padded with pad_id to whole blocks (inference.py), then right-padded to the batch.
+            padded = [p + [self.pad_id] * (-len(p) % bs) for p in self.prompts]
+            span = max(len(p) for p in padded)
+            ids = torch.tensor([p + [self.pad_id] * (span - len(p)) for p in padded], device=device)
+            real = torch.arange(span)[None, :] < torch.tensor([max(len(p), 1) for p in padded])[:, None]
+            means = trace("vae_encode", "", self.indices, self.vae.encode(ids, attention_mask=real),
+                          ids=ids, attention_mask=real)
+            latents = self.vae.to_prior(means)
+            for a, (P, r) in enumerate(zip(self.prefix, self.pinned)):
+                tails[a, :r] = latents[a, P:P + r]
+            start = max(self.prefix)
+            if start:
+                prefix = torch.zeros(B, start, d, device=device)
+                for a, P in enumerate(self.prefix):
+                    prefix[a, start - P:] = latents[a, :P]
+                mask = torch.arange(start)[None, :] >= torch.tensor([start - P for P in self.prefix])[:, None]
+                mask = None if bool(mask.all()) else mask
+                fed = bf16(prefix)
+                trace("prior_prefill", clean, self.indices,
+                      self.prior(fed, 0.0, prior_cache, commit=True, stage=clean, attention_mask=mask),
+                      z=fed, t=0.0, attention_mask=mask)
+                trace("vae_decode", "", self.indices,
+                      self.vae.decode(prefix, vae_cache, commit=True, attention_mask=mask),
+                      z=prefix, attention_mask=mask)
+        pinned = torch.arange(bs, device=device)[None, :] < torch.tensor(self.pinned, device=device)[:, None]
+        grid, fed_t = timesteps(self.config.steps)
+        dt = 1.0 / self.config.steps
+        stages = [self.rule.stage_at(1.0 - float(t) / TIME_SCALE) for t in fed_t[:-1]]
+        active = list(range(B))
+        history = None
+        done = [False] * B  # official rule: the batch stops when every sample has met an EOS
+        for block in tqdm(range(max(blocks)), desc="blocks", leave=False, disable=not progress):
+            samples = [self.indices[a] for a in active]
+            z = torch.stack([self.draws[a].block_noise(block, (bs, d)) for a in active]).to(device)
+            repaint = pinned[active] if block == 0 else torch.zeros(len(active), bs, dtype=torch.bool, device=device)
+            tail = tails[active]
+            first = torch.tensor([block > 0 or self.prefix[a] > 0 for a in active], device=device)
+            scale = torch.where(first, self.config.guidance_scale, 1.0)[:, None, None]
+            for i in range(self.config.steps):
+                t = torch.full((len(active), bs), float(fed_t[i]), device=device).masked_fill(repaint, 0.0)
+                z = torch.where(repaint[..., None], tail, z)
+                fed = bf16(z)
+                v_cond = trace("prior_cond", stages[i], samples, self.prior(fed, t, prior_cache, stage=stages[i]),
+                               z=fed, t=t)
+                v_uncond = trace("prior_uncond", stages[i], samples, self.prior(fed, t, stage=stages[i]), z=fed, t=t)
+                z = z - (scale * (v_cond - v_uncond) + v_uncond) * dt
+                z = torch.where(repaint[..., None], tail, z)
+            logits = trace("vae_decode", "", samples, self.vae.decode(z, vae_cache, commit=True), z=z)
+            chosen = choose_tokens(logits, history, self.config, [self.draws[a].generator for a in active])
+            history = chosen if history is None else torch.cat([history, chosen], dim=1)
+            going = []
+            for row, (a, ids) in enumerate(zip(active, chosen.tolist())):
+                self.tokens[a] += ids
+                self.latents[a].append(z[row].float().cpu())
+                done[a] = done[a] or bool(self.eos_ids & set(ids))
+                if block + 1 < blocks[a] and (self.official or not done[a]):
+                    going.append(row)
+            if self.official and all(done):
                 break
-            keep = torch.tensor(going, device=device)
-            active = [active[r] for r in going]
-            prior_cache, vae_cache = prior_cache.select(keep), vae_cache.select(keep)
-            history, z = history[keep], z[keep]
-            tail = None if tail is None else tail[keep]
-        prior(z, 0.0, prior_cache, commit=True, stage=clean)
-    return [_cut(row, new_tokens, eos_ids) for row in rows]
+            if len(going) < len(active):
+                if not going:
+                    break
+                keep = torch.tensor(going, device=device)
+                active = [active[r] for r in going]
+                prior_cache, vae_cache = prior_cache.select(keep), vae_cache.select(keep)
+                history, z = history[keep], z[keep]
+            fed = bf16(z)
+            trace("prior_commit", clean, [self.indices[a] for a in active],
+                  self.prior(fed, 0.0, prior_cache, commit=True, stage=clean), z=fed, t=0.0)
 
-
-def _cut(row: list[int], new_tokens: int, eos_ids: set) -> list[int]:
-    """The first ``new_tokens`` ids of a row, ending before its first EOS."""
-    row = row[:new_tokens]
-    ends = [i for i, token in enumerate(row) if token in eos_ids]
-    return row[:ends[0]] if ends else row
+    def row(self, a: int, new_tokens: int) -> list[int]:
+        """Sample a's returned ids: its tokens after the pinned tail, cut to ``new_tokens`` and before the first
+        EOS (the official rule: nothing cut)."""
+        row = self.tokens[a][self.pinned[a]:]
+        if self.official:
+            return row
+        row = row[:new_tokens]
+        ends = [i for i, token in enumerate(row) if token in self.eos_ids]
+        return row[:ends[0]] if ends else row
