@@ -444,9 +444,10 @@ class ColaPrior(nn.Module):
                 alone (the official unconditional pass, positions 0 .. Lq - 1).
             commit: append z's keys and values to ``cache`` (the prefill and the clean commit of a block).
             stage: ``early``, ``late`` or ``decode``, passed to the attention method unchanged.
-            attention_mask: [B, Lq] bool, True on real latents, left padding (a sample's latents end at
-                Lq): each sample is computed as if its padding were absent (its positions start at its
-                first real latent); padded rows' velocities mean nothing. A cache tracks each sample's
+            attention_mask: [B, Lq] bool, True on real latents, one run per sample (with a cache: left
+                padding, a sample's latents ending at Lq, in whole blocks): each sample is computed as if
+                its padding were absent (its positions start at its first real latent); padded rows'
+                velocities mean nothing. A cache tracks each sample's
                 own length (`KVCache`), so samples with prompts of different lengths share calls.
 
         Returns:
@@ -485,15 +486,16 @@ class ColaPrior(nn.Module):
 def _padding(cache: Optional[KVCache], mask: Optional[torch.Tensor], batch: int, new: int, device,
              block: int) -> dict:
     """The attention methods' ``attention_mask`` keyword of a call adding ``new`` tokens (empty: no padding);
-    ``mask`` [B, new] marks the real ones: left padding, and with a cache a whole number of ``block``s per
-    sample (so every sample's cache stays whole blocks)."""
+    ``mask`` [B, new] marks the real ones; with a cache, left padding and a whole number of ``block``s per
+    sample (so every sample's tokens stay one run and its cache whole blocks)."""
     if mask is not None:
         if tuple(mask.shape) != (batch, new):
             raise ValueError(f"attention_mask must be [B, Lq] = [{batch}, {new}], got shape {tuple(mask.shape)}")
         real = mask.bool().cpu()
         counts = real.sum(dim=1)
-        if not torch.equal(real, torch.arange(new)[None, :] >= (new - counts)[:, None]):
-            raise ValueError("attention_mask must pad on the left: each sample's real latents last, in one run")
+        left = torch.equal(real, torch.arange(new)[None, :] >= (new - counts)[:, None])
+        if cache is not None and not left:
+            raise ValueError("with a cache, attention_mask must pad on the left: each sample's real latents last")
         if cache is not None and bool((counts % block).any()):
             raise ValueError(f"with a cache, each sample's real latents must be whole blocks of {block}, got "
                              f"{counts.tolist()}")
@@ -603,7 +605,7 @@ class ColaVAE(nn.Module):
                attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Logits [B, Lq, vocab_size] of latents z [B, Lq, latent_dim] that follow the cache's latents (or
         start at position 0 without one); ``commit`` appends z to the cache (modeling_cola_vae.py:646-691).
-        ``attention_mask`` [B, Lq]: real latents, left padding, as for `ColaPrior.forward`."""
+        ``attention_mask`` [B, Lq]: real latents, one run per sample, as for `ColaPrior.forward`."""
         c = self.config
         if z.dim() != 3 or z.shape[-1] != c.latent_dim or z.shape[1] < 1:
             raise ValueError(f"z must be [B, Lq, {c.latent_dim}] with Lq >= 1, got {tuple(z.shape)}")
@@ -635,6 +637,13 @@ class Cola(nn.Module):
 
     def set_attention(self, attention) -> None:
         self.prior.set_attention(attention)
+
+    def token_logits(self, ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The logits of token ids [B, n] through the latent path: VAE-encode, into the prior's space, VAE-decode
+        (the prior's latents are decoded as they are, as the official sampler decodes them), [B, n, vocab].
+        ``attention_mask`` [B, n]: real tokens, one run per row; each row as if its padding were absent."""
+        latents = self.vae.to_prior(self.vae.encode(ids, attention_mask=attention_mask))
+        return self.vae.decode(latents, attention_mask=attention_mask)
 
 
 # ------------------------------------------------------------------------------------------ loading

@@ -25,7 +25,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Union
+from typing import Mapping, NamedTuple, Optional, Union
 
 import torch
 import torch.nn as nn
@@ -281,6 +281,20 @@ class GumbelProposal(nn.Module):
         return gumbel.icdf(t).clamp(min=self.gamma_min, max=self.gamma_max)
 
 
+class LangFlowOutput(NamedTuple):
+    """One call's logits and their two parts (`LangFlow.parts`), each [B, L, vocab] fp32.
+
+    Attributes:
+        network: the DiT's own logits (before the skip term; in the autocast dtype's values under autocast).
+        skip: the skip term ``c_skip(gamma) * z @ E_n^T``, ``c_skip = alpha / sigma^2`` (M:472-477).
+        logits: ``skip + network``, what the model returns.
+    """
+
+    network: torch.Tensor
+    skip: torch.Tensor
+    logits: torch.Tensor
+
+
 class LangFlow(nn.Module):
     """The LangFlow denoiser: ``model(z, gamma, self_cond, stage=...)`` -> fp32 logits [B, L, vocab].
 
@@ -315,6 +329,28 @@ class LangFlow(nn.Module):
         """E_n [vocab, D]: the embedding the skip logits and the sampler's x-prediction use."""
         return self.backbone.vocab_embed.normalized()
 
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Clean embeddings: token ids [B, L] -> their rows of E_n; probabilities [B, L, vocab] -> ``p @ E_n``,
+        the expected embedding (what self-conditioning feeds back, `langflow_sampler.x_prediction`). fp32."""
+        embedding = self.normalized_embedding().float()
+        if not x.is_floating_point():
+            return embedding[x]
+        if x.shape[-1] != self.config.vocab_size:
+            raise ValueError(f"probabilities must end in the vocabulary ({self.config.vocab_size}), got {tuple(x.shape)}")
+        return x.float() @ embedding
+
+    def token_logits(self, ids: torch.Tensor, gamma: Scalar, noise: Optional[torch.Tensor] = None,
+                     self_cond: Optional[torch.Tensor] = None, stage: str = "late") -> torch.Tensor:
+        """The logits for token ids seen at noise level ``gamma``: the call on ``z = alpha E_n[ids] + sigma
+        noise`` (variance preserving, alpha^2 = sigmoid(-gamma), sigma^2 = sigmoid(gamma); ``noise`` [B, L, D],
+        None: zeros, i.e. the clean embeddings scaled by alpha)."""
+        x = self.embed(ids)
+        gamma_t = _per_example(gamma, x.shape[0], x.device, "gamma")[:, None, None]
+        z = torch.sigmoid(-gamma_t).sqrt() * x
+        if noise is not None:
+            z = z + torch.sigmoid(gamma_t).sqrt() * noise.float()
+        return self(z, gamma, self_cond, stage=stage)
+
     def forward(self, z: torch.Tensor, gamma: Scalar, self_cond: Optional[torch.Tensor] = None,
                 stage: str = "late") -> torch.Tensor:
         """One network call.
@@ -328,8 +364,23 @@ class LangFlow(nn.Module):
         Returns:
             logits [B, L, vocab_size]: the network's plus the skip term ``c_skip(gamma) * z @ E_n^T`` with
             ``c_skip = alpha / sigma^2`` (M:472-477); fp32 (on CUDA under bf16 autocast, the network logits
-            and the skip logits are bf16-rounded before the fp32 sum, as in the official code).
+            and the skip logits are bf16-rounded before the fp32 sum, as in the official code). `parts`
+            returns the two terms apart.
         """
+        network, gamma = self._network(z, gamma, self_cond, stage)
+        with torch.autocast(z.device.type, enabled=False):
+            return self._skip(z, gamma, network.dtype).add_(network)  # in place: one [B, L, vocab] buffer
+
+    def parts(self, z: torch.Tensor, gamma: Scalar, self_cond: Optional[torch.Tensor] = None,
+              stage: str = "late") -> LangFlowOutput:
+        """`forward`'s logits with the network's output and the skip term apart (three [B, L, vocab] buffers)."""
+        network, gamma = self._network(z, gamma, self_cond, stage)
+        with torch.autocast(z.device.type, enabled=False):
+            skip = self._skip(z, gamma, network.dtype)
+            return LangFlowOutput(network.float(), skip, skip + network)
+
+    def _network(self, z, gamma, self_cond, stage) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the DiT's logits, gamma as [B] fp32), after checking the inputs."""
         if self.attention is None:
             raise RuntimeError("LangFlow has no attention method; pass attention= to LangFlow(...) or call "
                                "set_attention(make_attention('full', head_dim=config.head_dim, rope_style='half'))")
@@ -341,14 +392,15 @@ class LangFlow(nn.Module):
         elif self_cond.shape != z.shape:
             raise ValueError(f"self_cond must have z's shape {tuple(z.shape)}, got {tuple(self_cond.shape)}")
         gamma = _per_example(gamma, z.shape[0], z.device, "gamma")
+        return self.backbone(z, gamma, self_cond, self.attention, stage), gamma
 
-        logits = self.backbone(z, gamma, self_cond, self.attention, stage)
-        with torch.autocast(z.device.type, enabled=False):
-            c_skip = ((F.softplus(-gamma) - gamma) / 2).exp()
-            skip = z.float() @ self.normalized_embedding().float().t()
-            if logits.dtype != skip.dtype:
-                skip.copy_(skip.to(logits.dtype))  # the official rounding of the skip logits, in place
-            return skip.mul_(c_skip[:, None, None]).add_(logits)
+    def _skip(self, z: torch.Tensor, gamma: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``c_skip(gamma) * z @ E_n^T`` in fp32, the product rounded to ``dtype`` first (the official rounding)."""
+        c_skip = ((F.softplus(-gamma) - gamma) / 2).exp()
+        skip = z.float() @ self.normalized_embedding().float().t()
+        if dtype != skip.dtype:
+            skip.copy_(skip.to(dtype))
+        return skip.mul_(c_skip[:, None, None])
 
 
 # ---------------------------------------------------------------------------------------- checkpoints

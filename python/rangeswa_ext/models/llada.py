@@ -228,6 +228,11 @@ class LLaDA(nn.Module):
             x = x[:, logits_at]
         return t.ff_out(t.ln_f(x))
 
+    def token_logits(self, ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None, stage: str = "late",
+                     logits_at: Optional[slice] = None) -> torch.Tensor:
+        """The logits of token ids (the name every backbone gives this entry; the same as calling the model)."""
+        return self(ids, stage=stage, logits_at=logits_at, attention_mask=attention_mask)
+
 
 # ------------------------------------------------------------------------------------------- loading
 #: config.json values of LLaDA-8B that this implementation assumes (anything else is another model).

@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from ..config import STAGES
+from .calls import Generation, Trace, Tracer
 from .stages import stage_rule
 
 SAMPLERS = ("sde", "ode")
@@ -152,7 +153,8 @@ def mask_after_eos(ids: torch.Tensor, eos_id: int = EOS_ID, pad_id: int = PAD_ID
 @torch.no_grad()
 def sample(model, num: int, length: int, seed: int, start_index: int = 0,
            config: Optional[SamplerConfig] = None, *, autocast_dtype: Optional[torch.dtype] = None,
-           eos_id: int = EOS_ID, pad_id: int = PAD_ID, progress: bool = True) -> torch.Tensor:
+           eos_id: int = EOS_ID, pad_id: int = PAD_ID, progress: bool = True, trace: Optional[Trace] = None,
+           return_all: bool = False):
     """Draw samples ``start_index .. start_index + num - 1`` of run ``seed`` as one batch.
 
     Args:
@@ -165,9 +167,14 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0,
             official code does); None keeps the model's dtype.
         eos_id, pad_id: ids at and after the first ``eos_id`` become ``pad_id``.
         progress: show a tqdm bar over the steps.
+        trace: called after every network call with a `NetworkCall` (network ``elf`` with inputs ``z``, ``t``,
+            ``self_cond``, ``guidance``, output the x-prediction; then ``elf_decode`` with inputs ``z``,
+            ``guidance``, output the logits; rows in different stages are separate calls).
+        return_all: return a `Generation`: ``ids``, ``sequence`` (the decode call's argmax, nothing masked)
+            and ``latents`` (the final z [num, length, encoder_dim], fp32 on the CPU).
 
     Returns:
-        token ids [num, length] (int64, CPU), EOS-masked.
+        token ids [num, length] (int64, CPU), EOS-masked, or a `Generation` with ``return_all``.
     """
     config = config or SamplerConfig()
     if num < 1:
@@ -180,6 +187,8 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0,
     grids = torch.stack([n.time_grid for n in noises]).double()  # [B, N + 1]; float64 for the step arithmetic
     z = _to(torch.stack([n.z0 for n in noises]), device)
     x_prev = torch.zeros_like(z)
+    tracer = Tracer(trace)
+    samples = list(range(start_index, start_index + num))
 
     with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
         for i in tqdm(range(config.steps), desc="denoising", leave=False, disable=not progress):
@@ -194,24 +203,32 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0,
                 t_call = t
             # Progress = ELF time; the stage is decided on the fp32 time the network actually receives.
             stages = [rule.stage_at(float(s)) for s in t_call.float()]
-            x_prev = _call(model, z, t_call, x_prev, config.omega, stages)
+            x_prev = _call(model, z, t_call, x_prev, config.omega, stages, tracer, samples)
             velocity = (x_prev - z) / _column((1.0 - t_call).clamp_min(config.t_eps), device)
             z = z + _column(t_next - t_call, device) * velocity
-        logits = model(z, 1.0, None, config.omega, decode=True, stage=rule.stage_at(1.0, decode=True))
-    return mask_after_eos(logits.argmax(dim=-1).cpu(), eos_id, pad_id)
+        decode = rule.stage_at(1.0, decode=True)
+        logits = tracer("elf_decode", decode, samples, model(z, 1.0, None, config.omega, decode=True, stage=decode),
+                        z=z, guidance=config.omega)
+    sequence = logits.argmax(dim=-1).cpu()
+    ids = mask_after_eos(sequence, eos_id, pad_id)
+    return Generation(ids, sequence, z.float().cpu()) if return_all else ids
 
 
-def _call(model, z, t_call, x_prev, omega, stages):
+def _call(model, z, t_call, x_prev, omega, stages, tracer, samples):
     """One denoising call; rows in different stages go through the model as separate sub-batches."""
     t_call = t_call.float().to(z.device)
     groups = [(stage, [i for i, s in enumerate(stages) if s == stage]) for stage in STAGES]
     groups = [(stage, rows) for stage, rows in groups if rows]
     if len(groups) == 1:
-        return model(z, t_call, x_prev, omega, stage=groups[0][0])
+        stage = groups[0][0]
+        return tracer("elf", stage, samples, model(z, t_call, x_prev, omega, stage=stage), z=z, t=t_call,
+                      self_cond=x_prev, guidance=omega)
     out = None
     for stage, rows in groups:
         index = torch.tensor(rows, device=z.device)
-        part = model(z[index], t_call[index], x_prev[index], omega, stage=stage)
+        part = tracer("elf", stage, [samples[r] for r in rows],
+                      model(z[index], t_call[index], x_prev[index], omega, stage=stage), z=z[index],
+                      t=t_call[index], self_cond=x_prev[index], guidance=omega)
         out = part.new_empty(z.shape) if out is None else out
         out[index] = part
     return out

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..models.langflow import LANGFLOW_CONFIGS
+from .calls import Generation, Trace, Tracer
 from .elf_sampler import _to, sample_seed
 from .stages import stage_rule
 
@@ -127,7 +128,8 @@ def x_prediction(logits: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def sample(model, num: int, length: int, seed: int, start_index: int = 0, config: Optional[SamplerConfig] = None,
-           *, autocast_dtype: Optional[torch.dtype] = None, progress: bool = True) -> torch.Tensor:
+           *, autocast_dtype: Optional[torch.dtype] = None, progress: bool = True, trace: Optional[Trace] = None,
+           return_all: bool = False):
     """Draw samples ``start_index .. start_index + num - 1`` of run ``seed`` as one batch.
 
     Args:
@@ -139,9 +141,10 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0, config
         autocast_dtype: run the network under autocast in this dtype (bf16 on CUDA, as the official
             model does); None keeps the model's dtype. The step arithmetic is fp32 / float64 either way.
         progress: show a tqdm bar over the steps.
+        trace, return_all: as for `denoise`.
 
     Returns:
-        token ids [num, length] (int64, CPU).
+        token ids [num, length] (int64, CPU), or a `Generation` with ``return_all``.
     """
     if num < 1:
         raise ValueError(f"num must be >= 1, got {num}")
@@ -150,29 +153,40 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0, config
     device = next(model.parameters()).device
     dim = model.config.hidden_size
     z0 = torch.stack([initial_noise(seed, start_index + i, length, dim) for i in range(num)])
-    return denoise(model, _to(z0, device), config, autocast_dtype=autocast_dtype, progress=progress)
+    return denoise(model, _to(z0, device), config, autocast_dtype=autocast_dtype, progress=progress, trace=trace,
+                   return_all=return_all, samples=range(start_index, start_index + num))
 
 
 @torch.no_grad()
 def denoise(model, z: torch.Tensor, config: Optional[SamplerConfig] = None, *,
-            autocast_dtype: Optional[torch.dtype] = None, progress: bool = False) -> torch.Tensor:
+            autocast_dtype: Optional[torch.dtype] = None, progress: bool = False, trace: Optional[Trace] = None,
+            return_all: bool = False, samples: Optional[Sequence[int]] = None):
     """The official sampler from the starting noise ``z`` [B, L, hidden_size] (on the model's device):
-    ``steps - 1`` Euler-EDM steps with self-conditioning, the readout call, argmax -> ids [B, L] (CPU)."""
+    ``steps - 1`` Euler-EDM steps with self-conditioning, the readout call, argmax -> ids [B, L] (CPU).
+
+    ``trace`` is called after every network call with a `NetworkCall` (network ``langflow``, then
+    ``langflow_readout``; inputs ``z``, ``gamma``, ``self_cond``; output the logits); ``samples`` names the
+    rows in it (default 0 .. B-1). ``return_all`` returns a `Generation`: ``ids``, ``sequence`` (the same
+    ids: LangFlow cuts nothing) and ``latents`` (z at the readout call, [B, L, hidden_size], CPU)."""
     config = config or SamplerConfig()
+    tracer = Tracer(trace)
+    samples = list(range(z.shape[0])) if samples is None else list(samples)
     steps = config.steps
     rule = stage_rule(model.attention)
     gamma = noise_levels(model, steps)
     embedding = model.normalized_embedding().float()
 
-    def call(z, level, self_cond, stage):
+    def call(network, z, level, self_cond, stage):
         with torch.autocast(z.device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            return model(z, level, self_cond, stage=stage)
+            return tracer(network, stage, samples, model(z, level, self_cond, stage=stage), z=z, gamma=level,
+                          self_cond=self_cond)
 
     self_cond = None
     for i in tqdm(range(steps - 1), desc="denoising", leave=False, disable=not progress):
-        logits = call(z, gamma[i], self_cond, rule.stage_at(progress_of_call(i, steps)))
+        logits = call("langflow", z, gamma[i], self_cond, rule.stage_at(progress_of_call(i, steps)))
         self_cond = x_prediction(logits, embedding)
         del logits
         z = euler_edm_step(z, self_cond, gamma[i], gamma[i + 1])
-    logits = call(z, gamma[-1], self_cond, rule.stage_at(1.0, decode=True))
-    return logits.argmax(dim=-1).cpu()
+    logits = call("langflow_readout", z, gamma[-1], self_cond, rule.stage_at(1.0, decode=True))
+    ids = logits.argmax(dim=-1).cpu()
+    return Generation(ids, ids, z.float().cpu()) if return_all else ids
