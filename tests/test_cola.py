@@ -563,6 +563,30 @@ def test_config_errors(fixture, tmp_path, part, change, message):
         load_cola(write_release(tmp_path, fixture, dit_config=dit, vae_config=vae))
 
 
+@pytest.mark.parametrize("part, key", [("dit", "block_size"), ("dit", "txt_dim"), ("vae", "latent_dim"),
+                                       ("vae", "block_size")])
+def test_config_without_a_size_is_an_error_naming_key_and_file(fixture, tmp_path, part, key):
+    """No guessing: the official class's block_size (4, the release's 16), txt_dim or latent_dim defaults would
+    load another model; the error names the key and the file."""
+    dit, vae = dict(fixture["meta"]["dit_config"]), dict(fixture["meta"]["vae_config"])
+    del (dit if part == "dit" else vae)[key]
+    with pytest.raises(ValueError, match=rf"cola_{part}.config.json lacks the key\(s\) {key} that a CoLa "
+                                         rf"(prior|VAE) config.json must have"):
+        load_cola(write_release(tmp_path, fixture, dit_config=dit, vae_config=vae))
+
+
+def test_config_keys_with_official_defaults(fixture, tmp_path):
+    """norm_eps, qk_bias, patch_size; layer_norm_eps, rope_theta, post_norm, clip_qkv, block_causal, scaling and
+    shift may be absent: the official defaults, listed in docs/cola.md."""
+    dit, vae = dict(fixture["meta"]["dit_config"]), dict(fixture["meta"]["vae_config"])
+    for key in ("norm_eps", "qk_bias", "patch_size"):
+        dit.pop(key)
+    for key in ("layer_norm_eps", "rope_theta", "post_norm", "clip_qkv", "scaling_factor", "shifting_factor"):
+        vae.pop(key)
+    model = load_cola(write_release(tmp_path, fixture, dit_config=dit, vae_config=vae))
+    assert (model.config.vae.rope_theta, model.config.vae.scaling_factor, model.config.prior.norm_eps) == (5e5, 1.0, 1e-5)
+
+
 def test_missing_files(release, tmp_path):
     with pytest.raises(FileNotFoundError, match="has no cola_vae/ folder"):
         (tmp_path / "cola_dit").mkdir()

@@ -437,12 +437,37 @@ def test_wrong_rotary_base_is_refused(saved):
         load_langflow(folder)
 
 
-def test_config_json_without_it_is_the_official_owt_config(saved):
+def test_config_json_is_required(saved):
+    """No config.json: a short error naming the file and the way out (no silent OWT config)."""
     folder, _ = saved
     (folder / "config.json").unlink()
-    with pytest.raises(CheckpointMismatchError, match=r"mismatch.*backbone.blocks.0.attn_qkv.weight: checkpoint "
-                                                      r"\[384, 128\] vs model \[2304, 768\]"):
+    with pytest.raises(FileNotFoundError, match=r"has no config.json beside model.safetensors.*"
+                                                r"config=LangFlowConfig.from_name\('langflow-owt'\)") as error:
         load_langflow(folder)
+    assert len(str(error.value)) < 400
+    assert load_langflow(folder, config=TINY).config == TINY
+
+
+@pytest.mark.parametrize("key", ["hidden_size", "model_length", "n_blocks", "vocab_size"])
+def test_config_json_without_a_size_is_an_error_naming_key_and_file(saved, key):
+    folder, _ = saved
+    config = json.loads((folder / "config.json").read_text())
+    del config[key]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=rf"config.json lacks the key\(s\) {key} that a LangFlow config.json must "
+                                         rf"have") as error:
+        load_langflow(folder)
+    assert str(folder) in str(error.value) and len(str(error.value)) < 400
+
+
+def test_config_json_keys_with_official_defaults(saved):
+    """The Gumbel numbers and the switches may be absent: the official config class's defaults (docs)."""
+    folder, _ = saved
+    config = json.loads((folder / "config.json").read_text())
+    for key in ("gumbel_loc", "gumbel_scale", "gumbel_cutoff", "gumbel_entropy", "use_bias", "self_conditioning"):
+        del config[key]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert load_langflow(folder).config.gumbel_cutoff == 1e-5
 
 
 BAD_CONFIGS = [  # (name, edit of the config dict, regular expression the error must match)

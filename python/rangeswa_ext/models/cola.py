@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from .. import ops
 from ..methods import make_attention
 from ..reference.rope import inv_freq
-from .strict import assign_parameter, check_state_dict, safetensors_shapes
+from .strict import assign_parameter, check_state_dict, require_keys, safetensors_shapes
 
 PathLike = Union[str, Path]
 
@@ -650,15 +650,19 @@ class Cola(nn.Module):
 PRIOR_FOLDER, VAE_FOLDER = "cola_dit", "cola_vae"
 INDEX_FILE = "model.safetensors.index.json"
 TOKENIZER_FILE = "tokenizer.json"
-#: Official config.json defaults (configuration_cola_dit.py:57-69): used for keys a config.json lacks,
-#: as `from_pretrained` would. Note the code's block_size 4; the release's config says 16.
-PRIOR_DEFAULTS = dict(txt_in_channels=16, txt_out_channels=16, txt_dim=2048, emb_dim=2048, heads=16, head_dim=128,
-                      expand_ratio=4, num_layers=24, norm_eps=1e-5, qk_bias=False, patch_size=1, rope_dim=96,
-                      block_size=4)
-#: Official VAE defaults (configuration_cola_vae.py:70-103) of the keys this implementation reads.
-VAE_DEFAULTS = dict(vocab_size=100278, encoder_num_blocks=4, decoder_num_blocks=4, dim=1536, ffn_dim=6144,
-                    latent_dim=16, num_heads=12, layer_norm_eps=1e-6, post_norm=True, clip_qkv=None,
-                    rope_theta=500000, block_causal=True, block_size=4, scaling_factor=1.0, shifting_factor=0.0)
+#: Prior config.json keys that set sizes, required: the official class's defaults (configuration_cola_dit.py:
+#: 57-69) would silently give another model (its block_size 4; the release's is 16).
+PRIOR_REQUIRED = ("txt_in_channels", "txt_out_channels", "txt_dim", "emb_dim", "heads", "head_dim", "expand_ratio",
+                  "num_layers", "rope_dim", "block_size")
+#: The official defaults used for prior keys a config.json lacks (docs/cola.md lists them).
+PRIOR_DEFAULTS = dict(norm_eps=1e-5, qk_bias=False, patch_size=1)
+#: VAE config.json keys that set sizes, required (configuration_cola_vae.py:70-103 defaults block_size to 4;
+#: the release's VAE is causal, block 1).
+VAE_REQUIRED_KEYS = ("vocab_size", "encoder_num_blocks", "decoder_num_blocks", "dim", "ffn_dim", "latent_dim",
+                     "num_heads", "block_size")
+#: The official VAE defaults used for keys a config.json lacks (docs/cola.md lists them).
+VAE_DEFAULTS = dict(layer_norm_eps=1e-6, post_norm=True, clip_qkv=None, rope_theta=500000, block_causal=True,
+                    scaling_factor=1.0, shifting_factor=0.0)
 #: VAE settings this implementation computes only at their official default (the release's, by its
 #: parameter count); a config.json with another value is refused.
 VAE_REQUIRED = dict(patch_size=1, shared_heads_kv=1, encoder_last_ln=True, layer_norm_type="layer_norm",
@@ -704,10 +708,12 @@ def _read_json(file: Path, model_type: str) -> dict:
 
 
 def prior_config_from_hf(file: PathLike) -> ColaPriorConfig:
-    """The prior config of a ``cola_dit/config.json`` (official keys; missing keys take the official defaults;
-    the training length from `TRAIN_LENGTH_KEYS` when present, else 2048)."""
+    """The prior config of a ``cola_dit/config.json`` (official keys; `PRIOR_REQUIRED` must be there, the others
+    take the official defaults; the training length from `TRAIN_LENGTH_KEYS` when present, else 2048)."""
     file = Path(file)
-    hf = {**PRIOR_DEFAULTS, **_read_json(file, "cola_dit")}
+    raw = _read_json(file, "cola_dit")
+    require_keys(raw, PRIOR_REQUIRED, file, "CoLa prior")
+    hf = {**PRIOR_DEFAULTS, **raw}
     wrong = []
     if hf["txt_in_channels"] != hf["txt_out_channels"]:
         wrong.append(f"txt_in_channels={hf['txt_in_channels']} != txt_out_channels={hf['txt_out_channels']}")
@@ -728,9 +734,11 @@ def prior_config_from_hf(file: PathLike) -> ColaPriorConfig:
 
 
 def vae_config_from_hf(file: PathLike) -> ColaVAEConfig:
-    """The VAE config of a ``cola_vae/config.json`` (official keys; missing keys take the official defaults)."""
+    """The VAE config of a ``cola_vae/config.json`` (official keys; `VAE_REQUIRED_KEYS` must be there, the others
+    take the official defaults)."""
     file = Path(file)
     raw = _read_json(file, "cola_text_vae")
+    require_keys(raw, VAE_REQUIRED_KEYS, file, "CoLa VAE")
     wrong = [f"{k}={raw[k]!r} (expected {v!r})" for k, v in VAE_REQUIRED.items() if k in raw and raw[k] != v]
     if wrong:
         raise ValueError(f"{file} describes a VAE this implementation does not compute: {', '.join(wrong)}")

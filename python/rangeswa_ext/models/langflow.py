@@ -32,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .elf import ScalarEmbedder, _per_example
-from .strict import check_state_dict
+from .strict import check_state_dict, require_keys
 
 Scalar = Union[float, torch.Tensor]
 PathLike = Union[str, Path]
@@ -410,6 +410,9 @@ CONFIG_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "cond_d
                "n_blocks": "n_blocks", "n_heads": "n_heads", "model_length": "train_length",
                "gumbel_loc": "gumbel_loc", "gumbel_scale": "gumbel_scale", "gumbel_cutoff": "gumbel_cutoff",
                "gumbel_entropy": "gumbel_entropy"}
+#: config.json keys that set the model's sizes and training length: required (the official config class
+#: would default them to the OWT model's, which only shows up as shape mismatches or a wrong T).
+REQUIRED_KEYS = ("vocab_size", "hidden_size", "cond_dim", "n_blocks", "n_heads", "model_length")
 #: Switches of the official architecture; the released model has them all on and only that one exists here.
 ARCHITECTURE_FLAGS = ("use_normalized_embedding", "self_conditioning", "use_bias")
 #: Keys that do not change the inference model: training dropout, a name the model never reads
@@ -439,11 +442,13 @@ def find_checkpoint(path: PathLike) -> Path:
 
 
 def read_config(path: PathLike) -> LangFlowConfig:
-    """The `LangFlowConfig` of an official ``config.json``; keys it lacks take the official defaults.
+    """The `LangFlowConfig` of an official ``config.json``.
 
-    Raises ValueError naming the file and key for a file that is not a JSON object, another
-    ``model_type``, a key that is not a LangFlow setting, a value of the wrong type, and an architecture
-    switch (``use_bias``, ``self_conditioning``, ``use_normalized_embedding``) that is off.
+    The sizes and the training length (`REQUIRED_KEYS`) must be there; the Gumbel proposal's numbers and the
+    architecture switches take the official config class's defaults when absent (docs/langflow.md).
+    Raises ValueError naming the file and key for a missing required key, a file that is not a JSON object,
+    another ``model_type``, a key that is not a LangFlow setting, a value of the wrong type, and an
+    architecture switch (``use_bias``, ``self_conditioning``, ``use_normalized_embedding``) that is off.
     """
     path = Path(path)
     try:
@@ -459,6 +464,7 @@ def read_config(path: PathLike) -> LangFlowConfig:
     if unknown:
         raise ValueError(f"{path} has key(s) {', '.join(unknown)} that are not LangFlow settings; "
                          f"known keys: {', '.join(known)}")
+    require_keys(data, REQUIRED_KEYS, path, "LangFlow")
     for flag in ARCHITECTURE_FLAGS:
         if data.get(flag, True) is not True:
             raise ValueError(f"{path}: {flag} = {data[flag]!r} is not supported; the LangFlow model here is the "
@@ -525,14 +531,19 @@ def load_langflow(path: PathLike, *, config: Optional[LangFlowConfig] = None, at
                   map_location="cpu") -> LangFlow:
     """LangFlow from a folder holding ``model.safetensors`` and ``config.json`` (or the .safetensors file).
 
-    The config is ``config`` if given, else the ``config.json`` beside the weights, else the official
-    OWT config (what the official inference.py does: it downloads only the weights and reads the config
-    bundled with the code). Keys and shapes are checked strictly (`langflow_from_state_dict`).
+    The config is ``config`` if given, else the ``config.json`` beside the weights (`read_config`); without
+    either it is an error (the official inference.py reads the OWT config bundled with its code: for those
+    weights pass ``config=LangFlowConfig.from_name("langflow-owt")``). Keys and shapes are checked strictly
+    (`langflow_from_state_dict`).
     """
     weights = find_checkpoint(path)
     if config is None:
         config_file = weights.parent / CONFIG_FILE
-        config = read_config(config_file) if config_file.is_file() else LangFlowConfig()
+        if not config_file.is_file():
+            raise FileNotFoundError(f"{weights.parent} has no {CONFIG_FILE} beside {weights.name}; a LangFlow folder "
+                                    f"holds both (for the released OWT weights alone, pass "
+                                    f"config=LangFlowConfig.from_name('langflow-owt'))")
+        config = read_config(config_file)
     try:
         from safetensors.torch import load_file
     except ImportError as e:

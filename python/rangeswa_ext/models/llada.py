@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..masking import valid_ranges
-from .strict import assign_parameter, check_state_dict, safetensors_shapes
+from .strict import assign_parameter, check_state_dict, require_keys, safetensors_shapes
 
 PathLike = Union[str, Path]
 
@@ -276,9 +276,7 @@ def config_from_hf(folder: PathLike) -> LLaDAConfig:
         raise ValueError(f"{file} must hold a JSON object, got {type(hf).__name__}")
     if hf.get("model_type") != "llada":
         raise ValueError(f"{file} has model_type {hf.get('model_type')!r}; this loader reads LLaDA ('llada') only")
-    missing = [k for k in _CONFIG_KEYS if k not in hf]
-    if missing:
-        raise ValueError(f"{file} lacks the key(s) {', '.join(missing)} that LLaDA's config.json has")
+    require_keys(hf, _CONFIG_KEYS, file, "LLaDA")
     wrong = [f"{k}={hf.get(k)!r} (expected {v!r})" for k, v in _REQUIRED_CONFIG.items() if k in hf and hf[k] != v]
     kv_heads = hf.get("n_kv_heads")
     if kv_heads is not None and kv_heads != hf["n_heads"]:

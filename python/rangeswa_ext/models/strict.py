@@ -10,6 +10,15 @@ import torch
 import torch.nn as nn
 
 
+def require_keys(config: Mapping, keys, file, model: str) -> None:
+    """Raise ValueError naming every key of ``keys`` that ``config`` (read from ``file``) lacks: a loader never
+    guesses a size (docs of each backbone list the few keys that take the official code's defaults)."""
+    missing = [k for k in keys if k not in config]
+    if missing:
+        raise ValueError(f"{file} lacks the key(s) {', '.join(missing)} that a {model} config.json must have "
+                         f"(they set the model's sizes; no default is assumed)")
+
+
 class CheckpointMismatchError(ValueError):
     """A state dict whose keys or shapes differ from the model's; lists every difference."""
 
