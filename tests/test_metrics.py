@@ -10,6 +10,7 @@ from rangeswa_ext.eval.metrics import (
     four_gram_repetition,
     lexical_continuity,
     low_diversity,
+    low_diversity_threshold,
     mean_four_gram_repetition,
     mean_unigram_entropy,
     unigram_entropy,
@@ -34,10 +35,19 @@ def test_mean_entropy_averages_over_samples():
         mean_unigram_entropy([])
 
 
-def test_low_diversity_threshold():
+def test_low_diversity_threshold_scales_with_the_sample_length():
+    """5.0 nats from 1024 tokens on (the paper's samples); below, the same fraction of ln(L), the most a sample
+    of L tokens can reach: 3.50 at 128 tokens, where ln 128 = 4.85 would otherwise flag every sample."""
     assert LOW_DIVERSITY_ENTROPY == 5.0
-    assert low_diversity(4.99)
-    assert not low_diversity(5.0)
+    assert low_diversity(4.99, 1024) and not low_diversity(5.0, 1024) and low_diversity(5.4, 8192) is False
+    assert low_diversity_threshold(1024) == low_diversity_threshold(4096) == 5.0
+    assert low_diversity_threshold(128) == pytest.approx(5.0 * 7 / 10) and math.log(128) < 5.0
+    assert low_diversity_threshold(128) < math.log(128)
+    uniform = unigram_entropy(list(range(128)))  # every token different: the highest H of a 128-token sample
+    assert not low_diversity(uniform, 128) and low_diversity(uniform, 1024)
+    assert low_diversity(3.49, 128) and not low_diversity(3.51, 128)
+    with pytest.raises(ValueError, match="length must be >= 1 token"):
+        low_diversity_threshold(0)
 
 
 def test_words_are_lowercased_whitespace_runs():

@@ -108,3 +108,16 @@ def test_score_subcommand(samples_file, tmp_path, capsys):
     assert f"r4: {result['r4']:.4f}" in printed
     assert "low_diversity: True" in printed
     assert str(out) in printed
+
+
+def test_low_diversity_flag_follows_the_sample_length(tmp_path):
+    """128-token samples of H = 4.0 (as high as such samples get, nearly): not low diversity at their length
+    (threshold 3.50), though below 5.0; without a "length" the longest sample's ids count is used."""
+    ids = [list(range(64)) * 2]  # H = ln 64 = 4.16
+    line = {"length": 128, "ids": ids[0], "text": "x"}
+    path = write_jsonl(tmp_path / "short.jsonl", [json.dumps(line)])
+    assert score_file(path, metrics=["h"], progress=False)["low_diversity"] is False
+    path = write_jsonl(tmp_path / "long.jsonl", [json.dumps({**line, "length": 1024})])
+    assert score_file(path, metrics=["h"], progress=False)["low_diversity"] is True
+    path = write_jsonl(tmp_path / "bare.jsonl", [json.dumps({"ids": ids[0], "text": "x"})])
+    assert score_file(path, metrics=["h"], progress=False)["low_diversity"] is False

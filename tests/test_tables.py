@@ -35,7 +35,8 @@ RESULTS = [
     Result("elf-m", "full", 1024, 1001, 1000, ppl=1.0, h=9.0, r4=0.0),
 ]
 LEGEND = ("Cells: PPL / H / R4 (%). Bold: best, <ins>underlined</ins>: second best of each length (lower PPL, "
-          "lower R4) among cells with H >= 5; ~~struck through~~: H < 5, low diversity.\n")
+          "lower R4) among cells of normal diversity; ~~struck through~~: low diversity (H < 5 from 1024 tokens on, "
+          "H < 5 ln(L) / ln(1024) for shorter samples).\n")
 
 TABLE_1 = """**elf-b**, seed 1001.
 

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, islice
 
-# Appendix B.1: ELF results with H < 5 are marked as low diversity.
+# Appendix B.1: ELF results with H < 5 are marked as low diversity (samples of 1024 tokens and more).
 LOW_DIVERSITY_ENTROPY = 5.0
+# The sample length the paper's threshold is stated for; shorter samples get it scaled (`low_diversity_threshold`).
+LOW_DIVERSITY_LENGTH = 1024
 
 # Appendix B.2 protocol.
 SEGMENT_WORDS = 60
@@ -50,9 +52,20 @@ def mean_unigram_entropy(samples: Sequence[Sequence[int]]) -> float:
     return _mean([unigram_entropy(ids) for ids in samples], "H")
 
 
-def low_diversity(h: float) -> bool:
-    """True when a mean entropy H is below LOW_DIVERSITY_ENTROPY (5.0 nats), the paper's low-diversity mark."""
-    return h < LOW_DIVERSITY_ENTROPY
+def low_diversity_threshold(length: int) -> float:
+    """The H below which samples of ``length`` tokens are low diversity: the paper's 5.0 nats at 1024 tokens and
+    more, and for shorter samples the same fraction of the most a sample can reach, ln(length) (a 128-token
+    sample's H is at most ln 128 = 4.85, so the unscaled 5.0 would flag every one):
+    ``5.0 * min(1, ln(length) / ln(1024))``, 3.50 at 128 tokens."""
+    if length < 1:
+        raise ValueError(f"length must be >= 1 token, got {length}")
+    return LOW_DIVERSITY_ENTROPY * min(1.0, math.log(length) / math.log(LOW_DIVERSITY_LENGTH))
+
+
+def low_diversity(h: float, length: int) -> bool:
+    """True when a mean entropy H of samples of ``length`` tokens is below `low_diversity_threshold` (5.0 nats
+    from 1024 tokens on), the paper's low-diversity mark scaled to the sample length."""
+    return h < low_diversity_threshold(length)
 
 
 def words(text: str) -> list[str]:

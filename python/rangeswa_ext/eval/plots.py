@@ -2,7 +2,7 @@
 
 One figure per model, two panels, one line per method. As in the paper (Appendix D), PPL is on a log
 axis and R4 is linear below 1 % and logarithmic above (matplotlib's ``symlog`` with ``linthresh=1``);
-lengths are on a log2 axis. Points with H < 5 (low diversity) are drawn as open markers. The figure
+lengths are on a log2 axis. Points of low diversity (H < 5, scaled below 1024 tokens: `metrics.low_diversity_threshold`) are drawn as open markers. The figure
 is drawn on matplotlib's Agg canvas without pyplot (no display, no global state) and saved as PNG and
 SVG; the SVG carries no date and fixed ids, so the same numbers give the same files.
 """
@@ -61,7 +61,7 @@ def plot_model(results: Sequence[Result], model: str, methods: Sequence[str], le
         ax.set_title(title)
         ax.grid(True, which="major", alpha=0.3)
     axes[-1].legend(loc="best", fontsize="small")
-    figure.suptitle(f"{model}, seed {seed}; open markers: H < 5 (low diversity)")
+    figure.suptitle(f"{model}, seed {seed}; open markers: low diversity (H below its threshold)")
 
     written = []
     with matplotlib.rc_context({"svg.hashsalt": "rangeswa", "svg.fonttype": "path"}):

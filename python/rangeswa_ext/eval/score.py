@@ -59,6 +59,13 @@ def read_samples(path: str | Path) -> list[dict]:
     return samples
 
 
+def sample_length(samples: list[dict]) -> int:
+    """The length the samples were generated at, for the low-diversity flag: the lines' "length" (what
+    ``rangeswa generate`` asked for; the largest when they differ), else the longest sample's ids."""
+    lengths = [s["length"] for s in samples if isinstance(s.get("length"), int) and not isinstance(s["length"], bool)]
+    return max(lengths) if lengths else max(1, max(len(s["ids"]) for s in samples))
+
+
 def resolve_metrics(metrics: Sequence[str] | None, scorer: str | Path | None) -> list[str]:
     """The metrics to compute: all of METRICS by default, without "ppl" when no scorer is given.
 
@@ -120,7 +127,8 @@ def score_file(
             result.update(ppl=ppl.ppl, ppl_scored_tokens=ppl.scored_tokens, scorer=str(scorer))
         if "h" in names:
             h = mean_unigram_entropy([s["ids"] for s in samples])
-            result.update(h=h, low_diversity=low_diversity(h))
+            length = sample_length(samples)
+            result.update(h=h, low_diversity=low_diversity(h, length))
         if "r4" in names:
             result.update(r4=mean_four_gram_repetition(texts))
         if "c2" in names:

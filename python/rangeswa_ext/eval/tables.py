@@ -2,7 +2,8 @@
 
 - `results_table`: one model and one seed; rows are methods, columns lengths, each cell ``PPL / H / R4``.
 - `seeds_table`: the same grid, each number the mean ± SD over seeds (`summarize`).
-- Markers (Appendix B.1): a cell whose H is below 5.0 (low diversity) is struck through (``~~...~~``)
+- Markers (Appendix B.1): a cell whose H is below the low-diversity threshold (5.0 from 1024 tokens on,
+  scaled by ln(L) / ln(1024) below; `metrics.low_diversity_threshold`) is struck through (``~~...~~``)
   and takes no part in the ranking. Among the other cells of a length, the lowest PPL and the lowest R4
   are bold and the second lowest underlined (``<ins>``); H is never marked. Values are ranked as printed
   (two decimals, means in the seed table): equal printed values share a marker, and the second best is
@@ -36,7 +37,8 @@ BEST, SECOND = "**{}**", "<ins>{}</ins>"
 METHOD_LABELS = {"full": "Full", "pi": "PI", "ntk": "NTK", "yarn": "YaRN", "longllada": "LongLLaDA",
                  "self_extend": "Self-Extend*", "swa": "SWA", "rangeswa": "RangeSWA", "rangeswa_lite": "RangeSWA-Lite"}
 LEGEND = ("Cells: PPL / H / R4 (%). Bold: best, <ins>underlined</ins>: second best of each length "
-          "(lower PPL, lower R4) among cells with H >= 5; ~~struck through~~: H < 5, low diversity.")
+          "(lower PPL, lower R4) among cells of normal diversity; ~~struck through~~: low diversity "
+          "(H < 5 from 1024 tokens on, H < 5 ln(L) / ln(1024) for shorter samples).")
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class Result:
 
     @property
     def low_diversity(self) -> bool:
-        return self.h is not None and low_diversity(self.h)
+        return self.h is not None and low_diversity(self.h, self.length)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class SeedSummary:
 
     @property
     def low_diversity(self) -> bool:
-        return self.mean["h"] is not None and low_diversity(self.mean["h"])
+        return self.mean["h"] is not None and low_diversity(self.mean["h"], self.length)
 
 
 class _Cell(NamedTuple):
