@@ -12,6 +12,7 @@ from rangeswa_ext.config import RangeSWAConfig
 from rangeswa_ext.methods import METHODS, make_attention
 from rangeswa_ext.models import ELF, ELFConfig
 from rangeswa_ext.samplers import (
+    PAD_ID,
     SampleNoise,
     SamplerConfig,
     initial_noise,
@@ -284,3 +285,25 @@ def test_bad_sample_arguments():
         sample(model, 1, 0, 0, progress=False)
     with pytest.raises(ValueError, match="num must be >= 1"):
         sample(model, 0, 8, 0, progress=False)
+
+
+def test_trace_and_return_all():
+    """A NetworkCall per call: the denoising calls (one per stage group of rows) with z, t, self-conditioning,
+    guidance and the x-prediction, then the decode call; return_all: the masked ids, the raw argmax and final z."""
+    model = tiny_elf(make_attention("rangeswa", head_dim=TINY.head_dim))
+    config = SamplerConfig(steps=4)
+    calls = []
+    out = sample(model, 2, 10, 7, 5, config, progress=False, trace=calls.append, return_all=True, eos_id=3)
+    denoising = [c for c in calls if c.network == "elf"]
+    assert sum(len(c.samples) for c in denoising) == 2 * 4 and calls[-1].network == "elf_decode"
+    assert {i for c in denoising for i in c.samples} == {5, 6} and [c.index for c in calls] == list(range(len(calls)))
+    first = denoising[0]
+    with torch.no_grad():
+        expect = model(first.inputs["z"], first.inputs["t"], first.inputs["self_cond"], first.inputs["guidance"],
+                       stage=first.stage)
+        decode = calls[-1]
+        assert torch.equal(decode.output, model(decode.inputs["z"], 1.0, None, 3.0, decode=True, stage="decode"))
+    assert torch.equal(first.output, expect) and not first.inputs["self_cond"].any()
+    assert torch.equal(out.sequence, decode.output.argmax(-1)) and torch.equal(out.latents, decode.inputs["z"])
+    assert torch.equal(out.ids, mask_after_eos(out.sequence, 3, PAD_ID))
+    assert torch.equal(sample(model, 2, 10, 7, 5, config, progress=False, eos_id=3), out.ids)

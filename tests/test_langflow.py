@@ -249,6 +249,48 @@ def test_skip_logits_and_self_conditioning():
         torch.testing.assert_close(model(z, 3.0, None), model(z, torch.full((2,), 3.0), torch.zeros_like(z)))
 
 
+def test_public_entries_parts_embed_token_logits():
+    """parts: the network's logits and the skip term apart, summing to forward's logits (bitwise in fp32);
+    embed: ids -> rows of E_n, probabilities -> p @ E_n (the self-conditioning input); token_logits: the call
+    on alpha E_n[ids] + sigma noise."""
+    model = tiny_model()
+    z, gamma, self_cond = inputs()
+    with torch.no_grad():
+        out = model.parts(z, gamma, self_cond)
+        assert torch.equal(out.logits, model(z, gamma, self_cond))
+        assert torch.equal(out.network, model.backbone(z, gamma, self_cond, model.attention, "late"))
+        assert torch.equal(out.skip + out.network, out.logits)
+        E_n = model.normalized_embedding()
+        ids = torch.randint(0, TINY.vocab_size, (2, 7))
+        assert torch.equal(model.embed(ids), E_n[ids])
+        probs = torch.softmax(torch.randn(2, 7, TINY.vocab_size), dim=-1)
+        assert torch.allclose(model.embed(probs), probs @ E_n, atol=1e-5)
+        noise = torch.randn(2, 7, TINY.hidden_size)
+        alpha, sigma = torch.sigmoid(-gamma).sqrt()[:, None, None], torch.sigmoid(gamma).sqrt()[:, None, None]
+        expect = model(alpha * E_n[ids] + sigma * noise, gamma, None)
+        assert torch.allclose(model.token_logits(ids, gamma, noise), expect, atol=1e-5)
+        assert torch.allclose(model.token_logits(ids, 3.0), model(torch.sigmoid(torch.tensor(-3.0)).sqrt() * E_n[ids],
+                                                                 3.0), atol=1e-5)
+    with pytest.raises(ValueError, match="probabilities must end in the vocabulary"):
+        model.embed(torch.rand(2, 7, 5))
+
+
+def test_sampler_trace_and_return_all():
+    """One NetworkCall per call (steps - 1 denoising, then the readout) with the z, gamma and self-conditioning
+    the model got and its logits; return_all gives the ids, the same ids as the sequence and z at the readout."""
+    model = tiny_model()
+    calls = []
+    out = sample(model, 2, 6, 5, 3, SamplerConfig(steps=4), progress=False, trace=calls.append, return_all=True)
+    assert [c.network for c in calls] == ["langflow"] * 3 + ["langflow_readout"] and calls[0].samples == [3, 4]
+    last = calls[-1]
+    with torch.no_grad():
+        assert torch.equal(last.output, model(last.inputs["z"], last.inputs["gamma"], last.inputs["self_cond"],
+                                              stage=last.stage))
+    assert torch.equal(out.ids, last.output.argmax(-1)) and torch.equal(out.sequence, out.ids)
+    assert torch.equal(out.latents, last.inputs["z"]) and calls[0].inputs["self_cond"] is None
+    assert torch.equal(sample(model, 2, 6, 5, 3, SamplerConfig(steps=4), progress=False), out.ids)
+
+
 def test_bf16_autocast_rounds_like_the_official_model():
     """Under bf16 autocast (the official model's CUDA setting; CPU autocast here) the blocks and the output
     layer run in bf16, the skip logits are formed in fp32 and rounded to bf16, and the sum is fp32
