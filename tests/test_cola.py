@@ -811,3 +811,14 @@ def test_example_sweep_is_table_3():
     assert paper.methods == ("full", "swa", "rangeswa", "rangeswa_lite") and paper.seeds == (1001,)
     assert paper.lengths == (1024, 2048, 4096, 8192) and paper.num_samples == 1000
     assert paper.scorer.metrics == ("ppl", "h", "r4", "c2") and paper.scorer.path.name == "gpt2-large"
+
+
+def test_token_logits_is_the_vae_round_trip(tiny):
+    """Cola.token_logits: encode, into the prior's space, decode; a right-padded row gives its unpadded logits."""
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 0, 0, 0]])
+    mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
+    with torch.no_grad():
+        out = tiny.token_logits(ids, attention_mask=mask)
+        expect = tiny.vae.decode(tiny.vae.to_prior(tiny.vae.encode(ids[:1])))
+        alone = tiny.token_logits(ids[1:, :3])
+    assert out.shape == (2, 6, 300) and rel_err(out[:1], expect) < TOL and rel_err(out[1:, :3], alone) < TOL
