@@ -27,7 +27,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .. import ops
 from ..methods import make_attention
 from ..reference.rope import inv_freq
 from .strict import assign_parameter, check_state_dict, require_keys, safetensors_shapes

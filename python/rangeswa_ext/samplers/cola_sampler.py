@@ -284,7 +284,7 @@ class _Run:
             padded = [p + [self.pad_id] * (-len(p) % bs) for p in self.prompts]
             span = max(len(p) for p in padded)
             ids = torch.tensor([p + [self.pad_id] * (span - len(p)) for p in padded], device=device)
-            real = torch.arange(span)[None, :] < torch.tensor([max(len(p), 1) for p in padded])[:, None]
+            real = torch.arange(span)[None, :] < torch.tensor([len(p) for p in padded])[:, None]
             means = trace("vae_encode", "", self.indices, self.vae.encode(ids, attention_mask=real),
                           ids=ids, attention_mask=real)
             latents = self.vae.to_prior(means)
@@ -305,7 +305,7 @@ class _Run:
                       self.vae.decode(prefix, vae_cache, commit=True, attention_mask=mask),
                       z=prefix, attention_mask=mask)
         pinned = torch.arange(bs, device=device)[None, :] < torch.tensor(self.pinned, device=device)[:, None]
-        grid, fed_t = timesteps(self.config.steps)
+        _, fed_t = timesteps(self.config.steps)
         dt = 1.0 / self.config.steps
         stages = [self.rule.stage_at(1.0 - float(t) / TIME_SCALE) for t in fed_t[:-1]]
         active = list(range(B))
