@@ -560,3 +560,18 @@ def test_rangeswa_generate_llada_tiny(tiny_assets, tmp_path):
         assert line["ids"] == (row[:row.index(eos)] if eos in row else row)
         assert line["text"] == tok.decode(line["ids"], skip_special_tokens=True)
     assert main([*argv, "--gamma", "1.0"]) == 2  # an ELF setting: a clear error, exit 2
+
+
+def test_backbone_samples_prompts_of_different_lengths_in_one_batch(tiny_assets):
+    """`rangeswa generate --prompts` hands the backbone prompt lists of different lengths: one padded batch,
+    each row what the sampler gives that prompt alone."""
+    _, tok_dir, model = tiny_assets
+    model.set_attention(full_attention(model.config, "rangeswa_lite", scale_windows=True))
+    backbone, tok = backbones.backbone_for("llada-tiny"), load_llada_tokenizer(tok_dir)
+    config = SamplerConfig(steps=8, block_length=8, temperature=1.0)
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [15]]
+    rows = backbone.sample(model, tok, 4, 3, 16, 9, config, autocast_dtype=None, progress=False, prompts=prompts)
+    for k, (prompt, row) in enumerate(zip(prompts, rows)):
+        alone = generate(model, torch.tensor([prompt]), 16, config, seed=9, indices=[4 + k])[0].tolist()
+        assert row == (alone[:alone.index(tok.eos_token_id)] if tok.eos_token_id in alone else alone)
+    model.set_attention(None)
