@@ -127,7 +127,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
     out = Path(out).expanduser()
     wanted = range(start_index, start_index + num_samples)
     with distributed.session(device) as world:
-        done, leftovers = distributed.on_main(lambda: _read_run(out, settings))
+        done, leftovers = distributed.on_main(lambda: read_run(out, settings))
         missing = {k for k in wanted if k not in done}
         result = GenerateResult(out, written=0, already_done=num_samples - len(missing))
         # One process without leftover shards appends to `out` itself; otherwise every rank writes a shard.
@@ -221,8 +221,9 @@ def _write_batches(target: Path, batches: list[tuple[int, int]], missing: set, s
     return written
 
 
-def _read_run(out: Path, settings: dict) -> tuple[set[int], bool]:
-    """The sample indices in ``out`` and in any shard files beside it, and whether such shards exist."""
+def read_run(out: Path, settings: dict) -> tuple[set[int], bool]:
+    """The sample indices in ``out`` and in any shard files beside it, and whether such shards exist
+    (`read_done` on each: an incomplete last line is cut off, a line of other settings is an error)."""
     shards = distributed.shard_paths(out)
     done = read_done(out, settings)
     for shard in shards:

@@ -55,7 +55,7 @@ import torch
 from tqdm import tqdm
 
 from .. import backbones, distributed
-from ..generate import DTYPES, merge_shards, read_lines
+from ..generate import DTYPES, merge_shards, read_lines, read_run
 from ..jsonl import json_objects
 from ..methods import METHODS, OP_PRESETS
 from ..samplers.llada_sampler import SamplerConfig, generate
@@ -355,7 +355,7 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
             settings = settings_of(method)
             method_options = settings["method_options"]
             path = out / f"{method}.jsonl"
-            done, leftovers = distributed.on_main(lambda: _read_run(path, settings))
+            done, leftovers = distributed.on_main(lambda: read_run(path, settings))
             missing = [t for t in tasks if t.index not in done]
             already += len(tasks) - len(missing)
             sharded = world.size > 1 or leftovers
@@ -377,15 +377,6 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
             written += count
         overall = distributed.on_main(lambda: render(out, methods, settings_of, tasks, dpi))
     return NiahResult(out, written, already, overall)
-
-
-def _read_run(path: Path, settings: dict) -> tuple[set[int], bool]:
-    """The sample indices already in ``path`` and its shard files, and whether shards exist."""
-    shards = distributed.shard_paths(path)
-    done = set(read_lines(path, settings))
-    for shard in shards:
-        done |= set(read_lines(shard, settings))
-    return done, bool(shards)
 
 
 def _run_tasks(target: Path, tasks: list[Task], settings: dict, net, tok, builder: PromptBuilder,
