@@ -1,5 +1,5 @@
 """The `rangeswa` command: `rangeswa demo`, `rangeswa generate`, `rangeswa score`, `rangeswa sweep`,
-`rangeswa niah`, `rangeswa bench`, `rangeswa train-mini`."""
+`rangeswa judge`, `rangeswa report`, `rangeswa niah`, `rangeswa bench`, `rangeswa train-mini`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     from .bench import add_bench_parser
     from .demo import add_demo_parser
+    from .eval.judge import add_judge_parser
     from .eval.niah import add_niah_parser
     from .eval.score import add_score_parser
     from .eval.sweep import add_sweep_parser
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_score_parser(sub)
     add_generate_parser(sub)
     add_sweep_parser(sub)
+    add_judge_parser(sub)
     add_niah_parser(sub)
     add_train_mini_parser(sub)
     return parser

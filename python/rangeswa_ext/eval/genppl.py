@@ -164,15 +164,13 @@ def generative_perplexity(
     return Perplexity(ppl=math.exp(nll / scored), nll=nll, scored_tokens=scored)
 
 
-def load_scorer(path: str | Path, device: str = "cpu", dtype: str = "fp32", role: str = "Scorer"):
-    """(model, tokenizer) of the causal LM saved in the local folder `path` (no download), on `device` in `dtype`.
+def check_causal_lm(path: str | Path, role: str = "Scorer"):
+    """The transformers config of the causal LM in the local folder ``path``, read without its weights.
 
-    Raises FileNotFoundError when the folder does not exist and ValueError when it holds no model, a model
-    that is not a causal LM, or no loadable weights or tokenizer; the messages name the folder as the
+    Raises FileNotFoundError when the folder does not exist and ValueError when it has no config.json, one
+    transformers cannot read, or a model that is not a causal LM; the messages name the folder as the
     ``role``'s (``"Scorer"``, ``"Judge"``).
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not supported; choose one of {', '.join(DTYPES)}.")
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(
@@ -181,8 +179,7 @@ def load_scorer(path: str | Path, device: str = "cpu", dtype: str = "fp32", role
         )
     if not (path / "config.json").is_file():
         raise ValueError(f"{role} folder {path} has no model: config.json is missing.")
-    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
@@ -191,6 +188,21 @@ def load_scorer(path: str | Path, device: str = "cpu", dtype: str = "fp32", role
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         raise ValueError(f"{role} folder {path} holds a {config.model_type!r} model, which is not a causal LM "
                          "(AutoModelForCausalLM cannot load it); pass a decoder-only language model folder.")
+    return config
+
+
+def load_scorer(path: str | Path, device: str = "cpu", dtype: str = "fp32", role: str = "Scorer"):
+    """(model, tokenizer) of the causal LM saved in the local folder `path` (no download), on `device` in `dtype`.
+
+    Raises the errors of `check_causal_lm`, and ValueError when the folder holds no loadable weights or
+    tokenizer.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; choose one of {', '.join(DTYPES)}.")
+    check_causal_lm(path, role)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
     # No weight-loading bar: scoring has its own progress bar, and --no-progress must mean none.
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
