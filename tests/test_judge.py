@@ -256,3 +256,128 @@ def test_bad_pairs_option_and_duplicate_texts(tmp_path, capsys):
     with pytest.raises(ValueError, match="give one of them its own label"):
         read_sources([a, twin])
     assert read_sources([a, a]) == read_sources([a])
+
+
+# ---------------------------------------------------------------- the real judge
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tiny_judge(tmp_path_factory):
+    """A random 2-layer Llama and a byte-level BPE tokenizer trained here, with a chat template, saved
+    with save_pretrained (no download)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|pad|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    corpus = [sample_text(m, 64, 1, k, good) for m in ("rangeswa", "full") for k in range(20) for good in (0, 1)]
+    bpe.train_from_iterator(corpus + [read_prompt()], trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<|pad|>", eos_token="<|im_end|>")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         pad_token_id=tokenizer.pad_token_id)
+    folder = tmp_path_factory.mktemp("tiny_judge")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_real_judge_end_to_end_reads_the_label_logits_of_each_order(tmp_path, tiny_judge, capsys):
+    a = write_samples(tmp_path / "a.jsonl", "rangeswa", indices=range(5))
+    b = write_samples(tmp_path / "b.jsonl", "full", indices=range(5), good=lambda *k: False)
+    out = tmp_path / "out"
+    assert main(["judge", str(a), str(b), "--judge", str(tiny_judge), "--out", str(out), "--batch-size", "2",
+                 "--device", "cpu", "--bootstrap", "500", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "| RangeSWA vs Full |" in printed and "judged 10 pair(s) now, 0 were already judged" in printed
+    data = json.loads((out / "judge.json").read_text())
+    assert [(c["length"], c["pairs"]) for c in data["cells"]] == [(64, 5), (128, 5)]
+    assert data["judge"]["dtype"] == "fp32" and data["judge"]["context"] == 512
+    # Each stored logit pair is the judge's unpadded next-token logits of "A" and "B" on that order's input.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_judge).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_judge)
+    labels = [tokenizer.convert_tokens_to_ids(label) for label in "AB"]
+    texts = {json.loads(line)["index"]: json.loads(line)["text"] for line in a.read_text().splitlines()
+             if json.loads(line)["length"] == 128}
+    rivals = {json.loads(line)["index"]: json.loads(line)["text"] for line in b.read_text().splitlines()
+              if json.loads(line)["length"] == 128}
+    for line in verdict_lines(out):
+        if line["length"] != 128:
+            continue
+        for order, (x, y) in (("ab", (texts, rivals)), ("ba", (rivals, texts))):
+            message = fill(read_prompt(), x[line["index"]], y[line["index"]])
+            chat = tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False,
+                                                 add_generation_prompt=True)
+            assert chat.endswith("<|im_start|>assistant\n")
+            ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                expected = model(torch.tensor([ids])).logits[0, -1, labels]
+            assert line[order] == pytest.approx(expected.tolist(), abs=1e-4)
+        assert line["outcome"] == outcome(line["ab"], line["ba"]) and not line["cut"]
+
+
+def test_long_texts_are_cut_alike_on_both_sides_and_counted(tmp_path, tiny_judge):
+    long_a = write_samples(tmp_path / "a.jsonl", "rangeswa", lengths=(64,), indices=range(3))
+    b = write_samples(tmp_path / "b.jsonl", "full", lengths=(64,), indices=range(3))
+    lines = [json.loads(line) for line in long_a.read_text().splitlines()]
+    lines[0]["text"] = " ".join([lines[0]["text"]] * 40)  # index 2 (the file is in reverse order)
+    long_a.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    judge_model = HFJudge.from_folder(tiny_judge, template=read_prompt(), device=torch.device("cpu"), dtype="fp32",
+                                      context=400)
+    seen = []
+    logits = judge_model.logits
+    judge_model.logits = lambda slots: seen.extend(slots) or logits(slots)
+    result = judge([long_a, b], out=tmp_path / "out", judge_model=judge_model, progress=False, resamples=100)
+    assert [c.cut for c in result.cells] == [1]
+    cut = {line["index"]: line for line in verdict_lines(tmp_path / "out")}
+    assert cut[2]["cut"] and cut[2]["tokens"][0] > judge_model.per_text >= cut[2]["tokens"][1]
+    assert not cut[0]["cut"] and not cut[1]["cut"]
+    tokens = [len(judge_model.tokenizer(x, add_special_tokens=False)["input_ids"]) for pair in seen for x in pair]
+    assert max(tokens) <= judge_model.per_text + 1
+    assert "Texts cut to fit the judge's context: 1 of 3 pairs." in (tmp_path / "out" / "judge.md").read_text()
+    assert f"first {judge_model.per_text} judge tokens" in (tmp_path / "out" / "judge.md").read_text()
+
+
+def test_shipped_gpt2_judge_without_chat_template_and_its_resume(tmp_path):
+    a = write_samples(tmp_path / "a.jsonl", "rangeswa", lengths=(64,), indices=range(4))
+    b = write_samples(tmp_path / "b.jsonl", "swa", lengths=(64,), indices=range(4))
+    folder = assets.paths()["judge"]
+    judge_model = HFJudge.from_folder(folder, template=read_prompt(), device=torch.device("cpu"), dtype="fp32")
+    assert not judge_model.chat and judge_model.render("x", "y").endswith("A or B.\n\nAnswer:")
+    assert judge_model.label_ids == [judge_model.tokenizer(" A")["input_ids"][0],
+                                     judge_model.tokenizer(" B")["input_ids"][0]]
+    assert judge_model.model is None  # weights load on the first verdict
+    judge([a, b], out=tmp_path / "out", judge_model=judge_model, num_samples=2, batch_size=1, progress=False)
+    first = verdict_lines(tmp_path / "out")
+    again = judge([a, b], judge_path=folder, out=tmp_path / "out", batch_size=1, progress=False, resamples=100)
+    assert (again.judged, again.already_done) == (2, 2)
+    assert verdict_lines(tmp_path / "out")[:2] == first
+
+
+def test_torchrun_shards_equal_one_process(tmp_path, tiny_judge):
+    a = write_samples(tmp_path / "a.jsonl", "rangeswa", lengths=(64,), indices=range(6))
+    b = write_samples(tmp_path / "b.jsonl", "full", lengths=(64,), indices=range(6), good=lambda m, n, s, k: k % 2)
+    argv = ["judge", str(a), str(b), "--judge", str(tiny_judge), "--batch-size", "2", "--device", "cpu",
+            "--bootstrap", "200", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "one")]) == 0
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
+               "rangeswa_ext.cli", *argv, "--out", str(tmp_path / "two")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not list((tmp_path / "two").rglob("*.rank*"))
+    one, two = verdict_lines(tmp_path / "one"), verdict_lines(tmp_path / "two")
+    assert [x["index"] for x in two] == list(range(6))
+    for x, y in zip(one, two):
+        assert x["outcome"] == y["outcome"] and x["ab"] == pytest.approx(y["ab"], abs=1e-5)
+        assert x["ba"] == pytest.approx(y["ba"], abs=1e-5)

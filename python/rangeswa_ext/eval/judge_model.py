@@ -37,12 +37,13 @@ UNSET_LENGTH = 10**8
 
 
 def read_prompt(path: Optional[Path] = None) -> str:
-    """The prompt template of ``path`` (default `DEFAULT_PROMPT`); each placeholder must occur exactly once."""
+    """The prompt template of ``path`` (default `DEFAULT_PROMPT`) without trailing white space; each
+    placeholder must occur exactly once."""
     path = DEFAULT_PROMPT if path is None else Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"judge prompt file {path} does not exist; write the prompt with {{text_a}} and "
                                 f"{{text_b}} where the two texts go, or leave out --prompt for the default")
-    template = path.read_text(encoding="utf-8")
+    template = path.read_text(encoding="utf-8").rstrip()
     for placeholder in PLACEHOLDERS:
         if template.count(placeholder) != 1:
             raise ValueError(f"judge prompt {path} must contain {placeholder} exactly once, found "
