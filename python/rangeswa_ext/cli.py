@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .eval.sweep import add_sweep_parser
     from .generate import add_generate_parser
     from .mini.pipeline import add_train_mini_parser
+    from .report import add_report_parser
 
     parser = argparse.ArgumentParser(prog="rangeswa", description="RangeSWA: long generation with diffusion LMs")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate_parser(sub)
     add_sweep_parser(sub)
     add_judge_parser(sub)
+    add_report_parser(sub)
     add_niah_parser(sub)
     add_train_mini_parser(sub)
     return parser

@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -146,20 +146,26 @@ def read_sources(sources: Sequence) -> dict[tuple, tuple[str, Path]]:
     for source in sources:
         label, path = _split_label(str(source))
         for file in _sample_files(path):
-            with open(file, encoding="utf-8") as lines:
-                for number, _, line in json_objects(file, lines):
-                    for key, kind in SAMPLE_KEYS.items():
-                        if not isinstance(line.get(key), kind) or isinstance(line.get(key), bool):
-                            raise ValueError(f"{file}, line {number}: not a sample of rangeswa generate (needs "
-                                             f"{key!r}, {kind.__name__})")
-                    key = (line["model"], label or line["method"], line["length"], line["seed"], line["index"])
-                    known = samples.get(key)
-                    if known is not None and known[0] != line["text"]:
-                        raise ValueError(f"{known[1]} and {file} both hold sample {key[4]} of {key[1]} ({key[0]}, "
-                                         f"L={key[2]}, seed {key[3]}) with different texts; give one of them its "
-                                         f"own label: LABEL={file}")
-                    samples[key] = (line["text"], file)
+            for line in sample_lines(file):
+                key = (line["model"], label or line["method"], line["length"], line["seed"], line["index"])
+                known = samples.get(key)
+                if known is not None and known[0] != line["text"]:
+                    raise ValueError(f"{known[1]} and {file} both hold sample {key[4]} of {key[1]} ({key[0]}, "
+                                     f"L={key[2]}, seed {key[3]}) with different texts; give one of them its "
+                                     f"own label: LABEL={file}")
+                samples[key] = (line["text"], file)
     return samples
+
+
+def sample_lines(file: Path) -> Iterator[dict]:
+    """The lines of a rangeswa generate file; one without the keys of `SAMPLE_KEYS` is a ValueError."""
+    with open(file, encoding="utf-8") as lines:
+        for number, _, line in json_objects(file, lines):
+            for key, kind in SAMPLE_KEYS.items():
+                if not isinstance(line.get(key), kind) or isinstance(line.get(key), bool):
+                    raise ValueError(f"{file}, line {number}: not a sample of rangeswa generate (needs {key!r}, "
+                                     f"{kind.__name__})")
+            yield line
 
 
 def plan(samples: dict, pairs: Optional[Sequence[tuple[str, str]]], lengths: Optional[Sequence[int]],
