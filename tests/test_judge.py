@@ -199,17 +199,19 @@ def test_verdicts_on_changed_samples_are_refused(tmp_path):
 
 # ---------------------------------------------------------------- sources, pairs, errors
 
-def test_sweep_folders_labels_and_default_pairs(tmp_path):
-    sweep = tmp_path / "sweep"
-    for method in ("full", "swa", "rangeswa"):
-        write_samples(sweep / "samples" / "elf-tiny" / f"{method}_L64_seed1.jsonl", method, lengths=(64,))
-    comparisons = plan(read_sources([sweep]), None, None, None)
-    assert [(c.a, c.b) for c in comparisons] == [("rangeswa", "full"), ("rangeswa", "swa")]
-    assert plan(read_sources([sweep]), [("swa", "full")], None, 2)[0].texts.keys() == {0, 1}
+def test_two_sweep_folders_labels_and_default_pairs(tmp_path):
+    baselines, ours = tmp_path / "baselines", tmp_path / "ours"
+    for sweep, method in ((baselines, "full"), (baselines, "swa"), (ours, "rangeswa")):
+        for length in (64, 128):
+            write_samples(sweep / "samples" / "elf-tiny" / f"{method}_L{length}_seed1.jsonl", method, lengths=(length,))
+    comparisons = plan(read_sources([baselines, ours]), None, None, None)
+    assert [(c.a, c.b, c.length) for c in comparisons] == [("rangeswa", "full", 64), ("rangeswa", "full", 128),
+                                                             ("rangeswa", "swa", 64), ("rangeswa", "swa", 128)]
+    assert plan(read_sources([baselines]), [("swa", "full")], [128], 2)[0].texts.keys() == {0, 1}
     other = write_samples(tmp_path / "other.jsonl", "rangeswa", lengths=(64,), good=lambda *k: False)
-    labelled = read_sources([sweep, f"lite={other}"])
+    labelled = read_sources([ours, f"lite={other}"])
     assert ("elf-tiny", "lite", 64, 1, 0) in labelled
-    assert [(c.a, c.b) for c in plan(labelled, [("lite", "rangeswa")], None, None)] == [("lite", "rangeswa")]
+    assert [(c.a, c.b) for c in plan(labelled, [("lite", "rangeswa")], [64], None)] == [("lite", "rangeswa")]
 
 
 def error_of(capsys, *argv) -> str:

@@ -165,9 +165,10 @@ def test_clear_errors(tmp_path, capsys):
     assert "is not a run output" in capsys.readouterr().err
 
 
-def test_default_output_is_in_the_first_run_folder(runs, capsys):
+def test_default_output_is_in_the_first_run_folder(runs):
     path = build_report([runs["judge"]])
     assert path == runs["judge"] / "report.html" and "Table 17" in path.read_text()
+    assert 'id="sample-grid"' not in path.read_text()  # no samples given: no browser
 
 
 # ---------------------------------------------------------------- rendered by Chromium
@@ -244,3 +245,7 @@ def test_chromium_sample_browser_switches_samples(page, runs):
         assert shown(queried)["state"]["index"] == 1 and shown(queried)["state"]["seed"] == 2
         assert [c[1] for c in shown(queried)["cards"]] == [text_of(m, 64, 2, 1) for m in METHODS]
         assert queried.problems() == []
+
+        alone = browser.open(build_report([runs["niah"]], runs["root"] / "niah_only.html").as_uri())
+        assert alone.evaluate("window.rangeswaReport.state()") is None  # no browser, and its script is quiet
+        assert alone.evaluate("document.querySelectorAll('img').length") == 2 and alone.problems() == []

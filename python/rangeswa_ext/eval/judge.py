@@ -224,14 +224,21 @@ def render(out: Path, comparisons: Sequence[Comparison], settings: dict, resampl
         lines += [json.loads(stored[k]) for k in sorted(comparison.texts) if k in stored]
     cells = aggregate(lines, resamples)
     unpaired = sum(c.unpaired for c in comparisons)
-    notes = [f"Each text was cut to its first {settings['per_text']} judge tokens when longer."
-             if "per_text" in settings else "",
-             f"Samples without a partner (an index only one method has): {unpaired}." if unpaired else ""]
-    distributed.write_atomic(out / "judge.md", table17(cells, settings["judge"], [n for n in notes if n]).encode())
+    distributed.write_atomic(out / "judge.md", table17(cells, settings["judge"], notes(settings, unpaired)).encode())
     extra = {"judge": settings, "resamples": resamples,
              "comparisons": [{"name": c.name, "pairs": len(c.texts), "unpaired": c.unpaired} for c in comparisons]}
     distributed.write_atomic(out / "judge.json", cells_json(cells, extra).encode())
     return cells
+
+
+def notes(settings: dict, unpaired: int) -> list[str]:
+    """The lines under Table 17 beyond the cut count: the per-text limit and the samples left unpaired."""
+    lines = []
+    if "per_text" in settings:
+        lines.append(f"Each text was cut to its first {settings['per_text']} judge tokens when longer.")
+    if unpaired:
+        lines.append(f"Samples without a partner (an index only one method has): {unpaired}.")
+    return lines
 
 
 def texts_hash(text_a: str, text_b: str) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import backbones
+from ..eval.judge import notes
 from ..eval.judge_table import table17
 from ..eval.metrics import LOW_DIVERSITY_ENTROPY, four_gram_repetition, low_diversity, unigram_entropy, words
 from ..eval.niah import summary_markdown
@@ -138,7 +139,7 @@ def figure(path: Path, caption: str) -> str:
 def judge_section(judgement) -> str:
     """Table 17 of a judge run and how to read it."""
     name = Path(judgement.settings.get("judge", "judge")).name
-    text = table17(judgement.cells, name)
+    text = table17(judgement.cells, name, notes(judgement.settings, judgement.unpaired))
     body = to_html(text.split("\n", 1)[1]) if judgement.cells else "<p>No verdicts yet.</p>"
     return (f"<h3>{html.escape(name)} <small>({html.escape(str(judgement.folder))})</small></h3>{body}"
             "<p>Tie: the two orders disagree (or the judge could not decide). Position bias: the share of pairs "

@@ -56,6 +56,7 @@ class Judgement:
     cells: list
     settings: dict
     resamples: int
+    unpaired: int  # samples that had no partner
     verdicts: list = field(default_factory=list)  # every verdict line
 
 
@@ -179,7 +180,8 @@ def read_judgement(folder: Path) -> Judgement:
     for path in sorted((folder / "verdicts").rglob("*.jsonl")):
         verdicts += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
                      if line.endswith("}")]
-    return Judgement(folder, cells, data.get("judge", {}), data.get("resamples", 0), verdicts)
+    unpaired = sum(c.get("unpaired", 0) for c in data.get("comparisons", []))
+    return Judgement(folder, cells, data.get("judge", {}), data.get("resamples", 0), unpaired, verdicts)
 
 
 def read_niah(folder: Path) -> Niah:
