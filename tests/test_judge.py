@@ -359,6 +359,10 @@ def test_shipped_gpt2_judge_without_chat_template_and_its_resume(tmp_path):
     assert judge_model.label_ids == [judge_model.tokenizer(" A")["input_ids"][0],
                                      judge_model.tokenizer(" B")["input_ids"][0]]
     assert judge_model.model is None  # weights load on the first verdict
+    slots = [("and the LORD said", "unto Moses and Aaron, go ye out"), ("x y", "z")]
+    padded = judge_model.logits(slots)  # one left-padded batch equals each input alone
+    alone = [value for pair in slots for value in judge_model.logits([pair])[0]]
+    assert [value for row in padded for value in row] == pytest.approx(alone, abs=1e-4)
     judge([a, b], out=tmp_path / "out", judge_model=judge_model, num_samples=2, batch_size=1, progress=False)
     first = verdict_lines(tmp_path / "out")
     again = judge([a, b], judge_path=folder, out=tmp_path / "out", batch_size=1, progress=False, resamples=100)
