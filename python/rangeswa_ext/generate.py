@@ -105,7 +105,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
     method_options = check_method_options(method, dict(method_options or {}), backbone.config(model).train_length)
     sampler_config = sampler_config_for(backbone, model, sampler_options)
     device = distributed.device_for(device)
-    dtype = _resolve_dtype(dtype, device)
+    dtype = resolve_dtype(dtype, device)
     checkpoint_file = backbone.find_checkpoint(Path(checkpoint).expanduser())
     tokenizer_folder = Path(tokenizer).expanduser()
     if not tokenizer_folder.is_dir():
@@ -418,7 +418,8 @@ def check_method_options(method: str, options: dict, train_length: int) -> dict:
     return dict(sorted(options.items()))
 
 
-def _resolve_dtype(dtype: str, device: torch.device) -> str:
+def resolve_dtype(dtype: str, device: torch.device) -> str:
+    """``auto`` is bf16 on a GPU and fp32 elsewhere; otherwise ``fp32`` or ``bf16`` as asked."""
     if dtype == "auto":
         return "bf16" if device.type == "cuda" else "fp32"
     if dtype not in DTYPES:

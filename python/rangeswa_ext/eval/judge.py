@@ -35,10 +35,11 @@ from typing import Optional
 from tqdm import tqdm
 
 from .. import distributed
-from ..generate import merge_shards, read_lines
+from ..generate import merge_shards, read_lines, resolve_dtype
 from ..jsonl import json_objects
-from .judge_model import HFJudge, read_prompt, resolve_dtype
+from .judge_model import HFJudge, read_prompt
 from .judge_table import RESAMPLES, aggregate, cells_json, outcome, table17
+from .niah import comma_ints
 
 SAMPLE_KEYS = {"index": int, "model": str, "method": str, "length": int, "seed": int, "text": str}
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -349,13 +350,6 @@ def _pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from e
-
-
 def add_judge_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `judge` subcommand on an argparse subparsers object; its handler is `args.func(args)`."""
     parser = subparsers.add_parser(
@@ -374,7 +368,7 @@ def add_judge_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--pairs", type=_pairs,
                         help="comparisons A:B,... (A first: a win is A's text preferred); default: the two methods, "
                              "or rangeswa against every other method")
-    parser.add_argument("--lengths", type=_ints, help="comma-separated lengths to judge (default all shared)")
+    parser.add_argument("--lengths", type=comma_ints, help="comma-separated lengths to judge (default all shared)")
     parser.add_argument("--num-samples", type=int, help="judge the first N paired indices of each length and seed")
     parser.add_argument("--prompt", type=Path, help="prompt file with {text_a} and {text_b} (default: "
                                                     "rangeswa_ext/eval/data/judge_prompt.txt)")

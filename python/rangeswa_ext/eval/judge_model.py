@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from .genppl import DTYPES, check_causal_lm, load_scorer
+from .genppl import check_causal_lm, load_scorer
 
 DEFAULT_PROMPT = Path(__file__).with_name("data") / "judge_prompt.txt"
 PLACEHOLDERS = ("{text_a}", "{text_b}")
@@ -170,11 +170,3 @@ def default_context(config, tokenizer) -> int:
         raise ValueError("the judge's config and tokenizer give no maximum length; pass --context")
     return min(limits)
 
-
-def resolve_dtype(dtype: str, device: torch.device) -> str:
-    """``auto`` is bf16 on a GPU and fp32 elsewhere; otherwise one of genppl's DTYPES."""
-    if dtype == "auto":
-        return "bf16" if device.type == "cuda" else "fp32"
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be auto, {' or '.join(DTYPES)}, got {dtype!r}")
-    return dtype

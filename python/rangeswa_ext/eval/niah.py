@@ -507,7 +507,8 @@ def plot_heatmap(cells: dict[tuple[int, int], tuple[float, int]], stem: Path, dp
 
 
 # -------------------------------------------------------------------------------------------- CLI
-def _ints(text: str) -> list[int]:
+def comma_ints(text: str) -> list[int]:
+    """``"1024,2048"`` -> [1024, 2048], an argparse type (also `rangeswa judge --lengths`)."""
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError as e:
@@ -533,11 +534,11 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--methods", type=_names, default=list(DEFAULT_METHODS),
                         help=f"comma-separated attention methods of {', '.join(METHODS)} "
                              f"(default {','.join(DEFAULT_METHODS)})")
-    parser.add_argument("--lengths", type=_ints, default=None,
+    parser.add_argument("--lengths", type=comma_ints, default=None,
                         help=f"comma-separated lengths in model tokens (default {','.join(map(str, LENGTHS))}, up to "
                              f"--max-length)")
     parser.add_argument("--max-length", type=int, help="keep the default lengths up to this one")
-    parser.add_argument("--depths", type=_ints, default=list(DEPTHS), help="comma-separated depths in %% (default 0..100 by 10)")
+    parser.add_argument("--depths", type=comma_ints, default=list(DEPTHS), help="comma-separated depths in %% (default 0..100 by 10)")
     parser.add_argument("--needles", type=Path, help="JSON lines of {needle, question, keyword} (default: ours)")
     parser.add_argument("--num-needles", type=int, help="needles per cell: the first N of the file (default all)")
     parser.add_argument("--repeats", type=int, default=1, help="haystack shuffles per needle and cell (default 1)")
