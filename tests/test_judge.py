@@ -129,6 +129,7 @@ def test_outcome_rules():
     assert outcome((1.0, 2.0), (2.0, 1.0)) == "loss"
     assert outcome((2.0, 1.0), (2.0, 1.0)) == "tie"  # slot A both times: the position decided
     assert outcome((1.0, 1.0), (1.0, 2.0)) == "tie"  # an undecided order is no win
+    assert outcome((float("nan"), 1.0), (1.0, 2.0)) == "tie"
     cells = aggregate([{"model": "m", "method_a": "a", "method_b": "b", "length": 8, "seed": 1, "cut": False,
                         "ab": [1.0, 1.0], "ba": [1.0, 2.0]}], resamples=100)
     assert cells[0].tie == 1 and cells[0].position_bias == 0.0 and cells[0].slot_a_rate == 0.0

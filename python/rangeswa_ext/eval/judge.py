@@ -357,12 +357,12 @@ def add_judge_parser(subparsers) -> argparse.ArgumentParser:
         help="judge two methods' samples pairwise with a local causal LM (both orders), the paper's Table 17",
         description="Pair two methods' samples by (model, length, seed, index), ask a judge LM which text is "
                     "better in both orders, and write win / tie / loss per length with the position bias and a "
-                    "bootstrap 95%% interval (judge.md, judge.json). Rerun to resume; runs under torchrun.",
+                    "bootstrap 95% interval (judge.md, judge.json). Rerun to resume; runs under torchrun.",
     )
     parser.add_argument("sources", nargs="+",
                         help="rangeswa generate files (.jsonl) or sweep/demo output folders; LABEL=PATH names a "
                              "source's method")
-    parser.add_argument("--judge", dest="judge_path", type=Path, required=True,
+    parser.add_argument("--judge", dest="judge_path", type=Path, required=True, metavar="FOLDER",
                         help="local Hugging Face causal LM folder (e.g. Qwen3-14B; chat template used when it has one)")
     parser.add_argument("--out", type=Path, required=True, help="output folder (an existing one is resumed)")
     parser.add_argument("--pairs", type=_pairs,

@@ -3,7 +3,7 @@
 A pair is one sample index judged for methods ``a`` and ``b`` (same model, length, seed and index). The
 judge sees it twice: order ``ab`` puts a's text in slot A and b's in slot B, order ``ba`` the other way
 round. Each order's verdict is the slot whose answer label has the larger next-token logit, translated
-to the method whose text sat there; exactly equal logits decide nothing (None).
+to the method whose text sat there; exactly equal logits (or a NaN) decide nothing (None).
 
 - win: both orders prefer a's text; loss: both prefer b's text;
 - tie: anything else: the two orders disagree (then both verdicts named the same slot, so the judge
@@ -36,11 +36,14 @@ LEVEL = 0.95
 
 
 def slot(logits: Sequence[float]) -> Optional[str]:
-    """The slot a verdict names: ``"A"`` or ``"B"`` by the larger label logit, None when they are equal."""
+    """The slot a verdict names: ``"A"`` or ``"B"`` by the larger label logit, None when they are equal
+    (or not numbers: a NaN decides nothing)."""
     first, second = logits
-    if first == second:
-        return None
-    return "A" if first > second else "B"
+    if first > second:
+        return "A"
+    if first < second:
+        return "B"
+    return None
 
 
 def preferred(order: str, logits: Sequence[float]) -> Optional[str]:
