@@ -13,6 +13,7 @@ import base64
 import fcntl
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -48,12 +49,13 @@ class Browser:
             os.dup2(ends[0], 3)
             os.dup2(ends[1], 4)
 
+        # Chromium's own log goes to a file: a pipe nobody reads could fill and stall it.
+        self.log = open(os.path.join(self.profile, "chromium.log"), "w+b")
         self.process = subprocess.Popen(
             [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
              "--no-default-browser-check", "--disable-extensions", "--remote-debugging-pipe",
              f"--user-data-dir={self.profile}", f"--window-size={width},{height}", "about:blank"],
-            preexec_fn=wire, close_fds=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE)
+            preexec_fn=wire, close_fds=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
         os.close(to_chrome_read)
         os.close(from_chrome_write)
         self._write, self._read = to_chrome_write, from_chrome_read
@@ -80,8 +82,7 @@ class Browser:
                 os.close(fd)
             except OSError:
                 pass
-        if self.process.stderr:
-            self.process.stderr.close()
+        self.log.close()
         shutil.rmtree(self.profile, ignore_errors=True)
 
     def call(self, method: str, params: Optional[dict] = None, session: Optional[str] = None) -> dict:
@@ -125,11 +126,13 @@ class Browser:
     def _receive(self) -> dict:
         deadline = time.monotonic() + self.timeout
         while b"\0" not in self._buffer:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"Chromium sent nothing for {self.timeout} s")
+            ready, _, _ = select.select([self._read], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError(f"Chromium answered nothing for {self.timeout} s")
             chunk = os.read(self._read, 1 << 16)
             if not chunk:
-                error = self.process.stderr.read().decode(errors="replace")[-2000:] if self.process.stderr else ""
+                self.log.seek(0)
+                error = self.log.read().decode(errors="replace")[-2000:]
                 raise EOFError(f"Chromium closed the DevTools pipe (exit {self.process.poll()}): {error}")
             self._buffer += chunk
         message, _, self._buffer = self._buffer.partition(b"\0")
