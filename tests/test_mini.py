@@ -131,7 +131,13 @@ def test_demo_quick_end_to_end(tmp_path, capsys):
     assert cells == {(m, n) for m in ("full", "swa", "rangeswa") for n in (128, 1024)}
     assert all(r["samples"] == 4 and r["ppl"] > 0 and not math.isnan(r["bigram"]) for r in data["rows"])
     assert (tmp_path / "figures" / "elf-mini.png").is_file()
-    assert "rangeswa at 1024 stays near full at T" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "rangeswa at 1024 stays near full at T" in out
+    assert f"open the report in a browser: {(tmp_path / 'report.html').resolve()}" in out
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "The paper's claims on these numbers" in page and '<span class="badge' in page
+    assert "elf-mini (paper Table 1 layout)" in page and page.count('<img src="data:image/svg+xml;base64,') == 1
+    assert '<select id="length-select">' in page and '"lengths": [128, 1024]' in page
 
 
 def test_demo_rejects_bad_arguments(tmp_path, capsys):

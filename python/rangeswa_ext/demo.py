@@ -31,6 +31,7 @@ from .generate import generate
 from .methods import METHODS, OP_PRESETS
 from .mini import assets
 from .mini.bigrams import BigramModel
+from .report import build_report
 
 MODEL = "elf-mini"
 
@@ -150,7 +151,9 @@ def run_demo(args) -> int:
         rows=[dict(method=m, length=n, seed=s, **v) for (m, n, s), v in rows.items()], floor=floor,
         ablation=ablation), indent=2) + "\n", encoding="utf-8")
     print(report)
+    page = build_report([plan.out], plan.out / "report.html", title=f"rangeswa demo: {plan.model}")
     print(f"wrote {plan.out / 'demo.md'}, {plan.out / 'demo.json'} and {plan.out / 'figures'}")
+    print(f"open the report in a browser: {page.resolve()}")
     return 0
 
 

@@ -105,7 +105,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
     method_options = check_method_options(method, dict(method_options or {}), backbone.config(model).train_length)
     sampler_config = sampler_config_for(backbone, model, sampler_options)
     device = distributed.device_for(device)
-    dtype = _resolve_dtype(dtype, device)
+    dtype = resolve_dtype(dtype, device)
     checkpoint_file = backbone.find_checkpoint(Path(checkpoint).expanduser())
     tokenizer_folder = Path(tokenizer).expanduser()
     if not tokenizer_folder.is_dir():
@@ -127,7 +127,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
     out = Path(out).expanduser()
     wanted = range(start_index, start_index + num_samples)
     with distributed.session(device) as world:
-        done, leftovers = distributed.on_main(lambda: _read_run(out, settings))
+        done, leftovers = distributed.on_main(lambda: read_run(out, settings))
         missing = {k for k in wanted if k not in done}
         result = GenerateResult(out, written=0, already_done=num_samples - len(missing))
         # One process without leftover shards appends to `out` itself; otherwise every rank writes a shard.
@@ -221,8 +221,9 @@ def _write_batches(target: Path, batches: list[tuple[int, int]], missing: set, s
     return written
 
 
-def _read_run(out: Path, settings: dict) -> tuple[set[int], bool]:
-    """The sample indices in ``out`` and in any shard files beside it, and whether such shards exist."""
+def read_run(out: Path, settings: dict) -> tuple[set[int], bool]:
+    """The sample indices in ``out`` and in any shard files beside it, and whether such shards exist
+    (`read_done` on each: an incomplete last line is cut off, a line of other settings is an error)."""
     shards = distributed.shard_paths(out)
     done = read_done(out, settings)
     for shard in shards:
@@ -417,7 +418,8 @@ def check_method_options(method: str, options: dict, train_length: int) -> dict:
     return dict(sorted(options.items()))
 
 
-def _resolve_dtype(dtype: str, device: torch.device) -> str:
+def resolve_dtype(dtype: str, device: torch.device) -> str:
+    """``auto`` is bf16 on a GPU and fp32 elsewhere; otherwise ``fp32`` or ``bf16`` as asked."""
     if dtype == "auto":
         return "bf16" if device.type == "cuda" else "fp32"
     if dtype not in DTYPES:

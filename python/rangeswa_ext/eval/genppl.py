@@ -164,22 +164,42 @@ def generative_perplexity(
     return Perplexity(ppl=math.exp(nll / scored), nll=nll, scored_tokens=scored)
 
 
-def load_scorer(path: str | Path, device: str = "cpu", dtype: str = "fp32"):
-    """(model, tokenizer) of the causal LM saved in the local folder `path` (no download), on `device` in `dtype`.
+def check_causal_lm(path: str | Path, role: str = "Scorer"):
+    """The transformers config of the causal LM in the local folder ``path``, read without its weights.
 
-    Raises FileNotFoundError when the folder does not exist and ValueError when it holds no loadable
-    causal LM or tokenizer.
+    Raises FileNotFoundError when the folder does not exist and ValueError when it has no config.json, one
+    transformers cannot read, or a model that is not a causal LM; the messages name the folder as the
+    ``role``'s (``"Scorer"``, ``"Judge"``).
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not supported; choose one of {', '.join(DTYPES)}.")
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(
-            f"Scorer folder {path} does not exist; pass a local folder holding a causal LM and its tokenizer "
-            "(for example GPT-2 Large saved with save_pretrained)."
+            f"{role} folder {path} does not exist; pass a local folder holding a causal LM and its tokenizer "
+            "(saved with save_pretrained, e.g. GPT-2 Large or Qwen3)."
         )
     if not (path / "config.json").is_file():
-        raise ValueError(f"Scorer folder {path} has no model: config.json is missing.")
+        raise ValueError(f"{role} folder {path} has no model: config.json is missing.")
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{role} folder {path} has a config.json that transformers cannot read: {error}") from error
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise ValueError(f"{role} folder {path} holds a {config.model_type!r} model, which is not a causal LM "
+                         "(AutoModelForCausalLM cannot load it); pass a decoder-only language model folder.")
+    return config
+
+
+def load_scorer(path: str | Path, device: str = "cpu", dtype: str = "fp32", role: str = "Scorer"):
+    """(model, tokenizer) of the causal LM saved in the local folder `path` (no download), on `device` in `dtype`.
+
+    Raises the errors of `check_causal_lm`, and ValueError when the folder holds no loadable weights or
+    tokenizer.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; choose one of {', '.join(DTYPES)}.")
+    check_causal_lm(path, role)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -187,10 +207,10 @@ def load_scorer(path: str | Path, device: str = "cpu", dtype: str = "fp32"):
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=DTYPES[dtype])
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as error:
-        raise ValueError(f"Scorer folder {path} holds no loadable causal LM and tokenizer: {error}") from error
+        raise ValueError(f"{role} folder {path} holds no loadable causal LM and tokenizer: {error}") from error
     finally:
         if bars:
             hf_logging.enable_progress_bar()

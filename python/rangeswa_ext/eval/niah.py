@@ -55,7 +55,7 @@ import torch
 from tqdm import tqdm
 
 from .. import backbones, distributed
-from ..generate import DTYPES, merge_shards, read_lines
+from ..generate import DTYPES, merge_shards, read_lines, read_run
 from ..jsonl import json_objects
 from ..methods import METHODS, OP_PRESETS
 from ..samplers.llada_sampler import SamplerConfig, generate
@@ -355,7 +355,7 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
             settings = settings_of(method)
             method_options = settings["method_options"]
             path = out / f"{method}.jsonl"
-            done, leftovers = distributed.on_main(lambda: _read_run(path, settings))
+            done, leftovers = distributed.on_main(lambda: read_run(path, settings))
             missing = [t for t in tasks if t.index not in done]
             already += len(tasks) - len(missing)
             sharded = world.size > 1 or leftovers
@@ -377,15 +377,6 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
             written += count
         overall = distributed.on_main(lambda: render(out, methods, settings_of, tasks, dpi))
     return NiahResult(out, written, already, overall)
-
-
-def _read_run(path: Path, settings: dict) -> tuple[set[int], bool]:
-    """The sample indices already in ``path`` and its shard files, and whether shards exist."""
-    shards = distributed.shard_paths(path)
-    done = set(read_lines(path, settings))
-    for shard in shards:
-        done |= set(read_lines(shard, settings))
-    return done, bool(shards)
 
 
 def _run_tasks(target: Path, tasks: list[Task], settings: dict, net, tok, builder: PromptBuilder,
@@ -516,7 +507,8 @@ def plot_heatmap(cells: dict[tuple[int, int], tuple[float, int]], stem: Path, dp
 
 
 # -------------------------------------------------------------------------------------------- CLI
-def _ints(text: str) -> list[int]:
+def comma_ints(text: str) -> list[int]:
+    """``"1024,2048"`` -> [1024, 2048], an argparse type (also `rangeswa judge --lengths`)."""
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError as e:
@@ -542,11 +534,11 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--methods", type=_names, default=list(DEFAULT_METHODS),
                         help=f"comma-separated attention methods of {', '.join(METHODS)} "
                              f"(default {','.join(DEFAULT_METHODS)})")
-    parser.add_argument("--lengths", type=_ints, default=None,
+    parser.add_argument("--lengths", type=comma_ints, default=None,
                         help=f"comma-separated lengths in model tokens (default {','.join(map(str, LENGTHS))}, up to "
                              f"--max-length)")
     parser.add_argument("--max-length", type=int, help="keep the default lengths up to this one")
-    parser.add_argument("--depths", type=_ints, default=list(DEPTHS), help="comma-separated depths in %% (default 0..100 by 10)")
+    parser.add_argument("--depths", type=comma_ints, default=list(DEPTHS), help="comma-separated depths in %% (default 0..100 by 10)")
     parser.add_argument("--needles", type=Path, help="JSON lines of {needle, question, keyword} (default: ours)")
     parser.add_argument("--num-needles", type=int, help="needles per cell: the first N of the file (default all)")
     parser.add_argument("--repeats", type=int, default=1, help="haystack shuffles per needle and cell (default 1)")
