@@ -1,0 +1,136 @@
+// What one warp does with one KV tile of a record (plan.h), and the walk over a CTA's records in KV
+// tiles. Host and device code: the attention kernel (mainloop.h) and its host emulation share every
+// decision here, so the emulator tests the kernel's own choices.
+//
+// A warp owns 32 query rows. On entering a record it reduces its rows' bounds [lo, hi) (record_bounds)
+// to four numbers; per KV tile [a, a + n) it then picks one of
+//   kSkip    no row of the warp sees a key of the tile: no MMA at all;
+//   kFull    every row sees every column: FlashAttention's unmasked path (scale, bias);
+//   kMasked  rows differ, or the tile is short, holds retrieved G-blocks (summary records) or the
+//            ragged last G-block: per element, lo <= key < hi (two int32 compares) and the column mask.
+#pragma once
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "plan.h"
+
+namespace rangeswa::cuda {
+
+// Bounds of a warp's rows in one record: every valid row sees [all_lo, all_hi) at least, and no row
+// sees a key outside [any_lo, any_hi). Rows past the tile's end are ignored.
+struct WarpBounds {
+  int32_t all_lo, all_hi, any_lo, any_hi;
+
+  RSWA_HD static WarpBounds empty() { return WarpBounds{INT32_MIN, INT32_MAX, INT32_MAX, INT32_MIN}; }
+  RSWA_HD void add(const Bounds& b) {
+    if (b.hi <= b.lo) {  // a row that sees nothing: the tile cannot be seen whole by every row
+      all_lo = INT32_MAX;
+      all_hi = INT32_MIN;
+      return;
+    }
+    all_lo = imax(all_lo, b.lo);
+    all_hi = imin(all_hi, b.hi);
+    any_lo = imin(any_lo, b.lo);
+    any_hi = imax(any_hi, b.hi);
+  }
+  RSWA_HD void merge(const WarpBounds& o) {
+    all_lo = imax(all_lo, o.all_lo);
+    all_hi = imin(all_hi, o.all_hi);
+    any_lo = imin(any_lo, o.any_lo);
+    any_hi = imax(any_hi, o.any_hi);
+  }
+};
+
+enum class TileWork : uint8_t { kSkip = 0, kFull = 1, kMasked = 2 };
+
+// One KV tile of a record: keys [a, a + n) of the record's array, `width` columns (n < width: the
+// rest are zero rows that no row sees), and its G-block exclusion mask (summary records).
+struct KvTile {
+  int32_t record;  // index in the CTA's record list
+  int32_t a, n, width;
+  uint64_t excluded;
+};
+
+RSWA_HD bool summary_keys(const Record& r) {
+  return KeySet(r.keys) == KeySet::kSumNat || KeySet(r.keys) == KeySet::kSumGrp;
+}
+
+// The column of the ragged last G-block's summary in a tile (its bias is log2 n_b, not log2 G), or -1.
+RSWA_HD int32_t ragged_column(const Geometry& g, const Record& r, const KvTile& t) {
+  if (!summary_keys(r) || g.log2_last_block == g.log2_block) return -1;
+  const int32_t last = g.nG - 1;
+  return last >= t.a && last < t.a + t.n ? last - t.a : -1;
+}
+
+RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t, int32_t ragged) {
+  const int32_t end = t.a + t.n;
+  if (w.any_hi <= w.any_lo || w.any_hi <= t.a || w.any_lo >= end) return TileWork::kSkip;
+  if (t.n == t.width && t.excluded == 0 && ragged < 0 && w.all_lo <= t.a && end <= w.all_hi) return TileWork::kFull;
+  return TileWork::kMasked;
+}
+
+// The base-2 logit of column c (key a + c) for a row with bounds b, from its raw score s; -inf when
+// the row does not see the key.
+RSWA_HD float masked_logit(float s, int32_t c, const KvTile& t, const Bounds& b, int32_t ragged, float scale_log2,
+                           float bias, float last_bias) {
+  const int32_t key = t.a + c;
+  const bool seen = c < t.n && key >= b.lo && key < b.hi && ((t.excluded >> c) & 1) == 0;
+  return seen ? s * scale_log2 + (c == ragged ? last_bias : bias) : -INFINITY;
+}
+
+// The KV tiles of a CTA's records in order: `width` columns each (kCtrlCols for control keys).
+struct TileCursor {
+  int32_t record = 0, next = 0;
+
+  template <int kBlockN, int kCtrl>
+  RSWA_HD bool advance(const Geometry& g, const Record* records, int32_t count, const int32_t* sorted, int32_t k,
+                       KvTile& out) {
+    while (record < count) {
+      const Record& r = records[record];
+      const int32_t a = r.k0 + next;
+      if (a < r.k0 + r.n) {
+        const int32_t width = KeySet(r.keys) == KeySet::kCtrl ? kCtrl : kBlockN;
+        out.record = record;
+        out.a = a;
+        out.n = imin(width, r.k0 + r.n - a);
+        out.width = width;
+        out.excluded = (r.flags & kRecExclude) ? exclusion_bits(g, sorted, k, a, out.n) : 0;
+        next += width;
+        return true;
+      }
+      ++record;
+      next = 0;
+    }
+    return false;
+  }
+};
+
+// The query variants a body tile fills, in the records' order (plan_body_tile): a variant is filled when
+// a record uses it or a row's straddling block needs it (plan.h mixed_block: nat and left on the left,
+// nat and right on the right).
+RSWA_HD uint32_t variants_needed(const Record* records, int32_t count, bool mixed_left, bool mixed_right) {
+  uint32_t mask = 0;
+  for (int32_t x = 0; x < count; ++x) mask |= 1u << records[x].qvar;
+  if (mixed_left) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kLeft));
+  if (mixed_right) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kRight));
+  return mask;
+}
+
+// The fill order of the query slot (the order of plan_body_tile's records).
+RSWA_HD QVar variant_at(int32_t slot) {
+  return slot == 0 ? QVar::kCond : slot == 1 ? QVar::kLeft : slot == 2 ? QVar::kNat : slot == 3 ? QVar::kRight
+                                                                                                : QVar::kPlain;
+}
+inline constexpr int32_t kVariantSlots = 5;
+
+// The position a query variant rotates body row i to (section 3; the conditioning variant reads its own
+// table at row i, the plain one is not rotated).
+RSWA_HD int32_t variant_position(const Geometry& g, QVar v, int32_t i) {
+  if (v == QVar::kLeft) return i / g.g + g.c;
+  if (v == QVar::kRight) return i / g.g - g.c;
+  return i;
+}
+
+}  // namespace rangeswa::cuda
