@@ -5,9 +5,11 @@
 // A warp owns 32 query rows. On entering a record it reduces its rows' bounds [lo, hi) (record_bounds)
 // to four numbers; per KV tile [a, a + n) it then picks one of
 //   kSkip    no row of the warp sees a key of the tile: no MMA at all;
-//   kFull    every row sees every column: FlashAttention's unmasked path (scale, bias);
-//   kMasked  rows differ, or the tile is short, holds retrieved G-blocks (summary records) or the
-//            ragged last G-block: per element, lo <= key < hi (two int32 compares) and the column mask.
+//   kFull    every row sees every key of the tile: FlashAttention's unmasked path (scale, bias);
+//   kMasked  rows differ: per element, lo <= key < hi (two int32 compares).
+// Independently of the rows, a tile may have column fix-ups, the same for every row: columns past its
+// keys (a short tile), retrieved G-blocks of a summary record (exclusion_bits) and the ragged last
+// G-block's bias; they cost one select per element on either path.
 #pragma once
 
 #include <climits>
@@ -64,20 +66,31 @@ RSWA_HD int32_t ragged_column(const Geometry& g, const Record& r, const KvTile& 
   return last >= t.a && last < t.a + t.n ? last - t.a : -1;
 }
 
-RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t, int32_t ragged) {
+RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t) {
   const int32_t end = t.a + t.n;
   if (w.any_hi <= w.any_lo || w.any_hi <= t.a || w.any_lo >= end) return TileWork::kSkip;
-  if (t.n == t.width && t.excluded == 0 && ragged < 0 && w.all_lo <= t.a && end <= w.all_hi) return TileWork::kFull;
-  return TileWork::kMasked;
+  return w.all_lo <= t.a && end <= w.all_hi ? TileWork::kFull : TileWork::kMasked;
 }
 
-// The base-2 logit of column c (key a + c) for a row with bounds b, from its raw score s; -inf when
-// the row does not see the key.
+// Whether some columns of the tile differ from the rest for every row alike: past the keys (n < width),
+// retrieved G-blocks of a summary record, or the ragged last G-block's bias.
+RSWA_HD bool has_column_fixups(const KvTile& t, int32_t ragged) {
+  return t.n < t.width || t.excluded != 0 || ragged >= 0;
+}
+
+// The base-2 logit of column c from its raw score s when every row sees the keys of the tile: -inf past
+// the keys and for excluded G-blocks; the ragged last G-block gets its own bias.
+RSWA_HD float column_logit(float s, int32_t c, const KvTile& t, int32_t ragged, float scale_log2, float bias,
+                           float last_bias) {
+  const bool seen = c < t.n && ((t.excluded >> c) & 1) == 0;
+  return seen ? s * scale_log2 + (c == ragged ? last_bias : bias) : -INFINITY;
+}
+
+// The same for a row with bounds b (kMasked tiles): the key must also lie in [b.lo, b.hi).
 RSWA_HD float masked_logit(float s, int32_t c, const KvTile& t, const Bounds& b, int32_t ragged, float scale_log2,
                            float bias, float last_bias) {
   const int32_t key = t.a + c;
-  const bool seen = c < t.n && key >= b.lo && key < b.hi && ((t.excluded >> c) & 1) == 0;
-  return seen ? s * scale_log2 + (c == ragged ? last_bias : bias) : -INFINITY;
+  return key >= b.lo && key < b.hi ? column_logit(s, c, t, ragged, scale_log2, bias, last_bias) : -INFINITY;
 }
 
 // The KV tiles of a CTA's records in order: `width` columns each (kCtrlCols for control keys).
