@@ -1,6 +1,6 @@
 // Launch of the fused attention kernel for one (element type, padded head dim). Each instantiation
-// lives in its own attn_hdim<D>_<dtype>.cu so the build compiles them in parallel; the op (ops.cu)
-// only sees the declaration in static_switch.h.
+// lives in its own attn_hdim<D>_<dtype>.cu so the build compiles them in parallel; the host entry
+// (attn_api.cpp) only sees the declaration in static_switch.h.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,10 +12,15 @@
 namespace rangeswa::cuda {
 
 template <typename Element, int kHeadDim>
+size_t attn_smem_bytes(const AttnKernelParams& p) {
+  return SharedLayout<AttnTraits<Element, kHeadDim>>::bytes(p.max_records, p.retrieved_k);
+}
+
+template <typename Element, int kHeadDim>
 cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
   using Traits = AttnTraits<Element, kHeadDim>;
-  const size_t smem = SharedLayout<Traits>::bytes(p.num_q_slots);
-  const int64_t blocks = (p.control_tiles + p.body_tiles) * p.B * p.Hq;
+  const size_t smem = attn_smem_bytes<Element, kHeadDim>(p);
+  const int64_t blocks = (int64_t(p.control_tiles) * p.control_chunks + p.body_tiles) * p.B * p.Hq;
   if (blocks == 0) return cudaSuccess;
   if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
   auto kernel = attn_kernel<Traits>;
@@ -28,3 +33,9 @@ cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
 }
 
 }  // namespace rangeswa::cuda
+
+// One instantiation per attn_hdim<D>_<dtype>.cu.
+#define RANGESWA_INSTANTIATE_ATTN(Element, D)                                                             \
+  template cudaError_t rangeswa::cuda::run_attn<Element, D>(const rangeswa::cuda::AttnKernelParams&,       \
+                                                            cudaStream_t);                                \
+  template size_t rangeswa::cuda::attn_smem_bytes<Element, D>(const rangeswa::cuda::AttnKernelParams&);

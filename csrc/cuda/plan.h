@@ -127,49 +127,67 @@ struct Bounds {
   int32_t lo, hi;
 };
 
-// The keys [lo, hi) of record r that body row i sees (control rows see every key: kPlain records).
-RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, int32_t i) {
+// Everything about body row i that record_bounds needs, computed once per row (the kernel keeps it in
+// shared memory for the CTA's life).
+struct RowGeometry {
+  int32_t i;
+  int32_t win_lo, win_hi;  // rule 2's exact window as tokens (swa: its token window past the sinks)
+  int32_t wf, wl;          // rule 2's window blocks [wf, wl] (rangeswa)
+  int32_t nf, nl1;         // near blocks [nf, nl1)
+  int32_t fle, frb;        // far blocks [0, fle) and [frb, nG)
+  int32_t vis_end, vis_blocks;  // section 7
+};
+
+RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i) {
+  RowGeometry r;
+  r.i = i;
+  r.wf = window_first(g, i);
+  r.wl = window_last(g, i);
+  if (g.method == int32_t(Method::kSwa)) {  // token window past the sinks (they have a record)
+    r.win_lo = imax(g.sinks, i - g.radius);
+    r.win_hi = imin(g.L, i + g.radius + 1);
+  } else {
+    r.win_lo = r.wf * g.G;
+    r.win_hi = imin(g.L, (r.wl + 1) * g.G);
+  }
+  r.nf = near_first(g, i);
+  r.nl1 = near_last(g, i) + 1;
+  r.fle = far_left_end(g, i);
+  r.frb = far_right_begin(g, i);
+  r.vis_end = visible_end(g, i);
+  r.vis_blocks = visible_blocks(g, i);
+  return r;
+}
+
+// The keys [lo, hi) of record r that a body row sees (control rows see every key: kPlain records).
+RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, const RowGeometry& row) {
   const KeySet keys = KeySet(r.keys);
   if (keys == KeySet::kCtrl || QVar(r.qvar) == QVar::kPlain) return Bounds{r.k0, r.k0 + r.n};
   const bool summary = keys == KeySet::kSumNat || keys == KeySet::kSumGrp;
-  int32_t lo = 0, hi = summary ? g.nG : g.L;
-  switch (Scope(r.scope)) {
-    case Scope::kWindow:
-      if (g.method == int32_t(Method::kSwa)) {  // token window past the sinks (they have a record)
-        lo = imax(g.sinks, i - g.radius);
-        hi = imin(g.L, i + g.radius + 1);
-      } else {
-        lo = window_first(g, i) * g.G;
-        hi = imin(g.L, (window_last(g, i) + 1) * g.G);
-      }
-      break;
-    case Scope::kSumLeft: hi = window_first(g, i); break;
-    case Scope::kSumRight: lo = window_last(g, i) + 1; break;
-    default: break;
+  const Scope scope = Scope(r.scope);
+  const QVar v = QVar(r.qvar);
+  const bool cls = (r.flags & kRecClass) != 0;
+  int32_t lo = r.k0, hi = r.k0 + r.n;
+  if (scope == Scope::kWindow) {
+    lo = imax(lo, row.win_lo);
+    hi = imin(hi, row.win_hi);
   }
-  if (r.flags & kRecClass) {
-    const QVar v = QVar(r.qvar);
-    if (summary) {
-      // Near blocks are native, blocks wholly beyond Hn grouped; straddling ones are in no record.
-      if (v == QVar::kNat) {
-        lo = imax(lo, near_first(g, i));
-        hi = imin(hi, near_last(g, i) + 1);
-      } else if (v == QVar::kLeft) {
-        hi = imin(hi, far_left_end(g, i));
-      } else {
-        lo = imax(lo, far_right_begin(g, i));
-      }
-    } else if (v == QVar::kNat) {
-      lo = imax(lo, i - g.Hn);
-      hi = imin(hi, i + g.Hn + 1);
-    } else if (v == QVar::kLeft) {
-      hi = imin(hi, i - g.Hn);
-    } else {
-      lo = imax(lo, i + g.Hn + 1);
-    }
+  if (scope == Scope::kSumLeft) hi = imin(hi, row.wf);
+  if (scope == Scope::kSumRight) lo = imax(lo, row.wl + 1);
+  // Section 3's position classes: exact keys within Hn are native, farther ones grouped; near G-blocks
+  // are native, blocks wholly beyond Hn grouped, straddling ones in no record.
+  if (cls && v == QVar::kNat) {
+    lo = imax(lo, summary ? row.nf : row.i - g.Hn);
+    hi = imin(hi, summary ? row.nl1 : row.i + g.Hn + 1);
   }
-  if (r.flags & kRecCausal) hi = imin(hi, summary ? visible_blocks(g, i) : visible_end(g, i));
-  return Bounds{imax(lo, r.k0), imax(imax(lo, r.k0), imin(hi, r.k0 + r.n))};
+  if (cls && v == QVar::kLeft) hi = imin(hi, summary ? row.fle : row.i - g.Hn);
+  if (cls && v == QVar::kRight) lo = imax(lo, summary ? row.frb : row.i + g.Hn + 1);
+  if (r.flags & kRecCausal) hi = imin(hi, summary ? row.vis_blocks : row.vis_end);
+  return Bounds{lo, imax(lo, hi)};
+}
+
+RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, int32_t i) {
+  return record_bounds(g, r, row_geometry(g, i));
 }
 
 // --- retrieved blocks -----------------------------------------------------------------------------

@@ -7,6 +7,14 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
+#if defined(RANGESWA_SIMT)
+// Host SIMT emulation of the kernels (csrc/cuda/simt): the same kernel source run by fibers on the CPU.
+#include "simt/simt.h"
+#else
+// The CTA's dynamic shared memory, and a shared variable of the CTA.
+#define RSWA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#define RSWA_STATIC_SHARED(type, name) __shared__ type name
+
 namespace rangeswa::cuda {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -84,6 +92,11 @@ __device__ __forceinline__ float exp2_approx(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+
+}  // namespace rangeswa::cuda
+#endif  // RANGESWA_SIMT
+
+namespace rangeswa::cuda {
 
 // Element <-> float (host and device, so the host emulation of the kernels can use them).
 template <typename T>
