@@ -1,6 +1,6 @@
 // Launch of the fused attention kernel for one (element type, padded head dim). Each instantiation
 // lives in its own attn_hdim<D>_<dtype>.cu so the build compiles them in parallel; the host entry
-// (attn_api.cpp) only sees the declaration in static_switch.h.
+// (attn_api.cpp) only sees the declaration in launch.h.
 #pragma once
 
 #include <cuda_runtime.h>

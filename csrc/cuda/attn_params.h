@@ -70,6 +70,9 @@ struct AttnKernelParams {
   // to block qb's rows (tile_block = Qb for rangeswa, so a tile's rows share their retrieved blocks).
   int32_t control_tiles, control_chunks, control_chunk_keys, body_tiles;
   int32_t tile_block, tiles_per_block, first_tile_block;
+  // Divisions of the CTA index: by the CTAs per head, the control chunks, the tiles per block, Hq and the
+  // query heads per KV head.
+  FastDiv by_ctas_per_head, by_chunks, by_tiles_per_block, by_Hq, by_group;
   float* ctrl_o;    // [control_chunks, B * Hq, C, Dp] normalised partial outputs (fp32)
   float* ctrl_lse;  // [control_chunks, B * Hq, C] their log-sum-exp (base 2)
 };
@@ -89,15 +92,15 @@ RSWA_HD QueryTile query_tile(const AttnKernelParams& p, int32_t tile) {
   const int32_t control = p.control_tiles * p.control_chunks;
   if (tile < control) {
     t.control = true;
-    t.chunk = tile % p.control_chunks;
-    t.i0 = (tile / p.control_chunks) * kBlockM;
+    t.chunk = p.by_chunks.mod(tile);
+    t.i0 = p.by_chunks.div(tile) * kBlockM;
     t.nrows = imin(kBlockM, p.geo.C - t.i0);
     return t;
   }
   t.index = tile - control;
-  t.qb = p.first_tile_block + t.index / p.tiles_per_block;
+  t.qb = p.first_tile_block + p.by_tiles_per_block.div(t.index);
   const int32_t end = imin(p.geo.L, (t.qb + 1) * p.tile_block);
-  t.i0 = imax(t.qb * p.tile_block, p.first_row) + (t.index % p.tiles_per_block) * kBlockM;
+  t.i0 = imax(t.qb * p.tile_block, p.first_row) + p.by_tiles_per_block.mod(t.index) * kBlockM;
   t.nrows = imax(0, imin(kBlockM, end - t.i0));
   return t;
 }

@@ -7,8 +7,8 @@
 //   per tile: wait, barrier (tile n landed, tile n - 1 done) -> issue the copy of tile n + 1 into the
 //             other stage -> fill the query slot if the record's variant changed -> per warp: skip, or
 //             S = Q K^T, logits (full / masked / column fix-ups, tile.h), softmax, O += P V
-//   epilogue: the query variants no record used but a straddling block needs; those blocks' summaries
-//             (three dot products per row and side); output staged through shared memory
+//   last: the direct records of the blocks straddling distance Hn (their logits from three dot products
+//         per row and side, made as the query variants were filled); output staged through shared memory
 //
 // The query slot holds the tile's rows under one rotation at a time (native, grouped-left, grouped-right,
 // conditioning, or none for control rows), rotated here from the input with the rope tables; records
@@ -44,7 +44,7 @@ struct SharedLayout {
   static constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
   static constexpr size_t retrieved(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
   static constexpr size_t mixed(int max_records, int k) { return align16(retrieved(max_records) + size_t(k) * 4); }
-  static constexpr size_t rows(int max_records, int k) { return mixed(max_records, k) + size_t(M) * 10 * 4; }
+  static constexpr size_t rows(int max_records, int k) { return mixed(max_records, k) + size_t(M) * 7 * 4; }
   static constexpr size_t bytes(int max_records, int k) { return rows(max_records, k) + size_t(M) * sizeof(RowGeometry); }
   static_assert(kK % 16 == 0 && kV % 16 == 0 && kRecords % 16 == 0, "16-byte aligned tiles");
 };
@@ -86,18 +86,30 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
 }
 
 // One KV tile of kCols columns for one warp: scores, logits, softmax, PV. lo / hi: the bounds of every
-// tile row in the current record (shared memory), read for this lane's rows on masked tiles only.
+// tile row in the current record (shared memory), read for this lane's rows on masked tiles only;
+// direct: the rows' raw scores of a direct record (plan.h kRecDirect), which replace Q K^T.
 template <typename Traits, int kCols>
 __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::kHeadDim / 8][4],
                                           OnlineSoftmax<Traits::kMBlocks>& softmax,
                                           const typename Traits::Element* sQ, const typename Traits::Element* sK,
                                           const typename Traits::Element* sV, int lane, int row0, TileWork work,
                                           bool fixups, const KvTile& t, int32_t ragged, const int32_t* lo,
-                                          const int32_t* hi, float scale_log2, float bias, float last_bias) {
+                                          const int32_t* hi, const float* direct, float scale_log2, float bias,
+                                          float last_bias) {
   constexpr int MB = Traits::kMBlocks, NT = kCols / 8;
   const int tq = lane % 4;
   float s[MB][NT][4];
   WarpGemm<Traits>::template qk<kCols>(s, sQ, sK, lane);
+  // A direct record: each row's raw score replaces the (meaningless) product in every column; the row's
+  // bounds keep only its own block's column.
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x = direct != nullptr ? direct[row0 + mb * 16 + (e / 2) * 8] : 0.f;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) s[mb][n][e] = direct != nullptr ? x : s[mb][n][e];
+    }
   // Per column c = 8n + 2tq + j of this lane: its bias, -inf past the keys or for an excluded G-block
   // (tile.h column_logit); one value for every row. Bit 8n + j of `excluded` shifted by 2tq is column c.
   const uint64_t excluded = t.excluded >> (2 * tq);
@@ -149,11 +161,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   static_assert(M == Traits::kThreads, "one thread per query row: its bounds, its straddling blocks");
   const Geometry& g = p.geo;
 
-  const int32_t per_head = p.control_tiles * p.control_chunks + p.body_tiles;
-  const int32_t head = int32_t(blockIdx.x / unsigned(per_head));  // b * Hq + h
-  const QueryTile t = query_tile<M>(p, int32_t(blockIdx.x % unsigned(per_head)));
+  const int32_t head = p.by_ctas_per_head.div(int32_t(blockIdx.x));  // b * Hq + h
+  const QueryTile t = query_tile<M>(p, p.by_ctas_per_head.mod(int32_t(blockIdx.x)));
   if (t.nrows <= 0) return;  // the whole CTA leaves before any barrier
-  const int32_t bh = (head / p.Hq) * p.Hkv + (head % p.Hq) / (p.Hq / p.Hkv);
+  const int32_t batch = p.by_Hq.div(head), h = p.by_Hq.mod(head);
+  const int32_t bh = batch * p.Hkv + p.by_group.div(h);
 
   RSWA_DYNAMIC_SHARED(smem);
   Element* sQ = reinterpret_cast<Element*>(smem);
@@ -161,14 +173,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
   Record* sRec = reinterpret_cast<Record*>(smem + Layout::kRecords);
   int32_t* sRet = reinterpret_cast<int32_t*>(smem + Layout::retrieved(p.max_records));
-  // Per row: its bounds in the current record, its straddling blocks (block, class-change token) on
-  // each side and the two parts of their logits.
+  // Per row: its bounds in the current record, the two parts of its straddling blocks' logits (per side)
+  // and, in a direct record, its raw score.
   int32_t* sLo = reinterpret_cast<int32_t*>(smem + Layout::mixed(p.max_records, p.retrieved_k));
   int32_t* sHi = sLo + M;
-  int32_t* sMixBlock = sHi + M;  // [2][M]
-  int32_t* sMixM = sMixBlock + 2 * M;
-  float* sMixA = reinterpret_cast<float*>(sMixM + 2 * M);
-  float* sMixB = sMixA + 2 * M;
+  float* sMixA = reinterpret_cast<float*>(sHi + M);  // [2][M]
+  float* sMixB = sMixA + 2 * M;                      // [2][M]
+  float* sRaw = sMixB + 2 * M;
   RowGeometry* sRow = reinterpret_cast<RowGeometry*>(smem + Layout::rows(p.max_records, p.retrieved_k));
   RSWA_STATIC_SHARED(int32_t, control_count);
 
@@ -183,29 +194,31 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
     count = p.record_count[plan];
     const int4* src = reinterpret_cast<const int4*>(p.records + plan * p.max_records);
+#pragma unroll 1
     for (int x = tid; x < count; x += M) reinterpret_cast<int4*>(sRec)[x] = src[x];
   }
-  if (!t.control) sRow[tid] = row_geometry(g, i);  // this thread's row, for record_bounds
   const int32_t k = !t.control && p.retrieved != nullptr ? p.retrieved_k : 0;
   const int32_t* given = k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * k : nullptr;
+#pragma unroll 1
   for (int x = tid; x < k; x += M) sRet[x] = given[x];
   __syncthreads();
   if (t.control) count = control_count;
+  // This thread's row, for record_bounds and its straddling blocks.
+  const RowGeometry me = t.control ? RowGeometry{} : row_geometry(g, i, sRet, k);
+  sRow[tid] = me;
+  const bool valid = !t.control && tid < t.nrows;
   uint32_t any = 0;  // bit x: some row has a straddling block on side x
-#pragma unroll 1
+#pragma unroll
   for (int x = 0; x < 2; ++x) {
-    const MixedBlock mb = t.control || tid >= t.nrows ? MixedBlock{-1, 0} : mixed_block(g, sRet, k, i, x);
-    sMixBlock[x * M + tid] = mb.block;
-    sMixM[x * M + tid] = mb.m;
     sMixA[x * M + tid] = 0.f;
     sMixB[x * M + tid] = 0.f;
-    any |= uint32_t(__syncthreads_or(mb.block >= 0) != 0) << x;
+    any |= uint32_t(__syncthreads_or(valid && me.mix[x] >= 0) != 0) << x;
   }
   const uint32_t needed = t.control ? 1u << int(QVar::kPlain) : variants_needed(sRec, count, any & 1, any & 2);
 
   // ---- the query slot --------------------------------------------------------------------------------
   const int32_t n0 = t.control ? t.i0 : g.C + t.i0 - p.first_row;  // q row of the tile's first row
-  const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(head / p.Hq, head % p.Hq, n0);
+  const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, n0);
   // The tile's rows under variant v, unscaled, rounded to the element type; zero past the rows and D.
   auto fill = [&](QVar v) {
     const int half = p.rotary_half;
@@ -234,10 +247,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   // Straddling blocks (plan.h mixed_block): the parts of this thread's row's logits that variant v gives,
   // as (array, row, target, sign) terms.
   auto mixed_dots = [&](QVar v) {
-    if (t.control || tid >= t.nrows) return;
+    if (!valid) return;
     const PreparedArrays& a = p.kv;
-    const int32_t lb = sMixBlock[tid], lm = sMixM[tid], rb = sMixBlock[M + tid], rm = sMixM[M + tid];
-    for (int term = 0; term < 4; ++term) {
+    const int32_t lb = me.mix[0], lm = me.mix_m[0], rb = me.mix[1], rm = me.mix_m[1];
+#pragma unroll 1
+    for (int term = 0; term < 3; ++term) {
       const void* base = nullptr;
       int64_t row = 0;
       float* target = nullptr;
@@ -315,6 +329,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       const Bounds b = t.control ? Bounds{rec.k0, rec.k0 + rec.n} : record_bounds(g, rec, sRow[tid]);
       sLo[tid] = b.lo;
       sHi[tid] = b.hi;
+      if (rec.flags & kRecDirect) {  // this row's straddling block: every part is in (its own dots, done)
+        const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
+        sRaw[tid] = b.hi > b.lo ? straddling_score(g, b.lo, sMixA[x * M + tid], sMixB[x * M + tid]) : 0.f;
+      }
       wb = WarpBounds::empty();
       if (tid < t.nrows) wb.add(b);
     }
@@ -339,39 +357,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       const Element* vt = sV + stage * Traits::kKVElems;
       if (cur.width == kCtrlCols)
         warp_tile<Traits, kCtrlCols>(o, softmax, qw, kt, vt, lane, row_of(0), work, fixups, cur, ragged, sLo, sHi,
-                                     p.scale_log2, rec.bias_log2, g.log2_last_block);
+                                     (rec.flags & kRecDirect) ? sRaw : nullptr, p.scale_log2, rec.bias_log2,
+                                     g.log2_last_block);
       else
-        warp_tile<Traits, N>(o, softmax, qw, kt, vt, lane, row_of(0), work, fixups, cur, ragged, sLo, sHi,
+        warp_tile<Traits, N>(o, softmax, qw, kt, vt, lane, row_of(0), work, fixups, cur, ragged, sLo, sHi, nullptr,
                              p.scale_log2, rec.bias_log2, g.log2_last_block);
     }
     cur = nxt;
     have_cur = have_nxt;
     stage ^= 1;
-  }
-
-  // ---- straddling blocks: one summary key per row and side ------------------------------------------------
-  if (!t.control) {
-    __syncthreads();  // every row's dots are in
-#pragma unroll
-    for (int rr = 0; rr < 2 * MB; ++rr) {
-      const int row = row_of(rr);
-#pragma unroll 1
-      for (int x = 0; x < 2; ++x) {
-        const int32_t blk = sMixBlock[x * M + row];
-        if (blk >= 0) {
-          const int32_t n = imin(g.G, g.L - blk * g.G);
-          const float logit = (sMixA[x * M + row] + __fdividef(sMixB[x * M + row], float(n))) * p.scale_log2 +
-                              (n == g.G ? g.log2_block : g.log2_last_block);
-          const float pr = softmax.update_one(rr, logit, o[rr / 2], rr % 2, tq == 0);
-          const Element* value = static_cast<const Element*>(p.kv.s_v) + bh * p.kv.sum_stride + int64_t(blk) * Dp;
-#pragma unroll
-          for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-            for (int c = 0; c < 2; ++c)
-              o[rr / 2][dt][2 * (rr % 2) + c] += pr * to_float(value[dt * 8 + 2 * tq + c]);
-        }
-      }
-    }
   }
 
   // ---- epilogue -------------------------------------------------------------------------------------------
@@ -402,24 +396,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     const float inv = __fdividef(1.f, row_sum[rr]);
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-        sQ[row * Traits::kStride + dt * 8 + 2 * tq + c] = from_float<Element>(o[rr / 2][dt][2 * (rr % 2) + c] * inv);
+      store2(sQ + row * Traits::kStride + dt * 8 + 2 * tq, o[rr / 2][dt][2 * (rr % 2)] * inv,
+             o[rr / 2][dt][2 * (rr % 2) + 1] * inv);
     if (tq == 0 && row < t.nrows) p.lse[row0 + row] = (softmax.m[rr] + __log2f(row_sum[rr])) * kLn2;
   }
   __syncwarp();
   Element* out = static_cast<Element*>(p.out);
-  constexpr int kChunk = 16 / int(sizeof(Element));
-  const bool vector = p.D % kChunk == 0;
-  const int per_row = vector ? p.D / kChunk : p.D;
-  for (int x = lane; x < WR * per_row; x += 32) {
-    const int row = warp * WR + x / per_row, col = (x % per_row) * (vector ? kChunk : 1);
-    if (row >= t.nrows) continue;
-    if (vector)
-      *reinterpret_cast<uint4*>(out + (row0 + row) * p.D + col) =
-          *reinterpret_cast<const uint4*>(sQ + row * Traits::kStride + col);
-    else
-      out[(row0 + row) * p.D + col] = sQ[row * Traits::kStride + col];
+  constexpr int kChunk = 16 / int(sizeof(Element)), kChunks = Dp / kChunk;
+  if (p.D % kChunk == 0) {  // rows of D elements stay 16-byte aligned
+#pragma unroll 1
+    for (int x = lane; x < WR * kChunks; x += 32) {
+      const int row = warp * WR + x / kChunks, col = (x % kChunks) * kChunk;
+      if (row < t.nrows && col < p.D)
+        *reinterpret_cast<uint4*>(out + (row0 + row) * p.D + col) =
+            *reinterpret_cast<const uint4*>(sQ + row * Traits::kStride + col);
+    }
+  } else {
+#pragma unroll 1
+    for (int x = lane; x < WR * Dp; x += 32) {
+      const int row = warp * WR + x / Dp, col = x % Dp;
+      if (row < t.nrows && col < p.D) out[(row0 + row) * p.D + col] = sQ[row * Traits::kStride + col];
+    }
   }
 }
 

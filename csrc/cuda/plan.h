@@ -38,12 +38,15 @@ enum class QVar : uint8_t { kNat = 0, kLeft = 1, kRight = 2, kCond = 3, kPlain =
 // Which keys of its range a record offers a row before class and visibility: all of them, the row's
 // rule-2 window (rangeswa: its G-blocks; swa: its token window past the sinks), or the G-blocks left /
 // right of the row's window.
-enum class Scope : uint8_t { kAll = 0, kWindow = 1, kSumLeft = 2, kSumRight = 3 };
+// kMixedLeft / kMixedRight: the G-block straddling distance Hn on that side of the row (mixed_block), whose
+// logit the kernel has from prefix-sum dot products rather than from a K tile (kRecDirect).
+enum class Scope : uint8_t { kAll = 0, kWindow = 1, kSumLeft = 2, kSumRight = 3, kMixedLeft = 4, kMixedRight = 5 };
 
 enum : uint8_t {
   kRecClass = 1,    // keep only the keys of the query variant's position class (section 3)
   kRecCausal = 2,   // keep only keys the row sees (section 7)
   kRecExclude = 4,  // summary record that some retrieved block overlaps (exclusion_bits per tile)
+  kRecDirect = 8,   // straddling blocks: per-row logits from prefix sums, no Q K^T (values: G-block means)
 };
 
 struct Record {
@@ -52,6 +55,36 @@ struct Record {
   float bias_log2;  // logit bias in base 2: log2 G for summaries, -log(L/T) log2(e) for control rows
 };
 static_assert(sizeof(Record) == 16, "records are 16 bytes");
+
+// n / d for 0 <= n < 2^31 and a divisor d >= 1 fixed for the call, as a multiply-high and a shift (the
+// round-up method: m = ceil(2^p / d) with p = 31 + ceil(log2 d); exact for every n in that range), so
+// that the kernel divides by G, cb, g and the tile counts without an integer division sequence.
+struct FastDiv {
+  int32_t d;
+  uint32_t m;
+  int32_t shift;
+
+  static FastDiv make(int32_t divisor) {
+    FastDiv f{divisor, 0u, 0};
+    if (divisor > 1) {
+      int32_t log2 = 0;
+      while ((int64_t(1) << log2) < divisor) ++log2;
+      const int64_t p = 31 + log2;
+      f.m = uint32_t(((int64_t(1) << p) + divisor - 1) / divisor);
+      f.shift = int32_t(p - 32);
+    }
+    return f;
+  }
+  RSWA_HD int32_t div(int32_t n) const {
+    if (d == 1) return n;
+#if defined(__CUDA_ARCH__)
+    return int32_t(__umulhi(uint32_t(n), m) >> shift);
+#else
+    return int32_t(uint32_t((uint64_t(uint32_t(n)) * m) >> 32) >> shift);
+#endif
+  }
+  RSWA_HD int32_t mod(int32_t n) const { return n - div(n) * d; }
+};
 
 // The numbers the plan depends on, in int32 (the op rejects sequences of 2^30 tokens or more).
 struct Geometry {
@@ -63,6 +96,7 @@ struct Geometry {
   bool summaries;      // rule 4 at all
   bool cond;           // conditioning correction (body rows score control keys at i T / L)
   float log2_block, log2_last_block;  // rule 4's summary bias log2 n_b: full blocks, the last block
+  FastDiv by_G, by_cb, by_g, by_blocks_per_key_block;  // / G, / cb, / g, / (Rb / G) (1 when unused)
 };
 
 // Sizes past the sequence change nothing (a window, near range or causal block of L tokens or more acts
@@ -94,6 +128,10 @@ inline Geometry make_geometry(const Rules& R, int64_t C) {
   g.cond = conditioned(R, C);
   g.log2_block = float(std::log2(double(G)));
   g.log2_last_block = L > 0 ? float(std::log2(double(L - (g.nG - 1) * G))) : 0.f;
+  g.by_G = FastDiv::make(g.G);
+  g.by_cb = FastDiv::make(g.cb > 0 ? g.cb : 1);
+  g.by_g = FastDiv::make(g.g > 0 ? g.g : 1);
+  g.by_blocks_per_key_block = FastDiv::make(g.Rb / g.G);
   return g;
 }
 
@@ -103,25 +141,80 @@ RSWA_HD int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
 // --- rows (rules.h in int32; i >= 0 throughout) -------------------------------------------------------
 
 // Rule 2: the row's window blocks [first, last] (rangeswa).
-RSWA_HD int32_t window_first(const Geometry& g, int32_t i) { return imax(0, i - g.radius) / g.G; }
-RSWA_HD int32_t window_last(const Geometry& g, int32_t i) { return imin(g.L - 1, i + g.radius) / g.G; }
+RSWA_HD int32_t window_first(const Geometry& g, int32_t i) { return g.by_G.div(imax(0, i - g.radius)); }
+RSWA_HD int32_t window_last(const Geometry& g, int32_t i) { return g.by_G.div(imin(g.L - 1, i + g.radius)); }
 // Section 7: body keys [0, visible_end) and the G-blocks [0, visible_blocks) a row sees whole. With the
 // CUDA kernel's restriction (attn_setup.h cuda_unsupported) no summary block is seen in part.
 RSWA_HD int32_t visible_end(const Geometry& g, int32_t i) {
-  return g.cb == 0 ? g.L : imin(g.L, (i / g.cb + 1) * g.cb);
+  return g.cb == 0 ? g.L : imin(g.L, (g.by_cb.div(i) + 1) * g.cb);
 }
 RSWA_HD int32_t visible_blocks(const Geometry& g, int32_t i) {
   const int32_t end = visible_end(g, i);
-  return end == g.L ? g.nG : end / g.G;
+  return end == g.L ? g.nG : g.by_G.div(end);
 }
 // Rule 4's near blocks [near_first, near_last] and the blocks wholly farther than Hn: [0, far_left_end)
 // and [far_right_begin, nG) (rules.h, same names).
-RSWA_HD int32_t near_first(const Geometry& g, int32_t i) { return i - g.Hn <= 0 ? 0 : (i - g.Hn + g.G - 1) / g.G; }
+RSWA_HD int32_t near_first(const Geometry& g, int32_t i) { return i - g.Hn <= 0 ? 0 : g.by_G.div(i - g.Hn + g.G - 1); }
 RSWA_HD int32_t near_last(const Geometry& g, int32_t i) {
-  return i + g.Hn >= g.L - 1 ? g.nG - 1 : (i + g.Hn + 1) / g.G - 1;
+  return i + g.Hn >= g.L - 1 ? g.nG - 1 : g.by_G.div(i + g.Hn + 1) - 1;
 }
-RSWA_HD int32_t far_left_end(const Geometry& g, int32_t i) { return i - g.Hn > 0 ? (i - g.Hn) / g.G : 0; }
-RSWA_HD int32_t far_right_begin(const Geometry& g, int32_t i) { return imin(g.nG, (i + g.Hn) / g.G + 1); }
+RSWA_HD int32_t far_left_end(const Geometry& g, int32_t i) { return i - g.Hn > 0 ? g.by_G.div(i - g.Hn) : 0; }
+RSWA_HD int32_t far_right_begin(const Geometry& g, int32_t i) { return imin(g.nG, g.by_G.div(i + g.Hn) + 1); }
+
+// --- retrieved blocks -----------------------------------------------------------------------------
+
+// Bit x set: G-block b0 + x (x < 64) lies in one of the query block's retrieved key blocks (sorted
+// ascending, -1 after the last), which every row of the tile sees exactly (rule 3), so it is no summary.
+RSWA_HD uint64_t exclusion_bits(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b0, int32_t n) {
+  uint64_t bits = 0;
+  const int32_t per = g.by_blocks_per_key_block.d;
+#pragma unroll 1
+  for (int32_t x = 0; x < k; ++x) {
+    const int32_t kb = sorted[x];
+    if (kb < 0) break;
+    const int32_t lo = imax(kb * per, b0), hi = imin(imin(kb * per + per, g.nG), b0 + n);
+    if (lo >= hi) continue;
+    const int32_t width = hi - lo;
+    bits |= (width >= 64 ? ~uint64_t(0) : ((uint64_t(1) << width) - 1)) << (lo - b0);
+  }
+  return bits;
+}
+
+RSWA_HD bool is_retrieved_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b) {
+  const int32_t kb = g.by_blocks_per_key_block.div(b);
+#pragma unroll 1
+  for (int32_t x = 0; x < k && sorted[x] >= 0 && sorted[x] <= kb; ++x)
+    if (sorted[x] == kb) return true;
+  return false;
+}
+
+// --- blocks straddling distance Hn ------------------------------------------------------------------
+
+// Rule 4 for a G-block holding tokens on both sides of distance Hn from row i (rules.h kMixed): its
+// summary logit is the mean of its exact logits, each under its own class. With in-block exclusive
+// prefix sums P[m] = sum of the block's keys before token m (prepared per array), that mean is
+//   left  (tokens before m = i - Hn grouped):        q_nat . S_nat[b] + (q_left . P_grp[m] - q_nat . P_nat[m]) / n_b
+//   right (tokens from  m = i + Hn + 1 grouped):     q_right . S_grp[b] + (q_nat . P_nat[m] - q_right . P_grp[m]) / n_b
+// so the kernel scores each such block with three dot products per row: the plan's direct records
+// (kRecDirect) then fold it into the softmax like any key, with no Q K^T.
+struct MixedBlock {
+  int32_t block;  // -1: none on this side
+  int32_t m;      // the token where the class changes
+};
+
+// Row i's straddling block on `side` (0 left, 1 right) when it is a summary for the row: outside its
+// window, not retrieved, seen (section 7), with far summaries on and grouping.
+RSWA_HD MixedBlock mixed_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t i, int side) {
+  MixedBlock none{-1, 0};
+  if (!g.grouping || !g.summaries || !g.far_summaries) return none;
+  const int32_t m = side == 0 ? i - g.Hn : i + g.Hn + 1;
+  if (m <= 0 || m >= g.L || g.by_G.mod(m) == 0) return none;  // the class changes on a block boundary
+  const int32_t b = g.by_G.div(m);
+  if (b >= window_first(g, i) && b <= window_last(g, i)) return none;
+  if (b >= visible_blocks(g, i)) return none;
+  if (is_retrieved_block(g, sorted, k, b)) return none;
+  return MixedBlock{b, m};
+}
 
 struct Bounds {
   int32_t lo, hi;
@@ -136,9 +229,11 @@ struct RowGeometry {
   int32_t nf, nl1;         // near blocks [nf, nl1)
   int32_t fle, frb;        // far blocks [0, fle) and [frb, nG)
   int32_t vis_end, vis_blocks;  // section 7
+  int32_t mix[2], mix_m[2];     // the straddling block left / right of the row (-1: none) and its token m
 };
 
-RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i) {
+// Row i of a tile whose query block retrieved `sorted` (k entries; null for control rows).
+RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i, const int32_t* sorted = nullptr, int32_t k = 0) {
   RowGeometry r;
   r.i = i;
   r.wf = window_first(g, i);
@@ -156,11 +251,20 @@ RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i) {
   r.frb = far_right_begin(g, i);
   r.vis_end = visible_end(g, i);
   r.vis_blocks = visible_blocks(g, i);
+  for (int side = 0; side < 2; ++side) {
+    const MixedBlock mb = mixed_block(g, sorted, k, i, side);
+    r.mix[side] = mb.block;
+    r.mix_m[side] = mb.m;
+  }
   return r;
 }
 
 // The keys [lo, hi) of record r that a body row sees (control rows see every key: kPlain records).
 RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, const RowGeometry& row) {
+  if (Scope(r.scope) == Scope::kMixedLeft || Scope(r.scope) == Scope::kMixedRight) {
+    const int32_t b = row.mix[Scope(r.scope) == Scope::kMixedLeft ? 0 : 1];
+    return b >= r.k0 && b < r.k0 + r.n ? Bounds{b, b + 1} : Bounds{r.k0, r.k0};
+  }
   const KeySet keys = KeySet(r.keys);
   if (keys == KeySet::kCtrl || QVar(r.qvar) == QVar::kPlain) return Bounds{r.k0, r.k0 + r.n};
   const bool summary = keys == KeySet::kSumNat || keys == KeySet::kSumGrp;
@@ -186,66 +290,15 @@ RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, const RowGeomet
   return Bounds{lo, imax(lo, hi)};
 }
 
-RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, int32_t i) {
-  return record_bounds(g, r, row_geometry(g, i));
-}
-
-// --- retrieved blocks -----------------------------------------------------------------------------
-
-// Bit x set: G-block b0 + x (x < 64) lies in one of the query block's retrieved key blocks (sorted
-// ascending, -1 after the last), which every row of the tile sees exactly (rule 3), so it is no summary.
-RSWA_HD uint64_t exclusion_bits(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b0, int32_t n) {
-  uint64_t bits = 0;
-  const int32_t per = g.Rb / g.G;
-  for (int32_t x = 0; x < k; ++x) {
-    const int32_t kb = sorted[x];
-    if (kb < 0) break;
-    const int32_t lo = imax(kb * per, b0), hi = imin(imin(kb * per + per, g.nG), b0 + n);
-    if (lo >= hi) continue;
-    const int32_t width = hi - lo;
-    bits |= (width >= 64 ? ~uint64_t(0) : ((uint64_t(1) << width) - 1)) << (lo - b0);
-  }
-  return bits;
-}
-
-RSWA_HD bool is_retrieved_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b) {
-  const int32_t kb = b * g.G / g.Rb;
-  for (int32_t x = 0; x < k && sorted[x] >= 0 && sorted[x] <= kb; ++x)
-    if (sorted[x] == kb) return true;
-  return false;
-}
-
-// --- blocks straddling distance Hn ------------------------------------------------------------------
-
-// Rule 4 for a G-block holding tokens on both sides of distance Hn from row i (rules.h kMixed): its
-// summary logit is the mean of its exact logits, each under its own class. With in-block exclusive
-// prefix sums P[m] = sum of the block's keys before token m (prepared per array), that mean is
-//   left  (tokens before m = i - Hn grouped):        q_nat . S_nat[b] + (q_left . P_grp[m] - q_nat . P_nat[m]) / n_b
-//   right (tokens from  m = i + Hn + 1 grouped):     q_right . S_grp[b] + (q_nat . P_nat[m] - q_right . P_grp[m]) / n_b
-// so the kernel scores each such block with three dot products per row and no KV tile.
-struct MixedBlock {
-  int32_t block;  // -1: none on this side
-  int32_t m;      // the token where the class changes
-};
-
-// Row i's straddling block on `side` (0 left, 1 right) when it is a summary for the row: outside its
-// window, not retrieved, seen (section 7), with far summaries on and grouping.
-RSWA_HD MixedBlock mixed_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t i, int side) {
-  MixedBlock none{-1, 0};
-  if (!g.grouping || !g.summaries || !g.far_summaries) return none;
-  const int32_t m = side == 0 ? i - g.Hn : i + g.Hn + 1;
-  if (m <= 0 || m >= g.L || m % g.G == 0) return none;  // the class changes on a block boundary
-  const int32_t b = m / g.G;
-  if (b >= window_first(g, i) && b <= window_last(g, i)) return none;
-  if (b >= visible_blocks(g, i)) return none;
-  if (is_retrieved_block(g, sorted, k, b)) return none;
-  return MixedBlock{b, m};
+RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, int32_t i, const int32_t* sorted = nullptr,
+                              int32_t k = 0) {
+  return record_bounds(g, r, row_geometry(g, i, sorted, k));
 }
 
 // --- the plan of one CTA ------------------------------------------------------------------------------
 
 // Upper bound on the records of a body tile with `k` retrieved blocks (the plan kernel's stride).
-RSWA_HD int32_t max_records(int32_t k) { return 12 + 3 * k; }
+RSWA_HD int32_t max_records(int32_t k) { return 14 + 3 * k; }
 
 struct PlanWriter {
   Record* out;
@@ -299,7 +352,7 @@ RSWA_HD void summary_records(const Geometry& g, PlanWriter& w, QVar pass, Scope 
 
 // Whether any retrieved block overlaps G-blocks [lo, hi).
 RSWA_HD bool overlaps_retrieved(const Geometry& g, const int32_t* sorted, int32_t k, int32_t lo, int32_t hi) {
-  const int32_t per = g.Rb / g.G;
+  const int32_t per = g.by_blocks_per_key_block.d;
   for (int32_t x = 0; x < k && sorted[x] >= 0; ++x)
     if (sorted[x] * per < hi && imin(sorted[x] * per + per, g.nG) > lo) return true;
   return false;
@@ -347,6 +400,18 @@ RSWA_HD int32_t plan_body_tile(const Geometry& g, int32_t i0, int32_t nrows, con
                         overlaps_retrieved(g, sorted, k, right_lo, vis));
       }
     }
+  }
+  // Blocks straddling distance Hn (mixed_block): the blocks holding the class-change tokens m of the
+  // tile's rows, m = i - Hn on the left and i + Hn + 1 on the right, one direct record per side.
+  if (method == Method::kRangeSwa && g.grouping && g.summaries && g.far_summaries) {
+    const int32_t left_lo = imax(i0 - g.Hn, 1), left_hi = i1 - g.Hn;
+    if (left_hi >= left_lo)
+      w.add(KeySet::kSumNat, QVar::kPlain, Scope::kMixedLeft, kRecDirect, g.by_G.div(left_lo),
+            g.by_G.div(left_hi) + 1, g.log2_block);
+    const int32_t right_lo = i0 + g.Hn + 1, right_hi = imin(i1 + g.Hn + 1, g.L - 1);
+    if (right_hi >= right_lo)
+      w.add(KeySet::kSumNat, QVar::kPlain, Scope::kMixedRight, kRecDirect, g.by_G.div(right_lo),
+            g.by_G.div(right_hi) + 1, g.log2_block);
   }
   return w.count;
 }

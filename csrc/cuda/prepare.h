@@ -9,11 +9,11 @@
 
 #include <cstdint>
 
+#include "convert.h"
 #include "layout.h"
 #include "plan.h"
 #include "rotary.h"
 #include "rules.h"
-#include "utils.h"
 
 namespace rangeswa::cuda {
 

@@ -93,7 +93,8 @@ RSWA_HD float masked_logit(float s, int32_t c, const KvTile& t, const Bounds& b,
   return key >= b.lo && key < b.hi ? column_logit(s, c, t, ragged, scale_log2, bias, last_bias) : -INFINITY;
 }
 
-// The KV tiles of a CTA's records in order: `width` columns each (kCtrlCols for control keys).
+// The KV tiles of a CTA's records in order: `width` columns each (kCtrlCols for control keys and for the
+// direct records of straddling blocks).
 struct TileCursor {
   int32_t record = 0, next = 0;
 
@@ -104,7 +105,7 @@ struct TileCursor {
       const Record& r = records[record];
       const int32_t a = r.k0 + next;
       if (a < r.k0 + r.n) {
-        const int32_t width = KeySet(r.keys) == KeySet::kCtrl ? kCtrl : kBlockN;
+        const int32_t width = KeySet(r.keys) == KeySet::kCtrl || (r.flags & kRecDirect) ? kCtrl : kBlockN;
         out.record = record;
         out.a = a;
         out.n = imin(width, r.k0 + r.n - a);
@@ -121,14 +122,27 @@ struct TileCursor {
 };
 
 // The query variants a body tile fills, in the records' order (plan_body_tile): a variant is filled when
-// a record uses it or a row's straddling block needs it (plan.h mixed_block: nat and left on the left,
-// nat and right on the right).
+// a record scores with it or a row's straddling block needs it (plan.h mixed_block: nat and left on the
+// left, nat and right on the right; the direct records come last, after every fill).
 RSWA_HD uint32_t variants_needed(const Record* records, int32_t count, bool mixed_left, bool mixed_right) {
   uint32_t mask = 0;
-  for (int32_t x = 0; x < count; ++x) mask |= 1u << records[x].qvar;
+#pragma unroll 1
+  for (int32_t x = 0; x < count; ++x)
+    if (!(records[x].flags & kRecDirect)) mask |= 1u << records[x].qvar;
   if (mixed_left) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kLeft));
   if (mixed_right) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kRight));
   return mask;
+}
+
+// A direct record's raw score for a row: the mean exact logit of its straddling block from the parts the
+// query variants gave (plan.h mixed_block), before scale and bias.
+RSWA_HD float straddling_score(const Geometry& g, int32_t block, float whole, float parts) {
+  const int32_t n = imin(g.G, g.L - block * g.G);
+#if defined(__CUDA_ARCH__)
+  return whole + __fdividef(parts, float(n));
+#else
+  return whole + parts / float(n);
+#endif
 }
 
 // The fill order of the query slot (the order of plan_body_tile's records).
@@ -141,8 +155,8 @@ inline constexpr int32_t kVariantSlots = 5;
 // The position a query variant rotates body row i to (section 3; the conditioning variant reads its own
 // table at row i, the plain one is not rotated).
 RSWA_HD int32_t variant_position(const Geometry& g, QVar v, int32_t i) {
-  if (v == QVar::kLeft) return i / g.g + g.c;
-  if (v == QVar::kRight) return i / g.g - g.c;
+  if (v == QVar::kLeft) return g.by_g.div(i) + g.c;
+  if (v == QVar::kRight) return g.by_g.div(i) - g.c;
   return i;
 }
 

@@ -257,16 +257,15 @@ struct Emulator {
       l[r] = l[r] * alpha + sum;
     };
 
-    // Straddling blocks (plan.h mixed_block): per row and side, the block and the two parts of its logit.
-    std::vector<MixedBlock> mixed(2 * M, MixedBlock{-1, 0});
-    std::vector<float> mix_a(2 * M, 0.f), mix_b(2 * M, 0.f);
+    // Rows (plan.h RowGeometry, straddling blocks included) and the two parts of those blocks' logits.
+    std::vector<RowGeometry> rows(M);
+    std::vector<float> mix_a(2 * M, 0.f), mix_b(2 * M, 0.f), raw(M, 0.f);
     bool any_side[2] = {false, false};
-    if (!t.control)
-      for (int r = 0; r < t.nrows; ++r)
-        for (int side = 0; side < 2; ++side) {
-          mixed[2 * r + side] = mixed_block(g, rec.sorted, rec.k, t.i0 + r, side);
-          any_side[side] = any_side[side] || mixed[2 * r + side].block >= 0;
-        }
+    for (int r = 0; r < M; ++r) {
+      rows[r] = t.control ? RowGeometry{} : row_geometry(g, t.i0 + r, rec.sorted, rec.k);
+      for (int side = 0; side < 2 && !t.control && r < t.nrows; ++side)
+        any_side[side] = any_side[side] || rows[r].mix[side] >= 0;
+    }
     auto row_of = [&](const void* base, int64_t stride, int32_t row) {
       return static_cast<const Element*>(base) + bh * stride + int64_t(row) * p.Dp;
     };
@@ -278,7 +277,7 @@ struct Emulator {
     auto mixed_dots = [&](QVar v) {
       const PreparedArrays& a = p.kv;
       for (int r = 0; r < t.nrows; ++r) {
-        const MixedBlock L = mixed[2 * r], R = mixed[2 * r + 1];
+        const MixedBlock L{rows[r].mix[0], rows[r].mix_m[0]}, R{rows[r].mix[1], rows[r].mix_m[1]};
         if (L.block >= 0 && v == QVar::kNat) {
           mix_a[2 * r] += dot(r, row_of(a.s_nat, a.sum_stride, L.block));
           mix_b[2 * r] -= dot(r, row_of(a.p_nat, a.body_stride, L.m));
@@ -323,8 +322,13 @@ struct Emulator {
           warps[w] = WarpBounds::empty();
           for (int x = 0; x < kWarpRows; ++x) {
             const int row = w * kWarpRows + x;
-            bounds[row] = t.control ? Bounds{r.k0, r.k0 + r.n} : record_bounds(g, r, t.i0 + row);
+            bounds[row] = t.control ? Bounds{r.k0, r.k0 + r.n} : record_bounds(g, r, rows[row]);
             if (row < t.nrows) warps[w].add(bounds[row]);
+            if (r.flags & kRecDirect) {
+              const int x = Scope(r.scope) == Scope::kMixedLeft ? 0 : 1;
+              const Bounds& b = bounds[row];
+              raw[row] = b.hi > b.lo ? straddling_score(g, b.lo, mix_a[2 * row + x], mix_b[2 * row + x]) : 0.f;
+            }
           }
         }
       }
@@ -345,6 +349,7 @@ struct Emulator {
           for (int c = 0; c < kv.width; ++c) {
             float acc = 0.f;
             for (int d = 0; d < kHeadDim; ++d) acc += slot[row * kHeadDim + d] * kt[c * kHeadDim + d];
+            if (r.flags & kRecDirect) acc = raw[row];
             sr[c] = work == TileWork::kMasked
                         ? masked_logit(acc, c, kv, bounds[row], ragged, p.scale_log2, r.bias_log2, g.log2_last_block)
                         : fixups ? column_logit(acc, c, kv, ragged, p.scale_log2, r.bias_log2, g.log2_last_block)
@@ -355,21 +360,6 @@ struct Emulator {
       }
     }
     if (!t.control) advance_slot(kVariantSlots - 1);
-
-    // Straddling blocks' summaries, one key each (value: the block's mean value).
-    for (int r = 0; r < t.nrows && !t.control; ++r)
-      for (int side = 0; side < 2; ++side) {
-        const MixedBlock mb = mixed[2 * r + side];
-        if (mb.block < 0) continue;
-        const bool last = mb.block == g.nG - 1;
-        const float n = last ? std::exp2(g.log2_last_block) : float(g.G);
-        const float logit = (mix_a[2 * r + side] + mix_b[2 * r + side] / n) * p.scale_log2 +
-                            (last ? g.log2_last_block : g.log2_block);
-        std::vector<float> value(kHeadDim);
-        const Element* sv = row_of(p.kv.s_v, p.kv.sum_stride, mb.block);
-        for (int d = 0; d < kHeadDim; ++d) value[d] = to_float(sv[d]);
-        update(r, &logit, 1, value.data());
-      }
 
     if (t.control) {  // partial results of this chunk of keys
       const int64_t at = (int64_t(t.chunk) * p.B * p.Hq + head) * g.C + t.i0;
@@ -475,13 +465,14 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
     if (t.nrows <= 0) continue;
     const CtaRecords rec = cta_records(p, t, 0);
     bool any_side[2] = {false, false};
-    for (int r = 0; r < t.nrows; ++r)
-      for (int side = 0; side < 2; ++side) {
-        const bool has = mixed_block(g, rec.sorted, rec.k, t.i0 + r, side).block >= 0;
-        any_side[side] = any_side[side] || has;
-        st[9] += has;
-        st[8] += has;  // a straddling block's summary is one key the row sees
+    std::vector<RowGeometry> rows(M);
+    for (int r = 0; r < M; ++r) {
+      rows[r] = row_geometry(g, t.i0 + r, rec.sorted, rec.k);
+      for (int side = 0; side < 2 && r < t.nrows; ++side) {
+        any_side[side] = any_side[side] || rows[r].mix[side] >= 0;
+        st[9] += rows[r].mix[side] >= 0;
       }
+    }
     const uint32_t needed = variants_needed(rec.list, rec.count, any_side[0], any_side[1]);
     for (int32_t sl = 0; sl < kVariantSlots; ++sl) st[10] += (needed >> int(variant_at(sl))) & 1;
     st[0] = rec.count;
@@ -502,7 +493,7 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
         for (int w = 0; w < 4; ++w) {
           warps[w] = WarpBounds::empty();
           for (int i = 0; i < W; ++i) {
-            bounds[w * W + i] = record_bounds(g, r, t.i0 + w * W + i);
+            bounds[w * W + i] = record_bounds(g, r, rows[w * W + i]);
             if (w * W + i < t.nrows) warps[w].add(bounds[w * W + i]);
           }
         }
