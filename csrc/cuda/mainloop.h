@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   const Geometry& g = p.geo;
 
   const int32_t head = p.by_ctas_per_head.div(int32_t(blockIdx.x));  // b * Hq + h
-  const QueryTile t = query_tile<M>(p, p.by_ctas_per_head.mod(int32_t(blockIdx.x)));
+  const QueryTile t = query_tile<M>(p, p.tile_base + p.by_ctas_per_head.mod(int32_t(blockIdx.x)));
   if (t.nrows <= 0) return;  // the whole CTA leaves before any barrier
   const int32_t batch = p.by_Hq.div(head), h = p.by_Hq.mod(head);
   const int32_t bh = batch * p.Hkv + p.by_group.div(h);

@@ -31,6 +31,13 @@
 
 #include "rules.h"
 
+// A loop the compiler keeps rolled (cold setup code: the kernel's instruction footprint stays small).
+#if defined(__CUDACC__)
+#define RSWA_ROLLED _Pragma("unroll 1")
+#else
+#define RSWA_ROLLED
+#endif
+
 namespace rangeswa::cuda {
 
 enum class KeySet : uint8_t { kCtrl = 0, kNat = 1, kGrp = 2, kCond = 3, kSumNat = 4, kSumGrp = 5 };
@@ -168,7 +175,7 @@ RSWA_HD int32_t far_right_begin(const Geometry& g, int32_t i) { return imin(g.nG
 RSWA_HD uint64_t exclusion_bits(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b0, int32_t n) {
   uint64_t bits = 0;
   const int32_t per = g.by_blocks_per_key_block.d;
-#pragma unroll 1
+RSWA_ROLLED
   for (int32_t x = 0; x < k; ++x) {
     const int32_t kb = sorted[x];
     if (kb < 0) break;
@@ -182,7 +189,7 @@ RSWA_HD uint64_t exclusion_bits(const Geometry& g, const int32_t* sorted, int32_
 
 RSWA_HD bool is_retrieved_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b) {
   const int32_t kb = g.by_blocks_per_key_block.div(b);
-#pragma unroll 1
+RSWA_ROLLED
   for (int32_t x = 0; x < k && sorted[x] >= 0 && sorted[x] <= kb; ++x)
     if (sorted[x] == kb) return true;
   return false;

@@ -126,7 +126,7 @@ struct TileCursor {
 // left, nat and right on the right; the direct records come last, after every fill).
 RSWA_HD uint32_t variants_needed(const Record* records, int32_t count, bool mixed_left, bool mixed_right) {
   uint32_t mask = 0;
-#pragma unroll 1
+RSWA_ROLLED
   for (int32_t x = 0; x < count; ++x)
     if (!(records[x].flags & kRecDirect)) mask |= 1u << records[x].qvar;
   if (mixed_left) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kLeft));

@@ -442,7 +442,7 @@ std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::
 // 16-column control tiles, masked tiles (some warp masks), masked warp-tiles, full warp-tiles,
 // skipped warp-tiles, rows, GEMM columns summed over rows (the columns its warp multiplies), keys seen
 // summed over rows (columns it sees, straddling blocks included), straddling blocks scored per row,
-// query-slot fills, masked tiles, tiles with column fix-ups.
+// query-slot fills, masked tiles, tiles with column fix-ups, masked warp-tiles by key set, direct tiles.
 at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                       const std::optional<at::Tensor>& retrieved, c10::string_view method, int64_t control_tokens,
                       int64_t window, int64_t summary_block, int64_t near_range, int64_t topk, int64_t retrieval_block,
@@ -458,9 +458,9 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   const Geometry& g = p.geo;
   constexpr int M = kAttnTileRows, W = M / 4;
   const int N = hc.q.scalar_type() == at::kFloat || hc.s.Dp > 80 ? 32 : 64;  // kernel_traits.h kBlockN
-  at::Tensor stats = at::zeros({p.body_tiles, 19}, at::kDouble);
+  at::Tensor stats = at::zeros({p.body_tiles, 20}, at::kDouble);
   for (int32_t x = 0; x < p.body_tiles; ++x) {
-    double* st = stats.data_ptr<double>() + x * 19;
+    double* st = stats.data_ptr<double>() + x * 20;
     const QueryTile t = query_tile<M>(p, p.control_tiles * p.control_chunks + x);
     if (t.nrows <= 0) continue;
     const CtaRecords rec = cta_records(p, t, 0);
@@ -499,14 +499,17 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
         }
       }
       const int32_t ragged = ragged_column(g, r, kv);
-      (KeySet(r.keys) == KeySet::kCtrl ? st[2] : st[1]) += 1;
+      const bool direct = (r.flags & kRecDirect) != 0;  // no K tile: counted apart
+      (direct ? st[19] : KeySet(r.keys) == KeySet::kCtrl ? st[2] : st[1]) += 1;
       bool masked = false;
-      st[12] += has_column_fixups(kv, ragged);
+      st[12] += !direct && has_column_fixups(kv, ragged);
       for (int w = 0; w < 4; ++w) {
         const TileWork work = classify(warps[w], kv);
-        st[work == TileWork::kSkip ? 6 : work == TileWork::kFull ? 4 : 3] += 1;
-        masked = masked || work == TileWork::kMasked;
-        st[13 + r.keys] += work == TileWork::kMasked;
+        if (!direct) {
+          st[work == TileWork::kSkip ? 6 : work == TileWork::kFull ? 4 : 3] += 1;
+          masked = masked || work == TileWork::kMasked;
+          st[13 + r.keys] += work == TileWork::kMasked;
+        }
         for (int i = 0; i < W && w * W + i < t.nrows; ++i) {
           if (work != TileWork::kSkip) st[7] += kv.width;
           const Bounds& b = bounds[w * W + i];
@@ -520,7 +523,7 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   // Columns, in order: 0 records, 1 KV tiles, 2 control tiles, 3 masked warp-tiles, 4 full warp-tiles,
   // 5 rows, 6 skipped warp-tiles, 7 GEMM columns over rows, 8 keys seen over rows, 9 straddling blocks,
   // 10 query-slot fills, 11 masked tiles, 12 tiles with column fix-ups, 13-18 masked warp-tiles by key set
-  // (plan.h KeySet order).
+  // (plan.h KeySet order), 19 direct tiles (straddling blocks; in no other tile column).
   return stats;
 }
 
