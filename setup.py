@@ -75,7 +75,8 @@ def _extension():
     cxx_flags = ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno", "-DRANGESWA_NAMESPACE=rangeswa"]
     link_args = ["-fopenmp"]
     if _want_cuda():
-        cuda_sources = sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
+        # The kernels (.cu, nvcc) and their host entry points (.cpp, the host compiler).
+        cuda_sources = sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")) + glob.glob(os.path.join("csrc", "cuda", "*.cpp")))
         nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "-lineinfo", *_cuda_gencode_flags()]
         return cpp_extension.CUDAExtension(
             "rangeswa_ext._C",

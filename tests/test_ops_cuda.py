@@ -16,6 +16,7 @@ import torch
 from attn_cases import (CAUSAL_GRID, FP32_TOL, GRID, LSE_TOL, assert_low_precision_close, attn_reference, case_id,
                         causal_config, causal_id, causal_inputs, config, inputs, opcheck_samples, retrieved_for)
 from conftest import make_qkv, rel_err
+from cuda_emulator import emulator_ops
 from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
 
@@ -245,25 +246,7 @@ def test_torch_compile_sees_the_fake_shapes_cuda():
 @pytest.fixture(scope="module")
 def emulator():
     """torch.ops.rangeswa_emulator.attn, built once per run (about 2 minutes on 2 cores)."""
-    from torch.utils import cpp_extension
-
-    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")  # as setup.py defaults it
-    if not os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
-        pytest.skip(f"the emulator is the kernel's CUDA source compiled for the host by nvcc, and there is no "
-                    f"nvcc under {cuda_home}; set CUDA_HOME to a CUDA toolkit")
-    if torch.version.cuda is None:
-        pytest.skip("the emulator links against a CUDA build of torch; this torch is a CPU-only build")
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0")  # host code only; no GPU is queried
-    cpp_extension.CUDA_HOME = cuda_home
-    # A build folder of this checkout's own: torch's shared cache would rebuild it for every checkout in turn.
-    build = os.path.join(ROOT, "build", "emulator")
-    os.makedirs(build, exist_ok=True)
-    cpp_extension.load(
-        name="rangeswa_attn_emulator",
-        sources=[os.path.join(ROOT, "csrc", "cuda", "emulator", "attn_emulator.cu"), os.path.join(ROOT, "csrc", "checks.cpp")],
-        extra_include_paths=[os.path.join(ROOT, "csrc")], extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"],
-        extra_cuda_cflags=["-O2", "--expt-relaxed-constexpr", "-std=c++20"], is_python_module=False, build_directory=build)
-    return torch.ops.rangeswa_emulator.attn.default
+    return emulator_ops().attn.default
 
 
 @pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])

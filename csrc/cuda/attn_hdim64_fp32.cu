@@ -1,4 +1,4 @@
-// One instantiation of the fused attention kernel (static_switch.h dispatches here).
+// One instantiation of the fused attention kernel (attn_api.cpp dispatches here).
 #include "attn_launch.h"
 
-template cudaError_t rangeswa::cuda::run_attn<float, 64>(const rangeswa::cuda::AttnKernelParams&, cudaStream_t);
+RANGESWA_INSTANTIATE_ATTN(float, 64)

@@ -1,11 +1,13 @@
-// Everything one launch of the fused attention kernel reads, filled once by the op (ops.cu) and
-// passed by value as a __grid_constant__ kernel parameter. No torch types, so the kernel
-// instantiations compile without the torch headers.
+// Everything one launch of the fused attention kernel reads, filled once on the host (attn_setup.h)
+// and passed by value as a __grid_constant__ kernel parameter; and the CTA -> query tile map. No torch
+// types, so the kernel instantiations compile without the torch headers.
 #pragma once
 
 #include <cstdint>
 
+#include "kernel_traits.h"
 #include "layout.h"
+#include "plan.h"
 #include "rules.h"
 
 namespace rangeswa::cuda {
@@ -13,52 +15,121 @@ namespace rangeswa::cuda {
 // The element types of the op's inputs; bf16 and fp16 run on tensor cores, fp32 on the SIMT path.
 enum class DType : int { kFloat = 0, kBFloat16 = 1, kHalf = 2 };
 
-// Rows per KV head of the prepared arrays (prepare.h), each row padded to the kernel's head dim:
-//   keys_nat  [C + L + nS]: control keys (never rotated), R(j) k_j, block means of R(j) k_j
-//   values    [C + L + nS]: control values, body values, block means of the values
-//   keys_grp  [L + nS]    : R(j/g) k_j and its block means (grouped positions; null without grouping)
-//   keys_cond [L]         : R(j T/L) k_j (control rows under the conditioning correction; else null)
-// nS = ceil(L / G) for rangeswa (the summary keys), 0 for the token-level methods.
-struct AttnKernelParams {
-  const void* q;     // [B, Hq, N, D], before RoPE; rows at q_strides.at(b, h, n)
-  RowStrides q_strides;
-  void* out;         // [B, Hq, N, D], contiguous
-  float* lse;        // [B, Hq, N], natural log
-  const void* keys_nat;
-  const void* keys_grp;
-  const void* keys_cond;
-  const void* values;
-  int64_t nat_rows, grp_rows;  // rows per KV head of keys_nat / values and of keys_grp
+// The prepared arrays of one call (prepare.h writes them), in the input dtype, rows padded to the
+// kernel's head dim Dp with zeros; array X of KV head bh (= b * Hkv + h) starts at X + bh * <its head
+// stride>, row r at + r * Dp. Arrays a call does not need are null.
+struct PreparedArrays {
+  const void* k_ctrl;  // [C]  control keys (unrotated)
+  const void* v_ctrl;  // [C]  control values
+  const void* k_nat;   // [L]  R(j) k_j
+  const void* k_grp;   // [L]  R(j / g) k_j                       grouping
+  const void* k_cond;  // [L]  R(j T / L) k_j                     control rows under the correction
+  const void* v_body;  // [L]  v_j
+  const void* s_nat;   // [nG] G-block means of R(j) k_j           rangeswa with summaries
+  const void* s_grp;   // [nG] G-block means of R(j / g) k_j       ... and grouping
+  const void* s_v;     // [nG] G-block means of v_j
+  const void* p_nat;   // [L]  in-block exclusive prefix sums of R(j) k_j       blocks straddling Hn
+  const void* p_grp;   // [L]  in-block exclusive prefix sums of R(j / g) k_j   (plan.h mixed_block)
+  int64_t ctrl_stride, body_stride, sum_stride;  // elements per KV head: C * Dp, L * Dp, nG * Dp
+};
 
-  // cos/sin [count, rotary_dim / 2] of the query rotations (prepare.h, rope tables): native positions
-  // i, grouped positions s - c at row s, conditioning positions i * T / L.
-  const float *cos_nat, *sin_nat, *cos_grp, *sin_grp, *cos_cond, *sin_cond;
-  int rotary_half;   // rotary_dim / 2
+struct AttnKernelParams {
+  const void* q;  // [B, Hq, Nq, D], before RoPE; rows at q_strides.at(b, h, n)
+  RowStrides q_strides;
+  void* out;      // [B, Hq, Nq, D], contiguous
+  float* lse;     // [B, Hq, Nq], natural log
+  PreparedArrays kv;
+
+  // cos/sin [positions, rotary_half] of the query rotations: integer positions 0.. (a negative position
+  // p reads row -p with the sine negated), and the conditioning positions i T / L at row i.
+  const float *cos_int, *sin_int, *cos_cond, *sin_cond;
+  int32_t rotary_half;
   bool interleaved;
 
-  const int32_t* retrieved;  // [B, Hkv, nQb, retrieved_k] rule-3 blocks, -1 padded; null = none
-  int64_t retrieved_k;
+  // The plan (plan kernel): records of body tile t of KV head bh at records + (bh * body_tiles + t) *
+  // max_records, their count at record_count[bh * body_tiles + t]; the retrieved blocks of query block qb,
+  // ascending and -1 padded, at retrieved + (bh * nQb + qb) * retrieved_k (null: no retrieval).
+  const Record* records;
+  const int32_t* record_count;
+  int32_t max_records;
+  const int32_t* retrieved;
+  int32_t retrieved_k, nQb;
 
-  Rules rules;
-  int64_t B, Hq, Hkv, N, C, L, D;  // k and v hold N = C + L rows
+  Geometry geo;
+  int32_t B, Hq, Hkv, D, Dp;
   // q and the output hold Nq = C + Lq rows: the control rows, then body rows first_row .. L - 1 (SPEC
-  // section 7's cached calls; Nq = N and first_row = 0 otherwise). Body row i is q row C + i - first_row.
-  int64_t Nq, first_row;
+  // section 7's cached calls; first_row = 0 otherwise). Body row i is q row C + i - first_row.
+  int32_t Nq, first_row;
   float scale_log2;         // scale * log2(e): logits are kept in base 2
-  float control_bias_log2;  // section 3: -log(L/T) * log2(e) on control-row logits of body keys
-  float log2_block;         // log2(G), rule 4's summary bias of a full G-block
-  float log2_last_block;    // log2(n_b) of the last (possibly ragged) G-block
+  float control_bias_log2;  // section 3: -log(L/T) log2(e) on control rows' body-key logits
 
-  // Query slots in shared memory: 1 (native), 2 (native + conditioning) or 3 (native, grouped-left,
-  // grouped-right; slot 1 holds the conditioning rotation while the control keys are scored).
-  int num_q_slots;
-  bool cond_queries;  // body rows score the control keys with the conditioning rotation
-
-  // Work split: per (batch, query head), control_tiles tiles of control rows, then body tiles.
-  // Body tile t holds rows [max(qb * tile_query_block, first_row) + s * kBlockM, ...) with
-  // qb = first_tile_query_block + t / tiles_per_query_block, s = t % tiles_per_query_block, clipped to
-  // the query block (tile_query_block = Qb for rangeswa); a tile past its block's rows has none.
-  int64_t control_tiles, body_tiles, tile_query_block, tiles_per_query_block, first_tile_query_block;
+  // Work split per (batch, query head): control_tiles x control_chunks CTAs of control rows (split-K over
+  // the body keys, chunks of control_chunk_keys; partial results in ctrl_o / ctrl_lse, merged by the
+  // combine kernel), then body_tiles CTAs. Body tile t holds rows [max(qb * tile_block, first_row) +
+  // s * kBlockM, ...) with qb = first_tile_block + t / tiles_per_block, s = t % tiles_per_block, clipped
+  // to block qb's rows (tile_block = Qb for rangeswa, so a tile's rows share their retrieved blocks).
+  int32_t control_tiles, control_chunks, control_chunk_keys, body_tiles;
+  int32_t tile_block, tiles_per_block, first_tile_block;
+  // A launch runs, per head, the tiles [tile_base, tile_base + ctas_per_head.d) of that list (the op
+  // launches the control tiles and the body tiles apart, so a profile tells them apart). Divisions of the
+  // CTA index: by those CTAs per head, the control chunks, the tiles per block, Hq and the query heads per
+  // KV head.
+  int32_t tile_base;
+  FastDiv by_ctas_per_head, by_chunks, by_tiles_per_block, by_Hq, by_group;
+  float* ctrl_o;    // [control_chunks, B * Hq, C, Dp] normalised partial outputs (fp32)
+  float* ctrl_lse;  // [control_chunks, B * Hq, C] their log-sum-exp (base 2)
 };
+
+// One CTA's query rows.
+struct QueryTile {
+  bool control;    // control rows [i0, i0 + nrows) of [0, C); else body rows
+  int32_t i0, nrows;
+  int32_t qb;      // query block of body rows
+  int32_t chunk;   // control rows: the split-K chunk of body keys
+  int32_t index;   // body rows: the tile's index among the body tiles (its plan)
+};
+
+template <int kBlockM>
+RSWA_HD QueryTile query_tile(const AttnKernelParams& p, int32_t tile) {
+  QueryTile t{};
+  const int32_t control = p.control_tiles * p.control_chunks;
+  if (tile < control) {
+    t.control = true;
+    t.chunk = p.by_chunks.mod(tile);
+    t.i0 = p.by_chunks.div(tile) * kBlockM;
+    t.nrows = imin(kBlockM, p.geo.C - t.i0);
+    return t;
+  }
+  t.index = tile - control;
+  t.qb = p.first_tile_block + p.by_tiles_per_block.div(t.index);
+  const int32_t end = imin(p.geo.L, (t.qb + 1) * p.tile_block);
+  t.i0 = imax(t.qb * p.tile_block, p.first_row) + p.by_tiles_per_block.mod(t.index) * kBlockM;
+  t.nrows = imax(0, imin(kBlockM, end - t.i0));
+  return t;
+}
+
+// The plan of body tile t of KV head bh (the plan kernel's thread, and the emulator).
+RSWA_HD int32_t plan_tile(const AttnKernelParams& p, int32_t bh, int32_t t, Record* out) {
+  const QueryTile tile = query_tile<kAttnTileRows>(p, p.control_tiles * p.control_chunks + t);
+  if (tile.nrows <= 0) return 0;
+  const int32_t* sorted = p.retrieved ? p.retrieved + (int64_t(bh) * p.nQb + tile.qb) * p.retrieved_k : nullptr;
+  return plan_body_tile(p.geo, tile.i0, tile.nrows, sorted, sorted ? p.retrieved_k : 0, out);
+}
+
+// Rule 3's blocks of one (KV head, query block) in ascending order, -1 last (the plan's input).
+RSWA_HD void sort_retrieved(const int32_t* given, int32_t* sorted, int32_t k) {
+  int32_t n = 0;
+  for (int32_t x = 0; x < k; ++x) {
+    const int32_t kb = given[x];
+    if (kb < 0) continue;
+    int32_t y = n++;
+    while (y > 0 && sorted[y - 1] > kb) {
+      sorted[y] = sorted[y - 1];
+      --y;
+    }
+    sorted[y] = kb;
+  }
+  for (int32_t x = n; x < k; ++x) sorted[x] = -1;
+}
 
 }  // namespace rangeswa::cuda

@@ -1,7 +1,7 @@
-// Host-side setup of one fused attention call, from the checked arguments (checks.h AttnParams): the
-// sizes of the per-call arrays (rope tables, prepared keys / values / summaries) and the parameter
-// structs of the preparation and attention kernels. Shared by the op (ops.cu) and by the host
-// emulation that tests the kernels' plan on machines without a GPU (tests/test_ops_cuda.py).
+// Host-side setup of one fused attention call, from the checked arguments (checks.h AttnParams): which
+// prepared arrays it needs and their sizes, the tile layout, the split of the control rows, and the
+// parameter structs of the preparation and attention kernels. Shared by the op (attn_api.cpp) and the
+// host emulation (emulator/attn_emulator.cu), so both run the same plan on the same arrays.
 #pragma once
 
 #include <algorithm>
@@ -11,38 +11,70 @@
 #include "checks.h"
 #include "cuda/attn_params.h"
 #include "cuda/kernel_traits.h"
+#include "cuda/plan.h"
 #include "cuda/prepare.h"
 
 namespace rangeswa::cuda {
 
-struct AttnPlan {
-  int64_t Dp;                  // padded head dim (kernel_traits.h)
-  int64_t BH;                  // B * H_kv rows of the prepared arrays
-  int64_t nat_rows, grp_rows;  // rows per KV head (attn_params.h)
-  bool grouping;               // keys_grp and the grouped table exist
-  bool cond;                   // keys_cond and the conditioning table exist
-  // Rope tables: rows and positions first + s * step of native, grouped and conditioning positions.
-  int64_t nat_count, grp_count, cond_count;
-  double grp_first, cond_step;
+// Control rows split the body keys into chunks of this many keys (one CTA each, merged by log-sum-exp).
+inline constexpr int32_t kControlChunkKeys = 1024;
+
+struct AttnSetup {
+  Geometry geo;
+  int32_t Dp;
+  int64_t BH;  // B * Hkv: KV heads of the prepared arrays
+  // Prepared arrays the call needs (attn_params.h PreparedArrays).
+  bool grouped_keys, cond_keys, summaries, grouped_summaries, prefix;
+  int32_t unit_tokens;  // prepare.h
+  // Rope tables: integer positions [0, int_rows), conditioning positions i T / L for i in [0, cond_rows).
+  int64_t int_rows, cond_rows;
+  double cond_step;
+  // Tile layout (attn_params.h).
+  int32_t tile_block, tiles_per_block, first_tile_block, body_tiles;
+  int32_t control_tiles, control_chunks, control_chunk_keys;
+  int32_t nQb, retrieved_k, max_records;
+  float scale_log2, control_bias_log2;
+
+  int64_t ctas_per_head() const { return int64_t(control_tiles) * control_chunks + body_tiles; }
+  int64_t plans() const { return BH * body_tiles; }
 };
 
-inline AttnPlan plan_attn(const AttnParams& ap) {
+inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
   const Rules& R = ap.rules;
-  AttnPlan plan{};
-  plan.Dp = padded_head_dim(ap.D);
-  plan.BH = ap.B * ap.Hkv;
-  const int64_t summaries = R.method == Method::kRangeSwa ? R.num_summary_blocks() : 0;
-  plan.nat_rows = ap.C + ap.L + summaries;
-  plan.grp_rows = ap.L + summaries;
-  plan.grouping = R.grouping();
-  plan.cond = conditioned(R, ap.C);
+  AttnSetup s{};
+  s.geo = make_geometry(R, ap.C);
+  const Geometry& g = s.geo;
+  const bool rangeswa = R.method == Method::kRangeSwa;
+  s.Dp = padded_head_dim(ap.D);
+  s.BH = ap.B * ap.Hkv;
+  s.grouped_keys = g.grouping;
+  s.cond_keys = g.cond;
+  s.summaries = g.summaries;
+  s.grouped_summaries = g.summaries && g.grouping;
+  s.prefix = g.summaries && g.grouping && g.far_summaries;
+  s.unit_tokens = g.summaries ? g.G : 32;
   const bool rotates = ap.rope.rotary_dim > 0 && ap.L > 0;
-  plan.nat_count = rotates ? ap.L : 0;
-  plan.grp_count = rotates && plan.grouping ? (ap.L - 1) / R.g + 2 * R.group_offset + 1 : 0;
-  plan.cond_count = rotates && plan.cond ? ap.L : 0;
-  plan.grp_first = plan.grouping ? double(-R.group_offset) : 0.0;  // grouped table row s = position s - c
-  plan.cond_step = ap.control_position_scale;
-  return plan;
+  // Positions up to L - 1 (native keys and queries); grouped ones stay below T <= L - 1 when grouping.
+  s.int_rows = rotates ? std::max<int64_t>(ap.L, 1) : 0;
+  s.cond_rows = rotates && g.cond ? ap.L : 0;
+  s.cond_step = ap.control_position_scale;
+
+  const int32_t M = kAttnTileRows;
+  s.tile_block = rangeswa ? g.Qb : M;
+  s.tiles_per_block = rangeswa ? (std::min(g.Qb, std::max(g.L, 1)) + M - 1) / M : 1;
+  s.first_tile_block = int32_t(ap.first_row / s.tile_block);
+  const int32_t blocks = int32_t(ceil_div(ap.L, s.tile_block)) - s.first_tile_block;
+  s.body_tiles = ap.Lq > 0 ? blocks * s.tiles_per_block : 0;
+  s.control_tiles = int32_t(ceil_div(ap.C, M));
+  s.control_chunk_keys = kControlChunkKeys;
+  s.control_chunks = int32_t(std::max<int64_t>(1, ceil_div(ap.L, kControlChunkKeys)));
+  s.nQb = int32_t(R.num_query_blocks());
+  s.retrieved_k = rangeswa ? int32_t(retrieved_k) : 0;
+  s.max_records = max_records(s.retrieved_k);
+  const double log2e = 1.4426950408889634;
+  s.scale_log2 = float(ap.scale * log2e);
+  s.control_bias_log2 = float(ap.control_bias * log2e);
+  return s;
 }
 
 // Device (or host) pointers of one call.
@@ -51,99 +83,99 @@ struct AttnBuffers {
   RowStrides q_strides, k_strides, v_strides;
   void* out;
   float* lse;
-  void *keys_nat, *values, *keys_grp, *keys_cond;
-  const float *cos_nat, *sin_nat, *cos_grp, *sin_grp, *cos_cond, *sin_cond;
-  const int32_t* retrieved;  // [B, H_kv, nQb, retrieved_k] or null
-  int64_t retrieved_k;
+  void *k_ctrl, *v_ctrl, *k_nat, *k_grp, *k_cond, *v_body, *s_nat, *s_grp, *s_v, *p_nat, *p_grp;
+  const float *cos_int, *sin_int, *cos_cond, *sin_cond;
+  const int32_t* retrieved;  // [B, Hkv, nQb, retrieved_k] as given (best first), or null
+  int32_t* retrieved_sorted;  // the same rows ascending, -1 last (plan kernel)
+  Record* records;            // [plans, max_records]
+  int32_t* record_count;      // [plans]
+  float *ctrl_o, *ctrl_lse;   // control rows' partial results
 };
 
-inline PrepareParams prepare_params(const AttnParams& ap, const AttnPlan& plan, const AttnBuffers& buf) {
-  const Rules& R = ap.rules;
+inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf) {
   PrepareParams pp{};
   pp.k = buf.k;
   pp.v = buf.v;
   pp.k_strides = buf.k_strides;
   pp.v_strides = buf.v_strides;
-  pp.keys_nat = buf.keys_nat;
-  pp.values = buf.values;
-  pp.keys_grp = buf.keys_grp;
-  pp.keys_cond = buf.keys_cond;
-  pp.cos_nat = buf.cos_nat;
-  pp.sin_nat = buf.sin_nat;
-  pp.cos_grp = buf.cos_grp;
-  pp.sin_grp = buf.sin_grp;
+  pp.k_ctrl = buf.k_ctrl;
+  pp.v_ctrl = buf.v_ctrl;
+  pp.k_nat = buf.k_nat;
+  pp.k_grp = buf.k_grp;
+  pp.k_cond = buf.k_cond;
+  pp.v_body = buf.v_body;
+  pp.s_nat = buf.s_nat;
+  pp.s_grp = buf.s_grp;
+  pp.s_v = buf.s_v;
+  pp.p_nat = buf.p_nat;
+  pp.p_grp = buf.p_grp;
+  pp.ctrl_stride = ap.C * s.Dp;
+  pp.body_stride = ap.L * s.Dp;
+  pp.sum_stride = int64_t(s.geo.nG) * s.Dp;
+  pp.cos_int = buf.cos_int;
+  pp.sin_int = buf.sin_int;
   pp.cos_cond = buf.cos_cond;
   pp.sin_cond = buf.sin_cond;
-  pp.BH = plan.BH;
-  pp.Hkv = ap.Hkv;
-  pp.N = ap.N;
-  pp.C = ap.C;
-  pp.L = ap.L;
-  pp.D = ap.D;
-  pp.Dp = plan.Dp;
-  pp.nat_rows = plan.nat_rows;
-  pp.grp_rows = plan.grp_rows;
-  pp.G = R.G;
-  pp.summaries = R.method == Method::kRangeSwa;
-  pp.g = plan.grouping ? R.g : 1;
-  pp.group_offset = R.group_offset;
-  pp.rotary_half = int(ap.rope.rotary_dim / 2);
+  pp.BH = int32_t(s.BH);
+  pp.Hkv = int32_t(ap.Hkv);
+  pp.C = int32_t(ap.C);
+  pp.L = int32_t(ap.L);
+  pp.D = int32_t(ap.D);
+  pp.Dp = s.Dp;
+  pp.G = s.geo.G;
+  pp.g = s.grouped_keys ? s.geo.g : 1;
+  pp.rotary_half = int32_t(ap.rope.rotary_dim / 2);
   pp.interleaved = ap.rope.interleaved;
+  pp.unit_tokens = s.unit_tokens;
   return pp;
 }
 
-inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnPlan& plan, const AttnBuffers& buf) {
-  const Rules& R = ap.rules;
-  const bool rangeswa = R.method == Method::kRangeSwa;
+inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf) {
   AttnKernelParams p{};
   p.q = buf.q;
   p.q_strides = buf.q_strides;
   p.out = buf.out;
   p.lse = buf.lse;
-  p.keys_nat = buf.keys_nat;
-  p.keys_grp = buf.keys_grp;
-  p.keys_cond = buf.keys_cond;
-  p.values = buf.values;
-  p.nat_rows = plan.nat_rows;
-  p.grp_rows = plan.grp_rows;
-  p.cos_nat = buf.cos_nat;
-  p.sin_nat = buf.sin_nat;
-  p.cos_grp = buf.cos_grp;
-  p.sin_grp = buf.sin_grp;
+  p.kv = PreparedArrays{buf.k_ctrl, buf.v_ctrl, buf.k_nat, buf.k_grp, buf.k_cond, buf.v_body, buf.s_nat,
+                        buf.s_grp,  buf.s_v,    buf.p_nat, buf.p_grp, ap.C * s.Dp,  ap.L * s.Dp,
+                        int64_t(s.geo.nG) * s.Dp};
+  p.cos_int = buf.cos_int;
+  p.sin_int = buf.sin_int;
   p.cos_cond = buf.cos_cond;
   p.sin_cond = buf.sin_cond;
-  p.rotary_half = int(ap.rope.rotary_dim / 2);
+  p.rotary_half = int32_t(ap.rope.rotary_dim / 2);
   p.interleaved = ap.rope.interleaved;
-  if (rangeswa && buf.retrieved != nullptr && buf.retrieved_k > 0) {
-    p.retrieved = buf.retrieved;
-    p.retrieved_k = buf.retrieved_k;
-  }
-  p.rules = R;
-  p.B = ap.B;
-  p.Hq = ap.Hq;
-  p.Hkv = ap.Hkv;
-  p.N = ap.N;
-  p.C = ap.C;
-  p.L = ap.L;
-  p.D = ap.D;
-  p.Nq = ap.Nq;
-  p.first_row = ap.first_row;
-  const double log2e = 1.4426950408889634;
-  p.scale_log2 = float(ap.scale * log2e);
-  p.control_bias_log2 = float(ap.control_bias * log2e);
-  p.log2_block = float(std::log2(double(R.G)));
-  p.log2_last_block = ap.L > 0 ? float(std::log2(double(R.block_size(R.num_summary_blocks() - 1)))) : 0.f;
-  p.num_q_slots = plan.grouping ? 3 : (plan.cond ? 2 : 1);
-  p.cond_queries = plan.cond;
-  p.control_tiles = (ap.C + kAttnTileRows - 1) / kAttnTileRows;
-  // rangeswa tiles stay inside one query block (rows of a tile share their retrieved blocks).
-  p.tile_query_block = rangeswa ? R.Qb : kAttnTileRows;
-  p.tiles_per_query_block =
-      rangeswa ? (std::min(R.Qb, std::max<int64_t>(ap.L, 1)) + kAttnTileRows - 1) / kAttnTileRows : 1;
-  // Only the query blocks holding rows of q (from first_row on, SPEC section 7) get tiles.
-  p.first_tile_query_block = ap.first_row / p.tile_query_block;
-  const int64_t blocks = (ap.L + p.tile_query_block - 1) / p.tile_query_block - p.first_tile_query_block;
-  p.body_tiles = ap.Lq > 0 ? blocks * p.tiles_per_query_block : 0;
+  p.records = buf.records;
+  p.record_count = buf.record_count;
+  p.max_records = s.max_records;
+  p.retrieved = s.retrieved_k > 0 ? buf.retrieved_sorted : nullptr;
+  p.retrieved_k = s.retrieved_k;
+  p.nQb = s.nQb;
+  p.geo = s.geo;
+  p.B = int32_t(ap.B);
+  p.Hq = int32_t(ap.Hq);
+  p.Hkv = int32_t(ap.Hkv);
+  p.D = int32_t(ap.D);
+  p.Dp = s.Dp;
+  p.Nq = int32_t(ap.Nq);
+  p.first_row = int32_t(ap.first_row);
+  p.scale_log2 = s.scale_log2;
+  p.control_bias_log2 = s.control_bias_log2;
+  p.control_tiles = s.control_tiles;
+  p.control_chunks = s.control_chunks;
+  p.control_chunk_keys = s.control_chunk_keys;
+  p.body_tiles = s.body_tiles;
+  p.tile_block = s.tile_block;
+  p.tiles_per_block = s.tiles_per_block;
+  p.first_tile_block = s.first_tile_block;
+  p.tile_base = 0;  // every tile of a head in one launch (run_attn launches control and body tiles apart)
+  p.by_ctas_per_head = FastDiv::make(int32_t(s.ctas_per_head()));
+  p.by_chunks = FastDiv::make(s.control_chunks);
+  p.by_tiles_per_block = FastDiv::make(std::max(1, s.tiles_per_block));
+  p.by_Hq = FastDiv::make(int32_t(ap.Hq));
+  p.by_group = FastDiv::make(int32_t(ap.Hq / ap.Hkv));
+  p.ctrl_o = buf.ctrl_o;
+  p.ctrl_lse = buf.ctrl_lse;
   return p;
 }
 
@@ -155,10 +187,13 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnPlan& plan
 // cb = G = 16 and every cb dividing or divided by G run here.
 inline const char* cuda_unsupported(const AttnParams& ap) {
   const Rules& R = ap.rules;
-  if (R.method == Method::kRangeSwa && R.cb > 0 && R.cb % R.G != 0 && R.G % R.cb != 0 && R.radius < R.cb - 1)
+  if (R.method == Method::kRangeSwa && R.summaries && R.cb > 0 && R.cb < R.L && R.cb % R.G != 0 &&
+      R.G % R.cb != 0 && R.radius < R.cb - 1)
     return "attn on CUDA needs causal_block and summary_block to divide one another, or a window radius "
            "W // 2 of at least causal_block - 1 (otherwise a row can see a summary block in part, which only "
            "the CPU kernel computes); run this configuration on the CPU";
+  if (ap.L + ap.C >= kMaxPlanTokens)
+    return "attn on CUDA takes sequences of fewer than 2^29 tokens (C + L)";
   return nullptr;
 }
 

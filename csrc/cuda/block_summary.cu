@@ -2,7 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "rope.h"
+#include "launch.h"
 #include "utils.h"
 
 namespace rangeswa::cuda {

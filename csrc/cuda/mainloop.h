@@ -1,248 +1,422 @@
-// The fused RangeSWA attention kernel (SPEC sections 1-4): one CTA per query tile (block.h) and
-// (batch, query head). The CTA rotates its query rows into shared memory once per position class,
-// then walks its KV tiles with one online softmax, FlashAttention-2 style:
+// The fused RangeSWA attention kernel (SPEC sections 1-4 and 7): one CTA per tile of 128 query rows
+// (4 warps of 32) and (batch, query head), walking the KV tiles of its plan (plan.h records, made by the
+// plan kernel) with one online softmax, FlashAttention-2 style:
 //
-//   K(n) in flight -> wait, barrier -> issue V(n) -> S = Q K(n)^T (per class pass) -> wait, barrier
-//   -> issue K(n+1) -> mask / bias -> softmax -> O += P V(n)
+//   prologue: records and retrieved blocks -> shared memory; each row's straddling blocks (plan.h);
+//             issue the copy of KV tile 0
+//   per tile: wait, barrier (tile n landed, tile n - 1 done) -> issue the copy of tile n + 1 into the
+//             other stage -> fill the query slot if the record's variant changed -> per warp: skip, or
+//             S = Q K^T, logits (full / masked / column fix-ups, tile.h), softmax, O += P V
+//   last: the direct records of the blocks straddling distance Hn (their logits from three dot products
+//         per row and side, made as the query variants were filled); output staged through shared memory
 //
-// so the V copy overlaps the score GEMM and the next K copy overlaps softmax and the PV GEMM. A tile
-// whose rows x keys fall in several position classes (pairs near distance Hn, section 3) runs one
-// GEMM per class and keeps each element's own; grouped keys are a second K copy.
-//
-// Keys, values and summaries come from the prepared arrays (attn_params.h); queries are rotated here
-// from the input with the rope tables: native (position i), grouped-left (i/g + c), grouped-right
-// (i/g - c) and conditioning (i T/L), exactly the pairing of the CPU kernel (rules.h PosClass).
+// The query slot holds the tile's rows under one rotation at a time (native, grouped-left, grouped-right,
+// conditioning, or none for control rows), rotated here from the input with the rope tables; records
+// come in the slot's fill order, so a tile fills it at most four times. Every decision (records, bounds,
+// skip / full / masked, column fix-ups, straddling blocks) comes from plan.h and tile.h, which the host
+// emulator runs too.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "attn_params.h"
-#include "block.h"
-#include "epilogue.h"
 #include "kernel_traits.h"
-#include "mask.h"
-#include "queries.h"
+#include "plan.h"
+#include "rotary.h"
 #include "softmax.h"
+#include "tile.h"
 #include "utils.h"
 #include "warp_gemm.h"
 
 namespace rangeswa::cuda {
 
-// Shared memory: query slots, one K and one V tile, the fixed segments, the tile's row contexts and
-// the per-row sums of the mixed blocks' exact logits.
+// Shared memory: the query slot, two K and two V stages, the records, the retrieved blocks, and per row
+// its bounds in the current record and its straddling blocks (block and class-change token per side)
+// with the two parts of their logits.
 template <typename Traits>
 struct SharedLayout {
   using Element = typename Traits::Element;
-  static constexpr size_t kKOffset(int slots) { return size_t(slots) * Traits::kQSlotElems * sizeof(Element); }
-  static constexpr size_t kVOffset(int slots) { return kKOffset(slots) + Traits::kKVElems * sizeof(Element); }
-  static constexpr size_t kSegOffset(int slots) { return kVOffset(slots) + Traits::kKVElems * sizeof(Element); }
-  static constexpr size_t kRowOffset(int slots) { return kSegOffset(slots) + kNumFixedSegments * sizeof(Segment); }
-  static constexpr size_t kMixedOffset(int slots) { return kRowOffset(slots) + Traits::kBlockM * sizeof(RowCtx); }
-  static constexpr size_t bytes(int slots) { return kMixedOffset(slots) + Traits::kBlockM * 2 * sizeof(float); }
-  static_assert(Traits::kQSlotElems * sizeof(Element) % 16 == 0 && Traits::kKVElems * sizeof(Element) % 16 == 0,
-                "tiles must keep 16-byte alignment");
-  static_assert(sizeof(Segment) % 8 == 0 && sizeof(RowCtx) % 8 == 0, "8-byte aligned tables");
+  static constexpr int M = Traits::kBlockM;
+  static constexpr size_t kK = size_t(Traits::kQElems) * sizeof(Element);
+  static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
+  static constexpr size_t kRecords = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
+  static constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+  static constexpr size_t retrieved(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
+  static constexpr size_t mixed(int max_records, int k) { return align16(retrieved(max_records) + size_t(k) * 4); }
+  static constexpr size_t rows(int max_records, int k) { return mixed(max_records, k) + size_t(M) * 7 * 4; }
+  static constexpr size_t bytes(int max_records, int k) { return rows(max_records, k) + size_t(M) * sizeof(RowGeometry); }
+  static_assert(kK % 16 == 0 && kV % 16 == 0 && kRecords % 16 == 0, "16-byte aligned tiles");
 };
 
-// Copies rows [0, nvalid) of a [rows, kHeadDim] global array into a kRows-row shared tile; rows past
-// nvalid are zero-filled (so that P = 0 never meets garbage V).
-template <typename Traits, int kRows>
-__device__ __forceinline__ void load_tile_async(typename Traits::Element* smem, const typename Traits::Element* gmem,
-                                                int nvalid) {
-  using Element = typename Traits::Element;
-  constexpr int kChunk = 16 / int(sizeof(Element));
+// Copies rows [0, n) of the keys and of the values of a tile ([rows, kHeadDim] global arrays) into
+// `rows`-row shared tiles; rows past n are zero-filled, so that P = 0 never meets garbage V.
+template <typename Traits>
+__device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, typename Traits::Element* sv,
+                                              const typename Traits::Element* gk, const typename Traits::Element* gv,
+                                              int rows, int n) {
+  constexpr int kChunk = 16 / int(sizeof(typename Traits::Element));
   constexpr int kChunksPerRow = Traits::kHeadDim / kChunk;
-  static_assert(Traits::kHeadDim % kChunk == 0, "whole 16-byte chunks per row");
+  const int per = rows * kChunksPerRow;
+  for (int c = threadIdx.x; c < 2 * per; c += Traits::kThreads) {
+    const bool value = c >= per;
+    const int cc = value ? c - per : c, r = cc / kChunksPerRow, col = (cc % kChunksPerRow) * kChunk;
+    const bool valid = r < n;
+    cp_async_16((value ? sv : sk) + r * Traits::kStride + col,
+                (value ? gv : gk) + int64_t(valid ? r : 0) * Traits::kHeadDim + col, valid);
+  }
+}
+
+// The keys and values array of a record's key set for KV head bh.
+template <typename Element>
+__device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet keys, int32_t bh, const Element*& k,
+                                              const Element*& v) {
+  const void *kb, *vb;
+  int64_t stride;
+  switch (keys) {
+    case KeySet::kCtrl: kb = a.k_ctrl; vb = a.v_ctrl; stride = a.ctrl_stride; break;
+    case KeySet::kNat: kb = a.k_nat; vb = a.v_body; stride = a.body_stride; break;
+    case KeySet::kGrp: kb = a.k_grp; vb = a.v_body; stride = a.body_stride; break;
+    case KeySet::kCond: kb = a.k_cond; vb = a.v_body; stride = a.body_stride; break;
+    case KeySet::kSumNat: kb = a.s_nat; vb = a.s_v; stride = a.sum_stride; break;
+    default: kb = a.s_grp; vb = a.s_v; stride = a.sum_stride; break;
+  }
+  k = static_cast<const Element*>(kb) + bh * stride;
+  v = static_cast<const Element*>(vb) + bh * stride;
+}
+
+// One KV tile of kCols columns for one warp: scores, logits, softmax, PV. lo / hi: the bounds of every
+// tile row in the current record (shared memory), read for this lane's rows on masked tiles only;
+// direct: the rows' raw scores of a direct record (plan.h kRecDirect), which replace Q K^T.
+template <typename Traits, int kCols>
+__device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::kHeadDim / 8][4],
+                                          OnlineSoftmax<Traits::kMBlocks>& softmax,
+                                          const typename Traits::Element* sQ, const typename Traits::Element* sK,
+                                          const typename Traits::Element* sV, int lane, int row0, TileWork work,
+                                          bool fixups, const KvTile& t, int32_t ragged, const int32_t* lo,
+                                          const int32_t* hi, const float* direct, float scale_log2, float bias,
+                                          float last_bias) {
+  constexpr int MB = Traits::kMBlocks, NT = kCols / 8;
+  const int tq = lane % 4;
+  float s[MB][NT][4];
+  WarpGemm<Traits>::template qk<kCols>(s, sQ, sK, lane);
+  // A direct record: each row's raw score replaces the (meaningless) product in every column; the row's
+  // bounds keep only its own block's column.
 #pragma unroll
-  for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += Traits::kThreads) {
-    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * kChunk;
-    const bool valid = r < nvalid;
-    cp_async_16(smem + r * Traits::kStride + col, gmem + int64_t(valid ? r : 0) * Traits::kHeadDim + col, valid);
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x = direct != nullptr ? direct[row0 + mb * 16 + (e / 2) * 8] : 0.f;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) s[mb][n][e] = direct != nullptr ? x : s[mb][n][e];
+    }
+  // Per column c = 8n + 2tq + j of this lane: its bias, -inf past the keys or for an excluded G-block
+  // (tile.h column_logit); one value for every row. Bit 8n + j of `excluded` shifted by 2tq is column c.
+  const uint64_t excluded = t.excluded >> (2 * tq);
+  const int32_t limit = t.n - 2 * tq, last = ragged - 2 * tq;
+  float col_bias[NT][2];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const bool dead = (n * 8 + j >= limit) | (((excluded >> (n * 8 + j)) & 1) != 0);
+      const float b = n * 8 + j == last ? last_bias : bias;
+      col_bias[n][j] = fixups ? (dead ? -INFINITY : b) : bias;
+    }
+  if (work == TileWork::kMasked) {
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // tile.h masked_logit: lo <= key < hi as one unsigned compare (hi >= lo always).
+        const int row = row0 + mb * 16 + h * 8;
+        const int32_t from = t.a + 2 * tq - lo[row];
+        const uint32_t width = uint32_t(hi[row] - lo[row]);
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            float& x = s[mb][n][2 * h + j];
+            x = uint32_t(from + n * 8 + j) < width ? x * scale_log2 + col_bias[n][j] : -INFINITY;
+          }
+      }
+  } else {
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mb][n][e] = s[mb][n][e] * scale_log2 + col_bias[n][e % 2];
   }
+  softmax.template update<NT, Traits::kHeadDim / 8>(s, o);
+  WarpGemm<Traits>::template pv<kCols>(o, s, sV, lane);
 }
 
-// Writes the tile's rows under one rotation into a query slot (queries.h).
 template <typename Traits>
-__device__ __forceinline__ void load_queries(typename Traits::Element* slot, const typename Traits::Element* q,
-                                             const AttnKernelParams& p, const QueryTile& t, QueryRotation rot) {
+__global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_constant__ AttnKernelParams p) {
   using Element = typename Traits::Element;
-  for (int idx = threadIdx.x; idx < Traits::kBlockM * Traits::kHeadDim; idx += Traits::kThreads) {
-    const int r = idx / Traits::kHeadDim, d = idx % Traits::kHeadDim;
-    const Element* row = q + int64_t(r) * p.q_strides.row;
-    const float val = query_element(p, t, rot, r, d, [&](int e) { return to_float(row[e]); });
-    slot[r * Traits::kStride + d] = from_float<Element>(val);
-  }
-}
-
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads) attn_kernel(const __grid_constant__ AttnKernelParams p) {
-  using Element = typename Traits::Element;
-  using Gemm = WarpGemm<Traits>;
   using Layout = SharedLayout<Traits>;
-  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
-  constexpr int NT = Gemm::NT, DT = Gemm::DT;
-  const Rules& R = p.rules;
+  constexpr int M = Traits::kBlockM, N = Traits::kBlockN, Dp = Traits::kHeadDim, MB = Traits::kMBlocks;
+  constexpr int DT = Dp / 8, WR = Traits::kWarpRows;
+  static_assert(M == Traits::kThreads, "one thread per query row: its bounds, its straddling blocks");
+  const Geometry& g = p.geo;
 
-  const int64_t tiles_per_head = p.control_tiles + p.body_tiles;
-  const int64_t head = int64_t(blockIdx.x) / tiles_per_head;  // b * Hq + h
-  const QueryTile t = query_tile<kBlockM>(p, int64_t(blockIdx.x) % tiles_per_head);
+  const int32_t head = p.by_ctas_per_head.div(int32_t(blockIdx.x));  // b * Hq + h
+  const QueryTile t = query_tile<M>(p, p.tile_base + p.by_ctas_per_head.mod(int32_t(blockIdx.x)));
   if (t.nrows <= 0) return;  // the whole CTA leaves before any barrier
-  const int64_t b = head / p.Hq, h = head % p.Hq, kvh = b * p.Hkv + h / (p.Hq / p.Hkv);
+  const int32_t batch = p.by_Hq.div(head), h = p.by_Hq.mod(head);
+  const int32_t bh = batch * p.Hkv + p.by_group.div(h);
 
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int slots = p.num_q_slots;
+  RSWA_DYNAMIC_SHARED(smem);
   Element* sQ = reinterpret_cast<Element*>(smem);
-  Element* sK = reinterpret_cast<Element*>(smem + Layout::kKOffset(slots));
-  Element* sV = reinterpret_cast<Element*>(smem + Layout::kVOffset(slots));
-  Segment* sSeg = reinterpret_cast<Segment*>(smem + Layout::kSegOffset(slots));
-  RowCtx* sRow = reinterpret_cast<RowCtx*>(smem + Layout::kRowOffset(slots));
-  float* sMixed = reinterpret_cast<float*>(smem + Layout::kMixedOffset(slots));
+  Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
+  Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
+  Record* sRec = reinterpret_cast<Record*>(smem + Layout::kRecords);
+  int32_t* sRet = reinterpret_cast<int32_t*>(smem + Layout::retrieved(p.max_records));
+  // Per row: its bounds in the current record, the two parts of its straddling blocks' logits (per side)
+  // and, in a direct record, its raw score.
+  int32_t* sLo = reinterpret_cast<int32_t*>(smem + Layout::mixed(p.max_records, p.retrieved_k));
+  int32_t* sHi = sLo + M;
+  float* sMixA = reinterpret_cast<float*>(sHi + M);  // [2][M]
+  float* sMixB = sMixA + 2 * M;                      // [2][M]
+  float* sRaw = sMixB + 2 * M;
+  RowGeometry* sRow = reinterpret_cast<RowGeometry*>(smem + Layout::rows(p.max_records, p.retrieved_k));
+  RSWA_STATIC_SHARED(int32_t, control_count);
 
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, tq = lane % 4;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, tq = lane % 4, gq = lane / 4;
+  const int32_t i = t.i0 + tid;  // this thread's row (body tiles)
 
-  // This KV head's prepared arrays, the tile's query rows, its retrieved blocks.
-  const Element* keys_nat = static_cast<const Element*>(p.keys_nat) + kvh * p.nat_rows * kHeadDim;
-  const Element* keys_grp = p.keys_grp ? static_cast<const Element*>(p.keys_grp) + kvh * p.grp_rows * kHeadDim : nullptr;
-  const Element* keys_cond = p.keys_cond ? static_cast<const Element*>(p.keys_cond) + kvh * p.L * kHeadDim : nullptr;
-  const Element* values = static_cast<const Element*>(p.values) + kvh * p.nat_rows * kHeadDim;
-  const int64_t n0 = t.control ? t.i0 : p.C + t.i0 - p.first_row;  // q row of the tile's first row
-  const int64_t row0 = head * p.Nq + n0;  // first output row of the contiguous [B * Hq * Nq]
-  const Element* q_rows = query_row<Element>(p, head, n0);
-  SegmentList segs{sSeg, nullptr, 0};
-  if (!t.control && R.method == Method::kRangeSwa && p.retrieved != nullptr) {
-    segs.retrieved = p.retrieved + (kvh * R.num_query_blocks() + t.qb) * p.retrieved_k;
-    segs.retrieved_k = p.retrieved_k;
+  // ---- prologue: records, retrieved blocks, straddling blocks --------------------------------------
+  int32_t count = 0;
+  if (t.control) {  // control rows plan their two records here (plan.h plan_control_tile)
+    if (tid == 0) control_count = plan_control_tile(g, t.chunk, p.control_chunk_keys, p.control_bias_log2, sRec);
+  } else {
+    const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
+    count = p.record_count[plan];
+    const int4* src = reinterpret_cast<const int4*>(p.records + plan * p.max_records);
+#pragma unroll 1
+    for (int x = tid; x < count; x += M) reinterpret_cast<int4*>(sRec)[x] = src[x];
   }
-  auto load_keys = [&](const KvTile& k, bool grouped) {
-    const RowRef ref = key_rows(p, t, k, grouped);
-    const Element* array = ref.array == KeyArray::kNative ? keys_nat : ref.array == KeyArray::kGrouped ? keys_grp : keys_cond;
-    load_tile_async<Traits, kBlockN>(sK, array + ref.row * kHeadDim, k.n);
+  const int32_t k = !t.control && p.retrieved != nullptr ? p.retrieved_k : 0;
+  const int32_t* given = k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * k : nullptr;
+#pragma unroll 1
+  for (int x = tid; x < k; x += M) sRet[x] = given[x];
+  __syncthreads();
+  if (t.control) count = control_count;
+  // This thread's row, for record_bounds and its straddling blocks.
+  const RowGeometry me = t.control ? RowGeometry{} : row_geometry(g, i, sRet, k);
+  sRow[tid] = me;
+  const bool valid = !t.control && tid < t.nrows;
+  uint32_t any = 0;  // bit x: some row has a straddling block on side x
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    sMixA[x * M + tid] = 0.f;
+    sMixB[x * M + tid] = 0.f;
+    any |= uint32_t(__syncthreads_or(valid && me.mix[x] >= 0) != 0) << x;
+  }
+  const uint32_t needed = t.control ? 1u << int(QVar::kPlain) : variants_needed(sRec, count, any & 1, any & 2);
+
+  // ---- the query slot --------------------------------------------------------------------------------
+  const int32_t n0 = t.control ? t.i0 : g.C + t.i0 - p.first_row;  // q row of the tile's first row
+  const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, n0);
+  // The tile's rows under variant v, unscaled, rounded to the element type; zero past the rows and D.
+  auto fill = [&](QVar v) {
+    const int half = p.rotary_half;
+    for (int idx = tid; idx < M * (Dp / 2); idx += M) {
+      const int r = idx / (Dp / 2), u = idx % (Dp / 2);
+      // Unit u writes dims (da, db): a rotated pair (interleaved (2u, 2u+1), half (u, u + half)) or two
+      // dims past the rotary ones.
+      const int da = u < half ? (p.interleaved ? 2 * u : u) : 2 * u;
+      const int db = u < half ? (p.interleaved ? 2 * u + 1 : u + half) : 2 * u + 1;
+      const Element* row = q_rows + int64_t(r) * p.q_strides.row;
+      const bool in = r < t.nrows;
+      float a = in && da < p.D ? to_float(row[da]) : 0.f, b = in && db < p.D ? to_float(row[db]) : 0.f;
+      if (u < half && v != QVar::kPlain) {
+        const int32_t pos = v == QVar::kCond ? t.i0 + r : variant_position(g, v, t.i0 + r);
+        const int64_t at = int64_t(pos < 0 ? -pos : pos) * half + u;
+        const float c = (v == QVar::kCond ? p.cos_cond : p.cos_int)[at];
+        const float sn = (v == QVar::kCond ? p.sin_cond : p.sin_int)[at] * (pos < 0 ? -1.f : 1.f);
+        const float ra = a * c - b * sn;
+        b = a * sn + b * c;
+        a = ra;
+      }
+      sQ[r * Traits::kStride + da] = from_float<Element>(a);
+      sQ[r * Traits::kStride + db] = from_float<Element>(b);
+    }
+  };
+  // Straddling blocks (plan.h mixed_block): the parts of this thread's row's logits that variant v gives,
+  // as (array, row, target, sign) terms.
+  auto mixed_dots = [&](QVar v) {
+    if (!valid) return;
+    const PreparedArrays& a = p.kv;
+    const int32_t lb = me.mix[0], lm = me.mix_m[0], rb = me.mix[1], rm = me.mix_m[1];
+#pragma unroll 1
+    for (int term = 0; term < 3; ++term) {
+      const void* base = nullptr;
+      int64_t row = 0;
+      float* target = nullptr;
+      float sign = 1.f;
+      if (v == QVar::kNat) {
+        if (term == 0 && lb >= 0) { base = a.s_nat; row = int64_t(lb) * Dp; target = sMixA + tid; }
+        if (term == 1 && lb >= 0) { base = a.p_nat; row = int64_t(lm) * Dp; target = sMixB + tid; sign = -1.f; }
+        if (term == 2 && rb >= 0) { base = a.p_nat; row = int64_t(rm) * Dp; target = sMixB + M + tid; }
+      } else if (v == QVar::kLeft) {
+        if (term == 0 && lb >= 0) { base = a.p_grp; row = int64_t(lm) * Dp; target = sMixB + tid; }
+      } else if (v == QVar::kRight) {
+        if (term == 0 && rb >= 0) { base = a.s_grp; row = int64_t(rb) * Dp; target = sMixA + M + tid; }
+        if (term == 1 && rb >= 0) { base = a.p_grp; row = int64_t(rm) * Dp; target = sMixB + M + tid; sign = -1.f; }
+      }
+      if (target == nullptr) continue;
+      const bool summary = base == a.s_nat || base == a.s_grp;
+      const Element* x = static_cast<const Element*>(base) + bh * (summary ? a.sum_stride : a.body_stride) + row;
+      const Element* qr = sQ + tid * Traits::kStride;
+      float acc = 0.f;
+#pragma unroll 8
+      for (int d = 0; d < Dp; ++d) acc += to_float(qr[d]) * to_float(x[d]);
+      *target += sign * acc;
+    }
   };
 
-  // Prologue: the plan (one thread), row contexts, mixed sums; the first K copy; the query slots.
-  if (tid == 0) build_segments(p, t, sSeg);
-  if (tid < kBlockM) {
-    sRow[tid] = make_row_ctx(R, t.i0 + min64(tid, t.nrows - 1));  // rows past the tile mirror its last row
-    sMixed[2 * tid] = sMixed[2 * tid + 1] = 0.f;
-  }
-  __syncthreads();
-  KvCursor cursor;
-  KvTile cur{};
-  bool have = next_kv_tile<kBlockN>(p, t, segs, cursor, cur);
-  if (have) load_keys(cur, first_pass_grouped(cur));
-  cp_async_commit();
-  for (int slot = 0; slot < tile_slots(p, t); ++slot)
-    load_queries<Traits>(sQ + slot * Traits::kQSlotElems, q_rows, p, t, initial_slot_rotation(p, t, slot));
-  bool slot1_cond = !t.control && p.cond_queries;
-
-  OnlineSoftmax<NT> softmax;
+  // ---- the walk over the KV tiles ----------------------------------------------------------------------
+  OnlineSoftmax<MB> softmax;
   softmax.init();
-  float o[DT][4];
+  float o[MB][DT][4];
 #pragma unroll
-  for (int dt = 0; dt < DT; ++dt)
+  for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[dt][e] = 0.f;
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mb][dt][e] = 0.f;
 
-  const bool warp_active = warp * 16 < t.nrows;  // warps whose 16 rows are all past the tile skip the math
-  const int r_lo = warp * 16 + lane / 4;          // this lane's rows r_lo and r_lo + 8 of the tile
-  auto slot_rows = [&](int slot) { return sQ + slot * Traits::kQSlotElems + warp * 16 * Traits::kStride; };
-
-  while (have) {
-    KvTile nxt{};
-    const bool have_next = next_kv_tile<kBlockN>(p, t, segs, cursor, nxt);
+  // This lane's rows: slot rr = 2 mb + h is tile row warp * 32 + 16 mb + g + 8 h.
+  auto row_of = [&](int rr) { return warp * WR + (rr / 2) * 16 + gq + 8 * (rr % 2); };
+  WarpBounds wb = WarpBounds::empty();
+  int32_t current = -1, slot_at = -1;
+  TileCursor cursor;
+  KvTile cur{}, nxt{};
+  bool have_cur = false, more = true;
+  int stage = 1;
+  // Iteration n issues the copy of tile n and computes tile n - 1 (one barrier per tile); once the
+  // tiles are done, it fills the variants still needed by straddling blocks.
+  for (;;) {
+    const bool have_nxt = more && cursor.advance<N, kCtrlCols>(g, sRec, count, sRet, k, nxt);
+    more = have_nxt;
     cp_async_wait_all();
-    __syncthreads();  // K(n) visible; every warp is done with V(n-1) and the previous scores
-    if (slot1_cond && cur.kind != SegKind::kControl) {  // past the control keys
-      slot1_cond = false;
-      if (slots == 3) {
-        load_queries<Traits>(sQ + Traits::kQSlotElems, q_rows, p, t, QueryRotation::kLeft);
-        __syncthreads();
-      }
+    __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2 and with the slot
+    if (have_nxt) {
+      const Record& r = sRec[nxt.record];
+      const Element *keys, *values;
+      record_arrays<Element>(p.kv, KeySet(r.keys), bh, keys, values);
+      load_kv_async<Traits>(sK + (stage ^ 1) * Traits::kKVElems, sV + (stage ^ 1) * Traits::kKVElems,
+                            keys + int64_t(nxt.a) * Dp, values + int64_t(nxt.a) * Dp, nxt.width, nxt.n);
     }
-    if (cur.kind != SegKind::kMixed)
-      load_tile_async<Traits, kBlockN>(sV, values + value_row(p, cur) * kHeadDim, cur.n);
     cp_async_commit();
-
-    // S = Q K^T: one pass per query class present; later passes keep only their own elements.
-    float s[NT][4];
-    const bool after_native = (cur.classes & kNativeBit) != 0;
-    if (after_native && warp_active) Gemm::qk(s, slot_rows(query_slot(cur, 0, slot1_cond)), sK, lane);
-    if (cur.classes & (kLeftBit | kRightBit)) {
-      if (after_native) {  // second K copy: the grouped keys
-        __syncthreads();
-        load_keys(cur, true);
-        cp_async_commit();
-        cp_async_wait_all();
-        __syncthreads();
-      }
-      if (warp_active) {
-        bool first = !after_native;
-#pragma unroll
-        for (int cls = 1; cls <= 2; ++cls) {
-          if (!(cur.classes & (1 << cls))) continue;
-          if (first) {
-            Gemm::qk(s, slot_rows(query_slot(cur, cls, slot1_cond)), sK, lane);
-            first = false;
-          } else {
-            Gemm::qk_merge(s, slot_rows(query_slot(cur, cls, slot1_cond)), sK, lane, [&](int n, int e) {
-              return element_class(R, cur.kind, sRow[r_lo + 8 * (e / 2)], cur.a + n * 8 + 2 * tq + (e & 1)) == cls;
-            });
-          }
-        }
-      }
+    const Record rec = sRec[have_cur ? cur.record : 0];
+    // The slot: the current record's variant, or (after the last tile) every variant still needed.
+    int32_t target = have_cur ? 0 : (have_nxt ? slot_at : kVariantSlots - 1);
+    while (have_cur && variant_at(target) != QVar(rec.qvar)) ++target;
+    for (bool first = true; slot_at < target; first = false) {
+      const QVar v = variant_at(++slot_at);
+      if (!((needed >> int(v)) & 1)) continue;
+      if (!first) __syncthreads();  // every thread is done with the previous variant's dots
+      fill(v);
+      __syncthreads();
+      mixed_dots(v);
     }
-
-    cp_async_wait_all();
-    __syncthreads();  // V(n) visible; every warp is done with K(n)
-    if (have_next) load_keys(nxt, first_pass_grouped(nxt));
-    cp_async_commit();
-
-    if (warp_active && cur.kind == SegKind::kMixed) {
-      // Rule 4 for blocks straddling Hn: add each row's exact logits of its mixed blocks.
-      float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    if (!have_cur && !have_nxt) break;
+    if (have_cur && cur.record != current) {  // a new record: its bounds per row
+      current = cur.record;
+      const Bounds b = t.control ? Bounds{rec.k0, rec.k0 + rec.n} : record_bounds(g, rec, sRow[tid]);
+      sLo[tid] = b.lo;
+      sHi[tid] = b.hi;
+      if (rec.flags & kRecDirect) {  // this row's straddling block: every part is in (its own dots, done)
+        const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
+        sRaw[tid] = b.hi > b.lo ? straddling_score(g, b.lo, sMixA[x * M + tid], sMixB[x * M + tid]) : 0.f;
+      }
+      wb = WarpBounds::empty();
+      if (tid < t.nrows) wb.add(b);
+    }
+    // ... reduced over the warp (again on every tile: the reduction of a reduced value is itself, and the
+    // shuffles stay in converged code).
 #pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = n * 8 + 2 * tq + (e & 1);
-          const int side = col < cur.n ? mixed_side(sRow[r_lo + 8 * (e / 2)], cur.a + col) : -1;
-          if (side == 0) part[e / 2][0] += s[n][e];
-          if (side == 1) part[e / 2][1] += s[n][e];
-        }
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr)
-#pragma unroll
-        for (int side = 0; side < 2; ++side) {
-          float v = part[rr][side];
-          v += __shfl_xor_sync(0xffffffffu, v, 1);
-          v += __shfl_xor_sync(0xffffffffu, v, 2);
-          if (tq == 0) sMixed[2 * (r_lo + 8 * rr) + side] += v;
-        }
-    } else if (warp_active) {
-      // Base-2 logits: interior tiles scale and add the tile's bias; edge tiles decide per element.
-      const bool edge = cur.edge();
-      const float bias = tile_bias(p, t, cur);
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = r_lo + 8 * (e / 2);
-          s[n][e] = edge ? edge_logit(p, t, cur, sRow[r], n * 8 + 2 * tq + (e & 1), s[n][e], sMixed + 2 * r)
-                         : s[n][e] * p.scale_log2 + bias;
-        }
-      softmax.update(s, o);
-      Gemm::pv(o, s, sV, lane);
+    for (int x = 1; x < 32; x *= 2) {
+      WarpBounds other;
+      other.all_lo = __shfl_xor_sync(0xffffffffu, wb.all_lo, x);
+      other.all_hi = __shfl_xor_sync(0xffffffffu, wb.all_hi, x);
+      other.any_lo = __shfl_xor_sync(0xffffffffu, wb.any_lo, x);
+      other.any_hi = __shfl_xor_sync(0xffffffffu, wb.any_hi, x);
+      wb.merge(other);
+    }
+    __syncwarp();  // the warp's rows' bounds are in shared memory
+    const TileWork work = have_cur ? classify(wb, cur) : TileWork::kSkip;
+    if (work != TileWork::kSkip) {
+      const int32_t ragged = ragged_column(g, rec, cur);
+      const bool fixups = has_column_fixups(cur, ragged);
+      const Element* qw = sQ + warp * WR * Traits::kStride;
+      const Element* kt = sK + stage * Traits::kKVElems;
+      const Element* vt = sV + stage * Traits::kKVElems;
+      if (cur.width == kCtrlCols)
+        warp_tile<Traits, kCtrlCols>(o, softmax, qw, kt, vt, lane, row_of(0), work, fixups, cur, ragged, sLo, sHi,
+                                     (rec.flags & kRecDirect) ? sRaw : nullptr, p.scale_log2, rec.bias_log2,
+                                     g.log2_last_block);
+      else
+        warp_tile<Traits, N>(o, softmax, qw, kt, vt, lane, row_of(0), work, fixups, cur, ragged, sLo, sHi, nullptr,
+                             p.scale_log2, rec.bias_log2, g.log2_last_block);
     }
     cur = nxt;
-    have = have_next;
+    have_cur = have_nxt;
+    stage ^= 1;
   }
-  cp_async_wait_all();
 
-  if (warp_active) {
-    float row_sum[2];
-    softmax.finish(row_sum);
-    write_output<Traits>(p, o, softmax.m, row_sum, row0, t.nrows, r_lo, tq);
+  // ---- epilogue -------------------------------------------------------------------------------------------
+  float row_sum[2 * MB];
+  softmax.finish(row_sum);
+  if (t.control) {  // this chunk's normalised output and base-2 log-sum-exp (combine.h merges the chunks)
+    const int64_t at = (int64_t(t.chunk) * p.B * p.Hq + head) * g.C + t.i0;
+#pragma unroll
+    for (int rr = 0; rr < 2 * MB; ++rr) {
+      const int row = row_of(rr);
+      if (row >= t.nrows) continue;
+      const float inv = __fdividef(1.f, row_sum[rr]);
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt)
+        *reinterpret_cast<float2*>(p.ctrl_o + (at + row) * Dp + dt * 8 + 2 * tq) =
+            make_float2(o[rr / 2][dt][2 * (rr % 2)] * inv, o[rr / 2][dt][2 * (rr % 2) + 1] * inv);
+      if (tq == 0) p.ctrl_lse[at + row] = softmax.m[rr] + __log2f(row_sum[rr]);
+    }
+    return;
+  }
+  // Body rows: O / l in the element type, staged through the query slot so that rows leave in 16-byte stores.
+  __syncthreads();  // every warp is done with the slot
+  const int64_t row0 = int64_t(head) * p.Nq + n0;
+  constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+  for (int rr = 0; rr < 2 * MB; ++rr) {
+    const int row = row_of(rr);
+    const float inv = __fdividef(1.f, row_sum[rr]);
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      store2(sQ + row * Traits::kStride + dt * 8 + 2 * tq, o[rr / 2][dt][2 * (rr % 2)] * inv,
+             o[rr / 2][dt][2 * (rr % 2) + 1] * inv);
+    if (tq == 0 && row < t.nrows) p.lse[row0 + row] = (softmax.m[rr] + __log2f(row_sum[rr])) * kLn2;
+  }
+  __syncwarp();
+  Element* out = static_cast<Element*>(p.out);
+  constexpr int kChunk = 16 / int(sizeof(Element)), kChunks = Dp / kChunk;
+  if (p.D % kChunk == 0) {  // rows of D elements stay 16-byte aligned
+#pragma unroll 1
+    for (int x = lane; x < WR * kChunks; x += 32) {
+      const int row = warp * WR + x / kChunks, col = (x % kChunks) * kChunk;
+      if (row < t.nrows && col < p.D)
+        *reinterpret_cast<uint4*>(out + (row0 + row) * p.D + col) =
+            *reinterpret_cast<const uint4*>(sQ + row * Traits::kStride + col);
+    }
+  } else {
+#pragma unroll 1
+    for (int x = lane; x < WR * Dp; x += 32) {
+      const int row = warp * WR + x / Dp, col = x % Dp;
+      if (row < t.nrows && col < p.D) out[(row0 + row) * p.D + col] = sQ[row * Traits::kStride + col];
+    }
   }
 }
 

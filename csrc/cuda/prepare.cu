@@ -1,4 +1,5 @@
-// Rope tables and the prepared keys / values / summaries of the fused attention (prepare.h).
+// Rope tables and the prepared arrays of the fused attention (prepare.h): one warp per unit of tokens,
+// lanes over the head dim (coalesced row reads and writes).
 #include "prepare.h"
 
 #include <cuda_bf16.h>
@@ -21,10 +22,14 @@ __global__ void rope_table_kernel(float* cos_out, float* sin_out, int64_t count,
   rope_cos_sin(pos, k, 2 * half, theta, cos_out + idx, sin_out + idx);
 }
 
-// grid (chunks, B * H_kv): one CTA per chunk of a KV head, one thread per unit.
+// One warp per unit (prepare.h): 4 units per CTA, units of all KV heads in one flat grid.
+constexpr int kUnitsPerCta = kThreads / 32;
+
 template <typename Element>
-__global__ void __launch_bounds__(kThreads) prepare_kernel(const PrepareParams p) {
-  for (int u = threadIdx.x; u < prepare_units(p); u += blockDim.x) prepare_unit<Element>(p, blockIdx.y, blockIdx.x, u);
+__global__ void __launch_bounds__(kThreads) prepare_kernel(const PrepareParams p, int32_t units) {
+  const int64_t x = int64_t(blockIdx.x) * kUnitsPerCta + threadIdx.x / 32;
+  if (x >= int64_t(units) * p.BH) return;
+  prepare_unit<Element>(p, int32_t(x / units), int32_t(x % units), int(threadIdx.x % 32), 32);
 }
 
 }  // namespace
@@ -41,10 +46,11 @@ cudaError_t launch_rope_table(float* cos_out, float* sin_out, int64_t count, int
 
 template <typename Element>
 cudaError_t launch_prepare(const PrepareParams& p, cudaStream_t stream) {
-  const int64_t chunks = prepare_body_chunks(p) + prepare_control_chunks(p);
-  if (chunks == 0 || p.BH == 0) return cudaSuccess;
-  if (chunks > int64_t(0x7fffffff) || p.BH > 65535) return cudaErrorInvalidConfiguration;
-  prepare_kernel<Element><<<dim3(unsigned(chunks), unsigned(p.BH)), kThreads, 0, stream>>>(p);
+  const int32_t units = prepare_units(p);
+  const int64_t ctas = (int64_t(units) * p.BH + kUnitsPerCta - 1) / kUnitsPerCta;
+  if (ctas == 0) return cudaSuccess;
+  if (ctas > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  prepare_kernel<Element><<<unsigned(ctas), kThreads, 0, stream>>>(p, units);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,6 @@
 // The rope op's kernel (SPEC sections 1 and 5): R(p) x at arbitrary positions, both pair styles,
 // partial rotary dims. Angles are formed in double so large positions keep float precision.
-#include "rope.h"
+#include "launch.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -3,7 +3,8 @@
 //   1. block means in double: q over the rows of a query block that q holds and the query heads of
 //      the KV group (heads outer, rows inner), k over the tokens of a key block, each divided once by
 //      its count; a query block with none of its rows in q (SPEC section 7) retrieves nothing;
-//   2. per (query block, KV head) every candidate's score as a sequential double dot product
+//   2. per (query block, KV head) every candidate's score as a sequential double dot product (the key
+//      means stored dims-major, so the threads of a CTA, one candidate each, read consecutive blocks)
 //      (separate multiply and add, no FMA, like the CPU's plain loop), and the top K kept in shared
 //      memory: the candidates come in chunks of 256, each ranked against the chunk and merged into
 //      the sorted list by rank (order: higher score, then lower block; no score table in global
@@ -40,7 +41,7 @@ __global__ void block_means_kernel(const TopkParams p) {
       const int64_t kb = x - nQb, s = kb * R.Rb, e = min64(R.L, s + R.Rb);
       const Element* rows = k + p.k_strides.at(b, hkv, p.C);
       for (int64_t j = s; j < e; ++j) acc += double(to_float(rows[j * p.k_strides.row + d]));
-      p.k_means[(bkv * nKb + kb) * D + d] = acc / double(e - s);
+      p.k_means[(bkv * D + d) * nKb + kb] = acc / double(e - s);  // [D][nKb]: the select kernel reads rows
     }
   }
 }
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(const TopkP
         bool contender = held && kb < nKb && R.is_candidate(qb, kb);
         double s = 0.0;
         if (contender)
-          for (int64_t c = 0; c < D; ++c) s = __dadd_rn(s, __dmul_rn(qm[qb * D + c], km[kb * D + c]));
+          for (int64_t c = 0; c < D; ++c) s = __dadd_rn(s, __dmul_rn(qm[qb * D + c], km[c * nKb + kb]));
         const double* cur_s = list_s(buf[qq], qq);
         const int* cur_k = list_k(buf[qq], qq);
         // With a full list only what beats its last entry can enter.

@@ -1,6 +1,6 @@
 // SPEC section 2 rule 3 on the device: per query block and KV head, the top-K candidate key blocks
 // by s(qb, kb) = mean(q over qb) . mean(k over kb), pre-RoPE. Used by the topk_blocks op and by attn
-// when it retrieves. torch-free; ops.cu allocates the workspaces.
+// when it retrieves. torch-free; attn_api.cpp allocates the workspaces.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,13 +18,13 @@ struct TopkParams {
   RowStrides q_strides, k_strides;
   int32_t* out;        // [B, Hkv, nQb, K], best first, -1 padded
   double* q_means;     // workspace [B * Hkv, nQb, D]
-  double* k_means;     // workspace [B * Hkv, nKb, D]
+  double* k_means;     // workspace [B * Hkv, D, nKb] (dims-major: coalesced reads in the select kernel)
   int64_t B, Hq, Hkv, N, C, D;
   int64_t first;       // q holds body rows first .. L - 1 (SPEC section 7; 0 in an ordinary call)
   Rules rules;         // L, G, Rb, Qb, window, causal block (for the candidates) and topk = K
 };
 
-// Shared memory the selection kernel needs for K kept blocks; ops.cu checks it against the device.
+// Shared memory the selection kernel needs for K kept blocks; attn_api.cpp checks it against the device.
 size_t topk_blocks_smem_bytes(const TopkParams& p);
 
 template <typename Element>

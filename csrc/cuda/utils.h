@@ -7,6 +7,16 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
+#include "convert.h"
+
+#if defined(RANGESWA_SIMT)
+// Host SIMT emulation of the kernels (csrc/cuda/simt): the same kernel source run by fibers on the CPU.
+#include "simt/simt.h"
+#else
+// The CTA's dynamic shared memory, and a shared variable of the CTA.
+#define RSWA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#define RSWA_STATIC_SHARED(type, name) __shared__ type name
+
 namespace rangeswa::cuda {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -78,6 +88,16 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// Two adjacent elements (dst 4- or 8-byte aligned) in one store.
+template <typename Element>
+__device__ __forceinline__ void store2(Element* dst, float a, float b) {
+  *reinterpret_cast<uint32_t*>(dst) = pack2<Element>(a, b);
+}
+template <>
+__device__ __forceinline__ void store2<float>(float* dst, float a, float b) {
+  *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+}
+
 // 2^x; 2^-inf = +0. Relative error about 2^-22.
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;
@@ -85,31 +105,5 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// Element <-> float (host and device, so the host emulation of the kernels can use them).
-template <typename T>
-__host__ __device__ __forceinline__ float to_float(T x) {
-  return static_cast<float>(x);
-}
-template <>
-__host__ __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <>
-__host__ __device__ __forceinline__ float to_float<__half>(__half x) {
-  return __half2float(x);
-}
-
-template <typename T>
-__host__ __device__ __forceinline__ T from_float(float x) {
-  return static_cast<T>(x);
-}
-template <>
-__host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__host__ __device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-
 }  // namespace rangeswa::cuda
+#endif  // RANGESWA_SIMT

@@ -1,10 +1,11 @@
-// Host emulation of the fused attention kernel (mainloop.h) for machines without a GPU: the same
-// setup (attn_setup.h), the same preparation (prepare.h prepare_unit), and the kernel's walk over its
-// KV tiles with the kernel's own decisions (block.h plan and tile flags, mask.h per-element logits,
-// queries.h rotations and slots), the matrix products done by plain loops on the same rounded
-// operands. tests/test_ops_cuda.py builds it with torch.utils.cpp_extension.load and holds it to the
-// reference over the CPU test grid; what it cannot check (the mma.sync / ldmatrix fragment layouts,
-// cp.async, barriers, shared-memory races) is listed in docs/cuda.md.
+// Host emulation of the fused attention kernel (mainloop.h) for machines without a GPU: the same setup
+// (attn_setup.h), the same preparation (prepare.h prepare_unit), the same plan (plan.h, through
+// attn_params.h plan_tile), and each CTA's walk over its records with the kernel's own decisions
+// (tile.h: variant order, KV tiles, per-warp skip / full / masked choice, masked logits, exclusion bits,
+// plan.h: straddling blocks), the matrix products done by plain loops on the same rounded operands.
+// tests/test_ops_cuda.py builds it with torch.utils.cpp_extension.load and holds it to the reference over
+// the test grid; tests/test_cuda_plan.py reads its plan statistics (plan_stats) for the census. What it
+// cannot check (mma.sync / ldmatrix fragment layouts, cp.async, barriers, races) is listed in docs/cuda.md.
 // Not part of the extension: setup.py compiles csrc/cuda/*.cu, not this folder.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -15,21 +16,185 @@
 
 #include "checks.h"
 #include "schema.h"
+#include "cuda/attn_params.h"
 #include "cuda/attn_setup.h"
-#include "cuda/block.h"
+#include "cuda/combine.h"
 #include "cuda/kernel_traits.h"
-#include "cuda/mask.h"
+#include "cuda/plan.h"
 #include "cuda/prepare.h"
-#include "cuda/queries.h"
 #include "cuda/rotary.h"
+#include "cuda/tile.h"
+#include "cuda/utils.h"
 
 namespace rangeswa::cuda {
 namespace {
 
+// Runs f(Element{}) with the element type of a float32 / bfloat16 / float16 tensor.
+template <typename F>
+void dispatch_dtype(at::ScalarType type, const F& f) {
+  if (type == at::kBFloat16) f(__nv_bfloat16{});
+  else if (type == at::kHalf) f(__half{});
+  else f(float{});
+}
+
+// One call's host arrays: inputs, prepared arrays, tables, plan.
+struct HostCall {
+  AttnParams ap;
+  AttnSetup s;
+  at::Tensor q, k, v, out, lse;
+  std::vector<at::Tensor> keep;  // every array below, alive for the call
+  std::vector<int32_t> retrieved_sorted, record_count;
+  std::vector<Record> records;
+  AttnBuffers buf{};
+  AttnKernelParams p{};
+};
+
+at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
+  const int64_t half = ap.rope.rotary_dim / 2;
+  at::Tensor t = at::empty({2, std::max<int64_t>(rows, 1), std::max<int64_t>(half, 1)}, at::kFloat);
+  float* c = t.data_ptr<float>();
+  float* s = c + t.size(1) * t.size(2);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t kk = 0; kk < half; ++kk)
+      rope_cos_sin(double(i) * step, int(kk), int(ap.rope.rotary_dim), ap.rope.theta, c + i * half + kk,
+                   s + i * half + kk);
+  return t;
+}
+
+// Setup, preparation and plan of a call, exactly as the op does them on the device.
+void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+           const std::optional<at::Tensor>& retrieved) {
+  const AttnParams& ap = hc.ap;
+  hc.q = with_contiguous_rows(q);
+  hc.k = with_contiguous_rows(k);
+  hc.v = with_contiguous_rows(v);
+  at::Tensor given;
+  if (ap.rules.method == Method::kRangeSwa && ap.L > 0 && retrieved.has_value() && retrieved->size(3) > 0) {
+    given = retrieved->contiguous();
+    check_retrieved_values(given, ap.rules);
+  }
+  hc.s = setup_attn(ap, given.defined() ? given.size(3) : 0);
+  const AttnSetup& s = hc.s;
+  hc.out = at::zeros(q.sizes(), hc.q.options());
+  hc.lse = at::zeros({ap.B, ap.Hq, ap.Nq}, hc.q.options().dtype(at::kFloat));
+  AttnBuffers& b = hc.buf;
+  b.q = hc.q.data_ptr();
+  b.k = hc.k.data_ptr();
+  b.v = hc.v.data_ptr();
+  b.q_strides = row_strides(hc.q);
+  b.k_strides = row_strides(hc.k);
+  b.v_strides = row_strides(hc.v);
+  b.out = hc.out.data_ptr();
+  b.lse = hc.lse.data_ptr<float>();
+  // NaN-filled, so that a row the preparation forgets shows up in the output.
+  auto array = [&](bool needed, int64_t rows) -> void* {
+    if (!needed) return nullptr;
+    hc.keep.push_back(at::full({s.BH, rows, s.Dp}, NAN, hc.q.options()));
+    return hc.keep.back().data_ptr();
+  };
+  b.k_ctrl = array(true, ap.C);
+  b.v_ctrl = array(true, ap.C);
+  b.k_nat = array(true, ap.L);
+  b.v_body = array(true, ap.L);
+  b.k_grp = array(s.grouped_keys, ap.L);
+  b.k_cond = array(s.cond_keys, ap.L);
+  b.s_nat = array(s.summaries, s.geo.nG);
+  b.s_v = array(s.summaries, s.geo.nG);
+  b.s_grp = array(s.grouped_summaries, s.geo.nG);
+  b.p_nat = array(s.prefix, ap.L);
+  b.p_grp = array(s.prefix, ap.L);
+  at::Tensor ints = table(ap, s.int_rows, 1.0), cond = table(ap, s.cond_rows, s.cond_step);
+  hc.keep.push_back(ints);
+  hc.keep.push_back(cond);
+  b.cos_int = ints.data_ptr<float>();
+  b.sin_int = b.cos_int + ints.size(1) * ints.size(2);
+  b.cos_cond = cond.data_ptr<float>();
+  b.sin_cond = b.cos_cond + cond.size(1) * cond.size(2);
+
+  const PrepareParams pp = prepare_params(ap, s, b);
+  const int32_t units = prepare_units(pp);
+  dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
+    using Element = decltype(tag);
+    at::parallel_for(0, s.BH * units, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t x = begin; x < end; ++x) prepare_unit<Element>(pp, int32_t(x / units), int32_t(x % units), 0, 1);
+    });
+  });
+
+  if (given.defined()) {
+    const int32_t K = s.retrieved_k;
+    hc.retrieved_sorted.resize(given.numel());
+    for (int64_t row = 0; row < given.numel() / K; ++row)
+      sort_retrieved(given.data_ptr<int32_t>() + row * K, hc.retrieved_sorted.data() + row * K, K);
+    b.retrieved = given.data_ptr<int32_t>();
+    b.retrieved_sorted = hc.retrieved_sorted.data();
+    hc.keep.push_back(given);
+  }
+  hc.records.resize(s.plans() * s.max_records);
+  hc.record_count.resize(s.plans());
+  b.records = hc.records.data();
+  b.record_count = hc.record_count.data();
+  hc.keep.push_back(at::zeros({s.control_chunks, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1), s.Dp}, at::kFloat));
+  b.ctrl_o = hc.keep.back().data_ptr<float>();
+  hc.keep.push_back(at::zeros({s.control_chunks, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1)}, at::kFloat));
+  b.ctrl_lse = hc.keep.back().data_ptr<float>();
+  hc.p = kernel_params(ap, s, b);
+  for (int64_t x = 0; x < s.plans(); ++x)  // the plan kernel: one thread per (KV head, body tile)
+    hc.record_count[x] = plan_tile(hc.p, int32_t(x / s.body_tiles), int32_t(x % s.body_tiles),
+                                   hc.records.data() + x * s.max_records);
+}
+
+// The CTA's record list (control rows plan theirs in the kernel).
+struct CtaRecords {
+  const Record* list;
+  int32_t count;
+  Record local[2];
+  const int32_t* sorted;
+  int32_t k;
+};
+
+CtaRecords cta_records(const AttnKernelParams& p, const QueryTile& t, int32_t bh) {
+  CtaRecords r{};
+  if (t.control) {
+    r.count = plan_control_tile(p.geo, t.chunk, p.control_chunk_keys, p.control_bias_log2, r.local);
+    r.list = r.local;
+    return r;
+  }
+  const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
+  r.list = p.records + plan * p.max_records;
+  r.count = p.record_count[plan];
+  if (p.retrieved != nullptr) {
+    r.sorted = p.retrieved + (int64_t(bh) * p.nQb + t.qb) * p.retrieved_k;
+    r.k = p.retrieved_k;
+  }
+  return r;
+}
+
+// The array rows a record reads: keys and values of its KV head.
+template <typename Element>
+struct KvRows {
+  const Element *keys, *values;
+};
+
+template <typename Element>
+KvRows<Element> record_rows(const AttnKernelParams& p, const Record& r, int32_t bh) {
+  auto at = [&](const void* base, int64_t stride) {
+    return base ? static_cast<const Element*>(base) + bh * stride : nullptr;
+  };
+  const PreparedArrays& a = p.kv;
+  switch (KeySet(r.keys)) {
+    case KeySet::kCtrl: return {at(a.k_ctrl, a.ctrl_stride), at(a.v_ctrl, a.ctrl_stride)};
+    case KeySet::kNat: return {at(a.k_nat, a.body_stride), at(a.v_body, a.body_stride)};
+    case KeySet::kGrp: return {at(a.k_grp, a.body_stride), at(a.v_body, a.body_stride)};
+    case KeySet::kCond: return {at(a.k_cond, a.body_stride), at(a.v_body, a.body_stride)};
+    case KeySet::kSumNat: return {at(a.s_nat, a.sum_stride), at(a.s_v, a.sum_stride)};
+    default: return {at(a.s_grp, a.sum_stride), at(a.s_v, a.sum_stride)};
+  }
+}
+
 template <typename Element, int kHeadDim>
 struct Emulator {
   using Traits = AttnTraits<Element, kHeadDim>;
-  static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  static constexpr int M = Traits::kBlockM, N = Traits::kBlockN, kWarpRows = Traits::kWarpRows;
   static constexpr bool kRoundP = Traits::kTensorCores;  // P enters the PV mma in the element type
 
   const AttnKernelParams& p;
@@ -37,128 +202,174 @@ struct Emulator {
 
   static float round(float x) { return to_float(from_float<Element>(x)); }
 
+  // The query slot: the tile's rows under variant v, rounded to the element type (zero past the rows).
+  void fill(std::vector<float>& slot, const QueryTile& t, int64_t head, QVar v) {
+    const Geometry& g = p.geo;
+    const int64_t n0 = t.control ? t.i0 : g.C + t.i0 - p.first_row;
+    const Element* q = static_cast<const Element*>(p.q) + p.q_strides.at(head / p.Hq, head % p.Hq, n0);
+    for (int r = 0; r < M; ++r)
+      for (int d = 0; d < kHeadDim; ++d) {
+        float x = 0.f;
+        if (r < t.nrows && d < p.D) {
+          const Element* row = q + int64_t(r) * p.q_strides.row;
+          auto load = [&](int e) { return e < p.D ? to_float(row[e]) : 0.f; };
+          const int32_t i = t.i0 + r, half = p.rotary_half;
+          if (v == QVar::kPlain) {
+            x = load(d);
+          } else if (v == QVar::kCond) {
+            x = rotated_element(load, d, half, p.interleaved, p.cos_cond + i * half, p.sin_cond + i * half);
+          } else {
+            const int32_t pos = variant_position(g, v, i), a = pos < 0 ? -pos : pos;
+            x = rotated_element(load, d, half, p.interleaved, p.cos_int + a * half, p.sin_int + a * half,
+                                pos < 0 ? -1.f : 1.f);
+          }
+        }
+        slot[r * kHeadDim + d] = round(x);
+      }
+  }
+
   // One CTA of attn_kernel.
   void cta(int64_t block) {
-    const Rules& R = p.rules;
-    const int64_t tiles_per_head = p.control_tiles + p.body_tiles;
-    const int64_t head = block / tiles_per_head;
-    const QueryTile t = query_tile<kBlockM>(p, block % tiles_per_head);
+    const Geometry& g = p.geo;
+    const int64_t per_head = int64_t(p.control_tiles) * p.control_chunks + p.body_tiles;
+    const int64_t head = block / per_head;
+    const QueryTile t = query_tile<M>(p, int32_t(block % per_head));
     if (t.nrows <= 0) return;
-    const int64_t b = head / p.Hq, h = head % p.Hq, kvh = b * p.Hkv + h / (p.Hq / p.Hkv);
-    const Element* keys_nat = static_cast<const Element*>(p.keys_nat) + kvh * p.nat_rows * kHeadDim;
-    const Element* keys_grp = p.keys_grp ? static_cast<const Element*>(p.keys_grp) + kvh * p.grp_rows * kHeadDim : nullptr;
-    const Element* keys_cond = p.keys_cond ? static_cast<const Element*>(p.keys_cond) + kvh * p.L * kHeadDim : nullptr;
-    const Element* values = static_cast<const Element*>(p.values) + kvh * p.nat_rows * kHeadDim;
-    const int64_t n0 = t.control ? t.i0 : p.C + t.i0 - p.first_row;  // q row of the tile's first row
-    const int64_t row0 = head * p.Nq + n0;  // of the contiguous output
-    const Element* q_rows = query_row<Element>(p, head, n0);
+    const int32_t bh = int32_t((head / p.Hq) * p.Hkv + (head % p.Hq) / (p.Hq / p.Hkv));
+    const CtaRecords rec = cta_records(p, t, bh);
 
-    Segment fixed[kNumFixedSegments];
-    build_segments(p, t, fixed);
-    SegmentList segs{fixed, nullptr, 0};
-    if (!t.control && R.method == Method::kRangeSwa && p.retrieved != nullptr) {
-      segs.retrieved = p.retrieved + (kvh * R.num_query_blocks() + t.qb) * p.retrieved_k;
-      segs.retrieved_k = p.retrieved_k;
+    std::vector<float> m(M, -INFINITY), l(M, 0.f), o(M * kHeadDim, 0.f), slot(M * kHeadDim, 0.f);
+    std::vector<float> s(M * N), kt(N * kHeadDim), vt(N * kHeadDim);
+    auto update = [&](int r, const float* x, int cols, const float* values) {  // the online softmax, base 2
+      float mx = -INFINITY;
+      for (int c = 0; c < cols; ++c) mx = std::max(mx, x[c]);
+      const float m_new = std::max(m[r], mx), shift = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = std::exp2(m[r] - shift);
+      m[r] = m_new;
+      float sum = 0.f;
+      for (int d = 0; d < kHeadDim; ++d) o[r * kHeadDim + d] *= alpha;
+      for (int c = 0; c < cols; ++c) {
+        const float pr = std::exp2(x[c] - shift);
+        sum += pr;
+        const float pv = kRoundP ? round(pr) : pr;
+        for (int d = 0; d < kHeadDim; ++d) o[r * kHeadDim + d] += pv * values[c * kHeadDim + d];
+      }
+      l[r] = l[r] * alpha + sum;
+    };
+
+    // Rows (plan.h RowGeometry, straddling blocks included) and the two parts of those blocks' logits.
+    std::vector<RowGeometry> rows(M);
+    std::vector<float> mix_a(2 * M, 0.f), mix_b(2 * M, 0.f), raw(M, 0.f);
+    bool any_side[2] = {false, false};
+    for (int r = 0; r < M; ++r) {
+      rows[r] = t.control ? RowGeometry{} : row_geometry(g, t.i0 + r, rec.sorted, rec.k);
+      for (int side = 0; side < 2 && !t.control && r < t.nrows; ++side)
+        any_side[side] = any_side[side] || rows[r].mix[side] >= 0;
     }
-    std::vector<RowCtx> rows(kBlockM);
-    std::vector<float> mixed(2 * kBlockM, 0.f);
-    for (int r = 0; r < kBlockM; ++r) rows[r] = make_row_ctx(R, t.i0 + std::min(r, t.nrows - 1));
-
-    std::vector<float> slots(3 * kBlockM * kHeadDim, 0.f);
-    auto fill_slot = [&](int slot, QueryRotation rot) {
-      for (int r = 0; r < kBlockM; ++r)
-        for (int d = 0; d < kHeadDim; ++d) {
-          const Element* row = q_rows + int64_t(r) * p.q_strides.row;
-          slots[(slot * kBlockM + r) * kHeadDim + d] =
-              round(query_element(p, t, rot, r, d, [&](int e) { return to_float(row[e]); }));
+    auto row_of = [&](const void* base, int64_t stride, int32_t row) {
+      return static_cast<const Element*>(base) + bh * stride + int64_t(row) * p.Dp;
+    };
+    auto dot = [&](int r, const Element* x) {
+      float acc = 0.f;
+      for (int d = 0; d < kHeadDim; ++d) acc += slot[r * kHeadDim + d] * to_float(x[d]);
+      return acc;
+    };
+    auto mixed_dots = [&](QVar v) {
+      const PreparedArrays& a = p.kv;
+      for (int r = 0; r < t.nrows; ++r) {
+        const MixedBlock L{rows[r].mix[0], rows[r].mix_m[0]}, R{rows[r].mix[1], rows[r].mix_m[1]};
+        if (L.block >= 0 && v == QVar::kNat) {
+          mix_a[2 * r] += dot(r, row_of(a.s_nat, a.sum_stride, L.block));
+          mix_b[2 * r] -= dot(r, row_of(a.p_nat, a.body_stride, L.m));
         }
-    };
-    for (int slot = 0; slot < tile_slots(p, t); ++slot) fill_slot(slot, initial_slot_rotation(p, t, slot));
-    bool slot1_cond = !t.control && p.cond_queries;
-
-    std::vector<float> m(kBlockM, -INFINITY), l(kBlockM, 0.f), o(kBlockM * kHeadDim, 0.f);
-    std::vector<float> s(kBlockM * kBlockN), sk(kBlockN * kHeadDim), sv(kBlockN * kHeadDim);
-    auto load = [&](std::vector<float>& dst, const Element* src, int n) {  // zero-filled past n, like cp.async
-      for (int r = 0; r < kBlockN; ++r)
-        for (int d = 0; d < kHeadDim; ++d) dst[r * kHeadDim + d] = r < n ? to_float(src[int64_t(r) * kHeadDim + d]) : 0.f;
-    };
-    auto key_ptr = [&](const KvTile& k, bool grouped) {
-      const RowRef ref = key_rows(p, t, k, grouped);
-      const Element* array = ref.array == KeyArray::kNative ? keys_nat : ref.array == KeyArray::kGrouped ? keys_grp : keys_cond;
-      return array + ref.row * kHeadDim;
-    };
-    auto qk = [&](int slot, std::vector<float>& out) {
-      for (int r = 0; r < kBlockM; ++r)
-        for (int c = 0; c < kBlockN; ++c) {
-          float acc = 0.f;
-          for (int d = 0; d < kHeadDim; ++d) acc += slots[(slot * kBlockM + r) * kHeadDim + d] * sk[c * kHeadDim + d];
-          out[r * kBlockN + c] = acc;
+        if (L.block >= 0 && v == QVar::kLeft) mix_b[2 * r] += dot(r, row_of(a.p_grp, a.body_stride, L.m));
+        if (R.block >= 0 && v == QVar::kNat) mix_b[2 * r + 1] += dot(r, row_of(a.p_nat, a.body_stride, R.m));
+        if (R.block >= 0 && v == QVar::kRight) {
+          mix_a[2 * r + 1] += dot(r, row_of(a.s_grp, a.sum_stride, R.block));
+          mix_b[2 * r + 1] -= dot(r, row_of(a.p_grp, a.body_stride, R.m));
         }
+      }
     };
 
-    KvCursor cursor;
-    KvTile cur{};
-    bool have = next_kv_tile<kBlockN>(p, t, segs, cursor, cur);
-    std::vector<float> s2(kBlockM * kBlockN);
-    while (have) {
-      KvTile nxt{};
-      const bool have_next = next_kv_tile<kBlockN>(p, t, segs, cursor, nxt);
-      if (slot1_cond && cur.kind != SegKind::kControl) {
-        slot1_cond = false;
-        if (p.num_q_slots == 3) fill_slot(1, QueryRotation::kLeft);
+    const uint32_t needed =
+        t.control ? 1u << int(QVar::kPlain) : variants_needed(rec.list, rec.count, any_side[0], any_side[1]);
+    int32_t slot_at = -1;  // index into variant_at of the slot's variant
+    auto advance_slot = [&](int32_t until) {
+      while (slot_at < until) {
+        ++slot_at;
+        if (!((needed >> int(variant_at(slot_at))) & 1)) continue;
+        fill(slot, t, head, variant_at(slot_at));
+        if (!t.control) mixed_dots(variant_at(slot_at));
       }
-      if (cur.kind != SegKind::kMixed) load(sv, values + value_row(p, cur) * kHeadDim, cur.n);
-      const bool after_native = (cur.classes & kNativeBit) != 0;
-      if (after_native) {
-        load(sk, key_ptr(cur, false), cur.n);
-        qk(query_slot(cur, 0, slot1_cond), s);
-      }
-      if (cur.classes & (kLeftBit | kRightBit)) {
-        load(sk, key_ptr(cur, true), cur.n);
-        bool first = !after_native;
-        for (int cls = 1; cls <= 2; ++cls) {
-          if (!(cur.classes & (1 << cls))) continue;
-          qk(query_slot(cur, cls, slot1_cond), first ? s : s2);
-          if (!first)
-            for (int r = 0; r < kBlockM; ++r)
-              for (int c = 0; c < kBlockN; ++c)
-                if (element_class(R, cur.kind, rows[r], cur.a + c) == cls) s[r * kBlockN + c] = s2[r * kBlockN + c];
-          first = false;
+    };
+    auto slot_index = [](QVar v) {
+      for (int32_t x = 0; x < kVariantSlots; ++x)
+        if (variant_at(x) == v) return x;
+      return kVariantSlots - 1;
+    };
+
+    std::vector<Bounds> bounds(M);
+    std::vector<WarpBounds> warps(M / kWarpRows);
+    int32_t current = -1;
+    TileCursor cursor;
+    KvTile kv{};
+    while (cursor.advance<N, kCtrlCols>(g, rec.list, rec.count, rec.sorted, rec.k, kv)) {
+      const Record& r = rec.list[kv.record];
+      advance_slot(slot_index(QVar(r.qvar)));
+      if (kv.record != current) {  // a new record: its bounds per row, reduced per warp
+        current = kv.record;
+        for (int w = 0; w < M / kWarpRows; ++w) {
+          warps[w] = WarpBounds::empty();
+          for (int x = 0; x < kWarpRows; ++x) {
+            const int row = w * kWarpRows + x;
+            bounds[row] = t.control ? Bounds{r.k0, r.k0 + r.n} : record_bounds(g, r, rows[row]);
+            if (row < t.nrows) warps[w].add(bounds[row]);
+            if (r.flags & kRecDirect) {
+              const int x = Scope(r.scope) == Scope::kMixedLeft ? 0 : 1;
+              const Bounds& b = bounds[row];
+              raw[row] = b.hi > b.lo ? straddling_score(g, b.lo, mix_a[2 * row + x], mix_b[2 * row + x]) : 0.f;
+            }
+          }
         }
       }
-      if (cur.kind == SegKind::kMixed) {
-        for (int r = 0; r < kBlockM; ++r)
-          for (int c = 0; c < cur.n; ++c) {
-            const int side = mixed_side(rows[r], cur.a + c);
-            if (side >= 0) mixed[2 * r + side] += s[r * kBlockN + c];
+      const KvRows<Element> src = record_rows<Element>(p, r, bh);
+      for (int c = 0; c < N; ++c)
+        for (int d = 0; d < kHeadDim; ++d) {  // zero past n, like cp.async
+          kt[c * kHeadDim + d] = c < kv.n ? to_float(src.keys[int64_t(kv.a + c) * p.Dp + d]) : 0.f;
+          vt[c * kHeadDim + d] = c < kv.n ? to_float(src.values[int64_t(kv.a + c) * p.Dp + d]) : 0.f;
+        }
+      const int32_t ragged = ragged_column(g, r, kv);
+      for (int w = 0; w < M / kWarpRows; ++w) {
+        const TileWork work = classify(warps[w], kv);
+        if (work == TileWork::kSkip) continue;
+        const bool fixups = has_column_fixups(kv, ragged);
+        for (int x = 0; x < kWarpRows; ++x) {
+          const int row = w * kWarpRows + x;
+          float* sr = s.data() + row * N;
+          for (int c = 0; c < kv.width; ++c) {
+            float acc = 0.f;
+            for (int d = 0; d < kHeadDim; ++d) acc += slot[row * kHeadDim + d] * kt[c * kHeadDim + d];
+            if (r.flags & kRecDirect) acc = raw[row];
+            sr[c] = work == TileWork::kMasked
+                        ? masked_logit(acc, c, kv, bounds[row], ragged, p.scale_log2, r.bias_log2, g.log2_last_block)
+                        : fixups ? column_logit(acc, c, kv, ragged, p.scale_log2, r.bias_log2, g.log2_last_block)
+                                 : acc * p.scale_log2 + r.bias_log2;
           }
-      } else {
-        const bool edge = cur.edge();
-        const float bias = tile_bias(p, t, cur);
-        for (int r = 0; r < kBlockM; ++r) {
-          float* x = s.data() + r * kBlockN;
-          float mx = -INFINITY;
-          for (int c = 0; c < kBlockN; ++c) {
-            x[c] = edge ? edge_logit(p, t, cur, rows[r], c, x[c], mixed.data() + 2 * r) : x[c] * p.scale_log2 + bias;
-            mx = std::max(mx, x[c]);
-          }
-          const float m_new = std::max(m[r], mx), shift = m_new == -INFINITY ? 0.f : m_new;
-          const float alpha = std::exp2(m[r] - shift);
-          m[r] = m_new;
-          float sum = 0.f;
-          for (int d = 0; d < kHeadDim; ++d) o[r * kHeadDim + d] *= alpha;
-          for (int c = 0; c < kBlockN; ++c) {
-            const float pr = std::exp2(x[c] - shift);
-            sum += pr;
-            const float pv = kRoundP ? round(pr) : pr;
-            for (int d = 0; d < kHeadDim; ++d) o[r * kHeadDim + d] += pv * sv[c * kHeadDim + d];
-          }
-          l[r] = l[r] * alpha + sum;
+          update(row, sr, kv.width, vt.data());
         }
       }
-      cur = nxt;
-      have = have_next;
     }
+    if (!t.control) advance_slot(kVariantSlots - 1);
+
+    if (t.control) {  // partial results of this chunk of keys
+      const int64_t at = (int64_t(t.chunk) * p.B * p.Hq + head) * g.C + t.i0;
+      for (int r = 0; r < t.nrows; ++r) {
+        for (int d = 0; d < kHeadDim; ++d) p.ctrl_o[(at + r) * p.Dp + d] = o[r * kHeadDim + d] / l[r];
+        p.ctrl_lse[at + r] = m[r] + std::log2(l[r]);
+      }
+      return;
+    }
+    const int64_t row0 = head * p.Nq + g.C + t.i0 - p.first_row;
     Element* out = static_cast<Element*>(p.out);
     for (int r = 0; r < t.nrows; ++r) {
       for (int d = 0; d < p.D; ++d) out[(row0 + r) * p.D + d] = from_float<Element>(o[r * kHeadDim + d] / l[r]);
@@ -168,16 +379,42 @@ struct Emulator {
 };
 
 template <typename Element>
-void run(const AttnKernelParams& p, int64_t Dp) {
-  const int64_t blocks = (p.control_tiles + p.body_tiles) * p.B * p.Hq;
+void run(const AttnKernelParams& p, const AttnSetup& s) {
+  const int64_t ctas = s.ctas_per_head() * p.B * p.Hq;
   auto all = [&](auto emulator) {
-    at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, ctas, 1, [&](int64_t begin, int64_t end) {
       for (int64_t block = begin; block < end; ++block) emulator.cta(block);
     });
   };
-  if (Dp == 64) all(Emulator<Element, 64>(p));
-  else if (Dp == 80) all(Emulator<Element, 80>(p));
+  if (s.Dp == 64) all(Emulator<Element, 64>(p));
+  else if (s.Dp == 80) all(Emulator<Element, 80>(p));
   else all(Emulator<Element, 128>(p));
+  // The combine kernel: control rows from their chunks' partial results.
+  const int64_t heads = int64_t(p.B) * p.Hq;
+  for (int64_t head = 0; head < heads; ++head)
+    for (int32_t c = 0; c < p.geo.C; ++c)
+      for (int d = 0; d <= p.D; ++d) {
+        const float value = combine_control(p, head, c, d);
+        if (d < p.D)
+          static_cast<Element*>(p.out)[(head * p.Nq + c) * p.D + d] = from_float<Element>(value);
+        else
+          p.lse[head * p.Nq + c] = value;
+      }
+}
+
+AttnParams checked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const std::optional<at::Tensor>& retrieved, c10::string_view method, int64_t control_tokens,
+                   int64_t window, int64_t summary_block, int64_t near_range, int64_t topk, int64_t retrieval_block,
+                   int64_t query_block, int64_t train_length, int64_t sinks, bool far_summaries, double theta,
+                   std::optional<int64_t> rotary_dim, c10::string_view rope_style, std::optional<double> scale,
+                   int64_t causal_block, bool cond_correction, bool summaries) {
+  const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
+                                   topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
+                                   rotary_dim, rope_style, scale, causal_block, cond_correction, summaries);
+  TORCH_CHECK_VALUE(padded_head_dim(ap.D) > 0, "attn on CUDA supports head dims up to 128, got ", ap.D);
+  const char* unsupported = cuda_unsupported(ap);
+  TORCH_CHECK_VALUE(unsupported == nullptr, unsupported);
+  return ap;
 }
 
 // attn with the CUDA kernels' plan, on CPU tensors; `retrieved` as the op takes it (computed by the
@@ -190,60 +427,118 @@ std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::
                                                  bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
                                                  c10::string_view rope_style, std::optional<double> scale,
                                                  int64_t causal_block, bool cond_correction, bool summaries) {
-  const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
-                                   topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
-                                   rotary_dim, rope_style, scale, causal_block, cond_correction, summaries);
-  TORCH_CHECK(padded_head_dim(ap.D) > 0, "head dims up to 128");
-  at::Tensor qc = with_contiguous_rows(q), kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
-  const char* unsupported = cuda_unsupported(ap);
-  TORCH_CHECK_VALUE(unsupported == nullptr, unsupported);
-  at::Tensor out = at::zeros(q.sizes(), qc.options()), lse = at::zeros({ap.B, ap.Hq, ap.Nq}, qc.options().dtype(at::kFloat));
-  if (ap.Nq == 0 || ap.B == 0 || ap.Hq == 0) return {out, lse};
-  const AttnPlan plan = plan_attn(ap);
-  auto table = [&](int64_t count, double first, double step) {
-    const int64_t half = ap.rope.rotary_dim / 2;
-    at::Tensor c = at::empty({count, half}, at::kFloat), s = at::empty({count, half}, at::kFloat);
-    for (int64_t i = 0; i < count; ++i)
-      for (int64_t kk = 0; kk < half; ++kk)
-        rope_cos_sin(first + double(i) * step, int(kk), int(ap.rope.rotary_dim), ap.rope.theta,
-                     c.data_ptr<float>() + i * half + kk, s.data_ptr<float>() + i * half + kk);
-    return std::make_pair(c, s);
-  };
-  auto nat = table(plan.nat_count, 0.0, 1.0), grp = table(plan.grp_count, plan.grp_first, 1.0),
-       cnd = table(plan.cond_count, 0.0, plan.cond_step);
-  // NaN-filled, so that a row the preparation forgets shows up in the output.
-  auto array = [&](int64_t rows) { return at::full({plan.BH, rows, plan.Dp}, NAN, qc.options()); };
-  at::Tensor keys_nat = array(plan.nat_rows), values = array(plan.nat_rows);
-  at::Tensor keys_grp = plan.grouping ? array(plan.grp_rows) : at::Tensor();
-  at::Tensor keys_cond = plan.cond ? array(ap.L) : at::Tensor();
-  at::Tensor blocks = retrieved.has_value() ? retrieved->contiguous() : at::Tensor();
-  if (blocks.defined()) check_retrieved_values(blocks, ap.rules);
-  auto ptr = [](const at::Tensor& x) { return x.defined() && x.numel() > 0 ? x.data_ptr<float>() : nullptr; };
-  AttnBuffers buf{qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), row_strides(qc), row_strides(kc), row_strides(vc),
-                  out.data_ptr(), lse.data_ptr<float>(),
-                  keys_nat.data_ptr(), values.data_ptr(), keys_grp.defined() ? keys_grp.data_ptr() : nullptr,
-                  keys_cond.defined() ? keys_cond.data_ptr() : nullptr, ptr(nat.first), ptr(nat.second),
-                  ptr(grp.first), ptr(grp.second), ptr(cnd.first), ptr(cnd.second),
-                  blocks.defined() && blocks.size(3) > 0 ? blocks.data_ptr<int32_t>() : nullptr,
-                  blocks.defined() ? blocks.size(3) : 0};
-  const PrepareParams pp = prepare_params(ap, plan, buf);
-  const AttnKernelParams p = kernel_params(ap, plan, buf);
-  auto dispatch = [&](auto element) {
-    using Element = decltype(element);
-    for (int64_t bh = 0; bh < pp.BH; ++bh)
-      for (int64_t chunk = 0; chunk < prepare_body_chunks(pp) + prepare_control_chunks(pp); ++chunk)
-        for (int u = 0; u < prepare_units(pp); ++u) prepare_unit<Element>(pp, bh, chunk, u);
-    run<Element>(p, plan.Dp);
-  };
-  if (qc.scalar_type() == at::kBFloat16) dispatch(__nv_bfloat16());
-  else if (qc.scalar_type() == at::kHalf) dispatch(__half());
-  else dispatch(float());
-  return {out, lse};
+  HostCall hc;
+  hc.ap = checked(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
+                  retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
+                  scale, causal_block, cond_correction, summaries);
+  if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
+    return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
+  build(hc, q, k, v, retrieved);
+  dispatch_dtype(hc.q.scalar_type(), [&](auto tag) { run<decltype(tag)>(hc.p, hc.s); });
+  return {hc.out, hc.lse};
+}
+
+// The plan's census: per body CTA of the first (batch, query head), the columns: records, KV tiles,
+// 16-column control tiles, masked tiles (some warp masks), masked warp-tiles, full warp-tiles,
+// skipped warp-tiles, rows, GEMM columns summed over rows (the columns its warp multiplies), keys seen
+// summed over rows (columns it sees, straddling blocks included), straddling blocks scored per row,
+// query-slot fills, masked tiles, tiles with column fix-ups, masked warp-tiles by key set, direct tiles.
+at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const std::optional<at::Tensor>& retrieved, c10::string_view method, int64_t control_tokens,
+                      int64_t window, int64_t summary_block, int64_t near_range, int64_t topk, int64_t retrieval_block,
+                      int64_t query_block, int64_t train_length, int64_t sinks, bool far_summaries, double theta,
+                      std::optional<int64_t> rotary_dim, c10::string_view rope_style, std::optional<double> scale,
+                      int64_t causal_block, bool cond_correction, bool summaries) {
+  HostCall hc;
+  hc.ap = checked(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
+                  retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
+                  scale, causal_block, cond_correction, summaries);
+  build(hc, q, k, v, retrieved);
+  const AttnKernelParams& p = hc.p;
+  const Geometry& g = p.geo;
+  constexpr int M = kAttnTileRows, W = M / 4;
+  const int N = hc.q.scalar_type() == at::kFloat || hc.s.Dp > 80 ? 32 : 64;  // kernel_traits.h kBlockN
+  at::Tensor stats = at::zeros({p.body_tiles, 20}, at::kDouble);
+  for (int32_t x = 0; x < p.body_tiles; ++x) {
+    double* st = stats.data_ptr<double>() + x * 20;
+    const QueryTile t = query_tile<M>(p, p.control_tiles * p.control_chunks + x);
+    if (t.nrows <= 0) continue;
+    const CtaRecords rec = cta_records(p, t, 0);
+    bool any_side[2] = {false, false};
+    std::vector<RowGeometry> rows(M);
+    for (int r = 0; r < M; ++r) {
+      rows[r] = row_geometry(g, t.i0 + r, rec.sorted, rec.k);
+      for (int side = 0; side < 2 && r < t.nrows; ++side) {
+        any_side[side] = any_side[side] || rows[r].mix[side] >= 0;
+        st[9] += rows[r].mix[side] >= 0;
+      }
+    }
+    const uint32_t needed = variants_needed(rec.list, rec.count, any_side[0], any_side[1]);
+    for (int32_t sl = 0; sl < kVariantSlots; ++sl) st[10] += (needed >> int(variant_at(sl))) & 1;
+    st[0] = rec.count;
+    st[5] = t.nrows;
+    std::vector<Bounds> bounds(M);
+    WarpBounds warps[4];
+    int32_t current = -1;
+    TileCursor cursor;
+    KvTile kv{};
+    auto advance = [&]() {
+      return N == 64 ? cursor.advance<64, kCtrlCols>(g, rec.list, rec.count, rec.sorted, rec.k, kv)
+                     : cursor.advance<32, kCtrlCols>(g, rec.list, rec.count, rec.sorted, rec.k, kv);
+    };
+    while (advance()) {
+      const Record& r = rec.list[kv.record];
+      if (kv.record != current) {
+        current = kv.record;
+        for (int w = 0; w < 4; ++w) {
+          warps[w] = WarpBounds::empty();
+          for (int i = 0; i < W; ++i) {
+            bounds[w * W + i] = record_bounds(g, r, rows[w * W + i]);
+            if (w * W + i < t.nrows) warps[w].add(bounds[w * W + i]);
+          }
+        }
+      }
+      const int32_t ragged = ragged_column(g, r, kv);
+      const bool direct = (r.flags & kRecDirect) != 0;  // no K tile: counted apart
+      (direct ? st[19] : KeySet(r.keys) == KeySet::kCtrl ? st[2] : st[1]) += 1;
+      bool masked = false;
+      st[12] += !direct && has_column_fixups(kv, ragged);
+      for (int w = 0; w < 4; ++w) {
+        const TileWork work = classify(warps[w], kv);
+        if (!direct) {
+          st[work == TileWork::kSkip ? 6 : work == TileWork::kFull ? 4 : 3] += 1;
+          masked = masked || work == TileWork::kMasked;
+          st[13 + r.keys] += work == TileWork::kMasked;
+        }
+        for (int i = 0; i < W && w * W + i < t.nrows; ++i) {
+          if (work != TileWork::kSkip) st[7] += kv.width;
+          const Bounds& b = bounds[w * W + i];
+          for (int c = 0; c < kv.n; ++c)
+            st[8] += kv.a + c >= b.lo && kv.a + c < b.hi && ((kv.excluded >> c) & 1) == 0;
+        }
+      }
+      st[11] += masked;
+    }
+  }
+  // Columns, in order: 0 records, 1 KV tiles, 2 control tiles, 3 masked warp-tiles, 4 full warp-tiles,
+  // 5 rows, 6 skipped warp-tiles, 7 GEMM columns over rows, 8 keys seen over rows, 9 straddling blocks,
+  // 10 query-slot fills, 11 masked tiles, 12 tiles with column fix-ups, 13-18 masked warp-tiles by key set
+  // (plan.h KeySet order), 19 direct tiles (straddling blocks; in no other tile column).
+  return stats;
 }
 
 }  // namespace
 }  // namespace rangeswa::cuda
 
-// torch.ops.rangeswa_emulator.attn: the attn schema (csrc/schema.h) on CPU tensors.
-TORCH_LIBRARY(rangeswa_emulator, m) { m.def(rangeswa::schema::kAttn); }
-TORCH_LIBRARY_IMPL(rangeswa_emulator, CPU, m) { m.impl("attn", &rangeswa::cuda::attn_emulated); }
+TORCH_LIBRARY(rangeswa_emulator, m) {
+  m.def(rangeswa::schema::kAttn);
+  std::string stats(rangeswa::schema::kAttn);
+  stats.replace(0, 4, "plan_stats");
+  stats.replace(stats.find("-> (Tensor, Tensor)"), std::string::npos, "-> Tensor");
+  m.def(stats.c_str());
+}
+
+TORCH_LIBRARY_IMPL(rangeswa_emulator, CPU, m) {
+  m.impl("attn", &rangeswa::cuda::attn_emulated);
+  m.impl("plan_stats", &rangeswa::cuda::plan_stats);
+}

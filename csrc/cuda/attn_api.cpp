@@ -1,0 +1,368 @@
+// The CUDA entry points of the four ops (SPEC section 5), registered for the schemas of csrc/schema.h,
+// compiled by the host compiler (FlashAttention's flash_api.cpp layout): each checks every input exactly
+// as the CPU kernel does (checks.h), the values of a user `retrieved` tensor included, before the CUDA
+// guard, any allocation, copy or launch; then it allocates and calls the torch-free launchers of
+// launch.h. No nvcc-compiled frame is on the path of an input error.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <list>
+#include <mutex>
+
+#include "checks.h"
+#include "cuda/attn_setup.h"
+#include "cuda/kernel_traits.h"
+#include "cuda/launch.h"
+
+namespace rangeswa::cuda {
+namespace {
+
+void check_launch(cudaError_t err, const char* what) {
+  TORCH_CHECK(err == cudaSuccess, what, " failed on the GPU: ", cudaGetErrorString(err));
+}
+
+// Runs f(Element{}) for the element type of a float32 / bfloat16 / float16 tensor.
+template <typename F>
+void dispatch_dtype(at::ScalarType type, const F& f) {
+  if (type == at::kBFloat16) f(__nv_bfloat16{});
+  else if (type == at::kHalf) f(__half{});
+  else f(float{});
+}
+
+int max_shared_memory(const at::Device& device) {
+  int value = 0;
+  check_launch(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index()),
+               "reading the shared-memory limit");
+  return value;
+}
+
+// The positions argument of rope / block_summary: 1-D, n entries, floating, on `device`.
+void check_positions_on(const at::Tensor& positions, int64_t n, const char* what, const at::Device& device) {
+  TORCH_CHECK_VALUE(positions.device() == device, "positions must be on the device of the inputs (", device,
+                    "), got ", positions.device());
+  TORCH_CHECK_VALUE(positions.dim() == 1 && positions.size(0) == n, "positions must be a 1-D tensor of ", n,
+                    " entries (one per ", what, "), got shape ", positions.sizes());
+  TORCH_CHECK_VALUE(at::isFloatingType(positions.scalar_type()), "positions must be a floating tensor, got ",
+                    positions.scalar_type());
+}
+
+// cos/sin [count, rotary_dim / 2] (float) of positions first + s * step, or `positions`.
+std::pair<at::Tensor, at::Tensor> rope_table(const RopeParams& rope, int64_t count, double first, double step,
+                                             const double* positions, const at::Device& device, cudaStream_t stream) {
+  const int64_t half = rope.rotary_dim / 2;
+  const auto opts = at::TensorOptions().device(device).dtype(at::kFloat);
+  at::Tensor c = at::empty({count, half}, opts), s = at::empty_like(c);
+  check_launch(launch_rope_table(c.data_ptr<float>(), s.data_ptr<float>(), count, int(half), rope.theta, first, step,
+                                 positions, stream),
+               "rope table");
+  return {c, s};
+}
+
+// The rope tables of attn, built once per shape and configuration and kept (issue: a model calls the op
+// with the same positions in every layer): the integer positions 0.. (grown by doubling) per (device,
+// theta, rotary_dim), and the conditioning positions i T / L per (device, theta, rotary_dim, L, step).
+// A table built on another stream is waited for through the event recorded after its build.
+class TableCache {
+ public:
+  struct Entry {
+    int device;
+    double theta, step;
+    int64_t rotary_dim, rows;
+    bool integer;
+    at::Tensor cos, sin;
+    std::shared_ptr<at::cuda::CUDAEvent> built;
+    cudaStream_t stream;
+  };
+
+  std::pair<at::Tensor, at::Tensor> get(const RopeParams& rope, bool integer, int64_t rows, double step,
+                                        const at::Device& device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index());
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      const bool same = it->device == device.index() && it->theta == rope.theta &&
+                        it->rotary_dim == rope.rotary_dim && it->integer == integer &&
+                        (integer ? it->rows >= rows : it->rows == rows && it->step == step);
+      if (!same) continue;
+      if (it->stream != stream) it->built->block(at::cuda::getCurrentCUDAStream(device.index()));
+      entries_.splice(entries_.begin(), entries_, it);
+      return {entries_.front().cos, entries_.front().sin};
+    }
+    // Integer tables grow by doubling, so a sweep over lengths builds O(log L) of them.
+    int64_t size = rows;
+    if (integer)
+      for (const Entry& e : entries_)
+        if (e.device == device.index() && e.integer && e.theta == rope.theta && e.rotary_dim == rope.rotary_dim)
+          size = std::max(rows, 2 * e.rows);
+    auto table = rope_table(rope, size, 0.0, integer ? 1.0 : step, nullptr, device, stream);
+    auto event = std::make_shared<at::cuda::CUDAEvent>();
+    event->record(at::cuda::getCurrentCUDAStream(device.index()));
+    entries_.push_front(Entry{device.index(), rope.theta, step, rope.rotary_dim, size, integer, table.first,
+                              table.second, event, stream});
+    if (entries_.size() > kEntries) entries_.pop_back();
+    return table;
+  }
+
+ private:
+  static constexpr size_t kEntries = 16;
+  std::mutex mutex_;
+  std::list<Entry> entries_;
+};
+
+TableCache& tables() {
+  static TableCache cache;
+  return cache;
+}
+
+template <typename T>
+T* ptr_or_null(const at::Tensor& t) {
+  return t.defined() && t.numel() > 0 ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------- rope
+
+at::Tensor rope_cuda(const at::Tensor& x, const at::Tensor& positions, double theta,
+                     std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
+  check_bhnd(x, "x");
+  const RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style);
+  check_positions_on(positions, x.size(2), "token of x", x.device());
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor pos = positions.to(at::kDouble).contiguous();
+  at::Tensor xc = x.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  const int64_t rows = xc.numel() / std::max<int64_t>(1, xc.size(3));
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  dispatch_dtype(xc.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    check_launch(launch_rope<T>(static_cast<const T*>(xc.data_ptr()), pos.data_ptr<double>(),
+                                static_cast<T*>(out.data_ptr()), rows, xc.size(2), xc.size(3), int(rope.rotary_dim),
+                                rope.theta, rope.interleaved, stream),
+                 "rope");
+  });
+  return out;
+}
+
+// ------------------------------------------------------------------------------------- block_summary
+
+std::tuple<at::Tensor, at::Tensor> block_summary_cuda(const at::Tensor& k, const at::Tensor& v,
+                                                      const std::optional<at::Tensor>& positions,
+                                                      int64_t summary_block, double theta,
+                                                      std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
+  const RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style);
+  if (positions.has_value()) check_positions_on(*positions, k.size(2), "body key", k.device());
+  const c10::cuda::CUDAGuard guard(k.device());
+  const int64_t BH = k.size(0) * k.size(1), L = k.size(2), D = k.size(3);
+  const int64_t nG = (L + summary_block - 1) / summary_block;
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor kc = k.contiguous(), vc = v.contiguous();
+  at::Tensor ks = at::empty({k.size(0), k.size(1), nG, D}, kc.options()), vs = at::empty_like(ks);
+  std::pair<at::Tensor, at::Tensor> table;
+  if (positions.has_value() && rope.rotary_dim > 0) {
+    at::Tensor pos = positions->to(at::kDouble).contiguous();
+    table = rope_table(rope, L, 0.0, 0.0, pos.data_ptr<double>(), k.device(), stream);
+  }
+  dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    check_launch(launch_block_summary<T>(static_cast<const T*>(kc.data_ptr()), static_cast<const T*>(vc.data_ptr()),
+                                         ptr_or_null<float>(table.first), ptr_or_null<float>(table.second),
+                                         static_cast<T*>(ks.data_ptr()), static_cast<T*>(vs.data_ptr()), BH, L, D,
+                                         summary_block, int(rope.rotary_dim / 2), rope.interleaved, stream),
+                 "block_summary");
+  });
+  return {ks, vs};
+}
+
+// --------------------------------------------------------------------------------------- topk_blocks
+
+// Rule 3 on device q, k with contiguous rows: int32 [B, H_kv, nQb, K], best first, -1 padded. The shared
+// memory it needs has been checked (check_topk_fits).
+at::Tensor topk_blocks_device(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, const Rules& rules) {
+  const int64_t B = q.size(0), Hkv = k.size(1), D = q.size(3);
+  const int64_t nQb = rules.num_query_blocks(), nKb = rules.num_key_blocks();
+  at::Tensor out = at::full({B, Hkv, nQb, rules.topk}, -1, q.options().dtype(at::kInt));
+  if (rules.topk == 0 || rules.L == 0 || out.numel() == 0) return out;
+  TopkParams p{};
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.q_strides = row_strides(q);
+  p.k_strides = row_strides(k);
+  p.out = out.data_ptr<int32_t>();
+  at::Tensor q_means = at::empty({B * Hkv, nQb, D}, q.options().dtype(at::kDouble));
+  at::Tensor k_means = at::empty({B * Hkv, D, nKb}, q.options().dtype(at::kDouble));
+  p.q_means = q_means.data_ptr<double>();
+  p.k_means = k_means.data_ptr<double>();
+  p.B = B;
+  p.Hq = q.size(1);
+  p.Hkv = Hkv;
+  p.N = k.size(2);
+  p.C = control_tokens;
+  p.first = rules.L - (q.size(2) - control_tokens);
+  p.D = D;
+  p.rules = rules;
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  dispatch_dtype(q.scalar_type(), [&](auto tag) { check_launch(launch_topk_blocks<decltype(tag)>(p, stream), "topk_blocks"); });
+  return out;
+}
+
+void check_topk_fits(const Rules& rules, const at::Device& device) {
+  TopkParams p{};
+  p.rules = rules;
+  const size_t smem = topk_blocks_smem_bytes(p);
+  const int limit = max_shared_memory(device);
+  TORCH_CHECK_VALUE(smem <= size_t(limit), "topk_blocks on CUDA keeps min(topk, key blocks) = ",
+                    std::min(rules.topk, rules.num_key_blocks()), " blocks per query block in shared memory, which needs ",
+                    smem, " bytes, more than this GPU's ", limit, "; use a smaller topk");
+}
+
+at::Tensor topk_blocks_cuda(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
+                            int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk,
+                            int64_t causal_block) {
+  const Rules rules = check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk,
+                                 causal_block);
+  check_topk_fits(rules, q.device());
+  const c10::cuda::CUDAGuard guard(q.device());
+  return topk_blocks_device(with_contiguous_rows(q), with_contiguous_rows(k), control_tokens, rules);
+}
+
+// ---------------------------------------------------------------------------------------------- attn
+
+template <typename Element>
+void run_attn_for(const AttnKernelParams& p, int64_t D, cudaStream_t stream) {
+  if (D <= 64) check_launch(run_attn<Element, 64>(p, stream), "attn");
+  else if (D <= 80) check_launch(run_attn<Element, 80>(p, stream), "attn");
+  else check_launch(run_attn<Element, 128>(p, stream), "attn");
+}
+
+template <typename Element>
+size_t attn_smem_for(const AttnKernelParams& p, int64_t D) {
+  return D <= 64 ? attn_smem_bytes<Element, 64>(p) : D <= 80 ? attn_smem_bytes<Element, 80>(p)
+                                                             : attn_smem_bytes<Element, 128>(p);
+}
+
+std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             const std::optional<at::Tensor>& retrieved, c10::string_view method,
+                                             int64_t control_tokens, int64_t window, int64_t summary_block,
+                                             int64_t near_range, int64_t topk, int64_t retrieval_block,
+                                             int64_t query_block, int64_t train_length, int64_t sinks,
+                                             bool far_summaries, double theta,
+                                             std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                                             std::optional<double> scale, int64_t causal_block, bool cond_correction,
+                                             bool summaries) {
+  // Every check first: arguments, what the CUDA kernel runs, the values of given blocks, shared memory.
+  const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
+                                   topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
+                                   rotary_dim, rope_style, scale, causal_block, cond_correction, summaries);
+  const Rules& R = ap.rules;
+  TORCH_CHECK_VALUE(padded_head_dim(ap.D) > 0, "attn on CUDA supports head dims up to 128, got ", ap.D);
+  const char* unsupported = cuda_unsupported(ap);
+  TORCH_CHECK_VALUE(unsupported == nullptr, unsupported);
+  const bool retrieves = R.method == Method::kRangeSwa && ap.L > 0;
+  const bool given = retrieves && retrieved.has_value();
+  if (given) check_retrieved_values(retrieved->to(at::kCPU), R);  // B x H_kv x nQb x K ints: a small copy
+  const bool computes = retrieves && !given && R.topk > 0;
+  if (computes) check_topk_fits(R, q.device());
+  const int64_t K = given ? retrieved->size(3) : computes ? R.topk : 0;
+  const AttnSetup s = setup_attn(ap, K);
+  AttnKernelParams probe{};
+  probe.max_records = s.max_records;
+  probe.retrieved_k = s.retrieved_k;
+  const size_t smem = [&] {
+    size_t bytes = 0;
+    dispatch_dtype(q.scalar_type(), [&](auto tag) { bytes = attn_smem_for<decltype(tag)>(probe, ap.D); });
+    return bytes;
+  }();
+  TORCH_CHECK_VALUE(smem <= size_t(max_shared_memory(q.device())), "attn on CUDA with ", K,
+                    " retrieved blocks per query block needs ", smem, " bytes of shared memory, more than this GPU's ",
+                    max_shared_memory(q.device()), "; use a smaller topk");
+
+  // Device work.
+  const c10::cuda::CUDAGuard guard(q.device());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor qc = with_contiguous_rows(q), kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
+  at::Tensor out = at::empty(q.sizes(), qc.options());
+  at::Tensor lse = at::empty({ap.B, ap.Hq, ap.Nq}, qc.options().dtype(at::kFloat));
+  if (ap.Nq == 0 || ap.B == 0 || ap.Hq == 0) return {out, lse};
+
+  at::Tensor blocks;
+  if (given) blocks = retrieved->contiguous();
+  if (computes) blocks = topk_blocks_device(qc, kc, ap.C, R);
+
+  const auto opts = qc.options();
+  std::vector<at::Tensor> keep;
+  auto array = [&](bool needed, int64_t rows) -> void* {
+    if (!needed) return nullptr;
+    keep.push_back(at::empty({s.BH, rows, s.Dp}, opts));
+    return keep.back().data_ptr();
+  };
+  AttnBuffers buf{};
+  buf.q = qc.data_ptr();
+  buf.k = kc.data_ptr();
+  buf.v = vc.data_ptr();
+  buf.q_strides = row_strides(qc);
+  buf.k_strides = row_strides(kc);
+  buf.v_strides = row_strides(vc);
+  buf.out = out.data_ptr();
+  buf.lse = lse.data_ptr<float>();
+  buf.k_ctrl = array(ap.C > 0, ap.C);
+  buf.v_ctrl = array(ap.C > 0, ap.C);
+  buf.k_nat = array(ap.L > 0, ap.L);
+  buf.v_body = array(ap.L > 0, ap.L);
+  buf.k_grp = array(s.grouped_keys, ap.L);
+  buf.k_cond = array(s.cond_keys, ap.L);
+  buf.s_nat = array(s.summaries, s.geo.nG);
+  buf.s_v = array(s.summaries, s.geo.nG);
+  buf.s_grp = array(s.grouped_summaries, s.geo.nG);
+  buf.p_nat = array(s.prefix, ap.L);
+  buf.p_grp = array(s.prefix, ap.L);
+  std::pair<at::Tensor, at::Tensor> ints, cond;
+  if (s.int_rows > 0) ints = tables().get(ap.rope, true, s.int_rows, 1.0, q.device());
+  if (s.cond_rows > 0) cond = tables().get(ap.rope, false, s.cond_rows, s.cond_step, q.device());
+  buf.cos_int = ptr_or_null<const float>(ints.first);
+  buf.sin_int = ptr_or_null<const float>(ints.second);
+  buf.cos_cond = ptr_or_null<const float>(cond.first);
+  buf.sin_cond = ptr_or_null<const float>(cond.second);
+  at::Tensor sorted, records, counts, ctrl_o, ctrl_lse;
+  if (s.retrieved_k > 0) {
+    buf.retrieved = blocks.data_ptr<int32_t>();
+    sorted = at::empty_like(blocks);
+    buf.retrieved_sorted = sorted.data_ptr<int32_t>();
+  }
+  records = at::empty({std::max<int64_t>(1, s.plans() * s.max_records), 4}, opts.dtype(at::kInt));
+  counts = at::empty({std::max<int64_t>(1, s.plans())}, opts.dtype(at::kInt));
+  buf.records = reinterpret_cast<Record*>(records.data_ptr<int32_t>());
+  buf.record_count = counts.data_ptr<int32_t>();
+  if (ap.C > 0) {
+    ctrl_o = at::empty({s.control_chunks, ap.B * ap.Hq, ap.C, s.Dp}, opts.dtype(at::kFloat));
+    ctrl_lse = at::empty({s.control_chunks, ap.B * ap.Hq, ap.C}, opts.dtype(at::kFloat));
+    buf.ctrl_o = ctrl_o.data_ptr<float>();
+    buf.ctrl_lse = ctrl_lse.data_ptr<float>();
+  }
+
+  const PrepareParams pp = prepare_params(ap, s, buf);
+  const AttnKernelParams p = kernel_params(ap, s, buf);
+  dispatch_dtype(qc.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    check_launch(launch_prepare<T>(pp, stream), "attn key preparation");
+    check_launch(launch_plan(p, buf.retrieved, buf.retrieved_sorted, buf.records, buf.record_count, s.plans(), stream),
+                 "attn plan");
+    run_attn_for<T>(p, ap.D, stream);
+    if (ap.C > 0) check_launch(launch_combine<T>(p, stream), "attn control rows");
+  });
+  return {out, lse};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(rangeswa, CUDA, m) {
+  m.impl("rope", &rope_cuda);
+  m.impl("block_summary", &block_summary_cuda);
+  m.impl("topk_blocks", &topk_blocks_cuda);
+  m.impl("attn", &attn_cuda);
+}
+
+}  // namespace rangeswa::cuda

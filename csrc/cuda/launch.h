@@ -1,0 +1,42 @@
+// The torch-free launchers of every CUDA kernel, called by the host entry points (attn_api.cpp) after
+// all input checks. Each returns the launch's cudaError_t; none allocates.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "attn_params.h"
+#include "prepare.h"
+#include "topk_blocks.h"
+
+namespace rangeswa::cuda {
+
+// Rule 3's retrieved blocks sorted per (KV head, query block), then the records of every body tile.
+cudaError_t launch_plan(const AttnKernelParams& p, const int32_t* given, int32_t* sorted, Record* records,
+                        int32_t* counts, int64_t plans, cudaStream_t stream);
+
+// The control rows' outputs and log-sum-exp from their chunks (combine.h).
+template <typename Element>
+cudaError_t launch_combine(const AttnKernelParams& p, cudaStream_t stream);
+
+// The fused attention kernel of one (element type, padded head dim): attn_hdim<D>_<dtype>.cu.
+template <typename Element, int kHeadDim>
+cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream);
+template <typename Element, int kHeadDim>
+size_t attn_smem_bytes(const AttnKernelParams& p);
+
+// out[r] = R(positions[r % n]) x[r] for the rows of x [rows, D] (rotary_dim dims rotated): rope.cu.
+template <typename Element>
+cudaError_t launch_rope(const Element* x, const double* positions, Element* out, int64_t rows, int64_t n, int64_t D,
+                        int rotary_dim, double theta, bool interleaved, cudaStream_t stream);
+
+// Rule 4's block means: ks[bh, b] = mean over G-block b of R(pos_j) k[bh, j] (no rotation when cos is
+// null; cos/sin [L, rotary_half] from launch_rope_table), vs[bh, b] = mean of v; sums in double:
+// block_summary.cu.
+template <typename Element>
+cudaError_t launch_block_summary(const Element* k, const Element* v, const float* cos_t, const float* sin_t,
+                                 Element* ks, Element* vs, int64_t BH, int64_t L, int64_t D, int64_t G,
+                                 int rotary_half, bool interleaved, cudaStream_t stream);
+
+}  // namespace rangeswa::cuda

@@ -1,0 +1,71 @@
+// The small kernels around the fused attention: the plan (sort each query block's retrieved blocks, then
+// one thread per (KV head, body tile) writes its records, plan.h) and the control rows' combine
+// (combine.h). Launchers are torch-free (launch.h).
+#include "launch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "combine.h"
+
+namespace rangeswa::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+__global__ void sort_kernel(const int32_t* given, int32_t* sorted, int64_t rows, int32_t k) {
+  const int64_t row = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (row < rows) sort_retrieved(given + row * k, sorted + row * k, k);
+}
+
+__global__ void plan_kernel(const __grid_constant__ AttnKernelParams p, int64_t plans, Record* records,
+                            int32_t* counts) {
+  const int64_t x = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (x >= plans) return;
+  counts[x] = plan_tile(p, int32_t(x / p.body_tiles), int32_t(x % p.body_tiles), records + x * p.max_records);
+}
+
+template <typename Element>
+__global__ void combine_kernel(const __grid_constant__ AttnKernelParams p, int64_t items) {
+  const int64_t x = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (x >= items) return;
+  const int32_t per_head = p.geo.C * (p.D + 1);
+  const int64_t head = x / per_head;
+  const int32_t c = int32_t(x % per_head) / (p.D + 1), d = int32_t(x % per_head) % (p.D + 1);
+  const float value = combine_control(p, head, c, d);
+  if (d < p.D)
+    static_cast<Element*>(p.out)[(head * p.Nq + c) * p.D + d] = from_float<Element>(value);
+  else
+    p.lse[head * p.Nq + c] = value;
+}
+
+unsigned ctas(int64_t items) { return unsigned((items + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+cudaError_t launch_plan(const AttnKernelParams& p, const int32_t* given, int32_t* sorted, Record* records,
+                        int32_t* counts, int64_t plans, cudaStream_t stream) {
+  if (p.retrieved_k > 0) {
+    const int64_t rows = int64_t(p.B) * p.Hkv * p.nQb;
+    if (rows > 0) sort_kernel<<<ctas(rows), kThreads, 0, stream>>>(given, sorted, rows, p.retrieved_k);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  if (plans == 0) return cudaSuccess;
+  plan_kernel<<<ctas(plans), kThreads, 0, stream>>>(p, plans, records, counts);
+  return cudaGetLastError();
+}
+
+template <typename Element>
+cudaError_t launch_combine(const AttnKernelParams& p, cudaStream_t stream) {
+  const int64_t items = int64_t(p.B) * p.Hq * p.geo.C * (p.D + 1);
+  if (items == 0) return cudaSuccess;
+  combine_kernel<Element><<<ctas(items), kThreads, 0, stream>>>(p, items);
+  return cudaGetLastError();
+}
+
+template cudaError_t launch_combine<float>(const AttnKernelParams&, cudaStream_t);
+template cudaError_t launch_combine<__nv_bfloat16>(const AttnKernelParams&, cudaStream_t);
+template cudaError_t launch_combine<__half>(const AttnKernelParams&, cudaStream_t);
+
+}  // namespace rangeswa::cuda

@@ -1,0 +1,438 @@
+// The plan of the fused attention kernel: which keys each CTA scores, as a short list of records,
+// and the per-row bounds that decide, for each record, which of its keys a row sees (SPEC sections
+// 2-3 and 7). Host and device code, int32 only: the plan kernel and the host emulator run
+// plan_body_tile / plan_control_tile, the attention kernel runs record_bounds once per record and row.
+//
+// A record is one contiguous row range of one prepared array (attn_params.h), scored with one query
+// variant, so every KV tile the kernel loads is a plain copy of consecutive rows:
+//
+//   keys        array                         query variant           rows of a body tile
+//   kCtrl       control keys (never rotated)  cond (i T / L) or nat   [0, C), in 16-column tiles
+//   kNat        R(j) k_j                      nat (i)                 exact keys within Hn of the row
+//   kGrp        R(j / g) k_j                  left (i/g + c)          exact keys farther left than Hn
+//                                             right (i/g - c)         ... farther right
+//   kSumNat     G-block means of R(j) k_j     nat                     near summaries (rule 4)
+//   kSumGrp     G-block means of R(j/g) k_j   left / right            far summaries
+//   kCond       R(j T / L) k_j                plain                   control rows' body keys
+//
+// A row of the tile sees key x of a record (a token or a G-block index) when lo <= x < hi, with
+// [lo, hi) = record_bounds(...): the record's scope (window, left / right of the window, all),
+// intersected with the position class of its query variant (section 3) and the row's visible keys
+// (section 7). Exact keys are every key of the window records and of the retrieved blocks; a G-block
+// is a summary for a row when it lies outside the row's window, is not retrieved and (Lite) is near:
+// the summary records cover those blocks, and the retrieved ones are removed per KV tile (a 64-bit
+// column mask, exclusion_bits). Blocks straddling distance Hn (class kMixed) are in no record: the
+// kernel scores them per row from prefix sums (mixed_block), so no KV tile is spent on them.
+// Each row thus meets each key it sees in exactly one record, and every key it sees is in one.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "rules.h"
+
+// A loop the compiler keeps rolled (cold setup code: the kernel's instruction footprint stays small).
+#if defined(__CUDACC__)
+#define RSWA_ROLLED _Pragma("unroll 1")
+#else
+#define RSWA_ROLLED
+#endif
+
+namespace rangeswa::cuda {
+
+enum class KeySet : uint8_t { kCtrl = 0, kNat = 1, kGrp = 2, kCond = 3, kSumNat = 4, kSumGrp = 5 };
+enum class QVar : uint8_t { kNat = 0, kLeft = 1, kRight = 2, kCond = 3, kPlain = 4 };
+// Which keys of its range a record offers a row before class and visibility: all of them, the row's
+// rule-2 window (rangeswa: its G-blocks; swa: its token window past the sinks), or the G-blocks left /
+// right of the row's window.
+// kMixedLeft / kMixedRight: the G-block straddling distance Hn on that side of the row (mixed_block), whose
+// logit the kernel has from prefix-sum dot products rather than from a K tile (kRecDirect).
+enum class Scope : uint8_t { kAll = 0, kWindow = 1, kSumLeft = 2, kSumRight = 3, kMixedLeft = 4, kMixedRight = 5 };
+
+enum : uint8_t {
+  kRecClass = 1,    // keep only the keys of the query variant's position class (section 3)
+  kRecCausal = 2,   // keep only keys the row sees (section 7)
+  kRecExclude = 4,  // summary record that some retrieved block overlaps (exclusion_bits per tile)
+  kRecDirect = 8,   // straddling blocks: per-row logits from prefix sums, no Q K^T (values: G-block means)
+};
+
+struct Record {
+  int32_t k0, n;  // keys [k0, k0 + n) of the array
+  uint8_t keys, qvar, scope, flags;
+  float bias_log2;  // logit bias in base 2: log2 G for summaries, -log(L/T) log2(e) for control rows
+};
+static_assert(sizeof(Record) == 16, "records are 16 bytes");
+
+// n / d for 0 <= n < 2^31 and a divisor d >= 1 fixed for the call, as a multiply-high and a shift (the
+// round-up method: m = ceil(2^p / d) with p = 31 + ceil(log2 d); exact for every n in that range), so
+// that the kernel divides by G, cb, g and the tile counts without an integer division sequence.
+struct FastDiv {
+  int32_t d;
+  uint32_t m;
+  int32_t shift;
+
+  static FastDiv make(int32_t divisor) {
+    FastDiv f{divisor, 0u, 0};
+    if (divisor > 1) {
+      int32_t log2 = 0;
+      while ((int64_t(1) << log2) < divisor) ++log2;
+      const int64_t p = 31 + log2;
+      f.m = uint32_t(((int64_t(1) << p) + divisor - 1) / divisor);
+      f.shift = int32_t(p - 32);
+    }
+    return f;
+  }
+  RSWA_HD int32_t div(int32_t n) const {
+    if (d == 1) return n;
+#if defined(__CUDA_ARCH__)
+    return int32_t(__umulhi(uint32_t(n), m) >> shift);
+#else
+    return int32_t(uint32_t((uint64_t(uint32_t(n)) * m) >> 32) >> shift);
+#endif
+  }
+  RSWA_HD int32_t mod(int32_t n) const { return n - div(n) * d; }
+};
+
+// The numbers the plan depends on, in int32 (the op rejects sequences of 2^30 tokens or more).
+struct Geometry {
+  int32_t L, C, G, nG, Hn, radius, Rb, Qb, sinks, cb;
+  int32_t g, c;        // group size (0: no grouping) and offset Hn - Hn / g
+  int32_t method;      // rules.h Method
+  bool grouping;       // section 3's grouped positions are on
+  bool far_summaries;  // rule 4 beyond Hn (off: RangeSWA-Lite)
+  bool summaries;      // rule 4 at all
+  bool cond;           // conditioning correction (body rows score control keys at i T / L)
+  float log2_block, log2_last_block;  // rule 4's summary bias log2 n_b: full blocks, the last block
+  FastDiv by_G, by_cb, by_g, by_blocks_per_key_block;  // / G, / cb, / g, / (Rb / G) (1 when unused)
+};
+
+// Sizes past the sequence change nothing (a window, near range or causal block of L tokens or more acts
+// as L), so they are clamped; the op has rejected L >= kMaxPlanTokens.
+inline constexpr int64_t kMaxPlanTokens = int64_t(1) << 29;
+
+inline Geometry make_geometry(const Rules& R, int64_t C) {
+  const int64_t L = R.L, cap = kMaxPlanTokens;
+  Geometry g{};
+  g.L = int32_t(L);
+  g.C = int32_t(C);
+  // A G-block or key block longer than the sequence holds it all, like one of exactly L tokens.
+  const int64_t G = L > 0 ? min64(R.G, L) : 1;
+  g.G = int32_t(G);
+  g.nG = int32_t(ceil_div(L, G));
+  g.Rb = int32_t(G * min64(R.Rb / R.G, max64(1, ceil_div(L, G))));
+  g.Qb = int32_t(min64(R.Qb, max64(L, 1)));
+  g.Hn = int32_t(min64(R.Hn, cap));
+  // rules.h keeps SPEC's floor division: swa's radius (W - S) // 2 may be -1 (only sinks are seen).
+  g.radius = int32_t(min64(R.radius, cap));
+  g.sinks = int32_t(min64(R.sinks, cap));
+  g.cb = int32_t(min64(R.cb, L));
+  g.g = int32_t(R.g);
+  g.c = int32_t(R.group_offset);
+  g.method = int32_t(R.method);
+  g.grouping = R.grouping();
+  g.far_summaries = R.far_summaries;
+  g.summaries = R.summaries && R.method == Method::kRangeSwa;
+  g.cond = conditioned(R, C);
+  g.log2_block = float(std::log2(double(G)));
+  g.log2_last_block = L > 0 ? float(std::log2(double(L - (g.nG - 1) * G))) : 0.f;
+  g.by_G = FastDiv::make(g.G);
+  g.by_cb = FastDiv::make(g.cb > 0 ? g.cb : 1);
+  g.by_g = FastDiv::make(g.g > 0 ? g.g : 1);
+  g.by_blocks_per_key_block = FastDiv::make(g.Rb / g.G);
+  return g;
+}
+
+RSWA_HD int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
+RSWA_HD int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
+
+// --- rows (rules.h in int32; i >= 0 throughout) -------------------------------------------------------
+
+// Rule 2: the row's window blocks [first, last] (rangeswa).
+RSWA_HD int32_t window_first(const Geometry& g, int32_t i) { return g.by_G.div(imax(0, i - g.radius)); }
+RSWA_HD int32_t window_last(const Geometry& g, int32_t i) { return g.by_G.div(imin(g.L - 1, i + g.radius)); }
+// Section 7: body keys [0, visible_end) and the G-blocks [0, visible_blocks) a row sees whole. With the
+// CUDA kernel's restriction (attn_setup.h cuda_unsupported) no summary block is seen in part.
+RSWA_HD int32_t visible_end(const Geometry& g, int32_t i) {
+  return g.cb == 0 ? g.L : imin(g.L, (g.by_cb.div(i) + 1) * g.cb);
+}
+RSWA_HD int32_t visible_blocks(const Geometry& g, int32_t i) {
+  const int32_t end = visible_end(g, i);
+  return end == g.L ? g.nG : g.by_G.div(end);
+}
+// Rule 4's near blocks [near_first, near_last] and the blocks wholly farther than Hn: [0, far_left_end)
+// and [far_right_begin, nG) (rules.h, same names).
+RSWA_HD int32_t near_first(const Geometry& g, int32_t i) { return i - g.Hn <= 0 ? 0 : g.by_G.div(i - g.Hn + g.G - 1); }
+RSWA_HD int32_t near_last(const Geometry& g, int32_t i) {
+  return i + g.Hn >= g.L - 1 ? g.nG - 1 : g.by_G.div(i + g.Hn + 1) - 1;
+}
+RSWA_HD int32_t far_left_end(const Geometry& g, int32_t i) { return i - g.Hn > 0 ? g.by_G.div(i - g.Hn) : 0; }
+RSWA_HD int32_t far_right_begin(const Geometry& g, int32_t i) { return imin(g.nG, g.by_G.div(i + g.Hn) + 1); }
+
+// --- retrieved blocks -----------------------------------------------------------------------------
+
+// Bit x set: G-block b0 + x (x < 64) lies in one of the query block's retrieved key blocks (sorted
+// ascending, -1 after the last), which every row of the tile sees exactly (rule 3), so it is no summary.
+RSWA_HD uint64_t exclusion_bits(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b0, int32_t n) {
+  uint64_t bits = 0;
+  const int32_t per = g.by_blocks_per_key_block.d;
+RSWA_ROLLED
+  for (int32_t x = 0; x < k; ++x) {
+    const int32_t kb = sorted[x];
+    if (kb < 0) break;
+    const int32_t lo = imax(kb * per, b0), hi = imin(imin(kb * per + per, g.nG), b0 + n);
+    if (lo >= hi) continue;
+    const int32_t width = hi - lo;
+    bits |= (width >= 64 ? ~uint64_t(0) : ((uint64_t(1) << width) - 1)) << (lo - b0);
+  }
+  return bits;
+}
+
+RSWA_HD bool is_retrieved_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b) {
+  const int32_t kb = g.by_blocks_per_key_block.div(b);
+RSWA_ROLLED
+  for (int32_t x = 0; x < k && sorted[x] >= 0 && sorted[x] <= kb; ++x)
+    if (sorted[x] == kb) return true;
+  return false;
+}
+
+// --- blocks straddling distance Hn ------------------------------------------------------------------
+
+// Rule 4 for a G-block holding tokens on both sides of distance Hn from row i (rules.h kMixed): its
+// summary logit is the mean of its exact logits, each under its own class. With in-block exclusive
+// prefix sums P[m] = sum of the block's keys before token m (prepared per array), that mean is
+//   left  (tokens before m = i - Hn grouped):        q_nat . S_nat[b] + (q_left . P_grp[m] - q_nat . P_nat[m]) / n_b
+//   right (tokens from  m = i + Hn + 1 grouped):     q_right . S_grp[b] + (q_nat . P_nat[m] - q_right . P_grp[m]) / n_b
+// so the kernel scores each such block with three dot products per row: the plan's direct records
+// (kRecDirect) then fold it into the softmax like any key, with no Q K^T.
+struct MixedBlock {
+  int32_t block;  // -1: none on this side
+  int32_t m;      // the token where the class changes
+};
+
+// Row i's straddling block on `side` (0 left, 1 right) when it is a summary for the row: outside its
+// window, not retrieved, seen (section 7), with far summaries on and grouping.
+RSWA_HD MixedBlock mixed_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t i, int side) {
+  MixedBlock none{-1, 0};
+  if (!g.grouping || !g.summaries || !g.far_summaries) return none;
+  const int32_t m = side == 0 ? i - g.Hn : i + g.Hn + 1;
+  if (m <= 0 || m >= g.L || g.by_G.mod(m) == 0) return none;  // the class changes on a block boundary
+  const int32_t b = g.by_G.div(m);
+  if (b >= window_first(g, i) && b <= window_last(g, i)) return none;
+  if (b >= visible_blocks(g, i)) return none;
+  if (is_retrieved_block(g, sorted, k, b)) return none;
+  return MixedBlock{b, m};
+}
+
+struct Bounds {
+  int32_t lo, hi;
+};
+
+// Everything about body row i that record_bounds needs, computed once per row (the kernel keeps it in
+// shared memory for the CTA's life).
+struct RowGeometry {
+  int32_t i;
+  int32_t win_lo, win_hi;  // rule 2's exact window as tokens (swa: its token window past the sinks)
+  int32_t wf, wl;          // rule 2's window blocks [wf, wl] (rangeswa)
+  int32_t nf, nl1;         // near blocks [nf, nl1)
+  int32_t fle, frb;        // far blocks [0, fle) and [frb, nG)
+  int32_t vis_end, vis_blocks;  // section 7
+  int32_t mix[2], mix_m[2];     // the straddling block left / right of the row (-1: none) and its token m
+};
+
+// Row i of a tile whose query block retrieved `sorted` (k entries; null for control rows).
+RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i, const int32_t* sorted = nullptr, int32_t k = 0) {
+  RowGeometry r;
+  r.i = i;
+  r.wf = window_first(g, i);
+  r.wl = window_last(g, i);
+  if (g.method == int32_t(Method::kSwa)) {  // token window past the sinks (they have a record)
+    r.win_lo = imax(g.sinks, i - g.radius);
+    r.win_hi = imin(g.L, i + g.radius + 1);
+  } else {
+    r.win_lo = r.wf * g.G;
+    r.win_hi = imin(g.L, (r.wl + 1) * g.G);
+  }
+  r.nf = near_first(g, i);
+  r.nl1 = near_last(g, i) + 1;
+  r.fle = far_left_end(g, i);
+  r.frb = far_right_begin(g, i);
+  r.vis_end = visible_end(g, i);
+  r.vis_blocks = visible_blocks(g, i);
+  for (int side = 0; side < 2; ++side) {
+    const MixedBlock mb = mixed_block(g, sorted, k, i, side);
+    r.mix[side] = mb.block;
+    r.mix_m[side] = mb.m;
+  }
+  return r;
+}
+
+// The keys [lo, hi) of record r that a body row sees (control rows see every key: kPlain records).
+RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, const RowGeometry& row) {
+  if (Scope(r.scope) == Scope::kMixedLeft || Scope(r.scope) == Scope::kMixedRight) {
+    const int32_t b = row.mix[Scope(r.scope) == Scope::kMixedLeft ? 0 : 1];
+    return b >= r.k0 && b < r.k0 + r.n ? Bounds{b, b + 1} : Bounds{r.k0, r.k0};
+  }
+  const KeySet keys = KeySet(r.keys);
+  if (keys == KeySet::kCtrl || QVar(r.qvar) == QVar::kPlain) return Bounds{r.k0, r.k0 + r.n};
+  const bool summary = keys == KeySet::kSumNat || keys == KeySet::kSumGrp;
+  const Scope scope = Scope(r.scope);
+  const QVar v = QVar(r.qvar);
+  const bool cls = (r.flags & kRecClass) != 0;
+  int32_t lo = r.k0, hi = r.k0 + r.n;
+  if (scope == Scope::kWindow) {
+    lo = imax(lo, row.win_lo);
+    hi = imin(hi, row.win_hi);
+  }
+  if (scope == Scope::kSumLeft) hi = imin(hi, row.wf);
+  if (scope == Scope::kSumRight) lo = imax(lo, row.wl + 1);
+  // Section 3's position classes: exact keys within Hn are native, farther ones grouped; near G-blocks
+  // are native, blocks wholly beyond Hn grouped, straddling ones in no record.
+  if (cls && v == QVar::kNat) {
+    lo = imax(lo, summary ? row.nf : row.i - g.Hn);
+    hi = imin(hi, summary ? row.nl1 : row.i + g.Hn + 1);
+  }
+  if (cls && v == QVar::kLeft) hi = imin(hi, summary ? row.fle : row.i - g.Hn);
+  if (cls && v == QVar::kRight) lo = imax(lo, summary ? row.frb : row.i + g.Hn + 1);
+  if (r.flags & kRecCausal) hi = imin(hi, summary ? row.vis_blocks : row.vis_end);
+  return Bounds{lo, imax(lo, hi)};
+}
+
+RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, int32_t i, const int32_t* sorted = nullptr,
+                              int32_t k = 0) {
+  return record_bounds(g, r, row_geometry(g, i, sorted, k));
+}
+
+// --- the plan of one CTA ------------------------------------------------------------------------------
+
+// Upper bound on the records of a body tile with `k` retrieved blocks (the plan kernel's stride).
+RSWA_HD int32_t max_records(int32_t k) { return 14 + 3 * k; }
+
+struct PlanWriter {
+  Record* out;
+  int32_t count;
+
+  RSWA_HD void add(KeySet keys, QVar v, Scope scope, uint8_t flags, int32_t k0, int32_t k1, float bias) {
+    if (k1 <= k0) return;
+    out[count++] = Record{k0, k1 - k0, uint8_t(keys), uint8_t(v), uint8_t(scope), flags, bias};
+  }
+};
+
+// Exact body keys [a, b) for the rows [i0, i1], one record per position class some pair of the tile
+// uses: grouped-left keys lie below i1 - Hn, native ones in [i0 - Hn, i1 + Hn], grouped-right ones above
+// i0 + Hn. Emitted in the query variants' order (left, nat, right) through the pass argument.
+RSWA_HD void exact_records(const Geometry& g, PlanWriter& w, QVar pass, Scope scope, int32_t i0, int32_t i1,
+                           int32_t a, int32_t b) {
+  const uint8_t causal = g.cb > 0 ? kRecCausal : 0;
+  if (!g.grouping) {
+    if (pass == QVar::kNat) w.add(KeySet::kNat, QVar::kNat, scope, causal, a, b, 0.f);
+    return;
+  }
+  const uint8_t f = uint8_t(kRecClass | causal);
+  if (pass == QVar::kLeft) w.add(KeySet::kGrp, QVar::kLeft, scope, f, a, imin(b, i1 - g.Hn), 0.f);
+  if (pass == QVar::kNat) w.add(KeySet::kNat, QVar::kNat, scope, f, imax(a, i0 - g.Hn), imin(b, i1 + g.Hn + 1), 0.f);
+  if (pass == QVar::kRight) w.add(KeySet::kGrp, QVar::kRight, scope, f, imax(a, i0 + g.Hn + 1), b, 0.f);
+}
+
+// Summary records of the rows [i0, i1] on one side of their windows: blocks [lo, hi) (the union over the
+// rows), split by class as record_bounds splits them.
+RSWA_HD void summary_records(const Geometry& g, PlanWriter& w, QVar pass, Scope side, int32_t i0, int32_t i1,
+                             int32_t lo, int32_t hi, bool exclude) {
+  const uint8_t base = uint8_t((g.cb > 0 ? kRecCausal : 0) | (exclude ? kRecExclude : 0));
+  const float bias = g.log2_block;
+  if (g.grouping) {
+    const uint8_t f = uint8_t(base | kRecClass);
+    if (pass == QVar::kLeft && g.far_summaries && side == Scope::kSumLeft)
+      w.add(KeySet::kSumGrp, QVar::kLeft, side, f, lo, imin(hi, far_left_end(g, i1)), bias);
+    if (pass == QVar::kNat)
+      w.add(KeySet::kSumNat, QVar::kNat, side, f, imax(lo, near_first(g, i0)), imin(hi, near_last(g, i1) + 1), bias);
+    if (pass == QVar::kRight && g.far_summaries && side == Scope::kSumRight)
+      w.add(KeySet::kSumGrp, QVar::kRight, side, f, imax(lo, far_right_begin(g, i0)), hi, bias);
+  } else if (pass == QVar::kNat) {
+    if (g.far_summaries) {
+      w.add(KeySet::kSumNat, QVar::kNat, side, base, lo, hi, bias);
+    } else {  // Lite: near blocks only (without grouping "near" is the only class restriction)
+      w.add(KeySet::kSumNat, QVar::kNat, side, uint8_t(base | kRecClass), imax(lo, near_first(g, i0)),
+            imin(hi, near_last(g, i1) + 1), bias);
+    }
+  }
+}
+
+// Whether any retrieved block overlaps G-blocks [lo, hi).
+RSWA_HD bool overlaps_retrieved(const Geometry& g, const int32_t* sorted, int32_t k, int32_t lo, int32_t hi) {
+  const int32_t per = g.by_blocks_per_key_block.d;
+  for (int32_t x = 0; x < k && sorted[x] >= 0; ++x)
+    if (sorted[x] * per < hi && imin(sorted[x] * per + per, g.nG) > lo) return true;
+  return false;
+}
+
+// The records of a tile of body rows [i0, i0 + nrows) (inside one query block for rangeswa), whose
+// query block retrieved `sorted` (ascending, -1 padded, k entries). Records come in the order the
+// kernel fills its query slot: cond, left, nat, right.
+RSWA_HD int32_t plan_body_tile(const Geometry& g, int32_t i0, int32_t nrows, const int32_t* sorted, int32_t k,
+                               Record* out) {
+  PlanWriter w{out, 0};
+  const int32_t i1 = i0 + nrows - 1;
+  const int32_t seen = visible_end(g, i1);  // keys no row of the tile sees come in no record
+  const Method method = Method(g.method);
+  const QVar order[3] = {QVar::kLeft, QVar::kNat, QVar::kRight};
+  if (g.cond) w.add(KeySet::kCtrl, QVar::kCond, Scope::kAll, 0, 0, g.C, 0.f);
+  for (int p = 0; p < 3; ++p) {
+    const QVar pass = order[p];
+    if (pass == QVar::kNat && !g.cond) w.add(KeySet::kCtrl, QVar::kNat, Scope::kAll, 0, 0, g.C, 0.f);
+    if (method == Method::kFull || method == Method::kSelfExtend) {
+      exact_records(g, w, pass, Scope::kAll, i0, i1, 0, seen);
+    } else if (method == Method::kSwa) {
+      if (pass == QVar::kNat) {
+        const int32_t sinks = imin(g.sinks, seen);
+        w.add(KeySet::kNat, QVar::kNat, Scope::kAll, g.cb > 0 ? kRecCausal : 0, 0, sinks, 0.f);
+        const int32_t lo = imax(sinks, i0 - g.radius), hi = imin(seen, i1 + g.radius + 1);
+        w.add(KeySet::kNat, QVar::kNat, Scope::kWindow, g.cb > 0 ? kRecCausal : 0, lo, hi, 0.f);
+      }
+    } else {  // rangeswa
+      const int32_t wf0 = window_first(g, i0), wl1 = window_last(g, i1);
+      exact_records(g, w, pass, Scope::kWindow, i0, i1, wf0 * g.G, imin(seen, imin(g.L, (wl1 + 1) * g.G)));
+      // Rule 3: the retrieved key blocks, adjacent ones merged into one range.
+      for (int32_t x = 0; x < k && sorted[x] >= 0;) {
+        int32_t y = x + 1;
+        while (y < k && sorted[y] == sorted[y - 1] + 1) ++y;
+        exact_records(g, w, pass, Scope::kAll, i0, i1, sorted[x] * g.Rb, imin(g.L, sorted[y - 1] * g.Rb + g.Rb));
+        x = y;
+      }
+      if (g.summaries) {
+        const int32_t vis = visible_blocks(g, i1);
+        const int32_t left_hi = imin(vis, window_first(g, i1)), right_lo = window_last(g, i0) + 1;
+        summary_records(g, w, pass, Scope::kSumLeft, i0, i1, 0, left_hi,
+                        overlaps_retrieved(g, sorted, k, 0, left_hi));
+        summary_records(g, w, pass, Scope::kSumRight, i0, i1, right_lo, vis,
+                        overlaps_retrieved(g, sorted, k, right_lo, vis));
+      }
+    }
+  }
+  // Blocks straddling distance Hn (mixed_block): the blocks holding the class-change tokens m of the
+  // tile's rows, m = i - Hn on the left and i + Hn + 1 on the right, one direct record per side.
+  if (method == Method::kRangeSwa && g.grouping && g.summaries && g.far_summaries) {
+    const int32_t left_lo = imax(i0 - g.Hn, 1), left_hi = i1 - g.Hn;
+    if (left_hi >= left_lo)
+      w.add(KeySet::kSumNat, QVar::kPlain, Scope::kMixedLeft, kRecDirect, g.by_G.div(left_lo),
+            g.by_G.div(left_hi) + 1, g.log2_block);
+    const int32_t right_lo = i0 + g.Hn + 1, right_hi = imin(i1 + g.Hn + 1, g.L - 1);
+    if (right_hi >= right_lo)
+      w.add(KeySet::kSumNat, QVar::kPlain, Scope::kMixedRight, kRecDirect, g.by_G.div(right_lo),
+            g.by_G.div(right_hi) + 1, g.log2_block);
+  }
+  return w.count;
+}
+
+// Control query rows see every control key and every body key (section 3): body keys rotated to
+// j T / L with the bias -log(L / T) under the conditioning correction, else native. Their work is split
+// over the body keys (split-K): chunk `chunk` of `chunk_keys` keys, the first chunk adding the control keys.
+RSWA_HD int32_t plan_control_tile(const Geometry& g, int32_t chunk, int32_t chunk_keys, float body_bias_log2,
+                                  Record* out) {
+  PlanWriter w{out, 0};
+  if (chunk == 0) w.add(KeySet::kCtrl, QVar::kPlain, Scope::kAll, 0, 0, g.C, 0.f);
+  const int32_t a = chunk * chunk_keys, b = imin(g.L, a + chunk_keys);
+  w.add(g.cond ? KeySet::kCond : KeySet::kNat, QVar::kPlain, Scope::kAll, 0, a, b, body_bias_log2);
+  return w.count;
+}
+
+}  // namespace rangeswa::cuda

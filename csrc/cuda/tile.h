@@ -1,0 +1,163 @@
+// What one warp does with one KV tile of a record (plan.h), and the walk over a CTA's records in KV
+// tiles. Host and device code: the attention kernel (mainloop.h) and its host emulation share every
+// decision here, so the emulator tests the kernel's own choices.
+//
+// A warp owns 32 query rows. On entering a record it reduces its rows' bounds [lo, hi) (record_bounds)
+// to four numbers; per KV tile [a, a + n) it then picks one of
+//   kSkip    no row of the warp sees a key of the tile: no MMA at all;
+//   kFull    every row sees every key of the tile: FlashAttention's unmasked path (scale, bias);
+//   kMasked  rows differ: per element, lo <= key < hi (two int32 compares).
+// Independently of the rows, a tile may have column fix-ups, the same for every row: columns past its
+// keys (a short tile), retrieved G-blocks of a summary record (exclusion_bits) and the ragged last
+// G-block's bias; they cost one select per element on either path.
+#pragma once
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "plan.h"
+
+namespace rangeswa::cuda {
+
+// Bounds of a warp's rows in one record: every valid row sees [all_lo, all_hi) at least, and no row
+// sees a key outside [any_lo, any_hi). Rows past the tile's end are ignored.
+struct WarpBounds {
+  int32_t all_lo, all_hi, any_lo, any_hi;
+
+  RSWA_HD static WarpBounds empty() { return WarpBounds{INT32_MIN, INT32_MAX, INT32_MAX, INT32_MIN}; }
+  RSWA_HD void add(const Bounds& b) {
+    if (b.hi <= b.lo) {  // a row that sees nothing: the tile cannot be seen whole by every row
+      all_lo = INT32_MAX;
+      all_hi = INT32_MIN;
+      return;
+    }
+    all_lo = imax(all_lo, b.lo);
+    all_hi = imin(all_hi, b.hi);
+    any_lo = imin(any_lo, b.lo);
+    any_hi = imax(any_hi, b.hi);
+  }
+  RSWA_HD void merge(const WarpBounds& o) {
+    all_lo = imax(all_lo, o.all_lo);
+    all_hi = imin(all_hi, o.all_hi);
+    any_lo = imin(any_lo, o.any_lo);
+    any_hi = imax(any_hi, o.any_hi);
+  }
+};
+
+enum class TileWork : uint8_t { kSkip = 0, kFull = 1, kMasked = 2 };
+
+// One KV tile of a record: keys [a, a + n) of the record's array, `width` columns (n < width: the
+// rest are zero rows that no row sees), and its G-block exclusion mask (summary records).
+struct KvTile {
+  int32_t record;  // index in the CTA's record list
+  int32_t a, n, width;
+  uint64_t excluded;
+};
+
+RSWA_HD bool summary_keys(const Record& r) {
+  return KeySet(r.keys) == KeySet::kSumNat || KeySet(r.keys) == KeySet::kSumGrp;
+}
+
+// The column of the ragged last G-block's summary in a tile (its bias is log2 n_b, not log2 G), or -1.
+RSWA_HD int32_t ragged_column(const Geometry& g, const Record& r, const KvTile& t) {
+  if (!summary_keys(r) || g.log2_last_block == g.log2_block) return -1;
+  const int32_t last = g.nG - 1;
+  return last >= t.a && last < t.a + t.n ? last - t.a : -1;
+}
+
+RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t) {
+  const int32_t end = t.a + t.n;
+  if (w.any_hi <= w.any_lo || w.any_hi <= t.a || w.any_lo >= end) return TileWork::kSkip;
+  return w.all_lo <= t.a && end <= w.all_hi ? TileWork::kFull : TileWork::kMasked;
+}
+
+// Whether some columns of the tile differ from the rest for every row alike: past the keys (n < width),
+// retrieved G-blocks of a summary record, or the ragged last G-block's bias.
+RSWA_HD bool has_column_fixups(const KvTile& t, int32_t ragged) {
+  return t.n < t.width || t.excluded != 0 || ragged >= 0;
+}
+
+// The base-2 logit of column c from its raw score s when every row sees the keys of the tile: -inf past
+// the keys and for excluded G-blocks; the ragged last G-block gets its own bias.
+RSWA_HD float column_logit(float s, int32_t c, const KvTile& t, int32_t ragged, float scale_log2, float bias,
+                           float last_bias) {
+  const bool seen = c < t.n && ((t.excluded >> c) & 1) == 0;
+  return seen ? s * scale_log2 + (c == ragged ? last_bias : bias) : -INFINITY;
+}
+
+// The same for a row with bounds b (kMasked tiles): the key must also lie in [b.lo, b.hi).
+RSWA_HD float masked_logit(float s, int32_t c, const KvTile& t, const Bounds& b, int32_t ragged, float scale_log2,
+                           float bias, float last_bias) {
+  const int32_t key = t.a + c;
+  return key >= b.lo && key < b.hi ? column_logit(s, c, t, ragged, scale_log2, bias, last_bias) : -INFINITY;
+}
+
+// The KV tiles of a CTA's records in order: `width` columns each (kCtrlCols for control keys and for the
+// direct records of straddling blocks).
+struct TileCursor {
+  int32_t record = 0, next = 0;
+
+  template <int kBlockN, int kCtrl>
+  RSWA_HD bool advance(const Geometry& g, const Record* records, int32_t count, const int32_t* sorted, int32_t k,
+                       KvTile& out) {
+    while (record < count) {
+      const Record& r = records[record];
+      const int32_t a = r.k0 + next;
+      if (a < r.k0 + r.n) {
+        const int32_t width = KeySet(r.keys) == KeySet::kCtrl || (r.flags & kRecDirect) ? kCtrl : kBlockN;
+        out.record = record;
+        out.a = a;
+        out.n = imin(width, r.k0 + r.n - a);
+        out.width = width;
+        out.excluded = (r.flags & kRecExclude) ? exclusion_bits(g, sorted, k, a, out.n) : 0;
+        next += width;
+        return true;
+      }
+      ++record;
+      next = 0;
+    }
+    return false;
+  }
+};
+
+// The query variants a body tile fills, in the records' order (plan_body_tile): a variant is filled when
+// a record scores with it or a row's straddling block needs it (plan.h mixed_block: nat and left on the
+// left, nat and right on the right; the direct records come last, after every fill).
+RSWA_HD uint32_t variants_needed(const Record* records, int32_t count, bool mixed_left, bool mixed_right) {
+  uint32_t mask = 0;
+RSWA_ROLLED
+  for (int32_t x = 0; x < count; ++x)
+    if (!(records[x].flags & kRecDirect)) mask |= 1u << records[x].qvar;
+  if (mixed_left) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kLeft));
+  if (mixed_right) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kRight));
+  return mask;
+}
+
+// A direct record's raw score for a row: the mean exact logit of its straddling block from the parts the
+// query variants gave (plan.h mixed_block), before scale and bias.
+RSWA_HD float straddling_score(const Geometry& g, int32_t block, float whole, float parts) {
+  const int32_t n = imin(g.G, g.L - block * g.G);
+#if defined(__CUDA_ARCH__)
+  return whole + __fdividef(parts, float(n));
+#else
+  return whole + parts / float(n);
+#endif
+}
+
+// The fill order of the query slot (the order of plan_body_tile's records).
+RSWA_HD QVar variant_at(int32_t slot) {
+  return slot == 0 ? QVar::kCond : slot == 1 ? QVar::kLeft : slot == 2 ? QVar::kNat : slot == 3 ? QVar::kRight
+                                                                                                : QVar::kPlain;
+}
+inline constexpr int32_t kVariantSlots = 5;
+
+// The position a query variant rotates body row i to (section 3; the conditioning variant reads its own
+// table at row i, the plain one is not rotated).
+RSWA_HD int32_t variant_position(const Geometry& g, QVar v, int32_t i) {
+  if (v == QVar::kLeft) return g.by_g.div(i) + g.c;
+  if (v == QVar::kRight) return g.by_g.div(i) - g.c;
+  return i;
+}
+
+}  // namespace rangeswa::cuda

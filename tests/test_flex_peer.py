@@ -1,0 +1,52 @@
+"""The FlexAttention peer of the GPU benchmark (benchmarks/bench_gpu_attention.py FlexRangeSWA), run eagerly
+on the CPU against the float64 reference, so the peer the op is timed against computes what it claims:
+exactly RangeSWA-Lite, and RangeSWA up to its one documented shortcut (a far summary block straddling
+distance Hn scored with its native block mean)."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import rel_err
+from rangeswa_ext import ops, preset
+from rangeswa_ext import reference as ref
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+from bench_gpu_attention import FlexRangeSWA  # noqa: E402
+
+SMALL = dict(train_length=128, early_window=127, late_window=32, decode_window=255, summary_block=16,
+             retrieval_block=32, query_block=64)
+
+
+def _inputs(L, C, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, 2, C + L, 64, generator=g) for _ in range(3)]
+
+
+@pytest.mark.parametrize("prebuilt_masks", [False, True])
+def test_flex_peer_is_rangeswa_lite(prebuilt_masks):
+    L, C = 300, 12
+    cfg = preset("rangeswa_lite", **dict(SMALL, near_range=128))
+    q, k, v = _inputs(L, C, 0)
+    peer = FlexRangeSWA(cfg, "late", C, L, "cpu")
+    masks = peer.masks(None, 1, 2) if prebuilt_masks else None
+    out = peer(q, k, v, masks=masks)
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late")
+    assert rel_err(out, expect) < 1e-5
+
+
+def test_flex_peer_is_rangeswa_up_to_straddling_blocks():
+    L, C = 600, 12
+    cfg = preset("rangeswa", **dict(SMALL, near_range=40, topk=3))
+    q, k, v = _inputs(L, C, 1)
+    retrieved = ops.topk_blocks(q, k, cfg, C)
+    out = FlexRangeSWA(cfg, "late", C, L, "cpu")(q, k, v, retrieved)
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", retrieved=retrieved)
+    assert rel_err(out, expect) < 5e-2  # the shortcut moves a few rows by a few percent
+    # Without far summaries there is no straddling block, and the peer is exact.
+    lite_like = cfg.replace(far_summaries=False)
+    out = FlexRangeSWA(lite_like, "late", C, L, "cpu")(q, k, v, retrieved)
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), lite_like, C, "late", retrieved=retrieved)
+    assert rel_err(out, expect) < 1e-5
