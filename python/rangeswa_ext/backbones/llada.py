@@ -3,8 +3,11 @@
 Checkpoints: a local Hugging Face folder (config.json, model.safetensors.index.json and its shards),
 streamed into a model built on ``meta``, in bf16 on CUDA and fp32 on the CPU; tokenizer: the same folder
 (or any folder AutoTokenizer reads). `rangeswa generate` samples unconditionally (an empty prompt,
-``--length`` generated tokens); a sample's line keeps the generated ids before the first EOS and their
-decoding. Prompts are `sample`'s ``prompts`` argument (`rangeswa niah` uses the sampler directly).
+``--length`` generated tokens), or continues the prompts of ``--prompts`` (sample k continues prompt k);
+a sample's line keeps the generated ids before the first EOS and their decoding. The official sampler
+takes a batch of prompts of one length (no padding), so a batch is sampled in groups of equal prompt
+length; each sample's randomness depends on (seed, index) alone, so the grouping changes no sample.
+(`rangeswa niah` uses the sampler directly.)
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ..models.llada import LLADA_CONFIGS, LLaDA, LLaDAConfig, find_checkpoint, load_llada, load_llada_tokenizer
-from ..samplers.llada_sampler import SamplerConfig, sample
+from ..samplers.llada_sampler import SamplerConfig, generate
 from . import Backbone, register
 
 
@@ -60,13 +63,23 @@ class LLaDABackbone(Backbone):
     def decode(self, tokenizer, rows: list[list[int]]) -> list[str]:
         return [tokenizer.decode(row, skip_special_tokens=True) for row in rows]
 
+    def encode(self, tokenizer, text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
     def sample(self, model, tokenizer, first, count, length, seed, config, *, autocast_dtype, progress, prompts=None):
         eos = model.config.eos_id if getattr(tokenizer, "eos_token_id", None) is None else tokenizer.eos_token_id
-        if prompts is not None and not isinstance(prompts, torch.Tensor):
-            prompts = torch.tensor(prompts, dtype=torch.long)
-        ids = sample(model, count, length, seed, first, config, prompts=prompts, autocast_dtype=autocast_dtype,
-                     progress=progress)
-        return [row[:row.index(eos)] if eos in row else row for row in ids.tolist()]
+        prompts = [[]] * count if prompts is None else [list(p) for p in prompts]
+        groups: dict[int, list[int]] = {}  # prompt length -> rows of the batch
+        for row, prompt in enumerate(prompts):
+            groups.setdefault(len(prompt), []).append(row)
+        rows: list[list[int]] = [[] for _ in range(count)]
+        for members in groups.values():
+            ids = generate(model, torch.tensor([prompts[j] for j in members], dtype=torch.long), length, config,
+                           seed=seed, indices=[first + j for j in members], autocast_dtype=autocast_dtype,
+                           progress=progress)
+            for j, generated in zip(members, ids.tolist()):
+                rows[j] = generated[:generated.index(eos)] if eos in generated else generated
+        return rows
 
     def benchmark_call(self, model: LLaDA, length: int, generator: torch.Generator, stage: str = "late"):
         ids = torch.randint(0, model.config.vocab_size, (1, length), generator=generator)
