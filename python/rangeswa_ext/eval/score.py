@@ -1,4 +1,4 @@
-"""Scoring a samples.jsonl file with every metric of SPEC.md section 6, and the `rangeswa score` subcommand.
+"""Scoring a samples.jsonl file with every metric of SPEC section 6, and the `rangeswa score` subcommand.
 
 Each non-blank line of the file is a JSON object with at least "ids" (the generating model's token ids,
 a list of ints) and "text" (the decoded text, a string); other keys (method, length, seed, index, ...)
