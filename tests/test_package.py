@@ -8,6 +8,7 @@ this interpreter's torch and packages through a venv with the system site-packag
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,10 +74,10 @@ def test_sdist_holds_every_source_header_and_data_file(sdist):
 
 def test_wheels_and_installs_require_the_torch_they_were_built_with():
     setup = _setup_module()
-    assert setup.dependencies(["bdist_wheel"], "2.14.1+cu130") == ["torch==2.14.1", "numpy", "tqdm"]
-    assert setup.dependencies(["editable_wheel"], "2.15.0.dev20260101") == ["torch==2.15.0.dev20260101", "numpy",
-                                                                           "tqdm"]
-    assert setup.dependencies(["sdist", "--formats", "gztar"], "2.14.1")[0] == "torch>=2.6"
+    rest = ["numpy", "tqdm", "tomli; python_version < '3.11'"]
+    assert setup.dependencies(["bdist_wheel"], "2.14.1+cu130") == ["torch==2.14.1", *rest]
+    assert setup.dependencies(["editable_wheel"], "2.15.0.dev20260101") == ["torch==2.15.0.dev20260101", *rest]
+    assert setup.dependencies(["sdist", "--formats", "gztar"], "2.14.1") == ["torch>=2.6", *rest]
 
 
 def test_cuda_targets_embed_ptx_of_the_newest_portable_architecture():
@@ -88,6 +89,19 @@ def test_cuda_targets_embed_ptx_of_the_newest_portable_architecture():
     for bad in ("", "sm_90", "90b;80"):
         with pytest.raises(ValueError, match="RANGESWA_CUDA_ARCHS"):
             flags(bad)
+
+
+def test_the_extras_a_command_names_are_those_of_pyproject():
+    """`arguments.EXTRAS` (what a missing-package error tells to install) against pyproject.toml's extras."""
+    import tomllib
+
+    from rangeswa_ext.arguments import COMMAND_EXTRAS, DISTRIBUTIONS, EXTRAS
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra, modules in EXTRAS.items():
+        names = {re.split(r"[<>=;\[ ]", requirement, maxsplit=1)[0] for requirement in declared[extra]}
+        assert {DISTRIBUTIONS.get(m, m) for m in modules} <= names, extra
+    assert set(COMMAND_EXTRAS.values()) <= set(declared)
 
 
 @pytest.mark.skipif(not (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc").exists(),

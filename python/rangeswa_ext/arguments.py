@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
-from . import outputs
+from . import distributed, ops, outputs
 
 #: The extras of pyproject.toml: the packages behind each, by the name Python imports.
 EXTRAS = {
@@ -115,8 +115,6 @@ def device(kernels: bool = True) -> Callable[[str], str]:
     """An argparse type: a device this machine has (`distributed.device_for`'s checks); with ``kernels``,
     a CUDA device also needs this build's CUDA kernels. Returns the text as given."""
     def parse(text: str) -> str:
-        from . import distributed, ops
-
         try:
             resolved = distributed.device_for(text)
         except ValueError as error:
