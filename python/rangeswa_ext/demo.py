@@ -270,7 +270,8 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
         "demo", help="the paper's effect in miniature on the CPU: the shipped ELF-mini, every method, 1x-8x T",
         description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="about a minute: full, swa, rangeswa and rangeswa_lite at 1x and 8x T, 4 samples, 8 steps")
+                        help="under a minute: full, swa, rangeswa and rangeswa_lite at 1x and 8x T, 4 samples, 8 "
+                             "steps")
     parser.add_argument("--ablation", action="store_true",
                         help="also RangeSWA at the longest length without each component (paper Tables 4, 5)")
     parser.add_argument("--out", default="runs/demo", type=output_folder,

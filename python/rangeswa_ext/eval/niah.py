@@ -544,7 +544,8 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--depths", type=integers(0, 100), default=list(DEPTHS),
                         help="comma-separated depths in %% (default 0..100 by 10)")
     parser.add_argument("--needles", type=Path, help="JSON lines of {needle, question, keyword} (default: ours)")
-    parser.add_argument("--num-needles", type=integer(1), help="needles per cell: the first N of the file (default all)")
+    parser.add_argument("--num-needles", type=integer(1),
+                        help="needles per cell: the first N of the file (default all)")
     parser.add_argument("--repeats", type=integer(1), default=1,
                         help="haystack shuffles per needle and cell (default 1)")
     parser.add_argument("--haystack", type=Path, nargs="+",

@@ -87,7 +87,8 @@ def enable(model, method: str = "rangeswa", *, train_length: Optional[int] = Non
     returns the model. The settings are checked here, by building the method once for the model."""
     if method not in NAMES:
         raise ValueError(f"method must be one of {', '.join(NAMES)}, got {method!r}")
-    settings = Settings(train_length, stage, scale_windows, native_within_train_length, tuple(sorted(overrides.items())))
+    settings = Settings(train_length, stage, scale_windows, native_within_train_length,
+                        tuple(sorted(overrides.items())))
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     _method(method, settings, _theta(config), None, head_dim, _train_length(settings, config), None)
