@@ -139,8 +139,8 @@ summary = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=
                elf_bench_exit=elf_rc, langflow_bench_exit=langflow_rc, llada_bench_exit=llada_rc,
                total_seconds=total_s)
 def tests_line(log):
-    """pytest's closing line; for a run that a crash cut short (no closing line), the outcomes that its
-    progress characters show before the crash, so that a segfault does not read as "no test ran"."""
+    """pytest's closing line; for a run that a crash or the time limit cut short (no closing line), the
+    outcomes its progress characters show until then, so that a segfault does not read as "no test ran"."""
     closing = re.findall(r"=+ (.*) in [0-9.]+s", log)
     if closing:
         return closing[-1]
@@ -150,7 +150,8 @@ def tests_line(log):
         return None
     counts = {"passed": progress.count("."), "failed": progress.count("F"), "errors": progress.count("E"),
               "skipped": progress.count("s")}
-    return ", ".join(f"{n} {name}" for name, n in counts.items() if n) + ", then a crash (crashes.txt)"
+    cut = "a crash (crashes.txt)" if "Fatal Python error" in log else "the time limit"
+    return ", ".join(f"{n} {name}" for name, n in counts.items() if n) + f", then {cut}"
 
 
 runs = sorted(glob.glob(os.path.join(out, "tests_run*.log")))
