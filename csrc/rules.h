@@ -1,4 +1,4 @@
-// The rules of SPEC.md sections 2-3 as small inline functions, shared by every kernel (CPU and CUDA)
+// The rules of SPEC sections 2-3 as small inline functions, shared by every kernel (CPU and CUDA)
 // and unit-tested on their own (tests/cpp/test_rules.cpp). Nothing here touches tensors.
 //
 // Indices: i is a body query row, j a body key, both in [0, L). G-blocks ("summary blocks") hold

@@ -153,16 +153,28 @@ out, work = sys.argv[1], sys.argv[2]
 build_rc, build_s, gates_rc, tests_rc, bench_rc, profile_rc, sampling_rc, total_s = map(int, sys.argv[3:11])
 probe = dict(item.split("=") for item in sys.argv[11].split())
 import torch
-def last_line(pattern):
-    for path in sorted(glob.glob(os.path.join(work, pattern)), reverse=True):
-        found = re.findall(r"=+ (.*) in [0-9.]+s", open(path, errors="replace").read())
-        if found:
-            return found[-1]
-    return None
+def tests_line(pattern):
+    """pytest's closing line of the last run; for a run a crash or the time limit cut short (no closing line),
+    the outcomes its progress characters show until then, so a segfault does not read as "no test ran"."""
+    runs = sorted(glob.glob(os.path.join(work, pattern)))
+    if not runs:
+        return None
+    log = open(runs[-1], errors="replace").read()
+    closing = re.findall(r"=+ (.*) in [0-9.]+s", log)
+    if closing:
+        return closing[-1]
+    # pytest -q: one character per test ("." passed, "F" failed, "E" error, "s" skipped), then "[ NN%]".
+    progress = "".join(re.findall(r"^([.FEsxX]+)(?: +\[ *\d+%\]$|Fatal Python error)", log, re.M))
+    if not progress:
+        return None
+    counts = {"passed": progress.count("."), "failed": progress.count("F"), "errors": progress.count("E"),
+              "skipped": progress.count("s")}
+    cut = "a crash (crashes.txt)" if "Fatal Python error" in log else "the time limit"
+    return ", ".join(f"{n} {name}" for name, n in counts.items() if n) + f", then {cut}"
 summary = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=torch.version.cuda,
                build_ok=build_rc == 0, build_seconds=build_s, gates_exit=gates_rc,
                exception_probe={k: ("ValueError raised" if v == "0" else f"exit {v}") for k, v in probe.items()},
-               tests_exit=tests_rc, tests=last_line("tests_run*.log"),
+               tests_exit=tests_rc, tests=tests_line("tests_run*.log"),
                crashed_tests=open(os.path.join(work, "crashes.txt")).read().split("\n")[:-1]
                if os.path.exists(os.path.join(work, "crashes.txt")) else [],
                bench_exit=bench_rc, profile_exit=profile_rc, sampling_exit=sampling_rc, total_seconds=total_s)

@@ -47,6 +47,8 @@ def test_world_from_the_torchrun_environment(monkeypatch):
     assert distributed.launched_world() == distributed.World(3, 4, 1)
     assert not distributed.launched_world().main
     assert distributed.device_for("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # two GPUs, whatever this machine has
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert distributed.device_for("cuda") == torch.device("cuda", 1)  # a bare cuda is the rank's own GPU
     assert distributed.device_for("cuda:0") == torch.device("cuda", 0)
     monkeypatch.setenv("RANK", "4")

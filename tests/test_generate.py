@@ -184,6 +184,33 @@ def test_resume_with_more_samples(run, tmp_path):
 # ---------------------------------------------------------------- errors
 
 
+def test_two_writers_on_one_out(run, tmp_path, tokenizer_dir, checkpoint_dir, capsys):
+    """A second `rangeswa generate` on the --out that a running one writes is refused at once, naming the
+    first process; the first finishes alone (every index once, in order) and a rerun resumes it."""
+    import time
+
+    out = tmp_path / "shared.jsonl"
+    argv = ["generate", "--model", "elf-tiny", "--checkpoint", str(checkpoint_dir), "--tokenizer", str(tokenizer_dir),
+            "--length", "40", "--num-samples", "24", "--batch-size", "2", "--seed", "1001", "--steps", "4", "--out",
+            str(out), "--device", "cpu", "--no-progress"]
+    first = subprocess.Popen([sys.executable, "-m", "rangeswa_ext.cli", *argv], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lock = out.with_name("shared.jsonl.lock")
+    deadline = time.monotonic() + 120
+    while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert lock.exists(), first.communicate()
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out} is being written by another process (pid {first.pid} on " in err
+    stdout, stderr = first.communicate(timeout=600)
+    assert first.returncode == 0, stderr
+    assert [s["index"] for s in lines(out)] == list(range(24)) and not lock.exists()
+    assert main(argv) == 0
+    assert "wrote 0 sample(s); 24 were already there" in capsys.readouterr().out
+
+
 def test_bad_inputs(run, tmp_path, tokenizer_dir, checkpoint_dir, capsys):
     out = tmp_path / "bad.jsonl"
     common = dict(checkpoint=checkpoint_dir, tokenizer=tokenizer_dir, out=out, model="elf-tiny", num_samples=1,

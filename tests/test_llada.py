@@ -575,3 +575,29 @@ def test_backbone_samples_prompts_of_different_lengths_in_one_batch(tiny_assets)
         alone = generate(model, torch.tensor([prompt]), 16, config, seed=9, indices=[4 + k])[0].tolist()
         assert row == (alone[:alone.index(tok.eos_token_id)] if tok.eos_token_id in alone else alone)
     model.set_attention(None)
+
+
+def test_rangeswa_generate_llada_continues_prompts(tiny_assets, tmp_path):
+    """`generate --model llada-* --prompts`: sample k continues prompt k; prompts of different lengths share
+    the batch, each sample as it is alone (its noise is its own)."""
+    ckpt, tok_dir, _ = tiny_assets
+    prompts = tmp_path / "prompts.jsonl"
+    texts = [TEXT[:40], TEXT[10:30], TEXT[:40]]
+    prompts.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "continued.jsonl"
+    argv = ["generate", "--model", "llada-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--prompts",
+            str(prompts), "--new-tokens", "8", "--method", "rangeswa", "--num-samples", "3", "--batch-size", "3",
+            "--seed", "5", "--steps", "8", "--block-length", "8", "--temperature", "0.7", "--out", str(out),
+            "--device", "cpu", "--no-progress"]
+    assert main(argv) == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    tok = load_llada_tokenizer(tok_dir)
+    model = load_llada(ckpt)
+    model.set_attention(backbones.backbone_for("llada-tiny").attention(model, "rangeswa"))
+    config = SamplerConfig(steps=8, block_length=8, temperature=0.7)
+    for k, line in enumerate(lines):
+        prompt = tok.encode(texts[k], add_special_tokens=False)
+        assert line["prompt_ids"] == prompt and line["prompt"] == tok.decode(prompt)
+        alone = generate(model, torch.tensor([prompt]), 8, config, seed=5, indices=[k])[0].tolist()
+        eos = tok.eos_token_id
+        assert line["ids"] == (alone[:alone.index(eos)] if eos in alone else alone)

@@ -124,11 +124,11 @@ def test_the_shipped_miniature_loads_and_generates():
 def test_demo_quick_end_to_end(tmp_path, capsys):
     assert main(["demo", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
     report = (tmp_path / "demo.md").read_text()
-    assert "| Full |" in report and "| RangeSWA |" in report and "random tokens" in report
+    assert all(f"| {label} |" in report for label in ("Full", "RangeSWA", "RangeSWA-Lite")) and "random tokens" in report
     assert "## The paper's claims on these numbers" in report
     data = json.loads((tmp_path / "demo.json").read_text())
     cells = {(r["method"], r["length"]) for r in data["rows"]}
-    assert cells == {(m, n) for m in ("full", "swa", "rangeswa") for n in (128, 1024)}
+    assert cells == {(m, n) for m in ("full", "swa", "rangeswa", "rangeswa_lite") for n in (128, 1024)}
     assert all(r["samples"] == 4 and r["ppl"] > 0 and not math.isnan(r["bigram"]) for r in data["rows"])
     assert (tmp_path / "figures" / "elf-mini.png").is_file()
     out = capsys.readouterr().out
@@ -143,8 +143,9 @@ def test_demo_quick_end_to_end(tmp_path, capsys):
 def test_demo_rejects_bad_arguments(tmp_path, capsys):
     assert main(["demo", "--methods", "flash", "--out", str(tmp_path)]) == 2
     assert "unknown method(s) flash" in capsys.readouterr().err
-    assert main(["demo", "--lengths", "0,2", "--out", str(tmp_path)]) == 2
-    assert "multiples of the training length" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # the parser: before any work (tests/test_cli.py has the rest)
+        main(["demo", "--lengths", "0,2", "--out", str(tmp_path)])
+    assert refused.value.code == 2 and "argument --lengths: must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_demo_takes_the_preset_of_the_miniature_s_training_length(tmp_path):

@@ -80,6 +80,22 @@ def test_line_without_ids_and_text(tmp_path, line):
         read_samples(path)
 
 
+def test_a_repeated_sample_index_is_refused(tmp_path, capsys):
+    """Two runs writing one file leave each index twice; scoring them would count 2N samples for N."""
+    lines = [json.dumps(SAMPLES[0]), json.dumps(SAMPLES[1]), json.dumps(SAMPLES[0])]
+    path = write_jsonl(tmp_path / "twice.jsonl", lines)
+    with pytest.raises(ValueError, match=r"twice\.jsonl, line 3: sample index 0 appears again \(first on line 1\)"):
+        read_samples(path)
+    from rangeswa_ext.cli import main
+
+    assert main(["score", str(path), "--metrics", "h"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rangeswa score: error: ") and err.count("\n") == 1 and "appears again" in err
+    assert not (tmp_path / "twice.scores.json").exists()
+    # Lines without an index (written by another tool) are not compared.
+    assert len(read_samples(write_jsonl(tmp_path / "plain.jsonl", [json.dumps(SAMPLES[2])] * 2))) == 2
+
+
 def test_empty_file(tmp_path):
     with pytest.raises(ValueError, match="no samples"):
         score_file(write_jsonl(tmp_path / "empty.jsonl", []))

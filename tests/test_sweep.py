@@ -216,6 +216,8 @@ BAD_CONFIGS = [  # (name, edit of the config text, regular expression the error 
     ("wrong type", lambda t: t.replace("steps = 2", 'steps = "2"'),
      re.escape("steps in [sampler] must be an integer, got '2'")),
     ("unknown preset", lambda t: t.replace("[models.elf-tiny]", "[models.tiny]"), "unknown model 'tiny'"),
+    ("unknown device", lambda t: t.replace('device = "cpu"', 'device = "foo"'),
+     re.escape("unknown device 'foo'; expected cpu, cuda or cuda:N")),
 ]
 
 

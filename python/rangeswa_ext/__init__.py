@@ -2,7 +2,7 @@
 
 Importing the package loads the compiled extension, so ``torch.ops.rangeswa.*`` exist after
 ``import rangeswa_ext``. `rangeswa_ext.ops` holds the typed wrappers of those ops,
-`rangeswa_ext.reference` the pure-PyTorch oracle of SPEC.md, `rangeswa_ext.config` the configuration
+`rangeswa_ext.reference` the pure-PyTorch oracle of SPEC (docs/spec.md), `rangeswa_ext.config` the configuration
 object and its presets.
 """
 

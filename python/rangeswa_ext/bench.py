@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import ops
+from .arguments import integer, integers, output_folder
 from .config import preset
 
 CASES = (  # (label, preset, stage)
@@ -97,7 +98,11 @@ def peak_memory_above_inputs(L=65536, H=12, D=64, C=12) -> dict:
     """Runs the late-stage op once at length L in a subprocess; peak RSS above the inputs, in MiB."""
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(L), str(H), str(D), str(C)],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ValueError(f"the peak-memory probe at L = {L} failed (exit {done.returncode}: {last}); a smaller "
+                         f"--memory-length, or 0 to skip it")
     before, peak = (int(x) for x in done.stdout.split())
     inputs_mib = 3 * H * (C + L) * D * 4 / 2 ** 20
     return dict(L=L, H=H, D=D, C=C, inputs_mib=round(inputs_mib, 1),
@@ -185,14 +190,15 @@ def model_markdown(result: dict) -> str:
 def add_bench_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="CPU benchmark of the op against SDPA",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("--lengths", default=None,
+    p.add_argument("--lengths", type=integers(1), default=None,
                    help="comma-separated body lengths L (default 1024..16384, or 2048,4096,8192 with --model)")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per configuration (median)")
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--memory-length", type=int, default=65536,
+    p.add_argument("--repeats", type=integer(1), default=5, help="timed runs per configuration (median)")
+    p.add_argument("--heads", type=integer(1), default=12, help="attention heads (default 12)")
+    p.add_argument("--head-dim", type=integer(2, even=True), default=64, help="head dim, even (default 64)")
+    p.add_argument("--memory-length", type=integer(0), default=65536,
                    help="L of the peak-memory probe (0 skips it)")
-    p.add_argument("--out", default="benchmarks/results", help="folder for the JSON and markdown results")
+    p.add_argument("--out", default="benchmarks/results", type=output_folder,
+                   help="folder for the JSON and markdown results")
     p.add_argument("--model", metavar="MODEL", default=None,
                    help="instead: time one network call of MODEL (any model of `rangeswa generate --model`, random "
                         "weights) per method: full, rangeswa late, rangeswa_lite")
@@ -203,8 +209,8 @@ def add_bench_parser(subparsers) -> None:
 
 
 def run_bench(args) -> int:
-    default = "2048,4096,8192" if args.model else "1024,2048,4096,8192,16384"
-    lengths = tuple(int(x) for x in (args.lengths or default).split(",") if x)
+    default = (2048, 4096, 8192) if args.model else (1024, 2048, 4096, 8192, 16384)
+    lengths = tuple(args.lengths or default)
     if args.model:
         result = run_model_benchmark(lengths, model=args.model, repeats=args.repeats)
         out = Path(args.out)

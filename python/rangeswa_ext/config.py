@@ -91,6 +91,8 @@ class RangeSWAConfig:
             raise ValueError(f"rotary_dim must be even and >= 0, got {self.rotary_dim}")
         if self.theta <= 0:
             raise ValueError(f"theta must be > 0, got {self.theta}")
+        if not 0 <= self.switch_time <= 1:  # also refuses NaN, which no progress compares with
+            raise ValueError(f"switch_time must be in [0, 1] (0 = noise, 1 = data), got {self.switch_time}")
 
     def replace(self, **changes) -> "RangeSWAConfig":
         """A copy with some fields changed (validated again)."""

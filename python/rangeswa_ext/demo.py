@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from . import backbones
+from . import backbones, outputs
+from .arguments import device, integer, integers, output_folder, require
 from .config import preset
 from .eval import sweep as sweep_module
 from .eval.genppl import generative_perplexity, load_scorer
@@ -55,6 +56,8 @@ def model_for(manifest: dict) -> str:
 
 
 DEFAULT_METHODS = ("full", "pi", "ntk", "yarn", "self_extend", "swa", "rangeswa", "rangeswa_lite")
+#: --quick: the collapse (full), the window baseline, and both variants (Lite is the one that partly holds).
+QUICK_METHODS = ("full", "swa", "rangeswa", "rangeswa_lite")
 #: --ablation: RangeSWA and RangeSWA with one component removed (paper Tables 4 and 5 in miniature).
 ABLATIONS = ("rangeswa", "w/o conditioning correction", "w/o retrieval", "w/o summaries", "w/o stage schedule")
 
@@ -91,20 +94,15 @@ class DemoPlan:
 
 
 def plan_from_args(args) -> DemoPlan:
-    multiples = tuple(int(m) for m in args.lengths.split(",")) if args.lengths else ((1, 8) if args.quick else (1, 2, 4, 8))
-    methods = tuple(args.methods.split(",")) if args.methods else (("full", "swa", "rangeswa") if args.quick else
-                                                                    DEFAULT_METHODS)
+    """The run the options ask for; the parser has checked every number (`add_demo_parser`)."""
+    multiples = tuple(args.lengths) if args.lengths else ((1, 8) if args.quick else (1, 2, 4, 8))
+    methods = tuple(args.methods.split(",")) if args.methods else (QUICK_METHODS if args.quick else DEFAULT_METHODS)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; known methods: {', '.join(METHODS)}")
-    if any(m < 1 for m in multiples):
-        raise ValueError(f"--lengths are multiples of the training length, each >= 1, got {args.lengths}")
-    seeds = tuple(int(s) for s in args.seeds.split(",")) if args.seeds else (1001,)
-    samples = args.samples or (4 if args.quick else 12)
-    steps = args.steps or (8 if args.quick else 32)
-    for name, value in (("--samples", samples), ("--steps", steps), ("--batch-size", args.batch_size)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+    seeds = tuple(args.seeds) if args.seeds else (1001,)
+    samples = args.samples if args.samples is not None else (4 if args.quick else 12)
+    steps = args.steps if args.steps is not None else (8 if args.quick else 32)
     return DemoPlan(Path(args.out), multiples, methods, seeds, samples, args.batch_size, steps, args.device,
                     args.ablation)
 
@@ -123,7 +121,13 @@ def sweep_file(plan: DemoPlan, files: dict, train_length: int) -> str:
 
 
 def run_demo(args) -> int:
+    require("rangeswa demo", "demo")
     plan = plan_from_args(args)
+    with outputs.exclusive(plan.out, folder=True):
+        return _run_demo(plan, args)
+
+
+def _run_demo(plan: DemoPlan, args) -> int:
     files = assets.paths(Path(args.assets).resolve() if args.assets else None)  # the sweep file lives elsewhere
     plan = dataclasses.replace(plan, model=model_for(assets.manifest(files["manifest"].parent)))
     train_length = backbones.backbone_for(plan.model).config(plan.model).train_length
@@ -269,17 +273,20 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
         "demo", help="the paper's effect in miniature on the CPU: the shipped ELF-mini, every method, 1x-8x T",
         description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="about a minute: full, swa and rangeswa at 1x and 8x T, 4 samples, 8 steps")
+                        help="under a minute: full, swa, rangeswa and rangeswa_lite at 1x and 8x T, 4 samples, 8 "
+                             "steps")
     parser.add_argument("--ablation", action="store_true",
                         help="also RangeSWA at the longest length without each component (paper Tables 4, 5)")
-    parser.add_argument("--out", default="runs/demo", help="output folder (reruns resume) (default runs/demo)")
-    parser.add_argument("--samples", type=int, help="samples per configuration (default 12; --quick 4)")
-    parser.add_argument("--seeds", help="comma-separated seeds (default 1001)")
-    parser.add_argument("--lengths", help="comma-separated multiples of T (default 1,2,4,8; --quick 1,8)")
+    parser.add_argument("--out", default="runs/demo", type=output_folder,
+                        help="output folder (reruns resume) (default runs/demo)")
+    parser.add_argument("--samples", type=integer(1), help="samples per configuration (default 12; --quick 4)")
+    parser.add_argument("--seeds", type=integers(), help="comma-separated seeds (default 1001)")
+    parser.add_argument("--lengths", type=integers(1),
+                        help="comma-separated multiples of the training length T (default 1,2,4,8; --quick 1,8)")
     parser.add_argument("--methods", help=f"comma-separated methods (default {','.join(DEFAULT_METHODS)})")
-    parser.add_argument("--steps", type=int, help="sampling steps (default 32; --quick 8)")
-    parser.add_argument("--batch-size", type=int, default=16, help="samples per batch (default 16)")
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--steps", type=integer(1), help="sampling steps (default 32; --quick 8)")
+    parser.add_argument("--batch-size", type=integer(1), default=16, help="samples per batch (default 16)")
+    parser.add_argument("--device", default="cpu", type=device(), help="cpu (default) or cuda")
     parser.add_argument("--assets", help="a miniature folder to use instead of the shipped one (rangeswa train-mini --export)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=run_demo)

@@ -18,7 +18,7 @@ import os
 import pickle
 import re
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TypeVar
@@ -72,11 +72,25 @@ def current() -> World:
 
 def device_for(device: Optional[str]) -> torch.device:
     """The device this process computes on: ``device``, by default CUDA when available and else the CPU;
-    under torchrun a bare ``cuda`` becomes this process's own GPU, ``cuda:LOCAL_RANK``."""
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cuda" and device.index is None and launched_world().size > 1:
-        return torch.device("cuda", launched_world().local_rank)
-    return device
+    under torchrun a bare ``cuda`` becomes this process's own GPU, ``cuda:LOCAL_RANK``.
+
+    Raises ValueError for anything but a CPU or a CUDA device this machine has."""
+    try:
+        resolved = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; expected cpu, cuda or cuda:N") from None
+    if resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: rangeswa runs on cpu or cuda devices")
+    if resolved.type == "cuda" and resolved.index is None and launched_world().size > 1:
+        resolved = torch.device("cuda", launched_world().local_rank)
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: no CUDA device is visible to torch (torch.cuda.is_available() is "
+                             f"False); use cpu")
+        if (resolved.index or 0) >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                             f"numbered from 0")
+    return resolved
 
 
 @contextmanager
@@ -135,6 +149,18 @@ def on_main(fn: Callable[[], T]) -> T:
     if error is not None:
         raise error
     return value
+
+
+@contextmanager
+def held_by_main(make: Callable[[], AbstractContextManager]):
+    """Rank 0 holds the context ``make()`` (an output lock) for the block; when entering it fails, every
+    rank raises that error (`on_main`). Without a group the process itself holds it."""
+    with ExitStack() as stack:
+        def enter() -> None:
+            stack.enter_context(make())
+
+        on_main(enter)
+        yield
 
 
 def _exchange(kind: str):

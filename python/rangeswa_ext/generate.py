@@ -32,7 +32,9 @@ from typing import Optional
 import torch
 from tqdm import tqdm
 
-from . import backbones, distributed
+from . import backbones, distributed, outputs
+from .arguments import device as device_type
+from .arguments import integer, number, output_file
 from .config import RangeSWAConfig
 from .jsonl import json_objects
 from .methods import METHODS, OP_PRESETS
@@ -71,7 +73,8 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         checkpoint: the model's checkpoint (ELF: a ``checkpoint_<step>`` file or a folder of them; other
             backbones: see their docs).
         tokenizer: folder of the model's tokenizer (ELF: a saved T5 tokenizer).
-        out: the JSON-lines file; appended to, and resumed from if it exists.
+        out: the JSON-lines file; appended to, and resumed from if it exists. The call holds it: another
+            process asking for the same file meanwhile gets a ValueError naming this one.
         model: model name (`backbones.model_names()`: ``elf-b``, ``elf-m``, ...); picks the backbone, the
             size the checkpoint must have and the sampler defaults.
         method: attention method, one of `METHODS`.
@@ -98,6 +101,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
                                ("batch_size", batch_size, 1), ("start_index", start_index, 0)):
         if value < least:
             raise ValueError(f"{name} must be >= {least}, got {value}")
+    out = outputs.check_file(out, "out")
     backbone = backbones.backbone_for(model)
     model = backbones.normalize(model)
     if method not in METHODS:
@@ -124,9 +128,9 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
                     **backbone.sampler_settings(sampler_config), dtype=dtype)
     if prompts is not None:
         settings.update(prompts=Path(prompts).name, prompt_tokens=prompt_tokens)
-    out = Path(out).expanduser()
     wanted = range(start_index, start_index + num_samples)
-    with distributed.session(device) as world:
+    # One run writes `out` at a time: a second one is refused, not interleaved (outputs.exclusive).
+    with distributed.session(device) as world, distributed.held_by_main(lambda: outputs.exclusive(out)):
         done, leftovers = distributed.on_main(lambda: read_run(out, settings))
         missing = {k for k in wanted if k not in done}
         result = GenerateResult(out, written=0, already_done=num_samples - len(missing))
@@ -327,30 +331,33 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
                              "used; other backbones: their folder, see docs/)")
     parser.add_argument("--tokenizer", type=Path, required=True,
                         help="; ".join(f"{b.name}: {b.tokenizer_help}" for b in families.values()))
-    parser.add_argument("--length", "--new-tokens", type=int, default=1024, dest="length",
+    parser.add_argument("--length", "--new-tokens", type=integer(1), default=1024, dest="length",
                         help="body length L of every sample; with --prompts, the new tokens (default 1024)")
     parser.add_argument("--prompts", type=Path,
                         help="JSON-lines prompts ({\"text\": ...} per line) to continue; sample k continues line k "
                              "(backbones that continue prompts: "
                              + ", ".join(b.name for b in families.values() if b.conditional) + ")")
-    parser.add_argument("--prompt-tokens", type=int, help="cut each prompt to its first N tokens (paper: 1024)")
-    parser.add_argument("--method", default="rangeswa", help=f"attention method: {', '.join(METHODS)} (default rangeswa)")
-    parser.add_argument("--num-samples", type=int, default=1000, help="samples to produce (default 1000)")
-    parser.add_argument("--start-index", type=int, default=0,
+    parser.add_argument("--prompt-tokens", type=integer(1), help="cut each prompt to its first N tokens (paper: 1024)")
+    parser.add_argument("--method", default="rangeswa", choices=METHODS, metavar="METHOD",
+                        help=f"attention method: {', '.join(METHODS)} (default rangeswa)")
+    parser.add_argument("--num-samples", type=integer(1), default=1000, help="samples to produce (default 1000)")
+    parser.add_argument("--start-index", type=integer(0), default=0,
                         help="first sample index, to split one run over processes (default 0)")
-    parser.add_argument("--batch-size", type=int, default=16, help="samples per batch (default 16)")
-    parser.add_argument("--seed", type=int, default=0, help="run seed; sample k depends only on (seed, k) (default 0)")
-    parser.add_argument("--out", type=Path, required=True, help="JSON-lines output; an existing file is resumed")
+    parser.add_argument("--batch-size", type=integer(1), default=16, help="samples per batch (default 16)")
+    parser.add_argument("--seed", type=integer(), default=0,
+                        help="run seed; sample k depends only on (seed, k) (default 0)")
+    parser.add_argument("--out", type=output_file, required=True,
+                        help="JSON-lines output; an existing file is resumed (one process writes it at a time)")
     add_sampler_options(parser, families.values())
     for name in WINDOWS:
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name,
+        parser.add_argument(f"--{name.replace('_', '-')}", type=integer(1), dest=name,
                             help=f"override the method's {name.replace('_', ' ')} W (rangeswa, rangeswa_lite, swa)")
-    parser.add_argument("--switch-time", type=float,
+    parser.add_argument("--switch-time", type=number(0, 1),
                         help="progress (0 = noise, 1 = data) of the early -> late window switch (default 0.182)")
     parser.add_argument("--scale-windows", action="store_true", default=None,
                         help="scale the method's windows, blocks and near range from the paper's T = 1024 to the "
                              "model's training length (RangeSWAConfig.scaled_to; e.g. LLaDA's 4096)")
-    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default cuda when available)")
+    parser.add_argument("--device", type=device_type(), help="cpu, cuda, cuda:1, ... (default cuda when available)")
     parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
                         help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU (default auto)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -370,7 +377,7 @@ def add_sampler_options(parser: argparse.ArgumentParser, families) -> None:
         default = next(f.default for f in dataclasses.fields(backbone.sampler_config) if f.name == name)
         kind = type(default)
         help_text = getattr(backbone.sampler_config, "HELP", {}).get(name, name.replace("_", " "))
-        kwargs = dict(type=kind) if kind is not str else {}
+        kwargs = {int: dict(type=integer()), float: dict(type=number())}.get(kind, {})
         choices = getattr(backbone.sampler_config, "CHOICES", {}).get(name)
         if choices:
             kwargs["choices"] = choices

@@ -1,4 +1,4 @@
-// Unit tests of csrc/rules.h against the numbers SPEC.md states and small hand-checked cases.
+// Unit tests of csrc/rules.h against the numbers SPEC (docs/spec.md) states and small hand-checked cases.
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>

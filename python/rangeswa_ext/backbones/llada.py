@@ -3,9 +3,10 @@
 Checkpoints: a local Hugging Face folder (config.json, model.safetensors.index.json and its shards),
 streamed into a model built on ``meta``, in bf16 on CUDA and fp32 on the CPU; tokenizer: the same folder
 (or any folder AutoTokenizer reads). `rangeswa generate` samples unconditionally (an empty prompt,
-``--length`` generated tokens); a sample's line keeps the generated ids before the first EOS and their
-decoding. Prompts are `sample`'s ``prompts`` argument (`rangeswa niah` uses the sampler directly); prompts
-of different lengths share a batch, left-padded and masked, each generated as it would be alone.
+``--length`` generated tokens), or continues the prompts of ``--prompts`` (sample k continues prompt k);
+a sample's line keeps the generated ids before the first EOS and their decoding. Prompts of different
+lengths share a batch, left-padded and masked, each generated as it would be alone (`rangeswa niah` uses
+the sampler directly).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..models.llada import LLADA_CONFIGS, LLaDA, LLaDAConfig, find_checkpoint, load_llada, load_llada_tokenizer
-from ..samplers.llada_sampler import SamplerConfig, sample
+from ..samplers.llada_sampler import SamplerConfig, generate
 from . import Backbone, register
 
 
@@ -60,6 +61,9 @@ class LLaDABackbone(Backbone):
 
     def decode(self, tokenizer, rows: list[list[int]]) -> list[str]:
         return [tokenizer.decode(row, skip_special_tokens=True) for row in rows]
+
+    def encode(self, tokenizer, text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
 
     def sample(self, model, tokenizer, first, count, length, seed, config, *, autocast_dtype, progress, prompts=None):
         eos = model.config.eos_id if getattr(tokenizer, "eos_token_id", None) is None else tokenizer.eos_token_id

@@ -1,4 +1,4 @@
-"""Evaluation metrics of paper Appendix B (SPEC.md section 6): Gen. PPL, H, R4, C2 and the low-diversity flag.
+"""Evaluation metrics of paper Appendix B (SPEC section 6): Gen. PPL, H, R4, C2 and the low-diversity flag.
 
 transformers and scikit-learn are imported only when Gen. PPL or C2 is computed.
 """

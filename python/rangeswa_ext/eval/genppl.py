@@ -1,4 +1,4 @@
-"""Generative perplexity (Gen. PPL) of paper Appendix B.1 with any causal LM (SPEC.md section 6).
+"""Generative perplexity (Gen. PPL) of paper Appendix B.1 with any causal LM (SPEC section 6).
 
 What is scored, exactly:
 - each decoded text is retokenized by the scorer's tokenizer as-is, with `add_special_tokens=False`

@@ -39,7 +39,7 @@ from ..generate import merge_shards, read_lines, resolve_dtype
 from ..jsonl import json_objects
 from .judge_model import HFJudge, read_prompt
 from .judge_table import RESAMPLES, aggregate, cells_json, outcome, table17
-from .niah import comma_ints
+from ..arguments import device, integer, integers
 
 SAMPLE_KEYS = {"index": int, "model": str, "method": str, "length": int, "seed": int, "text": str}
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -368,16 +368,16 @@ def add_judge_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--pairs", type=_pairs,
                         help="comparisons A:B,... (A first: a win is A's text preferred); default: the two methods, "
                              "or rangeswa against every other method")
-    parser.add_argument("--lengths", type=comma_ints, help="comma-separated lengths to judge (default all shared)")
-    parser.add_argument("--num-samples", type=int, help="judge the first N paired indices of each length and seed")
+    parser.add_argument("--lengths", type=integers(1), help="comma-separated lengths to judge (default all shared)")
+    parser.add_argument("--num-samples", type=integer(1), help="judge the first N paired indices of each length and seed")
     parser.add_argument("--prompt", type=Path, help="prompt file with {text_a} and {text_b} (default: "
                                                     "rangeswa_ext/eval/data/judge_prompt.txt)")
-    parser.add_argument("--context", type=int, help="judge tokens per input (default: the judge's maximum positions)")
-    parser.add_argument("--batch-size", type=int, default=8, help="pairs per judge call, two inputs each (default 8)")
-    parser.add_argument("--device", help="cpu, cuda, ... (default cuda when available; under torchrun each rank's GPU)")
+    parser.add_argument("--context", type=integer(16), help="judge tokens per input (default: the judge's maximum positions)")
+    parser.add_argument("--batch-size", type=integer(1), default=8, help="pairs per judge call, two inputs each (default 8)")
+    parser.add_argument("--device", type=device(kernels=False), help="cpu, cuda, ... (default cuda when available; under torchrun each rank's GPU)")
     parser.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
                         help="judge weights: auto = bf16 on a GPU, fp32 on the CPU (default auto)")
-    parser.add_argument("--bootstrap", type=int, default=RESAMPLES,
+    parser.add_argument("--bootstrap", type=integer(100), default=RESAMPLES,
                         help=f"bootstrap resamples per interval (default {RESAMPLES})")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_judge)

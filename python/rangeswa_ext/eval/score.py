@@ -1,4 +1,4 @@
-"""Scoring a samples.jsonl file with every metric of SPEC.md section 6, and the `rangeswa score` subcommand.
+"""Scoring a samples.jsonl file with every metric of SPEC section 6, and the `rangeswa score` subcommand.
 
 Each non-blank line of the file is a JSON object with at least "ids" (the generating model's token ids,
 a list of ints) and "text" (the decoded text, a string); other keys (method, length, seed, index, ...)
@@ -21,6 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .. import distributed
+from ..arguments import device, integer, output_file, require
 from ..jsonl import json_objects
 from .genppl import (
     DTYPES,
@@ -41,11 +42,19 @@ def read_samples(path: str | Path) -> list[dict]:
     """The samples of a JSON-lines file; blank lines are skipped.
 
     Raises ValueError naming the file and line number for a line that is not a JSON object with
-    "ids" (list of ints) and "text" (string), or whose "prompt" is not a string, and for a file without samples.
+    "ids" (list of ints) and "text" (string), or whose "prompt" is not a string, for a sample "index" that
+    appears twice (two runs wrote the file at once, or it was edited), and for a file without samples.
     """
     samples = []
+    first_line = {}  # sample index -> the line it was first seen on
     with open(path, encoding="utf-8") as lines:
         for number, _, sample in json_objects(path, lines):
+            index = sample.get("index")
+            if isinstance(index, int) and index in first_line:
+                raise ValueError(f"{path}, line {number}: sample index {index} appears again (first on line "
+                                 f"{first_line[index]}); scoring would count it twice. Two runs may have written the "
+                                 f"file at once: remove the repeated lines, or generate it again")
+            first_line.setdefault(index, number)
             ids, text = sample.get("ids"), sample.get("text")
             if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
                 raise ValueError(f'{path}, line {number}: "ids" must be a list of ints.')
@@ -181,17 +190,20 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("samples", type=Path, help="JSON-lines file, one object with 'ids' and 'text' per line")
     parser.add_argument("--scorer", type=Path, help="local folder of the causal LM for Gen. PPL (e.g. GPT-2 Large)")
-    parser.add_argument("--out", type=Path, help="result JSON (default: <samples>.scores.json beside the samples)")
+    parser.add_argument("--out", type=output_file,
+                        help="result JSON (default: <samples>.scores.json beside the samples)")
     parser.add_argument(
         "--metrics",
         type=lambda value: [m.strip() for m in value.split(",") if m.strip()],
         help=f"comma-separated subset of {','.join(METRICS)} (default: all; ppl only with --scorer)",
     )
-    parser.add_argument("--batch-size", type=int, default=8, help="chunks per scorer forward pass (default 8)")
-    parser.add_argument("--chunk-size", type=int, help="scorer tokens per chunk (default min(1024, max positions))")
+    parser.add_argument("--batch-size", type=integer(1), default=8, help="chunks per scorer forward pass (default 8)")
+    parser.add_argument("--chunk-size", type=integer(2),
+                        help="scorer tokens per chunk (default min(1024, max positions))")
     parser.add_argument(
         "--device",
         default="cpu",
+        type=device(kernels=False),
         help="scorer device, e.g. cpu or cuda (default cpu; under torchrun cuda is each process's own GPU)",
     )
     parser.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="scorer dtype (default fp32)")
@@ -201,6 +213,8 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_score(args: argparse.Namespace) -> int:
     """Handler of `rangeswa score`: score the file, print one `name: value` line per result key, return 0."""
+    names = resolve_metrics(args.metrics, args.scorer)
+    require("rangeswa score", "eval", tuple(m for n, m in (("ppl", "transformers"), ("c2", "sklearn")) if n in names))
     out = default_output(args.samples) if args.out is None else args.out
     result = score_file(
         args.samples,

@@ -30,7 +30,8 @@ from typing import Optional
 
 from tqdm import tqdm
 
-from .. import backbones, distributed
+from .. import backbones, distributed, outputs
+from ..arguments import require
 from ..generate import DTYPES, METHOD_OPTION_EXAMPLES, METHOD_OPTIONS, check_method_options, generate, sampler_config_for
 from ..methods import METHODS
 from .genppl import DTYPES as SCORER_DTYPES
@@ -260,9 +261,12 @@ def sweep(path, *, render_only: bool = False, progress: bool = True) -> dict:
     config = load_config(path)
     check_inputs(config)
     device = distributed.device_for(config.device)
+    outputs.check_folder(config.output, "output")
     runs = config.runs()
     ran = 0
-    with distributed.session(device) as world:
+    # One sweep writes an output folder at a time (outputs.exclusive); the same process may nest (the demo).
+    with distributed.session(device) as world, \
+            distributed.held_by_main(lambda: outputs.exclusive(config.output, folder=True)):
         if not render_only:
             ran = _run_pending(config, runs, world, str(device), progress)
         finished, rendered = distributed.on_main(lambda: render(config))
@@ -474,6 +478,7 @@ def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_sweep(args: argparse.Namespace) -> int:
     """Handler of `rangeswa sweep`: run the sweep, print what was done (rank 0), return 0."""
+    require("rangeswa sweep", "eval", ("transformers", "matplotlib"))
     done = sweep(args.config, render_only=args.render_only, progress=not args.no_progress)
     if distributed.launched_world().main:
         print(f"{args.config}: {done['configurations']} configurations, {done['ran']} ran now, "

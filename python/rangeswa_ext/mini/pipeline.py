@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from .. import outputs
+from ..arguments import device, integer, number, output_folder, require
 from ..models.elf import ELF_CONFIGS, ELFConfig
 from ..models.elf_checkpoint import find_checkpoint, read_checkpoint, save_checkpoint
 from . import corpus as corpus_module
@@ -91,19 +93,21 @@ def add_train_mini_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train-mini", help="train the miniature ELF and its judge from the corpus (what `rangeswa demo` ships)",
         description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/mini"), help="working folder (resumable)")
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps, help="ELF-mini training steps")
-    parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
-    parser.add_argument("--lr", type=float, default=TrainConfig.lr)
-    parser.add_argument("--judge-steps", type=int, default=1200, help="judge training steps")
-    parser.add_argument("--judge-batch-size", type=int, default=16, help="judge windows (of 256 tokens) per step")
+    parser.add_argument("--out", type=output_folder, default=Path("runs/mini"),
+                        help="working folder (resumable; one run writes it at a time)")
+    parser.add_argument("--steps", type=integer(1), default=TrainConfig.steps, help="ELF-mini training steps")
+    parser.add_argument("--batch-size", type=integer(1), default=TrainConfig.batch_size, help="sequences per step")
+    parser.add_argument("--lr", type=number(above=0), default=TrainConfig.lr, help="peak learning rate")
+    parser.add_argument("--judge-steps", type=integer(1), default=1200, help="judge training steps")
+    parser.add_argument("--judge-batch-size", type=integer(1), default=16,
+                        help="judge windows (of 256 tokens) per step")
     parser.add_argument("--preset", default="elf-mini", choices=MINI_PRESETS,
                         help="the ELF-mini shape (default elf-mini: 4 x 192; elf-mini-wide: 4 x 256)")
-    parser.add_argument("--train-length", type=int, default=None,
+    parser.add_argument("--train-length", type=integer(1), default=None,
                         help="ELF-mini's training length T (default: the preset's, 128)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--export", type=Path, default=None,
+    parser.add_argument("--seed", type=integer(), default=0, help="seed of the data order and initialisation")
+    parser.add_argument("--device", type=device(), default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--export", type=output_folder, default=None,
                         help="write the shipped files here (python/rangeswa_ext/mini/data to replace the package's)")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=run_train_mini)
@@ -111,6 +115,12 @@ def add_train_mini_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_train_mini(args) -> int:
+    require("rangeswa train-mini", "mini")
+    with outputs.exclusive(args.out, folder=True):
+        return _train_mini(args)
+
+
+def _train_mini(args) -> int:
     start = time.perf_counter()
     model_config = mini_config(args.preset, args.train_length)
     tokenizer, ids, table = prepare(args.out, model_config.vocab_size, model_config.encoder_dim)

@@ -9,7 +9,7 @@ source line of every constant.
 The model does no RoPE and no attention arithmetic itself. Each layer hands q, k (after the per-head
 QK norm, before RoPE) and v to the injected attention method,
 ``attention(q, k, v, control_tokens=12, stage=stage)``, which rotates, selects keys and attends
-(SPEC.md sections 1-4). Swapping the method never touches this file.
+(SPEC sections 1-4). Swapping the method never touches this file.
 """
 
 from __future__ import annotations

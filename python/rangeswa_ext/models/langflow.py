@@ -10,7 +10,7 @@ alpha^2)`` (high = noisy), drawn from a learned Gumbel proposal. Layer names fol
 The model does no RoPE and no attention arithmetic itself. Each block hands q, k, v (head-split views
 of its fused qkv projection, before RoPE, no QK norm) to the injected attention method,
 ``attention(q, k, v, control_tokens=0, stage=stage)``, which rotates (half-split, theta 1e4, all head
-dims) and attends (SPEC.md sections 1-4). The rotary ``inv_freq`` buffer is kept only because the
+dims) and attends (SPEC sections 1-4). The rotary ``inv_freq`` buffer is kept only because the
 official checkpoint stores it; the loader checks that it is the rotation the method applies.
 
 Checkpoints: a folder in the layout of the Hugging Face repository Continuous-Rivals-Discrete/langflow-owt,

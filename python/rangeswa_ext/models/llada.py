@@ -9,7 +9,7 @@ a time). docs/llada.md gives the source line of every constant.
 
 The model does no RoPE and no attention arithmetic itself: each block hands q, k (before RoPE, as
 [B, H, N, D] views of the projections) and v to the injected attention method,
-``attention(q, k, v, control_tokens=0, stage=stage)`` (SPEC.md sections 1-4; LLaDA has no control
+``attention(q, k, v, control_tokens=0, stage=stage)`` (SPEC sections 1-4; LLaDA has no control
 tokens). Swapping the method never touches this file.
 """
 

@@ -1,4 +1,4 @@
-"""The pure-PyTorch reference: the executable form of SPEC.md and the oracle of every kernel.
+"""The pure-PyTorch reference: the executable form of SPEC (docs/spec.md) and the oracle of every kernel.
 
 Modules follow SPEC sections: `rope` (section 1), `positions` (section 3), `selection` (section 2),
 `attention` (everything together in one dense softmax).

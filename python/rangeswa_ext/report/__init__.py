@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
+from ..arguments import integer
 from ..distributed import write_atomic
 from .page import render_page
 from .runs import collect
@@ -50,7 +51,7 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("runs", nargs="+", type=Path,
                         help="demo, sweep, judge or niah output folders, .scores.json files, samples .jsonl files")
     parser.add_argument("--out", type=Path, help="the HTML file (default: report.html in the first run's folder)")
-    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
+    parser.add_argument("--samples", type=integer(1), default=DEFAULT_SAMPLES,
                         help=f"sample indices per length in the sample browser (default {DEFAULT_SAMPLES})")
     parser.add_argument("--title", default="rangeswa report", help="the page's title")
     parser.set_defaults(func=run_report)

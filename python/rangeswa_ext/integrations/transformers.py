@@ -1,0 +1,225 @@
+"""RangeSWA as an attention implementation of Hugging Face transformers models.
+
+``import rangeswa_ext.integrations.transformers`` registers ``"rangeswa"`` and ``"rangeswa_lite"`` with
+transformers' ``AttentionInterface`` (and its mask interface), so a model picks them like any other::
+
+    from rangeswa_ext.integrations.transformers import enable
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="rangeswa")
+    enable(model, "rangeswa", train_length=4096)   # optional: T, stage and window overrides
+
+How a call runs (``attention``):
+
+- transformers hands the attention function q and k already rotated by the model's RoPE, while the op
+  takes them before RoPE and rotates each key range by its own position map (SPEC section 3). The
+  rotation is undone here with the model's own cos and sin: the model's rotary-embedding class, built on
+  its config, at the positions of the call (q at the call's position ids, k at 0 .. L-1), gives exactly
+  the values the model rotated with. The op then applies RoPE again with the model's theta, the
+  ``half`` pairing of transformers and its rotary dims (partial rotary included).
+- Causal models (the attention module's ``is_causal``, or an ``is_causal`` argument of the call) run the
+  op with ``causal_block=1``: token-causal attention (SPEC section 7); bidirectional ones (``is_causal``
+  False, as diffusion LMs set it) with ``causal_block=0``. A KV-cached call, whose q holds the last Lq
+  positions only, is the op's query suffix (SPEC section 7). Grouped-query attention goes to the op as it is.
+- While the sequence fits the training length T (L <= T), the call is the model's own attention
+  (``scaled_dot_product_attention`` on the rotated inputs), so nothing changes for inputs the model was
+  trained on; ``enable(..., native_within_train_length=False)`` runs the method at every length.
+- The method's numbers: the paper's preset (`preset`) scaled from T = 1024 to the model's T
+  (`RangeSWAConfig.scaled_to`, ``scale_windows=True`` by default), the stage ``late`` unless ``enable``
+  or a ``rangeswa_stage`` argument of the model call says otherwise, the softmax scale the model passes.
+
+T is the model config's ``max_position_embeddings`` unless ``enable`` gives ``train_length``: many
+configs state more than the length the model was trained at, so give it when you know it. Not
+supported (each a ValueError naming it): padded or packed batches (the op has no per-row positions:
+run one unpadded sequence per row), attention dropout while training, sliding-window layers, soft-capped
+logits, and RoPE other than transformers' ``default`` type (llama3, yarn, ... scale the frequencies
+themselves; the op re-applies plain RoPE). Tested with transformers 5.x on Llama and Qwen2 models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+import weakref
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface
+
+from ..config import STAGES
+from ..methods import causal_mask, make_attention
+
+#: The attention implementations this module registers.
+NAMES = ("rangeswa", "rangeswa_lite")
+#: Where `enable` keeps a model's settings: a plain dict on its config (saved with it by save_pretrained).
+CONFIG_KEY = "rangeswa"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How the attention functions run a model (`enable`); the defaults are those of a model never enabled.
+
+    Attributes:
+        train_length: T; None: the config's ``max_position_embeddings``.
+        stage: ``early``, ``late`` or ``decode`` (SPEC section 4), unless a call passes ``rangeswa_stage``.
+        scale_windows: scale the paper's numbers (stated for T = 1024) to T.
+        native_within_train_length: while L <= T run the model's own attention.
+        overrides: `RangeSWAConfig` fields over the preset (``late_window``, ``topk``, ...).
+    """
+
+    train_length: Optional[int] = None
+    stage: str = "late"
+    scale_windows: bool = True
+    native_within_train_length: bool = True
+    overrides: tuple = ()
+
+    def __post_init__(self):
+        if self.train_length is not None and self.train_length < 1:
+            raise ValueError(f"train_length must be >= 1, got {self.train_length}")
+        if self.stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
+
+
+def enable(model, method: str = "rangeswa", *, train_length: Optional[int] = None, stage: str = "late",
+           scale_windows: bool = True, native_within_train_length: bool = True, **overrides):
+    """Switch ``model`` (a transformers ``PreTrainedModel``) to ``method`` with these settings (`Settings`);
+    returns the model. The settings are checked here, by building the method once for the model."""
+    if method not in NAMES:
+        raise ValueError(f"method must be one of {', '.join(NAMES)}, got {method!r}")
+    settings = Settings(train_length, stage, scale_windows, native_within_train_length,
+                        tuple(sorted(overrides.items())))
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    _method(method, settings, _theta(config), None, head_dim, _train_length(settings, config), None)
+    setattr(config, CONFIG_KEY, dataclasses.asdict(settings) | {"overrides": dict(settings.overrides)})
+    model.set_attn_implementation(method)
+    return model
+
+
+def register() -> None:
+    """Register every name of `NAMES` with transformers (done on import; registering again is harmless)."""
+    for name in NAMES:
+        AttentionInterface.register(name, functools.partial(attention, method=name))
+        AttentionMaskInterface.register(name, unpadded_mask)
+
+
+def unpadded_mask(*args, attention_mask: Optional[torch.Tensor] = None, **kwargs) -> None:
+    """The mask function of `NAMES`: none, the op decides who sees whom; a padded batch is refused."""
+    if attention_mask is not None and not bool(attention_mask.all()):
+        raise ValueError("rangeswa attention does not take padded batches (the attention mask has zeros): run one "
+                         "sequence per row without padding")
+    return None
+
+
+def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None, *,
+              method: str, **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature: q [B, Hq, Lq, D], k and v [B, Hkv, L, D], q and k
+    rotated by the model; returns ([B, Lq, Hq, D], None)."""
+    if attention_mask is not None:
+        raise ValueError("rangeswa attention takes no attention mask (padding or a custom mask): run one unpadded "
+                         "sequence per row")
+    if dropout:
+        raise ValueError(f"rangeswa attention has no attention dropout (got {dropout}); call model.eval()")
+    for unsupported in ("sliding_window", "softcap"):
+        if kwargs.get(unsupported) is not None:
+            raise ValueError(f"rangeswa attention does not take {unsupported} (this layer has {kwargs[unsupported]})")
+    config = module.config
+    settings = _settings(config)
+    causal = kwargs.get("is_causal")
+    causal = getattr(module, "is_causal", True) if causal is None else bool(causal)
+    Lq, L = query.shape[2], key.shape[2]
+    scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
+    T = _train_length(settings, config)
+    if L <= T and settings.native_within_train_length:
+        mask = causal_mask(0, L, Lq, 1, query.device) if causal and Lq < L else None
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=causal and Lq == L,
+                                             scale=scale, enable_gqa=query.shape[1] != key.shape[1])
+        return out.transpose(1, 2).contiguous(), None
+
+    positions = torch.arange(L, device=query.device)
+    given = kwargs.get("position_ids")
+    if given is not None and not torch.equal(given.to(positions.device), positions[L - Lq:].expand_as(given)):
+        raise ValueError(f"rangeswa attention needs each row at positions 0 .. L-1 (this call's queries at "
+                         f"{L - Lq} .. {L - 1}); got other position ids: padded or packed batches are not supported")
+    rotary = _rotary_embedding(module)
+    cos, sin = rotary(key, positions[None])
+    q = _unrotate(query, cos[:, L - Lq:], sin[:, L - Lq:])
+    k = _unrotate(key, cos, sin)
+    D, rd = query.shape[-1], cos.shape[-1]
+    run = _method(method, settings, _theta(config), None if rd == D else rd, D, T, scale)
+    stage = kwargs.get("rangeswa_stage") or settings.stage
+    out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _settings(config) -> Settings:
+    stored = getattr(config, CONFIG_KEY, None) or {}
+    return Settings(**{**stored, "overrides": tuple(sorted(stored.get("overrides", {}).items()))})
+
+
+def _train_length(settings: Settings, config) -> int:
+    return settings.train_length or int(config.max_position_embeddings)
+
+
+def _theta(config) -> float:
+    """The RoPE base of a config with transformers' ``default`` RoPE; ValueError for any other kind."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    kind = parameters.get("rope_type") or (getattr(config, "rope_scaling", None) or {}).get("rope_type", "default")
+    if kind != "default":
+        raise ValueError(f"rangeswa attention re-applies plain RoPE (theta only), but this model's RoPE is "
+                         f"rope_type {kind!r}")
+    theta = parameters.get("rope_theta", getattr(config, "rope_theta", None))
+    if theta is None:
+        raise ValueError(f"the model config ({type(config).__name__}) states no rope_theta")
+    return float(theta)
+
+
+@functools.lru_cache(maxsize=64)
+def _method(method: str, settings: Settings, theta: float, rotary_dim: Optional[int], head_dim: int,
+            train_length: int, scale: Optional[float]):
+    """The project's attention method (`methods.make_attention`, the seam every backbone uses) for a
+    model's RoPE (``half`` pairs, ``rotary_dim`` None = the whole head), T and softmax scale."""
+    overrides = dict(settings.overrides)
+    if scale is not None:
+        overrides["scale"] = scale
+    return make_attention(method, head_dim=head_dim, theta=theta, rope_style="half", rotary_dim=rotary_dim,
+                          train_length=train_length, scale_windows=settings.scale_windows, **overrides)
+
+
+#: Each attention module's rotary embedding, built once (kept outside the module: not its weight, not moved).
+_ROTARY: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+
+
+def _rotary_embedding(module) -> torch.nn.Module:
+    """The rotary-embedding class of the attention module's own modeling file, built on its config: the
+    cos and sin it returns are those the model rotated q and k with."""
+    if module not in _ROTARY:
+        source = sys.modules[type(module).__module__]
+        found = [c for name, c in vars(source).items()
+                 if name.endswith("RotaryEmbedding") and isinstance(c, type) and issubclass(c, torch.nn.Module)]
+        if len(found) != 1:
+            raise ValueError(f"rangeswa attention undoes the model's RoPE with its rotary-embedding class, but "
+                             f"{source.__name__} defines {len(found)} (*RotaryEmbedding)")
+        _ROTARY[module] = found[0](config=module.config)
+    rotary = _ROTARY[module]
+    if getattr(rotary, "attention_scaling", 1.0) != 1.0:
+        raise ValueError(f"this model's RoPE scales cos and sin by {rotary.attention_scaling}; rangeswa attention "
+                         f"re-applies plain RoPE")
+    return rotary
+
+
+def _unrotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """R(-p) x for transformers' ``rotate_half`` RoPE (pairs (k, k + rd/2), rd = cos's width), in float32 at
+    least; dims past rd pass through. cos, sin: [B or 1, N, rd] from the model's rotary embedding."""
+    rd = cos.shape[-1]
+    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    cos, sin = cos[:, None].to(work.dtype), sin[:, None].to(work.dtype)
+    y = work[..., :rd]
+    first, second = y.chunk(2, dim=-1)
+    plain = y * cos + torch.cat([second, -first], dim=-1) * sin
+    return torch.cat([plain, work[..., rd:]], dim=-1).to(x.dtype)
+
+
+register()

@@ -1,0 +1,180 @@
+"""`rangeswa_ext.integrations.transformers` on small random Llama- and Qwen2-style models built here: the
+model's own attention while L <= T, the RangeSWA reference (float64, on the layer's pre-RoPE q, k, v)
+when L > T, for causal and bidirectional models with grouped-query attention, KV-cached decoding, and
+the refusals (padding, other positions, other RoPE kinds, dropout)."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")  # the [hf] extra; the [test] extra installs it
+
+from conftest import rel_err  # noqa: E402
+from rangeswa_ext import reference  # noqa: E402
+from rangeswa_ext.config import preset  # noqa: E402
+from rangeswa_ext.integrations.transformers import NAMES, enable  # noqa: E402
+
+T = 64  # the models' max_position_embeddings: their training length as far as the integration knows
+FAMILIES = {
+    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
+    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, {}),  # q, k, v projections with bias
+}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def tiny(family: str, seed: int = 0, **changes):
+    """A 2-layer model, 4 query heads of 16 sharing 2 KV heads, fp32, eval mode."""
+    config_class, model_class, extra = FAMILIES[family]
+    config = config_class(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=T, **extra, **changes)
+    torch.manual_seed(seed)
+    return model_class(config).eval()
+
+
+def ids(length: int, seed: int = 1, batch: int = 2) -> torch.Tensor:
+    return torch.randint(0, 97, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def bidirectional(model):
+    for layer in model.model.layers:
+        layer.self_attn.is_causal = False
+    return model
+
+
+def logits(model, tokens, implementation: str) -> torch.Tensor:
+    model.set_attn_implementation(implementation)
+    with torch.no_grad():
+        return model(tokens).logits
+
+
+class Recorder:
+    """Every layer's pre-RoPE q, k, v (the projections' outputs) and its attention output (o_proj's input)."""
+
+    def __init__(self, model):
+        self.seen, self.handles = {}, []
+        for i, layer in enumerate(model.model.layers):
+            attn = layer.self_attn
+            for name in ("q_proj", "k_proj", "v_proj"):
+                self.handles.append(getattr(attn, name).register_forward_hook(self._keep(i, name)))
+            self.handles.append(attn.o_proj.register_forward_pre_hook(self._keep_input(i)))
+
+    def _keep(self, layer, name):
+        def hook(module, args, output):
+            self.seen[layer, name] = output.detach()
+        return hook
+
+    def _keep_input(self, layer):
+        def hook(module, args):
+            self.seen[layer, "out"] = args[0].detach()
+        return hook
+
+    def heads(self, layer: int, name: str, head_dim: int) -> torch.Tensor:
+        x = self.seen[layer, name]
+        return x.view(*x.shape[:2], -1, head_dim).transpose(1, 2)  # [B, H, L, D]
+
+    def close(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("method", NAMES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_within_the_training_length_it_is_the_model_s_own_attention(family, method, causal):
+    model = tiny(family)
+    if not causal:
+        bidirectional(model)
+    tokens = ids(T - 16)
+    expected = logits(model, tokens, "sdpa")
+    assert rel_err(logits(model, tokens, method), expected) < 1e-6
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("method", NAMES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_past_the_training_length_every_layer_is_the_rangeswa_reference(family, method, causal):
+    """L = 200 > T = 64: each layer's output equals the float64 reference on that layer's pre-RoPE q, k, v,
+    with the method's preset scaled to T, the model's theta, transformers' half-split RoPE and SPEC
+    section 7's causal_block = 1 for a causal model (0 for a bidirectional one)."""
+    model = tiny(family)
+    if not causal:
+        bidirectional(model)
+    config = model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    cfg = preset(method).scaled_to(T).replace(theta=config.rope_parameters["rope_theta"], rope_style="half",
+                                              scale=head_dim ** -0.5)
+    recorder = Recorder(model)
+    try:
+        got = logits(model, ids(200, batch=1), method)
+    finally:
+        recorder.close()
+    assert got.isfinite().all()
+    for layer in range(config.num_hidden_layers):
+        q, k, v = (recorder.heads(layer, name, head_dim).double() for name in ("q_proj", "k_proj", "v_proj"))
+        expected, _ = reference.attention(q, k, v, cfg, 0, "late", causal_block=1 if causal else 0)
+        out = recorder.heads(layer, "out", head_dim)
+        assert rel_err(out, expected) < 1e-5, (layer, rel_err(out, expected))
+        plain, _ = reference.attention(q, k, v, cfg.replace(method="full", topk=0), 0, "late",
+                                       causal_block=1 if causal else 0)
+        assert rel_err(plain, expected) > 1e-3  # the method is not the model's own attention at this length
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cached_decoding_past_the_training_length(family):
+    """generate() with a KV cache (each step a one-row query suffix, SPEC section 7) picks the tokens that
+    full recomputation picks, for RangeSWA-Lite (no retrieval, so a suffix call is the full call's rows)."""
+    model = tiny(family)
+    prompt = ids(T + 20, batch=1)
+    enable(model, "rangeswa_lite")
+    with torch.no_grad():
+        cached = model.generate(prompt, max_new_tokens=4, do_sample=False, use_cache=True)
+        recomputed = prompt
+        for _ in range(4):
+            step = model(recomputed, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
+            recomputed = torch.cat([recomputed, step], dim=1)
+    assert torch.equal(cached, recomputed)
+
+
+def test_enable_sets_t_stage_and_overrides():
+    model = tiny("llama")
+    enable(model, "rangeswa", train_length=32, late_window=9, topk=2)
+    assert model.config._attn_implementation == "rangeswa"
+    assert model.config.rangeswa == dict(train_length=32, stage="late", scale_windows=True,
+                                         native_within_train_length=True, overrides=dict(late_window=9, topk=2))
+    head_dim = 16
+    cfg = preset("rangeswa").scaled_to(32).replace(theta=model.config.rope_parameters["rope_theta"],
+                                                   rope_style="half", scale=head_dim ** -0.5, late_window=9, topk=2)
+    recorder = Recorder(model)
+    try:
+        with torch.no_grad():
+            model(ids(48, batch=1), rangeswa_stage="early")  # 48 > T = 32; the call picks the early window
+    finally:
+        recorder.close()
+    q, k, v = (recorder.heads(0, name, head_dim).double() for name in ("q_proj", "k_proj", "v_proj"))
+    expected, _ = reference.attention(q, k, v, cfg, 0, "early", causal_block=1)
+    assert rel_err(recorder.heads(0, "out", head_dim), expected) < 1e-5
+    with pytest.raises(ValueError, match="method must be one of rangeswa, rangeswa_lite"):
+        enable(model, "swa")
+    with pytest.raises(ValueError, match="stage must be one of"):
+        enable(model, stage="middle")
+    with pytest.raises(ValueError, match="late_window must be >= 1"):
+        enable(model, late_window=0)
+
+
+def test_what_it_refuses():
+    model = tiny("llama")
+    model.set_attn_implementation("rangeswa")
+    tokens = ids(T + 8)
+    with torch.no_grad():
+        padded = torch.ones_like(tokens)
+        padded[0, :3] = 0
+        with pytest.raises(ValueError, match="does not take padded batches"):
+            model(tokens, attention_mask=padded)
+        with pytest.raises(ValueError, match="needs each row at positions 0 .. L-1"):
+            model(tokens, position_ids=torch.arange(tokens.shape[1])[None] + 5)
+    with pytest.raises(ValueError, match="rope_type 'linear'"):
+        enable(tiny("llama", rope_parameters=dict(rope_type="linear", factor=2.0, rope_theta=10000.0)))
+    dropping = tiny("llama", attention_dropout=0.1).train()
+    dropping.set_attn_implementation("rangeswa")
+    with pytest.raises(ValueError, match="no attention dropout"):
+        dropping(tokens)
