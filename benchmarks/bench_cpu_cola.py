@@ -5,8 +5,12 @@
     causal blocks of 16, training length T = 2048 (docs/cola.md), L = 2k / 4k / 8k. Methods: full (the
     `full` method: the `rope` op on q and k, then SDPA with the block-causal mask), rangeswa late (W = 256),
     rangeswa early (W = 1023), rangeswa decode (W = 2047, the prefill and commit calls), rangeswa_lite.
+    The op-backed methods are timed twice: stateless, and with the layer's prepared context (rotated keys,
+    summaries and key means of the committed rows kept between calls, `prepared.PreparedCache`; each call
+    prepares the block's rows and the key block they fall in).
 (2) The whole cached prior call at the released sizes (24 layers, width 2048, random weights, fp32): the
-    last block of L latents over a KV cache of the L - 16 before it (`ColaBackbone.benchmark_call`).
+    last block of L latents over a KV cache of the L - 16 before it (`ColaBackbone.benchmark_call`); the
+    prior's KV cache keeps each layer's prepared context (the first, untimed call prepares it).
 
 Every method runs in the same process on the same tensors; times are medians of repeated calls after one
 warm-up call. The load average before and after is recorded (the machine may be shared).
@@ -34,6 +38,7 @@ from rangeswa_ext import backbones
 from rangeswa_ext.bench import markdown_table
 from rangeswa_ext.methods import make_attention
 from rangeswa_ext.models.cola import Cola, ColaConfig
+from rangeswa_ext.prepared import PreparedCache
 
 H, D, ROTARY, BLOCK, T = 16, 128, 96, 16, 2048
 OP_CASES = (  # (label, method, stage)
@@ -43,6 +48,8 @@ OP_CASES = (  # (label, method, stage)
     ("rangeswa decode (W=2047)", "rangeswa", "decode"),
     ("rangeswa_lite (W=256)", "rangeswa_lite", "late"),
 )
+CONTEXT_CASES = (("rangeswa late, prepared context", "rangeswa", "late"),
+                 ("rangeswa_lite, prepared context", "rangeswa_lite", "late"))
 CALL_CASES = (OP_CASES[0], OP_CASES[1], OP_CASES[4])
 
 
@@ -72,6 +79,17 @@ def op_rows(lengths, repeats: int) -> list[dict]:
             with torch.no_grad():
                 samples = timed_ms(lambda: attention(q, k, v, control_tokens=0, stage=stage, causal_block=BLOCK),
                                    repeats)
+            times[label] = statistics.median(samples)
+            print(f"op L={L} {label}: {times[label]:.2f} ms", flush=True)
+        # The same calls with the layer's prepared context (what CoLa's KV cache keeps, `prepared.PreparedCache`):
+        # primed on the committed L - 16 rows, each timed call updates it with the block's rows and attends.
+        for label, name, stage in CONTEXT_CASES:
+            attention = method(name)
+            context = PreparedCache()
+            with torch.no_grad():
+                context.update(k, v, attention.config, 0, stable=0)
+                samples = timed_ms(lambda: attention(q, k, v, control_tokens=0, stage=stage, causal_block=BLOCK,
+                                                     context=context, stable=L - BLOCK), repeats)
             times[label] = statistics.median(samples)
             print(f"op L={L} {label}: {times[label]:.2f} ms", flush=True)
         full = times[OP_CASES[0][0]]

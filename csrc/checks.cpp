@@ -1,5 +1,7 @@
 #include "checks.h"
 
+#include "prepared.h"
+
 #include <cmath>
 #include <vector>
 
@@ -172,6 +174,109 @@ void check_retrieved_values(const at::Tensor& retrieved, const Rules& rules) {
                         ", but it overlaps that query block's local windows (not a candidate)");
       TORCH_CHECK_VALUE(seen[kb] != row, "retrieved holds block ", kb, " twice for query block ", qb);
       seen[kb] = row;
+    }
+  }
+}
+
+}  // namespace rangeswa
+
+namespace rangeswa {
+
+ContextParams check_prepare(const at::Tensor& k, const at::Tensor& v, c10::string_view method, int64_t control_tokens,
+                            int64_t summary_block, int64_t near_range, int64_t retrieval_block, int64_t train_length,
+                            bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
+                            c10::string_view rope_style, bool cond_correction, bool summaries, int64_t topk,
+                            int64_t first_key) {
+  const Method m = parse_method(method);
+  check_bhnd(k, "k");
+  check_bhnd(v, "v");
+  check_same(k, "k", v, "v");
+  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
+  TORCH_CHECK_VALUE(control_tokens >= 0 && control_tokens <= k.size(2),
+                    "control_tokens must lie in [0, N = ", k.size(2), "], got ", control_tokens);
+  TORCH_CHECK_VALUE(summary_block >= 1, "summary_block must be >= 1, got ", summary_block);
+  TORCH_CHECK_VALUE(retrieval_block >= 1 && retrieval_block % summary_block == 0,
+                    "retrieval_block must be a positive multiple of summary_block (", summary_block, "), got ",
+                    retrieval_block);
+  TORCH_CHECK_VALUE(near_range >= 0, "near_range must be >= 0, got ", near_range);
+  TORCH_CHECK_VALUE(train_length >= 1, "train_length must be >= 1, got ", train_length);
+  TORCH_CHECK_VALUE(topk >= 0, "topk must be >= 0, got ", topk);
+  ContextParams c{};
+  c.B = k.size(0);
+  c.Hkv = k.size(1);
+  c.N = k.size(2);
+  c.C = control_tokens;
+  c.L = c.N - c.C;
+  c.D = k.size(3);
+  TORCH_CHECK_VALUE(first_key >= 0 && first_key <= c.L && first_key % retrieval_block == 0,
+                    "first_key must be a multiple of retrieval_block (", retrieval_block, ") in [0, L = ", c.L,
+                    "], got ", first_key);
+  c.first_key = first_key;
+  c.rope = check_rope(c.D, theta, rotary_dim, rope_style);
+  // The window, K's use, Qb and the causal block are the call's, not the context's.
+  c.rules = make_rules(m, c.L, /*window=*/1, summary_block, near_range, topk, retrieval_block, /*Qb=*/1, train_length,
+                       /*sinks=*/0, far_summaries, /*causal_block=*/0, cond_correction, summaries);
+  c.keys_grp = c.rules.grouping();
+  c.keys_cond = conditioned(c.rules, c.C);
+  c.position_scale = c.keys_cond ? double(train_length) / double(c.L) : 1.0;
+  c.summaries = m == Method::kRangeSwa && summaries;
+  c.sums_grp = c.summaries && c.keys_grp;
+  c.means = m == Method::kRangeSwa && topk > 0;
+  return c;
+}
+
+std::vector<double> context_signature(const Rules& rules, const RopeParams& rope, int64_t B, int64_t Hkv, int64_t C,
+                                      int64_t D) {
+  const bool cond = conditioned(rules, C);
+  return {kPreparedVersion, double(B), double(Hkv), double(rules.L), double(C), double(D), rope.theta,
+          double(rope.rotary_dim), rope.interleaved ? 1.0 : 0.0, double(rules.grouping() ? rules.g : 0),
+          double(rules.grouping() ? rules.group_offset : 0), cond ? double(rules.T) : 0.0, double(rules.G),
+          double(rules.Rb)};
+}
+
+void check_prepared(const at::TensorList& prepared, const AttnParams& p, const at::Tensor& k, at::ScalarType dtype,
+                    bool prefix_sums, int64_t row_stride) {
+  TORCH_CHECK_VALUE(prepared.size() == kPreparedSlots, "prepared must be the list the prepare op returns (",
+                    int(kPreparedSlots), " tensors), got ", prepared.size(), " tensors");
+  const at::Tensor& sig = prepared[kSignature];
+  TORCH_CHECK_VALUE(sig.device().is_cpu() && sig.scalar_type() == at::kDouble && sig.dim() == 1 &&
+                        sig.size(0) == kSignatureSize,
+                    "prepared[", int(kSignature), "] must be the prepare op's signature (", kSignatureSize,
+                    " float64 numbers on the CPU)");
+  const Rules& R = p.rules;
+  const std::vector<double> expect = context_signature(R, p.rope, p.B, p.Hkv, p.C, p.D);
+  const double* got = sig.contiguous().data_ptr<double>();
+  for (int x = 0; x < kSignatureSize; ++x)
+    TORCH_CHECK_VALUE(got[x] == expect[x], "prepared was made for ", kSignatureNames[x], " = ", got[x],
+                      " but this call has ", expect[x], "; prepare k and v with the call's configuration");
+  const bool rangeswa = R.method == Method::kRangeSwa && R.summaries;
+  const int64_t nG = R.num_summary_blocks();
+  auto need = [&](int slot, const char* what, int64_t rows, at::ScalarType type) {
+    const at::Tensor& t = prepared[slot];
+    TORCH_CHECK_VALUE(t.numel() > 0 || rows == 0, "prepared holds no ", what, " (prepared[", slot,
+                      "] is empty), which this call reads; prepare with the call's method and switches");
+    if (rows == 0) return;
+    TORCH_CHECK_VALUE(t.device() == k.device(), "prepared[", slot, "] (", what, ") must be on ", k.device(), ", got ",
+                      t.device());
+    TORCH_CHECK_VALUE(t.scalar_type() == type, "prepared[", slot, "] (", what, ") must be ", type, " here, got ",
+                      t.scalar_type());
+    TORCH_CHECK_VALUE(t.dim() == 4 && t.size(0) == p.B && t.size(1) == p.Hkv && t.size(2) == rows && t.size(3) == p.D &&
+                          (p.D <= 1 || t.stride(3) == 1) && t.stride(2) == row_stride,
+                      "prepared[", slot, "] (", what, ") must be [B, H_kv, rows, D] = [", p.B, ", ", p.Hkv, ", ",
+                      rows, ", ", p.D, "] with rows ", row_stride, " elements apart (as the prepare op makes them), "
+                      "got ", t.sizes(), " strides ", t.strides());
+  };
+  if (p.L == 0) return;
+  need(kKeysNat, "native keys", p.L, dtype);
+  if (R.grouping()) need(kKeysGrp, "grouped keys", p.L, dtype);
+  if (conditioned(R, p.C)) need(kKeysCond, "conditioning keys", p.L, dtype);
+  if (rangeswa) {
+    need(kSumKeys, "summary keys", nG, dtype);
+    need(kSumValues, "summary values", nG, dtype);
+    if (R.grouping()) need(kSumKeysGrp, "grouped summary keys", nG, dtype);
+    if (prefix_sums && R.grouping() && R.far_summaries) {
+      need(kPrefixNat, "native prefix sums", p.L, dtype);
+      need(kPrefixGrp, "grouped prefix sums", p.L, dtype);
     }
   }
 }

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "layout.h"
 #include "rules.h"
 
@@ -48,6 +50,34 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       int64_t sinks, bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
                       c10::string_view rope_style, std::optional<double> scale, int64_t causal_block,
                       bool cond_correction, bool summaries);
+
+// The prepared context (csrc/prepared.h) of k and v under one configuration: which arrays it holds and
+// the numbers they depend on. check_prepare fills it from the prepare op's arguments.
+struct ContextParams {
+  Rules rules;   // L, G, Hn, Rb, T, method, g: everything but the per-call window, K, Qb, causal block
+  RopeParams rope;
+  int64_t B, Hkv, N, C, L, D;
+  int64_t first_key;  // the arrays hold rows (blocks, key blocks) from first_key on
+  double position_scale;  // T / L of the conditioning positions, 1 without them
+  bool keys_grp, keys_cond, summaries, sums_grp, means;
+};
+
+ContextParams check_prepare(const at::Tensor& k, const at::Tensor& v, c10::string_view method, int64_t control_tokens,
+                            int64_t summary_block, int64_t near_range, int64_t retrieval_block, int64_t train_length,
+                            bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
+                            c10::string_view rope_style, bool cond_correction, bool summaries, int64_t topk,
+                            int64_t first_key);
+
+// The signature of a context (prepared.h kSignatureNames) for these numbers.
+std::vector<double> context_signature(const Rules& rules, const RopeParams& rope, int64_t B, int64_t Hkv, int64_t C,
+                                      int64_t D);
+
+// An attn call's prepared context: the list's length, its signature against the call, and every array
+// the call reads present, on k's device, in `dtype`, [B, Hkv, rows, D] with contiguous rows `row_stride`
+// elements apart (D on the CPU; the kernel's padded head dim on CUDA) and any batch / head strides. Arrays
+// the call does not read are not looked at.
+void check_prepared(const at::TensorList& prepared, const AttnParams& p, const at::Tensor& k, at::ScalarType dtype,
+                    bool prefix_sums, int64_t row_stride);
 
 // `t` itself when its last dim is contiguous (any batch / head / row strides), else a contiguous copy;
 // kernels then read it through row_strides.

@@ -21,4 +21,5 @@ TORCH_LIBRARY(rangeswa, m) {
   m.def(schema::kBlockSummary);
   m.def(schema::kTopkBlocks);
   m.def(schema::kAttn);
+  m.def(schema::kPrepare);
 }

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cpu/kernels.h"
+#include "prepared.h"
 
 namespace rangeswa::cpu {
 namespace {
@@ -54,6 +55,34 @@ struct KvView {
   const float* sv;         // [nG, D] mean of v per G-block (rangeswa only)
 };
 
+// One array of rotated keys or summaries for every (batch, KV head). Logical row j of KV head kv
+// (= b * Hkv + h) is at row(kv, j): a call's pass buffers hold KV heads [first, first + count)
+// contiguously, a prepared context (op `prepare`, csrc/prepared.h) any batch / head strides, and the
+// prepare op's own outputs start at row0.
+struct HeadRows {
+  float* base = nullptr;
+  int64_t sb = 0, sh = 0;      // element strides between batches and between KV heads
+  int64_t first = 0, Hkv = 1;  // the first KV head held
+  int64_t row0 = 0, ld = 0;    // the first logical row held, row stride
+
+  float* row(int64_t kv, int64_t j) const {
+    if (base == nullptr) return nullptr;
+    const int64_t x = kv - first;
+    return base + (x / Hkv) * sb + (x % Hkv) * sh + (j - row0) * ld;
+  }
+  // Rows [count, rows, D] of KV heads [first, first + count), contiguous.
+  static HeadRows pass(const at::Tensor& t, int64_t first, int64_t Hkv) {
+    if (!t.defined()) return HeadRows{};
+    return HeadRows{t.data_ptr<float>(), Hkv * t.size(1) * t.size(2), t.size(1) * t.size(2), first, Hkv, 0,
+                    t.size(2)};
+  }
+  // A [B, Hkv, rows, D] tensor with contiguous rows, logical rows from row0 on; empty: no array.
+  static HeadRows of(const at::Tensor& t, int64_t row0 = 0) {
+    if (!t.defined() || t.numel() == 0) return HeadRows{};
+    return HeadRows{t.data_ptr<float>(), t.stride(0), t.stride(1), 0, t.size(1), row0, t.stride(2)};
+  }
+};
+
 struct Call {
   AttnParams p;
   const float* q;  // float [B, Hq, N, D], rows at qs.at(b, h, n)
@@ -66,22 +95,23 @@ struct Call {
   int64_t retrieved_k;
   std::shared_ptr<const RopeTable> native, grouped, cond;  // positions j; j/g - c .. ; j*T/L
   std::vector<float> log_block_size;  // log n_b of every G-block (rule 4's summary bias)
-  // Rotated keys and summaries of the (batch, KV head) pairs [kv_first, kv_first + pass) only.
-  at::Tensor k_native, k_grouped, k_cond, sk_native, sk_grouped, sv;
-  int64_t kv_first = 0;
+  // Rotated keys and summaries: a pass's buffers, or a prepared context.
+  HeadRows k_native, k_grouped, k_cond, sk_native, sk_grouped, sv;
+  std::vector<at::Tensor> buffers;  // the pass buffers, kept alive
+
+  // The pass buffers hold KV heads [first, ...).
+  void start_pass(int64_t first) {
+    for (HeadRows* a : {&k_native, &k_grouped, &k_cond, &sk_native, &sk_grouped, &sv}) a->first = first;
+  }
 
   int64_t chunk_tokens() const { return std::max(p.rules.G, (kChunkKeys / p.rules.G) * p.rules.G); }
 
   KvView view(int64_t b, int64_t hkv) const {
-    const int64_t D = p.D, L = p.L, nG = p.rules.num_summary_blocks();
     const int64_t kv = b * p.Hkv + hkv;
-    auto at_ = [&](const at::Tensor& t, int64_t rows) {  // rotated keys hold the current pass only
-      return t.defined() ? t.data_ptr<float>() + (kv - kv_first) * rows * D : nullptr;
-    };
-    return KvView{k + ks.at(b, hkv, 0),   v + vs.at(b, hkv, 0),    v + vs.at(b, hkv, p.C),
-                  ks.row,                 vs.row,
-                  at_(k_native, L),       at_(k_grouped, L),       at_(k_cond, L),
-                  at_(sk_native, nG),     at_(sk_grouped, nG),     at_(sv, nG)};
+    return KvView{k + ks.at(b, hkv, 0),      v + vs.at(b, hkv, 0),       v + vs.at(b, hkv, p.C),
+                  ks.row,                    vs.row,
+                  k_native.row(kv, 0),       k_grouped.row(kv, 0),       k_cond.row(kv, 0),
+                  sk_native.row(kv, 0),      sk_grouped.row(kv, 0),      sv.row(kv, 0)};
   }
 };
 
@@ -583,50 +613,63 @@ void allocate_keys(Call& c, int64_t heads) {
   const Rules& R = p.rules;
   const int64_t L = p.L, D = p.D, nG = R.num_summary_blocks();
   auto opts = at::TensorOptions().dtype(at::kFloat);
-  c.k_native = at::empty({heads, L, D}, opts);
-  if (R.grouping()) c.k_grouped = at::empty({heads, L, D}, opts);
-  if (conditioned(p.rules, p.C)) c.k_cond = at::empty({heads, L, D}, opts);
-  if (R.method == Method::kRangeSwa) {
-    c.sk_native = at::empty({heads, nG, D}, opts);
-    c.sv = at::empty({heads, nG, D}, opts);
-    if (R.grouping()) c.sk_grouped = at::empty({heads, nG, D}, opts);
-  }
+  auto buffer = [&](bool needed, int64_t rows) {
+    if (!needed) return HeadRows{};
+    c.buffers.push_back(at::empty({heads, rows, D}, opts));
+    return HeadRows::pass(c.buffers.back(), 0, p.Hkv);
+  };
+  const bool summaries = R.method == Method::kRangeSwa;
+  c.k_native = buffer(true, L);
+  c.k_grouped = buffer(R.grouping(), L);
+  c.k_cond = buffer(conditioned(p.rules, p.C), L);
+  c.sk_native = buffer(summaries, nG);
+  c.sv = buffer(summaries, nG);
+  c.sk_grouped = buffer(summaries && R.grouping(), nG);
 }
 
-// Rotated keys and block summaries of the (batch, KV head) pairs [first, first + count), split
-// into runs of whole G-blocks so that even one head keeps every thread busy.
-void prepare_keys(Call& c, int64_t first, int64_t count) {
+// Rotated keys and block summaries of rows [from, L) (from a multiple of G) of the (batch, KV head)
+// pairs [first, first + count), split into runs of whole G-blocks so that even one head keeps every
+// thread busy. Writes the arrays of c that exist.
+void prepare_keys(Call& c, int64_t first, int64_t count, int64_t from = 0) {
   const AttnParams& p = c.p;
   const Rules& R = p.rules;
-  const int64_t L = p.L, D = p.D, nG = R.num_summary_blocks();
-  c.kv_first = first;
-  const int64_t run = ((1024 + R.G - 1) / R.G) * R.G, runs = (L + run - 1) / run;
-  const bool summaries = R.method == Method::kRangeSwa;
+  const int64_t L = p.L, D = p.D;
+  for (HeadRows* a : {&c.k_native, &c.k_grouped, &c.k_cond, &c.sk_native, &c.sk_grouped, &c.sv})
+    if (a->base != nullptr && a->first != 0) a->first = first;  // pass buffers hold the pass's heads
+  const int64_t run = ((1024 + R.G - 1) / R.G) * R.G, runs = (L - from + run - 1) / run;
   at::parallel_for(0, count * runs, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t local = task / runs, j0 = (task % runs) * run, j1 = std::min(L, j0 + run);
+      const int64_t local = task / runs, j0 = from + (task % runs) * run, j1 = std::min(L, j0 + run);
       const int64_t kvh = first + local, b = kvh / p.Hkv, hkv = kvh % p.Hkv;
       const float* kbody = c.k + c.ks.at(b, hkv, p.C);
-      float* kn = c.k_native.data_ptr<float>() + local * L * D;
-      float* kg = R.grouping() ? c.k_grouped.data_ptr<float>() + local * L * D : nullptr;
-      float* kc = c.k_cond.defined() ? c.k_cond.data_ptr<float>() + local * L * D : nullptr;
       for (int64_t j = j0; j < j1; ++j) {
         const float* krow = kbody + j * c.ks.row;
-        rotate_row(krow, kn + j * D, c.native->cos(j), c.native->sin(j), D, p.rope, 1.f);
-        if (kg) {
+        rotate_row(krow, c.k_native.row(kvh, j), c.native->cos(j), c.native->sin(j), D, p.rope, 1.f);
+        if (c.k_grouped.base) {
           const int64_t s = j / R.g + R.group_offset;
-          rotate_row(krow, kg + j * D, c.grouped->cos(s), c.grouped->sin(s), D, p.rope, 1.f);
+          rotate_row(krow, c.k_grouped.row(kvh, j), c.grouped->cos(s), c.grouped->sin(s), D, p.rope, 1.f);
         }
-        if (kc) rotate_row(krow, kc + j * D, c.cond->cos(j), c.cond->sin(j), D, p.rope, 1.f);
+        if (c.k_cond.base) rotate_row(krow, c.k_cond.row(kvh, j), c.cond->cos(j), c.cond->sin(j), D, p.rope, 1.f);
       }
-      if (summaries) {  // j0 is a block start, so the run's blocks are [j0 / G, ceil(j1 / G))
-        const int64_t at = (local * nG + j0 / R.G) * D;
-        block_means(kn + j0 * D, D, j1 - j0, R.G, D, c.sk_native.data_ptr<float>() + at);
-        block_means(c.v + c.vs.at(b, hkv, p.C + j0), c.vs.row, j1 - j0, R.G, D, c.sv.data_ptr<float>() + at);
-        if (kg) block_means(kg + j0 * D, D, j1 - j0, R.G, D, c.sk_grouped.data_ptr<float>() + at);
+      if (c.sk_native.base) {  // j0 is a block start, so the run's blocks are [j0 / G, ceil(j1 / G))
+        const int64_t blk = j0 / R.G;
+        block_means(c.k_native.row(kvh, j0), D, j1 - j0, R.G, D, c.sk_native.row(kvh, blk));
+        block_means(c.v + c.vs.at(b, hkv, p.C + j0), c.vs.row, j1 - j0, R.G, D, c.sv.row(kvh, blk));
+        if (c.sk_grouped.base) block_means(c.k_grouped.row(kvh, j0), D, j1 - j0, R.G, D, c.sk_grouped.row(kvh, blk));
       }
     }
   });
+}
+
+// The rope tables of a call: native positions j, grouped positions j / g (from -c: query rows read
+// i / g + c and i / g - c), conditioning positions j T / L.
+void rope_tables(Call& c) {
+  const AttnParams& p = c.p;
+  const Rules& R = p.rules;
+  c.native = rope_table(p.rope, 0.0, 1.0, std::max<int64_t>(p.L, 1));
+  if (R.grouping())
+    c.grouped = rope_table(p.rope, double(-R.group_offset), 1.0, (p.L - 1) / R.g + 2 * R.group_offset + 1);
+  if (conditioned(R, p.C)) c.cond = rope_table(p.rope, 0.0, p.control_position_scale, p.L);
 }
 
 std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -636,13 +679,15 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
                                             int64_t query_block, int64_t train_length, int64_t sinks,
                                             bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
                                             c10::string_view rope_style, std::optional<double> scale,
-                                            int64_t causal_block, bool cond_correction, bool summaries) {
+                                            int64_t causal_block, bool cond_correction, bool summaries,
+                                            std::optional<at::TensorList> prepared) {
   Call c{};
   c.p = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
                    retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim,
                    rope_style, scale, causal_block, cond_correction, summaries);
   const AttnParams& p = c.p;
   const Rules& R = p.rules;
+  if (prepared.has_value()) check_prepared(*prepared, p, k, at::kFloat, /*prefix_sums=*/false, p.D);
   // fp32 inputs are read in place through their strides (views of a fused qkv projection included).
   at::Tensor qf = with_contiguous_rows(q.to(at::kFloat)), kf = with_contiguous_rows(k.to(at::kFloat)),
              vf = with_contiguous_rows(v.to(at::kFloat));
@@ -664,7 +709,14 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
       blocks = retrieved->contiguous();
       check_retrieved_values(blocks, R);
     } else if (R.topk > 0) {
-      blocks = topk_blocks_float(qf, kf, p.C, R);
+      const bool means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
+      if (means)
+        TORCH_CHECK_VALUE((*prepared)[kKeyMeans].sizes() ==
+                              at::IntArrayRef({p.B, p.Hkv, R.num_key_blocks(), p.D}) &&
+                              (*prepared)[kKeyMeans].scalar_type() == at::kDouble,
+                          "prepared[", int(kKeyMeans), "] (key means) must be float64 [B, H_kv, key blocks, D], got ",
+                          (*prepared)[kKeyMeans].sizes());
+      blocks = topk_blocks_float(qf, kf, p.C, R, means ? (*prepared)[kKeyMeans] : at::Tensor());
     }
   }
   if (blocks.defined() && blocks.size(3) > 0) {
@@ -672,10 +724,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
     c.retrieved_k = blocks.size(3);
   }
 
-  c.native = rope_table(p.rope, 0.0, 1.0, std::max<int64_t>(p.L, 1));
-  if (R.grouping())
-    c.grouped = rope_table(p.rope, double(-R.group_offset), 1.0, (p.L - 1) / R.g + 2 * R.group_offset + 1);
-  if (conditioned(R, p.C)) c.cond = rope_table(p.rope, 0.0, p.control_position_scale, p.L);
+  rope_tables(c);
   for (int64_t blk = 0; blk < R.num_summary_blocks(); ++blk) c.log_block_size.push_back(std::log(float(R.block_size(blk))));
 
   // Tiles of the body rows q holds, first_row .. L - 1, each inside one query block.
@@ -687,11 +736,27 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
   }
   // Query heads of KV pair kv are kv * per_kv .. kv * per_kv + per_kv - 1 (as b * Hq + h).
   const int64_t n_tiles = int64_t(tiles.size()), per_kv = p.Hq / p.Hkv, kv_pairs = p.B * p.Hkv;
-  const int64_t pass = heads_per_pass(p, per_kv * (n_tiles + (p.C > 0 ? 1 : 0)));
-  allocate_keys(c, pass);
+  // A prepared context holds every KV head: one pass. Otherwise a few heads a pass, prepared here.
+  const int64_t pass = prepared.has_value() ? kv_pairs : heads_per_pass(p, per_kv * (n_tiles + (p.C > 0 ? 1 : 0)));
+  if (prepared.has_value()) {
+    const at::TensorList& ctx = *prepared;
+    c.k_native = HeadRows::of(ctx[kKeysNat]);
+    c.k_grouped = R.grouping() ? HeadRows::of(ctx[kKeysGrp]) : HeadRows{};
+    c.k_cond = conditioned(R, p.C) ? HeadRows::of(ctx[kKeysCond]) : HeadRows{};
+    if (R.method == Method::kRangeSwa && R.summaries) {
+      c.sk_native = HeadRows::of(ctx[kSumKeys]);
+      c.sv = HeadRows::of(ctx[kSumValues]);
+      c.sk_grouped = R.grouping() ? HeadRows::of(ctx[kSumKeysGrp]) : HeadRows{};
+    }
+  } else {
+    allocate_keys(c, pass);
+  }
   for (int64_t first = 0; first < kv_pairs; first += pass) {
     const int64_t count = std::min(pass, kv_pairs - first);
-    prepare_keys(c, first, count);
+    if (!prepared.has_value()) {
+      c.start_pass(first);
+      prepare_keys(c, first, count);
+    }
     const int64_t heads = count * per_kv, head0 = first * per_kv;
     const int64_t control_tasks = p.C > 0 ? heads : 0;
     at::parallel_for(0, heads * n_tiles + control_tasks, 1, [&](int64_t begin, int64_t end) {
@@ -710,8 +775,63 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
   return {out.to(q.scalar_type()), lse};
 }
 
+// The prepared context of k and v (csrc/prepared.h): what attn_cpu's passes compute, for every KV head,
+// rows from first_key on. Prefix sums are CUDA's (the CPU kernel sums straddling blocks from the keys).
+std::vector<at::Tensor> prepare_cpu(const at::Tensor& k, const at::Tensor& v, c10::string_view method,
+                                    int64_t control_tokens, int64_t summary_block, int64_t near_range,
+                                    int64_t retrieval_block, int64_t train_length, bool far_summaries, double theta,
+                                    std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                                    bool cond_correction, bool summaries, int64_t topk, int64_t first_key) {
+  const ContextParams cp = check_prepare(k, v, method, control_tokens, summary_block, near_range, retrieval_block,
+                                         train_length, far_summaries, theta, rotary_dim, rope_style, cond_correction,
+                                         summaries, topk, first_key);
+  const Rules& R = cp.rules;
+  Call c{};
+  c.p.rules = R;
+  c.p.rope = cp.rope;
+  c.p.B = cp.B;
+  c.p.Hkv = cp.Hkv;
+  c.p.N = cp.N;
+  c.p.C = cp.C;
+  c.p.L = cp.L;
+  c.p.D = cp.D;
+  c.p.control_position_scale = cp.position_scale;
+  at::Tensor kf = with_contiguous_rows(k.to(at::kFloat)), vf = with_contiguous_rows(v.to(at::kFloat));
+  c.k = kf.data_ptr<float>();
+  c.v = vf.data_ptr<float>();
+  c.ks = row_strides(kf);
+  c.vs = row_strides(vf);
+  const int64_t L = cp.L, D = cp.D, nG = R.num_summary_blocks(), G = R.G;
+  const int64_t first_block = first_key / G;
+  const auto opts = kf.options();
+  std::vector<at::Tensor> out;  // a fresh (empty) tensor per slot: outputs never alias each other
+  for (int slot = 0; slot < kPreparedSlots; ++slot) out.push_back(at::empty({0}, opts));
+  auto array = [&](int slot, bool needed, int64_t rows, int64_t row0) {
+    if (!needed) return HeadRows{};
+    out[slot] = at::empty({cp.B, cp.Hkv, rows - row0, D}, opts);
+    return HeadRows::of(out[slot], row0);
+  };
+  c.k_native = array(kKeysNat, L > 0, L, first_key);
+  c.k_grouped = array(kKeysGrp, cp.keys_grp && L > 0, L, first_key);
+  c.k_cond = array(kKeysCond, cp.keys_cond && L > 0, L, first_key);
+  c.sk_native = array(kSumKeys, cp.summaries && L > 0, nG, first_block);
+  c.sv = array(kSumValues, cp.summaries && L > 0, nG, first_block);
+  c.sk_grouped = array(kSumKeysGrp, cp.sums_grp && L > 0, nG, first_block);
+  if (L > 0) {
+    rope_tables(c);
+    prepare_keys(c, 0, cp.B * cp.Hkv, first_key);
+  }
+  if (cp.means && L > 0) out[kKeyMeans] = key_means_float(kf, cp.C, R, first_key / R.Rb);
+  const std::vector<double> sig = context_signature(R, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
+  out[kSignature] = at::tensor(at::ArrayRef<double>(sig), at::TensorOptions().dtype(at::kDouble));
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(rangeswa, CPU, m) { m.impl("attn", &attn_cpu); }
+TORCH_LIBRARY_IMPL(rangeswa, CPU, m) {
+  m.impl("attn", &attn_cpu);
+  m.impl("prepare", &prepare_cpu);
+}
 
 }  // namespace rangeswa::cpu

@@ -51,6 +51,13 @@ void block_means(const float* x, int64_t ldx, int64_t L, int64_t G, int64_t D, f
 
 // Rule 3 on float [B, H, N, D] inputs with contiguous rows (any batch / head / row strides): int32 [B, H_kv, nQb, K], best first, ties to the lower block,
 // -1 padding. Shared by the topk_blocks op and attn.
-at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t control_tokens, const Rules& rules);
+// key_means: the per key-block means of the body keys (float64 [B, H_kv, nKb, D], a prepared context's), or
+// undefined to compute them from kf.
+at::Tensor topk_blocks_float(const at::Tensor& qf, const at::Tensor& kf, int64_t control_tokens, const Rules& rules,
+                             const at::Tensor& key_means = at::Tensor());
+
+// Rule 3's key-block means of the body keys of float [B, H, N, D] k (contiguous rows), pre-RoPE, float64
+// [B, H_kv, nKb - first_block, D] for key blocks [first_block, nKb) (the prepare op's key_means).
+at::Tensor key_means_float(const at::Tensor& kf, int64_t control_tokens, const Rules& rules, int64_t first_block);
 
 }  // namespace rangeswa::cpu

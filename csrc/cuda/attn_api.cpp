@@ -19,6 +19,7 @@
 #include "cuda/attn_setup.h"
 #include "cuda/kernel_traits.h"
 #include "cuda/launch.h"
+#include "prepared.h"
 
 namespace rangeswa::cuda {
 namespace {
@@ -181,7 +182,9 @@ std::tuple<at::Tensor, at::Tensor> block_summary_cuda(const at::Tensor& k, const
 
 // Rule 3 on device q, k with contiguous rows: int32 [B, H_kv, nQb, K], best first, -1 padded. The shared
 // memory it needs has been checked (check_topk_fits).
-at::Tensor topk_blocks_device(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, const Rules& rules) {
+// key_means: a prepared context's key-block means (float64 [B, H_kv, nKb, D]), or undefined.
+at::Tensor topk_blocks_device(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, const Rules& rules,
+                              const at::Tensor& key_means = at::Tensor()) {
   const int64_t B = q.size(0), Hkv = k.size(1), D = q.size(3);
   const int64_t nQb = rules.num_query_blocks(), nKb = rules.num_key_blocks();
   at::Tensor out = at::full({B, Hkv, nQb, rules.topk}, -1, q.options().dtype(at::kInt));
@@ -193,9 +196,12 @@ at::Tensor topk_blocks_device(const at::Tensor& q, const at::Tensor& k, int64_t 
   p.k_strides = row_strides(k);
   p.out = out.data_ptr<int32_t>();
   at::Tensor q_means = at::empty({B * Hkv, nQb, D}, q.options().dtype(at::kDouble));
-  at::Tensor k_means = at::empty({B * Hkv, D, nKb}, q.options().dtype(at::kDouble));
+  // The select kernel reads the key means dims-major.
+  at::Tensor k_means = key_means.defined() ? key_means.reshape({B * Hkv, nKb, D}).transpose(1, 2).contiguous()
+                                           : at::empty({B * Hkv, D, nKb}, q.options().dtype(at::kDouble));
   p.q_means = q_means.data_ptr<double>();
   p.k_means = k_means.data_ptr<double>();
+  p.k_means_given = key_means.defined();
   p.B = B;
   p.Hq = q.size(1);
   p.Hkv = Hkv;
@@ -231,6 +237,26 @@ at::Tensor topk_blocks_cuda(const at::Tensor& q, const at::Tensor& k, int64_t co
 
 // ---------------------------------------------------------------------------------------------- attn
 
+// A prepared context on CUDA: check_prepared with rows Dp apart (the prepare op pads them), plus one head
+// stride per kind of array and batches Hkv heads apart (the kernel steps KV heads by one stride).
+void check_prepared_cuda(const at::TensorList& prepared, const AttnParams& ap, const at::Tensor& k, int32_t Dp) {
+  check_prepared(prepared, ap, k, k.scalar_type(), /*prefix_sums=*/true, Dp);
+  auto same_stride = [&](std::initializer_list<int> slots, const char* what) {
+    int64_t stride = -1;
+    for (int slot : slots) {
+      const at::Tensor& t = prepared[slot];
+      if (t.numel() == 0) continue;
+      TORCH_CHECK_VALUE(t.stride(0) == ap.Hkv * t.stride(1), "prepared[", slot, "] must hold its KV heads at one stride "
+                        "(batch stride = H_kv x head stride), got strides ", t.strides());
+      TORCH_CHECK_VALUE(stride < 0 || t.stride(1) == stride, "the ", what, " arrays of prepared must share one head "
+                        "stride (one cache's capacity), got ", t.stride(1), " and ", stride);
+      stride = t.stride(1);
+    }
+  };
+  same_stride({kKeysNat, kKeysGrp, kKeysCond, kPrefixNat, kPrefixGrp}, "body key");
+  same_stride({kSumKeys, kSumKeysGrp, kSumValues}, "summary");
+}
+
 template <typename Element>
 void run_attn_for(const AttnKernelParams& p, int64_t D, cudaStream_t stream) {
   if (D <= 64) check_launch(run_attn<Element, 64>(p, stream), "attn");
@@ -252,7 +278,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
                                              bool far_summaries, double theta,
                                              std::optional<int64_t> rotary_dim, c10::string_view rope_style,
                                              std::optional<double> scale, int64_t causal_block, bool cond_correction,
-                                             bool summaries) {
+                                             bool summaries, std::optional<at::TensorList> prepared) {
   // Every check first: arguments, what the CUDA kernel runs, the values of given blocks, shared memory.
   const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
                                    topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
@@ -261,6 +287,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   TORCH_CHECK_VALUE(padded_head_dim(ap.D) > 0, "attn on CUDA supports head dims up to 128, got ", ap.D);
   const char* unsupported = cuda_unsupported(ap);
   TORCH_CHECK_VALUE(unsupported == nullptr, unsupported);
+  const int32_t Dp = padded_head_dim(ap.D);
+  if (prepared.has_value()) check_prepared_cuda(*prepared, ap, k, Dp);
   const bool retrieves = R.method == Method::kRangeSwa && ap.L > 0;
   const bool given = retrieves && retrieved.has_value();
   if (given) check_retrieved_values(retrieved->to(at::kCPU), R);  // B x H_kv x nQb x K ints: a small copy
@@ -290,7 +318,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
 
   at::Tensor blocks;
   if (given) blocks = retrieved->contiguous();
-  if (computes) blocks = topk_blocks_device(qc, kc, ap.C, R);
+  const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
+  if (computes) blocks = topk_blocks_device(qc, kc, ap.C, R, given_means ? (*prepared)[kKeyMeans] : at::Tensor());
 
   const auto opts = qc.options();
   std::vector<at::Tensor> keep;
@@ -308,17 +337,37 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   buf.v_strides = row_strides(vc);
   buf.out = out.data_ptr();
   buf.lse = lse.data_ptr<float>();
+  // A prepared context gives every array computed from k alone; the call copies control rows and values.
+  const bool context = prepared.has_value();
+  auto from_context = [&](int slot, bool needed) -> void* {
+    return needed && context ? (*prepared)[slot].data_ptr() : nullptr;
+  };
   buf.k_ctrl = array(ap.C > 0, ap.C);
   buf.v_ctrl = array(ap.C > 0, ap.C);
-  buf.k_nat = array(ap.L > 0, ap.L);
   buf.v_body = array(ap.L > 0, ap.L);
-  buf.k_grp = array(s.grouped_keys, ap.L);
-  buf.k_cond = array(s.cond_keys, ap.L);
-  buf.s_nat = array(s.summaries, s.geo.nG);
-  buf.s_v = array(s.summaries, s.geo.nG);
-  buf.s_grp = array(s.grouped_summaries, s.geo.nG);
-  buf.p_nat = array(s.prefix, ap.L);
-  buf.p_grp = array(s.prefix, ap.L);
+  if (context) {
+    buf.k_nat = from_context(kKeysNat, ap.L > 0);
+    buf.k_grp = from_context(kKeysGrp, s.grouped_keys);
+    buf.k_cond = from_context(kKeysCond, s.cond_keys);
+    buf.s_nat = from_context(kSumKeys, s.summaries);
+    buf.s_v = from_context(kSumValues, s.summaries);
+    buf.s_grp = from_context(kSumKeysGrp, s.grouped_summaries);
+    buf.p_nat = from_context(kPrefixNat, s.prefix);
+    buf.p_grp = from_context(kPrefixGrp, s.prefix);
+    buf.key_stride = (*prepared)[kKeysNat].numel() > 0 ? (*prepared)[kKeysNat].stride(1) : 0;
+    buf.sum_stride = s.summaries ? (*prepared)[kSumKeys].stride(1) : 0;
+  } else {
+    buf.k_nat = array(ap.L > 0, ap.L);
+    buf.k_grp = array(s.grouped_keys, ap.L);
+    buf.k_cond = array(s.cond_keys, ap.L);
+    buf.s_nat = array(s.summaries, s.geo.nG);
+    buf.s_v = array(s.summaries, s.geo.nG);
+    buf.s_grp = array(s.grouped_summaries, s.geo.nG);
+    buf.p_nat = array(s.prefix, ap.L);
+    buf.p_grp = array(s.prefix, ap.L);
+    buf.key_stride = ap.L * s.Dp;
+    buf.sum_stride = int64_t(s.geo.nG) * s.Dp;
+  }
   std::pair<at::Tensor, at::Tensor> ints, cond;
   if (s.int_rows > 0) ints = tables().get(ap.rope, true, s.int_rows, 1.0, q.device());
   if (s.cond_rows > 0) cond = tables().get(ap.rope, false, s.cond_rows, s.cond_step, q.device());
@@ -343,7 +392,10 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
     buf.ctrl_lse = ctrl_lse.data_ptr<float>();
   }
 
-  const PrepareParams pp = prepare_params(ap, s, buf);
+  PrepareParams pp = prepare_params(ap, s, buf);
+  if (context) {  // only the control rows and the values: everything else is the context's
+    pp.k_nat = pp.k_grp = pp.k_cond = pp.s_nat = pp.s_grp = pp.s_v = pp.p_nat = pp.p_grp = nullptr;
+  }
   const AttnKernelParams p = kernel_params(ap, s, buf);
   dispatch_dtype(qc.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
@@ -356,9 +408,96 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   return {out, lse};
 }
 
+// ------------------------------------------------------------------------------------------- prepare
+
+// The prepared context (csrc/prepared.h) on the device: the arrays the attn kernel reads, rows padded to
+// its head dim (returned as [B, H_kv, rows, D] views of [.., Dp] storage), rows from first_key on.
+std::vector<at::Tensor> prepare_cuda(const at::Tensor& k, const at::Tensor& v, c10::string_view method,
+                                     int64_t control_tokens, int64_t summary_block, int64_t near_range,
+                                     int64_t retrieval_block, int64_t train_length, bool far_summaries, double theta,
+                                     std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                                     bool cond_correction, bool summaries, int64_t topk, int64_t first_key) {
+  const ContextParams cp = check_prepare(k, v, method, control_tokens, summary_block, near_range, retrieval_block,
+                                         train_length, far_summaries, theta, rotary_dim, rope_style, cond_correction,
+                                         summaries, topk, first_key);
+  TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
+  TORCH_CHECK_VALUE(cp.N < kMaxPlanTokens, "prepare on CUDA takes sequences of fewer than 2^29 tokens");
+  const c10::cuda::CUDAGuard guard(k.device());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const Rules& R = cp.rules;
+  AttnParams ap{};
+  ap.rules = R;
+  ap.rope = cp.rope;
+  ap.B = cp.B;
+  ap.Hq = ap.Hkv = cp.Hkv;
+  ap.N = ap.Nq = cp.N;
+  ap.C = cp.C;
+  ap.L = ap.Lq = cp.L;
+  ap.D = cp.D;
+  ap.scale = 1.0;
+  ap.control_position_scale = cp.position_scale;
+  const AttnSetup s = setup_attn(ap, 0);
+  const int64_t L = cp.L, nG = s.geo.nG, row0 = first_key, block0 = first_key / s.geo.G;
+  at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
+  std::vector<at::Tensor> out;  // a fresh (empty) tensor per slot: outputs never alias each other
+  for (int slot = 0; slot < kPreparedSlots; ++slot) out.push_back(at::empty({0}, kc.options()));
+  auto array = [&](int slot, bool needed, int64_t rows) -> void* {
+    if (!needed || rows == 0) return nullptr;
+    at::Tensor storage = at::zeros({cp.B, cp.Hkv, rows, s.Dp}, kc.options());
+    out[slot] = storage.narrow(3, 0, cp.D);
+    return storage.data_ptr();
+  };
+  AttnBuffers buf{};
+  buf.k = kc.data_ptr();
+  buf.v = vc.data_ptr();
+  buf.k_strides = row_strides(kc);
+  buf.v_strides = row_strides(vc);
+  buf.k_nat = array(kKeysNat, L > 0, L - row0);
+  buf.k_grp = array(kKeysGrp, s.grouped_keys, L - row0);
+  buf.k_cond = array(kKeysCond, s.cond_keys, L - row0);
+  buf.s_nat = array(kSumKeys, s.summaries, nG - block0);
+  buf.s_v = array(kSumValues, s.summaries, nG - block0);
+  buf.s_grp = array(kSumKeysGrp, s.grouped_summaries, nG - block0);
+  buf.p_nat = array(kPrefixNat, s.prefix, L - row0);
+  buf.p_grp = array(kPrefixGrp, s.prefix, L - row0);
+  std::pair<at::Tensor, at::Tensor> ints, cond;
+  if (s.int_rows > 0) ints = tables().get(ap.rope, true, s.int_rows, 1.0, k.device());
+  if (s.cond_rows > 0) cond = tables().get(ap.rope, false, s.cond_rows, s.cond_step, k.device());
+  buf.cos_int = ptr_or_null<const float>(ints.first);
+  buf.sin_int = ptr_or_null<const float>(ints.second);
+  buf.cos_cond = ptr_or_null<const float>(cond.first);
+  buf.sin_cond = ptr_or_null<const float>(cond.second);
+  PrepareParams pp = prepare_params(ap, s, buf);
+  pp.row0 = int32_t(row0);
+  pp.body_stride = (L - row0) * s.Dp;
+  pp.sum_stride = (nG - block0) * s.Dp;
+  dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    if (L > row0) check_launch(launch_prepare<T>(pp, stream), "prepare");
+    if (cp.means && L > row0) {
+      TopkParams tp{};
+      tp.k = kc.data_ptr();
+      tp.k_strides = row_strides(kc);
+      tp.B = cp.B;
+      tp.Hkv = tp.Hq = cp.Hkv;
+      tp.N = cp.N;
+      tp.C = cp.C;
+      tp.D = cp.D;
+      tp.rules = R;
+      const int64_t first_block = first_key / R.Rb;
+      out[kKeyMeans] = at::empty({cp.B, cp.Hkv, R.num_key_blocks() - first_block, cp.D}, kc.options().dtype(at::kDouble));
+      check_launch(launch_key_means<T>(tp, first_block, out[kKeyMeans].data_ptr<double>(), stream), "prepare key means");
+    }
+  });
+  const std::vector<double> sig = context_signature(R, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
+  out[kSignature] = at::tensor(at::ArrayRef<double>(sig), at::TensorOptions().dtype(at::kDouble));
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(rangeswa, CUDA, m) {
+  m.impl("prepare", &prepare_cuda);
   m.impl("rope", &rope_cuda);
   m.impl("block_summary", &block_summary_cuda);
   m.impl("topk_blocks", &topk_blocks_cuda);

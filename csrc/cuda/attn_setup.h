@@ -90,6 +90,9 @@ struct AttnBuffers {
   Record* records;            // [plans, max_records]
   int32_t* record_count;      // [plans]
   float *ctrl_o, *ctrl_lse;   // control rows' partial results
+  // Elements between KV heads of the body keys / prefix sums and of the summaries: L * Dp and nG * Dp
+  // for a call's own arrays (make_buffers), the cache's for a prepared context's.
+  int64_t key_stride, sum_stride;
 };
 
 inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf) {
@@ -112,6 +115,7 @@ inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, co
   pp.ctrl_stride = ap.C * s.Dp;
   pp.body_stride = ap.L * s.Dp;
   pp.sum_stride = int64_t(s.geo.nG) * s.Dp;
+  pp.row0 = 0;
   pp.cos_int = buf.cos_int;
   pp.sin_int = buf.sin_int;
   pp.cos_cond = buf.cos_cond;
@@ -137,8 +141,8 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnSetup& s, 
   p.out = buf.out;
   p.lse = buf.lse;
   p.kv = PreparedArrays{buf.k_ctrl, buf.v_ctrl, buf.k_nat, buf.k_grp, buf.k_cond, buf.v_body, buf.s_nat,
-                        buf.s_grp,  buf.s_v,    buf.p_nat, buf.p_grp, ap.C * s.Dp,  ap.L * s.Dp,
-                        int64_t(s.geo.nG) * s.Dp};
+                        buf.s_grp,  buf.s_v,    buf.p_nat, buf.p_grp, ap.C * s.Dp,  buf.key_stride,
+                        ap.L * s.Dp, buf.sum_stride};
   p.cos_int = buf.cos_int;
   p.sin_int = buf.sin_int;
   p.cos_cond = buf.cos_cond;

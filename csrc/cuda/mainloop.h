@@ -75,14 +75,15 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
   int64_t stride;
   switch (keys) {
     case KeySet::kCtrl: kb = a.k_ctrl; vb = a.v_ctrl; stride = a.ctrl_stride; break;
-    case KeySet::kNat: kb = a.k_nat; vb = a.v_body; stride = a.body_stride; break;
-    case KeySet::kGrp: kb = a.k_grp; vb = a.v_body; stride = a.body_stride; break;
-    case KeySet::kCond: kb = a.k_cond; vb = a.v_body; stride = a.body_stride; break;
+    case KeySet::kNat: kb = a.k_nat; vb = a.v_body; stride = a.key_stride; break;
+    case KeySet::kGrp: kb = a.k_grp; vb = a.v_body; stride = a.key_stride; break;
+    case KeySet::kCond: kb = a.k_cond; vb = a.v_body; stride = a.key_stride; break;
     case KeySet::kSumNat: kb = a.s_nat; vb = a.s_v; stride = a.sum_stride; break;
     default: kb = a.s_grp; vb = a.s_v; stride = a.sum_stride; break;
   }
+  const bool body = keys == KeySet::kNat || keys == KeySet::kGrp || keys == KeySet::kCond;
   k = static_cast<const Element*>(kb) + bh * stride;
-  v = static_cast<const Element*>(vb) + bh * stride;
+  v = static_cast<const Element*>(vb) + bh * (body ? a.value_stride : stride);
 }
 
 // One KV tile of kCols columns for one warp: scores, logits, softmax, PV. lo / hi: the bounds of every
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       }
       if (target == nullptr) continue;
       const bool summary = base == a.s_nat || base == a.s_grp;
-      const Element* x = static_cast<const Element*>(base) + bh * (summary ? a.sum_stride : a.body_stride) + row;
+      const Element* x = static_cast<const Element*>(base) + bh * (summary ? a.sum_stride : a.key_stride) + row;
       const Element* qr = sQ + tid * Traits::kStride;
       float acc = 0.f;
 #pragma unroll 8

@@ -34,13 +34,18 @@ struct PrepareParams {
   int32_t BH, Hkv, C, L, D, Dp, G, g, rotary_half;
   bool interleaved;
   int32_t unit_tokens;  // body tokens per unit: G when block means are written (whole blocks), else 32
+  // The arrays hold body rows from row0 on (the prepare op's first_key, a multiple of unit_tokens; 0 in a
+  // call): row j at j - row0, G-block b at b - row0 / G. Control rows are copied when k_ctrl is set.
+  int32_t row0;
 
   RSWA_HD bool j_starts_block(int32_t j) const { return j % G == 0; }
 };
 
-RSWA_HD int32_t prepare_body_units(const PrepareParams& p) { return (p.L + p.unit_tokens - 1) / p.unit_tokens; }
+RSWA_HD int32_t prepare_body_units(const PrepareParams& p) {
+  return (p.L - p.row0 + p.unit_tokens - 1) / p.unit_tokens;
+}
 RSWA_HD int32_t prepare_units(const PrepareParams& p) {
-  return prepare_body_units(p) + (p.C + p.unit_tokens - 1) / p.unit_tokens;
+  return prepare_body_units(p) + (p.k_ctrl != nullptr ? (p.C + p.unit_tokens - 1) / p.unit_tokens : 0);
 }
 
 // Unit `unit` of KV head bh: body tokens [unit * unit_tokens, ...) (or, past the body units, a run of
@@ -66,7 +71,8 @@ RSWA_HD void prepare_unit(const PrepareParams& p, int32_t bh, int32_t unit, int 
       }
     return;
   }
-  const int32_t j0 = unit * p.unit_tokens, j1 = imin(p.L, j0 + p.unit_tokens);
+  const int32_t j0 = p.row0 + unit * p.unit_tokens, j1 = imin(p.L, j0 + p.unit_tokens);
+  const int32_t block0 = p.row0 / p.G;
   const int half = p.rotary_half;
   for (int d = lane; d < p.Dp; d += lanes) {
     // Running sums of the current G-block (fp32): rotated keys under each map, and values.
@@ -75,29 +81,29 @@ RSWA_HD void prepare_unit(const PrepareParams& p, int32_t bh, int32_t unit, int 
       const auto x = element(k + (p.C + j) * p.k_strides.row);
       const float nat = rotated_element(x, d, half, p.interleaved, p.cos_int + j * half, p.sin_int + j * half);
       const float val = element(v + (p.C + j) * p.v_strides.row)(d);
-      out(p.k_nat, p.body_stride, j)[d] = from_float<Element>(nat);
-      out(p.v_body, p.body_stride, j)[d] = from_float<Element>(val);
+      if (p.k_nat != nullptr) out(p.k_nat, p.body_stride, j - p.row0)[d] = from_float<Element>(nat);
+      if (p.v_body != nullptr) out(p.v_body, p.body_stride, j - p.row0)[d] = from_float<Element>(val);
       if (p.k_cond != nullptr)
-        out(p.k_cond, p.body_stride, j)[d] =
+        out(p.k_cond, p.body_stride, j - p.row0)[d] =
             from_float<Element>(rotated_element(x, d, half, p.interleaved, p.cos_cond + j * half, p.sin_cond + j * half));
       if (p.j_starts_block(j)) run_nat = run_grp = run_v = 0.f;
-      if (p.p_nat != nullptr) out(p.p_nat, p.body_stride, j)[d] = from_float<Element>(run_nat);
+      if (p.p_nat != nullptr) out(p.p_nat, p.body_stride, j - p.row0)[d] = from_float<Element>(run_nat);
       run_nat += nat;
       run_v += val;
       if (p.k_grp != nullptr) {
         const int32_t s = j / p.g;
         const float grp = rotated_element(x, d, half, p.interleaved, p.cos_int + s * half, p.sin_int + s * half);
-        out(p.k_grp, p.body_stride, j)[d] = from_float<Element>(grp);
-        if (p.p_grp != nullptr) out(p.p_grp, p.body_stride, j)[d] = from_float<Element>(run_grp);
+        out(p.k_grp, p.body_stride, j - p.row0)[d] = from_float<Element>(grp);
+        if (p.p_grp != nullptr) out(p.p_grp, p.body_stride, j - p.row0)[d] = from_float<Element>(run_grp);
         run_grp += grp;
       }
       // Rule 4: the block's means once its last token is in (units hold whole blocks when they are written).
       if (p.s_nat != nullptr && (j + 1 == j1 || p.j_starts_block(j + 1))) {
         const int32_t blk = j / p.G;
         const float n = float(j + 1 - blk * p.G);
-        out(p.s_nat, p.sum_stride, blk)[d] = from_float<Element>(run_nat / n);
-        out(p.s_v, p.sum_stride, blk)[d] = from_float<Element>(run_v / n);
-        if (p.s_grp != nullptr) out(p.s_grp, p.sum_stride, blk)[d] = from_float<Element>(run_grp / n);
+        out(p.s_nat, p.sum_stride, blk - block0)[d] = from_float<Element>(run_nat / n);
+        out(p.s_v, p.sum_stride, blk - block0)[d] = from_float<Element>(run_v / n);
+        if (p.s_grp != nullptr) out(p.s_grp, p.sum_stride, blk - block0)[d] = from_float<Element>(run_grp / n);
       }
     }
   }

@@ -23,13 +23,31 @@ constexpr int kMeanThreads = 128;
 constexpr int kSelectThreads = 256;  // candidates per chunk
 constexpr int kQueryGroup = 4;       // query blocks per CTA (each key mean read once for all of them)
 
+// Sum of the keys of key block kb of (b, hkv), dim d, in order (the CPU's loop), divided once.
+template <typename Element>
+__device__ __forceinline__ double key_block_mean(const TopkParams& p, int64_t b, int64_t hkv, int64_t kb, int64_t d) {
+  const Rules& R = p.rules;
+  const Element* rows = static_cast<const Element*>(p.k) + p.k_strides.at(b, hkv, p.C);
+  const int64_t s = kb * R.Rb, e = min64(R.L, s + R.Rb);
+  double acc = 0.0;
+  for (int64_t j = s; j < e; ++j) acc += double(to_float(rows[j * p.k_strides.row + d]));
+  return acc / double(e - s);
+}
+
+template <typename Element>
+__global__ void key_means_kernel(const TopkParams p, int64_t first_block, double* out) {
+  const int64_t nKb = p.rules.num_key_blocks(), kb = first_block + blockIdx.x, bkv = blockIdx.y;
+  for (int64_t d = threadIdx.x; d < p.D; d += blockDim.x)
+    out[(bkv * (nKb - first_block) + kb - first_block) * p.D + d] =
+        key_block_mean<Element>(p, bkv / p.Hkv, bkv % p.Hkv, kb, d);
+}
+
 template <typename Element>
 __global__ void block_means_kernel(const TopkParams p) {
   const Rules& R = p.rules;
   const int64_t nQb = R.num_query_blocks(), nKb = R.num_key_blocks(), D = p.D;
   const int64_t x = blockIdx.x, bkv = blockIdx.y, b = bkv / p.Hkv, hkv = bkv % p.Hkv, group = p.Hq / p.Hkv;
   const Element* q = static_cast<const Element*>(p.q);
-  const Element* k = static_cast<const Element*>(p.k);
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     double acc = 0.0;
     if (x < nQb) {
@@ -37,11 +55,8 @@ __global__ void block_means_kernel(const TopkParams p) {
       for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h)
         for (int64_t i = r0; i < r1; ++i) acc += double(to_float(q[p.q_strides.at(b, h, p.C + i - p.first) + d]));
       p.q_means[(bkv * nQb + x) * D + d] = r1 > r0 ? acc / double((r1 - r0) * group) : 0.0;
-    } else {
-      const int64_t kb = x - nQb, s = kb * R.Rb, e = min64(R.L, s + R.Rb);
-      const Element* rows = k + p.k_strides.at(b, hkv, p.C);
-      for (int64_t j = s; j < e; ++j) acc += double(to_float(rows[j * p.k_strides.row + d]));
-      p.k_means[(bkv * D + d) * nKb + kb] = acc / double(e - s);  // [D][nKb]: the select kernel reads rows
+    } else {  // [D][nKb]: the select kernel reads rows of blocks
+      p.k_means[(bkv * D + d) * nKb + x - nQb] = key_block_mean<Element>(p, b, hkv, x - nQb, d);
     }
   }
 }
@@ -147,7 +162,8 @@ cudaError_t launch_topk_blocks(const TopkParams& p, cudaStream_t stream) {
   const int64_t nQb = R.num_query_blocks(), nKb = R.num_key_blocks(), BH = p.B * p.Hkv;
   if (R.topk == 0 || R.L == 0 || BH == 0) return cudaSuccess;
   if (BH > 65535 || nQb + nKb > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-  block_means_kernel<Element><<<dim3(unsigned(nQb + nKb), unsigned(BH)), kMeanThreads, 0, stream>>>(p);
+  const int64_t means = nQb + (p.k_means_given ? 0 : nKb);  // given key means: only the query means
+  block_means_kernel<Element><<<dim3(unsigned(means), unsigned(BH)), kMeanThreads, 0, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const size_t smem = topk_blocks_smem_bytes(p);
@@ -159,6 +175,19 @@ cudaError_t launch_topk_blocks(const TopkParams& p, cudaStream_t stream) {
   topk_select_kernel<<<dim3(groups, unsigned(BH)), kSelectThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
+
+template <typename Element>
+cudaError_t launch_key_means(const TopkParams& p, int64_t first_block, double* out, cudaStream_t stream) {
+  const int64_t blocks = p.rules.num_key_blocks() - first_block, BH = p.B * p.Hkv;
+  if (blocks <= 0 || BH == 0) return cudaSuccess;
+  if (BH > 65535 || blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  key_means_kernel<Element><<<dim3(unsigned(blocks), unsigned(BH)), kMeanThreads, 0, stream>>>(p, first_block, out);
+  return cudaGetLastError();
+}
+
+template cudaError_t launch_key_means<float>(const TopkParams&, int64_t, double*, cudaStream_t);
+template cudaError_t launch_key_means<__nv_bfloat16>(const TopkParams&, int64_t, double*, cudaStream_t);
+template cudaError_t launch_key_means<__half>(const TopkParams&, int64_t, double*, cudaStream_t);
 
 template cudaError_t launch_topk_blocks<float>(const TopkParams&, cudaStream_t);
 template cudaError_t launch_topk_blocks<__nv_bfloat16>(const TopkParams&, cudaStream_t);

@@ -19,6 +19,7 @@ struct TopkParams {
   int32_t* out;        // [B, Hkv, nQb, K], best first, -1 padded
   double* q_means;     // workspace [B * Hkv, nQb, D]
   double* k_means;     // workspace [B * Hkv, D, nKb] (dims-major: coalesced reads in the select kernel)
+  bool k_means_given;  // k_means holds a prepared context's means already (not computed here)
   int64_t B, Hq, Hkv, N, C, D;
   int64_t first;       // q holds body rows first .. L - 1 (SPEC section 7; 0 in an ordinary call)
   Rules rules;         // L, G, Rb, Qb, window, causal block (for the candidates) and topk = K
@@ -29,5 +30,10 @@ size_t topk_blocks_smem_bytes(const TopkParams& p);
 
 template <typename Element>
 cudaError_t launch_topk_blocks(const TopkParams& p, cudaStream_t stream);
+
+// The key-block means of the prepare op: out [B * Hkv, nKb - first_block, D] (row-major, float64) for key
+// blocks [first_block, nKb), the arithmetic of the select kernel's means (p.q is not read).
+template <typename Element>
+cudaError_t launch_key_means(const TopkParams& p, int64_t first_block, double* out, cudaStream_t stream);
 
 }  // namespace rangeswa::cuda

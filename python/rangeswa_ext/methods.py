@@ -148,10 +148,17 @@ class OpAttention:
     def __init__(self, name: str, config: RangeSWAConfig):
         self.name, self.config = name, config
 
+    #: Takes ``context=`` (a `prepared.PreparedCache`) and ``stable=``: cached backbones pass their KV
+    #: cache's context so the keys computed from k and v alone are prepared once per row, not per call.
+    supports_context = True
+
     def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0,
-                 attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+                 attention_mask: Optional[torch.Tensor] = None, context=None, stable: int = 0) -> torch.Tensor:
+        prepared = None
+        if context is not None and attention_mask is None:
+            prepared = context.update(k, v, self.config, control_tokens, stable)
         return ops.attn(q, k, v, self.config, control_tokens, stage, causal_block=causal_block,
-                        attention_mask=attention_mask)
+                        attention_mask=attention_mask, prepared=prepared)
 
 
 def make_attention(name: str, *, head_dim: int, theta: float = 10000.0, rope_style: str = "interleaved",

@@ -152,7 +152,8 @@ def _topk_blocks_fake(q, k, control_tokens=0, window=256, summary_block=16, retr
 
 def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = None,
          control_tokens: int = 0, stage: str = "late", retrieved: Optional[torch.Tensor] = None,
-         return_lse: bool = False, causal_block: int = 0, attention_mask: Optional[torch.Tensor] = None):
+         return_lse: bool = False, causal_block: int = 0, attention_mask: Optional[torch.Tensor] = None,
+         prepared: Optional[list] = None):
     """The fused single-softmax attention of SPEC sections 1-4 and 7.
 
     Args:
@@ -172,14 +173,21 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
             tokens per sample: each sample is computed as if its padding were absent, padded keys are
             never seen and padded query rows come back as zeros (`masking`, docs/spec_decisions.md 17).
             Not combinable with ``retrieved`` (block indices depend on each sample's own length).
+        prepared: the prepared context of k and v under this configuration (`prepare`, or a
+            `prepared.PreparedCache` that keeps it across calls): the op then reads the rotated keys,
+            summaries and key means from it instead of computing them; the result is the same.
+            Not combinable with ``attention_mask``.
     Returns:
         [B, H_q, Nq, D] in q's dtype (and the log-sum-exp when asked).
     """
     require_kernels(q.device)
     arguments = attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage, causal_block)
     if attention_mask is None:
-        out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved, **arguments)
+        out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved, **arguments, prepared=prepared)
         return (out, lse) if return_lse else out
+    if prepared is not None:
+        raise ValueError("prepared cannot be combined with attention_mask: each sample is computed on its own "
+                         "unpadded rows; leave prepared=None")
     if retrieved is not None:
         raise ValueError("retrieved cannot be combined with attention_mask: each sample retrieves over its own "
                          "unpadded length; leave retrieved=None")
@@ -195,3 +203,66 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
 @torch.library.register_fake("rangeswa::attn")
 def _attn_fake(q, k, v, *args, **kwargs):
     return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+#: The tensors of a prepared context, in the op's order (csrc/prepared.h).
+PREPARED_SLOTS = ("keys_nat", "keys_grp", "keys_cond", "sum_keys", "sum_keys_grp", "sum_values", "prefix_nat",
+                  "prefix_grp", "key_means", "signature")
+
+
+def prepare_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, first_key: int = 0) -> dict:
+    """The arguments of ``torch.ops.rangeswa.prepare`` after ``k, v``, by schema name, for ``cfg``."""
+    return dict(method=cfg.method, control_tokens=int(control_tokens), summary_block=cfg.summary_block,
+                near_range=cfg.near_range, retrieval_block=cfg.retrieval_block, train_length=cfg.train_length,
+                far_summaries=cfg.far_summaries, theta=float(cfg.theta), rotary_dim=cfg.rotary_dim,
+                rope_style=cfg.rope_style, cond_correction=cfg.cond_correction, summaries=cfg.summaries,
+                topk=cfg.topk, first_key=int(first_key))
+
+
+def prepare(k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = None, control_tokens: int = 0,
+            first_key: int = 0) -> list:
+    """What `attn` computes from k and v alone under ``cfg``, as plain tensors (csrc/prepared.h): rotated
+    keys under every position map the configuration uses, G-block summaries, prefix sums (CUDA), retrieval
+    key means, and a signature ``attn(..., prepared=)`` checks against the call. Independent of the
+    window, stage, K's use, the query block and the causal block, so one context serves every call on
+    the same k and v (every layer's stage, every denoising step).
+
+    Args:
+        k, v: [B, H_kv, N, D] before RoPE, N = C + L.
+        first_key: return the rows from this body index on (a multiple of the retrieval block): the
+            part of the context that changes when a cache appends tokens (`prepared.PreparedCache`).
+    Returns:
+        A list of `PREPARED_SLOTS` tensors: [B, H_kv, rows, D] arrays (float32 on the CPU, k's dtype on
+        CUDA; empty when the configuration needs none), the key means in float64 and the signature.
+    """
+    require_kernels(k.device)
+    return torch.ops.rangeswa.prepare.default(k, v, **prepare_arguments(cfg or RangeSWAConfig(), control_tokens,
+                                                                         first_key))
+
+
+@torch.library.register_fake("rangeswa::prepare")
+def _prepare_fake(k, v, method="rangeswa", control_tokens=0, summary_block=16, near_range=512, retrieval_block=64,
+                  train_length=1024, far_summaries=True, theta=10000.0, rotary_dim=None, rope_style="interleaved",
+                  cond_correction=True, summaries=True, topk=8, first_key=0):
+    from .reference import positions
+
+    B, H, N, D = k.shape
+    L = N - control_tokens
+    G = summary_block
+    nG, nKb = _ceil_div(L, G), _ceil_div(L, retrieval_block)
+    grouped = positions.corrects_positions(method, L, train_length) and near_range < train_length
+    cond = positions.corrects_positions(method, L, train_length) and cond_correction and control_tokens > 0
+    sums = method == "rangeswa" and summaries
+    dtype = torch.float32 if k.device.type == "cpu" else k.dtype
+    rows = dict(keys_nat=L > 0, keys_grp=grouped, keys_cond=cond, sum_keys=sums, sum_keys_grp=sums and grouped,
+                sum_values=sums, prefix_nat=k.device.type != "cpu" and sums and grouped and far_summaries,
+                prefix_grp=k.device.type != "cpu" and sums and grouped and far_summaries)
+    out = []
+    for name in PREPARED_SLOTS[:8]:
+        count = (nG - first_key // G) if name.startswith("sum") else L - first_key
+        out.append(k.new_empty((B, H, count, D), dtype=dtype) if rows[name] and L > 0 else k.new_empty((0,)))
+    means = method == "rangeswa" and topk > 0 and L > 0
+    out.append(k.new_empty((B, H, nKb - first_key // retrieval_block, D), dtype=torch.float64) if means
+               else k.new_empty((0,)))
+    out.append(torch.empty(14, dtype=torch.float64, device="cpu"))
+    return out

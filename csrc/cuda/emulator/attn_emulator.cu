@@ -103,6 +103,8 @@ void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const at::Ten
   b.s_grp = array(s.grouped_summaries, s.geo.nG);
   b.p_nat = array(s.prefix, ap.L);
   b.p_grp = array(s.prefix, ap.L);
+  b.key_stride = ap.L * s.Dp;
+  b.sum_stride = int64_t(s.geo.nG) * s.Dp;
   at::Tensor ints = table(ap, s.int_rows, 1.0), cond = table(ap, s.cond_rows, s.cond_step);
   hc.keep.push_back(ints);
   hc.keep.push_back(cond);
@@ -183,9 +185,9 @@ KvRows<Element> record_rows(const AttnKernelParams& p, const Record& r, int32_t 
   const PreparedArrays& a = p.kv;
   switch (KeySet(r.keys)) {
     case KeySet::kCtrl: return {at(a.k_ctrl, a.ctrl_stride), at(a.v_ctrl, a.ctrl_stride)};
-    case KeySet::kNat: return {at(a.k_nat, a.body_stride), at(a.v_body, a.body_stride)};
-    case KeySet::kGrp: return {at(a.k_grp, a.body_stride), at(a.v_body, a.body_stride)};
-    case KeySet::kCond: return {at(a.k_cond, a.body_stride), at(a.v_body, a.body_stride)};
+    case KeySet::kNat: return {at(a.k_nat, a.key_stride), at(a.v_body, a.value_stride)};
+    case KeySet::kGrp: return {at(a.k_grp, a.key_stride), at(a.v_body, a.value_stride)};
+    case KeySet::kCond: return {at(a.k_cond, a.key_stride), at(a.v_body, a.value_stride)};
     case KeySet::kSumNat: return {at(a.s_nat, a.sum_stride), at(a.s_v, a.sum_stride)};
     default: return {at(a.s_grp, a.sum_stride), at(a.s_v, a.sum_stride)};
   }
@@ -280,13 +282,13 @@ struct Emulator {
         const MixedBlock L{rows[r].mix[0], rows[r].mix_m[0]}, R{rows[r].mix[1], rows[r].mix_m[1]};
         if (L.block >= 0 && v == QVar::kNat) {
           mix_a[2 * r] += dot(r, row_of(a.s_nat, a.sum_stride, L.block));
-          mix_b[2 * r] -= dot(r, row_of(a.p_nat, a.body_stride, L.m));
+          mix_b[2 * r] -= dot(r, row_of(a.p_nat, a.key_stride, L.m));
         }
-        if (L.block >= 0 && v == QVar::kLeft) mix_b[2 * r] += dot(r, row_of(a.p_grp, a.body_stride, L.m));
-        if (R.block >= 0 && v == QVar::kNat) mix_b[2 * r + 1] += dot(r, row_of(a.p_nat, a.body_stride, R.m));
+        if (L.block >= 0 && v == QVar::kLeft) mix_b[2 * r] += dot(r, row_of(a.p_grp, a.key_stride, L.m));
+        if (R.block >= 0 && v == QVar::kNat) mix_b[2 * r + 1] += dot(r, row_of(a.p_nat, a.key_stride, R.m));
         if (R.block >= 0 && v == QVar::kRight) {
           mix_a[2 * r + 1] += dot(r, row_of(a.s_grp, a.sum_stride, R.block));
-          mix_b[2 * r + 1] -= dot(r, row_of(a.p_grp, a.body_stride, R.m));
+          mix_b[2 * r + 1] -= dot(r, row_of(a.p_grp, a.key_stride, R.m));
         }
       }
     };
@@ -407,7 +409,9 @@ AttnParams checked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
                    int64_t window, int64_t summary_block, int64_t near_range, int64_t topk, int64_t retrieval_block,
                    int64_t query_block, int64_t train_length, int64_t sinks, bool far_summaries, double theta,
                    std::optional<int64_t> rotary_dim, c10::string_view rope_style, std::optional<double> scale,
-                   int64_t causal_block, bool cond_correction, bool summaries) {
+                   int64_t causal_block, bool cond_correction, bool summaries,
+                   const std::optional<at::TensorList>& prepared) {
+  TORCH_CHECK_VALUE(!prepared.has_value(), "the emulator prepares its own arrays; call it without prepared");
   const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
                                    topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
                                    rotary_dim, rope_style, scale, causal_block, cond_correction, summaries);
@@ -426,11 +430,12 @@ std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::
                                                  int64_t query_block, int64_t train_length, int64_t sinks,
                                                  bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
                                                  c10::string_view rope_style, std::optional<double> scale,
-                                                 int64_t causal_block, bool cond_correction, bool summaries) {
+                                                 int64_t causal_block, bool cond_correction, bool summaries,
+                                                 std::optional<at::TensorList> prepared) {
   HostCall hc;
   hc.ap = checked(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
                   retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
-                  scale, causal_block, cond_correction, summaries);
+                  scale, causal_block, cond_correction, summaries, prepared);
   if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
     return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
   build(hc, q, k, v, retrieved);
@@ -448,11 +453,12 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       int64_t window, int64_t summary_block, int64_t near_range, int64_t topk, int64_t retrieval_block,
                       int64_t query_block, int64_t train_length, int64_t sinks, bool far_summaries, double theta,
                       std::optional<int64_t> rotary_dim, c10::string_view rope_style, std::optional<double> scale,
-                      int64_t causal_block, bool cond_correction, bool summaries) {
+                      int64_t causal_block, bool cond_correction, bool summaries,
+                      std::optional<at::TensorList> prepared) {
   HostCall hc;
   hc.ap = checked(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
                   retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
-                  scale, causal_block, cond_correction, summaries);
+                  scale, causal_block, cond_correction, summaries, prepared);
   build(hc, q, k, v, retrieved);
   const AttnKernelParams& p = hc.p;
   const Geometry& g = p.geo;

@@ -28,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..methods import make_attention
+from ..prepared import PreparedCache
 from ..reference.rope import inv_freq
 from .strict import assign_parameter, check_state_dict, require_keys, safetensors_shapes
 
@@ -195,6 +196,9 @@ class KVCache:
     def __init__(self, layers: int, capacity: int = 0):
         self.k: list[Optional[torch.Tensor]] = [None] * layers
         self.v: list[Optional[torch.Tensor]] = [None] * layers
+        # Per layer, the prepared context of the keys (`prepared.PreparedCache`) for attention methods that
+        # take one: rotated keys and summaries of committed tokens are prepared once, not in every call.
+        self.contexts: list[Optional[PreparedCache]] = [None] * layers
         self.length = 0
         self.capacity = capacity
         self.pending = 0
@@ -251,6 +255,12 @@ class KVCache:
             self.real = self.lengths_tensor(added.shape[0]) + added
         self.length += self.pending
         self.pending = 0
+
+    def context(self, layer: int) -> PreparedCache:
+        """Layer's prepared context (made on first use)."""
+        if self.contexts[layer] is None:
+            self.contexts[layer] = PreparedCache()
+        return self.contexts[layer]
 
     def select(self, rows: torch.Tensor) -> "KVCache":
         """The cache of the samples ``rows`` (an index tensor over B)."""
@@ -357,9 +367,13 @@ class PriorAttention(nn.Module):
         # Under autocast the norms come out fp32 while v is bf16; attention runs in v's dtype (the official
         # code casts q, k, v to bf16 on CUDA, modeling_cola_dit.py:482-486).
         q, k = self.norm_q(q).to(v.dtype), self.norm_k(k).to(v.dtype)
+        context = {}
         if cache is not None:
+            stable = cache.length  # committed tokens: unchanged since the previous call
             k, v = cache.extend(layer, k, v)
-        out = attention(q, k, v, control_tokens=0, stage=stage, causal_block=causal_block, **padding)
+            if getattr(attention, "supports_context", False) and padding.get("attention_mask") is None:
+                context = dict(context=cache.context(layer), stable=stable)
+        out = attention(q, k, v, control_tokens=0, stage=stage, causal_block=causal_block, **padding, **context)
         if out.shape != q.shape:
             raise ValueError(f"the attention method returned shape {tuple(out.shape)}; expected q's {tuple(q.shape)}")
         return self.proj_out(out.transpose(1, 2).reshape(B, Lq, self.n_head * self.head_dim))

@@ -1,0 +1,126 @@
+"""A prepared context that follows a growing KV cache (issue 20): `PreparedCache.update` prepares only the
+rows that changed since its last call and hands `ops.attn` the whole context.
+
+`ops.prepare` computes, from k and v alone, what `attn` would compute in every call: the keys rotated to
+each position map, G-block summaries, in-block prefix sums (CUDA) and the retrieval key means. In cached
+decoding (CoLa's prior: 16 query rows a call over every committed token) k and v grow by appending, and
+a row's rotation, a G-block's means and a key block's means depend only on its own tokens, so an update
+prepares from the start of the last key block that holds a changed row (O(new rows + Rb)) and copies the
+rows into capacity buffers that grow by doubling.
+
+Two parts depend on L itself and are prepared whole when it changes them (docs/spec_decisions.md):
+- the grouped positions of SPEC section 3 use the group size g(L); when an update changes g (and the
+  group offset Hn - Hn // g), every grouped key, grouped summary and grouped prefix sum moves;
+- the conditioning correction rotates body keys to j T / L for the control rows; with control tokens
+  and L > T every growth moves them all.
+Everything else is prepared once per row. The context equals `ops.prepare` on the whole cache bit for
+bit (tests/test_prepared.py), so `attn` with it equals `attn` without it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import ops
+from .config import RangeSWAConfig
+from .reference import positions
+
+_BODY = ("keys_nat", "keys_grp", "keys_cond", "prefix_nat", "prefix_grp")
+_SUMS = ("sum_keys", "sum_keys_grp", "sum_values")
+
+
+class PreparedCache:
+    """The prepared context of one layer's KV cache.
+
+    ``context = cache.update(k, v, cfg, control_tokens, stable)`` with the cache's current keys and values
+    ([B, H_kv, C + L, D], before RoPE) and the number of body tokens ``stable`` that have not changed since
+    the previous update (a cache's committed tokens); returns the list `ops.attn(..., prepared=)` takes.
+    """
+
+    def __init__(self):
+        self._buffers: dict[str, torch.Tensor] = {}
+        self._key: Optional[tuple] = None  # what the buffers were prepared for
+        self._signature: Optional[torch.Tensor] = None
+        self.length = 0  # body rows held
+        self.prepared_rows = 0  # rows prepared by the updates so far (the work done; tests read it)
+        self._cfg: Optional[RangeSWAConfig] = None
+        self._empty: Optional[torch.Tensor] = None
+        self._dim = 0
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig, control_tokens: int = 0,
+               stable: int = 0) -> list:
+        C = control_tokens
+        L = k.shape[2] - C
+        key = (cfg.method, cfg.summary_block, cfg.near_range, cfg.retrieval_block, cfg.train_length,
+               cfg.far_summaries, float(cfg.theta), cfg.rotary_dim, cfg.rope_style, cfg.cond_correction,
+               cfg.summaries, cfg.topk > 0, C, tuple(k.shape[:2]), k.shape[3], k.dtype, k.device)
+        start = 0
+        if key == self._key and self._signature is not None:
+            # Rows before `stable` are unchanged; restart at the key block holding the first changed row.
+            stable = max(0, min(stable, self.length, L))
+            start = stable // cfg.retrieval_block * cfg.retrieval_block
+        if start > 0 and not self._maps_unchanged(cfg, C, L):
+            start = 0
+        tail = ops.prepare(k, v, cfg, C, first_key=start)
+        self._store(tail, cfg, L, start)
+        self._key = key
+        self._signature = tail[-1]
+        self.length = L
+        self.prepared_rows += L - start
+        return self.context(L)
+
+    @property
+    def capacity(self) -> int:
+        """Body rows the buffers hold room for (at most twice the most rows an update has needed)."""
+        return max((b.shape[2] for name, b in self._buffers.items() if name in _BODY), default=0)
+
+    def context(self, L: int) -> list:
+        """The context of the first L body rows (views of the buffers)."""
+        out = []
+        for name in ops.PREPARED_SLOTS[:-1]:
+            buffer = self._buffers.get(name)
+            if buffer is None:
+                out.append(self._empty)
+                continue
+            rows = L if name in _BODY else -(-L // self._cfg.summary_block) if name in _SUMS else \
+                -(-L // self._cfg.retrieval_block)
+            out.append(buffer[:, :, :rows, : self._dim])
+        out.append(self._signature)
+        return out
+
+    def _maps_unchanged(self, cfg: RangeSWAConfig, C: int, L: int) -> bool:
+        """Whether growing from the rows held to L keeps the grouped positions' g and needs no conditioning
+        positions (which move with every L)."""
+        def maps(length):
+            corrects = positions.corrects_positions(cfg.method, length, cfg.train_length)
+            g = positions.group_size(length, cfg.train_length, cfg.near_range) if corrects else 0
+            cond = corrects and cfg.cond_correction and C > 0
+            return g, cond
+        old_g, old_cond = maps(self.length)
+        new_g, new_cond = maps(L)
+        return old_g == new_g and not old_cond and not new_cond
+
+    def _store(self, tail: list, cfg: RangeSWAConfig, L: int, start: int) -> None:
+        self._cfg = cfg
+        self._empty = tail[0].new_empty((0,))
+        for name, part in zip(ops.PREPARED_SLOTS[:-1], tail[:-1]):
+            if part.numel() == 0:
+                self._buffers.pop(name, None)
+                continue
+            per = 1 if name in _BODY else cfg.summary_block if name in _SUMS else cfg.retrieval_block
+            first, rows = start // per, -(-L // per)
+            self._dim = part.shape[3]
+            width = part.stride(2)  # the op's row stride: D, or the CUDA kernel's padded head dim
+            buffer = self._buffers.get(name)
+            fits = (buffer is not None and buffer.shape[:2] == part.shape[:2] and buffer.shape[3] == width
+                    and buffer.dtype == part.dtype and buffer.device == part.device)
+            if not fits or buffer.shape[2] < rows:  # grow by doubling, keeping the rows before `first`
+                capacity = max(rows, 2 * buffer.shape[2] if fits else 0)
+                grown = part.new_zeros((*part.shape[:2], capacity, width))
+                if fits and first > 0:
+                    grown[:, :, :first] = buffer[:, :, :first]
+                buffer = grown
+                self._buffers[name] = buffer
+            buffer[:, :, first:rows, : part.shape[3]] = part

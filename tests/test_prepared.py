@@ -1,0 +1,163 @@
+"""The prepared context (op `prepare`, csrc/prepared.h; `prepared.PreparedCache`): attn with it is the
+same computation as attn without it, bit for bit; a cache that grows by appending prepares only its new
+rows and holds exactly what preparing from scratch gives; a context that does not fit the call is
+refused, naming what differs."""
+
+import pytest
+import torch
+
+from conftest import make_qkv
+from rangeswa_ext import ops, preset
+from rangeswa_ext.models.cola import KVCache
+from rangeswa_ext.prepared import PreparedCache
+
+SMALL = dict(train_length=128, early_window=127, late_window=32, decode_window=255, summary_block=16,
+             retrieval_block=32, query_block=64, near_range=40)
+CASES = {  # name: (preset, overrides, C, L, causal block, Lq)
+    "rangeswa-grouped-control": ("rangeswa", {}, 12, 700, 0, None),
+    "rangeswa-causal-suffix": ("rangeswa", dict(topk=3), 0, 611, 16, 16),
+    "rangeswa_lite": ("rangeswa_lite", {}, 0, 611, 0, None),
+    "rangeswa-native": ("rangeswa", dict(topk=4), 12, 100, 0, None),
+    "self_extend": ("self_extend", {}, 12, 300, 0, None),
+    "swa": ("swa", dict(sinks=4, late_window=33), 4, 200, 0, None),
+    "full-causal": ("full", {}, 0, 150, 8, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_attn_with_its_prepared_context_is_bitwise_the_same(case):
+    name, overrides, C, L, cb, Lq = CASES[case]
+    cfg = preset(name, **dict(SMALL, **overrides))
+    q, k, v = make_qkv(2, 4, 2, C + L, 64, seed=7)
+    if Lq is not None:  # a cached call: the control rows and the last Lq body rows
+        q = torch.cat([q[:, :, :C], q[:, :, C + L - Lq:]], dim=2)
+    context = ops.prepare(k, v, cfg, C)
+    assert len(context) == len(ops.PREPARED_SLOTS)
+    for stage in ("late", "early"):
+        expect, expect_lse = ops.attn(q, k, v, cfg, C, stage, causal_block=cb, return_lse=True)
+        got, got_lse = ops.attn(q, k, v, cfg, C, stage, causal_block=cb, return_lse=True, prepared=context)
+        assert torch.equal(got, expect) and torch.equal(got_lse, expect_lse), (case, stage)
+
+
+def test_prepare_returns_what_the_configuration_needs():
+    cfg = preset("rangeswa", **SMALL)
+    k, v = make_qkv(1, 2, 2, 12 + 700, 64, seed=1)[1:]
+    ctx = dict(zip(ops.PREPARED_SLOTS, ops.prepare(k, v, cfg, 12)))
+    nG, nKb = -(-700 // 16), -(-700 // 32)
+    assert ctx["keys_nat"].shape == ctx["keys_grp"].shape == ctx["keys_cond"].shape == (1, 2, 700, 64)
+    assert ctx["sum_keys"].shape == ctx["sum_values"].shape == ctx["sum_keys_grp"].shape == (1, 2, nG, 64)
+    assert ctx["key_means"].shape == (1, 2, nKb, 64) and ctx["key_means"].dtype == torch.float64
+    assert ctx["prefix_nat"].numel() == 0  # CUDA's (the CPU kernel sums straddling blocks from the keys)
+    assert ctx["keys_nat"].dtype == torch.float32
+    lite = dict(zip(ops.PREPARED_SLOTS, ops.prepare(k, v, preset("rangeswa_lite", **dict(SMALL, near_range=128)))))
+    assert lite["keys_grp"].numel() == 0 and lite["key_means"].numel() == 0 and lite["sum_keys_grp"].numel() == 0
+    # Values: the reference's rotations and block means.
+    from rangeswa_ext.reference.rope import rotate
+    rotated = rotate(k[:, :, 12:].double(), torch.arange(700, dtype=torch.float64), 1e4, 64, "interleaved")
+    assert torch.allclose(ctx["keys_nat"].double(), rotated, atol=1e-5)
+    means = torch.nn.functional.pad(rotated, (0, 0, 0, nG * 16 - 700)).view(1, 2, nG, 16, 64).sum(3)
+    means[:, :, -1] *= 16 / (700 - 16 * (nG - 1))
+    assert torch.allclose(ctx["sum_keys"].double(), means / 16, atol=1e-5)
+
+
+def test_fake_prepare_has_the_real_shapes():
+    cfg = preset("rangeswa", **SMALL)
+    k, v = make_qkv(1, 2, 2, 12 + 700, 64, seed=1)[1:]
+    real = ops.prepare(k, v, cfg, 12, first_key=320)
+    fake = ops._prepare_fake(k, v, **ops.prepare_arguments(cfg, 12, first_key=320))
+    assert [t.shape for t in fake] == [t.shape for t in real] and [t.dtype for t in fake] == [t.dtype for t in real]
+
+
+@pytest.mark.parametrize("name", ["rangeswa", "rangeswa_lite"])
+def test_opcheck_prepare_and_attn_with_a_context(name):
+    cfg = preset(name, **SMALL)
+    q, k, v = make_qkv(1, 2, 1, 4 + 300, 64, seed=3)
+    arguments = ops.prepare_arguments(cfg, 4)
+    torch.library.opcheck(torch.ops.rangeswa.prepare.default, (k, v), arguments)
+    context = ops.prepare(k, v, cfg, 4)
+    torch.library.opcheck(torch.ops.rangeswa.attn.default, (q, k, v, None),
+                          dict(ops.attn_arguments(cfg, 4), prepared=context))
+
+
+def test_a_growing_cache_prepares_only_its_new_rows_and_equals_preparing_from_scratch():
+    """Blocks of 16 appended to a cache (CoLa's decoding), the last block changing at every call before it
+    is committed: the context equals `prepare` on the whole cache bit for bit after every update, and an
+    update prepares the changed rows and the key block they start in, except when L moves the group size
+    (grouped arrays are then prepared whole: docs/spec_decisions.md)."""
+    cfg = preset("rangeswa", **SMALL)
+    k, v = make_qkv(1, 2, 2, 1000, 64, seed=5)[1:]
+    cache = PreparedCache()
+    committed = 64
+    grouped = None
+    for step in range(50):
+        L = committed + 16
+        k[:, :, committed:L] = torch.randn(1, 2, 16, 64, generator=torch.Generator().manual_seed(step))
+        before = cache.prepared_rows
+        context = cache.update(k[:, :, :L], v[:, :, :L], cfg, 0, stable=committed)
+        scratch = ops.prepare(k[:, :, :L], v[:, :, :L], cfg, 0)
+        assert all(torch.equal(a, b) for a, b in zip(context, scratch)), L
+        g = scratch[-1][9].item()
+        if g == grouped:
+            assert cache.prepared_rows - before <= 16 + cfg.retrieval_block
+        grouped = g
+        if step % 2:
+            committed = L  # every other call commits its block
+        assert cache.capacity <= 2 * L
+    for _ in range(20):  # calls that change every row (nothing stable) reuse the buffers
+        cache.update(k[:, :, :L], v[:, :, :L], cfg, 0, stable=0)
+    assert cache.capacity <= 2 * L
+
+
+def test_control_tokens_past_t_prepare_whole_and_stay_exact():
+    """With control tokens and L > T the conditioning positions j T / L move with every L: each update
+    prepares from scratch, and the context still equals preparing from scratch."""
+    cfg = preset("rangeswa", **SMALL)
+    k, v = make_qkv(1, 2, 2, 12 + 400, 64, seed=6)[1:]
+    cache = PreparedCache()
+    for L in (200, 216, 232):
+        before = cache.prepared_rows
+        context = cache.update(k[:, :, :12 + L], v[:, :, :12 + L], cfg, 12, stable=L - 16)
+        assert all(torch.equal(a, b) for a, b in zip(context, ops.prepare(k[:, :, :12 + L], v[:, :, :12 + L], cfg, 12)))
+        assert cache.prepared_rows - before == L
+
+
+def test_a_context_that_does_not_fit_the_call_is_refused():
+    cfg = preset("rangeswa", **SMALL)
+    q, k, v = make_qkv(1, 2, 2, 12 + 700, 64, seed=8)
+    context = ops.prepare(k, v, cfg, 12)
+    with pytest.raises(ValueError, match="group size g"):
+        ops.attn(q, k, v, cfg.replace(near_range=72), 12, prepared=context)
+    with pytest.raises(ValueError, match="body tokens L = 700 but this call has 704"):  # 4 control tokens fewer
+        ops.attn(q, k, v, cfg, 8, prepared=context)
+    shorter = ops.prepare(k[:, :, :600], v[:, :, :600], cfg, 12)
+    with pytest.raises(ValueError, match="body tokens L"):
+        ops.attn(q, k, v, cfg, 12, prepared=shorter)
+    with pytest.raises(ValueError, match="holds no grouped keys"):
+        ops.attn(q, k, v, cfg, 12, prepared=[context[0], torch.empty(0), *context[2:]])
+    with pytest.raises(ValueError, match="the prepare op returns"):
+        ops.attn(q, k, v, cfg, 12, prepared=context[:-1])
+    wide = torch.zeros(1, 2, 700, 128)[..., :64]  # rows 128 elements apart
+    wide.copy_(context[0])
+    with pytest.raises(ValueError, match="rows 64 elements apart"):
+        ops.attn(q, k, v, cfg, 12, prepared=[wide, *context[1:]])
+    with pytest.raises(ValueError, match="attention_mask"):
+        ops.attn(q, k, v, cfg, 12, prepared=context, attention_mask=torch.ones(1, 700, dtype=torch.bool))
+
+
+def test_cola_cache_keeps_each_layers_context():
+    """The prior's KV cache hands the op-backed methods its per-layer context, and a cached call with it
+    equals the same call with a method that takes none."""
+    from rangeswa_ext.methods import make_attention
+
+    attention = make_attention("rangeswa", head_dim=32, rotary_dim=24, train_length=64, scale_windows=True)
+    cache = KVCache(layers=1)
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 16, 32, generator=g) for _ in range(3))
+    for block in range(12):
+        k_all, v_all = cache.extend(0, torch.randn(1, 2, 16, 32, generator=g), torch.randn(1, 2, 16, 32, generator=g))
+        with_context = attention(q, k_all, v_all, control_tokens=0, stage="late", causal_block=16,
+                                 context=cache.context(0), stable=cache.length)
+        without = attention(q, k_all, v_all, control_tokens=0, stage="late", causal_block=16)
+        assert torch.equal(with_context, without), block
+        cache.commit()
+    assert cache.contexts[0].length == 12 * 16
