@@ -8,8 +8,6 @@ every case of the grid (one test per case and dtype). It runs wherever nvcc and 
 are (the README's install gives both), GPU or not; docs/cuda.md says what it leaves to a GPU.
 """
 
-import os
-
 import pytest
 import torch
 
@@ -20,7 +18,6 @@ from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cuda(*xs):
@@ -240,30 +237,6 @@ def test_torch_compile_sees_the_fake_shapes_cuda():
 
 
 # ------------------------------------------------------------------------------- host emulation
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    """torch.ops.rangeswa_emulator.attn, built once per run (about 2 minutes on 2 cores)."""
-    from torch.utils import cpp_extension
-
-    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")  # as setup.py defaults it
-    if not os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
-        pytest.skip(f"the emulator is the kernel's CUDA source compiled for the host by nvcc, and there is no "
-                    f"nvcc under {cuda_home}; set CUDA_HOME to a CUDA toolkit")
-    if torch.version.cuda is None:
-        pytest.skip("the emulator links against a CUDA build of torch; this torch is a CPU-only build")
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0")  # host code only; no GPU is queried
-    cpp_extension.CUDA_HOME = cuda_home
-    # A build folder of this checkout's own: torch's shared cache would rebuild it for every checkout in turn.
-    build = os.path.join(ROOT, "build", "emulator")
-    os.makedirs(build, exist_ok=True)
-    cpp_extension.load(
-        name="rangeswa_attn_emulator",
-        sources=[os.path.join(ROOT, "csrc", "cuda", "emulator", "attn_emulator.cu"), os.path.join(ROOT, "csrc", "checks.cpp")],
-        extra_include_paths=[os.path.join(ROOT, "csrc")], extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"],
-        extra_cuda_cflags=["-O2", "--expt-relaxed-constexpr", "-std=c++20"], is_python_module=False, build_directory=build)
-    return torch.ops.rangeswa_emulator.attn.default
 
 
 @pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])
