@@ -362,3 +362,43 @@ def test_sizes_up_to_the_limit_run(name):
     expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg.replace(topk=min(cfg.topk, 1)), 2,
                               causal_block=MAX_SIZE)
     assert (out.double() - expect).abs().max().item() <= attn_error_bound(q, k, v, cfg.resolved_scale(16))[0]
+
+
+# ------------------------------------------------------------------- regressions the property tests found
+
+
+def test_regression_causal_block_sees_the_ragged_last_summary_block():
+    """Found by test_attn_cpu_matches_reference (issue 22): with a causal block and L % G != 0, rows whose
+    visible end is L gave the ragged last G-block's summary weight 0 (summary_pass hid block L // G). Smallest
+    case: L = 13, G = 4 (last block 3 tokens), window 1, causal_block = 13 >= L, which must equal the
+    bidirectional call (SPEC section 7); it differed by 0.84."""
+    cfg = preset("rangeswa_lite", late_window=1, summary_block=4, retrieval_block=4, query_block=2)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 13, 64, generator=g) for _ in range(3))
+    bidirectional = ops.attn(q, k, v, cfg, 0)
+    for cb in (13, 14, 100):
+        assert (ops.attn(q, k, v, cfg, 0, causal_block=cb) - bidirectional).abs().max().item() < 1e-6
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, 0, causal_block=13)
+    bound = attn_error_bound(q, k, v, cfg.resolved_scale(64))[0]
+    assert (ops.attn(q, k, v, cfg, 0, causal_block=13).double() - expect).abs().max().item() <= bound
+    # A causal block that ends inside the ragged block: rows 8..12 (visible end 13 = L) see it whole too.
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, 0, causal_block=8)
+    assert (ops.attn(q, k, v, cfg, 0, causal_block=8).double() - expect).abs().max().item() <= bound
+
+
+def test_regression_swa_radius_is_the_floor_of_w_minus_s_over_2():
+    """Found by test_attn_cpu_matches_reference (issue 22): SPEC's swa radius (W - S) // 2 is Python's floor,
+    so W = 1, S = 2 gives -1 and a row sees the sinks only (docs/spec_decisions.md item 17); the kernel
+    truncated it to 0 and each row also saw itself. Smallest case: L = 3, D = 16."""
+    cfg = preset("swa", early_window=1, late_window=1, decode_window=1, sinks=2)
+    assert ref.selection.window_radius(cfg, 1) == -1
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 3, 16, generator=g) for _ in range(3))
+    out = ops.attn(q, k, v, cfg, 0)
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, 0)
+    assert (out.double() - expect).abs().max().item() <= attn_error_bound(q, k, v, cfg.resolved_scale(16))[0]
+    # Row 2 is no sink and sees keys 0 and 1 only: a softmax over those two, written out here.
+    query = ref.rotate(q.double()[:, :, 2:], torch.tensor([2.0]), cfg.theta, 16, cfg.rope_style)
+    keys = ref.rotate(k.double()[:, :, :2], torch.tensor([0.0, 1.0]), cfg.theta, 16, cfg.rope_style)
+    row = torch.softmax(query @ keys.transpose(-1, -2) / 4, -1) @ v.double()[:, :, :2]
+    assert (out[0, 0, 2].double() - row[0, 0, 0]).abs().max().item() < 1e-6
