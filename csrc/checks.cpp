@@ -28,6 +28,8 @@ RopeParams check_rope(int64_t head_dim, double theta, std::optional<int64_t> rot
                       c10::string_view rope_style) {
   TORCH_CHECK_VALUE(rope_style == "interleaved" || rope_style == "half",
                     "rope_style must be 'interleaved' or 'half', got '", std::string(rope_style), "'");
+  TORCH_CHECK_VALUE(rotary_dim_arg.has_value() || head_dim % 2 == 0, "rotary_dim None rotates the whole head dim, "
+                    "which must then be even, got head dim ", head_dim, "; give an even rotary_dim");
   const int64_t rotary_dim = rotary_dim_arg.value_or(head_dim);
   TORCH_CHECK_VALUE(rotary_dim >= 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim,
                     "rotary_dim must be even and in [0, head dim = ", head_dim, "], got ", rotary_dim);

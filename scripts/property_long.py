@@ -35,8 +35,7 @@ def parse_statistics(log: str) -> list[dict]:
         if not name or not counts:
             continue
         passing, failing, invalid = (sum(int(c[i]) for c in counts) for i in range(3))
-        targets = re.findall(r"([0-9.e+-]+) \((.+?)\)\s*$", block.split("Highest target score", 1)[-1], re.M) \
-            if "Highest target score" in block else []
+        targets = re.findall(r"([0-9.e+-]+)\s+\(label='(.+?)'\)", block)
         tests.append(dict(name=name.group(1), passing=passing, failing=failing, invalid=invalid, targets=targets))
     return tests
 

@@ -39,6 +39,9 @@ BAD_ATTN = {
                                v=torch.randn(1, 1, 44, 64, dtype=torch.float64)), r"q must be float32, bfloat16"),
     "odd_rotary_dim": (dict(rotary_dim=63), r"rotary_dim must be even"),
     "rotary_dim_too_big": (dict(rotary_dim=66), r"rotary_dim must be even and in \[0, head dim = 64\]"),
+    "whole_odd_head_dim": (dict(q=torch.randn(1, 2, 44, 63), k=torch.randn(1, 1, 44, 63), v=torch.randn(1, 1, 44, 63),
+                                rotary_dim=None), r"rotary_dim None rotates the whole head dim, which must then be "
+                                                  r"even, got head dim 63; give an even rotary_dim"),
     "rb_not_multiple_of_g": (dict(retrieval_block=12), r"retrieval_block must be a positive multiple of summary_block"),
     "negative_window": (dict(window=-1), r"window must be >= 1"),
     "zero_summary_block": (dict(summary_block=0), r"summary_block must be >= 1"),

@@ -42,7 +42,7 @@ PROFILE = os.environ.get("RANGESWA_PROPERTY_PROFILE", "short")
 PROFILES = {
     # examples per test; the longest body drawn for attn
     "short": dict(attn=120, emulated=60, topk=60, summary=60, rope=60, invalid=150, max_length=130),
-    "long": dict(attn=3000, emulated=1000, topk=1500, summary=1500, rope=1500, invalid=3000, max_length=400),
+    "long": dict(attn=2000, emulated=500, topk=1500, summary=1500, rope=1500, invalid=2000, max_length=700),
 }
 if PROFILE not in PROFILES:
     raise ValueError(f"RANGESWA_PROPERTY_PROFILE must be one of {tuple(PROFILES)}, got {PROFILE!r}")
@@ -66,7 +66,8 @@ def _sizes(lo: int, hi: int):
 
 @st.composite
 def rope_settings(draw, head_dim: int):
-    rotary_dim = draw(st.none() | st.integers(0, head_dim // 2).map(lambda n: 2 * n))
+    even = st.integers(0, head_dim // 2).map(lambda n: 2 * n)
+    rotary_dim = draw(st.none() | even if head_dim % 2 == 0 else even)  # None: all of D, which must be even
     theta = draw(st.sampled_from((10000.0, 500000.0, 10.0, 1.5)) | st.floats(1.01, 1e6))
     return dict(rotary_dim=rotary_dim, theta=theta, rope_style=draw(st.sampled_from(("interleaved", "half"))))
 
@@ -315,6 +316,30 @@ def test_cuda_plan_refuses_invalid_arguments_naming_them(emulator, bad):
     call, _, argument, value = bad
     assert_refused(lambda: call_op("attn", call, attn_op=emulator, **{argument: value}), argument,
                    f"emulated attn({argument}={value!r}) on {describe(call)}")
+
+
+# Malformed tensors for attn: (q, k, v) -> (q, k, v), and the error that names what is wrong.
+MALFORMED = {
+    "q_rank": (lambda q, k, v: (q[0], k, v), r"q must be a 4-D tensor"),
+    "v_length": (lambda q, k, v: (q, k, v[:, :, 1:]), r"v must have the shape of k"),
+    "k_head_dim": (lambda q, k, v: (q, k[..., 1:], v[..., 1:]), r"q \[B, H_q, Nq, D\] and k \[B, H_kv, N, D\] "
+                                                                r"must agree in B and D"),
+    "q_rows": (lambda q, k, v: (torch.cat([q, q[:, :, :1]], 2) if q.shape[2] == k.shape[2] else q[:, :, :0], k, v),
+               r"q must hold the \d+ control rows and the last Lq body rows of k"),
+    "v_dtype": (lambda q, k, v: (q, k, v.double()), r"v must be float32, bfloat16 or float16|k and v must have the same"),
+    "kv_heads": (lambda q, k, v: (q, torch.cat([k] * (q.shape[1] + 1), 1), torch.cat([v] * (q.shape[1] + 1), 1)),
+                 r"query heads \(\d+\) must be a multiple of key/value heads"),
+}
+
+
+@profile("invalid")
+@given(call=attn_calls(max_length=40), malformed=st.sampled_from(tuple(MALFORMED)))
+def test_attn_refuses_malformed_tensors(call, malformed):
+    corrupt, message = MALFORMED[malformed]
+    q, k, v = corrupt(*attn_inputs(call))
+    with pytest.raises(ValueError, match=message):
+        torch.ops.rangeswa.attn.default(q, k, v, None, **ops.attn_arguments(call["cfg"], call["C"], call["stage"],
+                                                                            call["cb"]))
 
 
 # Bad values of each RangeSWAConfig field (the method's numbers, SPEC sections 2-4).
