@@ -6,7 +6,7 @@ Runs ``RANGESWA_PROPERTY_PROFILE=<profile> python -m pytest tests/test_propertie
 statistics and the given seed, keeps the whole log, and writes property_<profile>_<date>.md next to it: the
 cases each test ran (passing, failing, invalid), the largest error of attn relative to its bound
 (tests/conftest.py attn_error_bound) that the search found, the seed, the commit and the time taken.
-Exit status: pytest's. About 1.5 hours on 2 cores (long); the short profile, for a check of this script,
+Exit status: pytest's. About 70 minutes on 2 cores (long); the short profile, for a check of this script,
 takes a few minutes.
 """
 
