@@ -234,8 +234,9 @@ struct StaticVar {
   size_t offset, bytes;
 };
 
-thread_local Worker* t_worker = nullptr;
-thread_local Fiber* t_fiber = nullptr;
+// Initial-exec TLS: two pointers, read on every primitive (the general-dynamic model calls __tls_get_addr).
+__attribute__((tls_model("initial-exec"))) thread_local Worker* t_worker = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local Fiber* t_fiber = nullptr;
 
 void fiber_main(void* arg);
 
@@ -290,6 +291,7 @@ struct Worker {
   size_t dyn_size = 0, static_used = 0;
   std::vector<StaticVar> statics;
   std::vector<Chunk> shadow;
+  std::vector<int> order;  // the threads' order in a scheduling pass
   uint32_t gen = 1;  // CTA barriers completed + 1
   int bar_arrived = 0, bar_acc = 0, bar_result = 0;
   Barrier bar_kind = Barrier::kSync;
@@ -578,6 +580,10 @@ struct Worker {
       c.inflight = f->tid + 1;
     }
     f->uncommitted.push_back({dst, src, valid});
+    if (opts.eager_copies) {  // the data is there at once; the bookkeeping (and the race checks) stay
+      if (valid) std::memcpy(dst, src, 16);
+      else std::memset(dst, 0, 16);
+    }
     ++stats.cp_async;
   }
 
@@ -681,6 +687,8 @@ struct Worker {
       std::memset(static_storage.data(), 0xff, static_storage.size());
     }
     if (opts.check_races) std::fill(shadow.begin(), shadow.end(), Chunk{});
+    order.resize(nthreads);
+    for (int t = 0; t < nthreads; ++t) order[t] = t;
     for (int t = 0; t < nthreads; ++t) {
       Fiber& f = *fibers[t];
       f.tid = t;
@@ -690,9 +698,17 @@ struct Worker {
       f.committed.clear();
       make_context(f.ctx, f.stack, f.stack_size(), &fiber_main, &f);
     }
+    uint64_t rng = opts.schedule_seed * 0x9E3779B97F4A7C15ull + uint64_t(b);
     while (exited < nthreads) {
       bool ran = false;
-      for (int t = 0; t < nthreads; ++t) {
+      if (opts.schedule_seed != 0) {  // a random order of the threads for this pass (Fisher-Yates)
+        for (int t = nthreads - 1; t > 0; --t) {
+          rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+          std::swap(order[t], order[int((rng >> 33) % uint64_t(t + 1))]);
+        }
+      }
+      for (int x = 0; x < nthreads; ++x) {
+        const int t = order[x];
         Fiber& f = *fibers[t];
         if (f.state != State::kReady) continue;
         t_fiber = &f;

@@ -77,6 +77,8 @@ struct Options {
   size_t max_shared_bytes = 232448;    // dynamic + static shared memory per CTA (sm_90: 227 KB)
   bool poison_shared = true;           // fill shared memory with 0xff bytes (NaN / -1) at CTA start
   bool check_races = true;             // cp.async vs ldmatrix ordering checks (see simt.cpp)
+  bool eager_copies = false;           // cp.async lands at issue (default: at the wait, the latest PTX allows)
+  uint64_t schedule_seed = 0;          // 0: threads run in order; else a random order per scheduling pass
 };
 Options& options();
 

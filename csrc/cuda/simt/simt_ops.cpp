@@ -97,13 +97,18 @@ at::Tensor probe(c10::string_view name, const std::optional<at::Tensor>& input) 
   return at::tensor(out, at::kFloat);
 }
 
-// workers (0: torch's thread count), poison_shared, check_races, stack_bytes; returns the previous values.
-std::vector<int64_t> configure(int64_t workers, bool poison_shared, bool check_races, int64_t stack_bytes) {
+// simt.h Options: workers (0: torch's thread count), poison_shared, check_races, eager_copies, schedule_seed,
+// stack_bytes; returns the previous values in that order.
+std::vector<int64_t> configure(int64_t workers, bool poison_shared, bool check_races, bool eager_copies,
+                               int64_t schedule_seed, int64_t stack_bytes) {
   ::simt::Options& o = ::simt::options();
-  std::vector<int64_t> old{o.workers, o.poison_shared, o.check_races, int64_t(o.stack_bytes)};
+  std::vector<int64_t> old{o.workers, o.poison_shared, o.check_races, o.eager_copies, int64_t(o.schedule_seed),
+                           int64_t(o.stack_bytes)};
   o.workers = int(workers);
   o.poison_shared = poison_shared;
   o.check_races = check_races;
+  o.eager_copies = eager_copies;
+  o.schedule_seed = uint64_t(schedule_seed);
   o.stack_bytes = size_t(stack_bytes);
   return old;
 }
@@ -124,7 +129,8 @@ TORCH_LIBRARY(rangeswa_simt, m) {
   m.def("warp_gemm(Tensor q, Tensor k, Tensor v, Tensor p) -> (Tensor, Tensor)");
   // Catch-all kernels: these take no tensor (or an optional one) to dispatch on.
   m.def("probe(str name, Tensor? input=None) -> Tensor", &rangeswa::cuda::probe);
-  m.def("configure(int workers=0, bool poison_shared=True, bool check_races=True, int stack_bytes=262144) -> int[]",
+  m.def("configure(int workers=0, bool poison_shared=True, bool check_races=True, bool eager_copies=False, "
+        "int schedule_seed=0, int stack_bytes=262144) -> int[]",
         &rangeswa::cuda::configure);
   m.def("stats() -> int[]", &rangeswa::cuda::stats);
 }
