@@ -46,7 +46,7 @@ def simt():
                "attn_simt_fp32.cpp"]
     cpp_extension.load(
         name="rangeswa_simt", sources=[os.path.join(SIMT, s) for s in sources] + [os.path.join(ROOT, "csrc", "checks.cpp")],
-        extra_include_paths=[os.path.join(ROOT, "csrc"), include], extra_cflags=["-O2", "-DRANGESWA_SIMT"],
+        extra_include_paths=[os.path.join(ROOT, "csrc"), include], extra_cflags=["-O2", "-g1", "-DRANGESWA_SIMT"],
         is_python_module=False, build_directory=build)
     return torch.ops.rangeswa_simt
 

@@ -18,7 +18,10 @@
 // CTA barrier (plain loads and stores of shared memory are not tracked).
 #include "cuda/simt/simt.h"
 
+#include <dlfcn.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,7 +35,6 @@
 #include <vector>
 
 #if !defined(__x86_64__) || defined(RANGESWA_SIMT_UCONTEXT)
-#include <ucontext.h>
 #define RSWA_SIMT_UCONTEXT 1
 #endif
 
@@ -253,18 +255,18 @@ std::string thread_list(const std::vector<int>& ids) {
   return s.str();
 }
 
-float half_to_float(uint16_t h) {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t x = 0; x < 65536; ++x) {
-      __half_raw r;
-      r.x = uint16_t(x);
-      t[x] = __half2float(__half(r));
-    }
-    return t;
-  }();
-  return table[h];
-}
+// fp16 -> float of every bit pattern (cuda_fp16.h's host conversion), filled when the library loads.
+const std::vector<float> g_half_table = [] {
+  std::vector<float> t(65536);
+  for (uint32_t x = 0; x < 65536; ++x) {
+    __half_raw r;
+    r.x = uint16_t(x);
+    t[x] = __half2float(__half(r));
+  }
+  return t;
+}();
+
+inline float half_to_float(uint16_t h) { return g_half_table[h]; }
 
 inline float bf16_to_float(uint16_t b) {
   const uint32_t bits = uint32_t(b) << 16;
@@ -297,6 +299,11 @@ struct Worker {
   Barrier bar_kind = Barrier::kSync;
   Site bar_site{"", 0};
   std::string error;
+  // A memory fault of a fiber (SIGSEGV / SIGBUS): the GPU's "illegal memory access", symbolized afterwards.
+  bool faulted = false;
+  const void* fault_addr = nullptr;
+  const void* fault_pc = nullptr;
+  std::vector<char> altstack;  // the signal handler's stack (a fiber may have overflowed its own)
 
   explicit Worker(const Options& o) : opts(o) {}
 
@@ -385,7 +392,10 @@ struct Worker {
     switch (kind) {
       case kShuffle: do_shuffle(ws, sub, site); break;
       case kLdmatrix: do_ldmatrix(ws, warp, sub != 0, site); break;
-      case kMma: do_mma(ws, MmaType(sub)); break;
+      case kMma:
+        if (MmaType(sub) == MmaType::kBF16) do_mma<MmaType::kBF16>(ws);
+        else do_mma<MmaType::kF16>(ws);
+        break;
       default: break;
     }
     for (int l = 0; l < 32; ++l)
@@ -394,7 +404,7 @@ struct Worker {
 
   // shfl.sync (PTX 9.7.9.6; CUDA __shfl*_sync): lane l reads `value` of lane src(l) within its width segment;
   // a source outside the segment (up / down / xor past it) returns the lane's own value.
-  void do_shuffle(WarpSlot& ws, int mode, Site site) {
+  __attribute__((noinline)) void do_shuffle(WarpSlot& ws, int mode, Site site) {
     uint32_t values[32];
     for (int l = 0; l < 32; ++l) {
       const ShflArgs& a = *static_cast<ShflArgs*>(ws.args[l]);
@@ -434,7 +444,7 @@ struct Worker {
   // without .trans row l/4, columns 2(l%4) and 2(l%4)+1; with .trans (column-major load) the same positions
   // of the transposed matrix, i.e. column l/4 of rows 2(l%4) and 2(l%4)+1. The lower column (row) is in the
   // low 16 bits.
-  void do_ldmatrix(WarpSlot& ws, int warp, bool trans, Site site) {
+  __attribute__((noinline)) void do_ldmatrix(WarpSlot& ws, int warp, bool trans, Site site) {
     uint16_t m[4][8][8];
     for (int l = 0; l < 32; ++l) {
       const unsigned char* p = static_cast<LdArgs*>(ws.args[l])->addr;
@@ -477,9 +487,12 @@ struct Worker {
   //   C / D (16 x 8, f32): c0..c3; row = g for i < 2, g + 8 for i >= 2; col = 2t + (i & 1)
   // D = A B + C: the products of the 16-bit operands are exact in fp32; they are added to C in fp32 in k order
   // (PTX leaves the accumulation order and intermediate precision to the implementation).
-  void do_mma(WarpSlot& ws, MmaType type) {
+  template <MmaType kType>
+  __attribute__((noinline)) void do_mma(WarpSlot& ws) {
     float A[16][16], B[16][8], D[16][8];
-    auto cvt = [type](uint32_t bits) { return type == MmaType::kBF16 ? bf16_to_float(uint16_t(bits)) : half_to_float(uint16_t(bits)); };
+    auto cvt = [](uint32_t bits) {
+      return kType == MmaType::kBF16 ? bf16_to_float(uint16_t(bits)) : half_to_float(uint16_t(bits));
+    };
     for (int l = 0; l < 32; ++l) {
       const MmaArgs& a = *static_cast<MmaArgs*>(ws.args[l]);
       const int g = l >> 2, t = l & 3;
@@ -716,11 +729,37 @@ struct Worker {
         t_fiber = nullptr;
         ++stats.switches;
         ran = true;
+        if (faulted) throw Error(context() + error + fault_report());
         if (!error.empty()) throw Error(context() + error);
       }
       if (!ran) throw Error(context() + stall_report());
     }
     ++stats.ctas;
+  }
+
+  std::string fault_report() const {
+    std::ostringstream s;
+    s << "illegal memory access (signal) at address " << fault_addr << ", pc " << fault_pc;
+    Dl_info info{};
+    if (fault_pc && dladdr(fault_pc, &info) && info.dli_fname) {
+      const uintptr_t offset = reinterpret_cast<uintptr_t>(fault_pc) - reinterpret_cast<uintptr_t>(info.dli_fbase);
+      s << " = " << info.dli_fname << " + 0x" << std::hex << offset << std::dec;
+      if (info.dli_sname) s << " (" << info.dli_sname << ")";
+      // Source line, when addr2line is there and the library has line tables (-g1).
+      char cmd[1024];
+      std::snprintf(cmd, sizeof cmd, "addr2line -C -f -i -e '%s' 0x%lx 2>/dev/null", info.dli_fname,
+                    static_cast<unsigned long>(offset));
+      if (FILE* pipe = popen(cmd, "r")) {
+        char line[1024];
+        std::string where;
+        while (std::fgets(line, sizeof line, pipe)) where += line;
+        pclose(pipe);
+        for (char& c : where)
+          if (c == '\n') c = ' ';
+        if (!where.empty() && where.find("??") != 0) s << "; addr2line: " << where;
+      }
+    }
+    return s.str();
   }
 
   std::string context() const {
@@ -730,6 +769,49 @@ struct Worker {
     return s.str();
   }
 };
+
+// SIGSEGV / SIGBUS in a fiber: recorded as the CTA's error, and the fiber leaves for the scheduler at once (its
+// stack is abandoned, like the rest of the failed CTA). Outside fibers the previous handler runs.
+struct sigaction g_old_segv, g_old_bus;
+
+void fault_handler(int sig, siginfo_t* info, void* uctx) {
+  Worker* w = t_worker;
+  Fiber* f = t_fiber;
+  if (w == nullptr || f == nullptr) {
+    const struct sigaction& old = sig == SIGSEGV ? g_old_segv : g_old_bus;
+    if (old.sa_flags & SA_SIGINFO) {
+      if (old.sa_sigaction) old.sa_sigaction(sig, info, uctx);
+      return;
+    }
+    if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN && old.sa_handler != nullptr) {
+      old.sa_handler(sig);
+      return;
+    }
+    signal(sig, SIG_DFL);  // re-faults into the default action
+    return;
+  }
+  w->faulted = true;
+  w->fault_addr = info->si_addr;
+#if defined(__x86_64__)
+  w->fault_pc = reinterpret_cast<const void*>(static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_RIP]);
+#endif
+  if (w->error.empty()) w->error = w->who(f->tid) + ": ";
+  f->state = State::kExited;
+  ++w->exited;
+  switch_context(f->ctx, w->sched);  // never returns (SA_NODEFER: the signal stays unblocked)
+}
+
+void install_fault_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = &fault_handler;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
+    sigaction(SIGBUS, &sa, &g_old_bus);
+  });
+}
 
 void fiber_main(void* arg) {
   Fiber* f = static_cast<Fiber*>(arg);
@@ -825,9 +907,16 @@ void launch_body(dim3 grid, dim3 block, size_t smem, const std::function<void()>
     std::mutex m;
     int64_t error_block = -1;
     std::string error;
+    install_fault_handler();
     auto work = [&] {
       Worker w(opts);
       w.body = &body;
+      // The fault handler's stack, for this OS thread while it runs CTAs.
+      w.altstack.assign(64 * 1024, 0);
+      stack_t alt{}, old_alt{};
+      alt.ss_sp = w.altstack.data();
+      alt.ss_size = w.altstack.size();
+      sigaltstack(&alt, &old_alt);
       Worker* saved = t_worker;
       t_worker = &w;
       try {
@@ -854,6 +943,7 @@ void launch_body(dim3 grid, dim3 block, size_t smem, const std::function<void()>
         stop = true;
       }
       t_worker = saved;
+      sigaltstack(&old_alt, nullptr);
       std::lock_guard<std::mutex> lock(m);
       total.ctas += w.stats.ctas;
       total.switches += w.stats.switches;
@@ -874,6 +964,22 @@ void launch_body(dim3 grid, dim3 block, size_t smem, const std::function<void()>
   }
   std::lock_guard<std::mutex> lock(g_stats_mutex);
   g_last_stats = total;
+}
+
+GuardedCopy::GuardedCopy(const void* data, size_t bytes) : bytes_(bytes) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t padded = (bytes + 15) / 16 * 16;
+  mapped_ = (padded + page - 1) / page * page + page;
+  map_ = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map_ == MAP_FAILED) throw Error("simt: cannot map a guarded copy");
+  char* guard = static_cast<char*>(map_) + mapped_ - page;
+  mprotect(guard, page, PROT_NONE);
+  data_ = guard - padded;
+  if (bytes) std::memcpy(data_, data, bytes);
+}
+
+GuardedCopy::~GuardedCopy() {
+  if (map_ && map_ != MAP_FAILED) munmap(map_, mapped_);
 }
 
 Stats last_stats() {

@@ -60,7 +60,7 @@ struct Site {
   int line;
   Site(const char* f, int l) : file(f), line(l) {}
   Site(const std::source_location& l) : file(l.file_name()), line(int(l.line())) {}  // NOLINT: implicit
-  bool operator==(const Site& o) const { return line == o.line && std::strcmp(file, o.file) == 0; }
+  bool operator==(const Site& o) const { return line == o.line && (file == o.file || std::strcmp(file, o.file) == 0); }
   std::string str() const;
 };
 
@@ -79,6 +79,24 @@ struct Options {
   bool check_races = true;             // cp.async vs ldmatrix ordering checks (see simt.cpp)
   bool eager_copies = false;           // cp.async lands at issue (default: at the wait, the latest PTX allows)
   uint64_t schedule_seed = 0;          // 0: threads run in order; else a random order per scheduling pass
+  bool guard_global = true;            // the attn op runs on copies of its arrays that end at a PROT_NONE page
+};
+
+// A copy of `bytes` of `data` placed so that it ends (rounded up to 16 bytes) at an inaccessible page: a read or
+// write past its end faults, and the fault is reported as an illegal memory access of the thread.
+class GuardedCopy {
+ public:
+  GuardedCopy(const void* data, size_t bytes);
+  ~GuardedCopy();
+  GuardedCopy(const GuardedCopy&) = delete;
+  GuardedCopy& operator=(const GuardedCopy&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* map_ = nullptr;
+  size_t mapped_ = 0, bytes_ = 0;
+  void* data_ = nullptr;
 };
 Options& options();
 

@@ -8,6 +8,8 @@
 #include <torch/library.h>
 
 #include <chrono>
+#include <cstring>
+#include <memory>
 
 #include "checks.h"
 #include "schema.h"
@@ -22,6 +24,78 @@ namespace {
 // Seconds spent in the last call's kernel launch, and its dynamic shared memory per CTA.
 double g_kernel_seconds = 0.0;
 int64_t g_smem_bytes = 0;
+
+// The kernel's arrays as guarded copies (simt::GuardedCopy): every array the kernel parameters point into is
+// copied so that it ends at an inaccessible page (the two rope tables of a table tensor separately), the
+// parameters are pointed at the copies, and out / lse are copied back afterwards. An out-of-bounds read or
+// write past the end of an array then faults deterministically and is reported as an illegal memory access.
+struct GuardedArrays {
+  struct Region {
+    const char* base;
+    size_t bytes;
+    std::unique_ptr<::simt::GuardedCopy> copy;
+  };
+  std::vector<Region> regions;
+
+  void add(const void* base, size_t bytes) {
+    if (base != nullptr) regions.push_back({static_cast<const char*>(base), bytes, nullptr});
+  }
+  void add(const at::Tensor& t) {
+    if (!t.defined() || t.numel() == 0) return;
+    int64_t extent = 1;  // elements spanned, strides included
+    for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+    add(t.data_ptr(), size_t(extent) * t.element_size());
+  }
+  template <typename T>
+  void remap(T*& p) {
+    if (p == nullptr) return;
+    const char* c = reinterpret_cast<const char*>(p);
+    for (Region& r : regions)
+      if (c >= r.base && c < r.base + r.bytes) {
+        if (!r.copy) r.copy = std::make_unique<::simt::GuardedCopy>(r.base, r.bytes);
+        p = reinterpret_cast<T*>(static_cast<char*>(r.copy->data()) + (c - r.base));
+        return;
+      }
+  }
+  void copy_back(const void* base) {
+    for (Region& r : regions)
+      if (r.base == base && r.copy) std::memcpy(const_cast<char*>(r.base), r.copy->data(), r.bytes);
+  }
+};
+
+void guard(HostCall& hc, GuardedArrays& g) {
+  g.add(hc.q);
+  g.add(hc.out);
+  g.add(hc.lse);
+  for (const at::Tensor& t : hc.keep) {
+    if (t.dim() == 3 && t.size(0) == 2 && t.scalar_type() == at::kFloat && t.is_contiguous()) {  // cos / sin tables
+      const size_t half = size_t(t.size(1) * t.size(2)) * sizeof(float);
+      g.add(t.data_ptr(), half);
+      g.add(static_cast<const char*>(t.data_ptr()) + half, half);
+    } else {
+      g.add(t);
+    }
+  }
+  g.add(hc.records.data(), hc.records.size() * sizeof(Record));
+  g.add(hc.record_count.data(), hc.record_count.size() * sizeof(int32_t));
+  g.add(hc.retrieved_sorted.data(), hc.retrieved_sorted.size() * sizeof(int32_t));
+  AttnKernelParams& p = hc.p;
+  g.remap(p.q);
+  g.remap(p.out);
+  g.remap(p.lse);
+  for (const void** a : {&p.kv.k_ctrl, &p.kv.v_ctrl, &p.kv.k_nat, &p.kv.k_grp, &p.kv.k_cond, &p.kv.v_body,
+                         &p.kv.s_nat, &p.kv.s_grp, &p.kv.s_v, &p.kv.p_nat, &p.kv.p_grp})
+    g.remap(*a);
+  g.remap(p.cos_int);
+  g.remap(p.sin_int);
+  g.remap(p.cos_cond);
+  g.remap(p.sin_cond);
+  g.remap(p.records);
+  g.remap(p.record_count);
+  g.remap(p.retrieved);
+  g.remap(p.ctrl_o);
+  g.remap(p.ctrl_lse);
+}
 
 template <typename F>
 auto simt_errors_as_runtime_errors(const F& f) {
@@ -51,6 +125,8 @@ std::tuple<at::Tensor, at::Tensor> attn_simt(const at::Tensor& q, const at::Tens
   hc.out.fill_(NAN);
   hc.lse.fill_(NAN);
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  GuardedArrays guarded;
+  if (::simt::options().guard_global) guard(hc, guarded);
   simt_errors_as_runtime_errors([&] {
     dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
       using Element = decltype(tag);
@@ -63,6 +139,8 @@ std::tuple<at::Tensor, at::Tensor> attn_simt(const at::Tensor& q, const at::Tens
     });
     return 0;
   });
+  guarded.copy_back(hc.out.data_ptr());
+  guarded.copy_back(hc.lse.data_ptr());
   return {hc.out, hc.lse};
 }
 
@@ -98,12 +176,13 @@ at::Tensor probe(c10::string_view name, const std::optional<at::Tensor>& input) 
 }
 
 // simt.h Options: workers (0: torch's thread count), poison_shared, check_races, eager_copies, schedule_seed,
-// stack_bytes; returns the previous values in that order.
+// guard_global, stack_bytes; returns the previous values in that order.
 std::vector<int64_t> configure(int64_t workers, bool poison_shared, bool check_races, bool eager_copies,
-                               int64_t schedule_seed, int64_t stack_bytes) {
+                               int64_t schedule_seed, bool guard_global, int64_t stack_bytes) {
   ::simt::Options& o = ::simt::options();
   std::vector<int64_t> old{o.workers, o.poison_shared, o.check_races, o.eager_copies, int64_t(o.schedule_seed),
-                           int64_t(o.stack_bytes)};
+                           o.guard_global, int64_t(o.stack_bytes)};
+  o.guard_global = guard_global;
   o.workers = int(workers);
   o.poison_shared = poison_shared;
   o.check_races = check_races;
@@ -130,7 +209,7 @@ TORCH_LIBRARY(rangeswa_simt, m) {
   // Catch-all kernels: these take no tensor (or an optional one) to dispatch on.
   m.def("probe(str name, Tensor? input=None) -> Tensor", &rangeswa::cuda::probe);
   m.def("configure(int workers=0, bool poison_shared=True, bool check_races=True, bool eager_copies=False, "
-        "int schedule_seed=0, int stack_bytes=262144) -> int[]",
+        "int schedule_seed=0, bool guard_global=True, int stack_bytes=262144) -> int[]",
         &rangeswa::cuda::configure);
   m.def("stats() -> int[]", &rangeswa::cuda::stats);
 }
