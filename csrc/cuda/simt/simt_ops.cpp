@@ -68,7 +68,7 @@ void guard(HostCall& hc, GuardedArrays& g) {
   g.add(hc.out);
   g.add(hc.lse);
   for (const at::Tensor& t : hc.keep) {
-    if (t.dim() == 3 && t.size(0) == 2 && t.scalar_type() == at::kFloat && t.is_contiguous()) {  // cos / sin tables
+    if (t.data_ptr() == hc.p.cos_int || t.data_ptr() == hc.p.cos_cond) {  // cos / sin tables [2, rows, half]
       const size_t half = size_t(t.size(1) * t.size(2)) * sizeof(float);
       g.add(t.data_ptr(), half);
       g.add(static_cast<const char*>(t.data_ptr()) + half, half);
