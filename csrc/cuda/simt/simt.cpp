@@ -294,6 +294,7 @@ struct Worker {
   std::vector<StaticVar> statics;
   std::vector<Chunk> shadow;
   std::vector<int> order;  // the threads' order in a scheduling pass
+  int cursor = -1;         // position in `order` of the running fiber
   uint32_t gen = 1;  // CTA barriers completed + 1
   int bar_arrived = 0, bar_acc = 0, bar_result = 0;
   Barrier bar_kind = Barrier::kSync;
@@ -343,8 +344,24 @@ struct Worker {
   }
 
   // ---- fibers ----
+  // A fiber that blocks or exits hands over to the next ready fiber of the scheduling pass (one switch instead
+  // of two through the scheduler), or to the scheduler at the end of the pass or after an error.
+  Context& leave() {
+    if (error.empty() && !faulted)
+      while (++cursor < nthreads) {
+        Fiber* n = fibers[order[cursor]].get();
+        if (n->state == State::kReady) {
+          t_fiber = n;
+          ++stats.switches;
+          return n->ctx;
+        }
+      }
+    t_fiber = nullptr;
+    return sched;
+  }
+
   void yield(Fiber* f) {
-    switch_context(f->ctx, sched);
+    switch_context(f->ctx, leave());
   }
 
   void release(int tid) {
@@ -713,26 +730,20 @@ struct Worker {
     }
     uint64_t rng = opts.schedule_seed * 0x9E3779B97F4A7C15ull + uint64_t(b);
     while (exited < nthreads) {
-      bool ran = false;
       if (opts.schedule_seed != 0) {  // a random order of the threads for this pass (Fisher-Yates)
         for (int t = nthreads - 1; t > 0; --t) {
           rng = rng * 6364136223846793005ull + 1442695040888963407ull;
           std::swap(order[t], order[int((rng >> 33) % uint64_t(t + 1))]);
         }
       }
-      for (int x = 0; x < nthreads; ++x) {
-        const int t = order[x];
-        Fiber& f = *fibers[t];
-        if (f.state != State::kReady) continue;
-        t_fiber = &f;
-        switch_context(sched, f.ctx);
-        t_fiber = nullptr;
-        ++stats.switches;
-        ran = true;
-        if (faulted) throw Error(context() + error + fault_report());
-        if (!error.empty()) throw Error(context() + error);
-      }
-      if (!ran) throw Error(context() + stall_report());
+      // One pass: the ready fibers in order, each handing over to the next (leave()); back here at its end.
+      cursor = -1;
+      Context& first = leave();
+      if (&first == &sched) throw Error(context() + stall_report());
+      switch_context(sched, first);
+      t_fiber = nullptr;
+      if (faulted) throw Error(context() + error + fault_report());
+      if (!error.empty()) throw Error(context() + error);
     }
     ++stats.ctas;
   }
@@ -833,7 +844,7 @@ void fiber_main(void* arg) {
       w->on_exit(f);
     }
   }
-  switch_context(f->ctx, w->sched);
+  switch_context(f->ctx, w->leave());
   std::abort();  // an exited fiber is never resumed
 }
 
