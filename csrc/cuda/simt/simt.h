@@ -37,6 +37,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 // CUDA attributes that the host compiler does not know (host_defines.h leaves these to nvcc).
