@@ -10,8 +10,8 @@ no GPU, no nvcc and no CUDA build of torch.
 - the project's WarpGemm (warp_gemm.h) against a plain matmul, for every dtype, head dim and tile width;
 - the real attention kernel (mainloop.h attn_kernel) as torch.ops.rangeswa_simt.attn (the attn schema) on a
   handful of cases of tests/attn_cases.py, against the float64 reference;
-- the whole grid through the kernel (GRID x fp32 / bf16 / fp16, and CAUSAL_GRID) with RANGESWA_SIMT_GRID=1:
-  RANGESWA_SIMT_GRID=1 python -m pytest tests/test_simt.py -k simt_grid
+- the whole grid through the kernel (GRID x fp32 / bf16 / fp16, and CAUSAL_GRID), about 3.5 minutes on 2
+  shared cores: python -m pytest tests/test_simt.py -k simt_grid
 """
 
 import os
@@ -26,7 +26,6 @@ from rangeswa_ext import reference as ref
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIMT = os.path.join(ROOT, "csrc", "cuda", "simt")
-FULL_GRID = os.environ.get("RANGESWA_SIMT_GRID", "") not in ("", "0")
 
 
 @pytest.fixture(scope="module")
@@ -234,20 +233,14 @@ def test_simt_launch_statistics(simt):
     assert collectives == mmas + ldmatrix and switches >= 31 * collectives  # all lanes but the last one wait
 
 
-# ------------------------------------------------------------------------- the whole grid (opt-in)
+# ---------------------------------------------------------------------------------- the whole grid
 
-needs_full_grid = pytest.mark.skipif(not FULL_GRID, reason="the whole grid through the SIMT kernel takes minutes: "
-                                                           "RANGESWA_SIMT_GRID=1")
-
-
-@needs_full_grid
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])
 def test_simt_grid(simt, case, dtype):
     _check_case(simt, case, dtype)
 
 
-@needs_full_grid
 @pytest.mark.parametrize("case", CAUSAL_GRID, ids=[causal_id(c) for c in CAUSAL_GRID])
 def test_simt_grid_causal_and_cached(simt, case):
     _check_causal_case(simt, case)

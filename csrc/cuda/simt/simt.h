@@ -25,6 +25,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>  // before the built-in macros below (it declares gridDim etc.)
 #include <vector_functions.h>
 #include <vector_types.h>
 
@@ -270,6 +271,17 @@ inline uint32_t pack2<__half>(float lo, float hi) {
 }
 
 // ex2.approx.ftz.f32: 2^x with subnormal inputs and results flushed to zero; 2^-inf = +0.
+// Two adjacent elements in one store (utils.h store2).
+template <typename Element>
+inline void store2(Element* dst, float a, float b) {
+  *reinterpret_cast<uint32_t*>(dst) = pack2<Element>(a, b);
+}
+template <>
+inline void store2<float>(float* dst, float a, float b) {
+  dst[0] = a;
+  dst[1] = b;
+}
+
 inline float exp2_approx(float x) { return ::simt::detail::ftz(std::exp2(::simt::detail::ftz(x))); }
 
 }  // namespace rangeswa::cuda
