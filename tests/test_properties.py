@@ -153,10 +153,12 @@ def test_attn_cpu_matches_reference(call):
 
 
 def cuda_refuses(call) -> bool:
-    """attn_setup.h cuda_unsupported: rows that can see a summary block in part stay on the CPU."""
+    """attn_setup.h cuda_unsupported: rows that can see a summary block in part stay on the CPU (only with
+    summaries, and a causal block shorter than L: from L on it is the bidirectional call)."""
     cfg, cb = call["cfg"], call["cb"]
     G, radius = cfg.summary_block, cfg.window_for(call["stage"]) // 2
-    return cfg.method == "rangeswa" and cb > 0 and cb % G != 0 and G % cb != 0 and radius < cb - 1
+    return (cfg.method == "rangeswa" and cfg.summaries and 0 < cb < call["L"] and cb % G != 0 and G % cb != 0
+            and radius < cb - 1)
 
 
 @profile("emulated")
