@@ -3,9 +3,18 @@
 #include "prepared.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace rangeswa {
+
+// Every size argument stays at most 2^31 - 1 (docs/spec_decisions.md item 20): far past any real call,
+// and it keeps the sums the rules form (i + r, L + G - 1, ...) clear of int64 overflow.
+constexpr int64_t kMaxSize = 2147483647;
+
+static void check_at_most_max(int64_t value, const char* name) {
+  TORCH_CHECK_VALUE(value <= kMaxSize, name, " must be at most 2^31 - 1 = ", kMaxSize, ", got ", value);
+}
 
 Method parse_method(c10::string_view method) {
   if (method == "full") return Method::kFull;
@@ -21,6 +30,8 @@ RopeParams check_rope(int64_t head_dim, double theta, std::optional<int64_t> rot
                       c10::string_view rope_style) {
   TORCH_CHECK_VALUE(rope_style == "interleaved" || rope_style == "half",
                     "rope_style must be 'interleaved' or 'half', got '", std::string(rope_style), "'");
+  TORCH_CHECK_VALUE(rotary_dim_arg.has_value() || head_dim % 2 == 0, "rotary_dim None rotates the whole head dim, "
+                    "which must then be even, got head dim ", head_dim, "; give an even rotary_dim");
   const int64_t rotary_dim = rotary_dim_arg.value_or(head_dim);
   TORCH_CHECK_VALUE(rotary_dim >= 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim,
                     "rotary_dim must be even and in [0, head dim = ", head_dim, "], got ", rotary_dim);
@@ -53,6 +64,7 @@ RopeParams check_block_summary(const at::Tensor& k, const at::Tensor& v, int64_t
                     " and ", v.scalar_type());
   TORCH_CHECK_VALUE(k.device() == v.device(), "k and v must be on the same device");
   TORCH_CHECK_VALUE(summary_block >= 1, "summary_block must be >= 1, got ", summary_block);
+  check_at_most_max(summary_block, "summary_block");
   RopeParams rope = check_rope(k.size(3), theta, rotary_dim, rope_style);
   return rope;
 }
@@ -101,6 +113,18 @@ Rules check_topk(const at::Tensor& q, const at::Tensor& k, int64_t control_token
                     "), got ", retrieval_block);
   TORCH_CHECK_VALUE(query_block >= 1, "query_block must be >= 1, got ", query_block);
   TORCH_CHECK_VALUE(topk >= 0, "topk must be >= 0, got ", topk);
+  const std::pair<int64_t, const char*> sizes[] = {{causal_block, "causal_block"}, {window, "window"},
+      {summary_block, "summary_block"}, {retrieval_block, "retrieval_block"}, {query_block, "query_block"},
+      {topk, "topk"}};
+  for (const auto& [value, name] : sizes) check_at_most_max(value, name);
+  // The retrieved blocks [B, H_kv, nQb, K] are allocated whole (the topk_blocks output, the CUDA attn's table):
+  // refuse a K that makes them absurd before anything is allocated. Columns past the key block count only pad.
+  const int64_t nQb = ceil_div(L, query_block), nKb = ceil_div(L, retrieval_block);
+  const double entries = double(q.size(0)) * double(k.size(1)) * double(nQb) * double(topk);
+  TORCH_CHECK_VALUE(entries <= double(kMaxSize),
+                    "topk = ", topk, " makes the retrieved blocks [B, H_kv, nQb, K] = [", q.size(0), ", ", k.size(1),
+                    ", ", nQb, ", ", topk, "] hold more than 2^31 - 1 entries; every candidate is among the first ",
+                    nKb, " (the key blocks of L = ", L, "), more columns would only hold -1");
   return make_rules(Method::kRangeSwa, L, window, summary_block, /*Hn=*/0, topk, retrieval_block,
                     query_block, /*T=*/L, /*sinks=*/0, /*far_summaries=*/true, causal_block);
 }
@@ -120,6 +144,9 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   TORCH_CHECK_VALUE(near_range >= 0, "near_range must be >= 0, got ", near_range);
   TORCH_CHECK_VALUE(train_length >= 1, "train_length must be >= 1, got ", train_length);
   TORCH_CHECK_VALUE(sinks >= 0, "sinks must be >= 0, got ", sinks);
+  check_at_most_max(near_range, "near_range");
+  check_at_most_max(train_length, "train_length");
+  check_at_most_max(sinks, "sinks");
   TORCH_CHECK_VALUE(sinks == 0 || m == Method::kSwa, "sinks are only defined for method 'swa', got sinks=",
                     sinks, " with method '", std::string(method), "'");
   const double scale = scale_arg.value_or(1.0 / std::sqrt(double(q.size(3))));

@@ -2,6 +2,8 @@
 // register per backend next to their code: csrc/cpu/*.cpp (CPU) and csrc/cuda/*.cu (CUDA). Argument
 // meanings: python/rangeswa_ext/ops.py.
 #include <Python.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
 #include <torch/library.h>
 
 #include "schema.h"
@@ -22,4 +24,31 @@ TORCH_LIBRARY(rangeswa, m) {
   m.def(schema::kTopkBlocks);
   m.def(schema::kAttn);
   m.def(schema::kPrepare);
+}
+
+namespace {
+
+// attn and block_summary are inference ops without a backward (docs/spec_decisions.md item 21). Under grad
+// mode an input that requires grad is refused here, instead of an output whose gradient silently never
+// comes; otherwise the call goes on to the backend kernel. rope has a backward (python/rangeswa_ext/ops.py),
+// and topk_blocks returns indices, which carry no gradient (like argmax).
+void inference_only(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  if (c10::GradMode::is_enabled()) {
+    const auto& arguments = op.schema().arguments();
+    const size_t first = stack->size() - arguments.size();
+    for (size_t a = 0; a < arguments.size(); ++a) {
+      const c10::IValue& value = (*stack)[first + a];
+      TORCH_CHECK(!value.isTensor() || !value.toTensor().requires_grad(), op.schema().name(),
+                  " is an inference op with no backward, but its argument '", arguments[a].name(),
+                  "' requires grad; call it under torch.no_grad() or torch.inference_mode(), or detach the inputs");
+    }
+  }
+  op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(rangeswa, Autograd, m) {
+  m.impl("attn", torch::CppFunction::makeFromBoxedFunction<&inference_only>());
+  m.impl("block_summary", torch::CppFunction::makeFromBoxedFunction<&inference_only>());
 }

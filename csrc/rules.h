@@ -34,6 +34,8 @@ enum class PosClass : uint8_t { kNative = 0, kGroupedLeft = 1, kGroupedRight = 2
 enum class BlockClass : uint8_t { kNative = 0, kLeft = 1, kRight = 2, kMixed = 3 };
 
 RSWA_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// a // b rounded toward -infinity like Python's (C++ truncates toward 0); b > 0.
+RSWA_HD int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 RSWA_HD int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 RSWA_HD int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
@@ -53,7 +55,7 @@ struct Rules {
   Method method;
   int64_t L;              // body tokens
   int64_t window;         // W
-  int64_t radius;         // r = W / 2 (rangeswa) or (W - S) / 2 (swa)
+  int64_t radius;         // r = W // 2 (rangeswa) or (W - S) // 2 (swa; floor, so W - S = -1 gives -1)
   int64_t G;              // summary_block
   int64_t Hn;             // near_range
   int64_t topk;           // K
@@ -165,7 +167,7 @@ RSWA_HD Rules make_rules(Method method, int64_t L, int64_t window, int64_t G, in
   r.method = method;
   r.L = L;
   r.window = window;
-  r.radius = method == Method::kSwa ? (window - sinks) / 2 : window / 2;
+  r.radius = method == Method::kSwa ? floor_div(window - sinks, 2) : window / 2;
   r.G = G;
   r.Hn = Hn;
   r.topk = method == Method::kRangeSwa ? topk : 0;

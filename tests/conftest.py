@@ -1,7 +1,13 @@
-"""Shared helpers for the tests: random attention inputs and the error measure they are judged by."""
+"""Shared helpers for the tests: random attention inputs, the error measures they are judged by, and the
+host emulator of the CUDA attention kernel."""
+
+import math
+import os
 
 import pytest
 import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_qkv(B, Hq, Hkv, N, D, seed, dtype=torch.float32):
@@ -17,6 +23,36 @@ def rel_err(out, ref):
     return ((out.double() - ref.double()).abs().max() / ref.double().abs().max().clamp_min(1e-30)).item()
 
 
+#: The constant of `attn_error_bound`, measured: the long property profile's largest error is a small
+#: fraction of the bound (benchmarks/results/property_long_*.md gives the ratio).
+ATTN_BOUND_FACTOR = 8.0
+
+
+def attn_error_bound(q, k, v, scale, operand_dtype=torch.float32):
+    """How far an attention kernel's output and log-sum-exp may lie from the float64 reference
+    (docs/spec_decisions.md item 22): (output bound, log-sum-exp bound), absolute.
+
+    A kernel computing in precision eps (the dtype of its matrix-product operands: float32 for the CPU
+    kernel, the inputs' dtype for the CUDA kernel's plan) rounds every logit by about eps times its
+    magnitude, and a logit error e moves the softmax weights by a relative e, so the output by e max|v|.
+    Every logit is at most M = scale max|q_i| max|k_j| (norms of rows; RoPE keeps them), summary logits
+    included (means of logits) and the bias terms are O(log N). So:
+
+        |out - ref| <= 8 eps (1 + M) max|v| + eps_out max|v|,   |lse - ref| <= 8 eps (1 + M + log N)
+
+    with eps_out the rounding of the output to its dtype (float32: negligible). This bound measures the
+    kernel, not fp32: large logits (M in the hundreds) widen it in proportion, as they widen the error of
+    fp32 SDPA itself, while ordinary inputs (M about 10) hold the kernel to about 1e-5 of max|v|.
+    """
+    eps = torch.finfo(operand_dtype).eps
+    eps_out = torch.finfo(q.dtype).eps if q.dtype != torch.float32 else 0.0
+    M = scale * q.double().norm(dim=-1).max().item() * k.double().norm(dim=-1).max().item()
+    V = v.double().abs().max().item()
+    log_n = math.log(max(k.shape[2], 1))
+    return (ATTN_BOUND_FACTOR * eps * (1 + M) * V + eps_out * V,
+            ATTN_BOUND_FACTOR * eps * (1 + M + log_n))
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models gain nothing from threads, and a busy 2-core machine makes two threads slow."""
@@ -29,3 +65,13 @@ def one_thread():
 @pytest.fixture
 def qkv():
     return make_qkv
+
+
+@pytest.fixture(scope="session")
+def emulator():
+    """torch.ops.rangeswa_emulator.attn: the CUDA attention kernel's own setup, plan and per-warp decisions
+    (csrc/cuda/emulator) compiled for the host by nvcc, with exactly the attn schema (tests/cuda_emulator.py
+    builds it once per session into this checkout's build/emulator, about 2 minutes on 2 cores)."""
+    from cuda_emulator import emulator_ops
+
+    return emulator_ops().attn.default

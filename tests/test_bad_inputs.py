@@ -39,6 +39,9 @@ BAD_ATTN = {
                                v=torch.randn(1, 1, 44, 64, dtype=torch.float64)), r"q must be float32, bfloat16"),
     "odd_rotary_dim": (dict(rotary_dim=63), r"rotary_dim must be even"),
     "rotary_dim_too_big": (dict(rotary_dim=66), r"rotary_dim must be even and in \[0, head dim = 64\]"),
+    "whole_odd_head_dim": (dict(q=torch.randn(1, 2, 44, 63), k=torch.randn(1, 1, 44, 63), v=torch.randn(1, 1, 44, 63),
+                                rotary_dim=None), r"rotary_dim None rotates the whole head dim, which must then be "
+                                                  r"even, got head dim 63; give an even rotary_dim"),
     "rb_not_multiple_of_g": (dict(retrieval_block=12), r"retrieval_block must be a positive multiple of summary_block"),
     "negative_window": (dict(window=-1), r"window must be >= 1"),
     "zero_summary_block": (dict(summary_block=0), r"summary_block must be >= 1"),
@@ -53,7 +56,19 @@ BAD_ATTN = {
     "method": (dict(method="rangeswa_lite"), r"method must be one of"),
     "rope_style": (dict(rope_style="neox"), r"rope_style must be 'interleaved' or 'half'"),
     "theta": (dict(theta=-1.0), r"theta must be a finite number > 0"),
+    "theta_nan": (dict(theta=float("nan")), r"theta must be a finite number > 0, got nan"),
     "scale": (dict(scale=0.0), r"scale must be a finite number > 0"),
+    "scale_inf": (dict(scale=float("inf")), r"scale must be a finite number > 0, got inf"),
+    # Sizes past 2^31 - 1 (docs/spec_decisions.md item 20), named before anything is allocated.
+    "window_beyond_the_limit": (dict(window=2**40), r"window must be at most 2\^31 - 1 = 2147483647"),
+    "summary_block_beyond_the_limit": (dict(summary_block=2**31, retrieval_block=2**31),
+                                       r"summary_block must be at most 2\^31 - 1"),
+    "topk_beyond_the_limit": (dict(topk=2**40), r"topk must be at most 2\^31 - 1 = 2147483647, got 1099511627776"),
+    "near_range_beyond_the_limit": (dict(near_range=2**31), r"near_range must be at most 2\^31 - 1"),
+    "causal_block_beyond_the_limit": (dict(causal_block=2**31), r"causal_block must be at most 2\^31 - 1"),
+    "retrieved_table_too_big": (dict(topk=2**31 - 1), r"topk = 2147483647 makes the retrieved blocks \[B, H_kv, nQb, K\] "
+                                r"= \[1, 1, 3, 2147483647\] hold more than 2\^31 - 1 entries; every candidate is among "
+                                r"the first 3"),
     "retrieved_dtype": (dict(retrieved=torch.zeros(1, 1, 3, 2, dtype=torch.int64)), r"retrieved must be int32"),
     "retrieved_shape": (dict(retrieved=torch.zeros(1, 1, 2, 2, dtype=torch.int32)), r"retrieved must be \[B, H_kv, nQb, K\]"),
     "retrieved_range": (dict(retrieved=torch.full((1, 1, 3, 1), 7, dtype=torch.int32)), r"outside \[-1, 3\)"),
@@ -126,6 +141,14 @@ def test_topk_blocks_rejects_bad_blocks():
     (dict(sinks=2), r"sinks are a swa baseline feature"),
     (dict(rotary_dim=5), r"rotary_dim must be even"),
     (dict(rope_style="neox"), r"rope_style must be one of"),
+    (dict(theta=float("nan")), r"theta must be a finite number > 0, got nan"),
+    (dict(scale=-1.0), r"scale must be a finite number > 0 \(or None for 1/sqrt\(head_dim\)\), got -1.0"),
+    (dict(switch_time=float("nan")), r"switch_time must be a finite number in \[0, 1\]"),
+    (dict(switch_time=1.5), r"switch_time must be a finite number in \[0, 1\]"),
+    (dict(summary_block=2**20, retrieval_block=2**40), r"retrieval_block must be >= 1 and at most 2\^31 - 1"),
+    (dict(topk=2**40), r"topk must be >= 0 and at most 2\^31 - 1 = 2147483647, got 1099511627776"),
+    (dict(late_window=256.0), r"late_window must be an integer, got 256.0"),
+    (dict(far_summaries="no"), r"far_summaries must be True or False"),
 ])
 def test_config_rejects(changes, message):
     with pytest.raises(ValueError, match=message):

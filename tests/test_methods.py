@@ -8,7 +8,7 @@ import torch
 from conftest import make_qkv, rel_err
 from rangeswa_ext import reference as ref
 from rangeswa_ext.config import preset
-from rangeswa_ext.methods import METHODS, longllada_theta, make_attention, ntk_theta, yarn_frequencies
+from rangeswa_ext.methods import DENSE_METHODS, METHODS, longllada_theta, make_attention, ntk_theta, yarn_frequencies
 
 
 @pytest.mark.parametrize("L,lam", [(8192, 4), (16384, 14), (24576, 31), (32768, 55)])
@@ -250,3 +250,44 @@ def test_op_wrapper_takes_the_attention_mask():
     with pytest.raises(ValueError) as error:
         ops.attn(q, k, v, cfg, C, causal_block=-2, attention_mask=mask)
     assert str(error.value) == op_error(q, k, v, control_tokens=C, causal_block=-2)
+
+def _compiled(name: str, dynamic: bool):
+    """(method, its torch.compile(fullgraph=True) under a compile counter, the counter): past T = 32 with the
+    op presets' numbers scaled to T, GQA, control tokens, a causal block and a query suffix."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    method = make_attention(name, head_dim=32, train_length=32, **({} if name in DENSE_METHODS else
+                                                                     dict(scale_windows=True)))
+    counter = CompileCounterWithBackend("aot_eager")  # AOT autograd over fake tensors: what inductor is given
+
+    def call(q, k, v):
+        return method(q, k, v, control_tokens=3, stage="late", causal_block=4)
+
+    return call, torch.compile(call, backend=counter, fullgraph=True, dynamic=dynamic), counter
+
+
+def _suffix_inputs(L: int):
+    q, k, v = make_qkv(1, 4, 2, 3 + L, 32, seed=L)
+    return torch.cat([q[:, :, :3], q[:, :, 3 + L // 3:]], 2), k, v  # the control rows and the last body rows
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_compiles_with_static_shapes(name):
+    torch._dynamo.reset()
+    call, compiled, _ = _compiled(name, dynamic=False)
+    q, k, v = _suffix_inputs(45)
+    assert rel_err(compiled(q, k, v), call(q, k, v)) < 1e-6
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_compiles_once_for_every_length(name):
+    """dynamic=True: one graph serves every body length past T (a compile counter: no recompilation per L)."""
+    torch._dynamo.reset()
+    call, compiled, counter = _compiled(name, dynamic=True)
+    for n, L in enumerate((45, 58, 91)):
+        q, k, v = _suffix_inputs(L)
+        assert rel_err(compiled(q, k, v), call(q, k, v)) < 1e-6, L
+        if n == 0:
+            first = counter.frame_count
+            assert first >= 1
+    assert counter.frame_count == first

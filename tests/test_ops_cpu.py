@@ -1,5 +1,8 @@
 """The CPU kernels held to the reference over the stratified grid of tests/attn_cases.py (SPEC sections 1-5)."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -203,3 +206,54 @@ def test_rope_is_differentiable_in_x():
     x64 = x.detach().double().requires_grad_()
     (ref.rotate(x64, pos, 1e4, 48, "half") * w.double()).sum().backward()
     assert rel_err(x.grad, x64.grad) < 1e-6
+
+
+@pytest.mark.parametrize("argument", ["q", "k", "v"])
+def test_attn_is_an_inference_op(argument):
+    """attn has no backward (docs/spec_decisions.md item 21): under grad mode an input that requires grad is
+    an error naming it, never an output whose gradient silently comes back None."""
+    q, k, v = make_qkv(1, 2, 1, 4 + 60, 64, seed=15)
+    inputs = dict(q=q, k=k, v=v)
+    inputs[argument] = inputs[argument].clone().requires_grad_()
+    with pytest.raises(RuntimeError, match=rf"rangeswa::attn is an inference op with no backward, but its argument "
+                                           rf"'{argument}' requires grad; call it under torch.no_grad\(\)"):
+        ops.attn(**inputs, control_tokens=4)
+    expect = ops.attn(q, k, v, control_tokens=4)
+    with torch.no_grad():
+        assert torch.equal(ops.attn(**inputs, control_tokens=4), expect)
+    with torch.inference_mode():
+        assert torch.equal(ops.attn(**inputs, control_tokens=4), expect)
+    detached = {name: x.detach() for name, x in inputs.items()}
+    assert not ops.attn(**detached, control_tokens=4).requires_grad
+
+
+def test_block_summary_is_an_inference_op_and_topk_blocks_returns_indices():
+    _, k, v = make_qkv(1, 1, 2, 50, 64, seed=16)
+    with pytest.raises(RuntimeError, match=r"rangeswa::block_summary is an inference op with no backward, but its "
+                                           r"argument 'v' requires grad"):
+        ops.block_summary(k, v.clone().requires_grad_())
+    with torch.no_grad():
+        summary = ops.block_summary(k, v.clone().requires_grad_())
+    assert not summary[1].requires_grad
+    # Indices carry no gradient (like argmax): topk_blocks takes inputs that require grad and says so by its
+    # output, which does not require grad.
+    q = k.repeat(1, 2, 1, 1).requires_grad_()
+    blocks = ops.topk_blocks(q, k, preset("rangeswa", topk=2, late_window=8, retrieval_block=16), 0)
+    assert blocks.dtype == torch.int32 and not blocks.requires_grad
+
+
+def test_a_summary_block_beyond_the_length_sizes_no_buffer():
+    """G = 2^20 at L = 40 is one ragged block; the kernel's buffers follow min(G, L), not G (issue 22: they
+    took about 1 GB). Peak memory of a fresh process, one thread."""
+    code = (
+        "import resource, torch\n"
+        "from rangeswa_ext import ops, preset\n"
+        "torch.set_num_threads(1)\n"
+        "q = k = v = torch.randn(1, 1, 4 + 40, 64)\n"
+        "ops.attn(q, k, v, preset('rangeswa', train_length=16, near_range=3), 4)\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "ops.attn(q, k, v, preset('rangeswa', train_length=16, near_range=3, summary_block=2**20, "
+        "retrieval_block=2**20), 4)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n")
+    grown_kib = int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+    assert grown_kib < 64 * 1024

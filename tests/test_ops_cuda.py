@@ -8,20 +8,16 @@ every case of the grid (one test per case and dtype). It runs wherever nvcc and 
 are (the README's install gives both), GPU or not; docs/cuda.md says what it leaves to a GPU.
 """
 
-import os
-
 import pytest
 import torch
 
 from attn_cases import (CAUSAL_GRID, FP32_TOL, GRID, LSE_TOL, assert_low_precision_close, attn_reference, case_id,
                         causal_config, causal_id, causal_inputs, config, inputs, opcheck_samples, retrieved_for)
 from conftest import make_qkv, rel_err
-from cuda_emulator import emulator_ops
 from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cuda(*xs):
@@ -241,12 +237,6 @@ def test_torch_compile_sees_the_fake_shapes_cuda():
 
 
 # ------------------------------------------------------------------------------- host emulation
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    """torch.ops.rangeswa_emulator.attn, built once per run (about 2 minutes on 2 cores)."""
-    return emulator_ops().attn.default
 
 
 @pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])

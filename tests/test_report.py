@@ -13,7 +13,8 @@ import pytest
 
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval.judge import judge
-from rangeswa_ext.eval.metrics import four_gram_repetition, unigram_entropy, words
+from rangeswa_ext.eval.metrics import (four_gram_repetition, low_diversity, low_diversity_threshold, unigram_entropy,
+                                       words)
 from rangeswa_ext.eval.niah import plot_heatmap
 from rangeswa_ext.eval.plots import plot_model
 from rangeswa_ext.eval.score import score_file
@@ -21,6 +22,7 @@ from rangeswa_ext.eval.tables import Result, results_json, summarize
 from rangeswa_ext.report import build_report
 from rangeswa_ext.report.markdown import to_html
 from rangeswa_ext.report.page import marked_text
+from rangeswa_ext.report.runs import collect
 
 from chromium import Browser, find_chromium
 
@@ -119,12 +121,15 @@ def test_page_is_self_contained(page):
     assert text.count("<script") == 2  # the data block and the browser's script, both inline
 
 
-def test_page_holds_every_table_and_image(page):
+def test_page_holds_every_table_and_image(page, runs):
     text = page.read_text(encoding="utf-8")
     assert "elf-tiny (paper Table 1 layout)" in text and "lf (paper Table 3 layout)" in text
     assert text.count("<strong>elf-tiny</strong>, seed 1.") == 1 and "<strong>elf-tiny</strong>, seed 2." in text
     assert text.count("Table 2 layout: mean ± SD over seeds") == 2
-    assert "<s>" in text and "Low diversity (H &lt; 5): Full at 64 (H = 4.30, seed 1)" in text
+    # Results below the length-scaled threshold (metrics.low_diversity_threshold) are listed, others not.
+    for r in collect([runs["sweep"]]).sweeps[0].results:
+        item = f"at {r.length} (H = {r.h:.2f} &lt; {low_diversity_threshold(r.length):.2f}, seed {r.seed})"
+        assert (item in text) == low_diversity(r.h, r.length), item
     assert "| RangeSWA vs Full |" not in text and "<td>RangeSWA vs Full</td><td>100.0 / 0.0 / 0.0</td>" in text
     assert "<td>RangeSWA vs SWA</td>" in text
     assert text.count('<img src="data:image/svg+xml;base64,') == 4  # Figure 7 of both models, two heatmaps

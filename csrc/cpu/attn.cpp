@@ -104,7 +104,13 @@ struct Call {
     for (HeadRows* a : {&k_native, &k_grouped, &k_cond, &sk_native, &sk_grouped, &sv}) a->first = first;
   }
 
-  int64_t chunk_tokens() const { return std::max(p.rules.G, (kChunkKeys / p.rules.G) * p.rules.G); }
+  // Keys per pass over a range: whole G-blocks of about kChunkKeys keys, but never more than the call
+  // has, so that a G far beyond L sizes no buffer.
+  int64_t chunk_tokens() const {
+    return std::min(std::max(p.rules.G, (kChunkKeys / p.rules.G) * p.rules.G), std::max({p.L, p.C, int64_t(1)}));
+  }
+  // Whole G-blocks per window-zone pass: one when a block is wider than a chunk (then it holds at most L keys).
+  int64_t chunk_blocks() const { return std::max<int64_t>(1, chunk_tokens() / p.rules.G); }
 
   KvView view(int64_t b, int64_t hkv) const {
     const int64_t kv = b * p.Hkv + hkv;
@@ -182,7 +188,7 @@ struct MixedPrefix {
 
   const float* slot(const Call& c, const KvView& kv, int64_t blk, bool grouped_side) {
     const Rules& R = c.p.rules;
-    const int64_t D = c.p.D, per = R.G * D;
+    const int64_t D = c.p.D, per = std::min(R.G, R.L) * D;  // a block holds at most L keys
     size_t at = std::find(blocks.begin(), blocks.end(), blk) - blocks.begin();
     if (at == blocks.size()) {
       blocks.push_back(blk);
@@ -476,7 +482,8 @@ void summary_pass(const Call& c, const KvView& kv, const Tile& t, Workspace& ws,
       std::fill(row + hi, row + nb, kNegInf);
     }
     if (R.cb > 0) {  // section 7: blocks past the row's visible end are dropped
-      const int64_t end = R.visible_end(t.i0 + r), split = end / R.G;  // split: the first block not all seen
+      // split: the first block the row does not see whole (none when it sees up to L, ragged last block included)
+      const int64_t end = R.visible_end(t.i0 + r), split = end == R.L ? R.num_summary_blocks() : end / R.G;
       if (end < R.L && end % R.G != 0 && split >= ba && split < bb && row[split - ba] != kNegInf)
         ws.partial.push_back(r);  // seen in part: folded below with its own logit and value
       const int64_t from = std::clamp(split - ba, int64_t(0), nb);
@@ -549,7 +556,8 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
   } else {
     const int64_t nG = R.num_summary_blocks();
     const int64_t wf = R.window_first_block(t.i0), wl = R.window_last_block(t.last());
-    for (int64_t ba = wf; ba <= wl; ba += chunk / R.G) window_zone(c, kv, t, ws, ba, std::min(wl + 1, ba + chunk / R.G));
+    const int64_t step = c.chunk_blocks();
+    for (int64_t ba = wf; ba <= wl; ba += step) window_zone(c, kv, t, ws, ba, std::min(wl + 1, ba + step));
     std::fill(ws.excluded.begin(), ws.excluded.end(), 0);
     std::fill(ws.excluded.begin() + wf, ws.excluded.begin() + wl + 1, 1);
     if (c.retrieved != nullptr) {
@@ -716,7 +724,9 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
                               (*prepared)[kKeyMeans].scalar_type() == at::kDouble,
                           "prepared[", int(kKeyMeans), "] (key means) must be float64 [B, H_kv, key blocks, D], got ",
                           (*prepared)[kKeyMeans].sizes());
-      blocks = topk_blocks_float(qf, kf, p.C, R, means ? (*prepared)[kKeyMeans] : at::Tensor());
+      Rules retrieval = R;  // columns past the key block count would only hold -1
+      retrieval.topk = std::min(R.topk, R.num_key_blocks());
+      blocks = topk_blocks_float(qf, kf, p.C, retrieval, means ? (*prepared)[kKeyMeans] : at::Tensor());
     }
   }
   if (blocks.defined() && blocks.size(3) > 0) {

@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       const Element* row = q_rows + int64_t(r) * p.q_strides.row;
       const bool in = r < t.nrows;
       float a = in && da < p.D ? to_float(row[da]) : 0.f, b = in && db < p.D ? to_float(row[db]) : 0.f;
-      if (u < half && v != QVar::kPlain) {
+      if (in && u < half && v != QVar::kPlain) {  // padding rows read no table row (past L)
         const int32_t pos = v == QVar::kCond ? t.i0 + r : variant_position(g, v, t.i0 + r);
         const int64_t at = int64_t(pos < 0 ? -pos : pos) * half + u;
         const float c = (v == QVar::kCond ? p.cos_cond : p.cos_int)[at];

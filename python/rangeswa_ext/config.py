@@ -9,6 +9,8 @@ to data) lives here too, and the sampler asks it which window a network call use
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Optional
 
@@ -77,22 +79,27 @@ class RangeSWAConfig:
             raise ValueError(f"rope_style must be one of {ROPE_STYLES}, got {self.rope_style!r}")
         for name in ("early_window", "late_window", "decode_window", "summary_block", "retrieval_block",
                      "query_block", "train_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            check_size(name, getattr(self, name), 1)
         for name in ("near_range", "topk", "sinks"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            check_size(name, getattr(self, name), 0)
         if self.retrieval_block % self.summary_block:
             raise ValueError(f"retrieval_block ({self.retrieval_block}) must be a multiple of "
                              f"summary_block ({self.summary_block})")
         if self.sinks and self.method != "swa":
             raise ValueError(f"sinks are a swa baseline feature; method {self.method!r} needs sinks=0")
-        if self.rotary_dim is not None and (self.rotary_dim < 0 or self.rotary_dim % 2):
-            raise ValueError(f"rotary_dim must be even and >= 0, got {self.rotary_dim}")
-        if self.theta <= 0:
-            raise ValueError(f"theta must be > 0, got {self.theta}")
-        if not 0 <= self.switch_time <= 1:  # also refuses NaN, which no progress compares with
-            raise ValueError(f"switch_time must be in [0, 1] (0 = noise, 1 = data), got {self.switch_time}")
+        if self.rotary_dim is not None:
+            check_size("rotary_dim", self.rotary_dim, 0)
+            if self.rotary_dim % 2:
+                raise ValueError(f"rotary_dim must be even and >= 0, got {self.rotary_dim}")
+        check_theta(self.theta)
+        if self.scale is not None and not _finite_number(self.scale, lo=0.0, lo_open=True):
+            raise ValueError(f"scale must be a finite number > 0 (or None for 1/sqrt(head_dim)), got {self.scale!r}")
+        if not _finite_number(self.switch_time, lo=0.0, hi=1.0):
+            raise ValueError(f"switch_time must be a finite number in [0, 1] (progress from noise to data), "
+                             f"got {self.switch_time!r}")
+        for name in ("far_summaries", "cond_correction", "summaries"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     def replace(self, **changes) -> "RangeSWAConfig":
         """A copy with some fields changed (validated again)."""
@@ -124,8 +131,7 @@ class RangeSWAConfig:
         multiple of the summary block, at least one block, near s Rb; query block max(8, round(s Qb)).
         K, sinks, the switch point and the flags stay; train_length becomes ``train_length``.
         """
-        if train_length < 1:
-            raise ValueError(f"train_length must be >= 1, got {train_length}")
+        check_size("train_length", train_length, 1)
         s = train_length / PAPER_TRAIN_LENGTH
 
         def window(w: int) -> int:
@@ -145,6 +151,31 @@ class RangeSWAConfig:
 
     def resolved_scale(self, head_dim: int) -> float:
         return head_dim ** -0.5 if self.scale is None else float(self.scale)
+
+
+#: The largest size argument (windows, blocks, top-K, lengths): 2^31 - 1, as the op's checks
+#: (csrc/checks.cpp, docs/spec_decisions.md item 20).
+MAX_SIZE = 2**31 - 1
+
+
+def check_size(name: str, value, lo: int) -> None:
+    """A ValueError naming ``name`` unless ``value`` is an integer (not a bool) in [lo, MAX_SIZE]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not lo <= value <= MAX_SIZE:
+        raise ValueError(f"{name} must be >= {lo} and at most 2^31 - 1 = {MAX_SIZE}, got {value}")
+
+
+def _finite_number(value, lo: float, hi: float = math.inf, lo_open: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return False
+    return (value > lo if lo_open else value >= lo) and value <= hi
+
+
+def check_theta(theta) -> None:
+    """A ValueError unless the RoPE base is a finite number > 0 (the op's check, csrc/checks.cpp)."""
+    if not _finite_number(theta, lo=0.0, lo_open=True):
+        raise ValueError(f"theta must be a finite number > 0, got {theta!r}")
 
 
 #: The training length the paper's numbers (SPEC section 2 defaults) are stated for.

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
-from .config import RangeSWAConfig, preset
+from .config import ROPE_STYLES, RangeSWAConfig, check_size, check_theta, preset
 from .masking import check_call, per_sample
 from .reference.rope import inv_freq, rotate
 
@@ -40,8 +40,33 @@ class RopeSpec:
     style: str = "interleaved"
     rotary_dim: Optional[int] = None  # None: the whole head dim
 
+    def __post_init__(self):
+        check_theta(self.theta)
+        if self.style not in ROPE_STYLES:
+            raise ValueError(f"rope_style must be one of {ROPE_STYLES}, got {self.style!r}")
+        if self.rotary_dim is not None:
+            check_size("rotary_dim", self.rotary_dim, 0)
+            if self.rotary_dim % 2:
+                raise ValueError(f"rotary_dim must be even and >= 0, got {self.rotary_dim}")
+
     def dim(self, head_dim: int) -> int:
-        return head_dim if self.rotary_dim is None else self.rotary_dim
+        rotary_dim = head_dim if self.rotary_dim is None else self.rotary_dim
+        if rotary_dim > head_dim:
+            raise ValueError(f"rotary_dim ({rotary_dim}) must be <= the head dim ({head_dim})")
+        return rotary_dim
+
+
+# The formulas below take the body length L as an int or as a float64 0-d tensor: DenseRopeAttention passes
+# a tensor, so that torch.compile(dynamic=True) traces the L-dependent numbers instead of recompiling per L.
+
+
+def _log(x):
+    return x.log() if isinstance(x, torch.Tensor) else math.log(x)
+
+
+def _ceil_at_least_one(x):
+    """max(1, ceil(x))."""
+    return x.clamp_min(1).ceil() if isinstance(x, torch.Tensor) else max(1, math.ceil(x))
 
 
 def ntk_theta(theta: float, rotary_dim: int, L: int, T: int) -> float:
@@ -49,12 +74,16 @@ def ntk_theta(theta: float, rotary_dim: int, L: int, T: int) -> float:
     return theta * (L / T) ** (rotary_dim / (rotary_dim - 2))
 
 
+def longllada_critical_dim(theta: float, rotary_dim: int, T: int) -> int:
+    """LongLLaDA's d_crit = 2 ceil(d/2 log_theta(T / 2 pi)): the rotated dims whose period fits in T."""
+    return 2 * math.ceil(rotary_dim / 2 * math.log(T / (2 * math.pi), theta))
+
+
 def longllada_theta(theta: float, rotary_dim: int, L: int, T: int) -> float:
     """LongLLaDA's scaling law: d_crit = 2 ceil(d/2 log_theta(T / 2 pi)),
     lambda = theta^-1 (L / 2 pi)^(d / d_crit); the base becomes theta * ceil(lambda)."""
-    d_crit = 2 * math.ceil(rotary_dim / 2 * math.log(T / (2 * math.pi), theta))
-    lam = (L / (2 * math.pi)) ** (rotary_dim / d_crit) / theta
-    return theta * max(1, math.ceil(lam))
+    lam = (L / (2 * math.pi)) ** (rotary_dim / longllada_critical_dim(theta, rotary_dim, T)) / theta
+    return theta * _ceil_at_least_one(lam)
 
 
 def yarn_frequencies(theta: float, rotary_dim: int, L: int, T: int, beta_fast: float = 32.0,
@@ -76,7 +105,7 @@ def yarn_frequencies(theta: float, rotary_dim: int, L: int, T: int, beta_fast: f
     ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float64) - low) / max(high - low, 1e-3)).clamp(0, 1)
     extrapolate = 1 - ramp  # 1: keep the original frequency
     freqs = base / factor * (1 - extrapolate) + base * extrapolate
-    temperature = 0.1 * math.log(factor) + 1.0
+    temperature = 0.1 * _log(factor) + 1.0
     return freqs, temperature ** 2
 
 
@@ -102,19 +131,23 @@ class DenseRopeAttention:
             raise ValueError(f"unknown dense method {name!r}; known: {', '.join(DENSE_METHODS)}")
         self.name, self.rope, self.train_length = name, rope, train_length
 
-    def rotation(self, L: int, rotary_dim: int) -> tuple[torch.Tensor, float, Optional[torch.Tensor], float]:
-        """(body positions [L], RoPE base, explicit inv_freq or None, logit multiplier) at body length L."""
+    def rotation(self, L: int, rotary_dim: int) -> tuple[torch.Tensor, float, Optional[torch.Tensor],
+                                                          Optional[torch.Tensor]]:
+        """(body positions [L], RoPE base, explicit inv_freq or None, logit multiplier or None) at body
+        length L. Past T every L-dependent number is a tensor computed from L as a 0-d tensor, so a
+        compiled model (dynamic shapes) runs every length with one graph."""
         T, theta = self.train_length, self.rope.theta
         positions = torch.arange(L, dtype=torch.float64)
         if L <= T or self.name == "full":
-            return positions, theta, None, 1.0
+            return positions, theta, None, None
+        length = torch.scalar_tensor(L, dtype=torch.float64)
         if self.name == "pi":
-            return positions * T / L, theta, None, 1.0
+            return positions * T / length, theta, None, None
         if self.name == "ntk":
-            return positions, ntk_theta(theta, rotary_dim, L, T), None, 1.0
+            return positions, theta, inv_freq(ntk_theta(theta, rotary_dim, length, T), rotary_dim), None
         if self.name == "longllada":
-            return positions, longllada_theta(theta, rotary_dim, L, T), None, 1.0
-        freqs, mult = yarn_frequencies(theta, rotary_dim, L, T)
+            return positions, theta, inv_freq(longllada_theta(theta, rotary_dim, length, T), rotary_dim), None
+        freqs, mult = yarn_frequencies(theta, rotary_dim, length, T)
         return positions, theta, freqs, mult
 
     def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0,
@@ -134,12 +167,16 @@ class DenseRopeAttention:
         if freqs is None and q.dtype in ops.KERNEL_DTYPES:  # the fused rope op: one pass over q, one over k
             qr = ops.rope(q, q_pos.to(q.device), base, rd, self.rope.style)
             kr = ops.rope(k, k_pos.to(q.device), base, rd, self.rope.style)
-        else:  # YaRN's per-frequency scaling (not a base), or float64 inputs: the explicit rotation
+        else:  # frequencies of a length-dependent base or YaRN's ramp, or float64 inputs: the explicit rotation
             qr = rotate(q, q_pos, base, rd, self.rope.style, freqs)
             kr = rotate(k, k_pos, base, rd, self.rope.style, freqs)
+        if mult is not None:  # YaRN's attention temperature, on the queries (a tensor: SDPA's scale is a float)
+            qr = qr * mult.to(qr.device, qr.dtype)
         mask = causal_mask(C, L, Lq, causal_block, q.device)
-        return F.scaled_dot_product_attention(qr, kr, v, attn_mask=mask, scale=mult / math.sqrt(D),
-                                              enable_gqa=q.shape[1] != k.shape[1])
+        # Branching on the head counts turns the comparison into a plain bool (a guard under torch.compile):
+        # with dynamic shapes it is a SymBool, which SDPA refuses.
+        gqa = True if q.shape[1] != k.shape[1] else False
+        return F.scaled_dot_product_attention(qr, kr, v, attn_mask=mask, scale=1 / math.sqrt(D), enable_gqa=gqa)
 
 
 class OpAttention:
@@ -161,6 +198,18 @@ class OpAttention:
                         attention_mask=attention_mask, prepared=prepared)
 
 
+def _check_formula_domain(name: str, rope: RopeSpec, rotary_dim: int, T: int) -> None:
+    """The numbers a dense baseline's formula needs past T, refused up front with the argument named
+    (rather than a ZeroDivisionError at the first long call)."""
+    if name in ("yarn", "longllada") and rope.theta <= 1:
+        raise ValueError(f"theta must be > 1 for {name} (its formula takes log_theta), got {rope.theta}")
+    if name == "ntk" and rotary_dim <= 2:
+        raise ValueError(f"rotary_dim must be > 2 for ntk (theta (L/T)^(d/(d-2))), got {rotary_dim}")
+    if name == "longllada" and longllada_critical_dim(rope.theta, rotary_dim, T) < 2:
+        raise ValueError(f"train_length = {T} leaves longllada no critical dim: d_crit = 2 ceil(d/2 "
+                         f"log_theta(T / 2 pi)) must be >= 2 (rotary_dim {rotary_dim}, theta {rope.theta})")
+
+
 def make_attention(name: str, *, head_dim: int, theta: float = 10000.0, rope_style: str = "interleaved",
                    rotary_dim: Optional[int] = None, train_length: int = 1024, scale_windows: bool = False,
                    **overrides):
@@ -175,6 +224,8 @@ def make_attention(name: str, *, head_dim: int, theta: float = 10000.0, rope_sty
     if name in DENSE_METHODS:
         if overrides or scale_windows:
             raise ValueError(f"method {name!r} takes no overrides, got {sorted(overrides) or ['scale_windows']}")
+        check_size("train_length", train_length, 1)
+        _check_formula_domain(name, rope, rope.dim(head_dim), train_length)
         return DenseRopeAttention(name, rope, train_length)
     if name in OP_PRESETS:
         base = preset(name).scaled_to(train_length) if scale_windows else preset(name)

@@ -114,6 +114,11 @@ int main() {
   EXPECT(swa.radius == 126);
   EXPECT(swa.swa_sees(1000, 874) && !swa.swa_sees(1000, 873) && swa.swa_sees(1000, 3));
   EXPECT(swa.token_role(1000, 4) == Role::kHidden);
+  // The radius is SPEC's floor division (docs/spec_decisions.md item 19): W - S = -1 leaves the sinks only.
+  EXPECT(floor_div(-1, 2) == -1 && floor_div(-4, 2) == -2 && floor_div(-5, 2) == -3 && floor_div(5, 2) == 2);
+  Rules sinks_only = make_rules(Method::kSwa, 10, 1, 16, 512, 0, 64, 128, 1024, 2, true);
+  EXPECT(sinks_only.radius == -1);
+  EXPECT(!sinks_only.swa_sees(5, 5) && sinks_only.swa_sees(5, 1) && !sinks_only.swa_sees(5, 2));
 
   if (failures) {
     std::fprintf(stderr, "%d rule checks failed\n", failures);

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..models.llada import LLADA_CONFIGS, LLaDA, LLaDAConfig, find_checkpoint, load_llada, load_llada_tokenizer
-from ..samplers.llada_sampler import SamplerConfig, generate
+from ..samplers.llada_sampler import SamplerConfig, sample
 from . import Backbone, register
 
 

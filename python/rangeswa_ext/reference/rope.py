@@ -11,10 +11,11 @@ from __future__ import annotations
 import torch
 
 
-def inv_freq(theta: float, rotary_dim: int, dtype=torch.float64) -> torch.Tensor:
-    """inv_freq[k] = theta^(-2k / rotary_dim), k = 0 .. rotary_dim/2 - 1."""
+def inv_freq(theta: float | torch.Tensor, rotary_dim: int, dtype=torch.float64) -> torch.Tensor:
+    """inv_freq[k] = theta^(-2k / rotary_dim), k = 0 .. rotary_dim/2 - 1. theta may be a 0-d tensor (a base
+    that depends on a traced length, methods.py)."""
     k = torch.arange(rotary_dim // 2, dtype=torch.float64)
-    return (float(theta) ** (-2.0 * k / rotary_dim)).to(dtype)
+    return (theta ** (-2.0 * k / rotary_dim)).to(dtype)
 
 
 def pair_indices(rotary_dim: int, style: str) -> tuple[torch.Tensor, torch.Tensor]:

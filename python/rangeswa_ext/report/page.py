@@ -27,7 +27,8 @@ from typing import Optional
 from .. import backbones
 from ..eval.judge import notes
 from ..eval.judge_table import table17
-from ..eval.metrics import LOW_DIVERSITY_ENTROPY, four_gram_repetition, low_diversity, unigram_entropy, words
+from ..eval.metrics import (LOW_DIVERSITY_ENTROPY, four_gram_repetition, low_diversity, low_diversity_threshold,
+                            unigram_entropy, words)
 from ..eval.niah import summary_markdown
 from ..eval.tables import format_length, method_label, results_table, seeds_table
 from .markdown import table_html, to_html
@@ -123,9 +124,10 @@ def sweep_tables(sweep) -> str:
             parts.append(to_html(seeds_table(sweep.summaries, model, methods, lengths, seeds)))
         flagged = [r for r in sweep.results if r.model == model and r.low_diversity]
         if flagged:
-            listing = ", ".join(f"{method_label(r.method)} at {format_length(r.length)} (H = {r.h:.2f}, seed {r.seed})"
-                                for r in flagged)
-            parts.append(f'<p class="flags">Low diversity (H &lt; {LOW_DIVERSITY_ENTROPY:g}): {html.escape(listing)}.</p>')
+            listing = ", ".join(f"{method_label(r.method)} at {format_length(r.length)} (H = {r.h:.2f} < "
+                                f"{low_diversity_threshold(r.length):.2f}, seed {r.seed})" for r in flagged)
+            parts.append(f'<p class="flags">Low diversity (H below {LOW_DIVERSITY_ENTROPY:g} nats, scaled to the '
+                         f'sample length below 1024 tokens): {html.escape(listing)}.</p>')
     return "".join(parts)
 
 
@@ -162,7 +164,7 @@ def scores_table(scores) -> str:
     for s in scores:
         d = s.data
         h = _number(d.get("h"))
-        if d.get("h") is not None and low_diversity(d["h"]):
+        if d.get("low_diversity"):  # `rangeswa score` flags it for the samples' length
             h = f"~~{h}~~"
         c2 = "–" if d.get("c2") is None else f"{d['c2']:.3f} ({_number(d.get('c2_reference'), 3)})"
         rows.append(f"| `{s.path}` | {d.get('samples', '–')} | {_number(d.get('ppl'))} | {h} | "
@@ -213,7 +215,7 @@ def browser_data(runs: Runs, samples_per_length: int) -> dict:
                  ["H", "–" if h is None else f"{h:.2f}"], ["R4 %", f"{100 * four_gram_repetition(line['text']):.1f}"]]
         group["samples"].setdefault(f"{length}/{index}", []).append({
             "method": method, "label": method_label(method), "html": marked_text(line["text"]), "stats": stats,
-            "low": h is not None and low_diversity(h), "verdicts": verdicts.get((model, seed, length, index, method), [])})
+            "low": h is not None and low_diversity(h, max(len(ids), 1)), "verdicts": verdicts.get((model, seed, length, index, method), [])})
     runs_json = []
     sweep_order = list(dict.fromkeys(r.method for sweep in runs.sweeps for r in sweep.results))
     for group in groups.values():

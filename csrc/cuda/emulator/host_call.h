@@ -1,0 +1,174 @@
+// The host side of one fused attention call without a GPU, shared by the host emulation of the kernel's plan
+// (attn_emulator.cu) and the SIMT emulation of the kernel itself (csrc/cuda/simt/simt_ops.cpp): the checked
+// arguments, the setup (attn_setup.h), the preparation (prepare.h prepare_unit, on the host) and the plan
+// (attn_params.h plan_tile) exactly as the op does them on the device, and the combine of the control rows.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "checks.h"
+#include "cuda/attn_params.h"
+#include "cuda/attn_setup.h"
+#include "cuda/combine.h"
+#include "cuda/kernel_traits.h"
+#include "cuda/plan.h"
+#include "cuda/prepare.h"
+#include "cuda/rotary.h"
+#include "cuda/utils.h"
+
+namespace rangeswa::cuda {
+
+// Runs f(Element{}) with the element type of a float32 / bfloat16 / float16 tensor.
+template <typename F>
+void dispatch_dtype(at::ScalarType type, const F& f) {
+  if (type == at::kBFloat16) f(__nv_bfloat16{});
+  else if (type == at::kHalf) f(__half{});
+  else f(float{});
+}
+
+// One call's host arrays: inputs, prepared arrays, tables, plan.
+struct HostCall {
+  AttnParams ap;
+  AttnSetup s;
+  at::Tensor q, k, v, out, lse;
+  std::vector<at::Tensor> keep;  // every array below, alive for the call
+  std::vector<int32_t> retrieved_sorted, record_count;
+  std::vector<Record> records;
+  AttnBuffers buf{};
+  AttnKernelParams p{};
+};
+
+inline at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
+  const int64_t half = ap.rope.rotary_dim / 2;
+  at::Tensor t = at::empty({2, std::max<int64_t>(rows, 1), std::max<int64_t>(half, 1)}, at::kFloat);
+  float* c = t.data_ptr<float>();
+  float* s = c + t.size(1) * t.size(2);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t kk = 0; kk < half; ++kk)
+      rope_cos_sin(double(i) * step, int(kk), int(ap.rope.rotary_dim), ap.rope.theta, c + i * half + kk,
+                   s + i * half + kk);
+  return t;
+}
+
+// Setup, preparation and plan of a call, exactly as the op does them on the device.
+inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+           const std::optional<at::Tensor>& retrieved) {
+  const AttnParams& ap = hc.ap;
+  hc.q = with_contiguous_rows(q);
+  hc.k = with_contiguous_rows(k);
+  hc.v = with_contiguous_rows(v);
+  at::Tensor given;
+  if (ap.rules.method == Method::kRangeSwa && ap.L > 0 && retrieved.has_value() && retrieved->size(3) > 0) {
+    given = retrieved->contiguous();
+    check_retrieved_values(given, ap.rules);
+  }
+  hc.s = setup_attn(ap, given.defined() ? given.size(3) : 0);
+  const AttnSetup& s = hc.s;
+  hc.out = at::zeros(q.sizes(), hc.q.options());
+  hc.lse = at::zeros({ap.B, ap.Hq, ap.Nq}, hc.q.options().dtype(at::kFloat));
+  AttnBuffers& b = hc.buf;
+  b.q = hc.q.data_ptr();
+  b.k = hc.k.data_ptr();
+  b.v = hc.v.data_ptr();
+  b.q_strides = row_strides(hc.q);
+  b.k_strides = row_strides(hc.k);
+  b.v_strides = row_strides(hc.v);
+  b.out = hc.out.data_ptr();
+  b.lse = hc.lse.data_ptr<float>();
+  // NaN-filled, so that a row the preparation forgets shows up in the output.
+  auto array = [&](bool needed, int64_t rows) -> void* {
+    if (!needed) return nullptr;
+    hc.keep.push_back(at::full({s.BH, rows, s.Dp}, NAN, hc.q.options()));
+    return hc.keep.back().data_ptr();
+  };
+  b.k_ctrl = array(true, ap.C);
+  b.v_ctrl = array(true, ap.C);
+  b.k_nat = array(true, ap.L);
+  b.v_body = array(true, ap.L);
+  b.k_grp = array(s.grouped_keys, ap.L);
+  b.k_cond = array(s.cond_keys, ap.L);
+  b.s_nat = array(s.summaries, s.geo.nG);
+  b.s_v = array(s.summaries, s.geo.nG);
+  b.s_grp = array(s.grouped_summaries, s.geo.nG);
+  b.p_nat = array(s.prefix, ap.L);
+  b.p_grp = array(s.prefix, ap.L);
+  b.key_stride = ap.L * s.Dp;
+  b.sum_stride = int64_t(s.geo.nG) * s.Dp;
+  at::Tensor ints = table(ap, s.int_rows, 1.0), cond = table(ap, s.cond_rows, s.cond_step);
+  hc.keep.push_back(ints);
+  hc.keep.push_back(cond);
+  b.cos_int = ints.data_ptr<float>();
+  b.sin_int = b.cos_int + ints.size(1) * ints.size(2);
+  b.cos_cond = cond.data_ptr<float>();
+  b.sin_cond = b.cos_cond + cond.size(1) * cond.size(2);
+
+  const PrepareParams pp = prepare_params(ap, s, b);
+  const int32_t units = prepare_units(pp);
+  dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
+    using Element = decltype(tag);
+    at::parallel_for(0, s.BH * units, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t x = begin; x < end; ++x) prepare_unit<Element>(pp, int32_t(x / units), int32_t(x % units), 0, 1);
+    });
+  });
+
+  if (given.defined()) {
+    const int32_t K = s.retrieved_k;
+    hc.retrieved_sorted.resize(given.numel());
+    for (int64_t row = 0; row < given.numel() / K; ++row)
+      sort_retrieved(given.data_ptr<int32_t>() + row * K, hc.retrieved_sorted.data() + row * K, K);
+    b.retrieved = given.data_ptr<int32_t>();
+    b.retrieved_sorted = hc.retrieved_sorted.data();
+    hc.keep.push_back(given);
+  }
+  hc.records.resize(s.plans() * s.max_records);
+  hc.record_count.resize(s.plans());
+  b.records = hc.records.data();
+  b.record_count = hc.record_count.data();
+  hc.keep.push_back(at::zeros({s.control_chunks, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1), s.Dp}, at::kFloat));
+  b.ctrl_o = hc.keep.back().data_ptr<float>();
+  hc.keep.push_back(at::zeros({s.control_chunks, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1)}, at::kFloat));
+  b.ctrl_lse = hc.keep.back().data_ptr<float>();
+  hc.p = kernel_params(ap, s, b);
+  for (int64_t x = 0; x < s.plans(); ++x)  // the plan kernel: one thread per (KV head, body tile)
+    hc.record_count[x] = plan_tile(hc.p, int32_t(x / s.body_tiles), int32_t(x % s.body_tiles),
+                                   hc.records.data() + x * s.max_records);
+}
+
+inline AttnParams checked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const std::optional<at::Tensor>& retrieved, c10::string_view method, int64_t control_tokens,
+                   int64_t window, int64_t summary_block, int64_t near_range, int64_t topk, int64_t retrieval_block,
+                   int64_t query_block, int64_t train_length, int64_t sinks, bool far_summaries, double theta,
+                   std::optional<int64_t> rotary_dim, c10::string_view rope_style, std::optional<double> scale,
+                   int64_t causal_block, bool cond_correction, bool summaries,
+                   const std::optional<at::TensorList>& prepared) {
+  TORCH_CHECK_VALUE(!prepared.has_value(), "the emulator prepares its own arrays; call it without prepared");
+  const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
+                                   topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
+                                   rotary_dim, rope_style, scale, causal_block, cond_correction, summaries);
+  TORCH_CHECK_VALUE(padded_head_dim(ap.D) > 0, "attn on CUDA supports head dims up to 128, got ", ap.D);
+  const char* unsupported = cuda_unsupported(ap);
+  TORCH_CHECK_VALUE(unsupported == nullptr, unsupported);
+  return ap;
+}
+
+// The combine kernel: control rows from their chunks' partial results.
+template <typename Element>
+void combine_on_host(const AttnKernelParams& p) {
+  const int64_t heads = int64_t(p.B) * p.Hq;
+  for (int64_t head = 0; head < heads; ++head)
+    for (int32_t c = 0; c < p.geo.C; ++c)
+      for (int d = 0; d <= p.D; ++d) {
+        const float value = combine_control(p, head, c, d);
+        if (d < p.D)
+          static_cast<Element*>(p.out)[(head * p.Nq + c) * p.D + d] = from_float<Element>(value);
+        else
+          p.lse[head * p.Nq + c] = value;
+      }
+}
+
+}  // namespace rangeswa::cuda

@@ -1,0 +1,287 @@
+// Host SIMT emulation of the CUDA kernels: the kernel source compiled by a host C++ compiler (g++) and run
+// with one fiber per CUDA thread (simt.cpp). utils.h includes this header instead of its inline-PTX device
+// primitives when RANGESWA_SIMT is defined; a translation unit that runs kernels defines RANGESWA_SIMT and
+// includes the kernel headers as usual (see csrc/cuda/simt/README.md).
+//
+// What is emulated, and how exactly (PTX ISA 8.x section numbers; docs.nvidia.com/cuda/parallel-thread-execution):
+//   threadIdx / blockIdx / blockDim / gridDim      the calling fiber's CUDA thread
+//   __syncthreads(), __syncthreads_or/_and/_count  a CTA barrier (bar.sync 0 / bar.red.{or,and,popc}, 9.7.13.1)
+//   __syncwarp(), __shfl_sync / __shfl_xor_sync     warp rendezvous (bar.warp.sync 9.7.13.2, shfl.sync 9.7.9.6)
+//   ldmatrix_x4[_trans]                             ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (9.7.14.5.15)
+//   mma_16816<bf16 / half>                          mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{..}.f32
+//                                                   (9.7.14.5.14, fragments 9.7.14.5.8)
+//   cp_async_16 / _commit / _wait_all               cp.async.cg.shared.global 16 (9.7.9.25.3), commit_group,
+//                                                   wait_group 0: copies land at the wait, as late as PTX allows
+//   exp2_approx, __fdividef, __log2f                ex2.approx.ftz.f32, div.approx.f32, lg2.approx.ftz.f32
+// Every warp collective waits until all 32 lanes of the warp arrive at the same collective; a CTA barrier
+// waits for every thread of the CTA. Misuse (lanes at different collectives, a lane or thread that exited,
+// a deadlock, misaligned or out-of-shared-memory addresses, cp.async data read before it landed and a CTA
+// barrier published it) throws simt::Error from simt::launch; nothing hangs.
+#pragma once
+
+#if !defined(RANGESWA_SIMT)
+#error "simt.h is the host SIMT emulation of the device primitives: define RANGESWA_SIMT"
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>  // before the built-in macros below (it declares gridDim etc.)
+#include <vector_functions.h>
+#include <vector_types.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <source_location>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// CUDA attributes that the host compiler does not know (host_defines.h leaves these to nvcc).
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+#ifndef __grid_constant__
+#define __grid_constant__
+#endif
+
+namespace simt {
+
+// What went wrong in an emulated launch (misuse of a collective, deadlock, bad address, ...).
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A source location: the call site of a primitive (default arguments evaluate at the caller).
+struct Site {
+  const char* file;
+  int line;
+  Site(const char* f, int l) : file(f), line(l) {}
+  Site(const std::source_location& l) : file(l.file_name()), line(int(l.line())) {}  // NOLINT: implicit
+  bool operator==(const Site& o) const { return line == o.line && (file == o.file || std::strcmp(file, o.file) == 0); }
+  std::string str() const;
+};
+
+// The caller's location: a std::source_location default argument is evaluated at the call site.
+#define RSWA_SIMT_HERE std::source_location::current()
+
+enum class Barrier : int { kSync = 0, kOr = 1, kAnd = 2, kCount = 3 };
+enum class Shfl : int { kIdx = 0, kXor = 1, kUp = 2, kDown = 3 };
+enum class MmaType : int { kBF16 = 0, kF16 = 1 };
+
+struct Options {
+  int workers = 0;                     // OS threads running CTAs (0: RANGESWA_SIMT_THREADS or the hardware's)
+  size_t stack_bytes = 256 * 1024;     // per fiber (one per CUDA thread); a guard page below each
+  size_t max_shared_bytes = 232448;    // dynamic + static shared memory per CTA (sm_90: 227 KB)
+  bool poison_shared = true;           // fill shared memory with 0xff bytes (NaN / -1) at CTA start
+  bool check_races = true;             // cp.async vs ldmatrix ordering checks (see simt.cpp)
+  bool eager_copies = false;           // cp.async lands at issue (default: at the wait, the latest PTX allows)
+  uint64_t schedule_seed = 0;          // 0: threads run in order; else a random order per scheduling pass
+  bool guard_global = true;            // the attn op runs on copies of its arrays that end at a PROT_NONE page
+};
+
+// A copy of `bytes` of `data` placed so that it ends (rounded up to 16 bytes) at an inaccessible page: a read or
+// write past its end faults, and the fault is reported as an illegal memory access of the thread.
+class GuardedCopy {
+ public:
+  GuardedCopy(const void* data, size_t bytes);
+  ~GuardedCopy();
+  GuardedCopy(const GuardedCopy&) = delete;
+  GuardedCopy& operator=(const GuardedCopy&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* map_ = nullptr;
+  size_t mapped_ = 0, bytes_ = 0;
+  void* data_ = nullptr;
+};
+Options& options();
+
+// ---- the calling fiber's CUDA thread (valid inside a launch only) ------------------------------------------
+uint3 thread_idx();
+uint3 block_idx();
+dim3 block_dim();
+dim3 grid_dim();
+
+// ---- collectives (simt.cpp) ------------------------------------------------------------------------------
+int barrier(Barrier kind, int predicate, Site site);
+void syncwarp(unsigned mask, Site site);
+uint32_t shfl(Shfl mode, unsigned mask, uint32_t value, int lane_arg, int width, Site site);
+void ldmatrix_x4(uint32_t (&r)[4], const void* smem, bool trans, Site site);
+void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, MmaType type, Site site);
+void cp_async_16(void* smem, const void* gmem, bool valid, Site site);
+void cp_async_commit();
+void cp_async_wait_all(Site site);
+unsigned char* dynamic_shared();
+void* static_shared(const void* key, size_t bytes, size_t align);
+
+// ---- launches ----------------------------------------------------------------------------------------------
+// Runs `body` once per CUDA thread of every CTA of the grid: block (x, y, z) threads per CTA, one fiber each,
+// `dynamic_smem_bytes` of dynamic shared memory per CTA. Throws simt::Error (naming the CTA and the threads)
+// when the kernel misuses a primitive, deadlocks, or throws.
+void launch_body(dim3 grid, dim3 block, size_t dynamic_smem_bytes, const std::function<void()>& body);
+
+// simt::launch(grid, block_threads, dynamic_smem_bytes, kernel, params...): kernel<<<grid, block, smem>>>(params...)
+// The parameters are copied once and passed to every thread (by value, as the kernel declares them).
+template <typename Kernel, typename... Params>
+void launch(dim3 grid, dim3 block, size_t dynamic_smem_bytes, Kernel kernel, const Params&... params) {
+  const std::tuple<Params...> args(params...);
+  launch_body(grid, block, dynamic_smem_bytes, [&] { std::apply(kernel, args); });
+}
+
+// Statistics of the last launch on this OS thread (for timing and tests).
+struct Stats {
+  int64_t ctas = 0, switches = 0, warp_collectives = 0, barriers = 0, mmas = 0, ldmatrix = 0, cp_async = 0;
+};
+Stats last_stats();
+
+}  // namespace simt
+
+// ---- the CUDA built-ins --------------------------------------------------------------------------------------
+#define threadIdx (::simt::thread_idx())
+#define blockIdx (::simt::block_idx())
+#define blockDim (::simt::block_dim())
+#define gridDim (::simt::grid_dim())
+
+inline void __syncthreads(std::source_location site = RSWA_SIMT_HERE) { ::simt::barrier(::simt::Barrier::kSync, 0, site); }
+inline int __syncthreads_or(int p, std::source_location site = RSWA_SIMT_HERE) {
+  return ::simt::barrier(::simt::Barrier::kOr, p != 0, site);
+}
+inline int __syncthreads_and(int p, std::source_location site = RSWA_SIMT_HERE) {
+  return ::simt::barrier(::simt::Barrier::kAnd, p != 0, site);
+}
+inline int __syncthreads_count(int p, std::source_location site = RSWA_SIMT_HERE) {
+  return ::simt::barrier(::simt::Barrier::kCount, p != 0, site);
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu, std::source_location site = RSWA_SIMT_HERE) {
+  ::simt::syncwarp(mask, site);
+}
+
+namespace simt::detail {
+template <typename T>
+inline T shuffle(Shfl mode, unsigned mask, T var, int arg, int width, Site site) {
+  static_assert(sizeof(T) == 4 && std::is_trivially_copyable_v<T>, "32-bit shuffles only");
+  uint32_t bits;
+  std::memcpy(&bits, &var, 4);
+  bits = ::simt::shfl(mode, mask, bits, arg, width, site);
+  T out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+}  // namespace simt::detail
+
+template <typename T>
+inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32, std::source_location site = RSWA_SIMT_HERE) {
+  return ::simt::detail::shuffle(::simt::Shfl::kIdx, mask, var, src_lane, width, site);
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32,
+                         std::source_location site = RSWA_SIMT_HERE) {
+  return ::simt::detail::shuffle(::simt::Shfl::kXor, mask, var, lane_mask, width, site);
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32, std::source_location site = RSWA_SIMT_HERE) {
+  return ::simt::detail::shuffle(::simt::Shfl::kUp, mask, var, int(delta), width, site);
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32,
+                          std::source_location site = RSWA_SIMT_HERE) {
+  return ::simt::detail::shuffle(::simt::Shfl::kDown, mask, var, int(delta), width, site);
+}
+
+// Fast-math intrinsics (CUDA Math API "Single Precision Intrinsics").
+// __fdividef: div.approx.f32; for 2^126 < |y| < 2^128 it returns 0 (and NaN for an infinite x there).
+inline float __fdividef(float x, float y) {
+  const float ay = std::fabs(y);
+  if (ay > 0x1p126f && ay < INFINITY) return std::isinf(x) ? NAN : 0.f;
+  return x / y;
+}
+namespace simt::detail {
+inline float ftz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.f, x) : x; }
+// lg2.approx.ftz.f32: subnormal inputs flushed to (signed) zero, so they give -inf.
+inline float lg2_approx_ftz(float x) { return std::log2(ftz(x)); }
+}  // namespace simt::detail
+// glibc's math.h declares a __log2f it does not export: the intrinsic is a macro here.
+#define __log2f(x) (::simt::detail::lg2_approx_ftz(x))
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+
+// ---- shared memory ----------------------------------------------------------------------------------------------
+// The CTA's dynamic shared memory (16-byte aligned, the size given at launch), and a shared variable of the CTA:
+// the same object for every thread of the CTA, keyed by the declaration (a function-local static's address).
+#define RSWA_DYNAMIC_SHARED(name) unsigned char* name = ::simt::dynamic_shared()
+#define RSWA_STATIC_SHARED(type, name)                                                                  \
+  static const char rswa_simt_key_##name = 0;                                                           \
+  type& name = *static_cast<type*>(::simt::static_shared(&rswa_simt_key_##name, sizeof(type), alignof(type)))
+
+// ---- the device API of utils.h -----------------------------------------------------------------------------------
+namespace rangeswa::cuda {
+
+// 16 bytes global -> shared; `valid` false: nothing is read and the 16 bytes are zeroed. Both addresses must be
+// 16-byte aligned and the destination in shared memory.
+inline void cp_async_16(void* smem, const void* gmem, bool valid, std::source_location site = RSWA_SIMT_HERE) {
+  ::simt::cp_async_16(smem, gmem, valid, site);
+}
+inline void cp_async_commit() { ::simt::cp_async_commit(); }
+// cp.async.wait_group 0: every committed copy of this thread lands now.
+inline void cp_async_wait_all(std::source_location site = RSWA_SIMT_HERE) { ::simt::cp_async_wait_all(site); }
+
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem, std::source_location site = RSWA_SIMT_HERE) {
+  ::simt::ldmatrix_x4(r, smem, false, site);
+}
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem, std::source_location site = RSWA_SIMT_HERE) {
+  ::simt::ldmatrix_x4(r, smem, true, site);
+}
+
+template <typename Element>
+void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+               std::source_location site = RSWA_SIMT_HERE);
+template <>
+inline void mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                     std::source_location site) {
+  ::simt::mma_m16n8k16(d, a, b0, b1, ::simt::MmaType::kBF16, site);
+}
+template <>
+inline void mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                              std::source_location site) {
+  ::simt::mma_m16n8k16(d, a, b0, b1, ::simt::MmaType::kF16, site);
+}
+
+// Two floats as one register of two 16-bit values, `lo` in the low half (cvt.rn.{bf16x2,f16x2}.f32).
+template <typename Element>
+uint32_t pack2(float lo, float hi);
+template <>
+inline uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return bits;
+}
+template <>
+inline uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return bits;
+}
+
+// ex2.approx.ftz.f32: 2^x with subnormal inputs and results flushed to zero; 2^-inf = +0.
+// Two adjacent elements in one store (utils.h store2).
+template <typename Element>
+inline void store2(Element* dst, float a, float b) {
+  *reinterpret_cast<uint32_t*>(dst) = pack2<Element>(a, b);
+}
+template <>
+inline void store2<float>(float* dst, float a, float b) {
+  dst[0] = a;
+  dst[1] = b;
+}
+
+inline float exp2_approx(float x) { return ::simt::detail::ftz(std::exp2(::simt::detail::ftz(x))); }
+
+}  // namespace rangeswa::cuda

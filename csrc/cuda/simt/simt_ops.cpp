@@ -1,0 +1,221 @@
+// torch.ops.rangeswa_simt: the real attention kernel (mainloop.h) run through the host SIMT emulation, with the
+// attn schema (schema.h kAttn), and the emulator's own test kernels. The host side of a call (checked arguments,
+// setup, preparation, plan, combine) is the plan emulator's (csrc/cuda/emulator/host_call.h); only the
+// attention kernel itself runs as CUDA threads. tests/test_simt.py builds this with torch.utils.cpp_extension.load
+// (-DRANGESWA_SIMT, g++). Not part of the extension.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+#include "checks.h"
+#include "schema.h"
+#include "cuda/emulator/host_call.h"
+#include "cuda/simt/attn_simt.h"
+#include "cuda/simt/simt.h"
+#include "cuda/simt/simt_tests.h"
+
+namespace rangeswa::cuda {
+namespace {
+
+// Seconds spent in the last call's kernel launch, and its dynamic shared memory per CTA.
+double g_kernel_seconds = 0.0;
+int64_t g_smem_bytes = 0;
+
+// The kernel's arrays as guarded copies (simt::GuardedCopy): every array the kernel parameters point into is
+// copied so that it ends at an inaccessible page (the two rope tables of a table tensor separately), the
+// parameters are pointed at the copies, and out / lse are copied back afterwards. An out-of-bounds read or
+// write past the end of an array then faults deterministically and is reported as an illegal memory access.
+struct GuardedArrays {
+  struct Region {
+    const char* base;
+    size_t bytes;
+    std::unique_ptr<::simt::GuardedCopy> copy;
+  };
+  std::vector<Region> regions;
+
+  void add(const void* base, size_t bytes) {
+    if (base != nullptr) regions.push_back({static_cast<const char*>(base), bytes, nullptr});
+  }
+  void add(const at::Tensor& t) {
+    if (!t.defined() || t.numel() == 0) return;
+    int64_t extent = 1;  // elements spanned, strides included
+    for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+    add(t.data_ptr(), size_t(extent) * t.element_size());
+  }
+  template <typename T>
+  void remap(T*& p) {
+    if (p == nullptr) return;
+    const char* c = reinterpret_cast<const char*>(p);
+    for (Region& r : regions)
+      if (c >= r.base && c < r.base + r.bytes) {
+        if (!r.copy) r.copy = std::make_unique<::simt::GuardedCopy>(r.base, r.bytes);
+        p = reinterpret_cast<T*>(static_cast<char*>(r.copy->data()) + (c - r.base));
+        return;
+      }
+  }
+  void copy_back(const void* base) {
+    for (Region& r : regions)
+      if (r.base == base && r.copy) std::memcpy(const_cast<char*>(r.base), r.copy->data(), r.bytes);
+  }
+};
+
+void guard(HostCall& hc, GuardedArrays& g) {
+  g.add(hc.q);
+  g.add(hc.out);
+  g.add(hc.lse);
+  for (const at::Tensor& t : hc.keep) {
+    if (t.data_ptr() == hc.p.cos_int || t.data_ptr() == hc.p.cos_cond) {  // cos / sin tables [2, rows, half]
+      const size_t half = size_t(t.size(1) * t.size(2)) * sizeof(float);
+      g.add(t.data_ptr(), half);
+      g.add(static_cast<const char*>(t.data_ptr()) + half, half);
+    } else {
+      g.add(t);
+    }
+  }
+  g.add(hc.records.data(), hc.records.size() * sizeof(Record));
+  g.add(hc.record_count.data(), hc.record_count.size() * sizeof(int32_t));
+  g.add(hc.retrieved_sorted.data(), hc.retrieved_sorted.size() * sizeof(int32_t));
+  AttnKernelParams& p = hc.p;
+  g.remap(p.q);
+  g.remap(p.out);
+  g.remap(p.lse);
+  for (const void** a : {&p.kv.k_ctrl, &p.kv.v_ctrl, &p.kv.k_nat, &p.kv.k_grp, &p.kv.k_cond, &p.kv.v_body,
+                         &p.kv.s_nat, &p.kv.s_grp, &p.kv.s_v, &p.kv.p_nat, &p.kv.p_grp})
+    g.remap(*a);
+  g.remap(p.cos_int);
+  g.remap(p.sin_int);
+  g.remap(p.cos_cond);
+  g.remap(p.sin_cond);
+  g.remap(p.records);
+  g.remap(p.record_count);
+  g.remap(p.retrieved);
+  g.remap(p.ctrl_o);
+  g.remap(p.ctrl_lse);
+}
+
+template <typename F>
+auto simt_errors_as_runtime_errors(const F& f) {
+  try {
+    return f();
+  } catch (const ::simt::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> attn_simt(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             const std::optional<at::Tensor>& retrieved, c10::string_view method,
+                                             int64_t control_tokens, int64_t window, int64_t summary_block,
+                                             int64_t near_range, int64_t topk, int64_t retrieval_block,
+                                             int64_t query_block, int64_t train_length, int64_t sinks,
+                                             bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
+                                             c10::string_view rope_style, std::optional<double> scale,
+                                             int64_t causal_block, bool cond_correction, bool summaries,
+                                             std::optional<at::TensorList> prepared) {
+  HostCall hc;
+  hc.ap = checked(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
+                  retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
+                  scale, causal_block, cond_correction, summaries, prepared);
+  if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
+    return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
+  build(hc, q, k, v, retrieved);
+  // Never read by a correct kernel: NaN out and lse show rows the kernel forgot to write.
+  hc.out.fill_(NAN);
+  hc.lse.fill_(NAN);
+  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  GuardedArrays guarded;
+  if (::simt::options().guard_global) guard(hc, guarded);
+  simt_errors_as_runtime_errors([&] {
+    dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
+      using Element = decltype(tag);
+      const auto start = std::chrono::steady_clock::now();
+      if (hc.s.Dp == 64) g_smem_bytes = int64_t(simt_attn::run_attn<Element, 64>(hc.p));
+      else if (hc.s.Dp == 80) g_smem_bytes = int64_t(simt_attn::run_attn<Element, 80>(hc.p));
+      else g_smem_bytes = int64_t(simt_attn::run_attn<Element, 128>(hc.p));
+      g_kernel_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      combine_on_host<Element>(hc.p);  // the combine kernel (combine.h combine_control)
+    });
+    return 0;
+  });
+  guarded.copy_back(hc.out.data_ptr());
+  guarded.copy_back(hc.lse.data_ptr());
+  return {hc.out, hc.lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> warp_gemm(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             const at::Tensor& p) {
+  TORCH_CHECK(q.dim() == 2 && q.size(0) == 128 && k.dim() == 2 && k.sizes() == v.sizes() && k.size(1) == q.size(1),
+              "warp_gemm: q [128, D], k and v [cols, D]");
+  TORCH_CHECK(p.dim() == 2 && p.size(0) == 128 && p.size(1) == k.size(0) && p.scalar_type() == at::kFloat,
+              "warp_gemm: p [128, cols] float");
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(), "warp_gemm: one dtype");
+  const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), pc = p.contiguous();
+  at::Tensor s = at::full({128, k.size(0)}, NAN, q.options().dtype(at::kFloat));
+  at::Tensor o = at::full({128, q.size(1)}, NAN, q.options().dtype(at::kFloat));
+  const int dtype = q.scalar_type() == at::kBFloat16 ? 1 : q.scalar_type() == at::kHalf ? 2 : 0;
+  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  simt_errors_as_runtime_errors([&] {
+    simt_tests::warp_gemm(dtype, int(q.size(1)), int(k.size(0)), qc.data_ptr(), kc.data_ptr(), vc.data_ptr(),
+                          pc.data_ptr<float>(), s.data_ptr<float>(), o.data_ptr<float>());
+    return 0;
+  });
+  return {s, o};
+}
+
+at::Tensor probe(c10::string_view name, const std::optional<at::Tensor>& input) {
+  std::vector<float> in;
+  if (input.has_value()) {
+    const at::Tensor x = input->to(at::kFloat).contiguous();
+    in.assign(x.data_ptr<float>(), x.data_ptr<float>() + x.numel());
+  }
+  const std::vector<float> out =
+      simt_errors_as_runtime_errors([&] { return simt_tests::probe(std::string(name), in); });
+  return at::tensor(out, at::kFloat);
+}
+
+// simt.h Options: workers (0: torch's thread count), poison_shared, check_races, eager_copies, schedule_seed,
+// guard_global, stack_bytes; returns the previous values in that order.
+std::vector<int64_t> configure(int64_t workers, bool poison_shared, bool check_races, bool eager_copies,
+                               int64_t schedule_seed, bool guard_global, int64_t stack_bytes) {
+  ::simt::Options& o = ::simt::options();
+  std::vector<int64_t> old{o.workers, o.poison_shared, o.check_races, o.eager_copies, int64_t(o.schedule_seed),
+                           o.guard_global, int64_t(o.stack_bytes)};
+  o.guard_global = guard_global;
+  o.workers = int(workers);
+  o.poison_shared = poison_shared;
+  o.check_races = check_races;
+  o.eager_copies = eager_copies;
+  o.schedule_seed = uint64_t(schedule_seed);
+  o.stack_bytes = size_t(stack_bytes);
+  return old;
+}
+
+// The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
+// of the last attn call in microseconds, its dynamic shared memory per CTA.
+std::vector<int64_t> stats() {
+  const ::simt::Stats s = ::simt::last_stats();
+  return {s.ctas, s.switches, s.warp_collectives, s.barriers, s.mmas, s.ldmatrix, s.cp_async,
+          int64_t(g_kernel_seconds * 1e6), g_smem_bytes};
+}
+
+}  // namespace
+}  // namespace rangeswa::cuda
+
+TORCH_LIBRARY(rangeswa_simt, m) {
+  m.def(rangeswa::schema::kAttn);
+  m.def("warp_gemm(Tensor q, Tensor k, Tensor v, Tensor p) -> (Tensor, Tensor)");
+  // Catch-all kernels: these take no tensor (or an optional one) to dispatch on.
+  m.def("probe(str name, Tensor? input=None) -> Tensor", &rangeswa::cuda::probe);
+  m.def("configure(int workers=0, bool poison_shared=True, bool check_races=True, bool eager_copies=False, "
+        "int schedule_seed=0, bool guard_global=True, int stack_bytes=262144) -> int[]",
+        &rangeswa::cuda::configure);
+  m.def("stats() -> int[]", &rangeswa::cuda::stats);
+}
+
+TORCH_LIBRARY_IMPL(rangeswa_simt, CPU, m) {
+  m.impl("attn", &rangeswa::cuda::attn_simt);
+  m.impl("warp_gemm", &rangeswa::cuda::warp_gemm);
+}

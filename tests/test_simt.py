@@ -1,0 +1,246 @@
+"""The CUDA kernels' own source run on the CPU: the host SIMT emulation (csrc/cuda/simt).
+
+The kernel source is compiled by g++ with RANGESWA_SIMT (utils.h then takes its device primitives from
+csrc/cuda/simt/simt.h) and every CUDA thread runs as a fiber; warp collectives (shuffles, ldmatrix, mma.sync)
+follow the PTX ISA, CTA barriers and cp.async are emulated, and misuse raises instead of hanging. Built once per
+run into this checkout's build/simt (about 1.5 minutes on 2 cores); it needs the CUDA headers (cuda_bf16.h) but
+no GPU, no nvcc and no CUDA build of torch.
+
+- the emulator itself: PTX semantics of ldmatrix / mma on marked data, barriers, shuffles, misuse detection;
+- the project's WarpGemm (warp_gemm.h) against a plain matmul, for every dtype, head dim and tile width;
+- the real attention kernel (mainloop.h attn_kernel) as torch.ops.rangeswa_simt.attn (the attn schema) on a
+  handful of cases of tests/attn_cases.py, against the float64 reference;
+- the whole grid through the kernel (GRID x fp32 / bf16 / fp16, and CAUSAL_GRID), about 3.5 minutes on 2
+  shared cores: python -m pytest tests/test_simt.py -k simt_grid
+"""
+
+import os
+
+import pytest
+import torch
+
+from attn_cases import (CAUSAL_GRID, FP32_TOL, GRID, LSE_TOL, assert_low_precision_close, attn_reference, case_id,
+                        causal_config, causal_id, causal_inputs, config, inputs, retrieved_for)
+from rangeswa_ext import ops
+from rangeswa_ext import reference as ref
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIMT = os.path.join(ROOT, "csrc", "cuda", "simt")
+
+
+@pytest.fixture(scope="module")
+def simt():
+    """torch.ops.rangeswa_simt, built once per run with g++ into build/simt."""
+    from torch.utils import cpp_extension
+
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    include = os.path.join(cuda_home, "include")
+    if not os.path.exists(os.path.join(include, "cuda_bf16.h")):
+        pytest.skip(f"the SIMT emulation compiles the kernels against the CUDA headers, and there is no "
+                    f"{include}/cuda_bf16.h; set CUDA_HOME to a CUDA toolkit")
+    build = os.path.join(ROOT, "build", "simt")
+    os.makedirs(build, exist_ok=True)
+    sources = ["simt.cpp", "simt_ops.cpp", "simt_tests.cpp", "attn_simt_bf16.cpp", "attn_simt_fp16.cpp",
+               "attn_simt_fp32.cpp"]
+    cpp_extension.load(
+        name="rangeswa_simt", sources=[os.path.join(SIMT, s) for s in sources] + [os.path.join(ROOT, "csrc", "checks.cpp")],
+        extra_include_paths=[os.path.join(ROOT, "csrc"), include], extra_cflags=["-O2", "-g1", "-DRANGESWA_SIMT"],
+        is_python_module=False, build_directory=build)
+    return torch.ops.rangeswa_simt
+
+
+# ------------------------------------------------------------------------------------- PTX semantics
+
+
+def test_simt_ldmatrix_x4_fragments_follow_the_ptx_isa(simt):
+    """PTX ISA 9.7.14.5.15: lane l receives (row l/4, columns 2(l%4), 2(l%4)+1) of each matrix, lower column in
+    the low half; .trans gives the transposed pair (column l/4 of rows 2(l%4), 2(l%4)+1)."""
+    out = simt.probe("ldmatrix")[:256].view(32, 8).long()
+    lo, hi = out % 65536, out // 65536
+    for lane in range(32):
+        r, c = lane // 4, 2 * (lane % 4)
+        for m in range(4):
+            assert (lo[lane, m].item(), hi[lane, m].item()) == (m * 64 + r * 8 + c, m * 64 + r * 8 + c + 1)
+            assert (lo[lane, 4 + m].item(), hi[lane, 4 + m].item()) == (m * 64 + c * 8 + r, m * 64 + (c + 1) * 8 + r)
+
+
+@pytest.mark.parametrize("dtype,name", [(torch.bfloat16, "mma_bf16"), (torch.float16, "mma_f16")])
+def test_simt_mma_m16n8k16_is_a_b_plus_c(simt, dtype, name):
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(16, 16, generator=g).to(dtype).float()
+    b = torch.randn(16, 8, generator=g).to(dtype).float()
+    c = torch.randn(16, 8, generator=g)
+    d = simt.probe(name, torch.cat([a.flatten(), b.flatten(), c.flatten()]))[:128].view(16, 8)
+    expect = a.double() @ b.double() + c.double()
+    assert (d.double() - expect).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("D", [64, 80, 128])
+@pytest.mark.parametrize("cols", [16, 32, 64])
+def test_simt_warp_gemm_matches_matmul(simt, dtype, D, cols):
+    """warp_gemm.h's fragment usage under PTX semantics: S = Q K^T (qk) and O = P V (pv, P rounded to the element
+    type) of the four warps of a 128-row tile, held to float64 matmuls of the same operands. A wrong fragment
+    mapping on either side gives errors of the order of the values, not of fp32 rounding."""
+    g = torch.Generator().manual_seed(D + cols)
+    q = torch.randn(128, D, generator=g).to(dtype)
+    k = torch.randn(cols, D, generator=g).to(dtype)
+    v = torch.randn(cols, D, generator=g).to(dtype)
+    p = torch.rand(128, cols, generator=g)
+    s, o = simt.warp_gemm(q, k, v, p)
+    expect_s = q.double() @ k.double().T
+    expect_o = p.to(dtype).double() @ v.double()
+    assert ((s.double() - expect_s).abs().max() / expect_s.abs().max()).item() < 1e-5
+    assert ((o.double() - expect_o).abs().max() / expect_o.abs().max()).item() < 1e-5
+
+
+# ------------------------------------------------------------------------------- barriers and shuffles
+
+
+def test_simt_barriers_and_block_reductions(simt):
+    out = simt.probe("barrier")
+    n = torch.arange(128)
+    for block in range(3):
+        x = out[block * 1024:(block + 1) * 1024].view(8, 128)
+        assert torch.equal(x[0], (3 * ((n + 1) % 128)).float())  # every write before the barrier is seen
+        assert torch.equal(x[1], torch.full((128,), 42.0 + block))  # one shared variable per CTA
+        assert x[2].eq(1).all() and x[3].eq(0).all()  # __syncthreads_or
+        assert x[4].eq(0).all() and x[5].eq(1).all()  # __syncthreads_and
+        assert x[6].eq(43).all()  # __syncthreads_count of tid % 3 == 0
+        assert torch.equal(x[7], (-((n + 5) % 128)).float())
+
+
+def test_simt_shuffles(simt):
+    out = simt.probe("shuffle")
+    lane = torch.arange(128) % 32
+    warp = torch.arange(128) // 32
+    for block in range(2):
+        x = out[block * 1024:(block + 1) * 1024].view(8, 128)
+        assert x[0].eq(496).all()  # xor butterfly sum of 0..31
+        assert torch.equal(x[1], (70 + warp).float())  # broadcast of lane 7
+        assert torch.equal(x[2], (10 * ((lane + 1) % 32)).float())
+        assert torch.equal(x[3], (lane ^ 2).float())  # width 4
+        assert torch.equal(x[4], torch.where(lane >= 3, lane - 3, lane).float())  # up: the lane's own value below
+        assert torch.equal(x[5], torch.where(lane % 16 + 3 < 16, lane + 3, lane).float())  # down within 16
+        assert torch.equal(x[6], (lane // 8 * 8 + 1).float())  # src 33 with width 8: lane 1 of the 8-group
+        assert torch.equal(x[7], (lane ^ 16).float())  # unsigned
+
+
+# --------------------------------------------------------------------------------------------- misuse
+
+MISUSE = [
+    ("divergent_exit", r"deadlock: thread 64 .* exited while threads 0-63 wait at __syncthreads at simt_tests.cpp"),
+    ("divergent_sites", r"divergent barrier .* at simt_tests.cpp:\d+ while threads 0-63 wait at __syncthreads"),
+    ("partial_shuffle", r"exited while lanes 0-15 of its warp wait at __shfl_xor_sync"),
+    ("mixed_collectives", r"different collectives: lane 16 reached __syncwarp .* lanes 0-15 wait at __shfl_xor_sync"),
+    ("barrier_vs_shuffle", r"deadlock: no thread can run; threads 0-15, 32-63 wait at __syncthreads .* threads "
+                           r"16-31 wait at __shfl_xor_sync"),
+    ("misaligned_cp_async", r"cp.async 16 .* misaligned address .*dynamic shared offset 8"),
+    ("ldmatrix_out_of_bounds", r"ldmatrix.x4 .* thread 16 .* offset 1024 of 1024\), outside the CTA's shared memory"),
+    ("ldmatrix_before_wait", r"ldmatrix .* which a cp.async of thread 0 .* has not landed"),
+    ("ldmatrix_without_barrier", r"write-after-read race"),
+    ("write_after_read", r"overwrites .* several warps read with ldmatrix since the last __syncthreads"),
+    ("throwing", r"thread 37 \(warp 1, lane 5\): kernel-side failure"),
+]
+
+
+@pytest.mark.parametrize("name,message", MISUSE, ids=[m[0] for m in MISUSE])
+def test_simt_misuse_raises_instead_of_hanging(simt, name, message):
+    with pytest.raises(RuntimeError, match=message):
+        simt.probe(name, torch.arange(4096.0))
+
+
+# ------------------------------------------------------------------------------- the attention kernel
+
+
+def _check_case(simt, case, dtype):
+    cfg = config(case)
+    q, k, v = inputs(case, dtype)
+    retrieved = retrieved_for(q, k, cfg, case)
+    out, lse = simt.attn(q, k, v, retrieved, **ops.attn_arguments(cfg, case["C"], case["stage"]))
+    assert out.dtype == dtype and out.shape == q.shape
+    if dtype == torch.float32:
+        expect, expect_lse = attn_reference(q, k, v, case, retrieved)
+        err = ((out.double() - expect).abs().max() / expect.abs().max()).item()
+        assert err < FP32_TOL, f"{case_id(case)}: fp32 error {err:.3g}"
+        assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
+    else:
+        assert not torch.isnan(out).any()
+        assert_low_precision_close(out, q, k, v, case, retrieved, what="SIMT kernel ")
+
+
+def _check_causal_case(simt, case, dtype=torch.float32):
+    cfg = causal_config(case)
+    q, k, v = causal_inputs(case, dtype)
+    C, cb = case["C"], case["cb"]
+    retrieved = None
+    if cfg.method == "rangeswa" and cfg.topk > 0:
+        retrieved = ref.retrieved_blocks(q.double(), k.double(), C, cfg, cfg.window_for(case["stage"]), cb)
+    args = ops.attn_arguments(cfg, C, case["stage"], cb)
+    if case["regime"] == "partial":  # attn_setup.h cuda_unsupported
+        with pytest.raises(ValueError, match="divide one another"):
+            simt.attn(q, k, v, retrieved, **args)
+        return
+    out, lse = simt.attn(q, k, v, retrieved, **args)
+    expect, expect_lse = ref.attention(q.double(), k.double(), v.double(), cfg, C, case["stage"], retrieved=retrieved,
+                                       causal_block=cb)
+    assert out.shape == q.shape
+    err = ((out.double() - expect).abs().max() / expect.abs().max()).item()
+    assert err < FP32_TOL, f"{causal_id(case)}: fp32 error {err:.3g}"
+    assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
+
+
+def _grid_index(**match):
+    return next(n for n, c in enumerate(GRID) if all(c[k] == v for k, v in match.items()))
+
+
+# A handful of the grid: every head dim, the three regimes, control rows on and off, the other methods.
+HANDFUL = [
+    (_grid_index(D=64, regime="grouped_retrieval", C=0), torch.bfloat16),
+    (_grid_index(D=64, regime="grouped_retrieval", C=12), torch.float32),
+    (_grid_index(D=66, regime="grouped_lite", C=12), torch.float16),
+    (_grid_index(D=80, regime="native", C=12), torch.bfloat16),
+    (_grid_index(D=128, regime="grouped_retrieval", C=12), torch.float32),
+    (_grid_index(D=128, regime="native", C=0), torch.float16),
+    (_grid_index(name="swa", C=12), torch.float32),
+    (_grid_index(name="full", D=80), torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("index,dtype", HANDFUL,
+                         ids=[f"{case_id(GRID[i])}-{str(d)[6:]}" for i, d in HANDFUL])
+def test_simt_kernel_on_a_handful_of_the_grid(simt, index, dtype):
+    _check_case(simt, GRID[index], dtype)
+
+
+CAUSAL_HANDFUL = [n for n, c in enumerate(CAUSAL_GRID) if (c["cb"], c["regime"], c["Lq"]) in
+                  ((16, "grouped_retrieval", 16), (4, "native", 93))]
+
+
+@pytest.mark.parametrize("index", CAUSAL_HANDFUL, ids=[causal_id(CAUSAL_GRID[i]) for i in CAUSAL_HANDFUL])
+def test_simt_kernel_causal_and_cached(simt, index):
+    _check_causal_case(simt, CAUSAL_GRID[index])
+
+
+def test_simt_launch_statistics(simt):
+    q = torch.randn(128, 64).bfloat16()
+    k, v, p = torch.randn(64, 64).bfloat16(), torch.randn(64, 64).bfloat16(), torch.rand(128, 64)
+    simt.warp_gemm(q, k, v, p)
+    ctas, switches, collectives, barriers, mmas, ldmatrix, cp_async = simt.stats()[:7]
+    # One CTA of 4 warps: qk (4 k-steps x 4 key blocks x 2 m-blocks x 2 n-tiles) and pv mmas, per warp.
+    assert (ctas, barriers, mmas) == (1, 1, 4 * (64 + 64))
+    assert ldmatrix == 4 * (4 * (2 + 4) + 4 * 4) and cp_async == (128 + 2 * 64) * 64 * 2 // 16
+    assert collectives == mmas + ldmatrix and switches >= 31 * collectives  # all lanes but the last one wait
+
+
+# ---------------------------------------------------------------------------------- the whole grid
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])
+def test_simt_grid(simt, case, dtype):
+    _check_case(simt, case, dtype)
+
+
+@pytest.mark.parametrize("case", CAUSAL_GRID, ids=[causal_id(c) for c in CAUSAL_GRID])
+def test_simt_grid_causal_and_cached(simt, case):
+    _check_causal_case(simt, case)
