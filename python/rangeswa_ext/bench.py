@@ -3,7 +3,8 @@
 Every configuration runs on the same tensors in the same process: the op for `rangeswa` (late stage,
 W = 256), `rangeswa` (early stage, W = 1023) and `rangeswa_lite`, against
 `F.scaled_dot_product_attention` on RoPE-rotated q and k (the rotation is timed with it, since the
-op rotates internally). Times are medians of repeated runs; ratios are SDPA time / op time.
+op rotates internally). Times are medians of repeated runs, SDPA and the cases taking turns within each
+repeat; ratios are SDPA time / op time.
 The peak-memory probe runs the op in a fresh subprocess and reports its peak RSS above the RSS it
 had once the inputs existed.
 
@@ -41,14 +42,22 @@ CASES = (  # (label, preset, stage)
 )
 
 
-def _median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
+def _medians_ms(calls: dict, repeats: int) -> dict:
+    """{name: median ms} of the calls, each warmed up once, then timed in turns (one round of every call per
+    repeat), so that load which comes and goes on a shared machine falls on all of them alike."""
+    for call in calls.values():
+        call()
+    times = {name: [] for name in calls}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(taken) * 1e3 for name, taken in times.items()}
+
+
+def _median_ms(call, repeats: int) -> float:
+    return _medians_ms({"call": call}, repeats)["call"]
 
 
 def _inputs(L: int, B: int, H: int, D: int, C: int, seed: int = 0):
@@ -75,17 +84,17 @@ def cpu_model() -> str:
 def run_cpu_benchmark(lengths=(1024, 2048, 4096, 8192, 16384), B=1, H=12, D=64, C=12, repeats=5,
                       progress=True) -> dict:
     rows = []
-    bar = tqdm(total=len(lengths) * (len(CASES) + 1), disable=not progress, desc="bench")
+    bar = tqdm(total=len(lengths), disable=not progress, desc="bench")
     for L in lengths:
         q, k, v = _inputs(L, B, H, D, C)
-        sdpa_ms = _median_ms(lambda: sdpa_with_rope(q, k, v, C), repeats)
-        bar.update()
+        calls = {"SDPA": lambda: sdpa_with_rope(q, k, v, C)}
         for label, name, stage in CASES:
-            cfg = preset(name)
-            op_ms = _median_ms(lambda: ops.attn(q, k, v, cfg, C, stage), repeats)
-            rows.append(dict(L=L, method=label, op_ms=round(op_ms, 2), sdpa_ms=round(sdpa_ms, 2),
-                             speedup=round(sdpa_ms / op_ms, 2)))
-            bar.update()
+            calls[label] = lambda cfg=preset(name), stage=stage: ops.attn(q, k, v, cfg, C, stage)
+        ms = _medians_ms(calls, repeats)
+        for label, _, _ in CASES:
+            rows.append(dict(L=L, method=label, op_ms=round(ms[label], 2), sdpa_ms=round(ms["SDPA"], 2),
+                             speedup=round(ms["SDPA"] / ms[label], 2)))
+        bar.update()
     bar.close()
     return dict(
         date=datetime.date.today().isoformat(), machine=cpu_model(), cpu_count=os.cpu_count(),
