@@ -1,4 +1,4 @@
-// Building blocks of the CPU kernels: RoPE tables, row rotation, small GEMMs, a vectorisable exp.
+// Building blocks of the CPU kernels: RoPE tables, row rotation, small GEMMs and a vectorisable exp.
 #pragma once
 
 #include <cstdint>
