@@ -1,6 +1,8 @@
 """Build the rangeswa extension (`torch.ops.rangeswa.*`).
 
-The C++ CPU kernels in csrc/ and csrc/cpu/ are always built. The CUDA kernels in csrc/cuda/ (its .cu
+The C++ CPU kernels in csrc/ and csrc/cpu/ are always built, their hot loops once per instruction set
+(csrc/cpu/kernels_{default,avx2,avx512}.cpp, each under its own target pragma: no flag here asks for
+more than the baseline CPU, and the choice is made at run time, csrc/cpu/dispatch.h). The CUDA kernels in csrc/cuda/ (its .cu
 files and its host-compiled .cpp files; not csrc/cuda/emulator/, which the tests build on their own)
 are built when nvcc and a CUDA build of torch are both present (never decided by whether a GPU is
 visible, so a GPU-less CI machine still compiles and links them). Environment variables:
@@ -19,7 +21,7 @@ requires exactly the torch it was compiled with, `torch==<that version>`; only t
 sources, declares the range `torch>=2.6` (`dependencies`).
 
 This file is the only build description of the extension; CMakeLists.txt builds the C++ unit tests of
-the header-only rules in csrc/rules.h and nothing else. MANIFEST.in puts every source in the sdist
+the torch-free parts (the rules in csrc/rules.h, the CPU kernels' instruction-set builds) and nothing else. MANIFEST.in puts every source in the sdist
 whatever the environment that makes it.
 """
 

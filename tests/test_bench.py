@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from rangeswa_ext import bench
+from rangeswa_ext import bench, ops
 from rangeswa_ext.cli import main
 
 ROW = re.compile(r"^\| (\d+) \| ([^|]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+)x \|$")
@@ -37,6 +37,32 @@ def test_op_benchmark_cli_saves_json_and_markdown(tmp_path, capsys, one_thread):
     assert "Peak memory of the late-stage op at L = 256" in markdown
     assert "growth 8k -> 16k" not in markdown  # only when both lengths ran
     assert f"saved {json_file.with_suffix('')}.json" in capsys.readouterr().out
+
+
+PATH_ROW = re.compile(r"^\| (\d+) \| ([^|]+) \| (\w+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+)x \|$")
+
+
+def test_paths_benchmark_runs_each_instruction_set_in_its_own_process(tmp_path):
+    """Each path's rows come from a process whose op kernels and ATen both ran that path (the run checks it
+    and raises otherwise), the paths alternate per length, and the table has a path column."""
+    paths = [ops.cpu_capability(), "default"] if ops.cpu_capability() != "default" else ["default"]
+    assert main(["bench", "--lengths", "64,200", "--repeats", "1", "--heads", "2", "--memory-length", "0",
+                 "--cpu-capabilities", ",".join(paths), "--out", str(tmp_path)]) == 0
+    [json_file] = tmp_path.glob("cpu_attention_*.json")
+    assert json_file.name.endswith("".join(f"_{path}" for path in paths) + ".json")
+    result = json.loads(json_file.read_text())
+    assert result["capabilities"] == paths
+    assert [(r["L"], r["path"], r["method"]) for r in result["rows"]] == [
+        (L, path, label) for L in (64, 200) for path in paths for label, _, _ in bench.CASES]
+    rows = [m.groups() for m in map(PATH_ROW.match, json_file.with_suffix(".md").read_text().splitlines()) if m]
+    assert [(int(L), label.strip(), path) for L, label, path, *_ in rows] == [
+        (r["L"], r["method"], r["path"]) for r in result["rows"]]
+
+
+def test_paths_must_be_known_instruction_sets(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--cpu-capabilities", "avx512,sse9"])
+    assert "expected distinct names among avx512, avx2, default" in capsys.readouterr().err
 
 
 def test_growth_line_needs_both_lengths():

@@ -1,4 +1,5 @@
-"""Builds and runs the C++ unit tests of csrc/rules.h through CMakeLists.txt (cmake + ctest)."""
+"""Builds and runs the C++ unit tests through CMakeLists.txt (cmake + ctest): csrc/rules.h, and the CPU
+kernels of every instruction-set build this CPU runs (tests/cpp/test_cpu_kernels.cpp)."""
 
 import shutil
 import subprocess

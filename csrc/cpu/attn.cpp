@@ -150,20 +150,14 @@ struct Softmax {
     if (cols == 0) return;
     for (int64_t r = 0; r < n; ++r) {
       float* row = S + r * lds;
-      float mx = kNegInf;
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < cols; ++j) mx = row[j] > mx ? row[j] : mx;
+      const float mx = row_max(row, cols);
       if (mx == kNegInf) {
         std::fill(row, row + cols, 0.f);
         continue;
       }
       const float m_new = std::max(m[r], mx);
       const float alpha = m[r] == kNegInf ? 0.f : std::exp(m[r] - m_new);
-      exp_shifted(row, cols, m_new);
-      float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < cols; ++j) sum += row[j];
-      l[r] = l[r] * alpha + sum;
+      l[r] = l[r] * alpha + exp_shifted(row, cols, m_new);
       if (alpha != 1.f)
         for (int64_t c = 0; c < D; ++c) o[r * D + c] *= alpha;
       m[r] = m_new;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "cpu/dispatch.h"
 
 namespace rangeswa::cpu {
 
@@ -31,23 +32,36 @@ class RopeTable {
 // with the same positions in every layer, so the few most recent tables are kept.
 std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, double first, double step, int64_t count);
 
+// The hot loops below run the build for this CPU's instruction set (cpu/dispatch.h).
+
 // out[0:D] = mul * R x, with R the rotation whose cos/sin rows are given; dims past rotary_dim copied.
-void rotate_row(const float* x, float* out, const float* cos, const float* sin, int64_t D, const RopeParams& rope,
-                float mul);
+inline void rotate_row(const float* x, float* out, const float* cos, const float* sin, int64_t D,
+                       const RopeParams& rope, float mul) {
+  kernels().rotate_row(x, out, cos, sin, D, rope.rotary_dim, rope.interleaved, mul);
+}
 
-// Row-major C[m, n] = alpha * A[m, k] . B[n, k]^T + beta * C.
-void gemm_nt(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-             int64_t ldc, float alpha = 1.f, float beta = 0.f);
-// Row-major C[m, n] = A[m, k] . B[k, n] + beta * C.
-void gemm_nn(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-             int64_t ldc, float beta);
+// Row-major C[m, n] = A[m, k] . B[n, k]^T.
+inline void gemm_nt(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
+                    float* C, int64_t ldc) {
+  kernels().gemm_nt(m, n, k, A, lda, B, ldb, C, ldc);
+}
+// Row-major C[m, n] = A[m, k] . B[k, n] + beta * C (beta = 0: C is not read).
+inline void gemm_nn(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb,
+                    float* C, int64_t ldc, float beta) {
+  kernels().gemm_nn(m, n, k, A, lda, B, ldb, C, ldc, beta);
+}
 
-// x[i] = exp(x[i] - shift) for n entries; -inf maps to 0. Relative error about 2e-7.
-void exp_shifted(float* x, int64_t n, float shift);
+// The largest of n entries (-inf for none).
+inline float row_max(const float* x, int64_t n) { return kernels().row_max(x, n); }
+
+// x[i] = exp(x[i] - shift) for n entries, -inf mapping to 0 (relative error about 2e-7); returns their sum.
+inline float exp_shifted(float* x, int64_t n, float shift) { return kernels().exp_shifted(x, n, shift); }
 
 // out[b, :] = mean of rows [b*G, min(L, b*G + G)) of x [L, D] (row stride ldx), for every block b
 // (accumulated in double); out is contiguous [ceil(L/G), D].
-void block_means(const float* x, int64_t ldx, int64_t L, int64_t G, int64_t D, float* out);
+inline void block_means(const float* x, int64_t ldx, int64_t L, int64_t G, int64_t D, float* out) {
+  kernels().block_means(x, ldx, L, G, D, out);
+}
 
 // Rule 3 on float [B, H, N, D] inputs with contiguous rows (any batch / head / row strides): int32 [B, H_kv, nQb, K], best first, ties to the lower block,
 // -1 padding. Shared by the topk_blocks op and attn.

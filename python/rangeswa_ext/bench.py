@@ -3,13 +3,20 @@
 Every configuration runs on the same tensors in the same process: the op for `rangeswa` (late stage,
 W = 256), `rangeswa` (early stage, W = 1023) and `rangeswa_lite`, against
 `F.scaled_dot_product_attention` on RoPE-rotated q and k (the rotation is timed with it, since the
-op rotates internally). Times are medians of repeated runs; ratios are SDPA time / op time.
+op rotates internally). Times are medians of repeated runs, SDPA and the cases taking turns within each
+repeat; ratios are SDPA time / op time.
 The peak-memory probe runs the op in a fresh subprocess and reports its peak RSS above the RSS it
 had once the inputs existed.
+
+`--cpu-capabilities avx512,avx2` measures each instruction set in a fresh process per length, back to
+back: the op's kernels (RANGESWA_CPU_CAPABILITY), ATen's, which SDPA runs (ATEN_CPU_CAPABILITY), and
+MKL's GEMMs (MKL_ENABLE_INSTRUCTIONS) are all held to it, so an AVX-512 machine forced to avx2 stands
+in for an AVX2 machine of the same cores.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -35,14 +42,22 @@ CASES = (  # (label, preset, stage)
 )
 
 
-def _median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
+def _medians_ms(calls: dict, repeats: int) -> dict:
+    """{name: median ms} of the calls, each warmed up once, then timed in turns (one round of every call per
+    repeat), so that load which comes and goes on a shared machine falls on all of them alike."""
+    for call in calls.values():
+        call()
+    times = {name: [] for name in calls}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(taken) * 1e3 for name, taken in times.items()}
+
+
+def _median_ms(call, repeats: int) -> float:
+    return _medians_ms({"call": call}, repeats)["call"]
 
 
 def _inputs(L: int, B: int, H: int, D: int, C: int, seed: int = 0):
@@ -57,25 +72,78 @@ def sdpa_with_rope(q, k, v, control_tokens: int):
     return F.scaled_dot_product_attention(ops.rope(q, pos), ops.rope(k, pos), v)
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what the platform module knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def run_cpu_benchmark(lengths=(1024, 2048, 4096, 8192, 16384), B=1, H=12, D=64, C=12, repeats=5,
                       progress=True) -> dict:
     rows = []
-    bar = tqdm(total=len(lengths) * (len(CASES) + 1), disable=not progress, desc="bench")
+    bar = tqdm(total=len(lengths), disable=not progress, desc="bench")
     for L in lengths:
         q, k, v = _inputs(L, B, H, D, C)
-        sdpa_ms = _median_ms(lambda: sdpa_with_rope(q, k, v, C), repeats)
-        bar.update()
+        calls = {"SDPA": lambda: sdpa_with_rope(q, k, v, C)}
         for label, name, stage in CASES:
-            cfg = preset(name)
-            op_ms = _median_ms(lambda: ops.attn(q, k, v, cfg, C, stage), repeats)
-            rows.append(dict(L=L, method=label, op_ms=round(op_ms, 2), sdpa_ms=round(sdpa_ms, 2),
-                             speedup=round(sdpa_ms / op_ms, 2)))
-            bar.update()
+            calls[label] = lambda cfg=preset(name), stage=stage: ops.attn(q, k, v, cfg, C, stage)
+        ms = _medians_ms(calls, repeats)
+        for label, _, _ in CASES:
+            rows.append(dict(L=L, method=label, op_ms=round(ms[label], 2), sdpa_ms=round(ms["SDPA"], 2),
+                             speedup=round(ms["SDPA"] / ms[label], 2)))
+        bar.update()
     bar.close()
     return dict(
-        date=datetime.date.today().isoformat(), machine=platform.processor() or platform.machine(),
-        cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
-        shape=dict(B=B, H=H, D=D, C=C, dtype="float32"), repeats=repeats, rows=rows)
+        date=datetime.date.today().isoformat(), machine=cpu_model(), cpu_count=os.cpu_count(),
+        torch_threads=torch.get_num_threads(), torch=torch.__version__, cpu_capability=ops.cpu_capability(),
+        aten_capability=torch.backends.cpu.get_cpu_capability(), shape=dict(B=B, H=H, D=D, C=C, dtype="float32"),
+        repeats=repeats, rows=rows)
+
+
+#: What `--cpu-capabilities` sets per instruction set: the op's kernels, ATen's (SDPA) and MKL's GEMMs.
+PATH_ENVIRONMENT = {
+    "avx512": dict(RANGESWA_CPU_CAPABILITY="avx512", ATEN_CPU_CAPABILITY="avx512", MKL_ENABLE_INSTRUCTIONS="AVX512"),
+    "avx2": dict(RANGESWA_CPU_CAPABILITY="avx2", ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2"),
+    "default": dict(RANGESWA_CPU_CAPABILITY="default", ATEN_CPU_CAPABILITY="default",
+                    MKL_ENABLE_INSTRUCTIONS="SSE4_2"),
+}
+
+_PATH_RUN = r"""
+import json, sys
+from rangeswa_ext import bench
+print(json.dumps(bench.run_cpu_benchmark(**json.loads(sys.argv[1]), progress=False)))
+"""
+
+
+def run_paths_benchmark(capabilities=("avx512", "avx2"), lengths=(4096, 8192, 16384), H=12, D=64, repeats=5,
+                        progress=True) -> dict:
+    """`run_cpu_benchmark` per instruction set, each length in a fresh process per set, the sets back to back
+    (so that other load on the machine falls on both alike); rows carry their ``path``."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    python_path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    rows, result = [], {}
+    bar = tqdm(total=len(lengths) * len(capabilities), disable=not progress, desc="bench paths")
+    for L in lengths:
+        for path in capabilities:
+            env = dict(os.environ, **PATH_ENVIRONMENT[path], PYTHONPATH=python_path)
+            arguments = json.dumps(dict(lengths=[L], H=H, D=D, repeats=repeats))
+            done = subprocess.run([sys.executable, "-c", _PATH_RUN, arguments], env=env, capture_output=True,
+                                  text=True)
+            if done.returncode:
+                last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+                raise ValueError(f"the {path} run at L = {L} failed (exit {done.returncode}: {last})")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            ran = (result["cpu_capability"], result["aten_capability"].lower())
+            if ran != (path, path):
+                raise ValueError(f"the {path} run at L = {L} ran the op's kernels as {ran[0]} and ATen's as {ran[1]}: "
+                                 f"this CPU or this torch cannot run {path}")
+            rows += [dict(row, path=path) for row in result["rows"]]
+            bar.update()
+    bar.close()
+    return dict(result, cpu_capability=None, aten_capability=None, capabilities=list(capabilities), rows=rows)
 
 
 _MEMORY_PROBE = r"""
@@ -118,18 +186,27 @@ def markdown_table(title: str, header: list[str], rows: list[list[str]]) -> list
 
 
 def _run_title(what: str, result: dict) -> str:
-    return (f"{what}, {result['date']}, {result['cpu_count']} cores, torch {result['torch']}, "
+    machine = f"{result['machine']}, " if result.get("machine") else ""
+    return (f"{what}, {result['date']}, {machine}{result['cpu_count']} cores, torch {result['torch']}, "
             f"median of {result['repeats']} runs")
 
 
 def to_markdown(result: dict) -> str:
-    lines = markdown_table(_run_title(f"CPU attention, {result['shape']}", result),
-                   ["L", "method", "op ms", "SDPA ms", "speed-up"],
-                   [[str(r["L"]), r["method"], f"{r['op_ms']:.1f}", f"{r['sdpa_ms']:.1f}", f"{r['speedup']:.2f}x"]
-                    for r in result["rows"]])
-    lite = {r["L"]: r["op_ms"] for r in result["rows"] if r["method"] == "rangeswa_lite"}
-    if 8192 in lite and 16384 in lite:
-        lines += ["", f"rangeswa_lite growth 8k -> 16k: {lite[16384] / lite[8192]:.2f}x"]
+    """The table of `run_cpu_benchmark` (the run's instruction set in the title) or of `run_paths_benchmark`
+    (a path column)."""
+    paths = result.get("capabilities")
+    title = f"CPU attention, {result['shape']}"
+    if result.get("cpu_capability"):
+        title += f", kernels {result['cpu_capability']} (ATen {result['aten_capability']})"
+    header = ["L", "method", *(["path"] if paths else []), "op ms", "SDPA ms", "speed-up"]
+    lines = markdown_table(_run_title(title, result), header,
+                   [[str(r["L"]), r["method"], *([r["path"]] if paths else []), f"{r['op_ms']:.1f}",
+                     f"{r['sdpa_ms']:.1f}", f"{r['speedup']:.2f}x"] for r in result["rows"]])
+    for path in paths or [None]:
+        lite = {r["L"]: r["op_ms"] for r in result["rows"] if r["method"] == "rangeswa_lite" and r.get("path") == path}
+        if 8192 in lite and 16384 in lite:
+            lines += ["", f"rangeswa_lite growth 8k -> 16k{f' ({path})' if path else ''}: "
+                          f"{lite[16384] / lite[8192]:.2f}x"]
     if "memory" in result:
         m = result["memory"]
         lines += ["", f"Peak memory of the late-stage op at L = {m['L']} (B=1, H={m['H']}, D={m['D']}): "
@@ -141,7 +218,8 @@ def to_markdown(result: dict) -> str:
 def save(result: dict, out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"cpu_attention_{result['date']}"
+    paths = "".join(f"_{path}" for path in result.get("capabilities") or [])
+    stem = out_dir / f"cpu_attention_{result['date']}{paths}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     stem.with_suffix(".md").write_text(to_markdown(result))
     return stem
@@ -187,6 +265,16 @@ def model_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def capabilities(text: str) -> list:
+    """An argparse type: comma-separated names of `ops.CPU_CAPABILITIES`, each once, at least one."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ops.CPU_CAPABILITIES]
+    if not names or unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"expected distinct names among {', '.join(ops.CPU_CAPABILITIES)}, "
+                                         f"comma-separated, got {text!r}")
+    return names
+
+
 def add_bench_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="CPU benchmark of the op against SDPA",
                               description=__doc__.split("\n\n")[0])
@@ -197,6 +285,10 @@ def add_bench_parser(subparsers) -> None:
     p.add_argument("--head-dim", type=integer(2, even=True), default=64, help="head dim, even (default 64)")
     p.add_argument("--memory-length", type=integer(0), default=65536,
                    help="L of the peak-memory probe (0 skips it)")
+    p.add_argument("--cpu-capabilities", type=capabilities, default=None, metavar="PATHS",
+                   help="comma-separated instruction sets (avx512, avx2, default) to measure one after the other, "
+                        "each in its own process with the op, ATen (SDPA) and MKL held to it; default: one run on "
+                        "the path this process takes (ops.cpu_capability())")
     p.add_argument("--out", default="benchmarks/results", type=output_folder,
                    help="folder for the JSON and markdown results")
     p.add_argument("--model", metavar="MODEL", default=None,
@@ -221,7 +313,11 @@ def run_bench(args) -> int:
         print(model_markdown(result))
         print(f"saved {stem}.json and {stem}.md")
         return 0
-    result = run_cpu_benchmark(lengths, H=args.heads, D=args.head_dim, repeats=args.repeats)
+    if args.cpu_capabilities:
+        result = run_paths_benchmark(args.cpu_capabilities, lengths, H=args.heads, D=args.head_dim,
+                                     repeats=args.repeats)
+    else:
+        result = run_cpu_benchmark(lengths, H=args.heads, D=args.head_dim, repeats=args.repeats)
     if args.memory_length:
         result["memory"] = peak_memory_above_inputs(args.memory_length, H=args.heads, D=args.head_dim)
     stem = save(result, args.out)

@@ -39,6 +39,21 @@ def require_kernels(device: torch.device) -> None:
                            "CUDA_HOME set: pip install --no-build-isolation -e .")
 
 
+#: The instruction sets the CPU kernels are built for, best first (csrc/cpu/dispatch.h).
+CPU_CAPABILITIES = ("avx512", "avx2", "default")
+
+
+def cpu_capability() -> str:
+    """The instruction set the CPU kernels run in this process: ``avx512``, ``avx2`` or ``default``.
+
+    Chosen once, on first use: ``RANGESWA_CPU_CAPABILITY`` when set (a RuntimeError if this CPU cannot
+    run it), else ATen's own capability (``torch.backends.cpu.get_cpu_capability()``, which follows
+    ``ATEN_CPU_CAPABILITY``), capped at what this CPU runs. The name comes from the table of kernels
+    the ops call through, so it is the path that runs.
+    """
+    return _C.cpu_capability()
+
+
 def attn_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late", causal_block: int = 0) -> dict:
     """The arguments of ``torch.ops.rangeswa.attn`` after ``q, k, v, retrieved``, by schema name and in
     schema order, for the method ``cfg`` in ``stage`` (which picks the window) with C control tokens
