@@ -65,8 +65,11 @@ def test_schema_defaults_are_the_papers_rangeswa():
     """csrc/schema.h's defaults equal RangeSWAConfig()'s late stage, as attn_arguments builds them."""
     schema = torch.ops.rangeswa.attn.default._schema
     defaults = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
-    expected = {"retrieved": None, **ops.attn_arguments(RangeSWAConfig(), 0, "late")}
+    expected = {"retrieved": None, **ops.attn_arguments(RangeSWAConfig(), 0, "late"), "prepared": None}
     assert defaults == expected
+    prepare_defaults = {a.name: a.default_value for a in torch.ops.rangeswa.prepare.default._schema.arguments
+                        if a.has_default_value()}
+    assert prepare_defaults == ops.prepare_arguments(RangeSWAConfig(), 0, 0)
     topk_defaults = {a.name: a.default_value for a in torch.ops.rangeswa.topk_blocks.default._schema.arguments
                      if a.has_default_value()}
     assert topk_defaults == ops.topk_arguments(RangeSWAConfig(), 0, "late")
