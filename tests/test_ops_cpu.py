@@ -182,6 +182,19 @@ def test_rope_matches_reference(style, rd, dtype):
     assert rel_err(got, expect) < (1e-6 if dtype == torch.float32 else 1e-2)
 
 
+def test_rope_tables_kept_between_calls_are_found_by_positions_theta_and_dim():
+    """The rope op keeps its recent cos/sin tables (one per network call, not per layer): calls that differ
+    only in one position, in theta, or in the rotary dim must each get their own table."""
+    x, _, _ = make_qkv(1, 2, 1, 40, 64, seed=15)
+    pos = torch.arange(40, dtype=torch.float64) * 0.75
+    moved = pos.clone()
+    moved[-1] += 0.5  # one position
+    calls = [(pos, 1e4, 64), (moved, 1e4, 64), (pos, 5e5, 64), (pos, 1e4, 32), (pos, 1e4, 64)]
+    for positions, theta, rd in calls + calls[::-1]:
+        got = ops.rope(x, positions, theta, rd, "interleaved")
+        assert rel_err(got, ref.rotate(x.double(), positions, theta, rd, "interleaved")) < 1e-6
+
+
 @pytest.mark.parametrize("sample", opcheck_samples(), ids=lambda s: s[0])
 def test_opcheck(sample):
     _, op, args, kwargs = sample

@@ -4,21 +4,10 @@
 
 #include <cmath>
 #include <mutex>
-#include <tuple>
 
 namespace rangeswa::cpu {
 
-RopeTable::RopeTable(const RopeParams& rope, double first, double step, int64_t count) {
-  std::vector<double> pos(count);
-  for (int64_t s = 0; s < count; ++s) pos[s] = first + double(s) * step;
-  fill(rope, pos.data(), count);
-}
-
 RopeTable::RopeTable(const RopeParams& rope, const double* positions, int64_t count) {
-  fill(rope, positions, count);
-}
-
-void RopeTable::fill(const RopeParams& rope, const double* positions, int64_t count) {
   half_ = rope.rotary_dim / 2;
   cos_.resize(count * half_);
   sin_.resize(count * half_);
@@ -36,20 +25,33 @@ void RopeTable::fill(const RopeParams& rope, const double* positions, int64_t co
 }
 
 std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, double first, double step, int64_t count) {
-  using Key = std::tuple<double, int64_t, double, double, int64_t>;
+  std::vector<double> positions(count);
+  for (int64_t s = 0; s < count; ++s) positions[s] = first + double(s) * step;
+  return rope_table(rope, std::move(positions));
+}
+
+std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, std::vector<double> positions) {
+  struct Entry {
+    double theta;
+    int64_t rotary_dim;
+    std::vector<double> positions;
+    std::shared_ptr<const RopeTable> table;
+    bool holds(const RopeParams& r, const std::vector<double>& p) const {
+      return theta == r.theta && rotary_dim == r.rotary_dim && positions == p;
+    }
+  };
   static std::mutex mutex;
-  static std::vector<std::pair<Key, std::shared_ptr<const RopeTable>>> recent;  // newest last
+  static std::vector<Entry> recent;  // newest last
   constexpr size_t kKeep = 8;
-  const Key key{rope.theta, rope.rotary_dim, first, step, count};
   {
     std::lock_guard<std::mutex> lock(mutex);
-    for (const auto& entry : recent)
-      if (entry.first == key) return entry.second;
+    for (const Entry& entry : recent)
+      if (entry.holds(rope, positions)) return entry.table;
   }
-  auto table = std::make_shared<const RopeTable>(rope, first, step, count);
+  auto table = std::make_shared<const RopeTable>(rope, positions.data(), int64_t(positions.size()));
   std::lock_guard<std::mutex> lock(mutex);
   if (recent.size() == kKeep) recent.erase(recent.begin());
-  recent.emplace_back(key, table);
+  recent.push_back(Entry{rope.theta, rope.rotary_dim, std::move(positions), table});
   return table;
 }
 

@@ -15,22 +15,20 @@ namespace rangeswa::cpu {
 class RopeTable {
  public:
   RopeTable() = default;
-  // Positions first + s * step for s in [0, count).
-  RopeTable(const RopeParams& rope, double first, double step, int64_t count);
-  // Arbitrary positions.
   RopeTable(const RopeParams& rope, const double* positions, int64_t count);
   const float* cos(int64_t s) const { return cos_.data() + s * half_; }
   const float* sin(int64_t s) const { return sin_.data() + s * half_; }
 
  private:
-  void fill(const RopeParams& rope, const double* positions, int64_t count);
   int64_t half_ = 0;
   std::vector<float> cos_, sin_;
 };
 
-// The table of positions first + s * step, s < count, shared between calls: a model calls the op
-// with the same positions in every layer, so the few most recent tables are kept.
+// The table of positions first + s * step, s < count, or of the given positions, shared between calls:
+// a model calls the ops with the same positions in every layer, so the few most recent tables are kept
+// (found by their exact positions, theta and rotary dim) and each is built once per network call at most.
 std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, double first, double step, int64_t count);
+std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, std::vector<double> positions);
 
 // The hot loops below run the build for this CPU's instruction set (cpu/dispatch.h).
 

@@ -33,12 +33,10 @@ at::Tensor rope_cpu(const at::Tensor& x, const at::Tensor& positions, double the
   check_bhnd(x, "x");
   RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style);
   check_positions(positions, x.size(2), x, "token of x");
-  const int64_t n = x.size(2);
-  std::vector<double> pos = positions_as_double(positions);
-  RopeTable table(rope, pos.data(), n);
+  const auto table = rope_table(rope, positions_as_double(positions));
   at::Tensor xf = with_contiguous_rows(x.to(at::kFloat));
   at::Tensor out = at::empty(x.sizes(), xf.options());
-  rotate_all(xf, out.data_ptr<float>(), table, rope);
+  rotate_all(xf, out.data_ptr<float>(), *table, rope);
   return out.to(x.scalar_type());
 }
 
@@ -52,10 +50,9 @@ std::tuple<at::Tensor, at::Tensor> block_summary_cpu(const at::Tensor& k, const 
   at::Tensor kf = with_contiguous_rows(k.to(at::kFloat)), vf = with_contiguous_rows(v.to(at::kFloat));
   if (positions.has_value()) {
     check_positions(*positions, L, k, "body key");
-    std::vector<double> pos = positions_as_double(*positions);
-    RopeTable table(rope, pos.data(), L);
+    const auto table = rope_table(rope, positions_as_double(*positions));
     at::Tensor rotated = at::empty(k.sizes(), kf.options());
-    rotate_all(kf, rotated.data_ptr<float>(), table, rope);
+    rotate_all(kf, rotated.data_ptr<float>(), *table, rope);
     kf = rotated;
   }
   at::Tensor ks = at::empty({k.size(0), k.size(1), nG, D}, kf.options());
