@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -116,28 +117,41 @@ def released_prior() -> Cola:
 
 
 def call_rows(lengths, repeats: int) -> list[dict]:
+    """The whole call per method; the methods take turns within each repeat (each with its own cache and
+    context, one warm-up call each), so that load coming and going on a shared machine falls on all alike."""
     backbone = backbones.backbone_for("cola")
     model = released_prior()
     rows = []
     for L in lengths:
-        times = {}
+        cases = []
         for label, name, stage in CALL_CASES:
-            model.set_attention(backbone.attention(model, name))
-            call = backbone.benchmark_call(model, L, torch.Generator().manual_seed(L), stage)
-            with torch.no_grad():
-                times[label] = statistics.median(timed_ms(call, repeats))
-            print(f"call L={L} {label}: {times[label]:.0f} ms", flush=True)
-            del call
-        full = times[CALL_CASES[0][0]]
-        rows += [dict(L=L, method=label, ms=round(ms, 1), speedup_vs_full=round(full / ms, 2))
-                 for label, ms in times.items()]
+            attention = backbone.attention(model, name)
+            model.set_attention(attention)
+            cases.append((label, attention, backbone.benchmark_call(model, L, torch.Generator().manual_seed(L), stage)))
+        times = {label: [] for label, _, _ in cases}
+        with torch.no_grad():
+            for repeat in range(repeats + 1):
+                for label, attention, call in cases:
+                    model.set_attention(attention)
+                    start = time.perf_counter()
+                    call()
+                    if repeat:  # the first round warms up
+                        times[label].append((time.perf_counter() - start) * 1e3)
+        medians = {label: statistics.median(t) for label, t in times.items()}
+        for label, ms in medians.items():
+            print(f"call L={L} {label}: {ms:.0f} ms (all: {', '.join(f'{t:.0f}' for t in times[label])})", flush=True)
+        del cases
+        full = medians[CALL_CASES[0][0]]
+        rows += [dict(L=L, method=label, ms=round(ms, 1), speedup_vs_full=round(full / ms, 2),
+                      all_ms=[round(t, 1) for t in times[label]]) for label, ms in medians.items()]
     return rows
 
 
 def markdown(result: dict) -> str:
     head = (f"{result['date']}, {result['cpu']} ({result['cpu_count']} cores, {result['threads']} threads), torch "
             f"{result['torch']}, fp32; load average {result['load_before']} before, {result['load_after']} after")
-    lines = markdown_table(f"CoLa prior attention, one cached block: q = {BLOCK} rows, k/v = L rows, {H} heads of "
+    lines = [f"`{result['command']}`", ""] if result.get("command") else []
+    lines += markdown_table(f"CoLa prior attention, one cached block: q = {BLOCK} rows, k/v = L rows, {H} heads of "
                            f"{D}, rotary {ROTARY} interleaved, causal block {BLOCK}, T = {T}; median of "
                            f"{result['op_repeats']} calls. {head}",
                            ["L", "method", "ms", "speed-up vs full"],
@@ -158,6 +172,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7, help="timed op calls per case (median)")
     parser.add_argument("--call-repeats", type=int, default=3, help="timed prior calls per case (median)")
     parser.add_argument("--no-call", action="store_true", help="time only the attention op")
+    parser.add_argument("--call-lengths", default=None,
+                        help="lengths of the whole-call timing (default: --lengths; each case holds its own KV cache "
+                             "and prepared contexts for 24 layers, so 8k needs about 17 GB)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's); on a shared, loaded machine 1 thread avoids the "
                              "op's many short parallel regions waiting on descheduled threads")
@@ -168,11 +185,13 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     load_before = [round(x, 2) for x in os.getloadavg()]
     op = op_rows(lengths, args.repeats)
-    call = [] if args.no_call else call_rows(lengths, args.call_repeats)
+    call_lengths = [int(x) for x in args.call_lengths.split(",")] if args.call_lengths else lengths
+    call = [] if args.no_call else call_rows(call_lengths, args.call_repeats)
     result = dict(date=datetime.date.today().isoformat(), cpu=platform.processor() or platform.machine(),
                   cpu_count=os.cpu_count(), threads=torch.get_num_threads(), torch=torch.__version__,
                   op_repeats=args.repeats, call_repeats=args.call_repeats, load_before=load_before,
-                  load_after=[round(x, 2) for x in os.getloadavg()], op=op, call=call)
+                  load_after=[round(x, 2) for x in os.getloadavg()], op=op, call=call,
+                  command=" ".join(["python", "benchmarks/bench_cpu_cola.py", *(argv if argv is not None else sys.argv[1:])]))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"cpu_cola_{result['date']}" if not args.threads else out / f"cpu_cola_{result['date']}_{args.threads}thread"
