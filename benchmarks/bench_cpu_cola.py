@@ -10,7 +10,9 @@
     prepares the block's rows and the key block they fall in).
 (2) The whole cached prior call at the released sizes (24 layers, width 2048, random weights, fp32): the
     last block of L latents over a KV cache of the L - 16 before it (`ColaBackbone.benchmark_call`); the
-    prior's KV cache keeps each layer's prepared context (the first, untimed call prepares it).
+    prior's KV cache keeps each layer's prepared context (the first, untimed call prepares it). Timed with
+    each fp32 CPU path of the linear layers (`models.linear`: oneDNN, the default, and torch's F.linear), the
+    methods compared within one path.
 
 Every method runs in the same process on the same tensors; times are medians of repeated calls after one
 warm-up call. The load average before and after is recorded (the machine may be shared).
@@ -38,6 +40,7 @@ import torch
 from rangeswa_ext import backbones
 from rangeswa_ext.bench import markdown_table
 from rangeswa_ext.methods import make_attention
+from rangeswa_ext.models import linear
 from rangeswa_ext.models.cola import Cola, ColaConfig
 from rangeswa_ext.prepared import PreparedCache
 
@@ -117,10 +120,12 @@ def released_prior() -> Cola:
 
 
 def call_rows(lengths, repeats: int) -> list[dict]:
-    """The whole call per method; the methods take turns within each repeat (each with its own cache and
-    context, one warm-up call each), so that load coming and going on a shared machine falls on all alike."""
+    """The whole call per linear path and method; the methods take turns within each repeat (each with its
+    own cache and context, one warm-up call each), so that load coming and going on a shared machine falls
+    on all alike."""
     backbone = backbones.backbone_for("cola")
     model = released_prior()
+    paths = ("onednn", "aten") if linear.cpu_linear() == "onednn" else ("aten",)
     rows = []
     for L in lengths:
         cases = []
@@ -128,22 +133,26 @@ def call_rows(lengths, repeats: int) -> list[dict]:
             attention = backbone.attention(model, name)
             model.set_attention(attention)
             cases.append((label, attention, backbone.benchmark_call(model, L, torch.Generator().manual_seed(L), stage)))
-        times = {label: [] for label, _, _ in cases}
-        with torch.no_grad():
-            for repeat in range(repeats + 1):
-                for label, attention, call in cases:
-                    model.set_attention(attention)
-                    start = time.perf_counter()
-                    call()
-                    if repeat:  # the first round warms up
-                        times[label].append((time.perf_counter() - start) * 1e3)
-        medians = {label: statistics.median(t) for label, t in times.items()}
-        for label, ms in medians.items():
-            print(f"call L={L} {label}: {ms:.0f} ms (all: {', '.join(f'{t:.0f}' for t in times[label])})", flush=True)
+        for path in paths:
+            previous = linear.set_cpu_linear(path)
+            times = {label: [] for label, _, _ in cases}
+            with torch.no_grad():
+                for repeat in range(repeats + 1):
+                    for label, attention, call in cases:
+                        model.set_attention(attention)
+                        start = time.perf_counter()
+                        call()
+                        if repeat:  # the first round warms up
+                            times[label].append((time.perf_counter() - start) * 1e3)
+            linear.set_cpu_linear(previous)
+            medians = {label: statistics.median(t) for label, t in times.items()}
+            for label, ms in medians.items():
+                print(f"call L={L} linear={path} {label}: {ms:.0f} ms (all: {', '.join(f'{t:.0f}' for t in times[label])})",
+                      flush=True)
+            full = medians[CALL_CASES[0][0]]
+            rows += [dict(L=L, linear=path, method=label, ms=round(ms, 1), speedup_vs_full=round(full / ms, 2),
+                          all_ms=[round(t, 1) for t in times[label]]) for label, ms in medians.items()]
         del cases
-        full = medians[CALL_CASES[0][0]]
-        rows += [dict(L=L, method=label, ms=round(ms, 1), speedup_vs_full=round(full / ms, 2),
-                      all_ms=[round(t, 1) for t in times[label]]) for label, ms in medians.items()]
     return rows
 
 
@@ -160,9 +169,11 @@ def markdown(result: dict) -> str:
     if result["call"]:
         lines += [""] + markdown_table(
             f"Whole cached prior call at the released sizes (24 layers, width 2048, random weights): the last "
-            f"block of L latents over a cache of L - {BLOCK}; median of {result['call_repeats']} calls.",
-            ["L", "method", "ms", "speed-up vs full"],
-            [[str(r["L"]), r["method"], f"{r['ms']:.0f}", f"{r['speedup_vs_full']:.2f}x"] for r in result["call"]])
+            f"block of L latents over a cache of L - {BLOCK}; median of {result['call_repeats']} calls; linear "
+            f"layers on oneDNN (the default) or torch's F.linear (`models.linear`), speed-ups within one path.",
+            ["L", "method", "linear layers", "ms", "speed-up vs full"],
+            [[str(r["L"]), r["method"], r.get("linear", "aten"), f"{r['ms']:.0f}", f"{r['speedup_vs_full']:.2f}x"]
+             for r in result["call"]])
     return "\n".join(lines) + "\n"
 
 

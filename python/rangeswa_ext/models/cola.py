@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from ..methods import make_attention
 from ..prepared import PreparedCache
 from ..reference.rope import inv_freq
+from .linear import Linear
 from .strict import assign_parameter, check_state_dict, require_keys, safetensors_shapes
 
 PathLike = Union[str, Path]
@@ -280,9 +281,9 @@ class TimestepEmbedding(nn.Module):
     def __init__(self, frequency_dim: int, dim: int):
         super().__init__()
         self.frequency_dim = frequency_dim
-        self.proj_in = nn.Linear(frequency_dim, dim)
-        self.proj_hid = nn.Linear(dim, dim)
-        self.proj_out = nn.Linear(dim, dim)
+        self.proj_in = Linear(frequency_dim, dim)
+        self.proj_hid = Linear(dim, dim)
+        self.proj_out = Linear(dim, dim)
 
     def sinusoids(self, t: torch.Tensor) -> torch.Tensor:
         half = self.frequency_dim // 2
@@ -300,7 +301,7 @@ class Projection(nn.Module):
 
     def __init__(self, dim_in: int, dim_out: int):
         super().__init__()
-        self.proj = nn.Linear(dim_in, dim_out)
+        self.proj = Linear(dim_in, dim_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(x)
@@ -316,9 +317,9 @@ class AdaLN(nn.Module):
     def __init__(self, dim: int, layers: tuple, gates: bool = True):
         super().__init__()
         for layer in layers:
-            self.add_module(f"{layer}_in", nn.Sequential(nn.SiLU(), nn.Linear(dim, 2 * dim)))
+            self.add_module(f"{layer}_in", nn.Sequential(nn.SiLU(), Linear(dim, 2 * dim)))
             if gates:
-                self.add_module(f"{layer}_out", nn.Sequential(nn.SiLU(), nn.Linear(dim, dim)))
+                self.add_module(f"{layer}_out", nn.Sequential(nn.SiLU(), Linear(dim, dim)))
 
     def modulate(self, normed: torch.Tensor, emb: torch.Tensor, layer: str) -> torch.Tensor:
         shift, scale = getattr(self, f"{layer}_in")(emb).chunk(2, dim=-1)
@@ -354,8 +355,8 @@ class PriorAttention(nn.Module):
         self.n_head, self.head_dim = config.n_head, config.head_dim
         inner = config.n_head * config.head_dim
         # Output rows of proj_qkv are [q | k | v], each head-major ("l (o h d)", o = 3).
-        self.proj_qkv = nn.Linear(config.dim, 3 * inner, bias=config.qk_bias)
-        self.proj_out = nn.Linear(inner, config.dim, bias=config.qk_bias)
+        self.proj_qkv = Linear(config.dim, 3 * inner, bias=config.qk_bias)
+        self.proj_out = Linear(inner, config.dim, bias=config.qk_bias)
         self.norm_q = nn.LayerNorm(config.head_dim, eps=config.norm_eps)
         self.norm_k = nn.LayerNorm(config.head_dim, eps=config.norm_eps)
         self.rope = PriorRope(config.rotary_dim, config.rope_theta)
@@ -384,8 +385,8 @@ class MLP(nn.Module):
 
     def __init__(self, dim: int, ratio: int):
         super().__init__()
-        self.proj_in = nn.Linear(dim, ratio * dim)
-        self.proj_out = nn.Linear(ratio * dim, dim)
+        self.proj_in = Linear(dim, ratio * dim)
+        self.proj_out = Linear(ratio * dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj_out(F.gelu(self.proj_in(x), approximate="tanh"))
@@ -530,13 +531,13 @@ class VAEBlock(nn.Module):
         self.__dict__["attention"] = make_attention("full", head_dim=config.head_dim, theta=config.rope_theta,
                                                     rope_style="half")
         self.norm_attn = nn.LayerNorm(d, eps=config.norm_eps)
-        self.qkv_proj = nn.Linear(d, 3 * d, bias=False)
+        self.qkv_proj = Linear(d, 3 * d, bias=False)
         self.q_norm = nn.LayerNorm(d, eps=config.norm_eps)
         self.k_norm = nn.LayerNorm(d, eps=config.norm_eps)
-        self.attn_out_proj = nn.Linear(d, d)
+        self.attn_out_proj = Linear(d, d)
         self.norm_ffn = nn.LayerNorm(d, eps=config.norm_eps)
-        self.ffn_proj = nn.Linear(d, config.ffn_dim)
-        self.ffn_out = nn.Linear(config.ffn_dim // 2, d)
+        self.ffn_proj = Linear(d, config.ffn_dim)
+        self.ffn_out = Linear(config.ffn_dim // 2, d)
 
     def forward(self, x: torch.Tensor, cache: Optional[KVCache], layer: int, padding: dict) -> torch.Tensor:
         c = self.config
@@ -564,17 +565,17 @@ class VAEEncoder(nn.Module):
         # A kernel-1 Conv1d at patch size 1: a per-token Linear, kept as Conv1d for the official weight shape.
         self.patch_embedder = nn.Conv1d(config.dim, config.dim, kernel_size=1)
         self.blocks = nn.ModuleList(VAEBlock(config) for _ in range(config.encoder_layers))
-        self.final_layer = nn.Linear(config.dim, 2 * config.latent_dim)
+        self.final_layer = Linear(config.dim, 2 * config.latent_dim)
 
 
 class VAEDecoder(nn.Module):
     def __init__(self, config: ColaVAEConfig):
         super().__init__()
-        self.in_layer = nn.Linear(config.latent_dim, config.dim)
+        self.in_layer = Linear(config.latent_dim, config.dim)
         self.blocks = nn.ModuleList(VAEBlock(config) for _ in range(config.decoder_layers))
-        self.unpatch_layer = nn.Linear(config.dim, config.dim)
+        self.unpatch_layer = Linear(config.dim, config.dim)
         self.final_norm = nn.LayerNorm(config.dim, eps=config.norm_eps)
-        self.final_layer = nn.Linear(config.dim, config.vocab_size)
+        self.final_layer = Linear(config.dim, config.vocab_size)
 
 
 class ColaVAE(nn.Module):

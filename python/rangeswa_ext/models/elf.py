@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .linear import Linear
+
 Scalar = Union[float, torch.Tensor]
 
 
@@ -133,8 +135,8 @@ class BottleneckProj(nn.Module):
 
     def __init__(self, encoder_dim: int, bottleneck_dim: int, dim: int):
         super().__init__()
-        self.proj1 = nn.Linear(encoder_dim, bottleneck_dim, bias=False)
-        self.proj2 = nn.Linear(bottleneck_dim, dim)
+        self.proj1 = Linear(encoder_dim, bottleneck_dim, bias=False)
+        self.proj2 = Linear(bottleneck_dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj2(self.proj1(x))
@@ -146,8 +148,8 @@ class ScalarEmbedder(nn.Module):
     def __init__(self, dim: int, frequency_dim: int = 256):
         super().__init__()
         self.frequency_dim = frequency_dim
-        self.mlp_0 = nn.Linear(frequency_dim, dim)
-        self.mlp_2 = nn.Linear(dim, dim)
+        self.mlp_0 = Linear(frequency_dim, dim)
+        self.mlp_2 = Linear(dim, dim)
 
     def sinusoids(self, s: torch.Tensor) -> torch.Tensor:
         """[cos | sin] of s * 10000^(-k / half), k = 0 .. half-1; s is used raw (t in [0, 1], no x1000)."""
@@ -169,10 +171,10 @@ class Attention(nn.Module):
         self.n_head = config.n_head
         self.head_dim = config.head_dim
         # Output rows of qkv are [q | k | v], each head-major (official reshape (B, N, 3, H, D)).
-        self.qkv = nn.Linear(config.dim, 3 * config.dim)
+        self.qkv = Linear(config.dim, 3 * config.dim)
         self.q_norm = RMSNorm(config.head_dim, config.norm_eps)
         self.k_norm = RMSNorm(config.head_dim, config.norm_eps)
-        self.proj = nn.Linear(config.dim, config.dim)
+        self.proj = Linear(config.dim, config.dim)
 
     def forward(self, x: torch.Tensor, attention, control_tokens: int, stage: str) -> torch.Tensor:
         B, N, C = x.shape
@@ -190,8 +192,8 @@ class SwiGLU(nn.Module):
 
     def __init__(self, dim: int, ffn_dim: int):
         super().__init__()
-        self.w12 = nn.Linear(dim, 2 * ffn_dim)
-        self.w3 = nn.Linear(ffn_dim, dim)
+        self.w12 = Linear(dim, 2 * ffn_dim)
+        self.w3 = Linear(ffn_dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.w12(x).chunk(2, dim=-1)
@@ -219,7 +221,7 @@ class FinalLayer(nn.Module):
     def __init__(self, config: ELFConfig):
         super().__init__()
         self.norm_final = RMSNorm(config.dim, config.norm_eps)
-        self.linear = nn.Linear(config.dim, config.encoder_dim)
+        self.linear = Linear(config.dim, config.encoder_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(self.norm_final(x))
@@ -238,7 +240,7 @@ class ELF(nn.Module):
         self.config = config
         E, D = config.encoder_dim, config.dim
         # Self-conditioning: [z | previous x-prediction] (2E features) -> E.
-        self.self_cond_proj = nn.Linear(2 * E, E)
+        self.self_cond_proj = Linear(2 * E, E)
         self.text_proj = BottleneckProj(E, config.bottleneck_dim, D)
         # Control tokens: learned tokens plus the embedding of the per-example scalar they carry.
         self.t_embedder = ScalarEmbedder(D, config.frequency_dim)

@@ -32,6 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .elf import ScalarEmbedder, _per_example
+from .linear import Linear
 from .strict import check_state_dict, require_keys
 
 Scalar = Union[float, torch.Tensor]
@@ -143,7 +144,7 @@ class TimestepEmbedder(ScalarEmbedder):
     def __init__(self, dim: int, frequency_dim: int = 256):
         nn.Module.__init__(self)  # ScalarEmbedder's own layers are named mlp_0 / mlp_2; these replace them
         self.frequency_dim = frequency_dim
-        self.mlp = nn.Sequential(nn.Linear(frequency_dim, dim), nn.SiLU(), nn.Linear(dim, dim))
+        self.mlp = nn.Sequential(Linear(frequency_dim, dim), nn.SiLU(), Linear(dim, dim))
 
     def forward(self, gamma: torch.Tensor) -> torch.Tensor:
         return self.mlp(self.sinusoids(gamma).to(self.mlp[0].weight.dtype))
@@ -173,12 +174,12 @@ class DDiTBlock(nn.Module):
         self.n_heads, self.head_dim = config.n_heads, config.head_dim
         self.norm1 = LayerNorm(D, config.norm_eps)
         # Output rows of attn_qkv are [q | k | v], each head-major (official 'b s (three h d)').
-        self.attn_qkv = nn.Linear(D, 3 * D, bias=False)
-        self.attn_out = nn.Linear(D, D, bias=False)
+        self.attn_qkv = Linear(D, 3 * D, bias=False)
+        self.attn_out = Linear(D, D, bias=False)
         self.norm2 = LayerNorm(D, config.norm_eps)
-        self.mlp = nn.Sequential(nn.Linear(D, config.mlp_ratio * D), nn.GELU(approximate="tanh"),
-                                 nn.Linear(config.mlp_ratio * D, D))
-        self.adaLN_modulation = nn.Linear(config.cond_dim, 6 * D)
+        self.mlp = nn.Sequential(Linear(D, config.mlp_ratio * D), nn.GELU(approximate="tanh"),
+                                 Linear(config.mlp_ratio * D, D))
+        self.adaLN_modulation = Linear(config.cond_dim, 6 * D)
 
     def forward(self, x: torch.Tensor, c: torch.Tensor, attention, stage: str) -> torch.Tensor:
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.adaLN_modulation(c)[:, None].chunk(6, dim=2)
@@ -215,8 +216,8 @@ class FinalLayer(nn.Module):
     def __init__(self, config: LangFlowConfig):
         super().__init__()
         self.norm_final = LayerNorm(config.hidden_size, config.norm_eps)
-        self.linear = nn.Linear(config.hidden_size, config.vocab_size)
-        self.adaLN_modulation = nn.Linear(config.cond_dim, 2 * config.hidden_size)
+        self.linear = Linear(config.hidden_size, config.vocab_size)
+        self.adaLN_modulation = Linear(config.cond_dim, 2 * config.hidden_size)
 
     def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         shift, scale = self.adaLN_modulation(c)[:, None].chunk(2, dim=2)
@@ -235,7 +236,7 @@ class Backbone(nn.Module):
         self.blocks = nn.ModuleList(DDiTBlock(config) for _ in range(config.n_blocks))
         self.output_layer = FinalLayer(config)
         # Self-conditioning input: columns 0:D act on z, D:2D on the previous x-prediction.
-        self.self_cond_proj = nn.Linear(2 * D, D, bias=False)
+        self.self_cond_proj = Linear(2 * D, D, bias=False)
 
     def forward(self, z: torch.Tensor, gamma: torch.Tensor, self_cond: torch.Tensor, attention,
                 stage: str) -> torch.Tensor:

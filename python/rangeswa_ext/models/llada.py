@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..masking import valid_ranges
+from .linear import Linear
 from .strict import assign_parameter, check_state_dict, require_keys, safetensors_shapes
 
 PathLike = Union[str, Path]
@@ -121,15 +122,15 @@ class Block(nn.Module):
         D, F_ = config.dim, config.mlp_dim
         self.n_head, self.head_dim = config.n_head, config.head_dim
         # Registered in the official order, so state_dict() lists the keys as the official model does.
-        self.attn_out = nn.Linear(D, D, bias=False)
-        self.ff_out = nn.Linear(F_, D, bias=False)
+        self.attn_out = Linear(D, D, bias=False)
+        self.ff_out = Linear(F_, D, bias=False)
         self.attn_norm = RMSNorm(D, config.norm_eps)
         self.ff_norm = RMSNorm(D, config.norm_eps)
-        self.q_proj = nn.Linear(D, D, bias=False)
-        self.k_proj = nn.Linear(D, D, bias=False)
-        self.v_proj = nn.Linear(D, D, bias=False)
-        self.ff_proj = nn.Linear(D, F_, bias=False)   # the gate: it goes through SiLU
-        self.up_proj = nn.Linear(D, F_, bias=False)
+        self.q_proj = Linear(D, D, bias=False)
+        self.k_proj = Linear(D, D, bias=False)
+        self.v_proj = Linear(D, D, bias=False)
+        self.ff_proj = Linear(D, F_, bias=False)   # the gate: it goes through SiLU
+        self.up_proj = Linear(D, F_, bias=False)
 
     def forward(self, x: torch.Tensor, attention, stage: str, padding: dict) -> torch.Tensor:
         B, N, D = x.shape
@@ -154,7 +155,7 @@ class Transformer(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, config.dim)
         self.ln_f = RMSNorm(config.dim, config.norm_eps)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
-        self.ff_out = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.ff_out = Linear(config.dim, config.vocab_size, bias=False)
 
 
 class _Wrapper(nn.Module):
