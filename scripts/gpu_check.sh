@@ -11,8 +11,8 @@
 #  3. the offline gates on this machine's toolchain (scripts/cuda_gates.py --arch 90a);
 #  4. an exception probe: an invalid `retrieved` must raise ValueError on the CPU and on the GPU, each in
 #     its own interpreter (the first H200 run crashed there);
-#  5. the CUDA tests (tests/test_ops_cuda.py without the host-emulator ones, tests/test_build.py); a test
-#     that crashes the interpreter is deselected and the rest rerun;
+#  5. the CUDA tests (tests/test_ops_cuda.py without the host-emulator ones, tests/test_prepared.py,
+#     tests/test_build.py); a test that crashes the interpreter is deselected and the rest rerun;
 #  6. the attention benchmark (benchmarks/bench_gpu_attention.py --quick: D = 64 at 2k-32k, D = 128 at 8k
 #     and 32k, against SDPA-flash on pre-rotated inputs and FlexAttention at 8k);
 #  7. the profiler split of one call (benchmarks/profile_gpu_attention.py);
@@ -104,7 +104,7 @@ EOF
       budget=$(left 280)
       [ "$budget" -gt 20 ] || break
       (cd "$ROOT" && timeout "$budget" "$PY" -X faulthandler -m pytest -q -p no:cacheprovider tests/test_ops_cuda.py \
-          tests/test_build.py -k "not emulat" "${DESELECT[@]}") >"$WORK/tests_run$attempt.log" 2>&1
+          tests/test_prepared.py tests/test_build.py -k "not emulat" "${DESELECT[@]}") >"$WORK/tests_run$attempt.log" 2>&1
       TESTS_RC=$?
       log "tests (run $attempt) exit $TESTS_RC: $(tail -1 "$WORK/tests_run$attempt.log")"
       [ $TESTS_RC -ge 128 ] || break  # finished (passed or failed) or timed out (124)

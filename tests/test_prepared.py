@@ -79,6 +79,17 @@ def test_opcheck_prepare_and_attn_with_a_context(name):
                           dict(ops.attn_arguments(cfg, 4), prepared=context))
 
 
+def assert_one_head_stride_per_kind(context):
+    """What the CUDA kernel needs of a context (attn_api.cpp check_prepared_cuda): the body arrays share
+    one head stride, the summary arrays another, and batches are H_kv heads apart."""
+    slots = dict(zip(ops.PREPARED_SLOTS, context))
+    for kind in (("keys_nat", "keys_grp", "keys_cond", "prefix_nat", "prefix_grp"),
+                 ("sum_keys", "sum_keys_grp", "sum_values")):
+        arrays = [slots[name] for name in kind if slots[name].numel()]
+        assert len({t.stride(1) for t in arrays}) <= 1, [t.stride() for t in arrays]
+        assert all(t.stride(0) == t.shape[1] * t.stride(1) for t in arrays)
+
+
 def test_a_growing_cache_prepares_only_its_new_rows_and_equals_preparing_from_scratch():
     """Blocks of 16 appended to a cache (CoLa's decoding), the last block changing at every call before it
     is committed: the context equals `prepare` on the whole cache bit for bit after every update, and an
@@ -96,6 +107,7 @@ def test_a_growing_cache_prepares_only_its_new_rows_and_equals_preparing_from_sc
         context = cache.update(k[:, :, :L], v[:, :, :L], cfg, 0, stable=committed)
         scratch = ops.prepare(k[:, :, :L], v[:, :, :L], cfg, 0)
         assert all(torch.equal(a, b) for a, b in zip(context, scratch)), L
+        assert_one_head_stride_per_kind(context)
         g = scratch[-1][9].item()
         if g == grouped:
             assert cache.prepared_rows - before <= 16 + cfg.retrieval_block
@@ -161,3 +173,87 @@ def test_cola_cache_keeps_each_layers_context():
         assert torch.equal(with_context, without), block
         cache.commit()
     assert cache.contexts[0].length == 12 * 16
+
+
+# --- CUDA: the prepare kernel and the attn kernel with a context (skip without a device) --------------------
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cuda_attn_with_its_prepared_context_is_bitwise_the_same(case, dtype):
+    name, overrides, C, L, cb, Lq = CASES[case]
+    cfg = preset(name, **dict(SMALL, **overrides))
+    q, k, v = (t.cuda() for t in make_qkv(2, 4, 2, C + L, 64, seed=7, dtype=dtype))
+    if Lq is not None:
+        q = torch.cat([q[:, :, :C], q[:, :, C + L - Lq:]], dim=2)
+    context = ops.prepare(k, v, cfg, C)
+    assert all(t.device == k.device for t in context[:-1] if t.numel())
+    for stage in ("late", "early"):
+        expect, expect_lse = ops.attn(q, k, v, cfg, C, stage, causal_block=cb, return_lse=True)
+        got, got_lse = ops.attn(q, k, v, cfg, C, stage, causal_block=cb, return_lse=True, prepared=context)
+        assert torch.equal(got, expect) and torch.equal(got_lse, expect_lse), (case, stage)
+
+
+@needs_cuda
+def test_cuda_prepare_matches_the_cpu_op():
+    """Every array both devices prepare agrees within fp32 rounding (the CUDA op adds the in-block prefix
+    sums its kernel reads; the CPU op leaves those slots empty)."""
+    cfg = preset("rangeswa", **SMALL)
+    k, v = make_qkv(1, 2, 2, 12 + 700, 64, seed=1)[1:]
+    cpu = dict(zip(ops.PREPARED_SLOTS, ops.prepare(k, v, cfg, 12)))
+    gpu = dict(zip(ops.PREPARED_SLOTS, ops.prepare(k.cuda(), v.cuda(), cfg, 12)))
+    assert gpu["prefix_nat"].numel() > 0
+    for name in ops.PREPARED_SLOTS[:-1]:
+        if cpu[name].numel():
+            assert gpu[name].shape == cpu[name].shape and gpu[name].dtype == cpu[name].dtype, name
+            torch.testing.assert_close(gpu[name].cpu(), cpu[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+@needs_cuda
+def test_cuda_growing_cache_equals_preparing_from_scratch():
+    """The cached-decoding pattern on the device: every update's context equals `prepare` on the whole
+    cache bit for bit, keeps one head stride per kind of array, and attn with it equals attn without."""
+    cfg = preset("rangeswa", **SMALL)
+    q, k, v = (t.cuda() for t in make_qkv(1, 4, 2, 1000, 64, seed=5))
+    cache = PreparedCache()
+    committed = 64
+    for step in range(40):
+        L = committed + 16
+        k[:, :, committed:L] = torch.randn(1, 2, 16, 64, generator=torch.Generator().manual_seed(step)).cuda()
+        context = cache.update(k[:, :, :L], v[:, :, :L], cfg, 0, stable=committed)
+        scratch = ops.prepare(k[:, :, :L], v[:, :, :L], cfg, 0)
+        assert all(torch.equal(a, b.to(a.device)) for a, b in zip(context, scratch)), L
+        assert_one_head_stride_per_kind(context)
+        if step % 5 == 0:
+            block = q[:, :, L - 16:L]
+            expect = ops.attn(block, k[:, :, :L], v[:, :, :L], cfg, 0, "late", causal_block=16)
+            got = ops.attn(block, k[:, :, :L], v[:, :, :L], cfg, 0, "late", causal_block=16, prepared=context)
+            assert torch.equal(got, expect), L
+        if step % 2:
+            committed = L
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", ["rangeswa", "rangeswa_lite"])
+def test_cuda_opcheck_prepare_and_attn_with_a_context(name):
+    cfg = preset(name, **SMALL)
+    q, k, v = (t.cuda() for t in make_qkv(1, 2, 1, 4 + 300, 64, seed=3))
+    torch.library.opcheck(torch.ops.rangeswa.prepare.default, (k, v), ops.prepare_arguments(cfg, 4))
+    context = ops.prepare(k, v, cfg, 4)
+    torch.library.opcheck(torch.ops.rangeswa.attn.default, (q, k, v, None),
+                          dict(ops.attn_arguments(cfg, 4), prepared=context))
+
+
+@needs_cuda
+def test_cuda_a_context_that_does_not_fit_the_call_is_refused():
+    cfg = preset("rangeswa", **SMALL)
+    q, k, v = (t.cuda() for t in make_qkv(1, 2, 2, 12 + 700, 64, seed=8))
+    context = ops.prepare(k, v, cfg, 12)
+    with pytest.raises(ValueError, match="group size g"):
+        ops.attn(q, k, v, cfg.replace(near_range=72), 12, prepared=context)
+    with pytest.raises(ValueError, match="body tokens L"):
+        ops.attn(q, k, v, cfg, 12, prepared=ops.prepare(k[:, :, :600], v[:, :, :600], cfg, 12))
+    torch.cuda.synchronize()

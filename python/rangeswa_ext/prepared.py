@@ -6,7 +6,8 @@ each position map, G-block summaries, in-block prefix sums (CUDA) and the retrie
 decoding (CoLa's prior: 16 query rows a call over every committed token) k and v grow by appending, and
 a row's rotation, a G-block's means and a key block's means depend only on its own tokens, so an update
 prepares from the start of the last key block that holds a changed row (O(new rows + Rb)) and copies the
-rows into capacity buffers that grow by doubling.
+rows into capacity buffers that grow by doubling, every array of a kind (body rows, summaries, key means)
+with the same capacity (the CUDA kernel steps them by one head stride).
 
 Two parts depend on L itself and are prepared whole when it changes them (docs/spec_decisions.md):
 - the grouped positions of SPEC section 3 use the group size g(L); when an update changes g (and the
@@ -29,6 +30,10 @@ from .reference import positions
 
 _BODY = ("keys_nat", "keys_grp", "keys_cond", "prefix_nat", "prefix_grp")
 _SUMS = ("sum_keys", "sum_keys_grp", "sum_values")
+
+
+def _kind(name: str) -> str:
+    return "body" if name in _BODY else "sums" if name in _SUMS else "means"
 
 
 class PreparedCache:
@@ -64,6 +69,9 @@ class PreparedCache:
         if start > 0 and not self._maps_unchanged(cfg, C, L):
             start = 0
         tail = ops.prepare(k, v, cfg, C, first_key=start)
+        if start > 0 and {n for n, t in zip(ops.PREPARED_SLOTS[:-1], tail) if t.numel()} != set(self._buffers):
+            start = 0  # an array appears or goes (not expected while the maps hold): nothing to keep
+            tail = ops.prepare(k, v, cfg, C, first_key=0)
         self._store(tail, cfg, L, start)
         self._key = key
         self._signature = tail[-1]
@@ -103,24 +111,36 @@ class PreparedCache:
         return old_g == new_g and not old_cond and not new_cond
 
     def _store(self, tail: list, cfg: RangeSWAConfig, L: int, start: int) -> None:
+        """Copies the prepared rows from `start` on into the buffers. Every array of one kind (body rows,
+        summaries, key means) gets the same capacity, so that they share one head stride, as the CUDA
+        kernel needs (it steps all body arrays, and all summary arrays, by one stride)."""
         self._cfg = cfg
         self._empty = tail[0].new_empty((0,))
-        for name, part in zip(ops.PREPARED_SLOTS[:-1], tail[:-1]):
-            if part.numel() == 0:
-                self._buffers.pop(name, None)
+        parts = {name: part for name, part in zip(ops.PREPARED_SLOTS[:-1], tail[:-1]) if part.numel() > 0}
+        for name in [name for name in self._buffers if name not in parts]:
+            del self._buffers[name]
+        for kind, per in (("body", 1), ("sums", cfg.summary_block), ("means", cfg.retrieval_block)):
+            names = [name for name in parts if _kind(name) == kind]
+            if not names:
                 continue
-            per = 1 if name in _BODY else cfg.summary_block if name in _SUMS else cfg.retrieval_block
             first, rows = start // per, -(-L // per)
-            self._dim = part.shape[3]
-            width = part.stride(2)  # the op's row stride: D, or the CUDA kernel's padded head dim
-            buffer = self._buffers.get(name)
-            fits = (buffer is not None and buffer.shape[:2] == part.shape[:2] and buffer.shape[3] == width
-                    and buffer.dtype == part.dtype and buffer.device == part.device)
-            if not fits or buffer.shape[2] < rows:  # grow by doubling, keeping the rows before `first`
-                capacity = max(rows, 2 * buffer.shape[2] if fits else 0)
-                grown = part.new_zeros((*part.shape[:2], capacity, width))
-                if fits and first > 0:
-                    grown[:, :, :first] = buffer[:, :, :first]
-                buffer = grown
-                self._buffers[name] = buffer
-            buffer[:, :, first:rows, : part.shape[3]] = part
+            width = parts[names[0]].stride(2)  # the op's row stride: D, or the CUDA kernel's padded head dim
+            self._dim = parts[names[0]].shape[3]
+
+            def fits(name):
+                buffer, part = self._buffers.get(name), parts[name]
+                return (buffer is not None and buffer.shape[:2] == part.shape[:2] and buffer.shape[3] == width
+                        and buffer.dtype == part.dtype and buffer.device == part.device)
+
+            kept = all(fits(name) for name in names)
+            capacity = min(self._buffers[name].shape[2] for name in names) if kept else 0
+            if not kept or capacity < rows:  # grow the kind's arrays together by doubling, keeping rows before `first`
+                capacity = max(rows, 2 * capacity)
+                for name in names:
+                    part = parts[name]
+                    grown = part.new_zeros((*part.shape[:2], capacity, width))
+                    if kept and first > 0:
+                        grown[:, :, :first] = self._buffers[name][:, :, :first]
+                    self._buffers[name] = grown
+            for name in names:
+                self._buffers[name][:, :, first:rows, : parts[name].shape[3]] = parts[name]
