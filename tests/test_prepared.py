@@ -257,3 +257,131 @@ def test_cuda_a_context_that_does_not_fit_the_call_is_refused():
     with pytest.raises(ValueError, match="body tokens L"):
         ops.attn(q, k, v, cfg, 12, prepared=ops.prepare(k[:, :, :600], v[:, :, :600], cfg, 12))
     torch.cuda.synchronize()
+
+
+# --- the CUDA path on the host: the kernel's emulation (csrc/cuda/emulator) with an emulated prepare -------
+# The emulator's prepare op has the CUDA op's layout and preparation (context.h, prepare_unit) and its attn
+# takes a context exactly as attn_api.cpp does (context.h use_context): so the CUDA kernel's reading of a
+# context (pointers, head strides of a cache's capacity, the call's own control rows and values) runs here.
+
+def emulator():
+    from cuda_emulator import emulator_ops
+    return emulator_ops()
+
+
+def emulated(e, q, k, v, cfg, C, stage, cb, prepared=None):
+    retrieved = ops.topk_blocks(q, k, cfg, C, stage) if cfg.method == "rangeswa" and cfg.topk > 0 else None
+    return e.attn(q, k, v, retrieved, **ops.attn_arguments(cfg, C, stage, causal_block=cb), prepared=prepared)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_emulated_attn_with_its_prepared_context_is_bitwise_the_same(case, dtype):
+    e = emulator()
+    name, overrides, C, L, cb, Lq = CASES[case]
+    cfg = preset(name, **dict(SMALL, **overrides))
+    q, k, v = make_qkv(2, 4, 2, C + L, 64, seed=7, dtype=dtype)
+    if Lq is not None:
+        q = torch.cat([q[:, :, :C], q[:, :, C + L - Lq:]], dim=2)
+    context = e.prepare(k, v, **ops.prepare_arguments(cfg, C))
+    slots = dict(zip(ops.PREPARED_SLOTS, context))
+    assert slots["keys_nat"].dtype == dtype and slots["keys_nat"].stride(2) == 64
+    for stage in ("late", "early"):
+        expect, expect_lse = emulated(e, q, k, v, cfg, C, stage, cb)
+        got, got_lse = emulated(e, q, k, v, cfg, C, stage, cb, prepared=context)
+        assert torch.equal(got, expect) and torch.equal(got_lse, expect_lse), (case, stage)
+
+
+def test_emulated_prepare_matches_the_cpu_op_and_pads_rows():
+    """The CUDA layout: each array both ops return agrees with the CPU op's within fp32 rounding; at
+    D = 66 rows are 80 elements apart (the kernel's padded head dim), the padding zero; the prefix sums
+    are the in-block exclusive sums of the keys."""
+    e = emulator()
+    cfg = preset("rangeswa", **SMALL)
+    for D, Dp in ((64, 64), (66, 80)):
+        k, v = make_qkv(1, 2, 2, 12 + 700, D, seed=1)[1:]
+        cpu = dict(zip(ops.PREPARED_SLOTS, ops.prepare(k, v, cfg, 12)))
+        emu = dict(zip(ops.PREPARED_SLOTS, e.prepare(k, v, **ops.prepare_arguments(cfg, 12))))
+        for name in ops.PREPARED_SLOTS[:-1]:
+            if cpu[name].numel():
+                assert emu[name].shape == cpu[name].shape, name
+                torch.testing.assert_close(emu[name], cpu[name], rtol=1e-5, atol=1e-5, msg=name)
+        assert torch.equal(emu["signature"], cpu["signature"])
+        assert emu["keys_nat"].stride(2) == Dp
+        if Dp > D:
+            padding = emu["keys_nat"].as_strided((1, 2, 700, Dp - D), emu["keys_nat"].stride(), D)
+            assert not padding.any()
+        keys = emu["keys_nat"][:, :, :688].reshape(1, 2, 43, 16, D)  # the 43 whole G-blocks of 16
+        exclusive = keys.cumsum(3) - keys
+        prefix = emu["prefix_nat"][:, :, :688].reshape(1, 2, 43, 16, D)
+        torch.testing.assert_close(prefix, exclusive, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("first_key", [32, 320, 672])
+def test_emulated_prepare_from_first_key_is_the_tail_of_the_whole(first_key):
+    e = emulator()
+    cfg = preset("rangeswa", **SMALL)
+    k, v = make_qkv(1, 2, 2, 700, 64, seed=4)[1:]
+    whole = dict(zip(ops.PREPARED_SLOTS, e.prepare(k, v, **ops.prepare_arguments(cfg, 0))))
+    tail = dict(zip(ops.PREPARED_SLOTS, e.prepare(k, v, **ops.prepare_arguments(cfg, 0, first_key=first_key))))
+    for name in ops.PREPARED_SLOTS[:-1]:
+        per = 1 if name in ("keys_nat", "keys_grp", "keys_cond", "prefix_nat", "prefix_grp") else \
+            cfg.summary_block if name.startswith("sum_") else cfg.retrieval_block
+        if whole[name].numel():
+            assert torch.equal(tail[name], whole[name][:, :, first_key // per:]), name
+
+
+def test_emulated_growing_cache():
+    """`PreparedCache` on the emulated prepare op (the CUDA layout: padded rows, one capacity per kind):
+    after every update of CoLa's decoding pattern its context equals preparing from scratch, passes the CUDA
+    op's checks, and the emulated kernel with it equals the emulated kernel without."""
+    import rangeswa_ext.prepared as prepared_module
+
+    e = emulator()
+    cfg = preset("rangeswa", **SMALL)
+    q, k, v = make_qkv(1, 4, 2, 700, 64, seed=5)
+
+    class EmulatedOps:
+        PREPARED_SLOTS = ops.PREPARED_SLOTS
+
+        @staticmethod
+        def prepare(k, v, cfg, control_tokens=0, first_key=0):
+            return e.prepare(k, v, **ops.prepare_arguments(cfg, control_tokens, first_key=first_key))
+
+    cache = PreparedCache()
+    committed = 64
+    original = prepared_module.ops
+    prepared_module.ops = EmulatedOps
+    try:
+        for step in range(36):
+            L = committed + 16
+            k[:, :, committed:L] = torch.randn(1, 2, 16, 64, generator=torch.Generator().manual_seed(step))
+            context = cache.update(k[:, :, :L], v[:, :, :L], cfg, 0, stable=committed)
+            scratch = EmulatedOps.prepare(k[:, :, :L], v[:, :, :L], cfg)
+            assert all(torch.equal(a, b) for a, b in zip(context, scratch)), L
+            assert_one_head_stride_per_kind(context)
+            if step % 4 == 0:
+                block = q[:, :, L - 16:L]
+                expect = emulated(e, block, k[:, :, :L], v[:, :, :L], cfg, 0, "late", 16)
+                got = emulated(e, block, k[:, :, :L], v[:, :, :L], cfg, 0, "late", 16, prepared=context)
+                assert torch.equal(got[0], expect[0]) and torch.equal(got[1], expect[1]), L
+            if step % 2:
+                committed = L
+    finally:
+        prepared_module.ops = original
+
+
+def test_emulated_attn_refuses_what_the_cuda_op_refuses():
+    e = emulator()
+    cfg = preset("rangeswa", **SMALL)
+    q, k, v = make_qkv(1, 2, 2, 12 + 700, 64, seed=8)
+    context = e.prepare(k, v, **ops.prepare_arguments(cfg, 12))
+    unpadded = ops.prepare(k, v, cfg, 12)  # the CPU op's context: no prefix sums
+    with pytest.raises(ValueError, match="prefix"):
+        emulated(e, q, k, v, cfg, 12, "late", 0, prepared=unpadded)
+    split = list(context)  # keys_grp with a head stride of its own
+    split[1] = torch.zeros(1, 2, 800, 64)[:, :, :700].copy_(context[1])
+    with pytest.raises(ValueError, match="share one head stride"):
+        emulated(e, q, k, v, cfg, 12, "late", 0, prepared=split)
+    with pytest.raises(ValueError, match="group size g"):
+        emulated(e, q, k, v, cfg.replace(near_range=72), 12, "late", 0, prepared=context)

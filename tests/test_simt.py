@@ -233,6 +233,40 @@ def test_simt_launch_statistics(simt):
     assert collectives == mmas + ldmatrix and switches >= 31 * collectives  # all lanes but the last one wait
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("C,Lq", [(0, 16), (12, None)], ids=["cached-block", "control-rows"])
+def test_simt_kernel_reads_a_prepared_context(simt, dtype, C, Lq):
+    """The kernel with a prepared context held in a cache's capacity buffers (rows Dp apart, heads 37 rows
+    more than the context apart; the CUDA layout, from the emulator's prepare op) is bit for bit the kernel
+    preparing its own arrays: a cached CoLa-like block (causal blocks of 16, retrieval) and a call with
+    control rows and grouped positions."""
+    from conftest import make_qkv
+    from cuda_emulator import emulator_ops
+    from rangeswa_ext import preset
+
+    cfg = preset("rangeswa", train_length=128, early_window=127, late_window=32, decode_window=255,
+                 summary_block=16, retrieval_block=32, query_block=64, near_range=40, topk=3)
+    L, cb = 611, 16 if Lq else 0
+    q, k, v = make_qkv(1, 4, 2, C + L, 64, seed=9, dtype=dtype)
+    if Lq:
+        q = q[:, :, C + L - Lq:]
+    context = emulator_ops().prepare(k, v, **ops.prepare_arguments(cfg, C))
+    roomy = []
+    for name, t in zip(ops.PREPARED_SLOTS, context):
+        if t.numel() == 0 or name in ("key_means", "signature"):
+            roomy.append(t)
+            continue
+        buffer = torch.zeros(*t.shape[:2], t.shape[2] + 37, t.stride(2), dtype=t.dtype)
+        buffer[:, :, :t.shape[2], :t.shape[3]] = t
+        roomy.append(buffer[:, :, :t.shape[2], :t.shape[3]])
+    retrieved = ops.topk_blocks(q, k, cfg, C, "late")
+    arguments = ops.attn_arguments(cfg, C, "late", causal_block=cb)
+    expect, expect_lse = simt.attn(q, k, v, retrieved, **arguments)
+    got, got_lse = simt.attn(q, k, v, retrieved, **arguments, prepared=roomy)
+    assert torch.equal(got, expect) and torch.equal(got_lse, expect_lse)
+    assert not got.isnan().any()
+
+
 # ---------------------------------------------------------------------------------- the whole grid
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])

@@ -17,6 +17,7 @@
 
 #include "checks.h"
 #include "cuda/attn_setup.h"
+#include "cuda/context.h"
 #include "cuda/kernel_traits.h"
 #include "cuda/launch.h"
 #include "prepared.h"
@@ -237,26 +238,6 @@ at::Tensor topk_blocks_cuda(const at::Tensor& q, const at::Tensor& k, int64_t co
 
 // ---------------------------------------------------------------------------------------------- attn
 
-// A prepared context on CUDA: check_prepared with rows Dp apart (the prepare op pads them), plus one head
-// stride per kind of array and batches Hkv heads apart (the kernel steps KV heads by one stride).
-void check_prepared_cuda(const at::TensorList& prepared, const AttnParams& ap, const at::Tensor& k, int32_t Dp) {
-  check_prepared(prepared, ap, k, k.scalar_type(), /*prefix_sums=*/true, Dp);
-  auto same_stride = [&](std::initializer_list<int> slots, const char* what) {
-    int64_t stride = -1;
-    for (int slot : slots) {
-      const at::Tensor& t = prepared[slot];
-      if (t.numel() == 0) continue;
-      TORCH_CHECK_VALUE(t.stride(0) == ap.Hkv * t.stride(1), "prepared[", slot, "] must hold its KV heads at one stride "
-                        "(batch stride = H_kv x head stride), got strides ", t.strides());
-      TORCH_CHECK_VALUE(stride < 0 || t.stride(1) == stride, "the ", what, " arrays of prepared must share one head "
-                        "stride (one cache's capacity), got ", t.stride(1), " and ", stride);
-      stride = t.stride(1);
-    }
-  };
-  same_stride({kKeysNat, kKeysGrp, kKeysCond, kPrefixNat, kPrefixGrp}, "body key");
-  same_stride({kSumKeys, kSumKeysGrp, kSumValues}, "summary");
-}
-
 template <typename Element>
 void run_attn_for(const AttnKernelParams& p, int64_t D, cudaStream_t stream) {
   if (D <= 64) check_launch(run_attn<Element, 64>(p, stream), "attn");
@@ -339,23 +320,11 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   buf.lse = lse.data_ptr<float>();
   // A prepared context gives every array computed from k alone; the call copies control rows and values.
   const bool context = prepared.has_value();
-  auto from_context = [&](int slot, bool needed) -> void* {
-    return needed && context ? (*prepared)[slot].data_ptr() : nullptr;
-  };
   buf.k_ctrl = array(ap.C > 0, ap.C);
   buf.v_ctrl = array(ap.C > 0, ap.C);
   buf.v_body = array(ap.L > 0, ap.L);
   if (context) {
-    buf.k_nat = from_context(kKeysNat, ap.L > 0);
-    buf.k_grp = from_context(kKeysGrp, s.grouped_keys);
-    buf.k_cond = from_context(kKeysCond, s.cond_keys);
-    buf.s_nat = from_context(kSumKeys, s.summaries);
-    buf.s_v = from_context(kSumValues, s.summaries);
-    buf.s_grp = from_context(kSumKeysGrp, s.grouped_summaries);
-    buf.p_nat = from_context(kPrefixNat, s.prefix);
-    buf.p_grp = from_context(kPrefixGrp, s.prefix);
-    buf.key_stride = (*prepared)[kKeysNat].numel() > 0 ? (*prepared)[kKeysNat].stride(1) : 0;
-    buf.sum_stride = s.summaries ? (*prepared)[kSumKeys].stride(1) : 0;
+    use_context(*prepared, ap, s, buf);
   } else {
     buf.k_nat = array(ap.L > 0, ap.L);
     buf.k_grp = array(s.grouped_keys, ap.L);
@@ -393,9 +362,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   }
 
   PrepareParams pp = prepare_params(ap, s, buf);
-  if (context) {  // only the control rows and the values: everything else is the context's
-    pp.k_nat = pp.k_grp = pp.k_cond = pp.s_nat = pp.s_grp = pp.s_v = pp.p_nat = pp.p_grp = nullptr;
-  }
+  if (context) prepare_call_rows_only(pp);  // everything else is the context's
   const AttnKernelParams p = kernel_params(ap, s, buf);
   dispatch_dtype(qc.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
@@ -425,52 +392,19 @@ std::vector<at::Tensor> prepare_cuda(const at::Tensor& k, const at::Tensor& v, c
   const c10::cuda::CUDAGuard guard(k.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const Rules& R = cp.rules;
-  AttnParams ap{};
-  ap.rules = R;
-  ap.rope = cp.rope;
-  ap.B = cp.B;
-  ap.Hq = ap.Hkv = cp.Hkv;
-  ap.N = ap.Nq = cp.N;
-  ap.C = cp.C;
-  ap.L = ap.Lq = cp.L;
-  ap.D = cp.D;
-  ap.scale = 1.0;
-  ap.control_position_scale = cp.position_scale;
-  const AttnSetup s = setup_attn(ap, 0);
-  const int64_t L = cp.L, nG = s.geo.nG, row0 = first_key, block0 = first_key / s.geo.G;
   at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
-  std::vector<at::Tensor> out;  // a fresh (empty) tensor per slot: outputs never alias each other
-  for (int slot = 0; slot < kPreparedSlots; ++slot) out.push_back(at::empty({0}, kc.options()));
-  auto array = [&](int slot, bool needed, int64_t rows) -> void* {
-    if (!needed || rows == 0) return nullptr;
-    at::Tensor storage = at::zeros({cp.B, cp.Hkv, rows, s.Dp}, kc.options());
-    out[slot] = storage.narrow(3, 0, cp.D);
-    return storage.data_ptr();
-  };
-  AttnBuffers buf{};
-  buf.k = kc.data_ptr();
-  buf.v = vc.data_ptr();
-  buf.k_strides = row_strides(kc);
-  buf.v_strides = row_strides(vc);
-  buf.k_nat = array(kKeysNat, L > 0, L - row0);
-  buf.k_grp = array(kKeysGrp, s.grouped_keys, L - row0);
-  buf.k_cond = array(kKeysCond, s.cond_keys, L - row0);
-  buf.s_nat = array(kSumKeys, s.summaries, nG - block0);
-  buf.s_v = array(kSumValues, s.summaries, nG - block0);
-  buf.s_grp = array(kSumKeysGrp, s.grouped_summaries, nG - block0);
-  buf.p_nat = array(kPrefixNat, s.prefix, L - row0);
-  buf.p_grp = array(kPrefixGrp, s.prefix, L - row0);
+  ContextLayout c = context_layout(cp, kc, vc, first_key);
+  std::vector<at::Tensor>& out = c.out;
+  const AttnSetup& s = c.s;
+  const int64_t L = cp.L, row0 = first_key;
   std::pair<at::Tensor, at::Tensor> ints, cond;
-  if (s.int_rows > 0) ints = tables().get(ap.rope, true, s.int_rows, 1.0, k.device());
-  if (s.cond_rows > 0) cond = tables().get(ap.rope, false, s.cond_rows, s.cond_step, k.device());
-  buf.cos_int = ptr_or_null<const float>(ints.first);
-  buf.sin_int = ptr_or_null<const float>(ints.second);
-  buf.cos_cond = ptr_or_null<const float>(cond.first);
-  buf.sin_cond = ptr_or_null<const float>(cond.second);
-  PrepareParams pp = prepare_params(ap, s, buf);
-  pp.row0 = int32_t(row0);
-  pp.body_stride = (L - row0) * s.Dp;
-  pp.sum_stride = (nG - block0) * s.Dp;
+  if (s.int_rows > 0) ints = tables().get(c.ap.rope, true, s.int_rows, 1.0, k.device());
+  if (s.cond_rows > 0) cond = tables().get(c.ap.rope, false, s.cond_rows, s.cond_step, k.device());
+  c.buf.cos_int = ptr_or_null<const float>(ints.first);
+  c.buf.sin_int = ptr_or_null<const float>(ints.second);
+  c.buf.cos_cond = ptr_or_null<const float>(cond.first);
+  c.buf.sin_cond = ptr_or_null<const float>(cond.second);
+  const PrepareParams pp = c.prepare_params();
   dispatch_dtype(kc.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     if (L > row0) check_launch(launch_prepare<T>(pp, stream), "prepare");

@@ -296,7 +296,7 @@ std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::
                   scale, causal_block, cond_correction, summaries, prepared);
   if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
     return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
-  build(hc, q, k, v, retrieved);
+  build(hc, q, k, v, retrieved, prepared);
   dispatch_dtype(hc.q.scalar_type(), [&](auto tag) { run<decltype(tag)>(hc.p, hc.s); });
   return {hc.out, hc.lse};
 }
@@ -317,7 +317,7 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   hc.ap = checked(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
                   retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
                   scale, causal_block, cond_correction, summaries, prepared);
-  build(hc, q, k, v, retrieved);
+  build(hc, q, k, v, retrieved, prepared);
   const AttnKernelParams& p = hc.p;
   const Geometry& g = p.geo;
   constexpr int M = kAttnTileRows, W = M / 4;
@@ -391,6 +391,50 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   return stats;
 }
 
+// The prepare op with the CUDA op's layout (context.h context_layout: rows padded to Dp, from first_key on)
+// and its preparation (prepare_unit, one lane per unit), on CPU tensors. The retrieval key means, which
+// only the device's block selection reads, are the float64 block means of the pre-RoPE keys computed by
+// ATen (the emulator takes retrieved blocks from its caller and runs no selection).
+std::vector<at::Tensor> prepare_emulated(const at::Tensor& k, const at::Tensor& v, c10::string_view method,
+                                         int64_t control_tokens, int64_t summary_block, int64_t near_range,
+                                         int64_t retrieval_block, int64_t train_length, bool far_summaries,
+                                         double theta, std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                                         bool cond_correction, bool summaries, int64_t topk, int64_t first_key) {
+  const ContextParams cp = check_prepare(k, v, method, control_tokens, summary_block, near_range, retrieval_block,
+                                         train_length, far_summaries, theta, rotary_dim, rope_style, cond_correction,
+                                         summaries, topk, first_key);
+  TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
+  const at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
+  ContextLayout c = context_layout(cp, kc, vc, first_key);
+  const at::Tensor ints = table(c.ap, c.s.int_rows, 1.0), cond = table(c.ap, c.s.cond_rows, c.s.cond_step);
+  c.buf.cos_int = ints.data_ptr<float>();
+  c.buf.sin_int = c.buf.cos_int + ints.size(1) * ints.size(2);
+  c.buf.cos_cond = cond.data_ptr<float>();
+  c.buf.sin_cond = c.buf.cos_cond + cond.size(1) * cond.size(2);
+  const PrepareParams pp = c.prepare_params();
+  const Rules& R = cp.rules;
+  if (cp.L > first_key) {
+    const int32_t units = prepare_units(pp);
+    dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+      using Element = decltype(tag);
+      at::parallel_for(0, c.s.BH * units, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t x = begin; x < end; ++x) prepare_unit<Element>(pp, int32_t(x / units), int32_t(x % units), 0, 1);
+      });
+    });
+    if (cp.means) {
+      const int64_t first_block = first_key / R.Rb, blocks = R.num_key_blocks() - first_block;
+      const int64_t a = cp.C + first_block * R.Rb, rows = cp.L + cp.C - a;
+      at::Tensor body = at::constant_pad_nd(k.narrow(2, a, rows).to(at::kDouble), {0, 0, 0, blocks * R.Rb - rows});
+      at::Tensor counts = at::full({blocks}, double(R.Rb), body.options());
+      counts[blocks - 1] = double(rows - (blocks - 1) * R.Rb);
+      c.out[kKeyMeans] = body.view({cp.B, cp.Hkv, blocks, R.Rb, cp.D}).sum(3) / counts.view({1, 1, blocks, 1});
+    }
+  }
+  const std::vector<double> sig = context_signature(R, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
+  c.out[kSignature] = at::tensor(at::ArrayRef<double>(sig), at::TensorOptions().dtype(at::kDouble));
+  return c.out;
+}
+
 }  // namespace
 }  // namespace rangeswa::cuda
 
@@ -400,9 +444,11 @@ TORCH_LIBRARY(rangeswa_emulator, m) {
   stats.replace(0, 4, "plan_stats");
   stats.replace(stats.find("-> (Tensor, Tensor)"), std::string::npos, "-> Tensor");
   m.def(stats.c_str());
+  m.def(rangeswa::schema::kPrepare);
 }
 
 TORCH_LIBRARY_IMPL(rangeswa_emulator, CPU, m) {
   m.impl("attn", &rangeswa::cuda::attn_emulated);
   m.impl("plan_stats", &rangeswa::cuda::plan_stats);
+  m.impl("prepare", &rangeswa::cuda::prepare_emulated);
 }

@@ -15,6 +15,7 @@
 #include "cuda/attn_params.h"
 #include "cuda/attn_setup.h"
 #include "cuda/combine.h"
+#include "cuda/context.h"
 #include "cuda/kernel_traits.h"
 #include "cuda/plan.h"
 #include "cuda/prepare.h"
@@ -55,9 +56,10 @@ inline at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
   return t;
 }
 
-// Setup, preparation and plan of a call, exactly as the op does them on the device.
+// Setup, preparation and plan of a call, exactly as the op does them on the device; with a prepared
+// context (checked by `checked`), its arrays as the op takes them (context.h use_context).
 inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-           const std::optional<at::Tensor>& retrieved) {
+           const std::optional<at::Tensor>& retrieved, const std::optional<at::TensorList>& prepared = std::nullopt) {
   const AttnParams& ap = hc.ap;
   hc.q = with_contiguous_rows(q);
   hc.k = with_contiguous_rows(k);
@@ -88,17 +90,22 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   };
   b.k_ctrl = array(true, ap.C);
   b.v_ctrl = array(true, ap.C);
-  b.k_nat = array(true, ap.L);
   b.v_body = array(true, ap.L);
-  b.k_grp = array(s.grouped_keys, ap.L);
-  b.k_cond = array(s.cond_keys, ap.L);
-  b.s_nat = array(s.summaries, s.geo.nG);
-  b.s_v = array(s.summaries, s.geo.nG);
-  b.s_grp = array(s.grouped_summaries, s.geo.nG);
-  b.p_nat = array(s.prefix, ap.L);
-  b.p_grp = array(s.prefix, ap.L);
-  b.key_stride = ap.L * s.Dp;
-  b.sum_stride = int64_t(s.geo.nG) * s.Dp;
+  if (prepared.has_value()) {
+    use_context(*prepared, ap, s, b);
+    for (const at::Tensor& t : *prepared) hc.keep.push_back(t);  // (the SIMT emulation guards what keep holds)
+  } else {
+    b.k_nat = array(true, ap.L);
+    b.k_grp = array(s.grouped_keys, ap.L);
+    b.k_cond = array(s.cond_keys, ap.L);
+    b.s_nat = array(s.summaries, s.geo.nG);
+    b.s_v = array(s.summaries, s.geo.nG);
+    b.s_grp = array(s.grouped_summaries, s.geo.nG);
+    b.p_nat = array(s.prefix, ap.L);
+    b.p_grp = array(s.prefix, ap.L);
+    b.key_stride = ap.L * s.Dp;
+    b.sum_stride = int64_t(s.geo.nG) * s.Dp;
+  }
   at::Tensor ints = table(ap, s.int_rows, 1.0), cond = table(ap, s.cond_rows, s.cond_step);
   hc.keep.push_back(ints);
   hc.keep.push_back(cond);
@@ -107,7 +114,8 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   b.cos_cond = cond.data_ptr<float>();
   b.sin_cond = b.cos_cond + cond.size(1) * cond.size(2);
 
-  const PrepareParams pp = prepare_params(ap, s, b);
+  PrepareParams pp = prepare_params(ap, s, b);
+  if (prepared.has_value()) prepare_call_rows_only(pp);
   const int32_t units = prepare_units(pp);
   dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
     using Element = decltype(tag);
@@ -146,13 +154,13 @@ inline AttnParams checked(const at::Tensor& q, const at::Tensor& k, const at::Te
                    std::optional<int64_t> rotary_dim, c10::string_view rope_style, std::optional<double> scale,
                    int64_t causal_block, bool cond_correction, bool summaries,
                    const std::optional<at::TensorList>& prepared) {
-  TORCH_CHECK_VALUE(!prepared.has_value(), "the emulator prepares its own arrays; call it without prepared");
   const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
                                    topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
                                    rotary_dim, rope_style, scale, causal_block, cond_correction, summaries);
   TORCH_CHECK_VALUE(padded_head_dim(ap.D) > 0, "attn on CUDA supports head dims up to 128, got ", ap.D);
   const char* unsupported = cuda_unsupported(ap);
   TORCH_CHECK_VALUE(unsupported == nullptr, unsupported);
+  if (prepared.has_value()) check_prepared_cuda(*prepared, ap, k, padded_head_dim(ap.D));
   return ap;
 }
 

@@ -121,7 +121,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt(const at::Tensor& q, const at::Tens
                   scale, causal_block, cond_correction, summaries, prepared);
   if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
     return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
-  build(hc, q, k, v, retrieved);
+  build(hc, q, k, v, retrieved, prepared);
   // Never read by a correct kernel: NaN out and lse show rows the kernel forgot to write.
   hc.out.fill_(NAN);
   hc.lse.fill_(NAN);

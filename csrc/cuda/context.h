@@ -1,0 +1,124 @@
+// A prepared context (csrc/prepared.h) on the CUDA kernels' side, host code shared by the op entry points
+// (attn_api.cpp) and the host emulation (emulator/host_call.h, attn_emulator.cu), so that both run one
+// copy of it: what attn requires of a context, the arrays a call takes from one, and the layout of the
+// arrays the prepare op writes (rows padded to the kernel's head dim Dp, rows from first_key on).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "checks.h"
+#include "cuda/attn_setup.h"
+#include "cuda/prepare.h"
+#include "prepared.h"
+
+namespace rangeswa::cuda {
+
+// check_prepared with rows Dp apart (the prepare op pads them), plus one head stride per kind of array
+// and batches Hkv heads apart: the kernel steps every body array by one stride and every summary array
+// by another (AttnBuffers key_stride, sum_stride), so a cache must give each kind one capacity.
+inline void check_prepared_cuda(const at::TensorList& prepared, const AttnParams& ap, const at::Tensor& k,
+                                int32_t Dp) {
+  check_prepared(prepared, ap, k, k.scalar_type(), /*prefix_sums=*/true, Dp);
+  auto same_stride = [&](std::initializer_list<int> slots, const char* what) {
+    int64_t stride = -1;
+    for (int slot : slots) {
+      const at::Tensor& t = prepared[slot];
+      if (t.numel() == 0) continue;
+      TORCH_CHECK_VALUE(t.stride(0) == ap.Hkv * t.stride(1), "prepared[", slot, "] must hold its KV heads at one stride "
+                        "(batch stride = H_kv x head stride), got strides ", t.strides());
+      TORCH_CHECK_VALUE(stride < 0 || t.stride(1) == stride, "the ", what, " arrays of prepared must share one head "
+                        "stride (one cache's capacity), got ", t.stride(1), " and ", stride);
+      stride = t.stride(1);
+    }
+  };
+  same_stride({kKeysNat, kKeysGrp, kKeysCond, kPrefixNat, kPrefixGrp}, "body key");
+  same_stride({kSumKeys, kSumKeysGrp, kSumValues}, "summary");
+}
+
+// A call with a context reads every array computed from k alone from it (a checked context) and writes
+// only the control rows and the values itself: sets those pointers and strides of `buf` and leaves the
+// call's own preparation `pp` just that work.
+inline void use_context(const at::TensorList& prepared, const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf) {
+  auto slot = [&](int x, bool needed) -> void* { return needed ? prepared[x].data_ptr() : nullptr; };
+  buf.k_nat = slot(kKeysNat, ap.L > 0);
+  buf.k_grp = slot(kKeysGrp, s.grouped_keys);
+  buf.k_cond = slot(kKeysCond, s.cond_keys);
+  buf.s_nat = slot(kSumKeys, s.summaries);
+  buf.s_v = slot(kSumValues, s.summaries);
+  buf.s_grp = slot(kSumKeysGrp, s.grouped_summaries);
+  buf.p_nat = slot(kPrefixNat, s.prefix);
+  buf.p_grp = slot(kPrefixGrp, s.prefix);
+  buf.key_stride = prepared[kKeysNat].numel() > 0 ? prepared[kKeysNat].stride(1) : 0;
+  buf.sum_stride = s.summaries ? prepared[kSumKeys].stride(1) : 0;
+}
+
+inline void prepare_call_rows_only(PrepareParams& pp) {
+  pp.k_nat = pp.k_grp = pp.k_cond = pp.s_nat = pp.s_grp = pp.s_v = pp.p_nat = pp.p_grp = nullptr;
+}
+
+// The prepare op's arrays for body rows [first_key, L): the call's setup for the context's numbers, the
+// output list (each slot a fresh [B, Hkv, rows, D] view of zeroed [.., Dp] storage on k's device, or empty)
+// and the buffers prepare_unit writes. The caller sets the rope tables in `buf`, then runs
+// prepare_params() over the body units, and fills key_means and the signature.
+struct ContextLayout {
+  AttnParams ap;
+  AttnSetup s;
+  int64_t first_key;
+  std::vector<at::Tensor> out;
+  AttnBuffers buf;
+
+  PrepareParams prepare_params() const {
+    PrepareParams pp = cuda::prepare_params(ap, s, buf);
+    const int64_t block0 = first_key / s.geo.G;
+    pp.row0 = int32_t(first_key);
+    pp.body_stride = (ap.L - first_key) * s.Dp;
+    pp.sum_stride = (s.geo.nG - block0) * s.Dp;
+    return pp;
+  }
+};
+
+inline ContextLayout context_layout(const ContextParams& cp, const at::Tensor& kc, const at::Tensor& vc,
+                                    int64_t first_key) {
+  ContextLayout c{};
+  AttnParams& ap = c.ap;
+  ap.rules = cp.rules;
+  ap.rope = cp.rope;
+  ap.B = cp.B;
+  ap.Hq = ap.Hkv = cp.Hkv;
+  ap.N = ap.Nq = cp.N;
+  ap.C = cp.C;
+  ap.L = ap.Lq = cp.L;
+  ap.D = cp.D;
+  ap.scale = 1.0;
+  ap.control_position_scale = cp.position_scale;
+  c.s = setup_attn(ap, 0);
+  c.first_key = first_key;
+  const AttnSetup& s = c.s;
+  const int64_t L = cp.L, nG = s.geo.nG, row0 = first_key, block0 = first_key / s.geo.G;
+  for (int slot = 0; slot < kPreparedSlots; ++slot) c.out.push_back(at::empty({0}, kc.options()));
+  auto array = [&](int slot, bool needed, int64_t rows) -> void* {
+    if (!needed || rows == 0) return nullptr;
+    at::Tensor storage = at::zeros({cp.B, cp.Hkv, rows, s.Dp}, kc.options());
+    c.out[slot] = storage.narrow(3, 0, cp.D);
+    return storage.data_ptr();
+  };
+  AttnBuffers& buf = c.buf;
+  buf.k = kc.data_ptr();
+  buf.v = vc.data_ptr();
+  buf.k_strides = row_strides(kc);
+  buf.v_strides = row_strides(vc);
+  buf.k_nat = array(kKeysNat, L > 0, L - row0);
+  buf.k_grp = array(kKeysGrp, s.grouped_keys, L - row0);
+  buf.k_cond = array(kKeysCond, s.cond_keys, L - row0);
+  buf.s_nat = array(kSumKeys, s.summaries, nG - block0);
+  buf.s_v = array(kSumValues, s.summaries, nG - block0);
+  buf.s_grp = array(kSumKeysGrp, s.grouped_summaries, nG - block0);
+  buf.p_nat = array(kPrefixNat, s.prefix, L - row0);
+  buf.p_grp = array(kPrefixGrp, s.prefix, L - row0);
+  return c;
+}
+
+}  // namespace rangeswa::cuda
