@@ -15,7 +15,9 @@ needs_onednn = pytest.mark.skipif(not lin._ONEDNN, reason="this torch has no one
 
 
 @pytest.fixture
-def backend():
+def backend(monkeypatch):
+    """oneDNN chosen, and for any layer size (the tests' layers are small)."""
+    monkeypatch.setattr(lin, "MIN_WEIGHTS", 0)
     previous = lin.set_cpu_linear("onednn")
     yield
     lin.set_cpu_linear(previous)
@@ -91,6 +93,7 @@ def test_autocast_takes_f_linear(backend, monkeypatch):
 @needs_onednn
 @pytest.mark.filterwarnings("ignore:TF32")
 def test_aten_backend_and_mkldnn_flag(monkeypatch):
+    monkeypatch.setattr(lin, "MIN_WEIGHTS", 0)
     layer = lin.Linear(8, 4)
     x = torch.randn(3, 8)
     calls = spy(monkeypatch)
@@ -108,6 +111,21 @@ def test_aten_backend_and_mkldnn_flag(monkeypatch):
     finally:
         lin.set_cpu_linear(previous)
     assert calls == []
+
+
+@needs_onednn
+def test_small_layers_take_f_linear(monkeypatch):
+    """At the default threshold a layer below MIN_WEIGHTS elements stays on F.linear, one at it moves."""
+    previous = lin.set_cpu_linear("onednn")
+    calls = spy(monkeypatch)
+    try:
+        with torch.no_grad():
+            lin.Linear(192, 576)(torch.randn(4, 192))
+            assert calls == []
+            lin.Linear(512, 1024)(torch.randn(4, 512))
+            assert calls == [(4, 512)]
+    finally:
+        lin.set_cpu_linear(previous)
 
 
 def test_bad_backend():

@@ -3,11 +3,13 @@
 torch sends an fp32 ``F.linear`` on x86 to MKL's sgemm, which on AMD processors runs its Zen code. On
 the AMD Zen 4 machine this project is developed on, oneDNN's matmul (the kernel torch.compile's CPU
 backend calls for linear layers) runs every backbone's layers 1.1-1.4x faster at 256-1024 rows and
-1.4-2.1x faster at the 16 rows of a cached decoding call (CoLa's 8192 x 2048 layer: 4.9 ms against
+1.3-2.1x faster at the 16 rows of a cached decoding call (CoLa's 8192 x 2048 layer: 4.9 ms against
 10.0 ms), where streaming the weights should bound the time. docs/cpu.md has the measurements.
 
 `Linear` is ``nn.Linear`` (same parameters, state-dict keys and ``isinstance``) with that one change,
-taken only where it is safe: a CPU tensor in fp32, no gradient to record, no CPU autocast (which
+taken only where it is safe and pays: a weight of at least `MIN_WEIGHTS` elements (oneDNN's fixed cost of
+about 15 us per call loses to MKL on small layers: a 192 x 192 layer is 0.3-1.0x at 1-256 rows, a
+768 x 768 one 1.0-1.6x), a CPU tensor in fp32, no gradient to record, no CPU autocast (which
 rounds F.linear's operands to its dtype), not under torch.compile (whose CPU backend picks its own
 kernel), oneDNN built in and enabled (``torch.backends.mkldnn``).
 Everywhere else, and with ``RANGESWA_CPU_LINEAR=aten`` or ``set_cpu_linear("aten")``, it is
@@ -23,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 BACKENDS = ("onednn", "aten")
+MIN_WEIGHTS = 1 << 19  # 512K elements (2 MB of fp32): below it F.linear (module docstring)
 
 
 def _backend_from_env() -> str:
@@ -62,7 +65,7 @@ def cpu_linear() -> str:
 
 
 def _takes_onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    if _backend != "onednn" or not _ONEDNN or not torch.backends.mkldnn.enabled:
+    if _backend != "onednn" or not _ONEDNN or not torch.backends.mkldnn.enabled or weight.numel() < MIN_WEIGHTS:
         return False
     if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or x.dim() < 2:
         return False
