@@ -32,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .elf import ScalarEmbedder, _per_example
-from .linear import Linear
+from .linear import Linear, linear
 from .strict import check_state_dict, require_keys
 
 Scalar = Union[float, torch.Tensor]
@@ -398,7 +398,7 @@ class LangFlow(nn.Module):
     def _skip(self, z: torch.Tensor, gamma: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """``c_skip(gamma) * z @ E_n^T`` in fp32, the product rounded to ``dtype`` first (the official rounding)."""
         c_skip = ((F.softplus(-gamma) - gamma) / 2).exp()
-        skip = z.float() @ self.normalized_embedding().float().t()
+        skip = linear(z.float(), self.normalized_embedding().float())  # z @ E_n^T, as the linear layers run it
         if dtype != skip.dtype:
             skip.copy_(skip.to(dtype))
         return skip.mul_(c_skip[:, None, None])
