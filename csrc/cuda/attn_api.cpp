@@ -323,20 +323,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   buf.k_ctrl = array(ap.C > 0, ap.C);
   buf.v_ctrl = array(ap.C > 0, ap.C);
   buf.v_body = array(ap.L > 0, ap.L);
-  if (context) {
-    use_context(*prepared, ap, s, buf);
-  } else {
-    buf.k_nat = array(ap.L > 0, ap.L);
-    buf.k_grp = array(s.grouped_keys, ap.L);
-    buf.k_cond = array(s.cond_keys, ap.L);
-    buf.s_nat = array(s.summaries, s.geo.nG);
-    buf.s_v = array(s.summaries, s.geo.nG);
-    buf.s_grp = array(s.grouped_summaries, s.geo.nG);
-    buf.p_nat = array(s.prefix, ap.L);
-    buf.p_grp = array(s.prefix, ap.L);
-    buf.key_stride = ap.L * s.Dp;
-    buf.sum_stride = int64_t(s.geo.nG) * s.Dp;
-  }
+  if (context) use_context(*prepared, ap, s, buf);
+  else own_arrays(ap, s, buf, array);
   std::pair<at::Tensor, at::Tensor> ints, cond;
   if (s.int_rows > 0) ints = tables().get(ap.rope, true, s.int_rows, 1.0, q.device());
   if (s.cond_rows > 0) cond = tables().get(ap.rope, false, s.cond_rows, s.cond_step, q.device());

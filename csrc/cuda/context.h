@@ -55,6 +55,22 @@ inline void use_context(const at::TensorList& prepared, const AttnParams& ap, co
   buf.sum_stride = s.summaries ? prepared[kSumKeys].stride(1) : 0;
 }
 
+// A call without a context prepares those arrays itself: `array(needed, rows)` gives one array of `rows`
+// rows of Dp elements per KV head (null when not needed), and the head strides are the call's own.
+template <typename Array>
+void own_arrays(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, const Array& array) {
+  buf.k_nat = array(ap.L > 0, ap.L);
+  buf.k_grp = array(s.grouped_keys, ap.L);
+  buf.k_cond = array(s.cond_keys, ap.L);
+  buf.s_nat = array(s.summaries, s.geo.nG);
+  buf.s_v = array(s.summaries, s.geo.nG);
+  buf.s_grp = array(s.grouped_summaries, s.geo.nG);
+  buf.p_nat = array(s.prefix, ap.L);
+  buf.p_grp = array(s.prefix, ap.L);
+  buf.key_stride = ap.L * s.Dp;
+  buf.sum_stride = int64_t(s.geo.nG) * s.Dp;
+}
+
 inline void prepare_call_rows_only(PrepareParams& pp) {
   pp.k_nat = pp.k_grp = pp.k_cond = pp.s_nat = pp.s_grp = pp.s_v = pp.p_nat = pp.p_grp = nullptr;
 }

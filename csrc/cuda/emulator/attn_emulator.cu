@@ -406,21 +406,11 @@ std::vector<at::Tensor> prepare_emulated(const at::Tensor& k, const at::Tensor& 
   TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
   const at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
   ContextLayout c = context_layout(cp, kc, vc, first_key);
-  const at::Tensor ints = table(c.ap, c.s.int_rows, 1.0), cond = table(c.ap, c.s.cond_rows, c.s.cond_step);
-  c.buf.cos_int = ints.data_ptr<float>();
-  c.buf.sin_int = c.buf.cos_int + ints.size(1) * ints.size(2);
-  c.buf.cos_cond = cond.data_ptr<float>();
-  c.buf.sin_cond = c.buf.cos_cond + cond.size(1) * cond.size(2);
-  const PrepareParams pp = c.prepare_params();
+  std::vector<at::Tensor> tables;
+  set_tables(c.ap, c.s, c.buf, tables);
   const Rules& R = cp.rules;
   if (cp.L > first_key) {
-    const int32_t units = prepare_units(pp);
-    dispatch_dtype(kc.scalar_type(), [&](auto tag) {
-      using Element = decltype(tag);
-      at::parallel_for(0, c.s.BH * units, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t x = begin; x < end; ++x) prepare_unit<Element>(pp, int32_t(x / units), int32_t(x % units), 0, 1);
-      });
-    });
+    prepare_on_host(c.prepare_params(), c.s.BH, kc.scalar_type());
     if (cp.means) {
       const int64_t first_block = first_key / R.Rb, blocks = R.num_key_blocks() - first_block;
       const int64_t a = cp.C + first_block * R.Rb, rows = cp.L + cp.C - a;

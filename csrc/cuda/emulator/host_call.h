@@ -56,6 +56,28 @@ inline at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
   return t;
 }
 
+// The rope tables of a call or a prepare op, on the host: set in `b`, kept alive in `keep`.
+inline void set_tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& keep) {
+  const at::Tensor ints = table(ap, s.int_rows, 1.0), cond = table(ap, s.cond_rows, s.cond_step);
+  keep.push_back(ints);
+  keep.push_back(cond);
+  b.cos_int = ints.data_ptr<float>();
+  b.sin_int = b.cos_int + ints.size(1) * ints.size(2);
+  b.cos_cond = cond.data_ptr<float>();
+  b.sin_cond = b.cos_cond + cond.size(1) * cond.size(2);
+}
+
+// The preparation kernel on the host: every unit of every KV head, one lane each.
+inline void prepare_on_host(const PrepareParams& pp, int64_t BH, at::ScalarType type) {
+  const int32_t units = prepare_units(pp);
+  dispatch_dtype(type, [&](auto tag) {
+    using Element = decltype(tag);
+    at::parallel_for(0, BH * units, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t x = begin; x < end; ++x) prepare_unit<Element>(pp, int32_t(x / units), int32_t(x % units), 0, 1);
+    });
+  });
+}
+
 // Setup, preparation and plan of a call, exactly as the op does them on the device; with a prepared
 // context (checked by `checked`), its arrays as the op takes them (context.h use_context).
 inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -95,34 +117,12 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
     use_context(*prepared, ap, s, b);
     for (const at::Tensor& t : *prepared) hc.keep.push_back(t);  // (the SIMT emulation guards what keep holds)
   } else {
-    b.k_nat = array(true, ap.L);
-    b.k_grp = array(s.grouped_keys, ap.L);
-    b.k_cond = array(s.cond_keys, ap.L);
-    b.s_nat = array(s.summaries, s.geo.nG);
-    b.s_v = array(s.summaries, s.geo.nG);
-    b.s_grp = array(s.grouped_summaries, s.geo.nG);
-    b.p_nat = array(s.prefix, ap.L);
-    b.p_grp = array(s.prefix, ap.L);
-    b.key_stride = ap.L * s.Dp;
-    b.sum_stride = int64_t(s.geo.nG) * s.Dp;
+    own_arrays(ap, s, b, array);
   }
-  at::Tensor ints = table(ap, s.int_rows, 1.0), cond = table(ap, s.cond_rows, s.cond_step);
-  hc.keep.push_back(ints);
-  hc.keep.push_back(cond);
-  b.cos_int = ints.data_ptr<float>();
-  b.sin_int = b.cos_int + ints.size(1) * ints.size(2);
-  b.cos_cond = cond.data_ptr<float>();
-  b.sin_cond = b.cos_cond + cond.size(1) * cond.size(2);
-
+  set_tables(ap, s, b, hc.keep);
   PrepareParams pp = prepare_params(ap, s, b);
   if (prepared.has_value()) prepare_call_rows_only(pp);
-  const int32_t units = prepare_units(pp);
-  dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
-    using Element = decltype(tag);
-    at::parallel_for(0, s.BH * units, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t x = begin; x < end; ++x) prepare_unit<Element>(pp, int32_t(x / units), int32_t(x % units), 0, 1);
-    });
-  });
+  prepare_on_host(pp, s.BH, hc.q.scalar_type());
 
   if (given.defined()) {
     const int32_t K = s.retrieved_k;
