@@ -9,7 +9,9 @@ each checked by `case_properties` (so a case cannot quietly stop testing what it
 - grouped cases: L > T, Hn < T, and a Self-Extend group size g >= 2 (section 3);
 - blocks straddling distance Hn: Hn is not a multiple of G and the window radius stays below Hn;
 - ragged last blocks: L is a multiple of none of G, Rb, Qb;
-- "K above the candidates": K larger than the candidate key blocks of some query block.
+- "K above the candidates": K larger than the candidate key blocks of some query block;
+- "edge_free" cases: Hn wide enough that the CUDA plan's window edges carry their near summaries and its
+  Hn bands are on (tests/test_cuda_plan.py checks that they do).
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ def _others():
         dict(base, name="full", regime="native", L=1, stage="late"),
         dict(base, name="rangeswa", regime="tiny", L=2, stage="late", topk=8),
         dict(base, name="rangeswa", regime="tiny", L=15, stage="decode", C=0, topk=8),
+        # Hn wide enough for the CUDA plan's edge-free records (window edges carrying their near
+        # summaries, Hn bands; csrc/cuda/plan.h window_sums, hn_bands) on tiles of 64 rows.
+        dict(base, name="rangeswa", regime="edge_free", L=701, stage="late", Hkv=1, Hq=2, topk=2, near=100),
+        dict(base, name="rangeswa", regime="edge_free", L=853, stage="late", C=0, D=128, style="half", topk=3,
+             near=100),
+        dict(base, name="rangeswa_lite", regime="edge_free", L=611, stage="late", D=80, near=100),
         # Long inputs at the paper's own numbers (T = 1024, W = 256, Hn = 512, K = 8).
         dict(base, name="rangeswa", regime="paper", L=2101, stage="late", Hkv=1, Hq=1, topk=8, near=512),
         dict(base, name="rangeswa_lite", regime="paper", L=2101, stage="late", Hkv=1, Hq=1, near=1024),

@@ -260,6 +260,27 @@ def test_kernel_plan_emulated_on_host_bf16(emulator, case):
     assert_low_precision_close(out, q, k, v, case, retrieved, what="emulated ")
 
 
+EDGE_CASES = [c for c in GRID if c["regime"] in ("edge_free", "paper")]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", EDGE_CASES, ids=[case_id(c) for c in EDGE_CASES])
+def test_kernel_plan_emulated_with_every_edge_masked(emulator, case, dtype, monkeypatch):
+    """RANGESWA_CUDA_EDGES=masked: the plan without its edge-free records (plan.h window_sums, hn_bands),
+    on the cases that use them otherwise, still equals the reference."""
+    monkeypatch.setenv("RANGESWA_CUDA_EDGES", "masked")
+    cfg = config(case)
+    q, k, v = inputs(case, dtype)
+    retrieved = retrieved_for(q.float(), k.float(), cfg, case)
+    out, lse = emulator(q, k, v, retrieved, **ops.attn_arguments(cfg, case["C"], case["stage"]))
+    if dtype == torch.float32:
+        expect, expect_lse = attn_reference(q, k, v, case, retrieved)
+        assert rel_err(out, expect) < FP32_TOL
+        assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
+    else:
+        assert_low_precision_close(out, q, k, v, case, retrieved, what="emulated, edges masked, ")
+
+
 def _cuda_runs(case) -> bool:
     """attn_setup.h cuda_unsupported: rows seeing a summary block in part stay on the CPU."""
     return case["regime"] != "partial"

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "checks.h"
 #include "cuda/attn_params.h"
@@ -75,6 +77,23 @@ inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
   s.scale_log2 = float(ap.scale * log2e);
   s.control_bias_log2 = float(ap.control_bias * log2e);
   return s;
+}
+
+// Whether a call may plan edge-free records (plan.h window_sums, hn_bands): yes unless the environment
+// variable RANGESWA_CUDA_EDGES is "masked", which keeps every edge a masked tile (for A/B measurements
+// and for testing that path).
+inline bool edge_free_allowed() {
+  const char* env = std::getenv("RANGESWA_CUDA_EDGES");
+  return env == nullptr || std::string(env) != "masked";
+}
+
+// The plan's edge-free records for a kernel with KV tiles of `kv_cols` columns: window sums when those
+// tiles hold whole G-blocks in whole 8-column MMA tiles; Hn bands when `band` (the kernel allots its band
+// buffers: attn_api.cpp when they cost no CTA per multiprocessor, always on the host).
+inline void plan_edges(AttnSetup& s, int kv_cols, bool band) {
+  const bool allowed = edge_free_allowed();
+  s.geo.window_sums_ok = allowed && s.geo.G % 8 == 0 && kv_cols % s.geo.G == 0;
+  s.geo.band_ok = allowed && band;
 }
 
 // Device (or host) pointers of one call.

@@ -15,6 +15,11 @@ inline constexpr int kAttnTileRows = 128;
 // Control keys are scored in tiles of 16 columns, not a whole KV tile.
 inline constexpr int kCtrlCols = 16;
 
+// Keys per KV tile for an element type and padded head dim (AttnTraits::kBlockN, for host code). fp32
+// (SIMT path) halves it so its query tile and two K/V stages fit in an sm_80 multiprocessor's 163 KB; head
+// dim 128 halves it so the score and output accumulators fit in registers without spills.
+inline constexpr int kv_tile_cols(bool tensor_cores, int Dp) { return !tensor_cores || Dp > 80 ? 32 : 64; }
+
 // The padded head dim a head dim D runs as (0 = unsupported).
 inline constexpr int padded_head_dim(int64_t D) { return D <= 64 ? 64 : D <= 80 ? 80 : D <= 128 ? 128 : 0; }
 
@@ -28,10 +33,7 @@ struct AttnTraits {
   static constexpr int kBlockM = kAttnTileRows;
   static constexpr int kWarpRows = kBlockM / kWarps;  // 32: two m16 blocks per warp
   static constexpr int kMBlocks = kWarpRows / 16;
-  // Keys per KV tile. fp32 (SIMT path) halves it so its query tile and two K/V stages fit in an sm_80
-  // multiprocessor's 163 KB; head dim 128 halves it so the score and output accumulators fit in
-  // registers without spills.
-  static constexpr int kBlockN = !kTensorCores || kHeadDim > 80 ? 32 : 64;
+  static constexpr int kBlockN = kv_tile_cols(kTensorCores, kHeadDim);  // keys per KV tile
   // Shared-memory rows are padded by 16 bytes: an odd number of 16-byte chunks per row puts the 8 row
   // addresses of every ldmatrix (and the fp32 path's float4 reads) in distinct banks.
   static constexpr int kStride = kHeadDim + 16 / int(sizeof(Element));

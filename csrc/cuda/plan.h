@@ -54,6 +54,12 @@ enum : uint8_t {
   kRecCausal = 2,   // keep only keys the row sees (section 7)
   kRecExclude = 4,  // summary record that some retrieved block overlaps (exclusion_bits per tile)
   kRecDirect = 8,   // straddling blocks: per-row logits from prefix sums, no Q K^T (values: G-block means)
+  // A window record whose rows see every key: exact in their window, and the other G-blocks as near
+  // summaries, each a block mean of the tile's exact logits spread over the block's columns (window_sums).
+  kRecWindowSums = 16,
+  // A direct record over the Hn band (hn_bands): every row sees every block, far, straddling or near,
+  // with per-row logits made while the query slot held each variant (no mask).
+  kRecBand = 32,
 };
 
 struct Record {
@@ -102,6 +108,10 @@ struct Geometry {
   bool far_summaries;  // rule 4 beyond Hn (off: RangeSWA-Lite)
   bool summaries;      // rule 4 at all
   bool cond;           // conditioning correction (body rows score control keys at i T / L)
+  // Edge-free records (window_sums, hn_bands below), chosen by the host for the kernel instantiation:
+  // window_sums_ok when the KV tiles hold whole G-blocks in whole 8-column MMA tiles (G % 8 == 0 and G
+  // divides the tile width), band_ok when the kernel's band buffers fit without costing a CTA per SM.
+  bool window_sums_ok, band_ok;
   float log2_block, log2_last_block;  // rule 4's summary bias log2 n_b: full blocks, the last block
   FastDiv by_G, by_cb, by_g, by_blocks_per_key_block;  // / G, / cb, / g, / (Rb / G) (1 when unused)
 };
@@ -223,6 +233,51 @@ RSWA_HD MixedBlock mixed_block(const Geometry& g, const int32_t* sorted, int32_t
   return MixedBlock{b, m};
 }
 
+// --- edge-free records ------------------------------------------------------------------------------
+//
+// A tile's rows disagree at the window's edges, at distance Hn (near summaries give way to straddling
+// and far ones) and, for Lite, at the near range's edge. Where rows differ only in *how* they see a
+// G-block, not *whether*, the plan hands every row the whole range and the kernel picks per element, so
+// the near and far summary records are seen whole by every row and run FlashAttention's unmasked loop:
+//  - window_sums: the G-blocks at the window's edges that some rows of the tile see exactly are near
+//    summaries for the others. Logits are linear in the key, so a block's summary logit is the mean of
+//    the exact logits its window tile computes anyway; spread over the block's n_b columns (each the
+//    mean, no bias) it weighs n_b 2^mean in the softmax and brings the mean of the block's values, which
+//    is rule 4's summary key and value. The window's edge tiles thus need no second tile of summaries.
+//  - hn_bands: the G-blocks within the tile's spread of distance Hn (far for some rows, straddling or
+//    near for others) form one direct record per side, at most kBandBlocks blocks, whose per-row logits
+//    come from the product of the row's class (band_class), made while the query slot holds it.
+inline constexpr int32_t kBandBlocks = 16;
+
+// Whether the window record of rows [i0, i1] carries its edges' near summaries (kRecWindowSums): every
+// block of the tile's window union that a row does not see exactly must be a near summary for it.
+RSWA_HD bool window_sums(const Geometry& g, int32_t i0, int32_t i1) {
+  if (!g.window_sums_ok || !g.summaries || g.cb > 0 || g.method != int32_t(Method::kRangeSwa)) return false;
+  if (g.far_summaries && !g.grouping) return true;  // every block outside a row's window: a native summary
+  return window_first(g, i0) >= near_first(g, i1) && window_last(g, i1) <= near_last(g, i0);
+}
+
+// The Hn bands of rows [i0, i1]: G-blocks [left_lo, left_hi) and [right_lo, right_hi), or off.
+struct Bands {
+  int32_t left_lo, left_hi, right_lo, right_hi;
+  bool on;
+};
+
+RSWA_HD Bands hn_bands(const Geometry& g, int32_t i0, int32_t i1) {
+  Bands b{0, 0, 0, 0, false};
+  if (!g.band_ok || !g.grouping || !g.summaries || !g.far_summaries || g.cb > 0 ||
+      g.method != int32_t(Method::kRangeSwa))
+    return b;
+  b.left_lo = far_left_end(g, i0);
+  b.left_hi = imax(b.left_lo, near_first(g, i1));
+  b.right_lo = near_last(g, i0) + 1;
+  b.right_hi = imax(b.right_lo, far_right_begin(g, i1));
+  // Each band fits one direct tile and lies outside every row's window.
+  b.on = b.left_hi - b.left_lo <= kBandBlocks && b.right_hi - b.right_lo <= kBandBlocks &&
+         b.left_hi <= window_first(g, i0) && b.right_lo > window_last(g, i1);
+  return b;
+}
+
 struct Bounds {
   int32_t lo, hi;
 };
@@ -266,8 +321,19 @@ RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i, const int32_t* so
   return r;
 }
 
-// The keys [lo, hi) of record r that a body row sees (control rows see every key: kPlain records).
+// The variant whose product is row's logit for block b of its Hn band on `side` (0 left, 1 right): the
+// grouped one of that side for a far block, native for a near one, kPlain for the row's straddling block
+// (its score comes from prefix sums, mixed_block).
+RSWA_HD QVar band_class(const RowGeometry& row, int side, int32_t b) {
+  if (side == 0) return b < row.fle ? QVar::kLeft : b >= row.nf ? QVar::kNat : QVar::kPlain;
+  return b >= row.frb ? QVar::kRight : b < row.nl1 ? QVar::kNat : QVar::kPlain;
+}
+
+// The keys [lo, hi) of record r that a body row sees (control rows see every key: kPlain records). A
+// window record with kRecWindowSums gives the keys the row sees exactly; it sees the rest of the record
+// as near summaries.
 RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, const RowGeometry& row) {
+  if (r.flags & kRecBand) return Bounds{r.k0, r.k0 + r.n};  // every row sees the whole band
   if (Scope(r.scope) == Scope::kMixedLeft || Scope(r.scope) == Scope::kMixedRight) {
     const int32_t b = row.mix[Scope(r.scope) == Scope::kMixedLeft ? 0 : 1];
     return b >= r.k0 && b < r.k0 + r.n ? Bounds{b, b + 1} : Bounds{r.k0, r.k0};
@@ -320,33 +386,39 @@ struct PlanWriter {
 // Exact body keys [a, b) for the rows [i0, i1], one record per position class some pair of the tile
 // uses: grouped-left keys lie below i1 - Hn, native ones in [i0 - Hn, i1 + Hn], grouped-right ones above
 // i0 + Hn. Emitted in the query variants' order (left, nat, right) through the pass argument.
+// `sums` (kRecWindowSums or 0) goes to the native record, the only one window_sums leaves non-empty.
 RSWA_HD void exact_records(const Geometry& g, PlanWriter& w, QVar pass, Scope scope, int32_t i0, int32_t i1,
-                           int32_t a, int32_t b) {
+                           int32_t a, int32_t b, uint8_t sums = 0) {
   const uint8_t causal = g.cb > 0 ? kRecCausal : 0;
   if (!g.grouping) {
-    if (pass == QVar::kNat) w.add(KeySet::kNat, QVar::kNat, scope, causal, a, b, 0.f);
+    if (pass == QVar::kNat) w.add(KeySet::kNat, QVar::kNat, scope, uint8_t(causal | sums), a, b, 0.f);
     return;
   }
   const uint8_t f = uint8_t(kRecClass | causal);
   if (pass == QVar::kLeft) w.add(KeySet::kGrp, QVar::kLeft, scope, f, a, imin(b, i1 - g.Hn), 0.f);
-  if (pass == QVar::kNat) w.add(KeySet::kNat, QVar::kNat, scope, f, imax(a, i0 - g.Hn), imin(b, i1 + g.Hn + 1), 0.f);
+  if (pass == QVar::kNat)
+    w.add(KeySet::kNat, QVar::kNat, scope, uint8_t(f | sums), imax(a, i0 - g.Hn), imin(b, i1 + g.Hn + 1), 0.f);
   if (pass == QVar::kRight) w.add(KeySet::kGrp, QVar::kRight, scope, f, imax(a, i0 + g.Hn + 1), b, 0.f);
 }
 
 // Summary records of the rows [i0, i1] on one side of their windows: blocks [lo, hi) (the union over the
-// rows), split by class as record_bounds splits them.
+// rows), split by class as record_bounds splits them. With Hn bands (`banded`) the near and far records
+// stop where the bands begin, so every row sees them whole.
 RSWA_HD void summary_records(const Geometry& g, PlanWriter& w, QVar pass, Scope side, int32_t i0, int32_t i1,
-                             int32_t lo, int32_t hi, bool exclude) {
+                             int32_t lo, int32_t hi, bool exclude, bool banded) {
   const uint8_t base = uint8_t((g.cb > 0 ? kRecCausal : 0) | (exclude ? kRecExclude : 0));
   const float bias = g.log2_block;
+  // Rows whose far blocks end first / near blocks begin last: the union's ends, or the bands' edges.
+  const int32_t first = banded ? i1 : i0, last = banded ? i0 : i1;
   if (g.grouping) {
     const uint8_t f = uint8_t(base | kRecClass);
     if (pass == QVar::kLeft && g.far_summaries && side == Scope::kSumLeft)
-      w.add(KeySet::kSumGrp, QVar::kLeft, side, f, lo, imin(hi, far_left_end(g, i1)), bias);
+      w.add(KeySet::kSumGrp, QVar::kLeft, side, f, lo, imin(hi, far_left_end(g, last)), bias);
     if (pass == QVar::kNat)
-      w.add(KeySet::kSumNat, QVar::kNat, side, f, imax(lo, near_first(g, i0)), imin(hi, near_last(g, i1) + 1), bias);
+      w.add(KeySet::kSumNat, QVar::kNat, side, f, imax(lo, near_first(g, first)), imin(hi, near_last(g, last) + 1),
+            bias);
     if (pass == QVar::kRight && g.far_summaries && side == Scope::kSumRight)
-      w.add(KeySet::kSumGrp, QVar::kRight, side, f, imax(lo, far_right_begin(g, i0)), hi, bias);
+      w.add(KeySet::kSumGrp, QVar::kRight, side, f, imax(lo, far_right_begin(g, first)), hi, bias);
   } else if (pass == QVar::kNat) {
     if (g.far_summaries) {
       w.add(KeySet::kSumNat, QVar::kNat, side, base, lo, hi, bias);
@@ -375,6 +447,8 @@ RSWA_HD int32_t plan_body_tile(const Geometry& g, int32_t i0, int32_t nrows, con
   const int32_t seen = visible_end(g, i1);  // keys no row of the tile sees come in no record
   const Method method = Method(g.method);
   const QVar order[3] = {QVar::kLeft, QVar::kNat, QVar::kRight};
+  const bool sums = window_sums(g, i0, i1);
+  const Bands bands = hn_bands(g, i0, i1);
   if (g.cond) w.add(KeySet::kCtrl, QVar::kCond, Scope::kAll, 0, 0, g.C, 0.f);
   for (int p = 0; p < 3; ++p) {
     const QVar pass = order[p];
@@ -390,7 +464,8 @@ RSWA_HD int32_t plan_body_tile(const Geometry& g, int32_t i0, int32_t nrows, con
       }
     } else {  // rangeswa
       const int32_t wf0 = window_first(g, i0), wl1 = window_last(g, i1);
-      exact_records(g, w, pass, Scope::kWindow, i0, i1, wf0 * g.G, imin(seen, imin(g.L, (wl1 + 1) * g.G)));
+      exact_records(g, w, pass, Scope::kWindow, i0, i1, wf0 * g.G, imin(seen, imin(g.L, (wl1 + 1) * g.G)),
+                    sums ? kRecWindowSums : 0);
       // Rule 3: the retrieved key blocks, adjacent ones merged into one range.
       for (int32_t x = 0; x < k && sorted[x] >= 0;) {
         int32_t y = x + 1;
@@ -400,17 +475,28 @@ RSWA_HD int32_t plan_body_tile(const Geometry& g, int32_t i0, int32_t nrows, con
       }
       if (g.summaries) {
         const int32_t vis = visible_blocks(g, i1);
-        const int32_t left_hi = imin(vis, window_first(g, i1)), right_lo = window_last(g, i0) + 1;
+        // With window sums the window record holds the blocks some rows see exactly, others as summaries.
+        const int32_t left_hi = imin(vis, window_first(g, sums ? i0 : i1));
+        const int32_t right_lo = window_last(g, sums ? i1 : i0) + 1;
         summary_records(g, w, pass, Scope::kSumLeft, i0, i1, 0, left_hi,
-                        overlaps_retrieved(g, sorted, k, 0, left_hi));
+                        overlaps_retrieved(g, sorted, k, 0, left_hi), bands.on);
         summary_records(g, w, pass, Scope::kSumRight, i0, i1, right_lo, vis,
-                        overlaps_retrieved(g, sorted, k, right_lo, vis));
+                        overlaps_retrieved(g, sorted, k, right_lo, vis), bands.on);
       }
     }
   }
   // Blocks straddling distance Hn (mixed_block): the blocks holding the class-change tokens m of the
   // tile's rows, m = i - Hn on the left and i + Hn + 1 on the right, one direct record per side.
-  if (method == Method::kRangeSwa && g.grouping && g.summaries && g.far_summaries) {
+  if (bands.on) {  // the Hn bands: every row sees every block of its side's band
+    const uint8_t f = uint8_t(kRecDirect | kRecBand);
+    const auto excl = [&](int32_t lo, int32_t hi) {
+      return uint8_t(f | (overlaps_retrieved(g, sorted, k, lo, hi) ? kRecExclude : 0));
+    };
+    w.add(KeySet::kSumNat, QVar::kPlain, Scope::kMixedLeft, excl(bands.left_lo, bands.left_hi), bands.left_lo,
+          bands.left_hi, g.log2_block);
+    w.add(KeySet::kSumNat, QVar::kPlain, Scope::kMixedRight, excl(bands.right_lo, bands.right_hi), bands.right_lo,
+          bands.right_hi, g.log2_block);
+  } else if (method == Method::kRangeSwa && g.grouping && g.summaries && g.far_summaries) {
     const int32_t left_lo = imax(i0 - g.Hn, 1), left_hi = i1 - g.Hn;
     if (left_hi >= left_lo)
       w.add(KeySet::kSumNat, QVar::kPlain, Scope::kMixedLeft, kRecDirect, g.by_G.div(left_lo),

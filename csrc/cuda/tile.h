@@ -72,6 +72,14 @@ RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t) {
   return w.all_lo <= t.a && end <= w.all_hi ? TileWork::kFull : TileWork::kMasked;
 }
 
+// The same for a tile of record r: in a window record with its edges' summaries (plan.h window_sums)
+// every row sees every key, exactly or in its G-block's mean, so no tile is skipped; a tile is full where
+// every row sees all its keys exactly, else masked (window_sum_logit).
+RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t, const Record& r) {
+  const TileWork work = classify(w, t);
+  return (r.flags & kRecWindowSums) && work == TileWork::kSkip ? TileWork::kMasked : work;
+}
+
 // Whether some columns of the tile differ from the rest for every row alike: past the keys (n < width),
 // retrieved G-blocks of a summary record, or the ragged last G-block's bias.
 RSWA_HD bool has_column_fixups(const KvTile& t, int32_t ragged) {
@@ -91,6 +99,16 @@ RSWA_HD float masked_logit(float s, int32_t c, const KvTile& t, const Bounds& b,
                            float bias, float last_bias) {
   const int32_t key = t.a + c;
   return key >= b.lo && key < b.hi ? column_logit(s, c, t, ragged, scale_log2, bias, last_bias) : -INFINITY;
+}
+
+// A masked tile of a window record with its edges' summaries, for a row with exact bounds b: an exact
+// logit inside b, else the mean raw score `block_mean` of the column's G-block over the tile's keys,
+// scaled, without bias (spread over the block's n_b columns it weighs n_b 2^mean: rule 4's log n_b).
+RSWA_HD float window_sum_logit(float s, float block_mean, int32_t c, const KvTile& t, const Bounds& b,
+                               float scale_log2) {
+  const int32_t key = t.a + c;
+  if (c >= t.n) return -INFINITY;
+  return key >= b.lo && key < b.hi ? s * scale_log2 : block_mean * scale_log2;
 }
 
 // The KV tiles of a CTA's records in order: `width` columns each (kCtrlCols for control keys and for the
@@ -127,8 +145,12 @@ struct TileCursor {
 RSWA_HD uint32_t variants_needed(const Record* records, int32_t count, bool mixed_left, bool mixed_right) {
   uint32_t mask = 0;
 RSWA_ROLLED
-  for (int32_t x = 0; x < count; ++x)
-    if (!(records[x].flags & kRecDirect)) mask |= 1u << records[x].qvar;
+  for (int32_t x = 0; x < count; ++x) {
+    const Record& r = records[x];
+    if (!(r.flags & kRecDirect)) mask |= 1u << r.qvar;
+    if (r.flags & kRecBand)  // an Hn band: native products for its near blocks, its side's for the far ones
+      mask |= (1u << int(QVar::kNat)) | (1u << int(Scope(r.scope) == Scope::kMixedLeft ? QVar::kLeft : QVar::kRight));
+  }
   if (mixed_left) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kLeft));
   if (mixed_right) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kRight));
   return mask;
@@ -144,6 +166,28 @@ RSWA_HD float straddling_score(const Geometry& g, int32_t block, float whole, fl
   return whole + parts / float(n);
 #endif
 }
+
+// The Hn band records of a CTA (plan.h hn_bands; at most one per side), as the kernel keeps them.
+struct BandRecords {
+  int32_t k0[2], n[2];  // G-blocks [k0, k0 + n) per side (n = 0: none)
+
+  RSWA_HD static BandRecords find(const Record* records, int32_t count) {
+    BandRecords b{{0, 0}, {0, 0}};
+RSWA_ROLLED
+    for (int32_t x = 0; x < count; ++x)
+      if (records[x].flags & kRecBand) {
+        const int side = Scope(records[x].scope) == Scope::kMixedLeft ? 0 : 1;
+        b.k0[side] = records[x].k0;
+        b.n[side] = records[x].n;
+      }
+    return b;
+  }
+  // The summary array whose products variant v gives the band on `side` (its blocks of v's class), or
+  // none: native means for near blocks, grouped ones for far blocks.
+  RSWA_HD bool uses(int side, QVar v) const {
+    return n[side] > 0 && (v == QVar::kNat || v == (side == 0 ? QVar::kLeft : QVar::kRight));
+  }
+};
 
 // The fill order of the query slot (the order of plan_body_tile's records).
 RSWA_HD QVar variant_at(int32_t slot) {

@@ -178,6 +178,24 @@ struct Emulator {
       }
     };
 
+    // The Hn bands (plan.h hn_bands): per side and row, each block's logit from the product of the row's
+    // class, made while the slot holds that variant; -inf until then (and for rows past the tile).
+    const BandRecords bands = t.control ? BandRecords{{0, 0}, {0, 0}} : BandRecords::find(rec.list, rec.count);
+    std::vector<float> stash(2 * M * kBandBlocks, -INFINITY);
+    auto band_dots = [&](QVar v) {
+      const PreparedArrays& a = p.kv;
+      for (int side = 0; side < 2; ++side) {
+        if (!bands.uses(side, v)) continue;
+        for (int r = 0; r < t.nrows; ++r)
+          for (int c = 0; c < bands.n[side]; ++c) {
+            const int32_t b = bands.k0[side] + c;
+            if (band_class(rows[r], side, b) != v) continue;
+            const void* base = v == QVar::kNat ? a.s_nat : a.s_grp;
+            stash[(side * M + r) * kBandBlocks + c] = dot(r, row_of(base, a.sum_stride, b));
+          }
+      }
+    };
+
     const uint32_t needed =
         t.control ? 1u << int(QVar::kPlain) : variants_needed(rec.list, rec.count, any_side[0], any_side[1]);
     int32_t slot_at = -1;  // index into variant_at of the slot's variant
@@ -186,7 +204,10 @@ struct Emulator {
         ++slot_at;
         if (!((needed >> int(variant_at(slot_at))) & 1)) continue;
         fill(slot, t, head, variant_at(slot_at));
-        if (!t.control) mixed_dots(variant_at(slot_at));
+        if (!t.control) {
+          mixed_dots(variant_at(slot_at));
+          band_dots(variant_at(slot_at));
+        }
       }
     };
     auto slot_index = [](QVar v) {
@@ -211,10 +232,15 @@ struct Emulator {
             const int row = w * kWarpRows + x;
             bounds[row] = t.control ? Bounds{r.k0, r.k0 + r.n} : record_bounds(g, r, rows[row]);
             if (row < t.nrows) warps[w].add(bounds[row]);
-            if (r.flags & kRecDirect) {
-              const int x = Scope(r.scope) == Scope::kMixedLeft ? 0 : 1;
+            const int side = Scope(r.scope) == Scope::kMixedLeft ? 0 : 1;
+            if (r.flags & kRecBand) {  // the row's straddling block joins its band's logits
+              const int32_t b = rows[row].mix[side];
+              if (row < t.nrows && b >= r.k0 && b < r.k0 + r.n)
+                stash[(side * M + row) * kBandBlocks + b - r.k0] =
+                    straddling_score(g, b, mix_a[2 * row + side], mix_b[2 * row + side]);
+            } else if (r.flags & kRecDirect) {
               const Bounds& b = bounds[row];
-              raw[row] = b.hi > b.lo ? straddling_score(g, b.lo, mix_a[2 * row + x], mix_b[2 * row + x]) : 0.f;
+              raw[row] = b.hi > b.lo ? straddling_score(g, b.lo, mix_a[2 * row + side], mix_b[2 * row + side]) : 0.f;
             }
           }
         }
@@ -226,8 +252,10 @@ struct Emulator {
           vt[c * kHeadDim + d] = c < kv.n ? to_float(src.values[int64_t(kv.a + c) * p.Dp + d]) : 0.f;
         }
       const int32_t ragged = ragged_column(g, r, kv);
+      const int side = Scope(r.scope) == Scope::kMixedLeft ? 0 : 1;
+      const bool sums = (r.flags & kRecWindowSums) != 0;
       for (int w = 0; w < M / kWarpRows; ++w) {
-        const TileWork work = classify(warps[w], kv);
+        const TileWork work = classify(warps[w], kv, r);
         if (work == TileWork::kSkip) continue;
         const bool fixups = has_column_fixups(kv, ragged);
         for (int x = 0; x < kWarpRows; ++x) {
@@ -236,11 +264,27 @@ struct Emulator {
           for (int c = 0; c < kv.width; ++c) {
             float acc = 0.f;
             for (int d = 0; d < kHeadDim; ++d) acc += slot[row * kHeadDim + d] * kt[c * kHeadDim + d];
-            if (r.flags & kRecDirect) acc = raw[row];
-            sr[c] = work == TileWork::kMasked
+            if (r.flags & kRecBand) acc = stash[(side * M + row) * kBandBlocks + c];
+            else if (r.flags & kRecDirect) acc = raw[row];
+            sr[c] = acc;
+          }
+          // A window tile with its edges' summaries: each G-block's mean raw score over the tile's keys.
+          float means[N / 8 + 1] = {};
+          if (sums && work == TileWork::kMasked)
+            for (int c0 = 0; c0 < kv.n; c0 += g.G) {
+              float sum = 0.f;
+              const int n = std::min<int>(g.G, kv.n - c0);
+              for (int c = c0; c < c0 + n; ++c) sum += sr[c];
+              means[c0 / g.G] = sum / float(n);
+            }
+          for (int c = 0; c < kv.width; ++c) {
+            const float acc = sr[c];
+            sr[c] = sums && work == TileWork::kMasked
+                        ? window_sum_logit(acc, means[c / g.G], c, kv, bounds[row], p.scale_log2)
+                    : work == TileWork::kMasked
                         ? masked_logit(acc, c, kv, bounds[row], ragged, p.scale_log2, r.bias_log2, g.log2_last_block)
-                        : fixups ? column_logit(acc, c, kv, ragged, p.scale_log2, r.bias_log2, g.log2_last_block)
-                                 : acc * p.scale_log2 + r.bias_log2;
+                    : fixups ? column_logit(acc, c, kv, ragged, p.scale_log2, r.bias_log2, g.log2_last_block)
+                             : acc * p.scale_log2 + r.bias_log2;
           }
           update(row, sr, kv.width, vt.data());
         }
@@ -305,7 +349,8 @@ std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::
 // 16-column control tiles, masked tiles (some warp masks), masked warp-tiles, full warp-tiles,
 // skipped warp-tiles, rows, GEMM columns summed over rows (the columns its warp multiplies), keys seen
 // summed over rows (columns it sees, straddling blocks included), straddling blocks scored per row,
-// query-slot fills, masked tiles, tiles with column fix-ups, masked warp-tiles by key set, direct tiles.
+// query-slot fills, masked tiles, tiles with column fix-ups, masked warp-tiles by key set, direct tiles,
+// window tiles with summaries, Hn band tiles.
 at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                       const std::optional<at::Tensor>& retrieved, c10::string_view method, int64_t control_tokens,
                       int64_t window, int64_t summary_block, int64_t near_range, int64_t topk, int64_t retrieval_block,
@@ -321,10 +366,10 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   const AttnKernelParams& p = hc.p;
   const Geometry& g = p.geo;
   constexpr int M = kAttnTileRows, W = M / 4;
-  const int N = hc.q.scalar_type() == at::kFloat || hc.s.Dp > 80 ? 32 : 64;  // kernel_traits.h kBlockN
-  at::Tensor stats = at::zeros({p.body_tiles, 20}, at::kDouble);
+  const int N = kv_tile_cols(hc.q.scalar_type() != at::kFloat, hc.s.Dp);
+  at::Tensor stats = at::zeros({p.body_tiles, 22}, at::kDouble);
   for (int32_t x = 0; x < p.body_tiles; ++x) {
-    double* st = stats.data_ptr<double>() + x * 20;
+    double* st = stats.data_ptr<double>() + x * 22;
     const QueryTile t = query_tile<M>(p, p.control_tiles * p.control_chunks + x);
     if (t.nrows <= 0) continue;
     const CtaRecords rec = cta_records(p, t, 0);
@@ -339,6 +384,10 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
     }
     const uint32_t needed = variants_needed(rec.list, rec.count, any_side[0], any_side[1]);
     for (int32_t sl = 0; sl < kVariantSlots; ++sl) st[10] += (needed >> int(variant_at(sl))) & 1;
+    // The Hn bands' products: per side, one 16-column Q K^T per variant it uses (native, its far one).
+    const BandRecords bands = BandRecords::find(rec.list, rec.count);
+    for (int side = 0; side < 2; ++side)
+      if (bands.n[side] > 0) st[7] += 2.0 * kBandBlocks * t.nrows;
     st[0] = rec.count;
     st[5] = t.nrows;
     std::vector<Bounds> bounds(M);
@@ -367,8 +416,9 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
       (direct ? st[19] : KeySet(r.keys) == KeySet::kCtrl ? st[2] : st[1]) += 1;
       bool masked = false;
       st[12] += !direct && has_column_fixups(kv, ragged);
+      const bool sums = (r.flags & kRecWindowSums) != 0;
       for (int w = 0; w < 4; ++w) {
-        const TileWork work = classify(warps[w], kv);
+        const TileWork work = classify(warps[w], kv, r);
         if (!direct) {
           st[work == TileWork::kSkip ? 6 : work == TileWork::kFull ? 4 : 3] += 1;
           masked = masked || work == TileWork::kMasked;
@@ -377,17 +427,23 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
         for (int i = 0; i < W && w * W + i < t.nrows; ++i) {
           if (work != TileWork::kSkip) st[7] += kv.width;
           const Bounds& b = bounds[w * W + i];
-          for (int c = 0; c < kv.n; ++c)
-            st[8] += kv.a + c >= b.lo && kv.a + c < b.hi && ((kv.excluded >> c) & 1) == 0;
+          for (int c = 0; c < kv.n; ++c) {
+            const bool exact = kv.a + c >= b.lo && kv.a + c < b.hi;
+            // a window record with its edges' summaries: a block outside the row's window is one key
+            st[8] += sums ? (exact || (kv.a + c) % g.G == 0) : exact && ((kv.excluded >> c) & 1) == 0;
+          }
         }
       }
       st[11] += masked;
+      st[20] += sums;
+      st[21] += (r.flags & kRecBand) != 0;
     }
   }
   // Columns, in order: 0 records, 1 KV tiles, 2 control tiles, 3 masked warp-tiles, 4 full warp-tiles,
   // 5 rows, 6 skipped warp-tiles, 7 GEMM columns over rows, 8 keys seen over rows, 9 straddling blocks,
   // 10 query-slot fills, 11 masked tiles, 12 tiles with column fix-ups, 13-18 masked warp-tiles by key set
-  // (plan.h KeySet order), 19 direct tiles (straddling blocks; in no other tile column).
+  // (plan.h KeySet order), 19 direct tiles (straddling blocks and Hn bands; in no other tile column),
+  // 20 tiles of window records with their edges' summaries (plan.h window_sums), 21 Hn band tiles.
   return stats;
 }
 

@@ -92,6 +92,7 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
     check_retrieved_values(given, ap.rules);
   }
   hc.s = setup_attn(ap, given.defined() ? given.size(3) : 0);
+  plan_edges(hc.s, kv_tile_cols(hc.q.scalar_type() != at::kFloat, hc.s.Dp), true);
   const AttnSetup& s = hc.s;
   hc.out = at::zeros(q.sizes(), hc.q.options());
   hc.lse = at::zeros({ap.B, ap.Hq, ap.Nq}, hc.q.options().dtype(at::kFloat));
