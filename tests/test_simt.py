@@ -204,6 +204,10 @@ HANDFUL = [
     (_grid_index(D=128, regime="native", C=0), torch.float16),
     (_grid_index(name="swa", C=12), torch.float32),
     (_grid_index(name="full", D=80), torch.bfloat16),
+    # the plan's edge-free records: window edges with their near summaries, Hn bands (plan.h)
+    (_grid_index(regime="edge_free", name="rangeswa", D=64), torch.bfloat16),
+    (_grid_index(regime="edge_free", name="rangeswa", D=128), torch.float16),
+    (_grid_index(regime="edge_free", name="rangeswa_lite"), torch.bfloat16),
 ]
 
 

@@ -276,15 +276,28 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   const bool computes = retrieves && !given && R.topk > 0;
   if (computes) check_topk_fits(R, q.device());
   const int64_t K = given ? retrieved->size(3) : computes ? R.topk : 0;
-  const AttnSetup s = setup_attn(ap, K);
+  AttnSetup s = setup_attn(ap, K);
   AttnKernelParams probe{};
   probe.max_records = s.max_records;
   probe.retrieved_k = s.retrieved_k;
-  const size_t smem = [&] {
+  const auto smem_for = [&](bool band) {
+    probe.geo.band_ok = band;
     size_t bytes = 0;
     dispatch_dtype(q.scalar_type(), [&](auto tag) { bytes = attn_smem_for<decltype(tag)>(probe, ap.D); });
     return bytes;
+  };
+  // The Hn bands' buffers (plan.h hn_bands) when they cost no CTA per multiprocessor (the kernel runs up
+  // to 2): on an H100 / H200 always, on an A100 at head dims whose tiles leave room.
+  const bool band = [&] {
+    int per_sm = 0;
+    check_launch(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, q.device().index()),
+                 "reading the shared-memory limit");
+    const auto ctas = [&](size_t bytes) { return std::min<size_t>(2, size_t(per_sm) / (bytes + 1024)); };
+    const size_t with = smem_for(true);
+    return with <= size_t(max_shared_memory(q.device())) && ctas(with) >= ctas(smem_for(false));
   }();
+  plan_edges(s, kv_tile_cols(q.scalar_type() != at::kFloat, Dp), band);
+  const size_t smem = smem_for(band);
   TORCH_CHECK_VALUE(smem <= size_t(max_shared_memory(q.device())), "attn on CUDA with ", K,
                     " retrieved blocks per query block needs ", smem, " bytes of shared memory, more than this GPU's ",
                     max_shared_memory(q.device()), "; use a smaller topk");

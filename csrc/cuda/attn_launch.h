@@ -15,7 +15,7 @@ namespace rangeswa::cuda {
 
 template <typename Element, int kHeadDim>
 size_t attn_smem_bytes(const AttnKernelParams& p) {
-  return SharedLayout<AttnTraits<Element, kHeadDim>>::bytes(p.max_records, p.retrieved_k);
+  return SharedLayout<AttnTraits<Element, kHeadDim>>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);
 }
 
 // Two launches on the stream: the control rows' CTAs (every head), then the body tiles' CTAs.

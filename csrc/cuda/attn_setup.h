@@ -87,12 +87,13 @@ inline bool edge_free_allowed() {
   return env == nullptr || std::string(env) != "masked";
 }
 
-// The plan's edge-free records for a kernel with KV tiles of `kv_cols` columns: window sums when those
-// tiles hold whole G-blocks in whole 8-column MMA tiles; Hn bands when `band` (the kernel allots its band
+// The plan's edge-free records for a kernel with KV tiles of `kv_cols` columns: window sums when G = 16
+// and the tiles have 64 keys (each lane of the kernel then holds one whole G-block of a row, mainloop.h
+// tile_column; bf16 / fp16 up to head dim 80); Hn bands when `band` (the kernel allots its band
 // buffers: attn_api.cpp when they cost no CTA per multiprocessor, always on the host).
 inline void plan_edges(AttnSetup& s, int kv_cols, bool band) {
   const bool allowed = edge_free_allowed();
-  s.geo.window_sums_ok = allowed && s.geo.G % 8 == 0 && kv_cols % s.geo.G == 0;
+  s.geo.window_sums_ok = allowed && s.geo.G == 16 && kv_cols == 64;
   s.geo.band_ok = allowed && band;
 }
 

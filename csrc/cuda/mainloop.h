@@ -8,7 +8,8 @@
 //             other stage -> fill the query slot if the record's variant changed -> per warp: skip, or
 //             S = Q K^T, logits (full / masked / column fix-ups, tile.h), softmax, O += P V
 //   last: the direct records of the blocks straddling distance Hn (their logits from three dot products
-//         per row and side, made as the query variants were filled); output staged through shared memory
+//         per row and side, made as the query variants were filled) or of the Hn bands (their logits from
+//         a 16-column product per variant, plan.h hn_bands); output staged through shared memory
 //
 // The query slot holds the tile's rows under one rotation at a time (native, grouped-left, grouped-right,
 // conditioning, or none for control rows), rotated here from the input with the rope tables; records
@@ -45,12 +46,35 @@ struct SharedLayout {
   static constexpr size_t retrieved(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
   static constexpr size_t mixed(int max_records, int k) { return align16(retrieved(max_records) + size_t(k) * 4); }
   static constexpr size_t rows(int max_records, int k) { return mixed(max_records, k) + size_t(M) * 7 * 4; }
-  static constexpr size_t bytes(int max_records, int k) { return rows(max_records, k) + size_t(M) * sizeof(RowGeometry); }
+  // The Hn bands (plan.h hn_bands), when the call has them (geo.band_ok): both bands' summary rows as a
+  // 32-row K tile, and per side and row the logits of its blocks (kBandStride floats a row: one bank apart).
+  static constexpr int kBandStride = kBandBlocks + 1;
+  static constexpr size_t band_k(int max_records, int k) {
+    return align16(rows(max_records, k) + size_t(M) * sizeof(RowGeometry));
+  }
+  static constexpr size_t band_logits(int max_records, int k) {
+    return band_k(max_records, k) + size_t(2 * kBandBlocks) * Traits::kStride * sizeof(Element);
+  }
+  static constexpr size_t bytes(int max_records, int k, bool band) {
+    return band ? band_logits(max_records, k) + size_t(2) * M * kBandStride * sizeof(float)
+                : rows(max_records, k) + size_t(M) * sizeof(RowGeometry);
+  }
   static_assert(kK % 16 == 0 && kV % 16 == 0 && kRecords % 16 == 0, "16-byte aligned tiles");
 };
 
+// The shared-memory row, and so the column of S and P, of key r of a full KV tile of 8 NT keys. The MMA
+// accumulator gives lane t of a quad the columns 8n + 2t + j (n < NT, j < 2) of its rows; storing key
+// 2 NT t + 2n + j there gives each lane 2 NT consecutive keys of the row (at NT = 8: one G-block of 16),
+// so a block's mean score is a sum in one lane (window sums) and not a reduction across lanes. Any order
+// of the keys gives the same softmax and P V, as K and V share it.
+template <int NT>
+RSWA_HD int tile_column(int r) {
+  return 8 * ((r % (2 * NT)) / 2) + 2 * (r / (2 * NT)) + r % 2;
+}
+
 // Copies rows [0, n) of the keys and of the values of a tile ([rows, kHeadDim] global arrays) into
-// `rows`-row shared tiles; rows past n are zero-filled, so that P = 0 never meets garbage V.
+// `rows`-row shared tiles, a full KV tile's rows in tile_column order; rows past n are zero-filled, so
+// that P = 0 never meets garbage V (and window sums see scores of 0 there).
 template <typename Traits>
 __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, typename Traits::Element* sv,
                                               const typename Traits::Element* gk, const typename Traits::Element* gv,
@@ -62,7 +86,8 @@ __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, type
     const bool value = c >= per;
     const int cc = value ? c - per : c, r = cc / kChunksPerRow, col = (cc % kChunksPerRow) * kChunk;
     const bool valid = r < n;
-    cp_async_16((value ? sv : sk) + r * Traits::kStride + col,
+    const int at = rows == Traits::kBlockN ? tile_column<Traits::kBlockN / 8>(r) : r;
+    cp_async_16((value ? sv : sk) + at * Traits::kStride + col,
                 (value ? gv : gk) + int64_t(valid ? r : 0) * Traits::kHeadDim + col, valid);
   }
 }
@@ -87,58 +112,88 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
 }
 
 // One KV tile of kCols columns for one warp: scores, logits, softmax, PV. lo / hi: the bounds of every
-// tile row in the current record (shared memory), read for this lane's rows on masked tiles only;
-// direct: the rows' raw scores of a direct record (plan.h kRecDirect), which replace Q K^T.
+// tile row in the current record (shared memory), read for this lane's rows on masked tiles only.
+// given: raw scores that replace Q K^T, at given[row * given_rows + column * given_cols]: a direct
+// record's one per row (plan.h kRecDirect; given_cols = 0), an Hn band's per row and block ([row]
+// [kBandStride], plan.h hn_bands); null: Q K^T. sums: a window record
+// with its edges' summaries (plan.h window_sums, G = 16): on masked tiles a row's keys outside its bounds
+// take their G-block's mean score.
 template <typename Traits, int kCols>
 __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::kHeadDim / 8][4],
                                           OnlineSoftmax<Traits::kMBlocks>& softmax,
                                           const typename Traits::Element* sQ, const typename Traits::Element* sK,
                                           const typename Traits::Element* sV, int lane, int row0, TileWork work,
                                           bool fixups, const KvTile& t, int32_t ragged, const int32_t* lo,
-                                          const int32_t* hi, const float* direct, float scale_log2, float bias,
-                                          float last_bias) {
+                                          const int32_t* hi, const float* given, int given_rows, int given_cols,
+                                          bool sums,
+                                          float scale_log2, float bias, float last_bias) {
   constexpr int MB = Traits::kMBlocks, NT = kCols / 8;
   const int tq = lane % 4;
   float s[MB][NT][4];
-  WarpGemm<Traits>::template qk<kCols>(s, sQ, sK, lane);
-  // A direct record: each row's raw score replaces the (meaningless) product in every column; the row's
-  // bounds keep only its own block's column.
+  if (given == nullptr) {
+    WarpGemm<Traits>::template qk<kCols>(s, sQ, sK, lane);
+  } else {
+    // Scores given per row and column: given[row * row_step + column * col_step].
 #pragma unroll
-  for (int mb = 0; mb < MB; ++mb)
+    for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float x = direct != nullptr ? direct[row0 + mb * 16 + (e / 2) * 8] : 0.f;
+      for (int e = 0; e < 4; ++e) {
+        const float* r = given + (row0 + mb * 16 + (e / 2) * 8) * given_rows + (2 * tq + e % 2) * given_cols;
 #pragma unroll
-      for (int n = 0; n < NT; ++n) s[mb][n][e] = direct != nullptr ? x : s[mb][n][e];
-    }
-  // Per column c = 8n + 2tq + j of this lane: its bias, -inf past the keys or for an excluded G-block
-  // (tile.h column_logit); one value for every row. Bit 8n + j of `excluded` shifted by 2tq is column c.
-  const uint64_t excluded = t.excluded >> (2 * tq);
-  const int32_t limit = t.n - 2 * tq, last = ragged - 2 * tq;
+        for (int n = 0; n < NT; ++n) s[mb][n][e] = r[n * 8 * given_cols];
+      }
+  }
+  // This lane's columns: key base + off(n, j) of the tile, in tile_column order on full KV tiles (lane
+  // tq holds keys [2 NT tq, 2 NT tq + 2 NT)), in plain order on 16-column tiles (control keys, direct
+  // records: columns 8n + 2tq + j).
+  constexpr bool kPermuted = kCols == Traits::kBlockN;
+  static_assert(kCtrlCols < Traits::kBlockN, "16-column tiles keep their plain order");
+  const int32_t base = kPermuted ? 2 * NT * tq : 2 * tq;
+  auto off = [](int n, int j) { return kPermuted ? 2 * n + j : 8 * n + j; };
+  // Per column: its bias, -inf past the keys or for an excluded G-block (tile.h column_logit); one value
+  // for every row.
+  const uint64_t excluded = t.excluded >> base;
+  const int32_t limit = t.n - base, last = ragged - base;
   float col_bias[NT][2];
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const bool dead = (n * 8 + j >= limit) | (((excluded >> (n * 8 + j)) & 1) != 0);
-      const float b = n * 8 + j == last ? last_bias : bias;
+      const bool dead = (off(n, j) >= limit) | (((excluded >> off(n, j)) & 1) != 0);
+      const float b = off(n, j) == last ? last_bias : bias;
       col_bias[n][j] = fixups ? (dead ? -INFINITY : b) : bias;
     }
   if (work == TileWork::kMasked) {
+    // tile.h masked_logit: lo <= key < hi as one unsigned compare (hi >= lo always); outside, -inf, or in a
+    // window record with its edges' summaries (tile.h window_sum_logit, G = 16) the mean score of the
+    // key's G-block, scaled, without bias (-inf scaled stays -inf). The lane's keys are one whole block;
+    // the tile's zero-filled rows past its keys score 0.
+    // Window sums run on 64-key tiles (attn_setup.h plan_edges), where each lane holds one G-block.
+    constexpr bool kSums = kPermuted && NT == 8;
+    float inv = 0.f;  // 1 / the keys of this lane's block in the tile
+    if constexpr (kSums) inv = __fdividef(1.f, float(imax(1, imin(16, t.n - base))));
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        // tile.h masked_logit: lo <= key < hi as one unsigned compare (hi >= lo always).
         const int row = row0 + mb * 16 + h * 8;
-        const int32_t from = t.a + 2 * tq - lo[row];
+        const int32_t from = t.a + base - lo[row];
         const uint32_t width = uint32_t(hi[row] - lo[row]);
+        float other = -INFINITY;
+        if constexpr (kSums) {
+          if (sums) {
+            float sum = 0.f;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) sum += s[mb][n][2 * h] + s[mb][n][2 * h + 1];
+            other = sum * inv;
+          }
+        }
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             float& x = s[mb][n][2 * h + j];
-            x = uint32_t(from + n * 8 + j) < width ? x * scale_log2 + col_bias[n][j] : -INFINITY;
+            x = (uint32_t(from + off(n, j)) < width ? x : other) * scale_log2 + col_bias[n][j];
           }
       }
   } else {
@@ -182,6 +237,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   float* sMixB = sMixA + 2 * M;                      // [2][M]
   float* sRaw = sMixB + 2 * M;
   RowGeometry* sRow = reinterpret_cast<RowGeometry*>(smem + Layout::rows(p.max_records, p.retrieved_k));
+  // The Hn bands (only when the call has them: otherwise not allotted).
+  Element* sBandK = reinterpret_cast<Element*>(smem + Layout::band_k(p.max_records, p.retrieved_k));
+  float* sBand = reinterpret_cast<float*>(smem + Layout::band_logits(p.max_records, p.retrieved_k));
+  constexpr int kBandStride = Layout::kBandStride;
+  static_assert(kBandBlocks == kCtrlCols, "an Hn band is one direct tile");
   RSWA_STATIC_SHARED(int32_t, control_count);
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, tq = lane % 4, gq = lane / 4;
@@ -216,6 +276,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     any |= uint32_t(__syncthreads_or(valid && me.mix[x] >= 0) != 0) << x;
   }
   const uint32_t needed = t.control ? 1u << int(QVar::kPlain) : variants_needed(sRec, count, any & 1, any & 2);
+  // The Hn bands: logits -inf until the variant of a row's class gives them (rows past the tile keep it).
+  const BandRecords bands = t.control ? BandRecords{{0, 0}, {0, 0}} : BandRecords::find(sRec, count);
+  if (bands.n[0] + bands.n[1] > 0)
+#pragma unroll 1
+    for (int x = tid; x < 2 * M * kBandStride; x += M) sBand[x] = -INFINITY;
 
   // ---- the query slot --------------------------------------------------------------------------------
   const int32_t n0 = t.control ? t.i0 : g.C + t.i0 - p.first_row;  // q row of the tile's first row
@@ -278,6 +343,60 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     }
   };
 
+  // The Hn bands (plan.h hn_bands, band_class): while the slot holds variant v, the band blocks of v's
+  // class get their scores from one 32-column product with both bands' summary rows (native means for
+  // near blocks, grouped ones for far blocks). Every thread of the CTA calls it alike (barriers inside).
+  auto band_dots = [&](QVar v) {
+    // Bands per product: both at head dim 64; one at a time above, where the output accumulators leave
+    // fewer registers.
+    constexpr int kSides = Dp <= 64 ? 2 : 1;
+    constexpr int kChunk = 16 / int(sizeof(Element)), kChunks = Dp / kChunk;
+    const PreparedArrays& a = p.kv;
+    const Element* src = static_cast<const Element*>(v == QVar::kNat ? a.s_nat : a.s_grp) + bh * a.sum_stride;
+#pragma unroll 1
+    for (int first = 0; first < 2; first += kSides) {
+      if (!bands.uses(first, v) && !bands.uses(first + kSides - 1, v)) continue;
+      // The bands' summary rows of v's class, 16 rows a band (zero past its blocks or when v has none).
+#pragma unroll 1
+      for (int x = tid; x < kSides * kBandBlocks * kChunks; x += M) {
+        const int r = x / kChunks, c = (x % kChunks) * kChunk, side = first + r / kBandBlocks, rr = r % kBandBlocks;
+        uint4 val = make_uint4(0u, 0u, 0u, 0u);
+        if (bands.uses(side, v) && rr < bands.blocks(side))
+          val = *reinterpret_cast<const uint4*>(src + int64_t(bands.first(side) + rr) * Dp + c);
+        *reinterpret_cast<uint4*>(sBandK + r * Traits::kStride + c) = val;
+      }
+      __syncthreads();
+      float sc[MB][kSides * kBandBlocks / 8][4];
+      WarpGemm<Traits>::template qk<kSides * kBandBlocks>(sc, sQ + warp * WR * Traits::kStride, sBandK, lane);
+      // plan.h band_columns, with one field of each row's geometry read per row (rows past the tile store
+      // scores of their zero queries, never output).
+#pragma unroll
+      for (int y = 0; y < kSides; ++y) {
+        const int side = first + y;
+        const int32_t k0 = bands.first(side), nb = bands.uses(side, v) ? bands.blocks(side) : 0;
+        const bool head = (side == 0) == (v != QVar::kNat);  // v's blocks come first in the band
+        const int field = side == 0 ? (head ? kRowFle : kRowNf) : (head ? kRowNl1 : kRowFrb);
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = warp * WR + mb * 16 + gq + h * 8;
+            const int32_t edge = reinterpret_cast<const int32_t*>(sRow + row)[field] - k0;
+            const Bounds b{head ? 0 : imax(0, edge), head ? imin(nb, edge) : nb};
+            float* out = sBand + (side * M + row) * kBandStride;
+#pragma unroll
+            for (int n = 0; n < kBandBlocks / 8; ++n)
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                const int c = n * 8 + 2 * tq + j;
+                if (uint32_t(c - b.lo) < uint32_t(b.hi - b.lo)) out[c] = sc[mb][y * kBandBlocks / 8 + n][2 * h + j];
+              }
+          }
+      }
+      __syncthreads();  // every warp has read the band tile (the next pass or call overwrites it)
+    }
+  };
+
   // ---- the walk over the KV tiles ----------------------------------------------------------------------
   OnlineSoftmax<MB> softmax;
   softmax.init();
@@ -323,6 +442,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       fill(v);
       __syncthreads();
       mixed_dots(v);
+      band_dots(v);
     }
     if (!have_cur && !have_nxt) break;
     if (have_cur && cur.record != current) {  // a new record: its bounds per row
@@ -330,8 +450,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       const Bounds b = t.control ? Bounds{rec.k0, rec.k0 + rec.n} : record_bounds(g, rec, sRow[tid]);
       sLo[tid] = b.lo;
       sHi[tid] = b.hi;
-      if (rec.flags & kRecDirect) {  // this row's straddling block: every part is in (its own dots, done)
-        const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
+      // This row's straddling block: every part is in (its own dots, done).
+      const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
+      if (rec.flags & kRecBand) {  // joins the band's scores
+        const int32_t blk = x == 0 ? me.mix[0] : me.mix[1];
+        if (valid && blk >= rec.k0 && blk < rec.k0 + rec.n)
+          sBand[(x * M + tid) * kBandStride + blk - rec.k0] = straddling_score(g, blk, sMixA[x * M + tid], sMixB[x * M + tid]);
+      } else if (rec.flags & kRecDirect) {
         sRaw[tid] = b.hi > b.lo ? straddling_score(g, b.lo, sMixA[x * M + tid], sMixB[x * M + tid]) : 0.f;
       }
       wb = WarpBounds::empty();
@@ -349,20 +474,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       wb.merge(other);
     }
     __syncwarp();  // the warp's rows' bounds are in shared memory
-    const TileWork work = have_cur ? classify(wb, cur) : TileWork::kSkip;
+    const TileWork work = have_cur ? classify(wb, cur, rec) : TileWork::kSkip;
     if (work != TileWork::kSkip) {
       const int32_t ragged = ragged_column(g, rec, cur);
       const bool fixups = has_column_fixups(cur, ragged);
       const Element* qw = sQ + warp * WR * Traits::kStride;
       const Element* kt = sK + stage * Traits::kKVElems;
       const Element* vt = sV + stage * Traits::kKVElems;
-      if (cur.width == kCtrlCols)
+      if (cur.width == kCtrlCols) {
+        const bool band = (rec.flags & kRecBand) != 0;
+        const float* given = band ? sBand + (Scope(rec.scope) == Scope::kMixedLeft ? 0 : M) * kBandStride
+                             : (rec.flags & kRecDirect) ? sRaw : nullptr;
         warp_tile<Traits, kCtrlCols>(o, softmax, qw, kt, vt, lane, row_of(0), work, fixups, cur, ragged, sLo, sHi,
-                                     (rec.flags & kRecDirect) ? sRaw : nullptr, p.scale_log2, rec.bias_log2,
+                                     given, band ? kBandStride : 1, band ? 1 : 0, false, p.scale_log2, rec.bias_log2,
                                      g.log2_last_block);
-      else
+      } else {
         warp_tile<Traits, N>(o, softmax, qw, kt, vt, lane, row_of(0), work, fixups, cur, ragged, sLo, sHi, nullptr,
-                             p.scale_log2, rec.bias_log2, g.log2_last_block);
+                             0, 0, (rec.flags & kRecWindowSums) != 0, p.scale_log2, rec.bias_log2, g.log2_last_block);
+      }
     }
     cur = nxt;
     have_cur = have_nxt;

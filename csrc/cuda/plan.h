@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "rules.h"
@@ -109,8 +110,7 @@ struct Geometry {
   bool summaries;      // rule 4 at all
   bool cond;           // conditioning correction (body rows score control keys at i T / L)
   // Edge-free records (window_sums, hn_bands below), chosen by the host for the kernel instantiation:
-  // window_sums_ok when the KV tiles hold whole G-blocks in whole 8-column MMA tiles (G % 8 == 0 and G
-  // divides the tile width), band_ok when the kernel's band buffers fit without costing a CTA per SM.
+  // window_sums_ok when G = 16 on 64-key tiles (attn_setup.h plan_edges), band_ok when the kernel's band buffers fit without costing a CTA per SM.
   bool window_sums_ok, band_ok;
   float log2_block, log2_last_block;  // rule 4's summary bias log2 n_b: full blocks, the last block
   FastDiv by_G, by_cb, by_g, by_blocks_per_key_block;  // / G, / cb, / g, / (Rb / G) (1 when unused)
@@ -244,6 +244,7 @@ RSWA_HD MixedBlock mixed_block(const Geometry& g, const int32_t* sorted, int32_t
 //    the exact logits its window tile computes anyway; spread over the block's n_b columns (each the
 //    mean, no bias) it weighs n_b 2^mean in the softmax and brings the mean of the block's values, which
 //    is rule 4's summary key and value. The window's edge tiles thus need no second tile of summaries.
+//    (The kernel does so for G = 16 on 64-key tiles; other G and tiles keep the masked records.)
 //  - hn_bands: the G-blocks within the tile's spread of distance Hn (far for some rows, straddling or
 //    near for others) form one direct record per side, at most kBandBlocks blocks, whose per-row logits
 //    come from the product of the row's class (band_class), made while the query slot holds it.
@@ -294,6 +295,12 @@ struct RowGeometry {
   int32_t mix[2], mix_m[2];     // the straddling block left / right of the row (-1: none) and its token m
 };
 
+// RowGeometry's fields as int32 offsets (the kernel reads one of them by a run-time choice).
+inline constexpr int kRowNf = int(offsetof(RowGeometry, nf) / sizeof(int32_t));
+inline constexpr int kRowNl1 = int(offsetof(RowGeometry, nl1) / sizeof(int32_t));
+inline constexpr int kRowFle = int(offsetof(RowGeometry, fle) / sizeof(int32_t));
+inline constexpr int kRowFrb = int(offsetof(RowGeometry, frb) / sizeof(int32_t));
+
 // Row i of a tile whose query block retrieved `sorted` (k entries; null for control rows).
 RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i, const int32_t* sorted = nullptr, int32_t k = 0) {
   RowGeometry r;
@@ -327,6 +334,17 @@ RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i, const int32_t* so
 RSWA_HD QVar band_class(const RowGeometry& row, int side, int32_t b) {
   if (side == 0) return b < row.fle ? QVar::kLeft : b >= row.nf ? QVar::kNat : QVar::kPlain;
   return b >= row.frb ? QVar::kRight : b < row.nl1 ? QVar::kNat : QVar::kPlain;
+}
+
+// The columns [lo, hi) of an Hn band (G-blocks [k0, k0 + n) on `side`) whose scores variant v gives a
+// row (band_class): far blocks come first on the left and last on the right, near ones the other way.
+RSWA_HD Bounds band_columns(const RowGeometry& row, int side, QVar v, int32_t k0, int32_t n) {
+  const int32_t a = side == 0 ? row.fle - k0 : row.frb - k0;  // the far blocks end / begin
+  const int32_t z = side == 0 ? row.nf - k0 : row.nl1 - k0;   // the near blocks begin / end
+  const bool far = v != QVar::kNat;
+  const int32_t lo = side == 0 ? (far ? 0 : z) : (far ? a : 0);
+  const int32_t hi = side == 0 ? (far ? a : n) : (far ? n : z);
+  return Bounds{imax(0, lo), imin(n, imax(imax(0, lo), hi))};
 }
 
 // The keys [lo, hi) of record r that a body row sees (control rows see every key: kPlain records). A

@@ -176,16 +176,19 @@ struct BandRecords {
 RSWA_ROLLED
     for (int32_t x = 0; x < count; ++x)
       if (records[x].flags & kRecBand) {
-        const int side = Scope(records[x].scope) == Scope::kMixedLeft ? 0 : 1;
-        b.k0[side] = records[x].k0;
-        b.n[side] = records[x].n;
+        const bool left = Scope(records[x].scope) == Scope::kMixedLeft;
+        (left ? b.k0[0] : b.k0[1]) = records[x].k0;
+        (left ? b.n[0] : b.n[1]) = records[x].n;
       }
     return b;
   }
-  // The summary array whose products variant v gives the band on `side` (its blocks of v's class), or
-  // none: native means for near blocks, grouped ones for far blocks.
+  // Per side without indexing by a run-time value (which would put the arrays in local memory).
+  RSWA_HD int32_t first(int side) const { return side == 0 ? k0[0] : k0[1]; }
+  RSWA_HD int32_t blocks(int side) const { return side == 0 ? n[0] : n[1]; }
+  // Whether variant v gives some blocks of the band on `side` their scores: the native one for near
+  // blocks, the side's grouped one for far blocks.
   RSWA_HD bool uses(int side, QVar v) const {
-    return n[side] > 0 && (v == QVar::kNat || v == (side == 0 ? QVar::kLeft : QVar::kRight));
+    return blocks(side) > 0 && (v == QVar::kNat || v == (side == 0 ? QVar::kLeft : QVar::kRight));
   }
 };
 

@@ -11,7 +11,7 @@ namespace rangeswa::cuda::simt_attn {
 template <typename Element, int kHeadDim>
 size_t run_attn(const AttnKernelParams& p) {
   using Traits = AttnTraits<Element, kHeadDim>;
-  const size_t smem = SharedLayout<Traits>::bytes(p.max_records, p.retrieved_k);  // as attn_launch.h
+  const size_t smem = SharedLayout<Traits>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);  // as attn_launch.h
   const int64_t blocks = (int64_t(p.control_tiles) * p.control_chunks + p.body_tiles) * p.B * p.Hq;
   if (blocks == 0) return smem;
   if (blocks > int64_t(0x7fffffff)) throw ::simt::Error("simt: grid too large");
