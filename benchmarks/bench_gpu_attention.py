@@ -18,7 +18,9 @@ tensors:
 Times are medians of CUDA-event timings after warm-up; ratio = pre-rotated SDPA time / time. Two TFLOP/s
 figures: effective (4 D flops per (query row, key it really uses): `visited_keys`) and on the padded union
 of GEMM columns the kernel multiplies (the plan census, benchmarks/results/plan_census.json, made on the
-host by benchmarks/plan_census.py). Writes bench.json and bench.md to --out.
+host by benchmarks/plan_census.py). At 8k and 32k (first head dim) the late-stage cases are also timed
+with RANGESWA_CUDA_EDGES=masked, the A/B of the plan's edge-free records. Writes bench.json and bench.md
+to --out.
 """
 
 from __future__ import annotations
@@ -275,6 +277,21 @@ class FlexRangeSWA:
 # ---------------------------------------------------------------------------------------- driver
 
 
+def edges_masked_ms(q, k, v, C: int, repeats: int) -> dict:
+    """The op's times with RANGESWA_CUDA_EDGES=masked (csrc/cuda/attn_setup.h): every window and Hn edge a
+    masked tile, no window sums or Hn bands; the A/B of docs/cuda.md's edge-free records."""
+    out = {}
+    os.environ["RANGESWA_CUDA_EDGES"] = "masked"
+    try:
+        for label, name, stage in CASES:
+            if stage == "late":
+                cfg = preset(name)
+                out[label] = median_ms(lambda: ops.attn(q, k, v, cfg, C, stage), repeats)
+    finally:
+        del os.environ["RANGESWA_CUDA_EDGES"]
+    return out
+
+
 def run(args) -> dict:
     dev = torch.device("cuda")
     B, H, C = args.batch, args.heads, args.control
@@ -312,6 +329,8 @@ def run(args) -> dict:
                 if cols is not None:  # body rows over their GEMM columns, control rows over every key
                     cell["union_tflops"] = 4.0 * D * B * H * (L * cols + C * N) / ms / 1e9
                 row[label] = cell
+            if D == args.head_dims[0] and L in (8192, 32768):  # the plan's edge-free records, A/B
+                row["edges masked"] = edges_masked_ms(q, k, v, C, repeats)
             flex_lengths = (8192,) if args.quick else args.lengths
             if args.flex and D == args.head_dims[0] and L in flex_lengths and time.time() - start_time < args.budget_s - 120:
                 try:
@@ -356,6 +375,14 @@ def markdown(result: dict) -> str:
                          f"{flex['op_speedup_building_masks']:.1f}x)")
         cells.append(f"{r['flash_attn_ms']:.2f}" if "flash_attn_ms" in r else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    ab = [r for r in result["rows"] if r.get("edges masked")]
+    if ab:
+        lines += ["", "Edge-free records (window sums, Hn bands) against every edge masked "
+                  "(RANGESWA_CUDA_EDGES=masked), ms:", ""]
+        for r in ab:
+            lines.append(f"- D = {r['D']}, L = {r['L']}: " + "; ".join(
+                f"{label} {r[label]['ms']:.2f} vs {ms:.2f} masked ({ms / r[label]['ms']:.2f}x)"
+                for label, ms in r["edges masked"].items()))
     return "\n".join(lines)
 
 

@@ -14,7 +14,8 @@
 #  5. the CUDA tests (tests/test_ops_cuda.py without the host-emulator ones, tests/test_prepared.py,
 #     tests/test_build.py); a test that crashes the interpreter is deselected and the rest rerun;
 #  6. the attention benchmark (benchmarks/bench_gpu_attention.py --quick: D = 64 at 2k-32k, D = 128 at 8k
-#     and 32k, against SDPA-flash on pre-rotated inputs and FlexAttention at 8k);
+#     and 32k, against SDPA-flash on pre-rotated inputs and FlexAttention at 8k; at 8k and 32k also the
+#     late stage with RANGESWA_CUDA_EDGES=masked, the A/B of the plan's edge-free records);
 #  7. the profiler split of one call (benchmarks/profile_gpu_attention.py);
 #  8. ELF-B sampling at 8k (benchmarks/bench_gpu_sampling.py: 32 steps, B = 16, bf16).
 # Writes at most 8 files to OUT_DIR: summary.md, summary.json, bench.md, bench.json, profile.md,

@@ -50,3 +50,18 @@ def test_flex_peer_is_rangeswa_up_to_straddling_blocks():
     out = FlexRangeSWA(lite_like, "late", C, L, "cpu")(q, k, v, retrieved)
     expect, _ = ref.attention(q.double(), k.double(), v.double(), lite_like, C, "late", retrieved=retrieved)
     assert rel_err(out, expect) < 1e-5
+
+
+def test_gpu_benchmark_markdown_reports_the_edge_free_a_b():
+    """bench_gpu_attention.markdown: one table row per (D, L) and, where the op was also timed with
+    RANGESWA_CUDA_EDGES=masked, the A/B line with its ratio (masked time / edge-free time)."""
+    from bench_gpu_attention import markdown
+
+    cell = dict(ms=2.0, ratio=4.0, tflops=100.0)
+    row = dict(D=64, L=8192, full_sdpa_ms=8.0, full_tflops=200.0, full_rope_sdpa_ms=9.0,
+               **{"rangeswa late": cell, "rangeswa early": cell, "rangeswa_lite": dict(cell, ms=1.0)},
+               **{"edges masked": {"rangeswa late": 2.5, "rangeswa_lite": 1.1}})
+    text = markdown(dict(rows=[row, dict(row, L=2048, **{"edges masked": {}})]))
+    assert text.count("| 64 |") == 2
+    assert "- D = 64, L = 8192: rangeswa late 2.00 vs 2.50 masked (1.25x); rangeswa_lite 1.00 vs 1.10 masked (1.10x)" in text
+    assert "L = 2048" not in text

@@ -46,14 +46,14 @@ struct SharedLayout {
   static constexpr size_t retrieved(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
   static constexpr size_t mixed(int max_records, int k) { return align16(retrieved(max_records) + size_t(k) * 4); }
   static constexpr size_t rows(int max_records, int k) { return mixed(max_records, k) + size_t(M) * 7 * 4; }
-  // The Hn bands (plan.h hn_bands), when the call has them (geo.band_ok): both bands' summary rows as a
-  // 32-row K tile, and per side and row the logits of its blocks (kBandStride floats a row: one bank apart).
+  // The Hn bands (plan.h hn_bands), when the call has them (geo.band_ok): one band's summary rows as a
+  // 16-row K tile, and per side and row the logits of its blocks (kBandStride floats a row: one bank apart).
   static constexpr int kBandStride = kBandBlocks + 1;
   static constexpr size_t band_k(int max_records, int k) {
     return align16(rows(max_records, k) + size_t(M) * sizeof(RowGeometry));
   }
   static constexpr size_t band_logits(int max_records, int k) {
-    return band_k(max_records, k) + size_t(2 * kBandBlocks) * Traits::kStride * sizeof(Element);
+    return band_k(max_records, k) + size_t(kBandBlocks) * Traits::kStride * sizeof(Element);
   }
   static constexpr size_t bytes(int max_records, int k, bool band) {
     return band ? band_logits(max_records, k) + size_t(2) * M * kBandStride * sizeof(float)
@@ -62,19 +62,9 @@ struct SharedLayout {
   static_assert(kK % 16 == 0 && kV % 16 == 0 && kRecords % 16 == 0, "16-byte aligned tiles");
 };
 
-// The shared-memory row, and so the column of S and P, of key r of a full KV tile of 8 NT keys. The MMA
-// accumulator gives lane t of a quad the columns 8n + 2t + j (n < NT, j < 2) of its rows; storing key
-// 2 NT t + 2n + j there gives each lane 2 NT consecutive keys of the row (at NT = 8: one G-block of 16),
-// so a block's mean score is a sum in one lane (window sums) and not a reduction across lanes. Any order
-// of the keys gives the same softmax and P V, as K and V share it.
-template <int NT>
-RSWA_HD int tile_column(int r) {
-  return 8 * ((r % (2 * NT)) / 2) + 2 * (r / (2 * NT)) + r % 2;
-}
-
 // Copies rows [0, n) of the keys and of the values of a tile ([rows, kHeadDim] global arrays) into
-// `rows`-row shared tiles, a full KV tile's rows in tile_column order; rows past n are zero-filled, so
-// that P = 0 never meets garbage V (and window sums see scores of 0 there).
+// `rows`-row shared tiles; rows past n are zero-filled, so that P = 0 never meets garbage V (and window
+// sums see scores of 0 there).
 template <typename Traits>
 __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, typename Traits::Element* sv,
                                               const typename Traits::Element* gk, const typename Traits::Element* gv,
@@ -86,8 +76,7 @@ __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, type
     const bool value = c >= per;
     const int cc = value ? c - per : c, r = cc / kChunksPerRow, col = (cc % kChunksPerRow) * kChunk;
     const bool valid = r < n;
-    const int at = rows == Traits::kBlockN ? tile_column<Traits::kBlockN / 8>(r) : r;
-    cp_async_16((value ? sv : sk) + at * Traits::kStride + col,
+    cp_async_16((value ? sv : sk) + r * Traits::kStride + col,
                 (value ? gv : gk) + int64_t(valid ? r : 0) * Traits::kHeadDim + col, valid);
   }
 }
@@ -128,10 +117,13 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
                                           bool sums,
                                           float scale_log2, float bias, float last_bias) {
   constexpr int MB = Traits::kMBlocks, NT = kCols / 8;
+  // On 64-key tiles the products read the keys permuted (warp_gemm.h key_row: lane tq holds the keys
+  // [16 tq, 16 tq + 16) of its rows), else in plain order (columns 8n + 2tq + j).
+  constexpr bool kPermuted = kCols == 64;
   const int tq = lane % 4;
   float s[MB][NT][4];
   if (given == nullptr) {
-    WarpGemm<Traits>::template qk<kCols>(s, sQ, sK, lane);
+    WarpGemm<Traits>::template qk<kCols, kPermuted>(s, sQ, sK, lane);
   } else {
     // Scores given per row and column: given[row * row_step + column * col_step].
 #pragma unroll
@@ -143,11 +135,7 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
         for (int n = 0; n < NT; ++n) s[mb][n][e] = r[n * 8 * given_cols];
       }
   }
-  // This lane's columns: key base + off(n, j) of the tile, in tile_column order on full KV tiles (lane
-  // tq holds keys [2 NT tq, 2 NT tq + 2 NT)), in plain order on 16-column tiles (control keys, direct
-  // records: columns 8n + 2tq + j).
-  constexpr bool kPermuted = kCols == Traits::kBlockN;
-  static_assert(kCtrlCols < Traits::kBlockN, "16-column tiles keep their plain order");
+  // This lane's columns: key base + off(n, j) of the tile.
   const int32_t base = kPermuted ? 2 * NT * tq : 2 * tq;
   auto off = [](int n, int j) { return kPermuted ? 2 * n + j : 8 * n + j; };
   // Per column: its bias, -inf past the keys or for an excluded G-block (tile.h column_logit); one value
@@ -205,7 +193,7 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
         for (int e = 0; e < 4; ++e) s[mb][n][e] = s[mb][n][e] * scale_log2 + col_bias[n][e % 2];
   }
   softmax.template update<NT, Traits::kHeadDim / 8>(s, o);
-  WarpGemm<Traits>::template pv<kCols>(o, s, sV, lane);
+  WarpGemm<Traits>::template pv<kCols, kPermuted>(o, s, sV, lane);
 }
 
 template <typename Traits>
@@ -347,53 +335,45 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   // class get their scores from one 32-column product with both bands' summary rows (native means for
   // near blocks, grouped ones for far blocks). Every thread of the CTA calls it alike (barriers inside).
   auto band_dots = [&](QVar v) {
-    // Bands per product: both at head dim 64; one at a time above, where the output accumulators leave
-    // fewer registers.
-    constexpr int kSides = Dp <= 64 ? 2 : 1;
     constexpr int kChunk = 16 / int(sizeof(Element)), kChunks = Dp / kChunk;
     const PreparedArrays& a = p.kv;
     const Element* src = static_cast<const Element*>(v == QVar::kNat ? a.s_nat : a.s_grp) + bh * a.sum_stride;
 #pragma unroll 1
-    for (int first = 0; first < 2; first += kSides) {
-      if (!bands.uses(first, v) && !bands.uses(first + kSides - 1, v)) continue;
-      // The bands' summary rows of v's class, 16 rows a band (zero past its blocks or when v has none).
+    for (int side = 0; side < 2; ++side) {
+      if (!bands.uses(side, v)) continue;
+      const int32_t k0 = bands.first(side), nb = bands.blocks(side);
+      // The band's summary rows of v's class (zero past its blocks).
 #pragma unroll 1
-      for (int x = tid; x < kSides * kBandBlocks * kChunks; x += M) {
-        const int r = x / kChunks, c = (x % kChunks) * kChunk, side = first + r / kBandBlocks, rr = r % kBandBlocks;
+      for (int x = tid; x < kBandBlocks * kChunks; x += M) {
+        const int r = x / kChunks, c = (x % kChunks) * kChunk;
         uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (bands.uses(side, v) && rr < bands.blocks(side))
-          val = *reinterpret_cast<const uint4*>(src + int64_t(bands.first(side) + rr) * Dp + c);
+        if (r < nb) val = *reinterpret_cast<const uint4*>(src + int64_t(k0 + r) * Dp + c);
         *reinterpret_cast<uint4*>(sBandK + r * Traits::kStride + c) = val;
       }
       __syncthreads();
-      float sc[MB][kSides * kBandBlocks / 8][4];
-      WarpGemm<Traits>::template qk<kSides * kBandBlocks>(sc, sQ + warp * WR * Traits::kStride, sBandK, lane);
+      float sc[MB][kBandBlocks / 8][4];
+      WarpGemm<Traits>::template qk<kBandBlocks>(sc, sQ + warp * WR * Traits::kStride, sBandK, lane);
       // plan.h band_columns, with one field of each row's geometry read per row (rows past the tile store
       // scores of their zero queries, never output).
+      const bool head = (side == 0) == (v != QVar::kNat);  // v's blocks come first in the band
+      const int field = side == 0 ? (head ? kRowFle : kRowNf) : (head ? kRowNl1 : kRowFrb);
 #pragma unroll
-      for (int y = 0; y < kSides; ++y) {
-        const int side = first + y;
-        const int32_t k0 = bands.first(side), nb = bands.uses(side, v) ? bands.blocks(side) : 0;
-        const bool head = (side == 0) == (v != QVar::kNat);  // v's blocks come first in the band
-        const int field = side == 0 ? (head ? kRowFle : kRowNf) : (head ? kRowNl1 : kRowFrb);
+      for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
+        for (int h = 0; h < 2; ++h) {
+          const int row = warp * WR + mb * 16 + gq + h * 8;
+          const int32_t edge = reinterpret_cast<const int32_t*>(sRow + row)[field] - k0;
+          const Bounds b{head ? 0 : imax(0, edge), head ? imin(nb, edge) : nb};
+          float* out = sBand + (side * M + row) * kBandStride;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = warp * WR + mb * 16 + gq + h * 8;
-            const int32_t edge = reinterpret_cast<const int32_t*>(sRow + row)[field] - k0;
-            const Bounds b{head ? 0 : imax(0, edge), head ? imin(nb, edge) : nb};
-            float* out = sBand + (side * M + row) * kBandStride;
+          for (int n = 0; n < kBandBlocks / 8; ++n)
 #pragma unroll
-            for (int n = 0; n < kBandBlocks / 8; ++n)
-#pragma unroll
-              for (int j = 0; j < 2; ++j) {
-                const int c = n * 8 + 2 * tq + j;
-                if (uint32_t(c - b.lo) < uint32_t(b.hi - b.lo)) out[c] = sc[mb][y * kBandBlocks / 8 + n][2 * h + j];
-              }
-          }
-      }
-      __syncthreads();  // every warp has read the band tile (the next pass or call overwrites it)
+            for (int j = 0; j < 2; ++j) {
+              const int c = n * 8 + 2 * tq + j;
+              if (uint32_t(c - b.lo) < uint32_t(b.hi - b.lo)) out[c] = sc[mb][n][2 * h + j];
+            }
+        }
+      __syncthreads();  // every warp has read the band tile (the next band or call overwrites it)
     }
   };
 
