@@ -226,6 +226,25 @@ def test_simt_kernel_causal_and_cached(simt, index):
     _check_causal_case(simt, CAUSAL_GRID[index])
 
 
+def test_simt_kernel_is_schedule_independent_on_the_edge_free_records(simt):
+    """The Hn bands' barriers and shared buffers (mainloop.h band_dots) and the window sums: the same output,
+    bit for bit, when the threads run in other orders and cp.async copies land early (a race would change
+    it)."""
+    case = GRID[_grid_index(regime="edge_free", name="rangeswa", D=64)]
+    cfg = config(case)
+    q, k, v = inputs(case, torch.bfloat16)
+    retrieved = retrieved_for(q.float(), k.float(), cfg, case)
+    args = ops.attn_arguments(cfg, case["C"], case["stage"])
+    base, _ = simt.attn(q, k, v, retrieved, **args)
+    try:
+        for seed, eager in ((1, True), (2, False)):
+            simt.configure(schedule_seed=seed, eager_copies=eager)
+            out, _ = simt.attn(q, k, v, retrieved, **args)
+            assert torch.equal(out, base), (seed, eager)
+    finally:
+        simt.configure(schedule_seed=0, eager_copies=False)
+
+
 def test_simt_launch_statistics(simt):
     q = torch.randn(128, 64).bfloat16()
     k, v, p = torch.randn(64, 64).bfloat16(), torch.randn(64, 64).bfloat16(), torch.rand(128, 64)
