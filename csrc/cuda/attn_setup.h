@@ -88,8 +88,8 @@ inline bool edge_free_allowed() {
 }
 
 // The plan's edge-free records for a kernel with KV tiles of `kv_cols` columns: window sums when G = 16
-// and the tiles have 64 keys (each lane of the kernel then holds one whole G-block of a row, warp_gemm.h
-// key_row; bf16 / fp16 up to head dim 80); Hn bands when `band` (the kernel allots its band
+// and the tiles have 64 keys (each lane of the kernel then holds one whole G-block of a row, mainloop.h
+// tile_column; bf16 / fp16 up to head dim 80); Hn bands when `band` (the kernel allots its band
 // buffers: attn_api.cpp when they cost no CTA per multiprocessor, always on the host).
 inline void plan_edges(AttnSetup& s, int kv_cols, bool band) {
   const bool allowed = edge_free_allowed();

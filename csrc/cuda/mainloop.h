@@ -62,21 +62,49 @@ struct SharedLayout {
   static_assert(kK % 16 == 0 && kV % 16 == 0 && kRecords % 16 == 0, "16-byte aligned tiles");
 };
 
+// The shared-memory row, and so the column of S and P, of key r of a 64-key tile: lane t of a quad owns
+// the columns 8n + 2t + j (n < 8, j < 2) of its rows in the MMA accumulators, and key 16t + 2n + j lands
+// there, so each lane holds one whole G-block of 16 of its rows (window sums add it up inside the lane).
+// The order is made where the tile is stored: reads stay in plain row order, whose ldmatrix addresses
+// hit distinct banks (rows 16 bytes apart in an odd number of 16-byte chunks), where a read in this order
+// would put four of its eight rows on the same banks. K and V share it, so softmax and P V are unchanged.
+RSWA_HD int tile_column(int r) { return 8 * ((r % 16) / 2) + 2 * (r / 16) + r % 2; }
+
 // Copies rows [0, n) of the keys and of the values of a tile ([rows, kHeadDim] global arrays) into
-// `rows`-row shared tiles; rows past n are zero-filled, so that P = 0 never meets garbage V (and window
-// sums see scores of 0 there).
+// `rows`-row shared tiles, a 64-key tile's rows in tile_column order; rows past n are zero-filled, so that
+// P = 0 never meets garbage V (and window sums see scores of 0 there).
 template <typename Traits>
 __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, typename Traits::Element* sv,
                                               const typename Traits::Element* gk, const typename Traits::Element* gv,
                                               int rows, int n) {
   constexpr int kChunk = 16 / int(sizeof(typename Traits::Element));
   constexpr int kChunksPerRow = Traits::kHeadDim / kChunk;
+  constexpr bool kPermuted = Traits::kBlockN == 64;
+  // Head dim 64 (16 rows of 16-byte chunks per pass of the CTA): a thread copies one 16-byte column of
+  // the rows r0 + 16p, which a 64-key tile stores at tile_column(r0) + 2p and a 16-key tile at r0: one
+  // address and constant offsets.
+  if constexpr (kPermuted && Traits::kThreads == 16 * kChunksPerRow) {
+    const int r0 = int(threadIdx.x) / kChunksPerRow, col = (int(threadIdx.x) % kChunksPerRow) * kChunk;
+    const bool full = rows == Traits::kBlockN;
+    const int at = (full ? tile_column(r0) : r0) * Traits::kStride + col;
+#pragma unroll
+    for (int p = 0; p < Traits::kBlockN / 16; ++p) {
+      if (p > 0 && !full) break;  // a 16-key tile: one pass
+      const int r = r0 + 16 * p;
+      const bool valid = r < n;
+      const int64_t from = int64_t(valid ? r : 0) * Traits::kHeadDim + col;
+      cp_async_16(sk + at + 2 * p * Traits::kStride, gk + from, valid);
+      cp_async_16(sv + at + 2 * p * Traits::kStride, gv + from, valid);
+    }
+    return;
+  }
   const int per = rows * kChunksPerRow;
   for (int c = threadIdx.x; c < 2 * per; c += Traits::kThreads) {
     const bool value = c >= per;
     const int cc = value ? c - per : c, r = cc / kChunksPerRow, col = (cc % kChunksPerRow) * kChunk;
     const bool valid = r < n;
-    cp_async_16((value ? sv : sk) + r * Traits::kStride + col,
+    const int at = kPermuted && rows == Traits::kBlockN ? tile_column(r) : r;
+    cp_async_16((value ? sv : sk) + at * Traits::kStride + col,
                 (value ? gv : gk) + int64_t(valid ? r : 0) * Traits::kHeadDim + col, valid);
   }
 }
@@ -117,13 +145,14 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
                                           bool sums,
                                           float scale_log2, float bias, float last_bias) {
   constexpr int MB = Traits::kMBlocks, NT = kCols / 8;
-  // On 64-key tiles the products read the keys permuted (warp_gemm.h key_row: lane tq holds the keys
-  // [16 tq, 16 tq + 16) of its rows), else in plain order (columns 8n + 2tq + j).
+  // 64-key tiles are stored in tile_column order (lane tq holds the keys [16 tq, 16 tq + 16) of its rows),
+  // others in plain order (columns 8n + 2tq + j).
   constexpr bool kPermuted = kCols == 64;
+  static_assert(!kPermuted || Traits::kBlockN == 64, "only full 64-key tiles are stored permuted");
   const int tq = lane % 4;
   float s[MB][NT][4];
   if (given == nullptr) {
-    WarpGemm<Traits>::template qk<kCols, kPermuted>(s, sQ, sK, lane);
+    WarpGemm<Traits>::template qk<kCols>(s, sQ, sK, lane);
   } else {
     // Scores given per row and column: given[row * row_step + column * col_step].
 #pragma unroll
@@ -193,7 +222,7 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
         for (int e = 0; e < 4; ++e) s[mb][n][e] = s[mb][n][e] * scale_log2 + col_bias[n][e % 2];
   }
   softmax.template update<NT, Traits::kHeadDim / 8>(s, o);
-  WarpGemm<Traits>::template pv<kCols, kPermuted>(o, s, sV, lane);
+  WarpGemm<Traits>::template pv<kCols>(o, s, sV, lane);
 }
 
 template <typename Traits>

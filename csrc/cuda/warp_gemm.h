@@ -33,22 +33,10 @@ struct WarpGemm<Traits, true> {
   static constexpr int kHeadDim = Traits::kHeadDim, kStride = Traits::kStride, MB = Traits::kMBlocks;
   static constexpr int DT = kHeadDim / 8;
 
-  // The key (shared-memory row) whose score lands in column 16 nb + x of S (x < 16): key 16 nb + x, or
-  // with kPermuted (64-key tiles) key_of_column: lane t of a quad, whose columns are 8n + 2t + j, gets
-  // the keys 16t + 2n + j, so each lane holds 16 consecutive keys of its rows (one G-block of 16). The
-  // map is 4 nb plus a per-lane part, so the ldmatrix addresses stay one base and constant offsets; K and
-  // V read alike, so P V is unchanged.
-  template <bool kPermuted>
-  static __device__ __forceinline__ int key_row(int x) {
-    return kPermuted ? 16 * ((x % 8) / 2) + 2 * (x / 8) + x % 2 : x;
-  }
-  static constexpr int key_step(bool permuted) { return permuted ? 4 : 16; }
-
   // s = Q[warp rows at sQ] . K[kCols rows at sK]^T
-  template <int kCols, bool kPermuted = false>
+  template <int kCols>
   static __device__ __forceinline__ void qk(float (&s)[MB][kCols / 8][4], const Element* sQ, const Element* sK,
                                             int lane) {
-    static_assert(!kPermuted || kCols == 64, "permuted tiles have 64 keys");
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
@@ -64,8 +52,7 @@ struct WarpGemm<Traits, true> {
 #pragma unroll
       for (int nb = 0; nb < kCols / 16; ++nb) {
         uint32_t b[4];
-        ldmatrix_x4(b, sK + (nb * key_step(kPermuted) + key_row<kPermuted>((lane / 16) * 8 + lane % 8)) * kStride +
-                           kk * 16 + ((lane / 8) % 2) * 8);
+        ldmatrix_x4(b, sK + (nb * 16 + (lane / 16) * 8 + lane % 8) * kStride + kk * 16 + ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb) {
           mma_16816<Element>(s[mb][2 * nb], a[mb], b[0], b[1]);
@@ -76,7 +63,7 @@ struct WarpGemm<Traits, true> {
   }
 
   // o += P . V[kCols rows at sV], P rounded to the element type (as in FlashAttention)
-  template <int kCols, bool kPermuted = false>
+  template <int kCols>
   static __device__ __forceinline__ void pv(float (&o)[MB][DT][4], const float (&p)[MB][kCols / 8][4],
                                             const Element* sV, int lane) {
 #pragma unroll
@@ -92,8 +79,7 @@ struct WarpGemm<Traits, true> {
 #pragma unroll
       for (int dp = 0; dp < kHeadDim / 16; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, sV + (j * key_step(kPermuted) + key_row<kPermuted>(((lane / 8) % 2) * 8 + lane % 8)) *
-                                      kStride + dp * 16 + (lane / 16) * 8);
+        ldmatrix_x4_trans(b, sV + (j * 16 + ((lane / 8) % 2) * 8 + lane % 8) * kStride + dp * 16 + (lane / 16) * 8);
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb) {
           mma_16816<Element>(o[mb][2 * dp], a[mb], b[0], b[1]);
@@ -111,10 +97,9 @@ struct WarpGemm<Traits, false> {
   static constexpr int DT = kHeadDim / 8;
   static_assert(kHeadDim % 4 == 0 && kStride % 4 == 0, "float4 row reads");
 
-  template <int kCols, bool kPermuted = false>
+  template <int kCols>
   static __device__ __forceinline__ void qk(float (&s)[MB][kCols / 8][4], const float* sQ, const float* sK,
                                             int lane) {
-    static_assert(!kPermuted, "fp32 tiles keep the plain key order");
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb) {
@@ -142,10 +127,9 @@ struct WarpGemm<Traits, false> {
   }
 
   // The probabilities of row g for key 8n + 2u + c live in lane 4g + u of the quad: shuffle them in.
-  template <int kCols, bool kPermuted = false>
+  template <int kCols>
   static __device__ __forceinline__ void pv(float (&o)[MB][DT][4], const float (&p)[MB][kCols / 8][4],
                                             const float* sV, int lane) {
-    static_assert(!kPermuted, "fp32 tiles keep the plain key order");
     const int t = lane % 4, quad = lane & ~3;
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
