@@ -37,11 +37,12 @@ void dispatch_dtype(at::ScalarType type, const F& f) {
   else f(float{});
 }
 
+// Shared memory a CTA may opt in to, and a multiprocessor's, on `device` (ATen caches the properties).
 int max_shared_memory(const at::Device& device) {
-  int value = 0;
-  check_launch(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index()),
-               "reading the shared-memory limit");
-  return value;
+  return int(at::cuda::getDeviceProperties(device.index())->sharedMemPerBlockOptin);
+}
+int shared_memory_per_sm(const at::Device& device) {
+  return int(at::cuda::getDeviceProperties(device.index())->sharedMemPerMultiprocessor);
 }
 
 // The positions argument of rope / block_summary: 1-D, n entries, floating, on `device`.
@@ -289,10 +290,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   // The Hn bands' buffers (plan.h hn_bands) when they cost no CTA per multiprocessor (the kernel runs up
   // to 2): on an H100 / H200 always, on an A100 at head dims whose tiles leave room.
   const bool band = [&] {
-    int per_sm = 0;
-    check_launch(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, q.device().index()),
-                 "reading the shared-memory limit");
-    const auto ctas = [&](size_t bytes) { return std::min<size_t>(2, size_t(per_sm) / (bytes + 1024)); };
+    const size_t per_sm = size_t(shared_memory_per_sm(q.device()));
+    const auto ctas = [&](size_t bytes) { return std::min<size_t>(2, per_sm / (bytes + 1024)); };
     const size_t with = smem_for(true);
     return with <= size_t(max_shared_memory(q.device())) && ctas(with) >= ctas(smem_for(false));
   }();

@@ -360,9 +360,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     }
   };
 
-  // The Hn bands (plan.h hn_bands, band_class): while the slot holds variant v, the band blocks of v's
-  // class get their scores from one 32-column product with both bands' summary rows (native means for
-  // near blocks, grouped ones for far blocks). Every thread of the CTA calls it alike (barriers inside).
+  // The Hn bands (plan.h hn_bands, band_columns): while the slot holds variant v, the band blocks of v's
+  // class get their scores from a 16-column product per band with its summary rows (native means for near
+  // blocks, grouped ones for far blocks). Every thread of the CTA calls it alike (barriers inside).
   auto band_dots = [&](QVar v) {
     constexpr int kChunk = 16 / int(sizeof(Element)), kChunks = Dp / kChunk;
     const PreparedArrays& a = p.kv;
@@ -382,17 +382,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       __syncthreads();
       float sc[MB][kBandBlocks / 8][4];
       WarpGemm<Traits>::template qk<kBandBlocks>(sc, sQ + warp * WR * Traits::kStride, sBandK, lane);
-      // plan.h band_columns, with one field of each row's geometry read per row (rows past the tile store
+      // plan.h band_columns, one field of each row's geometry read per row (rows past the tile store
       // scores of their zero queries, never output).
-      const bool head = (side == 0) == (v != QVar::kNat);  // v's blocks come first in the band
-      const int field = side == 0 ? (head ? kRowFle : kRowNf) : (head ? kRowNl1 : kRowFrb);
+      const BandEdge e = band_edge(side, v);
 #pragma unroll
       for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = warp * WR + mb * 16 + gq + h * 8;
-          const int32_t edge = reinterpret_cast<const int32_t*>(sRow + row)[field] - k0;
-          const Bounds b{head ? 0 : imax(0, edge), head ? imin(nb, edge) : nb};
+          const Bounds b = band_columns(e, reinterpret_cast<const int32_t*>(sRow + row)[e.field], k0, nb);
           float* out = sBand + (side * M + row) * kBandStride;
 #pragma unroll
           for (int n = 0; n < kBandBlocks / 8; ++n)

@@ -109,8 +109,9 @@ struct Geometry {
   bool far_summaries;  // rule 4 beyond Hn (off: RangeSWA-Lite)
   bool summaries;      // rule 4 at all
   bool cond;           // conditioning correction (body rows score control keys at i T / L)
-  // Edge-free records (window_sums, hn_bands below), chosen by the host for the kernel instantiation:
-  // window_sums_ok when G = 16 on 64-key tiles (attn_setup.h plan_edges), band_ok when the kernel's band buffers fit without costing a CTA per SM.
+  // Edge-free records (window_sums, hn_bands below), chosen by the host for the kernel instantiation
+  // (attn_setup.h plan_edges): window_sums_ok when G = 16 on 64-key tiles, band_ok when the kernel's band
+  // buffers fit without costing a CTA per multiprocessor.
   bool window_sums_ok, band_ok;
   float log2_block, log2_last_block;  // rule 4's summary bias log2 n_b: full blocks, the last block
   FastDiv by_G, by_cb, by_g, by_blocks_per_key_block;  // / G, / cb, / g, / (Rb / G) (1 when unused)
@@ -247,7 +248,7 @@ RSWA_HD MixedBlock mixed_block(const Geometry& g, const int32_t* sorted, int32_t
 //    (The kernel does so for G = 16 on 64-key tiles; other G and tiles keep the masked records.)
 //  - hn_bands: the G-blocks within the tile's spread of distance Hn (far for some rows, straddling or
 //    near for others) form one direct record per side, at most kBandBlocks blocks, whose per-row logits
-//    come from the product of the row's class (band_class), made while the query slot holds it.
+//    come from the product of the row's class (band_columns), made while the query slot holds it.
 inline constexpr int32_t kBandBlocks = 16;
 
 // Whether the window record of rows [i0, i1] carries its edges' near summaries (kRecWindowSums): every
@@ -328,23 +329,31 @@ RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i, const int32_t* so
   return r;
 }
 
-// The variant whose product is row's logit for block b of its Hn band on `side` (0 left, 1 right): the
-// grouped one of that side for a far block, native for a near one, kPlain for the row's straddling block
-// (its score comes from prefix sums, mixed_block).
-RSWA_HD QVar band_class(const RowGeometry& row, int side, int32_t b) {
-  if (side == 0) return b < row.fle ? QVar::kLeft : b >= row.nf ? QVar::kNat : QVar::kPlain;
-  return b >= row.frb ? QVar::kRight : b < row.nl1 ? QVar::kNat : QVar::kPlain;
+// Which blocks of an Hn band (G-blocks [k0, k0 + n) on `side`, 0 left, 1 right) take their score from
+// variant v's product for a row: far blocks the side's grouped variant, near ones the native variant; the
+// row's straddling block neither (prefix sums, mixed_block). Far blocks come first on the left and last on
+// the right, near ones the other way, so v's blocks are the columns before or after one edge of the row:
+// its far blocks' end fle / begin frb, or its near blocks' begin nf / end nl1 (RowGeometry `field`, as
+// int32 offsets, which the kernel reads by a run-time choice).
+struct BandEdge {
+  int field;  // int32 offset in RowGeometry
+  bool head;  // v's columns are those before the edge (else from it on)
+};
+
+RSWA_HD BandEdge band_edge(int side, QVar v) {
+  const bool head = (side == 0) == (v != QVar::kNat);
+  return BandEdge{side == 0 ? (head ? kRowFle : kRowNf) : (head ? kRowNl1 : kRowFrb), head};
 }
 
-// The columns [lo, hi) of an Hn band (G-blocks [k0, k0 + n) on `side`) whose scores variant v gives a
-// row (band_class): far blocks come first on the left and last on the right, near ones the other way.
+// The columns [lo, hi) of v's blocks given the row's edge (its `field`, a block index).
+RSWA_HD Bounds band_columns(const BandEdge& e, int32_t edge, int32_t k0, int32_t n) {
+  const int32_t x = edge - k0;
+  return e.head ? Bounds{0, imax(0, imin(n, x))} : Bounds{imax(0, imin(n, x)), n};
+}
+
 RSWA_HD Bounds band_columns(const RowGeometry& row, int side, QVar v, int32_t k0, int32_t n) {
-  const int32_t a = side == 0 ? row.fle - k0 : row.frb - k0;  // the far blocks end / begin
-  const int32_t z = side == 0 ? row.nf - k0 : row.nl1 - k0;   // the near blocks begin / end
-  const bool far = v != QVar::kNat;
-  const int32_t lo = side == 0 ? (far ? 0 : z) : (far ? a : 0);
-  const int32_t hi = side == 0 ? (far ? a : n) : (far ? n : z);
-  return Bounds{imax(0, lo), imin(n, imax(imax(0, lo), hi))};
+  const BandEdge e = band_edge(side, v);
+  return band_columns(e, reinterpret_cast<const int32_t*>(&row)[e.field], k0, n);
 }
 
 // The keys [lo, hi) of record r that a body row sees (control rows see every key: kPlain records). A

@@ -186,13 +186,13 @@ struct Emulator {
       const PreparedArrays& a = p.kv;
       for (int side = 0; side < 2; ++side) {
         if (!bands.uses(side, v)) continue;
-        for (int r = 0; r < t.nrows; ++r)
-          for (int c = 0; c < bands.n[side]; ++c) {
-            const int32_t b = bands.k0[side] + c;
-            if (band_class(rows[r], side, b) != v) continue;
+        for (int r = 0; r < t.nrows; ++r) {
+          const Bounds cols = band_columns(rows[r], side, v, bands.k0[side], bands.n[side]);
+          for (int c = cols.lo; c < cols.hi; ++c) {
             const void* base = v == QVar::kNat ? a.s_nat : a.s_grp;
-            stash[(side * M + r) * kBandBlocks + c] = dot(r, row_of(base, a.sum_stride, b));
+            stash[(side * M + r) * kBandBlocks + c] = dot(r, row_of(base, a.sum_stride, bands.k0[side] + c));
           }
+        }
       }
     };
 
