@@ -104,6 +104,12 @@ def test_the_readme_install_and_test_commands_are_what_ci_runs():
     assert run.split("# README: install\n", 1)[1].split("\n", 1)[0] == install
     assert run.split("# README: test\n", 1)[1].split("\n", 1)[0] == test == "python -m pytest -q"
     assert "cutlass" not in install  # nothing includes CUTLASS
+    # A stranger's machine: a fresh virtual environment of its own (no system site packages), active before
+    # the install, so that a package this machine happens to have cannot stand in for a missing dependency.
+    before_install = run.split("# README: install\n", 1)[0]
+    assert re.search(r"^python3? -m venv \"\$venv\"$", before_install, re.M), "CI makes no fresh venv"
+    assert "--system-site-packages" not in run
+    assert re.search(r'^\. "\$venv/bin/activate"$', before_install, re.M), "CI does not activate its venv"
 
 
 def quoted_commands():

