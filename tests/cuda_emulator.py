@@ -1,9 +1,12 @@
-"""Builds the host emulation of the CUDA attention kernel (csrc/cuda/emulator) once per test run.
+"""Builds the two host emulations of the CUDA kernels once per test run.
 
-It registers torch.ops.rangeswa_emulator.attn (the attn schema, run with the CUDA kernel's setup,
-preparation, plan and per-warp decisions) and torch.ops.rangeswa_emulator.plan_stats (the plan's census).
-nvcc compiles it for the host, so it runs wherever the README's install gives nvcc and a CUDA build of
-torch, GPU or not.
+- csrc/cuda/emulator: torch.ops.rangeswa_emulator.attn (the attn schema, run with the CUDA kernel's setup,
+  preparation, plan and per-warp decisions; it runs no block selection, so a call that retrieves takes its
+  blocks), .plan_stats (the plan's census) and .prepare. nvcc compiles it for the host, so it runs wherever
+  the README's install gives nvcc and a CUDA build of torch, GPU or not.
+- csrc/cuda/simt: torch.ops.rangeswa_simt, every CUDA kernel's own source run thread by thread on the CPU
+  through the device's own launchers (attn, prepare, topk_blocks, block_summary, rope under their schemas).
+  g++ compiles it against the CUDA headers: no GPU, no nvcc, no CUDA build of torch.
 """
 
 import functools
@@ -51,3 +54,33 @@ def emulator_ops():
         pytest.skip("the emulator links against a CUDA build of torch; this torch is a CPU-only build")
     _build()
     return torch.ops.rangeswa_emulator
+
+
+SIMT_SOURCES = ["simt.cpp", "simt_ops.cpp", "simt_tests.cpp", "attn_simt_bf16.cpp", "attn_simt_fp16.cpp",
+                "attn_simt_fp32.cpp", "kernels_prepare.cpp", "kernels_plan.cpp", "kernels_topk_blocks.cpp",
+                "kernels_block_summary.cpp", "kernels_rope.cpp"]
+
+
+@functools.lru_cache(maxsize=None)
+def _build_simt() -> None:
+    from torch.utils import cpp_extension
+
+    include = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
+    build = os.path.join(ROOT, "build", "simt")
+    os.makedirs(build, exist_ok=True)
+    simt = os.path.join(ROOT, "csrc", "cuda", "simt")
+    cpp_extension.load(
+        name="rangeswa_simt", sources=[os.path.join(simt, s) for s in SIMT_SOURCES] + [os.path.join(ROOT, "csrc", "checks.cpp")],
+        extra_include_paths=[os.path.join(ROOT, "csrc"), include], extra_cflags=["-O2", "-g1", "-DRANGESWA_SIMT"],
+        is_python_module=False, build_directory=build)
+
+
+def simt_ops():
+    """torch.ops.rangeswa_simt, built on first use into this checkout's build/simt (about 2 minutes on 2 cores);
+    skips without the CUDA headers."""
+    include = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")
+    if not os.path.exists(os.path.join(include, "cuda_bf16.h")):
+        pytest.skip(f"the SIMT emulation compiles the kernels against the CUDA headers, and there is no "
+                    f"{include}/cuda_bf16.h; set CUDA_HOME to a CUDA toolkit")
+    _build_simt()
+    return torch.ops.rangeswa_simt

@@ -12,7 +12,9 @@ A failure is shrunk to its smallest case by hypothesis.
 - `attn`, CPU kernel: output and log-sum-exp within `attn_error_bound` (conftest.py, docs/spec_decisions.md
   item 22) of the float64 reference; its retrieval equal to the reference's.
 - `attn`, the CUDA kernel's plan through its host emulator (conftest.py `emulator`): the same, with the
-  bound at the precision of the kernel's matrix-product operands (the inputs' dtype).
+  bound at the precision of the kernel's matrix-product operands (the inputs' dtype), on the reference's blocks.
+- `attn`, every CUDA kernel's own source through the SIMT emulation (tests/cuda_emulator.py `simt_ops`) with
+  retrieved=None: the device's own selection, preparation, plan, kernel and combine, as the op launches them.
 - `topk_blocks` exactly, `block_summary` and `rope` within their rounding.
 - Invalid arguments, drawn on purpose for every op and for `RangeSWAConfig`: a ValueError that names the
   argument, raised before any work (never a crash, never a result).
@@ -41,8 +43,8 @@ from rangeswa_ext.methods import DENSE_METHODS, make_attention
 PROFILE = os.environ.get("RANGESWA_PROPERTY_PROFILE", "short")
 PROFILES = {
     # examples per test; the longest body drawn for attn
-    "short": dict(attn=120, emulated=60, topk=60, summary=60, rope=60, invalid=150, max_length=130),
-    "long": dict(attn=2000, emulated=500, topk=1500, summary=1500, rope=1500, invalid=2000, max_length=700),
+    "short": dict(attn=120, emulated=60, simt=40, topk=60, summary=60, rope=60, invalid=150, max_length=130),
+    "long": dict(attn=2000, emulated=500, simt=300, topk=1500, summary=1500, rope=1500, invalid=2000, max_length=700),
 }
 if PROFILE not in PROFILES:
     raise ValueError(f"RANGESWA_PROPERTY_PROFILE must be one of {tuple(PROFILES)}, got {PROFILE!r}")
@@ -172,6 +174,29 @@ def test_attn_cuda_plan_matches_reference(emulator, call):
             emulator(q, k, v, blocks, **args)
         return
     out, lse = emulator(q, k, v, blocks, **args)
+    assert_within_bound(out, lse, q, k, v, call, blocks, q.dtype)
+
+
+@pytest.fixture(scope="module")
+def simt():
+    from cuda_emulator import simt_ops
+
+    return simt_ops()
+
+
+@profile("simt")
+@given(call=attn_calls(head_dims=(16, 64, 66, 80, 128), max_length=min(EXAMPLES["max_length"], 300)))
+def test_attn_cuda_kernels_with_their_own_selection_match_reference(simt, call):
+    """The CUDA path end to end, emulated: a call that retrieves gives no blocks, so the device's selection
+    kernels choose them; the output is held to the reference on the reference's blocks."""
+    q, k, v = attn_inputs(call)
+    blocks = reference_blocks(q, k, call)
+    args = ops.attn_arguments(call["cfg"], call["C"], call["stage"], call["cb"])
+    if cuda_refuses(call):
+        with pytest.raises(ValueError, match="causal_block and summary_block to divide one another"):
+            simt.attn(q, k, v, None, **args)
+        return
+    out, lse = simt.attn(q, k, v, None, **args)
     assert_within_bound(out, lse, q, k, v, call, blocks, q.dtype)
 
 

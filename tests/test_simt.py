@@ -30,23 +30,10 @@ SIMT = os.path.join(ROOT, "csrc", "cuda", "simt")
 
 @pytest.fixture(scope="module")
 def simt():
-    """torch.ops.rangeswa_simt, built once per run with g++ into build/simt."""
-    from torch.utils import cpp_extension
+    """torch.ops.rangeswa_simt, built once per run with g++ into build/simt (tests/cuda_emulator.py)."""
+    from cuda_emulator import simt_ops
 
-    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    include = os.path.join(cuda_home, "include")
-    if not os.path.exists(os.path.join(include, "cuda_bf16.h")):
-        pytest.skip(f"the SIMT emulation compiles the kernels against the CUDA headers, and there is no "
-                    f"{include}/cuda_bf16.h; set CUDA_HOME to a CUDA toolkit")
-    build = os.path.join(ROOT, "build", "simt")
-    os.makedirs(build, exist_ok=True)
-    sources = ["simt.cpp", "simt_ops.cpp", "simt_tests.cpp", "attn_simt_bf16.cpp", "attn_simt_fp16.cpp",
-               "attn_simt_fp32.cpp"]
-    cpp_extension.load(
-        name="rangeswa_simt", sources=[os.path.join(SIMT, s) for s in sources] + [os.path.join(ROOT, "csrc", "checks.cpp")],
-        extra_include_paths=[os.path.join(ROOT, "csrc"), include], extra_cflags=["-O2", "-g1", "-DRANGESWA_SIMT"],
-        is_python_module=False, build_directory=build)
-    return torch.ops.rangeswa_simt
+    return simt_ops()
 
 
 # ------------------------------------------------------------------------------------- PTX semantics

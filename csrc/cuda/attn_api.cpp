@@ -20,6 +20,7 @@
 #include "cuda/context.h"
 #include "cuda/kernel_traits.h"
 #include "cuda/launch.h"
+#include "cuda/selection.h"
 #include "prepared.h"
 
 namespace rangeswa::cuda {
@@ -187,34 +188,12 @@ std::tuple<at::Tensor, at::Tensor> block_summary_cuda(const at::Tensor& k, const
 // key_means: a prepared context's key-block means (float64 [B, H_kv, nKb, D]), or undefined.
 at::Tensor topk_blocks_device(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, const Rules& rules,
                               const at::Tensor& key_means = at::Tensor()) {
-  const int64_t B = q.size(0), Hkv = k.size(1), D = q.size(3);
-  const int64_t nQb = rules.num_query_blocks(), nKb = rules.num_key_blocks();
-  at::Tensor out = at::full({B, Hkv, nQb, rules.topk}, -1, q.options().dtype(at::kInt));
-  if (rules.topk == 0 || rules.L == 0 || out.numel() == 0) return out;
-  TopkParams p{};
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.q_strides = row_strides(q);
-  p.k_strides = row_strides(k);
-  p.out = out.data_ptr<int32_t>();
-  at::Tensor q_means = at::empty({B * Hkv, nQb, D}, q.options().dtype(at::kDouble));
-  // The select kernel reads the key means dims-major.
-  at::Tensor k_means = key_means.defined() ? key_means.reshape({B * Hkv, nKb, D}).transpose(1, 2).contiguous()
-                                           : at::empty({B * Hkv, D, nKb}, q.options().dtype(at::kDouble));
-  p.q_means = q_means.data_ptr<double>();
-  p.k_means = k_means.data_ptr<double>();
-  p.k_means_given = key_means.defined();
-  p.B = B;
-  p.Hq = q.size(1);
-  p.Hkv = Hkv;
-  p.N = k.size(2);
-  p.C = control_tokens;
-  p.first = rules.L - (q.size(2) - control_tokens);
-  p.D = D;
-  p.rules = rules;
+  Selection sel = selection(q, k, control_tokens, rules, key_means);
+  if (!sel.launch) return sel.out;
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  dispatch_dtype(q.scalar_type(), [&](auto tag) { check_launch(launch_topk_blocks<decltype(tag)>(p, stream), "topk_blocks"); });
-  return out;
+  dispatch_dtype(q.scalar_type(),
+                 [&](auto tag) { check_launch(launch_topk_blocks<decltype(tag)>(sel.p, stream), "topk_blocks"); });
+  return sel.out;
 }
 
 void check_topk_fits(const Rules& rules, const at::Device& device) {
@@ -409,15 +388,7 @@ std::vector<at::Tensor> prepare_cuda(const at::Tensor& k, const at::Tensor& v, c
     using T = decltype(tag);
     if (L > row0) check_launch(launch_prepare<T>(pp, stream), "prepare");
     if (cp.means && L > row0) {
-      TopkParams tp{};
-      tp.k = kc.data_ptr();
-      tp.k_strides = row_strides(kc);
-      tp.B = cp.B;
-      tp.Hkv = tp.Hq = cp.Hkv;
-      tp.N = cp.N;
-      tp.C = cp.C;
-      tp.D = cp.D;
-      tp.rules = R;
+      const TopkParams tp = key_means_params(kc, cp);
       const int64_t first_block = first_key / R.Rb;
       out[kKeyMeans] = at::empty({cp.B, cp.Hkv, R.num_key_blocks() - first_block, cp.D}, kc.options().dtype(at::kDouble));
       check_launch(launch_key_means<T>(tp, first_block, out[kKeyMeans].data_ptr<double>(), stream), "prepare key means");

@@ -1,6 +1,6 @@
 // Launch of the fused attention kernel for one (element type, padded head dim). Each instantiation
 // lives in its own attn_hdim<D>_<dtype>.cu so the build compiles them in parallel; the host entry
-// (attn_api.cpp) only sees the declaration in launch.h.
+// (attn_api.cpp) only sees the declaration in launch.h. The SIMT emulation runs this same launcher.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,7 +25,7 @@ cudaError_t run_attn(const AttnKernelParams& params, cudaStream_t stream) {
   const size_t smem = attn_smem_bytes<Element, kHeadDim>(params);
   auto kernel = attn_kernel<Traits>;
   if (smem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
     if (err != cudaSuccess) return err;
   }
   const int32_t control = params.control_tiles * params.control_chunks;
@@ -36,8 +36,7 @@ cudaError_t run_attn(const AttnKernelParams& params, cudaStream_t stream) {
     AttnKernelParams p = params;
     p.tile_base = base;
     p.by_ctas_per_head = FastDiv::make(tiles);
-    kernel<<<unsigned(blocks), Traits::kThreads, smem, stream>>>(p);
-    const cudaError_t err = cudaGetLastError();
+    const cudaError_t err = RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, p);
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -56,9 +56,8 @@ cudaError_t launch_block_summary(const Element* k, const Element* v, const float
   const int64_t nG = (L + G - 1) / G;
   if (nG == 0 || BH == 0) return cudaSuccess;
   if (nG > int64_t(0x7fffffff) || BH > 65535) return cudaErrorInvalidConfiguration;
-  block_summary_kernel<Element><<<dim3(unsigned(nG), unsigned(BH)), 128, 0, stream>>>(
-      k, v, cos_t, sin_t, ks, vs, L, D, G, rotary_half, interleaved);
-  return cudaGetLastError();
+  return RSWA_LAUNCH(block_summary_kernel<Element>, dim3(unsigned(nG), unsigned(BH)), 128, 0, stream, k, v, cos_t,
+                     sin_t, ks, vs, L, D, G, rotary_half, interleaved);
 }
 
 template cudaError_t launch_block_summary<float>(const float*, const float*, const float*, const float*, float*,

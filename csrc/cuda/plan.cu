@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "combine.h"
+#include "utils.h"
 
 namespace rangeswa::cuda {
 namespace {
@@ -47,21 +48,20 @@ cudaError_t launch_plan(const AttnKernelParams& p, const int32_t* given, int32_t
                         int32_t* counts, int64_t plans, cudaStream_t stream) {
   if (p.retrieved_k > 0) {
     const int64_t rows = int64_t(p.B) * p.Hkv * p.nQb;
-    if (rows > 0) sort_kernel<<<ctas(rows), kThreads, 0, stream>>>(given, sorted, rows, p.retrieved_k);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
+    if (rows > 0) {
+      const cudaError_t err = RSWA_LAUNCH(sort_kernel, ctas(rows), kThreads, 0, stream, given, sorted, rows, p.retrieved_k);
+      if (err != cudaSuccess) return err;
+    }
   }
   if (plans == 0) return cudaSuccess;
-  plan_kernel<<<ctas(plans), kThreads, 0, stream>>>(p, plans, records, counts);
-  return cudaGetLastError();
+  return RSWA_LAUNCH(plan_kernel, ctas(plans), kThreads, 0, stream, p, plans, records, counts);
 }
 
 template <typename Element>
 cudaError_t launch_combine(const AttnKernelParams& p, cudaStream_t stream) {
   const int64_t items = int64_t(p.B) * p.Hq * p.geo.C * (p.D + 1);
   if (items == 0) return cudaSuccess;
-  combine_kernel<Element><<<ctas(items), kThreads, 0, stream>>>(p, items);
-  return cudaGetLastError();
+  return RSWA_LAUNCH(combine_kernel<Element>, ctas(items), kThreads, 0, stream, p, items);
 }
 
 template cudaError_t launch_combine<float>(const AttnKernelParams&, cudaStream_t);

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "rotary.h"
+#include "utils.h"
 
 namespace rangeswa::cuda {
 namespace {
@@ -39,9 +40,8 @@ cudaError_t launch_rope_table(float* cos_out, float* sin_out, int64_t count, int
   const int64_t n = count * rotary_half;
   if (n == 0) return cudaSuccess;
   const int threads = 256;
-  rope_table_kernel<<<unsigned((n + threads - 1) / threads), threads, 0, stream>>>(cos_out, sin_out, count, rotary_half,
-                                                                                   theta, first, step, positions);
-  return cudaGetLastError();
+  return RSWA_LAUNCH(rope_table_kernel, unsigned((n + threads - 1) / threads), threads, 0, stream, cos_out, sin_out,
+                     count, rotary_half, theta, first, step, positions);
 }
 
 template <typename Element>
@@ -50,8 +50,7 @@ cudaError_t launch_prepare(const PrepareParams& p, cudaStream_t stream) {
   const int64_t ctas = (int64_t(units) * p.BH + kUnitsPerCta - 1) / kUnitsPerCta;
   if (ctas == 0) return cudaSuccess;
   if (ctas > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-  prepare_kernel<Element><<<unsigned(ctas), kThreads, 0, stream>>>(p, units);
-  return cudaGetLastError();
+  return RSWA_LAUNCH(prepare_kernel<Element>, unsigned(ctas), kThreads, 0, stream, p, units);
 }
 
 template cudaError_t launch_prepare<float>(const PrepareParams&, cudaStream_t);

@@ -40,8 +40,8 @@ cudaError_t launch_rope(const Element* x, const double* positions, Element* out,
                         int rotary_dim, double theta, bool interleaved, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const unsigned blocks = unsigned(rows < (int64_t(1) << 30) ? rows : (int64_t(1) << 30));
-  rope_kernel<Element><<<blocks, 64, 0, stream>>>(x, positions, out, rows, n, D, rotary_dim, theta, interleaved);
-  return cudaGetLastError();
+  return RSWA_LAUNCH(rope_kernel<Element>, blocks, 64, 0, stream, x, positions, out, rows, n, D, rotary_dim, theta,
+                     interleaved);
 }
 
 template cudaError_t launch_rope<float>(const float*, const double*, float*, int64_t, int64_t, int64_t, int, double,

@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(const TopkP
   const int tid = threadIdx.x;
 
   // Shared: the chunk's scores and blocks (-1 = not a contender), then two sorted lists per query block.
-  extern __shared__ double smem_d[];
-  double* cs = smem_d;
+  RSWA_DYNAMIC_SHARED(smem);
+  double* cs = reinterpret_cast<double*>(smem);
   double* ls = cs + kSelectThreads;                            // [2][kQueryGroup][Kc]
   int* ck = reinterpret_cast<int*>(ls + 2 * kQueryGroup * Kc);  // [kSelectThreads]
   int* lk = ck + kSelectThreads;                                // [2][kQueryGroup][Kc]
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(const TopkP
           }
           __syncthreads();
           buf[qq] ^= 1;
-          count[qq] = min(Kc, count[qq] + n_new);
+          count[qq] = int(min64(Kc, count[qq] + n_new));
         }
       }
     }
@@ -163,17 +163,16 @@ cudaError_t launch_topk_blocks(const TopkParams& p, cudaStream_t stream) {
   if (R.topk == 0 || R.L == 0 || BH == 0) return cudaSuccess;
   if (BH > 65535 || nQb + nKb > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
   const int64_t means = nQb + (p.k_means_given ? 0 : nKb);  // given key means: only the query means
-  block_means_kernel<Element><<<dim3(unsigned(means), unsigned(BH)), kMeanThreads, 0, stream>>>(p);
-  cudaError_t err = cudaGetLastError();
+  cudaError_t err =
+      RSWA_LAUNCH(block_means_kernel<Element>, dim3(unsigned(means), unsigned(BH)), kMeanThreads, 0, stream, p);
   if (err != cudaSuccess) return err;
   const size_t smem = topk_blocks_smem_bytes(p);
   if (smem > 48 * 1024) {
-    err = cudaFuncSetAttribute(topk_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    err = RSWA_OPT_IN_SMEM(topk_select_kernel, smem);
     if (err != cudaSuccess) return err;
   }
   const unsigned groups = unsigned((nQb + kQueryGroup - 1) / kQueryGroup);
-  topk_select_kernel<<<dim3(groups, unsigned(BH)), kSelectThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return RSWA_LAUNCH(topk_select_kernel, dim3(groups, unsigned(BH)), kSelectThreads, smem, stream, p);
 }
 
 template <typename Element>
@@ -181,8 +180,8 @@ cudaError_t launch_key_means(const TopkParams& p, int64_t first_block, double* o
   const int64_t blocks = p.rules.num_key_blocks() - first_block, BH = p.B * p.Hkv;
   if (blocks <= 0 || BH == 0) return cudaSuccess;
   if (BH > 65535 || blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-  key_means_kernel<Element><<<dim3(unsigned(blocks), unsigned(BH)), kMeanThreads, 0, stream>>>(p, first_block, out);
-  return cudaGetLastError();
+  return RSWA_LAUNCH(key_means_kernel<Element>, dim3(unsigned(blocks), unsigned(BH)), kMeanThreads, 0, stream, p,
+                     first_block, out);
 }
 
 template cudaError_t launch_key_means<float>(const TopkParams&, int64_t, double*, cudaStream_t);

@@ -17,6 +17,15 @@
 #define RSWA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #define RSWA_STATIC_SHARED(type, name) __shared__ type name
 
+// A launch, as an expression giving its cudaError_t: kernel<<<grid, block, smem, stream>>>(args...). The
+// SIMT emulation runs the same launch code with its own definition (simt.h), so every launcher's grid,
+// block and shared memory are those it emulates.
+#define RSWA_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  (kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__), cudaGetLastError())
+// Opts `kernel` in to `bytes` of dynamic shared memory (needed above 48 KB); a cudaError_t.
+#define RSWA_OPT_IN_SMEM(kernel, bytes) \
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes))
+
 namespace rangeswa::cuda {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

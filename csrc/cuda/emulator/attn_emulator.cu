@@ -340,7 +340,7 @@ std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::
                   scale, causal_block, cond_correction, summaries, prepared);
   if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
     return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
-  build(hc, q, k, v, retrieved, prepared);
+  build(hc, q, k, v, retrieved, prepared, HostLanes{});
   dispatch_dtype(hc.q.scalar_type(), [&](auto tag) { run<decltype(tag)>(hc.p, hc.s); });
   return {hc.out, hc.lse};
 }
@@ -362,7 +362,7 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   hc.ap = checked(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
                   retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
                   scale, causal_block, cond_correction, summaries, prepared);
-  build(hc, q, k, v, retrieved, prepared);
+  build(hc, q, k, v, retrieved, prepared, HostLanes{});
   const AttnKernelParams& p = hc.p;
   const Geometry& g = p.geo;
   constexpr int M = kAttnTileRows, W = M / 4;
@@ -447,10 +447,8 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   return stats;
 }
 
-// The prepare op with the CUDA op's layout (context.h context_layout: rows padded to Dp, from first_key on)
-// and its preparation (prepare_unit, one lane per unit), on CPU tensors. The retrieval key means, which
-// only the device's block selection reads, are the float64 block means of the pre-RoPE keys computed by
-// ATen (the emulator takes retrieved blocks from its caller and runs no selection).
+// The prepare op with the CUDA op's layout and its preparation (prepare_unit, one lane per unit), on CPU
+// tensors; the retrieval key means are ATen's float64 block means (host_call.h HostLanes::key_means).
 std::vector<at::Tensor> prepare_emulated(const at::Tensor& k, const at::Tensor& v, c10::string_view method,
                                          int64_t control_tokens, int64_t summary_block, int64_t near_range,
                                          int64_t retrieval_block, int64_t train_length, bool far_summaries,
@@ -459,26 +457,7 @@ std::vector<at::Tensor> prepare_emulated(const at::Tensor& k, const at::Tensor& 
   const ContextParams cp = check_prepare(k, v, method, control_tokens, summary_block, near_range, retrieval_block,
                                          train_length, far_summaries, theta, rotary_dim, rope_style, cond_correction,
                                          summaries, topk, first_key);
-  TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
-  const at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
-  ContextLayout c = context_layout(cp, kc, vc, first_key);
-  std::vector<at::Tensor> tables;
-  set_tables(c.ap, c.s, c.buf, tables);
-  const Rules& R = cp.rules;
-  if (cp.L > first_key) {
-    prepare_on_host(c.prepare_params(), c.s.BH, kc.scalar_type());
-    if (cp.means) {
-      const int64_t first_block = first_key / R.Rb, blocks = R.num_key_blocks() - first_block;
-      const int64_t a = cp.C + first_block * R.Rb, rows = cp.L + cp.C - a;
-      at::Tensor body = at::constant_pad_nd(k.narrow(2, a, rows).to(at::kDouble), {0, 0, 0, blocks * R.Rb - rows});
-      at::Tensor counts = at::full({blocks}, double(R.Rb), body.options());
-      counts[blocks - 1] = double(rows - (blocks - 1) * R.Rb);
-      c.out[kKeyMeans] = body.view({cp.B, cp.Hkv, blocks, R.Rb, cp.D}).sum(3) / counts.view({1, 1, blocks, 1});
-    }
-  }
-  const std::vector<double> sig = context_signature(R, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
-  c.out[kSignature] = at::tensor(at::ArrayRef<double>(sig), at::TensorOptions().dtype(at::kDouble));
-  return c.out;
+  return prepare_call(k, v, cp, first_key, HostLanes{});
 }
 
 }  // namespace

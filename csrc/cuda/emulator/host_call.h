@@ -1,7 +1,10 @@
 // The host side of one fused attention call without a GPU, shared by the host emulation of the kernel's plan
-// (attn_emulator.cu) and the SIMT emulation of the kernel itself (csrc/cuda/simt/simt_ops.cpp): the checked
-// arguments, the setup (attn_setup.h), the preparation (prepare.h prepare_unit, on the host) and the plan
-// (attn_params.h plan_tile) exactly as the op does them on the device, and the combine of the control rows.
+// (attn_emulator.cu) and the SIMT emulation of the device source (csrc/cuda/simt/simt_ops.cpp): the checked
+// arguments, the setup (attn_setup.h) and the arrays exactly as the op (attn_api.cpp) makes them. The small
+// kernels of a call (rope tables, preparation, rule 3's selection, sort and plan, the control rows' combine)
+// run through a `CallKernels`: `HostLanes` here runs their per-unit functions on the host, one lane each, and
+// runs no selection (a call that retrieves must be given its blocks); the SIMT emulation launches their
+// device source through the device's own launchers (launch.h), selection included.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -32,6 +35,26 @@ void dispatch_dtype(at::ScalarType type, const F& f) {
   else f(float{});
 }
 
+struct HostCall;
+
+// How the small kernels of a call run (see the top of this file).
+struct CallKernels {
+  virtual ~CallKernels() = default;
+  // The rope tables of a call or a prepare op (attn_setup.h int_rows / cond_rows): set in `b`, kept in `keep`.
+  virtual void tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& keep) const = 0;
+  // The preparation of every unit of every KV head (prepare.h).
+  virtual void prepare(const PrepareParams& pp, int64_t BH, at::ScalarType type) const = 0;
+  // Rule 3's blocks, int32 [B, H_kv, nQb, topk], for a call that retrieves and was given none; a prepared
+  // context's key means are used when it has them.
+  virtual at::Tensor select(const HostCall& hc, const std::optional<at::TensorList>& prepared) const = 0;
+  // The retrieved blocks sorted per (KV head, query block), then the records of every body tile (plan.h).
+  virtual void plan(HostCall& hc) const = 0;
+  // The control rows' outputs and log-sum-exp from their chunks (combine.h).
+  virtual void combine(const AttnKernelParams& p, at::ScalarType type) const = 0;
+  // The prepare op's retrieval key means: float64 [B, H_kv, nKb - first_block, D] of the pre-RoPE keys kc.
+  virtual at::Tensor key_means(const at::Tensor& kc, const ContextParams& cp, int64_t first_block) const = 0;
+};
+
 // One call's host arrays: inputs, prepared arrays, tables, plan.
 struct HostCall {
   AttnParams ap;
@@ -56,9 +79,12 @@ inline at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
   return t;
 }
 
-// The rope tables of a call or a prepare op, on the host: set in `b`, kept alive in `keep`.
-inline void set_tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& keep) {
-  const at::Tensor ints = table(ap, s.int_rows, 1.0), cond = table(ap, s.cond_rows, s.cond_step);
+// The rope tables of a call or a prepare op, each [2, rows, rotary_half] (cos, then sin) as `make(rows, step)`
+// gives it (the host's `table` by default): set in `b`, kept alive in `keep`.
+template <typename Make>
+void set_tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& keep,
+                const Make& make) {
+  const at::Tensor ints = make(s.int_rows, 1.0), cond = make(s.cond_rows, s.cond_step);
   keep.push_back(ints);
   keep.push_back(cond);
   b.cos_int = ints.data_ptr<float>();
@@ -78,19 +104,25 @@ inline void prepare_on_host(const PrepareParams& pp, int64_t BH, at::ScalarType 
   });
 }
 
-// Setup, preparation and plan of a call, exactly as the op does them on the device; with a prepared
-// context (checked by `checked`), its arrays as the op takes them (context.h use_context).
+// Setup, preparation, selection and plan of a call, exactly as the op does them on the device; with a
+// prepared context (checked by `checked`), its arrays as the op takes them (context.h use_context).
 inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-           const std::optional<at::Tensor>& retrieved, const std::optional<at::TensorList>& prepared = std::nullopt) {
+                  const std::optional<at::Tensor>& retrieved, const std::optional<at::TensorList>& prepared,
+                  const CallKernels& kernels) {
   const AttnParams& ap = hc.ap;
   hc.q = with_contiguous_rows(q);
   hc.k = with_contiguous_rows(k);
   hc.v = with_contiguous_rows(v);
+  // Rule 3's blocks as attn_api.cpp takes them: given (values checked), or selected when none are given.
+  const bool retrieves = ap.rules.method == Method::kRangeSwa && ap.L > 0;
   at::Tensor given;
-  if (ap.rules.method == Method::kRangeSwa && ap.L > 0 && retrieved.has_value() && retrieved->size(3) > 0) {
+  if (retrieves && retrieved.has_value()) {
     given = retrieved->contiguous();
     check_retrieved_values(given, ap.rules);
+  } else if (retrieves && ap.rules.topk > 0) {
+    given = kernels.select(hc, prepared);
   }
+  if (given.defined() && given.size(3) == 0) given = at::Tensor();
   hc.s = setup_attn(ap, given.defined() ? given.size(3) : 0);
   plan_edges(hc.s, kv_tile_cols(hc.q.scalar_type() != at::kFloat, hc.s.Dp), true);
   const AttnSetup& s = hc.s;
@@ -120,16 +152,13 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   } else {
     own_arrays(ap, s, b, array);
   }
-  set_tables(ap, s, b, hc.keep);
+  kernels.tables(ap, s, b, hc.keep);
   PrepareParams pp = prepare_params(ap, s, b);
   if (prepared.has_value()) prepare_call_rows_only(pp);
-  prepare_on_host(pp, s.BH, hc.q.scalar_type());
+  kernels.prepare(pp, s.BH, hc.q.scalar_type());
 
   if (given.defined()) {
-    const int32_t K = s.retrieved_k;
     hc.retrieved_sorted.resize(given.numel());
-    for (int64_t row = 0; row < given.numel() / K; ++row)
-      sort_retrieved(given.data_ptr<int32_t>() + row * K, hc.retrieved_sorted.data() + row * K, K);
     b.retrieved = given.data_ptr<int32_t>();
     b.retrieved_sorted = hc.retrieved_sorted.data();
     hc.keep.push_back(given);
@@ -143,9 +172,63 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   hc.keep.push_back(at::zeros({s.control_chunks, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1)}, at::kFloat));
   b.ctrl_lse = hc.keep.back().data_ptr<float>();
   hc.p = kernel_params(ap, s, b);
-  for (int64_t x = 0; x < s.plans(); ++x)  // the plan kernel: one thread per (KV head, body tile)
-    hc.record_count[x] = plan_tile(hc.p, int32_t(x / s.body_tiles), int32_t(x % s.body_tiles),
-                                   hc.records.data() + x * s.max_records);
+  kernels.plan(hc);
+}
+
+// The plan emulator's kernels: per-unit functions on the host, one lane each; no selection.
+struct HostLanes final : CallKernels {
+  void tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& keep) const override {
+    set_tables(ap, s, b, keep, [&](int64_t rows, double step) { return table(ap, rows, step); });
+  }
+  void prepare(const PrepareParams& pp, int64_t BH, at::ScalarType type) const override {
+    prepare_on_host(pp, BH, type);
+  }
+  at::Tensor select(const HostCall&, const std::optional<at::TensorList>&) const override {
+    TORCH_CHECK_VALUE(false, "the host emulation of the CUDA kernel's plan runs no block selection, and this call "
+                      "retrieves (method rangeswa, topk > 0) with retrieved=None: pass the call's blocks as retrieved= "
+                      "(torch.ops.rangeswa.topk_blocks of the same q, k and configuration), or run "
+                      "torch.ops.rangeswa_simt.attn, which emulates the device's own selection");
+  }
+  void plan(HostCall& hc) const override {
+    const AttnKernelParams& p = hc.p;
+    if (p.retrieved_k > 0)  // the sort kernel: one thread per (KV head, query block)
+      for (int64_t row = 0; row < int64_t(hc.retrieved_sorted.size()) / p.retrieved_k; ++row)
+        sort_retrieved(hc.buf.retrieved + row * p.retrieved_k, hc.retrieved_sorted.data() + row * p.retrieved_k,
+                       p.retrieved_k);
+    for (int64_t x = 0; x < hc.s.plans(); ++x)  // the plan kernel: one thread per (KV head, body tile)
+      hc.record_count[x] = plan_tile(p, int32_t(x / hc.s.body_tiles), int32_t(x % hc.s.body_tiles),
+                                     hc.records.data() + x * hc.s.max_records);
+  }
+  void combine(const AttnKernelParams& p, at::ScalarType type) const override;
+  // The float64 block means computed by ATen (only the device's selection, which this emulator does not run,
+  // reads them).
+  at::Tensor key_means(const at::Tensor& kc, const ContextParams& cp, int64_t first_block) const override {
+    const Rules& R = cp.rules;
+    const int64_t blocks = R.num_key_blocks() - first_block;
+    const int64_t a = cp.C + first_block * R.Rb, rows = cp.L + cp.C - a;
+    at::Tensor body = at::constant_pad_nd(kc.narrow(2, a, rows).to(at::kDouble), {0, 0, 0, blocks * R.Rb - rows});
+    at::Tensor counts = at::full({blocks}, double(R.Rb), body.options());
+    counts[blocks - 1] = double(rows - (blocks - 1) * R.Rb);
+    return body.view({cp.B, cp.Hkv, blocks, R.Rb, cp.D}).sum(3) / counts.view({1, 1, blocks, 1});
+  }
+};
+
+// The prepare op (checked arguments `cp`) with the CUDA op's layout (context.h context_layout: rows padded to
+// Dp, from first_key on), its small kernels run by `kernels`, on CPU tensors: what prepare_cuda returns.
+inline std::vector<at::Tensor> prepare_call(const at::Tensor& k, const at::Tensor& v, const ContextParams& cp,
+                                            int64_t first_key, const CallKernels& kernels) {
+  TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
+  const at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
+  ContextLayout c = context_layout(cp, kc, vc, first_key);
+  std::vector<at::Tensor> tables;
+  kernels.tables(c.ap, c.s, c.buf, tables);
+  if (cp.L > first_key) {
+    kernels.prepare(c.prepare_params(), c.s.BH, kc.scalar_type());
+    if (cp.means) c.out[kKeyMeans] = kernels.key_means(kc, cp, first_key / cp.rules.Rb);
+  }
+  const std::vector<double> sig = context_signature(cp.rules, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
+  c.out[kSignature] = at::tensor(at::ArrayRef<double>(sig), at::TensorOptions().dtype(at::kDouble));
+  return c.out;
 }
 
 inline AttnParams checked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -178,6 +261,10 @@ void combine_on_host(const AttnKernelParams& p) {
         else
           p.lse[head * p.Nq + c] = value;
       }
+}
+
+inline void HostLanes::combine(const AttnKernelParams& p, at::ScalarType type) const {
+  dispatch_dtype(type, [&](auto tag) { combine_on_host<decltype(tag)>(p); });
 }
 
 }  // namespace rangeswa::cuda

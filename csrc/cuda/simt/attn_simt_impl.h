@@ -2,21 +2,18 @@
 #pragma once
 
 #include "cuda/simt/simt.h"
-// The kernel source, unmodified, compiled for the host (utils.h takes its RANGESWA_SIMT branch).
-#include "cuda/mainloop.h"
+// The kernel source and its launcher, unmodified, compiled for the host (utils.h takes its RANGESWA_SIMT branch).
+#include "cuda/attn_launch.h"
 #include "cuda/simt/attn_simt.h"
 
 namespace rangeswa::cuda::simt_attn {
 
 template <typename Element, int kHeadDim>
 size_t run_attn(const AttnKernelParams& p) {
-  using Traits = AttnTraits<Element, kHeadDim>;
-  const size_t smem = SharedLayout<Traits>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);  // as attn_launch.h
-  const int64_t blocks = (int64_t(p.control_tiles) * p.control_chunks + p.body_tiles) * p.B * p.Hq;
-  if (blocks == 0) return smem;
-  if (blocks > int64_t(0x7fffffff)) throw ::simt::Error("simt: grid too large");
-  ::simt::launch(dim3(unsigned(blocks)), dim3(Traits::kThreads), smem, attn_kernel<Traits>, p);
-  return smem;
+  const cudaError_t err = cuda::run_attn<Element, kHeadDim>(p, nullptr);  // the device's launches: control, body
+  if (err != cudaSuccess) throw ::simt::Error("simt: the attn launcher refused the launch (cudaError " +
+                                              std::to_string(int(err)) + ")");
+  return attn_smem_bytes<Element, kHeadDim>(p);
 }
 
 }  // namespace rangeswa::cuda::simt_attn

@@ -901,6 +901,9 @@ void launch_body(dim3 grid, dim3 block, size_t smem, const std::function<void()>
   const int64_t ctas = int64_t(grid.x) * grid.y * grid.z;
   const int64_t threads = int64_t(block.x) * block.y * block.z;
   if (threads <= 0 || threads > 1024) throw Error("simt: " + std::to_string(threads) + " threads per CTA (1..1024)");
+  if (grid.y > 65535 || grid.z > 65535)  // the device's limits (grid.x is an unsigned below 2^31 by its type's use)
+    throw Error("simt: grid (" + std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " + std::to_string(grid.z) +
+                ") exceeds the device's 65535 CTAs in y or z");
   if (smem > opts.max_shared_bytes)
     throw Error("simt: " + std::to_string(smem) + " bytes of dynamic shared memory per CTA exceed the limit of " +
                 std::to_string(opts.max_shared_bytes));

@@ -142,6 +142,15 @@ Stats last_stats();
 
 }  // namespace simt
 
+// ---- launches as the kernels' launchers write them (utils.h RSWA_LAUNCH / RSWA_OPT_IN_SMEM) ------------------------
+// The stream is ignored (launches run to completion, in order); a misuse throws simt::Error, so a launch
+// that returns gives cudaSuccess. Opting in to more shared memory than Options::max_shared_bytes is refused
+// as the device refuses it.
+#define RSWA_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  ((void)(stream), ::simt::launch(dim3(grid), dim3(block), size_t(smem), kernel, __VA_ARGS__), cudaSuccess)
+#define RSWA_OPT_IN_SMEM(kernel, bytes) \
+  ((void)(kernel), size_t(bytes) <= ::simt::options().max_shared_bytes ? cudaSuccess : cudaErrorInvalidValue)
+
 // ---- the CUDA built-ins --------------------------------------------------------------------------------------
 #define threadIdx (::simt::thread_idx())
 #define blockIdx (::simt::block_idx())
@@ -209,6 +218,9 @@ inline float lg2_approx_ftz(float x) { return std::log2(ftz(x)); }
 // glibc's math.h declares a __log2f it does not export: the intrinsic is a macro here.
 #define __log2f(x) (::simt::detail::lg2_approx_ftz(x))
 inline float __expf(float x) { return std::exp(x); }
+// Double-precision intrinsics with round-to-nearest and no contraction (the operations the host performs).
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
 inline float __logf(float x) { return std::log(x); }
 
 // ---- shared memory ----------------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-// torch.ops.rangeswa_simt: the real attention kernel (mainloop.h) run through the host SIMT emulation, with the
-// attn schema (schema.h kAttn), and the emulator's own test kernels. The host side of a call (checked arguments,
-// setup, preparation, plan, combine) is the plan emulator's (csrc/cuda/emulator/host_call.h); only the
-// attention kernel itself runs as CUDA threads. tests/test_simt.py builds this with torch.utils.cpp_extension.load
-// (-DRANGESWA_SIMT, g++). Not part of the extension.
+// torch.ops.rangeswa_simt: every CUDA kernel of the package run through the host SIMT emulation, launched by
+// the device's own launchers (launch.h, attn_launch.h: the same grids, blocks and shared memory), under the
+// schemas of the ops (schema.h): attn (rope tables, preparation, rule 3's selection when no blocks are given,
+// sort, plan, the attention kernel, the control rows' combine), prepare (with its key means), topk_blocks,
+// block_summary and rope; and the emulator's own test kernels. The host side of a call (checked arguments,
+// setup, arrays) is the plan emulator's (csrc/cuda/emulator/host_call.h). tests/cuda_emulator.py builds this
+// with torch.utils.cpp_extension.load (-DRANGESWA_SIMT, g++). Not part of the extension.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -14,6 +16,8 @@
 #include "checks.h"
 #include "schema.h"
 #include "cuda/emulator/host_call.h"
+#include "cuda/launch.h"
+#include "cuda/selection.h"
 #include "cuda/simt/attn_simt.h"
 #include "cuda/simt/simt.h"
 #include "cuda/simt/simt_tests.h"
@@ -97,6 +101,11 @@ void guard(HostCall& hc, GuardedArrays& g) {
   g.remap(p.ctrl_lse);
 }
 
+// A launcher's cudaError_t: its own refusals (grid limits, shared memory) as errors of the op.
+void check_launch(cudaError_t err, const char* what) {
+  TORCH_CHECK(err == cudaSuccess, "simt: the ", what, " launcher refused its launch (cudaError ", int(err), ")");
+}
+
 template <typename F>
 auto simt_errors_as_runtime_errors(const F& f) {
   try {
@@ -105,6 +114,47 @@ auto simt_errors_as_runtime_errors(const F& f) {
     TORCH_CHECK(false, e.what());
   }
 }
+
+// The small kernels of a call as the device runs them: their launchers, on the host's fibers.
+struct SimtLaunches final : CallKernels {
+  void tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& keep) const override {
+    set_tables(ap, s, b, keep, [&](int64_t rows, double step) {
+      const int64_t half = ap.rope.rotary_dim / 2;
+      at::Tensor t = at::full({2, std::max<int64_t>(rows, 1), std::max<int64_t>(half, 1)}, NAN, at::kFloat);
+      float* c = t.data_ptr<float>();
+      check_launch(launch_rope_table(c, c + t.size(1) * t.size(2), rows, int(half), ap.rope.theta, 0.0, step, nullptr,
+                                     nullptr), "rope table");
+      return t;
+    });
+  }
+  void prepare(const PrepareParams& pp, int64_t, at::ScalarType type) const override {
+    dispatch_dtype(type, [&](auto tag) { check_launch(launch_prepare<decltype(tag)>(pp, nullptr), "prepare"); });
+  }
+  at::Tensor select(const HostCall& hc, const std::optional<at::TensorList>& prepared) const override {
+    const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
+    Selection sel = selection(hc.q, hc.k, hc.ap.C, hc.ap.rules, given_means ? (*prepared)[kKeyMeans] : at::Tensor());
+    if (sel.launch)
+      dispatch_dtype(hc.q.scalar_type(),
+                     [&](auto tag) { check_launch(launch_topk_blocks<decltype(tag)>(sel.p, nullptr), "topk_blocks"); });
+    return sel.out;
+  }
+  void plan(HostCall& hc) const override {
+    std::fill(hc.record_count.begin(), hc.record_count.end(), -1);  // a plan the kernel forgets shows
+    check_launch(launch_plan(hc.p, hc.buf.retrieved, hc.buf.retrieved_sorted, hc.records.data(),
+                             hc.record_count.data(), hc.s.plans(), nullptr), "plan");
+  }
+  void combine(const AttnKernelParams& p, at::ScalarType type) const override {
+    dispatch_dtype(type, [&](auto tag) { check_launch(launch_combine<decltype(tag)>(p, nullptr), "combine"); });
+  }
+  at::Tensor key_means(const at::Tensor& kc, const ContextParams& cp, int64_t first_block) const override {
+    at::Tensor out = at::full({cp.B, cp.Hkv, cp.rules.num_key_blocks() - first_block, cp.D}, NAN, at::kDouble);
+    const TopkParams tp = key_means_params(kc, cp);
+    dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+      check_launch(launch_key_means<decltype(tag)>(tp, first_block, out.data_ptr<double>(), nullptr), "key means");
+    });
+    return out;
+  }
+};
 
 std::tuple<at::Tensor, at::Tensor> attn_simt(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                              const std::optional<at::Tensor>& retrieved, c10::string_view method,
@@ -121,11 +171,15 @@ std::tuple<at::Tensor, at::Tensor> attn_simt(const at::Tensor& q, const at::Tens
                   scale, causal_block, cond_correction, summaries, prepared);
   if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
     return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
-  build(hc, q, k, v, retrieved, prepared);
+  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  const SimtLaunches kernels;
+  simt_errors_as_runtime_errors([&] {
+    build(hc, q, k, v, retrieved, prepared, kernels);
+    return 0;
+  });
   // Never read by a correct kernel: NaN out and lse show rows the kernel forgot to write.
   hc.out.fill_(NAN);
   hc.lse.fill_(NAN);
-  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
   GuardedArrays guarded;
   if (::simt::options().guard_global) guard(hc, guarded);
   simt_errors_as_runtime_errors([&] {
@@ -136,13 +190,96 @@ std::tuple<at::Tensor, at::Tensor> attn_simt(const at::Tensor& q, const at::Tens
       else if (hc.s.Dp == 80) g_smem_bytes = int64_t(simt_attn::run_attn<Element, 80>(hc.p));
       else g_smem_bytes = int64_t(simt_attn::run_attn<Element, 128>(hc.p));
       g_kernel_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      combine_on_host<Element>(hc.p);  // the combine kernel (combine.h combine_control)
+      if (hc.ap.C > 0) kernels.combine(hc.p, hc.q.scalar_type());  // on the guarded arrays, as the op launches it
     });
     return 0;
   });
   guarded.copy_back(hc.out.data_ptr());
   guarded.copy_back(hc.lse.data_ptr());
   return {hc.out, hc.lse};
+}
+
+std::vector<at::Tensor> prepare_simt(const at::Tensor& k, const at::Tensor& v, c10::string_view method,
+                                     int64_t control_tokens, int64_t summary_block, int64_t near_range,
+                                     int64_t retrieval_block, int64_t train_length, bool far_summaries, double theta,
+                                     std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                                     bool cond_correction, bool summaries, int64_t topk, int64_t first_key) {
+  const ContextParams cp = check_prepare(k, v, method, control_tokens, summary_block, near_range, retrieval_block,
+                                         train_length, far_summaries, theta, rotary_dim, rope_style, cond_correction,
+                                         summaries, topk, first_key);
+  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  return simt_errors_as_runtime_errors([&] { return prepare_call(k, v, cp, first_key, SimtLaunches{}); });
+}
+
+at::Tensor topk_blocks_simt(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
+                            int64_t summary_block, int64_t retrieval_block, int64_t query_block, int64_t topk,
+                            int64_t causal_block) {
+  const Rules rules = check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk,
+                                 causal_block);
+  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  const at::Tensor qc = with_contiguous_rows(q), kc = with_contiguous_rows(k);
+  HostCall hc;  // the call's q and k, as attn's selection takes them
+  hc.q = qc;
+  hc.k = kc;
+  hc.ap.C = control_tokens;
+  hc.ap.rules = rules;
+  return simt_errors_as_runtime_errors([&] { return SimtLaunches{}.select(hc, std::nullopt); });
+}
+
+// rope and block_summary as attn_api.cpp launches them (the positions as doubles, x and k with contiguous rows).
+at::Tensor rope_simt(const at::Tensor& x, const at::Tensor& positions, double theta, std::optional<int64_t> rotary_dim,
+                     c10::string_view rope_style) {
+  check_bhnd(x, "x");
+  const RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style);
+  check_positions(positions, x.size(2), x, "token of x");
+  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  const at::Tensor pos = positions.to(at::kDouble).contiguous(), xc = x.contiguous();
+  at::Tensor out = at::full_like(xc, NAN);
+  const int64_t rows = xc.numel() / std::max<int64_t>(1, xc.size(3));
+  simt_errors_as_runtime_errors([&] {
+    dispatch_dtype(xc.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      check_launch(launch_rope<T>(static_cast<const T*>(xc.data_ptr()), pos.data_ptr<double>(),
+                                  static_cast<T*>(out.data_ptr()), rows, xc.size(2), xc.size(3), int(rope.rotary_dim),
+                                  rope.theta, rope.interleaved, nullptr),
+                   "rope");
+    });
+    return 0;
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> block_summary_simt(const at::Tensor& k, const at::Tensor& v,
+                                                      const std::optional<at::Tensor>& positions,
+                                                      int64_t summary_block, double theta,
+                                                      std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
+  const RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style);
+  if (positions.has_value()) check_positions(*positions, k.size(2), k, "body key");
+  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  const int64_t BH = k.size(0) * k.size(1), L = k.size(2), D = k.size(3), half = rope.rotary_dim / 2;
+  const int64_t nG = (L + summary_block - 1) / summary_block;
+  const at::Tensor kc = k.contiguous(), vc = v.contiguous();
+  at::Tensor ks = at::full({k.size(0), k.size(1), nG, D}, NAN, kc.options()), vs = at::full_like(ks, NAN);
+  at::Tensor table;  // [2, L, half]: cos, then sin, of the positions
+  simt_errors_as_runtime_errors([&] {
+    if (positions.has_value() && half > 0) {
+      const at::Tensor pos = positions->to(at::kDouble).contiguous();
+      table = at::full({2, L, half}, NAN, at::kFloat);
+      check_launch(launch_rope_table(table[0].data_ptr<float>(), table[1].data_ptr<float>(), L, int(half), rope.theta,
+                                     0.0, 0.0, pos.data_ptr<double>(), nullptr), "rope table");
+    }
+    const float* cos_t = table.defined() && L > 0 ? table[0].data_ptr<float>() : nullptr;
+    const float* sin_t = table.defined() && L > 0 ? table[1].data_ptr<float>() : nullptr;
+    dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      check_launch(launch_block_summary<T>(static_cast<const T*>(kc.data_ptr()), static_cast<const T*>(vc.data_ptr()),
+                                           cos_t, sin_t, static_cast<T*>(ks.data_ptr()), static_cast<T*>(vs.data_ptr()),
+                                           BH, L, D, summary_block, int(half), rope.interleaved, nullptr),
+                   "block_summary");
+    });
+    return 0;
+  });
+  return {ks, vs};
 }
 
 std::tuple<at::Tensor, at::Tensor> warp_gemm(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -206,6 +343,10 @@ std::vector<int64_t> stats() {
 
 TORCH_LIBRARY(rangeswa_simt, m) {
   m.def(rangeswa::schema::kAttn);
+  m.def(rangeswa::schema::kPrepare);
+  m.def(rangeswa::schema::kTopkBlocks);
+  m.def(rangeswa::schema::kBlockSummary);
+  m.def(rangeswa::schema::kRope);
   m.def("warp_gemm(Tensor q, Tensor k, Tensor v, Tensor p) -> (Tensor, Tensor)");
   // Catch-all kernels: these take no tensor (or an optional one) to dispatch on.
   m.def("probe(str name, Tensor? input=None) -> Tensor", &rangeswa::cuda::probe);
@@ -217,5 +358,9 @@ TORCH_LIBRARY(rangeswa_simt, m) {
 
 TORCH_LIBRARY_IMPL(rangeswa_simt, CPU, m) {
   m.impl("attn", &rangeswa::cuda::attn_simt);
+  m.impl("prepare", &rangeswa::cuda::prepare_simt);
+  m.impl("topk_blocks", &rangeswa::cuda::topk_blocks_simt);
+  m.impl("block_summary", &rangeswa::cuda::block_summary_simt);
+  m.impl("rope", &rangeswa::cuda::rope_simt);
   m.impl("warp_gemm", &rangeswa::cuda::warp_gemm);
 }

@@ -1,0 +1,242 @@
+"""Every CUDA kernel of the package, its own source run thread by thread on the CPU (csrc/cuda/simt) through
+the device's own launchers (launch.h, attn_launch.h: the grids, blocks and shared memory a GPU would get):
+
+- rope, block_summary: against the CPU op, within fp32 rounding;
+- rule 3's selection (block means, key means, the select kernel's chunked merge): the reference's blocks
+  exactly, as torch.ops.rangeswa_simt.topk_blocks and inside attn when no blocks are given;
+- prepare (the rope tables, the preparation kernel, the key means; appends from first_key): the host
+  emulation's arrays bit for bit, the key means within float64 rounding;
+- sort, plan, the attention kernel and the control rows' combine: attn with retrieved=None against the float64
+  reference on the stratified grid (a handful by default, the whole grid with RANGESWA_SIMT_GRID=1);
+- each of them bit for bit the same under other thread orders and early cp.async copies (a race would change
+  the result).
+The attention kernel alone, on given blocks, is tests/test_simt.py's.
+"""
+
+import os
+
+import pytest
+import torch
+
+from attn_cases import (CAUSAL_GRID, FP32_TOL, GRID, LSE_TOL, assert_low_precision_close, attn_reference, case_id,
+                        causal_config, causal_id, causal_inputs, config, inputs, retrieved_for)
+from conftest import make_qkv
+from rangeswa_ext import ops, preset
+from rangeswa_ext import reference as ref
+
+TOPK_ARGS = ("control_tokens", "window", "summary_block", "retrieval_block", "query_block", "topk", "causal_block")
+SMALL = dict(train_length=128, early_window=127, late_window=32, decode_window=255, summary_block=16,
+             retrieval_block=32, query_block=64, near_range=40, topk=3)
+
+
+@pytest.fixture(scope="module")
+def simt():
+    from cuda_emulator import simt_ops
+
+    return simt_ops()
+
+
+@pytest.fixture
+def schedules(simt):
+    """Runs f() under other thread orders with early and late cp.async copies; restores the defaults."""
+    def run(f):
+        results = []
+        try:
+            for seed, eager in ((3, True), (7, False)):
+                simt.configure(schedule_seed=seed, eager_copies=eager)
+                results.append(f())
+        finally:
+            simt.configure(schedule_seed=0, eager_copies=False)
+        return results
+    return run
+
+
+def assert_same(a, b):
+    for x, y in zip(a if isinstance(a, (tuple, list)) else [a], b if isinstance(b, (tuple, list)) else [b]):
+        assert torch.equal(x, y)
+
+
+# ------------------------------------------------------------------------------------ rope, block_summary
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("D,rotary_dim,style", [(64, None, "interleaved"), (66, 32, "half"), (128, 128, "half")])
+def test_rope_kernel_matches_the_cpu_op(simt, schedules, dtype, D, rotary_dim, style):
+    g = torch.Generator().manual_seed(D)
+    x = torch.randn(2, 3, 150, D, generator=g).to(dtype)  # 900 rows: more than one pass of the kernel's loop
+    positions = torch.randn(150, generator=g).double() * 3000  # fractional, negative and far positions
+    got = simt.rope(x, positions, 500000.0, rotary_dim, style)
+    expect = torch.ops.rangeswa.rope(x, positions, 500000.0, rotary_dim, style)
+    tol = 1e-5 if dtype == torch.float32 else 2 * torch.finfo(dtype).eps
+    torch.testing.assert_close(got.double(), expect.double(), rtol=tol, atol=tol * x.double().abs().max().item())
+    for again in schedules(lambda: simt.rope(x, positions, 500000.0, rotary_dim, style)):
+        assert_same(again, got)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("G,L,positions", [(16, 70, True), (5, 33, False), (64, 64, True), (1, 9, True)])
+def test_block_summary_kernel_matches_the_cpu_op(simt, schedules, dtype, G, L, positions):
+    k, v = make_qkv(2, 3, 3, L, 80, seed=L, dtype=dtype)[1:]
+    pos = torch.arange(L).double() / 3 if positions else None
+    got = simt.block_summary(k, v, pos, G, 10000.0, 64, "interleaved")
+    expect = torch.ops.rangeswa.block_summary(k, v, pos, G, 10000.0, 64, "interleaved")
+    tol = 1e-5 if dtype == torch.float32 else 2 * torch.finfo(dtype).eps
+    for a, b in zip(got, expect):
+        assert a.shape == b.shape and not a.isnan().any()
+        torch.testing.assert_close(a.double(), b.double(), rtol=tol, atol=tol * 4)
+    for again in schedules(lambda: simt.block_summary(k, v, pos, G, 10000.0, 64, "interleaved")):
+        assert_same(again, got)
+
+
+# ------------------------------------------------------------------------------------------- selection
+
+
+def _retrieving(grid, make_config):
+    return [n for n, c in enumerate(grid) if make_config(c).method == "rangeswa" and make_config(c).topk > 0]
+
+
+@pytest.mark.parametrize("index", _retrieving(GRID, config), ids=[case_id(GRID[i]) for i in _retrieving(GRID, config)])
+def test_topk_kernels_give_the_reference_blocks(simt, index):
+    case = GRID[index]
+    cfg = config(case)
+    q, k, _ = inputs(case, torch.float32)
+    args = {a: b for a, b in ops.attn_arguments(cfg, case["C"], case["stage"]).items() if a in TOPK_ARGS}
+    assert torch.equal(simt.topk_blocks(q, k, **args), retrieved_for(q, k, cfg, case))
+
+
+CAUSAL_RETRIEVING = _retrieving(CAUSAL_GRID, causal_config)
+
+
+@pytest.mark.parametrize("index", CAUSAL_RETRIEVING, ids=[causal_id(CAUSAL_GRID[i]) for i in CAUSAL_RETRIEVING])
+def test_topk_kernels_on_causal_blocks_and_query_suffixes(simt, index):
+    case = CAUSAL_GRID[index]
+    cfg = causal_config(case)
+    q, k, _ = causal_inputs(case, torch.float32)
+    args = {a: b for a, b in ops.attn_arguments(cfg, case["C"], case["stage"], case["cb"]).items() if a in TOPK_ARGS}
+    expect = ref.retrieved_blocks(q.double(), k.double(), case["C"], cfg, cfg.window_for(case["stage"]), case["cb"])
+    assert torch.equal(simt.topk_blocks(q, k, **args), expect)
+
+
+def test_topk_select_kernel_merges_many_chunks_and_is_schedule_independent(simt, schedules):
+    """Over 256 candidates per query block (the select kernel's chunk) and K = 40: several merges into the
+    kept list, with ties broken by the lower block (repeated keys give equal scores)."""
+    cfg = preset("rangeswa", train_length=64, late_window=16, summary_block=4, retrieval_block=4, query_block=8,
+                 near_range=16, topk=40)
+    q, k, _ = make_qkv(1, 4, 2, 1200, 64, seed=11)
+    k[:, :, 600:800] = k[:, :, 200:400]  # equal block means: equal scores
+    args = {a: b for a, b in ops.attn_arguments(cfg, 0, "late").items() if a in TOPK_ARGS}
+    got = simt.topk_blocks(q, k, **args)
+    assert torch.equal(got, ref.retrieved_blocks(q.double(), k.double(), 0, cfg, cfg.window_for("late")))
+    for again in schedules(lambda: simt.topk_blocks(q, k, **args)):
+        assert_same(again, got)
+
+
+# --------------------------------------------------------------------------------------------- prepare
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("D", [64, 66])
+@pytest.mark.parametrize("first_key", [0, 320])
+def test_prepare_kernels_are_the_host_emulation(simt, schedules, dtype, D, first_key):
+    """The launched preparation (rope tables, one warp per unit, the key means kernel) writes what prepare_unit
+    writes one lane at a time on the host, bit for bit; the key means (the device's sequential float64 sums)
+    within float64 rounding of ATen's."""
+    from cuda_emulator import emulator_ops
+
+    cfg = preset("rangeswa", **SMALL)
+    k, v = make_qkv(1, 2, 2, 12 + 700, D, seed=D, dtype=dtype)[1:]
+    args = ops.prepare_arguments(cfg, 12, first_key=first_key)
+    got = dict(zip(ops.PREPARED_SLOTS, simt.prepare(k, v, **args)))
+    host = dict(zip(ops.PREPARED_SLOTS, emulator_ops().prepare(k, v, **args)))
+    for name in ops.PREPARED_SLOTS:
+        assert got[name].shape == host[name].shape and got[name].stride() == host[name].stride(), name
+        if name == "key_means":
+            torch.testing.assert_close(got[name], host[name], rtol=1e-12, atol=1e-12)
+        else:
+            assert torch.equal(got[name], host[name]), name
+    assert got["keys_grp"].numel() and got["key_means"].numel()  # the case prepares grouped keys and means
+    for again in schedules(lambda: simt.prepare(k, v, **args)):
+        assert_same(list(again), list(got.values()))
+
+
+# ------------------------------------------------- attn: selection, sort, plan, kernel, combine as launched
+
+
+def _check_device_selection(simt, case, dtype):
+    cfg = config(case)
+    q, k, v = inputs(case, dtype)
+    blocks = retrieved_for(q.float(), k.float(), cfg, case)
+    out, lse = simt.attn(q, k, v, None, **ops.attn_arguments(cfg, case["C"], case["stage"]))
+    if dtype == torch.float32:
+        expect, expect_lse = attn_reference(q, k, v, case, blocks)
+        err = ((out.double() - expect).abs().max() / expect.abs().max()).item()
+        assert err < FP32_TOL, f"{case_id(case)}: fp32 error {err:.3g}"
+        assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
+    else:
+        assert not torch.isnan(out).any()
+        assert_low_precision_close(out, q, k, v, case, blocks, what="SIMT pipeline ")
+    return out, lse
+
+
+def _handful():
+    picks, seen = [], set()
+    for n, case in enumerate(GRID):
+        key = (case["D"], case["regime"], config(case).method)
+        if key not in seen and config(case).method == "rangeswa":
+            seen.add(key)
+            picks.append(n)
+    return picks
+
+
+ALL = os.environ.get("RANGESWA_SIMT_GRID", "0") not in ("", "0")
+PIPELINE = [(n, d) for n in (range(len(GRID)) if ALL else _handful())
+            for d in ((torch.float32, torch.bfloat16, torch.float16) if ALL else (torch.float32,))]
+
+
+@pytest.mark.parametrize("index,dtype", PIPELINE, ids=[f"{case_id(GRID[i])}-{str(d)[6:]}" for i, d in PIPELINE])
+def test_attn_pipeline_with_the_device_selection(simt, index, dtype):
+    """attn with retrieved=None: every kernel of the op as the op launches it (rope tables, preparation, the
+    three selection kernels, sort, plan, the attention kernel's control and body launches, the combine),
+    held to the float64 reference with the reference's blocks."""
+    _check_device_selection(simt, GRID[index], dtype)
+
+
+def test_attn_pipeline_is_schedule_independent(simt, schedules):
+    case = next(c for c in GRID if c["regime"] == "grouped_retrieval" and c["C"] == 12 and c["D"] == 64)
+    cfg = config(case)
+    q, k, v = inputs(case, torch.bfloat16)
+    args = ops.attn_arguments(cfg, case["C"], case["stage"])
+    base = simt.attn(q, k, v, None, **args)
+    for again in schedules(lambda: simt.attn(q, k, v, None, **args)):
+        assert_same(again, base)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_attn_pipeline_with_a_prepared_context(simt, dtype):
+    """The launched prepare's context (its key means read by the selection) gives attn's answer bit for bit,
+    for a call with control rows and grouped positions and for a cached causal block (SPEC section 7)."""
+    cfg = preset("rangeswa", **SMALL)
+    for C, cb, Lq in ((12, 0, None), (0, 16, 16)):
+        q, k, v = make_qkv(1, 4, 2, C + 611, 64, seed=9, dtype=dtype)
+        if Lq:
+            q = q[:, :, C + 611 - Lq:]
+        context = simt.prepare(k, v, **ops.prepare_arguments(cfg, C))
+        args = ops.attn_arguments(cfg, C, "late", causal_block=cb)
+        expect = simt.attn(q, k, v, None, **args)
+        assert_same(simt.attn(q, k, v, None, **args, prepared=context), expect)
+        blocks = ref.retrieved_blocks(q.double(), k.double(), C, cfg, cfg.window_for("late"), cb)
+        want, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", retrieved=blocks, causal_block=cb)
+        tol = 1e-5 if dtype == torch.float32 else 0.05
+        assert ((expect[0].double() - want).abs().max() / want.abs().max()).item() < tol
+
+
+def test_the_host_emulator_refuses_a_retrieving_call_without_blocks():
+    """The plan emulator runs no selection: it says what to pass rather than computing another function."""
+    from cuda_emulator import emulator_ops
+
+    case = next(c for c in GRID if c["regime"] == "grouped_retrieval")
+    cfg = config(case)
+    q, k, v = inputs(case, torch.float32)
+    with pytest.raises(ValueError, match="runs no block selection.*pass the call's blocks as retrieved="):
+        emulator_ops().attn(q, k, v, None, **ops.attn_arguments(cfg, case["C"], case["stage"]))
+    emulator_ops().attn(q, k, v, None, **ops.attn_arguments(cfg.replace(topk=0), case["C"], case["stage"]))
