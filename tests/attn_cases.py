@@ -153,6 +153,20 @@ def assert_low_precision_close(out, q, k, v, case, retrieved, what=""):
     return err, ref_err
 
 
+def assert_attn_close(out, lse, q, k, v, case, retrieved, what=""):
+    """An attn output of the case against the float64 reference on ``retrieved``: fp32 within FP32_TOL of the
+    output scale and its log-sum-exp within LSE_TOL; bf16 / fp16 by `assert_low_precision_close`."""
+    assert out.dtype == q.dtype and out.shape == q.shape
+    if q.dtype == torch.float32:
+        expect, expect_lse = attn_reference(q, k, v, case, retrieved)
+        err = ((out.double() - expect).abs().max() / expect.abs().max()).item()
+        assert err < FP32_TOL, f"{what}{case_id(case)}: fp32 error {err:.3g}"
+        assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
+    else:
+        assert not torch.isnan(out).any()
+        assert_low_precision_close(out, q, k, v, case, retrieved, what=what)
+
+
 def opcheck_samples():
     """(name, op, args, kwargs) samples of every op for torch.library.opcheck, arguments from the one helper."""
     cfg = preset("rangeswa", train_length=64, late_window=32, near_range=40)
