@@ -80,7 +80,7 @@ inline at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
 }
 
 // The rope tables of a call or a prepare op, each [2, rows, rotary_half] (cos, then sin) as `make(rows, step)`
-// gives it (the host's `table` by default): set in `b`, kept alive in `keep`.
+// gives it (the host's `table`, or the SIMT emulation's launch of the table kernel): set in `b`, kept in `keep`.
 template <typename Make>
 void set_tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& keep,
                 const Make& make) {

@@ -115,6 +115,16 @@ auto simt_errors_as_runtime_errors(const F& f) {
   }
 }
 
+// Rule 3's blocks as topk_blocks_device (attn_api.cpp) launches their selection: q, k with contiguous rows.
+at::Tensor select_blocks(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, const Rules& rules,
+                         const at::Tensor& key_means = at::Tensor()) {
+  Selection sel = selection(q, k, control_tokens, rules, key_means);
+  if (sel.launch)
+    dispatch_dtype(q.scalar_type(),
+                   [&](auto tag) { check_launch(launch_topk_blocks<decltype(tag)>(sel.p, nullptr), "topk_blocks"); });
+  return sel.out;
+}
+
 // The small kernels of a call as the device runs them: their launchers, on the host's fibers.
 struct SimtLaunches final : CallKernels {
   void tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& keep) const override {
@@ -132,11 +142,7 @@ struct SimtLaunches final : CallKernels {
   }
   at::Tensor select(const HostCall& hc, const std::optional<at::TensorList>& prepared) const override {
     const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
-    Selection sel = selection(hc.q, hc.k, hc.ap.C, hc.ap.rules, given_means ? (*prepared)[kKeyMeans] : at::Tensor());
-    if (sel.launch)
-      dispatch_dtype(hc.q.scalar_type(),
-                     [&](auto tag) { check_launch(launch_topk_blocks<decltype(tag)>(sel.p, nullptr), "topk_blocks"); });
-    return sel.out;
+    return select_blocks(hc.q, hc.k, hc.ap.C, hc.ap.rules, given_means ? (*prepared)[kKeyMeans] : at::Tensor());
   }
   void plan(HostCall& hc) const override {
     std::fill(hc.record_count.begin(), hc.record_count.end(), -1);  // a plan the kernel forgets shows
@@ -217,13 +223,8 @@ at::Tensor topk_blocks_simt(const at::Tensor& q, const at::Tensor& k, int64_t co
   const Rules rules = check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk,
                                  causal_block);
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
-  const at::Tensor qc = with_contiguous_rows(q), kc = with_contiguous_rows(k);
-  HostCall hc;  // the call's q and k, as attn's selection takes them
-  hc.q = qc;
-  hc.k = kc;
-  hc.ap.C = control_tokens;
-  hc.ap.rules = rules;
-  return simt_errors_as_runtime_errors([&] { return SimtLaunches{}.select(hc, std::nullopt); });
+  return simt_errors_as_runtime_errors(
+      [&] { return select_blocks(with_contiguous_rows(q), with_contiguous_rows(k), control_tokens, rules); });
 }
 
 // rope and block_summary as attn_api.cpp launches them (the positions as doubles, x and k with contiguous rows).
