@@ -1,0 +1,323 @@
+"""An offline time model of the CUDA fused attention op (issue 29): how a kernel change is judged when no
+GPU is lent, and what the next GPU run judges.
+
+    python benchmarks/cuda_time_model.py [--census benchmarks/results/plan_census.json] [--out FILE]
+
+Per phase of one op call (prepare, selection, plan, control, body, combine) the model takes the larger of
+
+- tensor time: the MMA flops of the GEMM columns the census counts / the mma.sync rate,
+- issue time: warp instructions (per tile x tiles from the census, plus per-CTA work) / (SMs x 4 schedulers
+  x clock x the issue efficiency),
+- memory time: HBM bytes / bandwidth,
+
+and adds the exposed latency of the phase's dependent global round trips (a CTA that waits on a load it
+needs before it can go on; with R CTAs resident on an SM the others issue meanwhile, so 1 / R of the chain
+is exposed), plus a launch gap per kernel launch.
+
+One number is fitted: the issue efficiency of an attention kernel at 2 CTAs (8 warps) per SM, on the first
+design's two H200 figures (benchmarks/results/gpu_attention_h200_2026-11-30.md, 8k, D = 64: late 65.4 ms,
+Lite 16.7 ms), least squares in log time. Every other input is a count (the census, SASS, the source) or a
+datasheet rate, named where it is set. Instruction counts per tile are static SASS counts from the reviews
+(DIAGNOSIS.md / REVIEW_DESIGN2.md in shared/cuda) until scripts/cuda_gates.py measures them; each design
+below says which of its inputs are measured and which are estimates.
+
+The peer is SDPA-flash as measured on the same H200 (same file): 14.98 / 49.65 / 179.77 ms at 8k / 16k /
+32k. H100 times are printed in absolute terms only (no peer measured there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# ---- the machines (datasheet rates) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    sms: int
+    clock_hz: float
+    hbm_bytes_s: float
+    mma_sync_flops: float  # dense bf16 through mma.sync (Hopper's legacy path: about 2/3 of wgmma's peak)
+    latency_cycles: float = 500.0  # one dependent global round trip (L2 hits and HBM misses mixed)
+    launch_gap_s: float = 4e-6  # between dependent kernel launches on one stream
+    memory_efficiency: float = 0.85  # of the datasheet bandwidth that streaming kernels reach
+
+
+H100 = Gpu("H100 SXM", 132, 1.98e9, 3.35e12, 0.66 * 989e12)
+H200 = Gpu("H200", 132, 1.98e9, 4.8e12, 0.66 * 989e12)
+
+# SDPA-flash on the H200, the peer (ms; bf16, B = 16, H = 12, D = 64).
+SDPA_FLASH_H200_MS = {8192: 14.98, 16384: 49.65, 32768: 179.77}
+# The first design on the H200 (ms), the calibration targets.
+FIRST_DESIGN_H200_MS = {"late": 65.4, "lite": 16.7}
+
+B, H, C, D = 16, 12, 12, 64
+ELEMENT_BYTES = 2
+# Issue efficiency of kernels with many warps per scheduler (prepare, selection): not fitted (no
+# measurement separates them); latency-bound kernels are the ones the chain term describes.
+HIGH_OCCUPANCY_EFFICIENCY = 0.7
+
+
+@dataclass
+class Phase:
+    name: str
+    ctas: float = 0.0
+    warps_per_cta: int = 4
+    resident: int = 2  # CTAs per SM
+    warp_instructions: float = 0.0  # per CTA, all its warps together
+    flops: float = 0.0
+    bytes: float = 0.0
+    chain_cycles: float = 0.0  # per CTA: dependent round trips x latency, and other serial waits
+    launches: int = 1
+    efficiency: float | None = None  # None: the fitted attention-kernel efficiency
+    fixed_s: float = 0.0  # a phase the model does not break down (named where used)
+
+    def time(self, gpu: Gpu, efficiency: float) -> dict:
+        eff = self.efficiency if self.efficiency is not None else efficiency
+        tensor = self.flops / gpu.mma_sync_flops
+        issue = self.ctas * self.warp_instructions / (gpu.sms * 4 * gpu.clock_hz * eff)
+        memory = self.bytes / (gpu.hbm_bytes_s * gpu.memory_efficiency)
+        waves = self.ctas / (gpu.sms * self.resident)
+        latency = waves * self.chain_cycles / gpu.clock_hz / self.resident
+        total = max(tensor, issue, memory) + latency + self.launches * gpu.launch_gap_s + self.fixed_s
+        return dict(tensor=tensor, issue=issue, memory=memory, latency=latency, total=total)
+
+
+# ---- the designs ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Design:
+    """Per-tile and per-CTA costs of one kernel design (warp instructions, round trips)."""
+
+    name: str
+    rows_per_cta: int
+    warps: int
+    full_tile: float  # warp instructions of a KV tile with no masking, per warp
+    masked_extra: float  # added on a masked tile
+    pass_extra: float = 0.0  # added per second GEMM pass (first design: multi-class tiles)
+    edge_tile_extra: float = 0.0  # first design: per-element rule code of an edge tile
+    cta_setup: float = 0.0  # per warp: prologue, plan, epilogue
+    fill_round_trips: float = 32.0  # dependent global round trips of one query-slot fill
+    fill_instructions: float = 0.0  # per warp per fill
+    mixed_round_trips: float = 0.0  # per CTA: straddling-block dot products (late)
+    prepare_instructions_per_element: float = 220.0  # per lane (thread instructions / element)
+    prepare_arrays_written: int = 6  # [L, Dp] arrays per KV head
+    control_in_body: bool = False  # control rows ride in the body launch (no launch of their own)
+    control_ctas_per_head: int = 8  # one per chunk of 1,024 keys at 8k (scaled with L)
+    launches: int = 10
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+
+# The first design (main c7e4b29), which ran. Static SASS counts by source line (DIAGNOSIS.md section 2:
+# 22,064 instructions; :231 edge_logit 9,198; :188 the multi-class keep lambda 4,716; :153 next_kv_tile
+# 1,152; :209 mixed pass 836; the 4,149 not attributed to those lines counted as the per-tile core).
+FIRST = Design(
+    name="first design (c7e4b29, measured on the H200)",
+    rows_per_cta=64, warps=4,
+    full_tile=1152 + 4149, masked_extra=0.0, edge_tile_extra=9198, pass_extra=4716 + 836,
+    cta_setup=538 + 961, fill_round_trips=32, fill_instructions=514,
+    prepare_instructions_per_element=220, prepare_arrays_written=4, launches=8,
+    sources=("DIAGNOSIS.md section 2 (static SASS by line)", "census: DIAGNOSIS.md section 3"),
+)
+# The first design's census at 8k, D = 64 (DIAGNOSIS.md section 3: per 64-row CTA).
+FIRST_CENSUS = {
+    "late": dict(kv_tiles=27.2, edge=9.9, passes=32.0 - 27.2 + 4.8, fills=3.98),
+    "lite": dict(kv_tiles=8.9, edge=4.9, passes=0.0, fills=1.99),
+}
+
+# The second design as the review found it (main 77bfa28; REVIEW_DESIGN2.md): estimates from SASS.
+SECOND_REVIEWED = Design(
+    name="second design as reviewed (77bfa28)",
+    rows_per_cta=128, warps=4,
+    full_tile=1075, masked_extra=300, cta_setup=1500,
+    fill_round_trips=64,  # 32 iterations, q loads then the table loads that follow their use
+    fill_instructions=32 * 40, mixed_round_trips=48,
+    prepare_instructions_per_element=220, prepare_arrays_written=6, launches=10,
+    sources=("REVIEW_DESIGN2.md risks 1-5 (estimates)", "census: benchmarks/results/plan_census.json"),
+)
+# The second design as the source stands now: the changes of issue 29 that have landed, each replacing
+# one input above (the figure names where it comes from).
+SECOND_NOW = replace(
+    SECOND_REVIEWED,
+    name="second design now (main)",
+    sources=SECOND_REVIEWED.sources + ("no issue-29 kernel change has landed yet",),
+)
+# What issue 29 asks for: 650 instructions per full tile, a fill of 16-byte loads issued before use (one
+# round trip per 16-row pass of 8 chunks: 2), straddling dots from 16-byte loads (8 round trips), prepare at
+# 40 instructions per element writing k_nat, k_grp and the two prefix arrays only, control rows in the body
+# launch.
+SECOND_TARGETS = replace(
+    SECOND_REVIEWED,
+    name="second design at issue 29's targets",
+    full_tile=650, masked_extra=300, fill_round_trips=2, fill_instructions=8 * 30, mixed_round_trips=8,
+    prepare_instructions_per_element=40, prepare_arrays_written=4, control_in_body=True, launches=8,
+    sources=("issue 29's targets",),
+)
+
+
+def _heads() -> int:
+    return B * H
+
+
+def prepare_phase(d: Design, L: int) -> Phase:
+    elements = B * H * L * D  # one KV head's rows x the padded head dim (D = 64 is its own padding)
+    lane_instructions = elements * d.prepare_instructions_per_element
+    return Phase(
+        "prepare",
+        ctas=elements / 128,  # 128 elements per CTA-step (one warp per unit, 4 warps, lanes over dims)
+        warps_per_cta=4, resident=16,
+        warp_instructions=128 * d.prepare_instructions_per_element / 32,
+        bytes=elements * ELEMENT_BYTES * (2 + d.prepare_arrays_written),
+        efficiency=HIGH_OCCUPANCY_EFFICIENCY,
+    ) if lane_instructions else Phase("prepare")
+
+
+def selection_phase(L: int, retrieves: bool) -> Phase:
+    # Block means and top-K (topk_blocks.cu): (B Hkv) x query blocks x candidate blocks dot products of D in
+    # float64, then a select per query block; REVIEW_DESIGN2.md estimates ~0.15 ms at 8k (not broken down).
+    if not retrieves:
+        return Phase("selection", launches=0)
+    return Phase("selection", launches=2, fixed_s=0.15e-3 * L / 8192)
+
+
+def plan_phase(L: int) -> Phase:
+    # One thread per body tile writes its records (plan.cu); a sort of the retrieved blocks first.
+    tiles = _heads() * L / 128
+    return Phase("plan", ctas=tiles / 128, warps_per_cta=4, resident=16, warp_instructions=4 * 2000,
+                 efficiency=HIGH_OCCUPANCY_EFFICIENCY, launches=2)
+
+
+def body_phase(d: Design, census: dict, L: int, lite: bool) -> Phase:
+    ctas = _heads() * L / d.rows_per_cta
+    per_warp = (census["kv_tiles"] * d.full_tile + census.get("masked", 0.0) * d.masked_extra
+                + census.get("edge", 0.0) * d.edge_tile_extra + census.get("passes", 0.0) * d.pass_extra
+                + d.cta_setup + census["fills"] * d.fill_instructions)
+    chain = (census["fills"] * d.fill_round_trips + (0 if lite else d.mixed_round_trips)) * H200.latency_cycles
+    flops = 4.0 * census["cols_per_row"] * D * _heads() * L  # QK^T and PV, 2 flops a multiply-add
+    kv_bytes = _heads() * L * D * ELEMENT_BYTES * (5 if not lite else 3)  # each prepared array read once
+    return Phase("body", ctas=ctas, warps_per_cta=d.warps, resident=2, warp_instructions=d.warps * per_warp,
+                 flops=flops, bytes=kv_bytes, chain_cycles=chain, launches=1)
+
+
+def control_phase(d: Design, L: int) -> Phase:
+    # 12 control rows x every body key, chunks of 1,024 keys (one CTA each, one warp working): 16 tiles of
+    # 64 keys, one plain fill; merged by the combine kernel.
+    chunks = max(1, L // 1024)
+    tiles = 1024 / 64
+    if d.control_in_body:
+        # Rows of a 16-row split-K path inside the body launch: the same tiles, no launch or fill of their own.
+        return Phase("control", ctas=_heads() * chunks, warps_per_cta=1, resident=8,
+                     warp_instructions=tiles * d.full_tile, launches=0)
+    return Phase("control", ctas=_heads() * chunks, warps_per_cta=4, resident=2,
+                 warp_instructions=tiles * d.full_tile + 3 * tiles * 200 + d.cta_setup,
+                 chain_cycles=(32 + tiles) * H200.latency_cycles, launches=1)
+
+
+def combine_phase(L: int) -> Phase:
+    chunks = max(1, L // 1024)
+    return Phase("combine", bytes=_heads() * C * chunks * D * 4 * 2, launches=1)
+
+
+def first_design_phases(case: str, L: int = 8192) -> list[Phase]:
+    c = dict(FIRST_CENSUS[case])
+    d = FIRST
+    ctas = _heads() * L / d.rows_per_cta
+    per_warp = (c["kv_tiles"] * d.full_tile + c["edge"] * d.edge_tile_extra + c["passes"] * d.pass_extra
+                + d.cta_setup + c["fills"] * d.fill_instructions)
+    chain = c["fills"] * d.fill_round_trips * H200.latency_cycles
+    cols = {"late": 2048, "lite": 567}[case]
+    body = Phase("body", ctas=ctas, warps_per_cta=4, resident=2, warp_instructions=4 * per_warp,
+                 flops=4.0 * cols * D * _heads() * L, bytes=_heads() * L * D * ELEMENT_BYTES * 4,
+                 chain_cycles=chain)
+    return [prepare_phase(d, L), selection_phase(L, case == "late"), body]
+
+
+def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Phase]:
+    label = {"late": "rangeswa late", "lite": "rangeswa_lite"}[case]
+    e = entries[f"{label}|{L}|{D}"]
+    census = dict(kv_tiles=e["kv_tiles"], masked=e["masked_tiles_per_cta"], fills=e["slot_fills"],
+                  cols_per_row=e["cols_per_row"])
+    return [prepare_phase(d, L), selection_phase(L, case == "late"), plan_phase(L), control_phase(d, L),
+            body_phase(d, census, L, case == "lite"), combine_phase(L)]
+
+
+def total(phases: list[Phase], gpu: Gpu, efficiency: float) -> tuple[float, list[tuple[str, dict]]]:
+    rows = [(p.name, p.time(gpu, efficiency)) for p in phases]
+    return sum(r["total"] for _, r in rows), rows
+
+
+def describe(r: dict) -> str:
+    """A phase's time as '<bound><t|i|m|f>[+<latency>]' in ms (f: a fixed estimate, see the phase)."""
+    bound = max(r["tensor"], r["issue"], r["memory"])
+    kind = "tim"[[r["tensor"], r["issue"], r["memory"]].index(bound)] if bound > 0 else "f"
+    text = f"{(bound if bound > 0 else r['total']) * 1e3:.2f}{kind}"
+    return text + (f"+{r['latency'] * 1e3:.2f}" if r["latency"] > 5e-6 else "")
+
+
+def calibrate() -> tuple[float, dict]:
+    """The issue efficiency that best predicts the first design's two H200 figures (log least squares)."""
+    best, best_err = None, math.inf
+    for step in range(1, 1000):
+        eff = step / 1000
+        err = 0.0
+        for case, measured in FIRST_DESIGN_H200_MS.items():
+            t, _ = total(first_design_phases(case), H200, eff)
+            err += math.log(t * 1e3 / measured) ** 2
+        if err < best_err:
+            best, best_err = eff, err
+    predicted = {case: total(first_design_phases(case), H200, best)[0] * 1e3 for case in FIRST_DESIGN_H200_MS}
+    return best, predicted
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--census", default=str(ROOT / "benchmarks" / "results" / "plan_census.json"))
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cuda_time_model.json"))
+    args = p.parse_args(argv)
+    entries = json.loads(Path(args.census).read_text())["entries"]
+
+    eff, first = calibrate()
+    print(f"calibration: issue efficiency {eff:.3f} at 8 warps / SM (fitted on the first design's H200 run)")
+    for case, ms in first.items():
+        m = FIRST_DESIGN_H200_MS[case]
+        print(f"  first design {case:4s} 8k: predicted {ms:6.1f} ms, measured {m:5.1f} ms ({ms / m - 1:+.0%})")
+
+    results = dict(date=datetime.date.today().isoformat(), issue_efficiency=eff,
+                   first_design={k: dict(predicted_ms=v, measured_ms=FIRST_DESIGN_H200_MS[k]) for k, v in first.items()},
+                   designs={})
+    ratios = {}
+    for d in (SECOND_REVIEWED, SECOND_NOW, SECOND_TARGETS):
+        print(f"\n{d.name}  [{'; '.join(d.sources)}]")
+        print(f"  {'case':5s} {'L':>6s} | {'H200 ms':>8s} {'x SDPA':>7s} | {'H100 ms':>8s} | phases on the H200 (ms: the larger "
+              "of t tensor, i issue, m memory, or f a fixed estimate; + exposed latency)")
+        out = {}
+        for case in ("late", "lite"):
+            for L in (8192, 16384, 32768):
+                t200, rows = total(second_design_phases(d, entries, case, L), H200, eff)
+                t100, _ = total(second_design_phases(d, entries, case, L), H100, eff)
+                x = SDPA_FLASH_H200_MS[L] / (t200 * 1e3)
+                split = ", ".join(f"{name} {describe(r)}" for name, r in rows if r["total"] > 5e-6)
+                print(f"  {case:5s} {L:6d} | {t200 * 1e3:8.2f} {x:6.2f}x | {t100 * 1e3:8.2f} | {split}")
+                out[f"{case}|{L}"] = dict(h200_ms=t200 * 1e3, h100_ms=t100 * 1e3, x_sdpa_flash=x,
+                                          phases={n: {k: v * 1e3 for k, v in r.items()} for n, r in rows})
+                if d is SECOND_NOW and L == 8192:
+                    ratios[case] = x
+        results["designs"][d.name] = out
+    Path(args.out).write_text(json.dumps(results, indent=1))
+    print(f"\npredicted 8k: late {ratios['late']:.1f}x, lite {ratios['lite']:.1f}x vs SDPA-flash; first design "
+          f"{first['late']:.1f} ms / {first['lite']:.1f} ms predicted vs 65.4 / 16.7 measured")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

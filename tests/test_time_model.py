@@ -1,0 +1,49 @@
+"""benchmarks/cuda_time_model.py, the offline judge of a CUDA kernel change (issue 29): it runs on the
+committed census, it still predicts the first design's two H200 figures within 30% (the calibration that
+makes its other predictions worth reading), its phases add up, and its last line has the issue's format."""
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import cuda_time_model as model  # noqa: E402
+
+LAST = re.compile(r"^predicted 8k: late ([0-9.]+)x, lite ([0-9.]+)x vs SDPA-flash; first design "
+                  r"([0-9.]+) ms / ([0-9.]+) ms predicted vs 65.4 / 16.7 measured$")
+
+
+def test_the_model_runs_and_ends_with_the_issue_line(tmp_path, capsys):
+    assert model.main(["--out", str(tmp_path / "model.json")]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    m = LAST.match(last)
+    assert m, last
+    saved = json.loads((tmp_path / "model.json").read_text())
+    now = saved["designs"][model.SECOND_NOW.name]
+    assert float(m.group(1)) == round(now["late|8192"]["x_sdpa_flash"], 1)
+    assert float(m.group(2)) == round(now["lite|8192"]["x_sdpa_flash"], 1)
+
+
+def test_the_calibration_predicts_the_first_design_within_30_percent():
+    eff, predicted = model.calibrate()
+    assert 0.05 < eff < 1.0
+    for case, measured in model.FIRST_DESIGN_H200_MS.items():
+        assert abs(predicted[case] / measured - 1) <= 0.30, (case, predicted[case], measured)
+
+
+def test_phases_add_up_and_each_is_the_larger_of_its_bounds_plus_latency():
+    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
+    phases = model.second_design_phases(model.SECOND_NOW, entries, "late", 8192)
+    total, rows = model.total(phases, model.H200, 0.5)
+    assert total == sum(r["total"] for _, r in rows)
+    for p, (_, r) in zip(phases, rows):
+        expected = (max(r["tensor"], r["issue"], r["memory"]) + r["latency"] + p.launches * model.H200.launch_gap_s
+                    + p.fixed_s)
+        assert math.isclose(r["total"], expected)
+    # Fewer instructions per tile can only make the body faster; so can fewer round trips per fill.
+    leaner = model.second_design_phases(
+        model.replace(model.SECOND_NOW, full_tile=650, fill_round_trips=2), entries, "late", 8192)
+    assert model.total(leaner, model.H200, 0.5)[0] < total
