@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "attn_params.h"
 #include "kernel_traits.h"
@@ -107,6 +108,117 @@ __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, type
     cp_async_16((value ? sv : sk) + at * Traits::kStride + col,
                 (value ? gv : gk) + int64_t(valid ? r : 0) * Traits::kHeadDim + col, valid);
   }
+}
+
+// N consecutive floats (N = 2 or a multiple of 4), from an address aligned to min(N, 4) floats.
+template <int N>
+RSWA_HD void load_floats(const float* src, float (&x)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+      const float4 f = *reinterpret_cast<const float4*>(src + i);
+      x[i] = f.x, x[i + 1] = f.y, x[i + 2] = f.z, x[i + 3] = f.w;
+    }
+  } else {
+    static_assert(N == 2, "2 floats or a multiple of 4");
+    const float2 f = *reinterpret_cast<const float2*>(src);
+    x[0] = f.x, x[1] = f.y;
+  }
+}
+
+// N elements (8, 16 or 32 bytes, aligned so) as floats, and back: one to two vector loads or stores.
+template <typename Element, int N>
+RSWA_HD void load_elements(const Element* src, float (&x)[N]) {
+  constexpr int kBytes = N * int(sizeof(Element));
+  static_assert(kBytes == 8 || kBytes == 16 || kBytes == 32, "8, 16 or 32 bytes");
+  Element e[N];
+  if constexpr (kBytes == 8) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(src);
+    memcpy(e, &raw, 8);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) {
+      const uint4 raw = reinterpret_cast<const uint4*>(src)[i];
+      memcpy(reinterpret_cast<char*>(e) + 16 * i, &raw, 16);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) x[i] = to_float(e[i]);
+}
+template <typename Element, int N>
+RSWA_HD void store_elements(Element* dst, const float (&x)[N]) {
+  constexpr int kBytes = N * int(sizeof(Element));
+  Element e[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) e[i] = from_float<Element>(x[i]);
+  if constexpr (kBytes == 8) {
+    uint2 raw;
+    memcpy(&raw, e, 8);
+    *reinterpret_cast<uint2*>(dst) = raw;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) {
+      uint4 raw;
+      memcpy(&raw, reinterpret_cast<const char*>(e) + 16 * i, 16);
+      reinterpret_cast<uint4*>(dst)[i] = raw;
+    }
+  }
+}
+
+// One query row of the slot under a rotation, for rows whose q is 16-byte aligned and whose rotary half is
+// whole 16-byte chunks: dst = the row's slot row, row = its q row (null: a padding row, zeros), cs / sn =
+// its table rows (null: no rotation), sign = -1 for a negative position. A step rotates the 4 pairs of the
+// table entries u .. u + 4 (one float4 each) from two pieces of 4 elements, at x and y: interleaved x = 2u,
+// y = 2u + 4 (pairs (x0, x1), (x2, x3), (y0, y1), (y2, y3)); half split x = u, y = u + half (pairs (x_e,
+// y_e)). Every load of a step is issued before any is used: a fill costs half / 4 dependent round trips
+// per thread (8 at head dim 64), where one element pair at a time cost two per pair.
+template <typename Traits>
+__device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, const typename Traits::Element* row,
+                                                const float* cs, const float* sn, float sign, int half, int D,
+                                                bool interleaved) {
+  using Element = typename Traits::Element;
+  if (cs != nullptr) {
+#pragma unroll 1
+    for (int u = 0; u < half; u += 4) {
+      const int x = interleaved ? 2 * u : u, y = interleaved ? 2 * u + 4 : u + half;
+      float a[4], b[4], c[4], s[4];
+      load_elements<Element, 4>(row + x, a);
+      load_elements<Element, 4>(row + y, b);
+      load_floats<4>(cs + u, c);
+      load_floats<4>(sn + u, s);
+      // pair e: (p[e], q[e]) of the two layouts
+      float pa[4], pb[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float* first = e < 2 ? a : b;
+        pa[e] = interleaved ? first[2 * (e % 2)] : a[e];
+        pb[e] = interleaved ? first[2 * (e % 2) + 1] : b[e];
+        const float se = s[e] * sign;
+        const float ra = pa[e] * c[e] - pb[e] * se, rb = pa[e] * se + pb[e] * c[e];
+        pa[e] = ra;
+        pb[e] = rb;
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float* first = e < 2 ? a : b;
+        if (interleaved) {
+          first[2 * (e % 2)] = pa[e];
+          first[2 * (e % 2) + 1] = pb[e];
+        } else {
+          a[e] = pa[e];
+          b[e] = pb[e];
+        }
+      }
+      store_elements<Element, 4>(dst + x, a);
+      store_elements<Element, 4>(dst + y, b);
+    }
+  }
+  // The rest (every dim when there is no rotation): copied, zero past D and on padding rows.
+  constexpr int kChunk = 16 / int(sizeof(Element));
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll 1
+  for (int d = cs != nullptr ? 2 * half : 0; d < Traits::kHeadDim; d += kChunk)
+    *reinterpret_cast<uint4*>(dst + d) = row != nullptr && d < D ? *reinterpret_cast<const uint4*>(row + d) : zero;
 }
 
 // The keys and values array of a record's key set for KV head bh.
@@ -303,28 +415,45 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   const int32_t n0 = t.control ? t.i0 : g.C + t.i0 - p.first_row;  // q row of the tile's first row
   const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, n0);
   // The tile's rows under variant v, unscaled, rounded to the element type; zero past the rows and D.
+  // Rows in 16-byte chunks (D, the rotary half and the row stride whole chunks, the rows 16-byte aligned):
+  // thread r fills row r with 16-byte loads (fill_row_vector); otherwise element pairs, below.
+  constexpr int kQChunk = 16 / int(sizeof(Element));
+  const bool q_chunks = p.D % kQChunk == 0 && p.rotary_half % kQChunk == 0 && p.q_strides.row % kQChunk == 0 &&
+                        reinterpret_cast<uintptr_t>(q_rows) % 16 == 0;
   auto fill = [&](QVar v) {
     const int half = p.rotary_half;
-    for (int idx = tid; idx < M * (Dp / 2); idx += M) {
-      const int r = idx / (Dp / 2), u = idx % (Dp / 2);
-      // Unit u writes dims (da, db): a rotated pair (interleaved (2u, 2u+1), half (u, u + half)) or two
-      // dims past the rotary ones.
+    const bool in = tid < t.nrows;
+    const float *cs = nullptr, *sn = nullptr;  // this row's table rows (null: no rotation)
+    float sign = 1.f;
+    if (in && v != QVar::kPlain && half > 0) {  // padding rows read no table row (past L)
+      const int32_t pos = v == QVar::kCond ? t.i0 + tid : variant_position(g, v, t.i0 + tid);
+      const int64_t at = int64_t(pos < 0 ? -pos : pos) * half;
+      cs = (v == QVar::kCond ? p.cos_cond : p.cos_int) + at;
+      sn = (v == QVar::kCond ? p.sin_cond : p.sin_int) + at;
+      sign = pos < 0 ? -1.f : 1.f;
+    }
+    const Element* row = in ? q_rows + int64_t(tid) * p.q_strides.row : nullptr;
+    Element* dst = sQ + tid * Traits::kStride;
+    if (q_chunks) {
+      fill_row_vector<Traits>(dst, row, cs, sn, sign, half, p.D, p.interleaved);
+      return;
+    }
+    // Element pairs u (dims da, db): a rotated pair (interleaved (2u, 2u+1), half (u, u + half)) or two dims
+    // past the rotary ones.
+#pragma unroll 1
+    for (int u = 0; u < Dp / 2; ++u) {
       const int da = u < half ? (p.interleaved ? 2 * u : u) : 2 * u;
       const int db = u < half ? (p.interleaved ? 2 * u + 1 : u + half) : 2 * u + 1;
-      const Element* row = q_rows + int64_t(r) * p.q_strides.row;
-      const bool in = r < t.nrows;
-      float a = in && da < p.D ? to_float(row[da]) : 0.f, b = in && db < p.D ? to_float(row[db]) : 0.f;
-      if (in && u < half && v != QVar::kPlain) {  // padding rows read no table row (past L)
-        const int32_t pos = v == QVar::kCond ? t.i0 + r : variant_position(g, v, t.i0 + r);
-        const int64_t at = int64_t(pos < 0 ? -pos : pos) * half + u;
-        const float c = (v == QVar::kCond ? p.cos_cond : p.cos_int)[at];
-        const float sn = (v == QVar::kCond ? p.sin_cond : p.sin_int)[at] * (pos < 0 ? -1.f : 1.f);
-        const float ra = a * c - b * sn;
-        b = a * sn + b * c;
+      float a = row != nullptr && da < p.D ? to_float(row[da]) : 0.f;
+      float b = row != nullptr && db < p.D ? to_float(row[db]) : 0.f;
+      if (cs != nullptr && u < half) {
+        const float c = cs[u], se = sn[u] * sign;
+        const float ra = a * c - b * se;
+        b = a * se + b * c;
         a = ra;
       }
-      sQ[r * Traits::kStride + da] = from_float<Element>(a);
-      sQ[r * Traits::kStride + db] = from_float<Element>(b);
+      dst[da] = from_float<Element>(a);
+      dst[db] = from_float<Element>(b);
     }
   };
   // Straddling blocks (plan.h mixed_block): the parts of this thread's row's logits that variant v gives,
