@@ -150,7 +150,12 @@ SECOND_REVIEWED = Design(
 SECOND_NOW = replace(
     SECOND_REVIEWED,
     name="second design now (main)",
-    sources=SECOND_REVIEWED.sources + ("no issue-29 kernel change has landed yet",),
+    # mainloop.h fill_row_vector: one thread per row, 4 pairs a step with every load issued first: half / 4
+    # = 8 round trips per fill at head dim 64; about 60 warp instructions a step (estimate).
+    fill_round_trips=8, fill_instructions=8 * 60,
+    # mixed_dots: two 16-byte loads issued before use, 4 round trips per term, 6 terms per late row.
+    mixed_round_trips=24,
+    sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",),
 )
 # What issue 29 asks for: 650 instructions per full tile, a fill of 16-byte loads issued before use (one
 # round trip per 16-row pass of 8 chunks: 2), straddling dots from 16-byte loads (8 round trips), prepare at

@@ -482,9 +482,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       const bool summary = base == a.s_nat || base == a.s_grp;
       const Element* x = static_cast<const Element*>(base) + bh * (summary ? a.sum_stride : a.key_stride) + row;
       const Element* qr = sQ + tid * Traits::kStride;
+      // 16-byte loads, two issued before either is used (4 round trips per term at head dim 64 in bf16, was
+      // 8 of 2-byte loads; prepared rows are 16-byte aligned), summed in dim order.
+      constexpr int kChunk = 16 / int(sizeof(Element)), kStep = 2;
       float acc = 0.f;
-#pragma unroll 8
-      for (int d = 0; d < Dp; ++d) acc += to_float(qr[d]) * to_float(x[d]);
+#pragma unroll 1
+      for (int d0 = 0; d0 < Dp; d0 += kStep * kChunk) {
+        uint4 raw[kStep];
+#pragma unroll
+        for (int c = 0; c < kStep; ++c) raw[c] = *reinterpret_cast<const uint4*>(x + d0 + c * kChunk);
+#pragma unroll
+        for (int c = 0; c < kStep; ++c) {
+          Element xe[kChunk], qe[kChunk];
+          memcpy(xe, &raw[c], 16);
+          const uint4 qraw = *reinterpret_cast<const uint4*>(qr + d0 + c * kChunk);
+          memcpy(qe, &qraw, 16);
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) acc += to_float(qe[e]) * to_float(xe[e]);
+        }
+      }
       *target += sign * acc;
     }
   };
