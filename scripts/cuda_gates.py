@@ -118,6 +118,99 @@ def sass_stats(cubin: str, kernel: str = KERNEL) -> dict:
                 calls=calls, division_calls=[c for c in calls if DIVISION.search(c)])
 
 
+ADDRESS = re.compile(r"^\s+/\*([0-9a-f]{4,6})\*/")
+BRANCH_TARGET = re.compile(r"\bBRA(?:\.[A-Z.]+)?\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)")
+PREPARE_KERNEL = "prepare_vector_kernelI13__nv_bfloat16Lb0"
+PREPARE_ELEMENTS_PER_ITERATION = 8  # one lane, one token: two 4-element pieces of each array (prepare.h)
+PREPARE_LIMITS = dict(max_per_element=40, max_registers=128)
+
+
+def function_sass(cubin: str, kernel: str) -> list[tuple[int, str, str]]:
+    """(address, opcode, line) of every instruction of the first function whose name contains `kernel`."""
+    done = subprocess.run([cuobjdump_path(), "-sass", cubin], capture_output=True, text=True, check=True)
+    out, inside, found = [], False, False
+    for line in done.stdout.splitlines():
+        if "Function :" in line:
+            if found:
+                break
+            inside = found = kernel in line
+            continue
+        m, a = INSTRUCTION.match(line), ADDRESS.match(line)
+        if inside and m and a:
+            out.append((int(a.group(1), 16), m.group(1), line))
+    return out
+
+
+def hottest_loop(sass: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
+    """The instructions of the innermost backward-branch loop that stores the most: [target, branch]."""
+    best, best_key = [], None
+    for address, op, line in sass:
+        t = BRANCH_TARGET.search(line)
+        if not op.startswith("BRA") or not t or int(t.group(1), 16) > address:
+            continue
+        body = [x for x in sass if int(t.group(1), 16) <= x[0] <= address]
+        key = (sum(o.startswith("STG") for _, o, _ in body), -len(body))
+        if best_key is None or key > best_key:
+            best, best_key = body, key
+    return best
+
+
+def subroutine_calls(sass: list[tuple[int, str, str]]) -> list[str]:
+    """CALLs into a subroutine. sm_80 code also leaves a loop whose exit it cannot prove warp-uniform by a
+    `CALL.REL.NOINC` just past the loop's backward branch (`@P CALL.REL.NOINC next; BRA top; next:`): a
+    reconvergence point, no subroutine, not counted."""
+    out = []
+    for i, (address, op, line) in enumerate(sass):
+        if not op.startswith("CALL"):
+            continue
+        target = re.search(r"CALL\S*\s+0x([0-9a-f]+)", line)
+        after = [a for a, _, _ in sass[i + 1:i + 3]]
+        skips_only_a_branch = len(after) == 2 and sass[i + 1][1].startswith("BRA") and int(target.group(1), 16) == after[1]
+        if target and after and (int(target.group(1), 16) == after[0] or skips_only_a_branch):
+            continue
+        out.append(line.strip())
+    return out
+
+
+def prepare_gate(archs=("80", "90a")) -> dict:
+    """The vector preparation kernel (prepare.h prepare_range, bf16, half-split RoPE): SASS instructions of
+    its token loop per element, registers, and what the loop must not hold: division CALLs or any CALL,
+    64-bit integer multiplies (IMAD.WIDE is a 32 x 32 -> 64 address and allowed), local memory."""
+    if nvcc_path() is None or cuobjdump_path() is None:
+        raise FileNotFoundError("the gates need nvcc (CUDA_HOME) and cuobjdump (CUDA toolkit or the triton package)")
+    results = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for arch in archs:
+            cubin, report = compile_kernel("csrc/cuda/prepare.cu", arch, workdir)
+            stats = ptxas_stats(report, PREPARE_KERNEL)
+            sass = function_sass(cubin, PREPARE_KERNEL)
+            loop = hottest_loop(sass)
+            ops = [o for _, o, _ in loop]
+            stats.update(kernel_instructions=len(sass), loop_instructions=len(ops),
+                         per_element=len(ops) / PREPARE_ELEMENTS_PER_ITERATION,
+                         loop_loads=sum(o.startswith("LDG") for o in ops), loop_stores=sum(o.startswith("STG") for o in ops),
+                         calls=len(subroutine_calls(sass)),
+                         loop_exit_calls=sum(o.startswith("CALL") for _, o, _ in sass) - len(subroutine_calls(sass)),
+                         loop_int64_multiplies=sum(o.startswith("IMAD") and ".WIDE" not in o and ".HI" in o for o in ops),
+                         local=sum(o.startswith(("LDL", "STL")) for _, o, _ in sass))
+            fails = []
+            if not loop:
+                fails.append("no token loop found")
+            if stats["per_element"] > PREPARE_LIMITS["max_per_element"]:
+                fails.append(f"{stats['per_element']:.1f} instructions per element > {PREPARE_LIMITS['max_per_element']}")
+            if stats["registers"] is None or stats["registers"] > PREPARE_LIMITS["max_registers"]:
+                fails.append(f"registers {stats['registers']} > {PREPARE_LIMITS['max_registers']}")
+            if stats["calls"]:
+                fails.append(f"{stats['calls']} subroutine CALLs")
+            if stats["loop_int64_multiplies"]:
+                fails.append(f"{stats['loop_int64_multiplies']} 64-bit multiplies in the loop")
+            if stats["local"] or stats["spill_stores"]:
+                fails.append("local memory")
+            stats["failures"] = fails
+            results[arch] = stats
+    return results
+
+
 def failures(stats: dict) -> list[str]:
     """The limits a compiled kernel breaks (empty: it passes)."""
     out = []
@@ -164,7 +257,20 @@ def main(argv=None) -> int:
     except (FileNotFoundError, RuntimeError) as e:
         print(f"cuda_gates: {e}", file=sys.stderr)
         return 2
+    try:
+        prepare = prepare_gate(tuple(args.arch or ("80", "90a")))
+    except (FileNotFoundError, RuntimeError) as e:
+        print(f"cuda_gates: {e}", file=sys.stderr)
+        return 2
     ok = True
+    for arch, s in prepare.items():
+        print(f"prepare sm_{arch}: registers {s['registers']}, token loop {s['loop_instructions']} SASS = "
+              f"{s['per_element']:.1f} per element ({s['loop_loads']} loads, {s['loop_stores']} stores), subroutine "
+              f"CALLs {s['calls']} (loop-exit CALLs {s['loop_exit_calls']}), 64-bit multiplies in the loop "
+              f"{s['loop_int64_multiplies']}")
+        for f in s["failures"]:
+            print(f"  FAIL prepare sm_{arch}: {f}")
+        ok = ok and not s["failures"]
     for arch, s in results.items():
         print(f"sm_{arch}: registers {s['registers']}, spills {s['spill_stores']} B, stack {s['stack']} B, "
               f"SASS {s['instructions']}, MMA {s['mma']} ({s['mma_share']:.2%}), 64-bit compares {s['isetp64']}, "
@@ -173,7 +279,7 @@ def main(argv=None) -> int:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        Path(args.json).write_text(json.dumps(dict(attn=results, prepare=prepare), indent=2))
     print("cuda_gates: PASS" if ok else "cuda_gates: FAIL")
     return 0 if ok else 1
 

@@ -9,8 +9,10 @@
 #     them) into /tmp/site;
 #  2. build in place for Hopper only (RANGESWA_CUDA_ARCHS=90a, MAX_JOBS=16);
 #  3. the offline gates on this machine's toolchain (scripts/cuda_gates.py --arch 90a);
-#  4. an exception probe: an invalid `retrieved` must raise ValueError on the CPU and on the GPU, each in
-#     its own interpreter (the first H200 run crashed there);
+#  4. an exception probe, each device in its own interpreter (the first H200 run crashed there): an input
+#     error (int64 `retrieved`) must raise ValueError on the CPU and on the GPU; an invalid block a
+#     ValueError on the CPU and, on the GPU, the plan kernel's device-side assertion (checked on the
+#     device, no sync: a RuntimeError at the next synchronization, its message printed by the kernel);
 #  5. the CUDA tests (tests/test_ops_cuda.py without the host-emulator ones, tests/test_prepared.py,
 #     tests/test_build.py); a test that crashes the interpreter is deselected and the rest rerun;
 #  6. the attention benchmark (benchmarks/bench_gpu_attention.py --quick: D = 64 at 2k-32k, D = 128 at 8k
@@ -84,13 +86,22 @@ cfg = preset("rangeswa", train_length=256)
 g = torch.Generator().manual_seed(3)
 q, k, v = (torch.randn(2, h, 12 + 1000, 64, generator=g).to(device) for h in (2, 1, 1))
 bad = ops.topk_blocks(q, k, cfg, 12).clone()
-bad[0, 0, 3, 0] = 3 * cfg.query_block // cfg.retrieval_block
 try:
-    ops.attn(q, k, v, cfg, 12, retrieved=bad)
-    print(f"probe {device}: no error raised")
+    ops.attn(q, k, v, cfg, 12, retrieved=bad.long())
+    print(f"probe {device}: no error raised for an int64 retrieved")
     sys.exit(1)
 except ValueError as e:
-    print(f"probe {device}: ValueError raised as expected: {str(e)[:120]}")
+    print(f"probe {device}: ValueError raised as expected: {str(e)[:120]}", flush=True)
+bad[0, 0, 3, 0] = 3 * cfg.query_block // cfg.retrieval_block
+expected = ValueError if device == "cpu" else RuntimeError
+try:
+    ops.attn(q, k, v, cfg, 12, retrieved=bad)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    print(f"probe {device}: no error raised for a block that is not a candidate")
+    sys.exit(1)
+except expected as e:
+    print(f"probe {device}: {expected.__name__} raised as expected: {str(e)[:120]}")
 EOF
     )
     rc=$?

@@ -49,3 +49,39 @@ def test_the_gate_reads_what_it_claims(measured):
         s = measured[arch]
         assert s["mma"] >= 128 and 1000 <= s["instructions"], s
         assert s["registers"] >= 64, s
+
+
+# ---- the vector preparation (issue 29): prepare at bandwidth ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prepare_measured():
+    if cuda_gates.nvcc_path() is None or cuda_gates.cuobjdump_path() is None:
+        pytest.skip("needs nvcc (CUDA_HOME) and cuobjdump (CUDA toolkit, or the triton package of torch's CUDA build)")
+    return cuda_gates.prepare_gate(archs=ARCHS)
+
+
+PREPARE_CHECKS = {
+    "instructions_per_element": lambda s: s["per_element"] <= cuda_gates.PREPARE_LIMITS["max_per_element"],
+    "registers": lambda s: s["registers"] is not None and s["registers"] <= cuda_gates.PREPARE_LIMITS["max_registers"],
+    "no_subroutine_calls": lambda s: s["calls"] == 0,
+    "no_64_bit_multiplies_in_the_loop": lambda s: s["loop_int64_multiplies"] == 0,
+    "no_local_memory": lambda s: not (s["local"] or s["spill_stores"]),
+}
+
+
+@pytest.mark.parametrize("limit", sorted(PREPARE_CHECKS))
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prepare_kernel_gate(prepare_measured, arch, limit):
+    stats = prepare_measured[arch]
+    assert PREPARE_CHECKS[limit](stats), f"sm_{arch} prepare {limit}: {stats['failures']} ({stats})"
+
+
+def test_the_prepare_gate_reads_the_token_loop(prepare_measured):
+    """The loop the gate counts is the token loop: it loads the key and value pieces (4 x 8 bytes) and
+    stores the arrays a RangeSWA call writes (at least 6 pieces), so a gate that found another loop, or
+    none, fails here rather than passing on a small count."""
+    for arch in ARCHS:
+        s = prepare_measured[arch]
+        assert s["loop_loads"] >= 4 and s["loop_stores"] >= 6, s
+        assert 8 <= s["loop_instructions"] < s["kernel_instructions"], s

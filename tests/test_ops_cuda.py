@@ -8,6 +8,9 @@ every case of the grid (one test per case and dtype). It runs wherever nvcc and 
 are (the README's install gives both), GPU or not; docs/cuda.md says what it leaves to a GPU.
 """
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -100,10 +103,22 @@ def test_attn_cuda_user_retrieved_blocks():
     out = ops.attn(*_cuda(q, k, v), cfg, C, retrieved=padded.cuda())
     expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, retrieved=padded)
     assert rel_err(out.cpu(), expect) < FP32_TOL
-    bad = blocks.clone()
-    bad[0, 0, 3, 0] = 3 * cfg.query_block // cfg.retrieval_block  # inside that query block's windows
-    with pytest.raises(ValueError, match="not a candidate"):
-        ops.attn(*_cuda(q, k, v), cfg, C, retrieved=bad.cuda())
+
+    # A bad block stops the plan kernel with a device-side assertion (checked on the device, no sync), which
+    # leaves the process's CUDA context unusable: run it in a process of its own.
+    script = f"""
+import torch
+from rangeswa_ext import ops, preset
+cfg = preset("rangeswa", train_length=256)
+q, k = torch.randn(2, 2, {C + 1000}, 64), torch.randn(2, 1, {C + 1000}, 64)
+bad = ops.topk_blocks(q, k, cfg, {C})
+bad[0, 0, 3, 0] = 3 * cfg.query_block // cfg.retrieval_block  # inside that query block's windows
+ops.attn(q.cuda(), k.cuda(), k.cuda(), cfg, {C}, retrieved=bad.cuda())
+torch.cuda.synchronize()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "retrieved holds block 6 for query block 3" in done.stdout + done.stderr, done.stdout + done.stderr
 
 
 @needs_cuda

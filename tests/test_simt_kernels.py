@@ -131,6 +131,41 @@ def test_topk_select_kernel_merges_many_chunks_and_is_schedule_independent(simt,
         assert_same(again, got)
 
 
+def test_topk_kernels_stride_over_more_heads_than_grid_rows(simt):
+    """B * H_kv = 6 heads on grids of two CTA rows (simt.h RSWA_MAX_GRID_Y; 65535 on a GPU): the means, key
+    means and select kernels take every head in turn, and give the reference's blocks for each."""
+    cfg = preset("rangeswa", train_length=64, late_window=16, summary_block=4, retrieval_block=4, query_block=8,
+                 near_range=16, topk=6)
+    q, k, _ = make_qkv(2, 6, 3, 300, 64, seed=21)
+    args = {a: b for a, b in ops.attn_arguments(cfg, 0, "late").items() if a in TOPK_ARGS}
+    got = simt.topk_blocks(q, k, **args)
+    assert got.shape[:2] == (2, 3)
+    assert torch.equal(got, ref.retrieved_blocks(q.double(), k.double(), 0, cfg, cfg.window_for("late")))
+
+
+def test_a_bad_retrieved_block_stops_the_plan_kernel(simt):
+    """The CUDA op checks a user's blocks on the device (no host copy, no sync): the plan's sort kernel stops
+    with a device-side assertion naming the block, as the GPU's __trap does; each rule of
+    check_retrieved_values in turn (a block past nKb, one inside the query block's windows, one given twice)."""
+    cfg = preset("rangeswa", train_length=256)
+    C = 12
+    q, k, v = make_qkv(2, 2, 1, C + 1000, 64, seed=3)
+    blocks = ops.topk_blocks(q, k, cfg, C)
+    arguments = ops.attn_arguments(cfg, C, "late")
+    n_kb = -(-1000 // cfg.retrieval_block)
+    past, inside, twice = blocks.clone(), blocks.clone(), blocks.clone()
+    past[1, 0, 5, 1] = n_kb
+    inside[0, 0, 3, 0] = 3 * cfg.query_block // cfg.retrieval_block
+    twice[0, 0, 7, 1] = twice[0, 0, 7, 0]
+    for bad, block, qb in ((past, n_kb, 5), (inside, 3 * cfg.query_block // cfg.retrieval_block, 3),
+                           (twice, int(blocks[0, 0, 7, 0]), 7)):
+        message = f"device-side assertion: rangeswa attn: retrieved holds block {block} for query block {qb}: "
+        with pytest.raises(RuntimeError, match=message):
+            simt.attn(q, k, v, bad, **arguments)
+    padded = torch.cat([blocks.flip(-1), torch.full_like(blocks[..., :2], -1)], -1)  # any order, -1 padding
+    simt.attn(q, k, v, padded, **arguments)
+
+
 # --------------------------------------------------------------------------------------------- prepare
 
 

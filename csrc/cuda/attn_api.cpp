@@ -71,7 +71,8 @@ std::pair<at::Tensor, at::Tensor> rope_table(const RopeParams& rope, int64_t cou
 // The rope tables of attn, built once per shape and configuration and kept (issue: a model calls the op
 // with the same positions in every layer): the integer positions 0.. (grown by doubling) per (device,
 // theta, rotary_dim), and the conditioning positions i T / L per (device, theta, rotary_dim, L, step).
-// A table built on another stream is waited for through the event recorded after its build.
+// A table built on another stream is waited for through the event recorded after its build, and recorded
+// as used on the calling stream (record_stream) so its eviction cannot free it under a pending kernel.
 class TableCache {
  public:
   struct Entry {
@@ -93,7 +94,15 @@ class TableCache {
                         it->rotary_dim == rope.rotary_dim && it->integer == integer &&
                         (integer ? it->rows >= rows : it->rows == rows && it->step == step);
       if (!same) continue;
-      if (it->stream != stream) it->built->block(at::cuda::getCurrentCUDAStream(device.index()));
+      if (it->stream != stream) {
+        // Wait for the build, and tell the allocator the tables are used on this stream too: when the entry
+        // is evicted (and its tensors freed) while this stream's kernels still read them, the memory is
+        // not reused before they finish.
+        const at::cuda::CUDAStream current = at::cuda::getCurrentCUDAStream(device.index());
+        it->built->block(current);
+        it->cos.record_stream(current);
+        it->sin.record_stream(current);
+      }
       entries_.splice(entries_.begin(), entries_, it);
       return {entries_.front().cos, entries_.front().sin};
     }
@@ -252,7 +261,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   if (prepared.has_value()) check_prepared_cuda(*prepared, ap, k, Dp);
   const bool retrieves = R.method == Method::kRangeSwa && ap.L > 0;
   const bool given = retrieves && retrieved.has_value();
-  if (given) check_retrieved_values(retrieved->to(at::kCPU), R);  // B x H_kv x nQb x K ints: a small copy
+  // A user's blocks are checked by the plan's sort kernel on the device (no host copy, no sync).
   const bool computes = retrieves && !given && R.topk > 0;
   if (computes) check_topk_fits(R, q.device());
   const int64_t K = given ? retrieved->size(3) : computes ? R.topk : 0;
@@ -346,8 +355,9 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
   dispatch_dtype(qc.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     check_launch(launch_prepare<T>(pp, stream), "attn key preparation");
-    check_launch(launch_plan(p, buf.retrieved, buf.retrieved_sorted, buf.records, buf.record_count, s.plans(), stream),
-                 "attn plan");
+    check_launch(
+        launch_plan(p, R, buf.retrieved, buf.retrieved_sorted, buf.records, buf.record_count, s.plans(), stream),
+        "attn plan");
     run_attn_for<T>(p, ap.D, stream);
     if (ap.C > 0) check_launch(launch_combine<T>(p, stream), "attn control rows");
   });

@@ -8,12 +8,13 @@
 namespace rangeswa::cuda {
 namespace {
 
-// One CTA per (G-block, row of B*H); one thread per rotated pair or single dim.
+// One CTA per G-block, its row of the grid striding over the B*H heads; one thread per rotated pair or single
+// dim.
 template <typename Element>
-__global__ void block_summary_kernel(const Element* k, const Element* v, const float* cos_t, const float* sin_t,
-                                     Element* ks, Element* vs, int64_t L, int64_t D, int64_t G, int half,
-                                     bool interleaved) {
-  const int64_t blk = blockIdx.x, bh = blockIdx.y, nG = (L + G - 1) / G;
+__device__ void block_summary_of_head(const Element* k, const Element* v, const float* cos_t, const float* sin_t,
+                                      Element* ks, Element* vs, int64_t bh, int64_t L, int64_t D, int64_t G,
+                                      int half, bool interleaved) {
+  const int64_t blk = blockIdx.x, nG = (L + G - 1) / G;
   const int64_t j0 = blk * G, j1 = j0 + G < L ? j0 + G : L;
   const int rotated_half = cos_t != nullptr ? half : 0;  // no positions: every dim passes through
   const int64_t units = rotated_half + (D - 2 * rotated_half);
@@ -47,6 +48,14 @@ __global__ void block_summary_kernel(const Element* k, const Element* v, const f
   }
 }
 
+template <typename Element>
+__global__ void block_summary_kernel(const Element* k, const Element* v, const float* cos_t, const float* sin_t,
+                                     Element* ks, Element* vs, int64_t BH, int64_t L, int64_t D, int64_t G, int half,
+                                     bool interleaved) {
+  for (int64_t bh = blockIdx.y; bh < BH; bh += gridDim.y)  // utils.h grid_rows
+    block_summary_of_head(k, v, cos_t, sin_t, ks, vs, bh, L, D, G, half, interleaved);
+}
+
 }  // namespace
 
 template <typename Element>
@@ -55,9 +64,9 @@ cudaError_t launch_block_summary(const Element* k, const Element* v, const float
                                  int rotary_half, bool interleaved, cudaStream_t stream) {
   const int64_t nG = (L + G - 1) / G;
   if (nG == 0 || BH == 0) return cudaSuccess;
-  if (nG > int64_t(0x7fffffff) || BH > 65535) return cudaErrorInvalidConfiguration;
-  return RSWA_LAUNCH(block_summary_kernel<Element>, dim3(unsigned(nG), unsigned(BH)), 128, 0, stream, k, v, cos_t,
-                     sin_t, ks, vs, L, D, G, rotary_half, interleaved);
+  if (nG > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  return RSWA_LAUNCH(block_summary_kernel<Element>, dim3(unsigned(nG), grid_rows(BH)), 128, 0, stream, k, v, cos_t,
+                     sin_t, ks, vs, BH, L, D, G, rotary_half, interleaved);
 }
 
 template cudaError_t launch_block_summary<float>(const float*, const float*, const float*, const float*, float*,

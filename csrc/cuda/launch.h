@@ -12,9 +12,10 @@
 
 namespace rangeswa::cuda {
 
-// Rule 3's retrieved blocks sorted per (KV head, query block), then the records of every body tile.
-cudaError_t launch_plan(const AttnKernelParams& p, const int32_t* given, int32_t* sorted, Record* records,
-                        int32_t* counts, int64_t plans, cudaStream_t stream);
+// Rule 3's retrieved blocks sorted per (KV head, query block) and checked against `rules` (an invalid one
+// is a device-side assertion: attn_params.h sort_retrieved), then the records of every body tile.
+cudaError_t launch_plan(const AttnKernelParams& p, const Rules& rules, const int32_t* given, int32_t* sorted,
+                        Record* records, int32_t* counts, int64_t plans, cudaStream_t stream);
 
 // The control rows' outputs and log-sum-exp from their chunks (combine.h).
 template <typename Element>

@@ -14,9 +14,15 @@ namespace {
 
 constexpr int kThreads = 128;
 
-__global__ void sort_kernel(const int32_t* given, int32_t* sorted, int64_t rows, int32_t k) {
+// A user's invalid block stops the kernel with a device-side assertion, as torch's indexing does (the
+// host would have to wait for the device to see the values and raise).
+__global__ void sort_kernel(const Rules rules, const int32_t* given, int32_t* sorted, int64_t rows, int32_t k) {
   const int64_t row = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (row < rows) sort_retrieved(given + row * k, sorted + row * k, k);
+  if (row >= rows) return;
+  const int64_t qb = row % rules.num_query_blocks();
+  int32_t bad = -1;
+  if (!sort_retrieved(given + row * k, sorted + row * k, k, rules, qb, &bad))
+    RSWA_DEVICE_FAIL(RSWA_BAD_RETRIEVED, int(bad), (long long)qb, (long long)rules.num_key_blocks());
 }
 
 __global__ void plan_kernel(const __grid_constant__ AttnKernelParams p, int64_t plans, Record* records,
@@ -44,12 +50,13 @@ unsigned ctas(int64_t items) { return unsigned((items + kThreads - 1) / kThreads
 
 }  // namespace
 
-cudaError_t launch_plan(const AttnKernelParams& p, const int32_t* given, int32_t* sorted, Record* records,
-                        int32_t* counts, int64_t plans, cudaStream_t stream) {
+cudaError_t launch_plan(const AttnKernelParams& p, const Rules& rules, const int32_t* given, int32_t* sorted,
+                        Record* records, int32_t* counts, int64_t plans, cudaStream_t stream) {
   if (p.retrieved_k > 0) {
     const int64_t rows = int64_t(p.B) * p.Hkv * p.nQb;
     if (rows > 0) {
-      const cudaError_t err = RSWA_LAUNCH(sort_kernel, ctas(rows), kThreads, 0, stream, given, sorted, rows, p.retrieved_k);
+      const cudaError_t err =
+          RSWA_LAUNCH(sort_kernel, ctas(rows), kThreads, 0, stream, rules, given, sorted, rows, p.retrieved_k);
       if (err != cudaSuccess) return err;
     }
   }

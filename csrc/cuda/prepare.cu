@@ -33,6 +33,17 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(const PrepareParams p
   prepare_unit<Element>(p, int32_t(x / units), int32_t(x % units), int(threadIdx.x % 32), 32);
 }
 
+// The vector preparation (prepare.h prepare_range): Dp / 8 lanes per unit, 32 / (Dp / 8) units per warp.
+template <typename Element, bool kInterleaved>
+__global__ void __launch_bounds__(kThreads) prepare_vector_kernel(const PrepareParams p, int32_t total) {
+  const int lane = int(threadIdx.x % 32), per = prepare_dim_units(p), slots = p.by_dim_units.div(32);
+  const int slot = p.by_dim_units.div(lane), w = lane - slot * per;
+  const int32_t x = (int32_t(blockIdx.x) * kUnitsPerCta + int32_t(threadIdx.x / 32)) * slots + slot;
+  if (slot >= slots || x >= total) return;
+  const int32_t bh = p.by_units.div(x);
+  prepare_range<Element, kInterleaved>(p, bh, x - bh * p.by_units.d, w);
+}
+
 }  // namespace
 
 cudaError_t launch_rope_table(float* cos_out, float* sin_out, int64_t count, int rotary_half, double theta,
@@ -45,8 +56,19 @@ cudaError_t launch_rope_table(float* cos_out, float* sin_out, int64_t count, int
 }
 
 template <typename Element>
-cudaError_t launch_prepare(const PrepareParams& p, cudaStream_t stream) {
+cudaError_t launch_prepare(const PrepareParams& given, cudaStream_t stream) {
+  const PrepareParams p = prepare_ready<Element>(given);
   const int32_t units = prepare_units(p);
+  if (p.vector) {
+    const int64_t total = int64_t(units) * p.BH, per_warp = 32 / prepare_dim_units(p);
+    const int64_t ctas = (total + per_warp * kUnitsPerCta - 1) / (per_warp * kUnitsPerCta);
+    if (ctas == 0) return cudaSuccess;
+    if (total > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+    return p.interleaved
+               ? RSWA_LAUNCH((prepare_vector_kernel<Element, true>), unsigned(ctas), kThreads, 0, stream, p, int32_t(total))
+               : RSWA_LAUNCH((prepare_vector_kernel<Element, false>), unsigned(ctas), kThreads, 0, stream, p,
+                             int32_t(total));
+  }
   const int64_t ctas = (int64_t(units) * p.BH + kUnitsPerCta - 1) / kUnitsPerCta;
   if (ctas == 0) return cudaSuccess;
   if (ctas > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;

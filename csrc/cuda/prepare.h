@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "convert.h"
 #include "layout.h"
@@ -37,6 +39,11 @@ struct PrepareParams {
   // The arrays hold body rows from row0 on (the prepare op's first_key, a multiple of unit_tokens; 0 in a
   // call): row j at j - row0, G-block b at b - row0 / G. Control rows are copied when k_ctrl is set.
   int32_t row0;
+  // Set by prepare_ready (the launcher and the host emulation alike): whether the call takes the vector
+  // preparation (prepare_range), and the divisors it uses.
+  bool vector;
+  FastDiv by_Hkv, by_g, by_units, by_dim_units;
+  float inv_G, inv_last;  // 1 / G and 1 / (L - G floor((L - 1) / G)), the last block's tokens
 
   RSWA_HD bool j_starts_block(int32_t j) const { return j % G == 0; }
 };
@@ -106,6 +113,201 @@ RSWA_HD void prepare_unit(const PrepareParams& p, int32_t bh, int32_t unit, int 
         if (p.s_grp != nullptr) out(p.s_grp, p.sum_stride, blk - block0)[d] = from_float<Element>(run_grp / n);
       }
     }
+  }
+}
+
+// ---- the vector preparation --------------------------------------------------------------------------
+// Calls whose rows are whole 4-element pieces at aligned addresses (D and the rotary half multiples of 4,
+// k and v rows and strides aligned to a piece) run prepare_range: a lane per (token unit, 8-dim unit of
+// the padded head dim), walking the unit's tokens in order with its running sums in registers. Dim unit w
+// is two pieces of 4 elements, x and y: rotated pairs (table entries u .. u + 4, u = 4w: interleaved x = 2u,
+// y = 2u + 4; half split x = u, y = u + half) or, from w = half / 4 on, the dims 2 half + 8 (w - half / 4)
+// onwards, unrotated. Every input of a token is loaded before any is used; no division, no 64-bit index
+// multiply in the token loop, v_body a copy of the loaded bits. Other calls run prepare_unit above.
+
+// Lanes of one token unit: Dp / 8 (8, 10 or 16).
+RSWA_HD int32_t prepare_dim_units(const PrepareParams& p) { return p.Dp / 8; }
+
+template <typename Element>
+RSWA_HD bool prepare_vectorizable(const PrepareParams& p) {
+  constexpr int64_t kPiece = 4;
+  constexpr uintptr_t kBytes = kPiece * sizeof(Element);
+  auto aligned = [&](const void* base, const RowStrides& st) {
+    return reinterpret_cast<uintptr_t>(base) % kBytes == 0 && st.batch % kPiece == 0 && st.head % kPiece == 0 &&
+           st.row % kPiece == 0;
+  };
+  return p.D % kPiece == 0 && p.rotary_half % kPiece == 0 && aligned(p.k, p.k_strides) && aligned(p.v, p.v_strides);
+}
+
+// The parameters as a launch takes them: prepare_params' fields plus the vector choice and the divisors.
+template <typename Element>
+inline PrepareParams prepare_ready(PrepareParams p) {
+  p.vector = prepare_vectorizable<Element>(p);
+  p.by_Hkv = FastDiv::make(p.Hkv);
+  p.by_g = FastDiv::make(p.g);
+  p.by_units = FastDiv::make(prepare_units(p));
+  p.by_dim_units = FastDiv::make(prepare_dim_units(p));
+  p.inv_G = 1.f / float(p.G);
+  p.inv_last = p.L > 0 ? 1.f / float(p.L - (p.L - 1) / p.G * p.G) : 0.f;
+  return p;
+}
+
+// 4 elements (8 or 16 bytes) as floats, their bits kept (a copy stores them unchanged); and back.
+template <typename Element>
+struct Piece {
+  static constexpr int kBytes = 4 * int(sizeof(Element));
+  using Bits = typename std::conditional<kBytes == 8, uint2, uint4>::type;
+  Bits bits;
+  RSWA_HD static Piece load(const Element* src) { return Piece{*reinterpret_cast<const Bits*>(src)}; }
+  RSWA_HD static Piece zero() { return Piece{Bits{}}; }
+  RSWA_HD void store(Element* dst) const { *reinterpret_cast<Bits*>(dst) = bits; }
+  RSWA_HD void to_floats(float (&x)[4]) const {
+    Element e[4];
+    memcpy(e, &bits, kBytes);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[i] = to_float(e[i]);
+  }
+  RSWA_HD static void store_floats(Element* dst, const float (&x)[4]) {
+    Element e[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) e[i] = from_float<Element>(x[i]);
+    Bits b;
+    memcpy(&b, e, kBytes);
+    *reinterpret_cast<Bits*>(dst) = b;
+  }
+};
+
+RSWA_HD void load_float4(const float* src, float (&x)[4]) {
+  const float4 f = *reinterpret_cast<const float4*>(src);
+  x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+}
+
+// The pairs of dim unit w (pieces x and y) rotated by the table entries (cs[e], sn[e]): (a c - b s, a s + b c)
+// per pair e; interleaved the pairs are (x0, x1), (x2, x3), (y0, y1), (y2, y3), half split (x_e, y_e).
+template <bool kInterleaved>
+RSWA_HD void rotate_unit(const float (&x)[4], const float (&y)[4], const float* cs, const float* sn,
+                         float (&ox)[4], float (&oy)[4]) {
+  float c[4], s[4];
+  load_float4(cs, c);
+  load_float4(sn, s);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float* from = e < 2 ? x : y;
+    float* to = e < 2 ? ox : oy;
+    const float a = kInterleaved ? from[2 * (e % 2)] : x[e], b = kInterleaved ? from[2 * (e % 2) + 1] : y[e];
+    const float ra = a * c[e] - b * s[e], rb = a * s[e] + b * c[e];
+    (kInterleaved ? to[2 * (e % 2)] : ox[e]) = ra;
+    (kInterleaved ? to[2 * (e % 2) + 1] : oy[e]) = rb;
+  }
+}
+
+// Lane work of the vector preparation: dim unit w of unit `unit` (prepare_unit's units) of KV head bh.
+// Addresses inside a head are 32-bit element offsets from per-lane bases (the arrays of one KV head hold
+// fewer than 2^31 elements: attn_setup.h cuda_unsupported), the inputs' rows pointers stepped by their
+// stride.
+template <typename Element, bool kInterleaved>
+RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int w) {
+  using P = Piece<Element>;
+  const int32_t b = p.by_Hkv.div(bh), h = bh - b * p.Hkv;
+  const int half = p.rotary_half, rotated = half / 4;
+  const bool rot = w < rotated;
+  const int u = 4 * w;
+  const int x = rot ? (kInterleaved ? 2 * u : u) : 2 * half + 8 * (w - rotated);
+  const int y = rot ? (kInterleaved ? 2 * u + 4 : u + half) : x + 4;
+  const bool xin = x < p.D, yin = y < p.D;  // pieces lie wholly inside D or past it (D % 4 == 0)
+  const Element* k = static_cast<const Element*>(p.k) + p.k_strides.at(b, h, 0);
+  const Element* v = static_cast<const Element*>(p.v) + p.v_strides.at(b, h, 0);
+  auto base = [&](void* array, int64_t stride) {
+    return array == nullptr ? nullptr : static_cast<Element*>(array) + bh * stride;
+  };
+  // Stores the two pieces of row offset `at` (elements) of an array base (null: not written).
+  auto put = [&](Element* array, int32_t at, const float (&a)[4], const float (&c)[4]) {
+    if (array == nullptr) return;
+    P::store_floats(array + at + x, a);
+    P::store_floats(array + at + y, c);
+  };
+  const int32_t body_units = prepare_body_units(p);
+  if (unit >= body_units) {  // control rows, never rotated
+    const int32_t c0 = (unit - body_units) * p.unit_tokens, c1 = imin(p.C, c0 + p.unit_tokens);
+    Element *ko = base(p.k_ctrl, p.ctrl_stride), *vo = base(p.v_ctrl, p.ctrl_stride);
+    for (int32_t c = c0; c < c1; ++c) {
+      const Element *kr = k + c * p.k_strides.row, *vr = v + c * p.v_strides.row;
+      (xin ? P::load(kr + x) : P::zero()).store(ko + c * p.Dp + x);
+      (yin ? P::load(kr + y) : P::zero()).store(ko + c * p.Dp + y);
+      (xin ? P::load(vr + x) : P::zero()).store(vo + c * p.Dp + x);
+      (yin ? P::load(vr + y) : P::zero()).store(vo + c * p.Dp + y);
+    }
+    return;
+  }
+  const int32_t j0 = p.row0 + unit * p.unit_tokens, j1 = imin(p.L, j0 + p.unit_tokens);
+  const Element* kr = k + (p.C + j0) * p.k_strides.row;
+  const Element* vr = v + (p.C + j0) * p.v_strides.row;
+  Element *o_nat = base(p.k_nat, p.body_stride), *o_grp = base(p.k_grp, p.body_stride);
+  Element *o_cond = base(p.k_cond, p.body_stride), *o_v = base(p.v_body, p.body_stride);
+  Element *o_pnat = base(p.p_nat, p.body_stride), *o_pgrp = base(p.p_grp, p.body_stride);
+  // Table offsets of this unit's entries: native and conditioning j half + u, grouped (j / g) half + u.
+  int32_t s = p.by_g.div(j0), s_rem = j0 - s * p.g;  // grouped position j / g, and j - g (j / g)
+  int32_t t_nat = j0 * half + u, t_grp = s * half + u;
+  float run_nat[2][4] = {}, run_grp[2][4] = {}, run_v[2][4] = {};
+  // Every lane of a warp walks unit_tokens steps (a uniform trip count: no divergent loop exit), a lane of
+  // the ragged last unit idling past its tokens.
+#pragma unroll 1
+  for (int32_t n = 0, j = j0, at = (j0 - p.row0) * p.Dp; n < p.unit_tokens; ++n, ++j, at += p.Dp) {
+    if (j >= j1) continue;
+    const P kx = xin ? P::load(kr + x) : P::zero(), ky = yin ? P::load(kr + y) : P::zero();
+    const P vx = xin ? P::load(vr + x) : P::zero(), vy = yin ? P::load(vr + y) : P::zero();
+    kr += p.k_strides.row;
+    vr += p.v_strides.row;
+    float a[4], c[4], va[4], vc[4];
+    kx.to_floats(a);
+    ky.to_floats(c);
+    vx.to_floats(va);
+    vy.to_floats(vc);
+    float nat[2][4], grp[2][4], cond[2][4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)  // unrotated units keep the inputs
+      nat[0][e] = grp[0][e] = cond[0][e] = a[e], nat[1][e] = grp[1][e] = cond[1][e] = c[e];
+    if (rot) {
+      rotate_unit<kInterleaved>(a, c, p.cos_int + t_nat, p.sin_int + t_nat, nat[0], nat[1]);
+      if (o_cond != nullptr)
+        rotate_unit<kInterleaved>(a, c, p.cos_cond + t_nat, p.sin_cond + t_nat, cond[0], cond[1]);
+      if (o_grp != nullptr) rotate_unit<kInterleaved>(a, c, p.cos_int + t_grp, p.sin_int + t_grp, grp[0], grp[1]);
+    }
+    put(o_cond, at, cond[0], cond[1]);
+    put(o_nat, at, nat[0], nat[1]);
+    if (o_v != nullptr) {
+      vx.store(o_v + at + x);
+      vy.store(o_v + at + y);
+    }
+    put(o_pnat, at, run_nat[0], run_nat[1]);  // exclusive in-block prefix (the unit is one block when written)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      run_nat[0][e] += nat[0][e], run_nat[1][e] += nat[1][e];
+      run_v[0][e] += va[e], run_v[1][e] += vc[e];
+    }
+    if (o_grp != nullptr) {
+      put(o_grp, at, grp[0], grp[1]);
+      put(o_pgrp, at, run_grp[0], run_grp[1]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) run_grp[0][e] += grp[0][e], run_grp[1][e] += grp[1][e];
+    }
+    t_nat += half;
+    if (++s_rem == p.g) s_rem = 0, t_grp += half;
+  }
+  // Rule 4: the block's means (the unit is one whole block when they are written: unit_tokens = G), by the
+  // host's reciprocal of its size (G, or the last block's).
+  if (p.s_nat != nullptr && j1 > j0) {
+    const float inv = j1 - j0 == p.G ? p.inv_G : p.inv_last;
+    auto mean = [&](void* array, const float (&r)[2][4]) {
+      if (array == nullptr) return;
+      float m0[4], m1[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) m0[e] = r[0][e] * inv, m1[e] = r[1][e] * inv;
+      put(base(array, p.sum_stride), unit * p.Dp, m0, m1);  // block (row0 / G + unit) - row0 / G
+    };
+    mean(p.s_nat, run_nat);
+    mean(p.s_grp, run_grp);
+    mean(p.s_v, run_v);
   }
 }
 

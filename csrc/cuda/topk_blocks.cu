@@ -36,17 +36,18 @@ __device__ __forceinline__ double key_block_mean(const TopkParams& p, int64_t b,
 
 template <typename Element>
 __global__ void key_means_kernel(const TopkParams p, int64_t first_block, double* out) {
-  const int64_t nKb = p.rules.num_key_blocks(), kb = first_block + blockIdx.x, bkv = blockIdx.y;
-  for (int64_t d = threadIdx.x; d < p.D; d += blockDim.x)
-    out[(bkv * (nKb - first_block) + kb - first_block) * p.D + d] =
-        key_block_mean<Element>(p, bkv / p.Hkv, bkv % p.Hkv, kb, d);
+  const int64_t nKb = p.rules.num_key_blocks(), kb = first_block + blockIdx.x;
+  for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y)  // utils.h grid_rows
+    for (int64_t d = threadIdx.x; d < p.D; d += blockDim.x)
+      out[(bkv * (nKb - first_block) + kb - first_block) * p.D + d] =
+          key_block_mean<Element>(p, bkv / p.Hkv, bkv % p.Hkv, kb, d);
 }
 
 template <typename Element>
-__global__ void block_means_kernel(const TopkParams p) {
+__device__ void block_means_of_head(const TopkParams& p, int64_t bkv) {
   const Rules& R = p.rules;
   const int64_t nQb = R.num_query_blocks(), nKb = R.num_key_blocks(), D = p.D;
-  const int64_t x = blockIdx.x, bkv = blockIdx.y, b = bkv / p.Hkv, hkv = bkv % p.Hkv, group = p.Hq / p.Hkv;
+  const int64_t x = blockIdx.x, b = bkv / p.Hkv, hkv = bkv % p.Hkv, group = p.Hq / p.Hkv;
   const Element* q = static_cast<const Element*>(p.q);
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     double acc = 0.0;
@@ -61,6 +62,11 @@ __global__ void block_means_kernel(const TopkParams p) {
   }
 }
 
+template <typename Element>
+__global__ void block_means_kernel(const TopkParams p) {
+  for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y) block_means_of_head<Element>(p, bkv);
+}
+
 // a ranks before b: higher score, then lower block.
 __device__ __forceinline__ bool better(double sa, int ka, double sb, int kb) {
   return sa > sb || (sa == sb && ka < kb);
@@ -68,11 +74,12 @@ __device__ __forceinline__ bool better(double sa, int ka, double sb, int kb) {
 
 __host__ __device__ inline int64_t kept(const Rules& R) { return min64(R.topk, R.num_key_blocks()); }
 
-__global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(const TopkParams p) {
+// The top K of the CTA's query blocks of KV head bkv.
+__device__ void select_of_head(const TopkParams& p, int64_t bkv) {
   const Rules& R = p.rules;
   const int64_t nQb = R.num_query_blocks(), nKb = R.num_key_blocks(), D = p.D, K = R.topk;
   const int Kc = int(kept(R));
-  const int64_t bkv = blockIdx.y, qb0 = int64_t(blockIdx.x) * kQueryGroup;
+  const int64_t qb0 = int64_t(blockIdx.x) * kQueryGroup;
   const int tid = threadIdx.x;
 
   // Shared: the chunk's scores and blocks (-1 = not a contender), then two sorted lists per query block.
@@ -149,6 +156,13 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(const TopkP
   }
 }
 
+__global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(const TopkParams p) {
+  for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y) {  // uniform across the CTA
+    select_of_head(p, bkv);
+    __syncthreads();  // the lists are read out before the next head writes them
+  }
+}
+
 }  // namespace
 
 size_t topk_blocks_smem_bytes(const TopkParams& p) {
@@ -161,10 +175,10 @@ cudaError_t launch_topk_blocks(const TopkParams& p, cudaStream_t stream) {
   const Rules& R = p.rules;
   const int64_t nQb = R.num_query_blocks(), nKb = R.num_key_blocks(), BH = p.B * p.Hkv;
   if (R.topk == 0 || R.L == 0 || BH == 0) return cudaSuccess;
-  if (BH > 65535 || nQb + nKb > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  if (nQb + nKb > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
   const int64_t means = nQb + (p.k_means_given ? 0 : nKb);  // given key means: only the query means
   cudaError_t err =
-      RSWA_LAUNCH(block_means_kernel<Element>, dim3(unsigned(means), unsigned(BH)), kMeanThreads, 0, stream, p);
+      RSWA_LAUNCH(block_means_kernel<Element>, dim3(unsigned(means), grid_rows(BH)), kMeanThreads, 0, stream, p);
   if (err != cudaSuccess) return err;
   const size_t smem = topk_blocks_smem_bytes(p);
   if (smem > 48 * 1024) {
@@ -172,15 +186,15 @@ cudaError_t launch_topk_blocks(const TopkParams& p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
   }
   const unsigned groups = unsigned((nQb + kQueryGroup - 1) / kQueryGroup);
-  return RSWA_LAUNCH(topk_select_kernel, dim3(groups, unsigned(BH)), kSelectThreads, smem, stream, p);
+  return RSWA_LAUNCH(topk_select_kernel, dim3(groups, grid_rows(BH)), kSelectThreads, smem, stream, p);
 }
 
 template <typename Element>
 cudaError_t launch_key_means(const TopkParams& p, int64_t first_block, double* out, cudaStream_t stream) {
   const int64_t blocks = p.rules.num_key_blocks() - first_block, BH = p.B * p.Hkv;
   if (blocks <= 0 || BH == 0) return cudaSuccess;
-  if (BH > 65535 || blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-  return RSWA_LAUNCH(key_means_kernel<Element>, dim3(unsigned(blocks), unsigned(BH)), kMeanThreads, 0, stream, p,
+  if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  return RSWA_LAUNCH(key_means_kernel<Element>, dim3(unsigned(blocks), grid_rows(BH)), kMeanThreads, 0, stream, p,
                      first_block, out);
 }
 

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
+#include <cstdio>
 
 #include "convert.h"
 
@@ -25,6 +26,13 @@
 // Opts `kernel` in to `bytes` of dynamic shared memory (needed above 48 KB); a cudaError_t.
 #define RSWA_OPT_IN_SMEM(kernel, bytes) \
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes))
+// Stops the kernel with a message (printf's format and arguments): a device-side assertion, which the
+// next synchronizing call reports and which leaves the CUDA context unusable, as torch's own do.
+#define RSWA_DEVICE_FAIL(...) (printf(__VA_ARGS__), __trap())
+// The most CTAs a grid's y dimension holds. Kernels with a CTA row per KV head loop over the heads with
+// this stride (grid_rows), so any B * H_kv runs; the SIMT emulation (simt.h) sets it small so the loop
+// runs on its grids too.
+#define RSWA_MAX_GRID_Y 65535
 
 namespace rangeswa::cuda {
 
@@ -116,3 +124,8 @@ __device__ __forceinline__ float exp2_approx(float x) {
 
 }  // namespace rangeswa::cuda
 #endif  // RANGESWA_SIMT
+
+namespace rangeswa::cuda {
+// CTA rows of a grid over `rows` rows (KV heads): at most RSWA_MAX_GRID_Y, the kernel striding by gridDim.y.
+inline unsigned grid_rows(int64_t rows) { return unsigned(rows < RSWA_MAX_GRID_Y ? rows : RSWA_MAX_GRID_Y); }
+}  // namespace rangeswa::cuda

@@ -180,7 +180,8 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
         control_tokens: C, the leading control tokens (never rotated).
         stage: ``early``, ``late`` or ``decode``; picks the window from cfg.
         retrieved: optional int32 [B, H_kv, nQb, K'] blocks from `topk_blocks`; computed inside when
-            None and cfg retrieves.
+            None and cfg retrieves. Each entry is -1 or a candidate block given once: a ValueError on the
+            CPU, a device-side assertion on CUDA (checked there without a sync; docs/cuda.md).
         return_lse: also return the float32 log-sum-exp [B, H_q, Nq].
         causal_block: SPEC section 7's cb (0: bidirectional): body key j is seen by body row i only when
             j // cb <= i // cb.

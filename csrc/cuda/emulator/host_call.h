@@ -11,6 +11,8 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -93,13 +95,22 @@ void set_tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::v
   b.sin_cond = b.cos_cond + cond.size(1) * cond.size(2);
 }
 
-// The preparation kernel on the host: every unit of every KV head, one lane each.
-inline void prepare_on_host(const PrepareParams& pp, int64_t BH, at::ScalarType type) {
-  const int32_t units = prepare_units(pp);
+// The preparation kernels on the host: every unit of every KV head, one lane each (prepare_unit) or one lane
+// per dim unit in turn (prepare_range), as launch_prepare chooses.
+inline void prepare_on_host(const PrepareParams& given, int64_t BH, at::ScalarType type) {
+  const int32_t units = prepare_units(given);
   dispatch_dtype(type, [&](auto tag) {
     using Element = decltype(tag);
+    const PrepareParams pp = prepare_ready<Element>(given);
     at::parallel_for(0, BH * units, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t x = begin; x < end; ++x) prepare_unit<Element>(pp, int32_t(x / units), int32_t(x % units), 0, 1);
+      for (int64_t x = begin; x < end; ++x) {
+        const int32_t bh = int32_t(x / units), unit = int32_t(x % units);
+        if (pp.vector)
+          for (int w = 0; w < prepare_dim_units(pp); ++w)
+            pp.interleaved ? prepare_range<Element, true>(pp, bh, unit, w) : prepare_range<Element, false>(pp, bh, unit, w);
+        else
+          prepare_unit<Element>(pp, bh, unit, 0, 1);
+      }
     });
   });
 }
@@ -113,12 +124,12 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   hc.q = with_contiguous_rows(q);
   hc.k = with_contiguous_rows(k);
   hc.v = with_contiguous_rows(v);
-  // Rule 3's blocks as attn_api.cpp takes them: given (values checked), or selected when none are given.
+  // Rule 3's blocks as attn_api.cpp takes them: given (values checked by the plan's sort), or selected when
+  // none are given.
   const bool retrieves = ap.rules.method == Method::kRangeSwa && ap.L > 0;
   at::Tensor given;
   if (retrieves && retrieved.has_value()) {
     given = retrieved->contiguous();
-    check_retrieved_values(given, ap.rules);
   } else if (retrieves && ap.rules.topk > 0) {
     given = kernels.select(hc, prepared);
   }
@@ -191,10 +202,19 @@ struct HostLanes final : CallKernels {
   }
   void plan(HostCall& hc) const override {
     const AttnKernelParams& p = hc.p;
-    if (p.retrieved_k > 0)  // the sort kernel: one thread per (KV head, query block)
-      for (int64_t row = 0; row < int64_t(hc.retrieved_sorted.size()) / p.retrieved_k; ++row)
-        sort_retrieved(hc.buf.retrieved + row * p.retrieved_k, hc.retrieved_sorted.data() + row * p.retrieved_k,
-                       p.retrieved_k);
+    if (p.retrieved_k > 0)  // the sort kernel: one thread per (KV head, query block); its assertion a ValueError
+      for (int64_t row = 0; row < int64_t(hc.retrieved_sorted.size()) / p.retrieved_k; ++row) {
+        const Rules& R = hc.ap.rules;
+        const int64_t qb = row % R.num_query_blocks();
+        int32_t bad = -1;
+        if (!sort_retrieved(hc.buf.retrieved + row * p.retrieved_k, hc.retrieved_sorted.data() + row * p.retrieved_k,
+                            p.retrieved_k, R, qb, &bad)) {
+          char message[512];
+          std::snprintf(message, sizeof message, RSWA_BAD_RETRIEVED, int(bad), (long long)qb,
+                        (long long)R.num_key_blocks());
+          TORCH_CHECK_VALUE(false, std::string(message, std::strlen(message) - 1));  // without the newline
+        }
+      }
     for (int64_t x = 0; x < hc.s.plans(); ++x)  // the plan kernel: one thread per (KV head, body tile)
       hc.record_count[x] = plan_tile(p, int32_t(x / hc.s.body_tiles), int32_t(x % hc.s.body_tiles),
                                      hc.records.data() + x * hc.s.max_records);

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -857,6 +858,17 @@ std::mutex g_stats_mutex;
 Stats g_last_stats;
 
 }  // namespace
+
+void device_fail(const char* format, ...) {
+  char message[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(message, sizeof message, format, args);
+  va_end(args);
+  std::string text(message);
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  throw Error("device-side assertion: " + text);
+}
 
 uint3 thread_idx() {
   worker();

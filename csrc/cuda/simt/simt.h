@@ -120,6 +120,9 @@ void cp_async_wait_all(Site site);
 unsigned char* dynamic_shared();
 void* static_shared(const void* key, size_t bytes, size_t align);
 
+// Throws simt::Error with the printf-formatted message (RSWA_DEVICE_FAIL).
+[[noreturn]] void device_fail(const char* format, ...);
+
 // ---- launches ----------------------------------------------------------------------------------------------
 // Runs `body` once per CUDA thread of every CTA of the grid: block (x, y, z) threads per CTA, one fiber each,
 // `dynamic_smem_bytes` of dynamic shared memory per CTA. Throws simt::Error (naming the CTA and the threads)
@@ -150,6 +153,11 @@ Stats last_stats();
   ((void)(stream), ::simt::launch(dim3(grid), dim3(block), size_t(smem), kernel, __VA_ARGS__), cudaSuccess)
 #define RSWA_OPT_IN_SMEM(kernel, bytes) \
   ((void)(kernel), size_t(bytes) <= ::simt::options().max_shared_bytes ? cudaSuccess : cudaErrorInvalidValue)
+// A device-side assertion (utils.h) as a simt::Error naming the thread, with the kernel's message.
+#define RSWA_DEVICE_FAIL(...) ::simt::device_fail(__VA_ARGS__)
+// Grids of at most two CTA rows (the hardware allows 65535, utils.h): kernels that stride over KV heads by
+// gridDim.y take that loop on every emulated grid of more than two heads.
+#define RSWA_MAX_GRID_Y 2
 
 // ---- the CUDA built-ins --------------------------------------------------------------------------------------
 #define threadIdx (::simt::thread_idx())

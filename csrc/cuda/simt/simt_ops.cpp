@@ -146,7 +146,7 @@ struct SimtLaunches final : CallKernels {
   }
   void plan(HostCall& hc) const override {
     std::fill(hc.record_count.begin(), hc.record_count.end(), -1);  // a plan the kernel forgets shows
-    check_launch(launch_plan(hc.p, hc.buf.retrieved, hc.buf.retrieved_sorted, hc.records.data(),
+    check_launch(launch_plan(hc.p, hc.ap.rules, hc.buf.retrieved, hc.buf.retrieved_sorted, hc.records.data(),
                              hc.record_count.data(), hc.s.plans(), nullptr), "plan");
   }
   void combine(const AttnKernelParams& p, at::ScalarType type) const override {
