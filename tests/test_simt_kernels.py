@@ -257,6 +257,28 @@ def test_attn_pipeline_with_a_prepared_context(simt, dtype):
         assert ((expect[0].double() - want).abs().max() / want.abs().max()).item() < tol
 
 
+def test_a_prepared_context_the_kernel_cannot_copy_is_refused(simt):
+    """The kernel copies a context's padded rows in 16-byte pieces: an array that starts off a piece, or whose
+    storage ends before its last row's padding, is refused before any launch (on a GPU it would fault)."""
+    cfg = preset("rangeswa", **SMALL)
+    q, k, v = make_qkv(1, 4, 2, 12 + 300, 72, seed=5, dtype=torch.bfloat16)  # D = 72: rows padded to 80
+    args = ops.attn_arguments(cfg, 12, "late")
+    context = simt.prepare(k, v, **ops.prepare_arguments(cfg, 12))
+    simt.attn(q, k, v, None, **args, prepared=context)
+    nat = context[0]
+    assert nat.stride(2) == 80 and nat.size(3) == 72
+    shifted = torch.zeros(nat.untyped_storage().nbytes() // 2 + 8, dtype=nat.dtype)
+    misaligned = shifted.as_strided(nat.shape, nat.stride(), 1)
+    misaligned.copy_(nat)
+    with pytest.raises(ValueError, match=r"prepared\[0\] must start on 16 bytes"):
+        simt.attn(q, k, v, None, **args, prepared=[misaligned if i == 0 else t for i, t in enumerate(context)])
+    rows = nat.shape[0] * nat.stride(0)
+    short = torch.zeros(rows - 8, dtype=nat.dtype).as_strided(nat.shape, nat.stride())  # last row's padding cut
+    short.copy_(nat)
+    with pytest.raises(ValueError, match=r"prepared\[0\]'s storage ends before its last row's padding to 80"):
+        simt.attn(q, k, v, None, **args, prepared=[short if i == 0 else t for i, t in enumerate(context)])
+
+
 def test_the_host_emulator_refuses_a_retrieving_call_without_blocks():
     """The plan emulator runs no selection: it says what to pass rather than computing another function."""
     from cuda_emulator import emulator_ops

@@ -36,6 +36,24 @@ inline void check_prepared_cuda(const at::TensorList& prepared, const AttnParams
   };
   same_stride({kKeysNat, kKeysGrp, kKeysCond, kPrefixNat, kPrefixGrp}, "body key");
   same_stride({kSumKeys, kSumKeysGrp, kSumValues}, "summary");
+  // The kernel copies whole padded rows of Dp elements in 16-byte pieces (cp.async): each array starts on
+  // 16 bytes, its strides are whole pieces, and its storage holds the last row's padding too. The padding
+  // columns [D, Dp) are read and must hold zeros, as the prepare op's arrays do (not checked: a look at
+  // the values would wait for the device).
+  for (int slot : {kKeysNat, kKeysGrp, kKeysCond, kSumKeys, kSumKeysGrp, kSumValues, kPrefixNat, kPrefixGrp}) {
+    const at::Tensor& t = prepared[slot];
+    if (t.numel() == 0) continue;
+    const int64_t bytes = t.element_size();
+    const bool aligned = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && (t.stride(0) * bytes) % 16 == 0 &&
+                         (t.stride(1) * bytes) % 16 == 0 && (t.stride(2) * bytes) % 16 == 0;
+    TORCH_CHECK_VALUE(aligned, "prepared[", slot, "] must start on 16 bytes with strides of whole 16-byte pieces (the "
+                      "CUDA kernel copies its rows in 16-byte pieces), got address ", t.data_ptr(), " and strides ",
+                      t.strides(), "; pass the prepare op's arrays or views of whole rows of them");
+    int64_t last = t.storage_offset();  // element offset of the last row's first element
+    for (int d = 0; d < 3; ++d) last += (t.size(d) - 1) * t.stride(d);
+    TORCH_CHECK_VALUE(int64_t(t.storage().nbytes()) >= (last + Dp) * bytes, "prepared[", slot, "]'s storage ends ",
+                      "before its last row's padding to ", Dp, " elements (the CUDA kernel reads whole padded rows)");
+  }
 }
 
 // A call with a context reads every array computed from k alone from it (a checked context) and writes

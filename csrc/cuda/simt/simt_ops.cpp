@@ -44,10 +44,17 @@ struct GuardedArrays {
   void add(const void* base, size_t bytes) {
     if (base != nullptr) regions.push_back({static_cast<const char*>(base), bytes, nullptr});
   }
+  // The elements a tensor spans, strides included. A [B, H, rows, D] array whose rows are further apart
+  // than D (a prepared context: rows of the kernel's padded head dim Dp, context.h) spans its last row's
+  // padding too, as far as its storage holds it: the kernel reads whole padded rows.
   void add(const at::Tensor& t) {
     if (!t.defined() || t.numel() == 0) return;
-    int64_t extent = 1;  // elements spanned, strides included
+    int64_t extent = 1;
     for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+    if (t.dim() == 4 && t.stride(3) == 1 && t.stride(2) > t.size(3)) {
+      const int64_t held = int64_t(t.storage().nbytes()) / t.element_size() - t.storage_offset();
+      extent = std::max(extent, std::min(extent - t.size(3) + t.stride(2), held));
+    }
     add(t.data_ptr(), size_t(extent) * t.element_size());
   }
   template <typename T>
