@@ -155,7 +155,11 @@ SECOND_NOW = replace(
     fill_round_trips=8, fill_instructions=8 * 60,
     # mixed_dots: two 16-byte loads issued before use, 4 round trips per term, 6 terms per late row.
     mixed_round_trips=24,
-    sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",),
+    # prepare.h prepare_range: 39.1 SASS instructions per element in the token loop (sm_90a, scripts/
+    # cuda_gates.py prepare gate), 16-byte I/O, no division or CALL; still 6 arrays (k_cond, v_body copy).
+    prepare_instructions_per_element=39.1,
+    sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
+                                       "prepare: the gate's SASS count of the vector token loop"),
 )
 # What issue 29 asks for: 650 instructions per full tile, a fill of 16-byte loads issued before use (one
 # round trip per 16-row pass of 8 chunks: 2), straddling dots from 16-byte loads (8 round trips), prepare at
