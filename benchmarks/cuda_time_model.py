@@ -111,7 +111,10 @@ class Design:
     fill_instructions: float = 0.0  # per warp per fill
     mixed_round_trips: float = 0.0  # per CTA: straddling-block dot products (late)
     prepare_instructions_per_element: float = 220.0  # per lane (thread instructions / element)
-    prepare_arrays_written: int = 6  # [L, Dp] arrays per KV head
+    # [L, Dp] arrays per KV head that prepare writes, per case: the second design's late stage writes
+    # k_nat, v_body, k_grp, k_cond, p_nat and p_grp (attn_setup.h: grouping, the conditioning correction and
+    # far summaries), Lite (Hn = T: no grouping, no far summaries) k_nat, v_body and k_cond.
+    prepare_arrays_written: dict = field(default_factory=lambda: {"late": 6, "lite": 3})
     control_in_body: bool = False  # control rows ride in the body launch (no launch of their own)
     control_ctas_per_head: int = 8  # one per chunk of 1,024 keys at 8k (scaled with L)
     launches: int = 10
@@ -126,7 +129,7 @@ FIRST = Design(
     rows_per_cta=64, warps=4,
     full_tile=1152 + 4149, masked_extra=0.0, edge_tile_extra=9198, pass_extra=4716 + 836,
     cta_setup=538 + 961, fill_round_trips=32, fill_instructions=514,
-    prepare_instructions_per_element=220, prepare_arrays_written=4, launches=8,
+    prepare_instructions_per_element=220, prepare_arrays_written={"late": 4, "lite": 4}, launches=8,
     sources=("DIAGNOSIS.md section 2 (static SASS by line)", "census: DIAGNOSIS.md section 3"),
 )
 # The first design's census at 8k, D = 64 (DIAGNOSIS.md section 3: per 64-row CTA).
@@ -142,9 +145,11 @@ SECOND_REVIEWED = Design(
     full_tile=1075, masked_extra=300, cta_setup=1500,
     fill_round_trips=64,  # 32 iterations, q loads then the table loads that follow their use
     fill_instructions=32 * 40, mixed_round_trips=48,
-    prepare_instructions_per_element=220, prepare_arrays_written=6, launches=10,
+    prepare_instructions_per_element=220, launches=10,
     sources=("REVIEW_DESIGN2.md risks 1-5 (estimates)", "census: benchmarks/results/plan_census.json"),
 )
+# Warp instructions of the full-tile path as scripts/cuda_gates.py counts it (sm_90a, bf16, D = 64).
+FULL_TILE_MEASURED = 624
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
 # one input above (the figure names where it comes from).
 SECOND_NOW = replace(
@@ -158,8 +163,15 @@ SECOND_NOW = replace(
     # prepare.h prepare_range: 39.1 SASS instructions per element in the token loop (sm_90a, scripts/
     # cuda_gates.py prepare gate), 16-byte I/O, no division or CALL; still 6 arrays (k_cond, v_body copy).
     prepare_instructions_per_element=39.1,
+    # The full 64-key tile: the cheapest trip around the kernel's tile loop that issues a whole tile's 128
+    # MMAs and the next tile's copy, counted in the SASS by scripts/cuda_gates.py (sm_90a, bf16, D = 64;
+    # tests/test_cuda_gates.py holds this figure to the gate's count). Was 962 measured the same way before
+    # the fix-ups became a warp-uniform branch, the bounds reduction once per record and the rescale
+    # conditional (the review's estimate: 1,075).
+    full_tile=FULL_TILE_MEASURED,
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
-                                       "prepare: the gate's SASS count of the vector token loop"),
+                                       "prepare: the gate's SASS count of the vector token loop",
+                                       "full tile: the gate's SASS path count (sm_90a)"),
 )
 # What issue 29 asks for: 650 instructions per full tile, a fill of 16-byte loads issued before use (one
 # round trip per 16-row pass of 8 chunks: 2), straddling dots from 16-byte loads (8 round trips), prepare at
@@ -169,7 +181,8 @@ SECOND_TARGETS = replace(
     SECOND_REVIEWED,
     name="second design at issue 29's targets",
     full_tile=650, masked_extra=300, fill_round_trips=2, fill_instructions=8 * 30, mixed_round_trips=8,
-    prepare_instructions_per_element=40, prepare_arrays_written=4, control_in_body=True, launches=8,
+    prepare_instructions_per_element=40, prepare_arrays_written={"late": 4, "lite": 1}, control_in_body=True,
+    launches=8,
     sources=("issue 29's targets",),
 )
 
@@ -178,7 +191,7 @@ def _heads() -> int:
     return B * H
 
 
-def prepare_phase(d: Design, L: int) -> Phase:
+def prepare_phase(d: Design, L: int, case: str) -> Phase:
     elements = B * H * L * D  # one KV head's rows x the padded head dim (D = 64 is its own padding)
     lane_instructions = elements * d.prepare_instructions_per_element
     return Phase(
@@ -186,7 +199,7 @@ def prepare_phase(d: Design, L: int) -> Phase:
         ctas=elements / 128,  # 128 elements per CTA-step (one warp per unit, 4 warps, lanes over dims)
         warps_per_cta=4, resident=16,
         warp_instructions=128 * d.prepare_instructions_per_element / 32,
-        bytes=elements * ELEMENT_BYTES * (2 + d.prepare_arrays_written),
+        bytes=elements * ELEMENT_BYTES * (2 + d.prepare_arrays_written[case]),
         efficiency=HIGH_OCCUPANCY_EFFICIENCY,
     ) if lane_instructions else Phase("prepare")
 
@@ -248,7 +261,7 @@ def first_design_phases(case: str, L: int = 8192) -> list[Phase]:
     body = Phase("body", ctas=ctas, warps_per_cta=4, resident=2, warp_instructions=4 * per_warp,
                  flops=4.0 * cols * D * _heads() * L, bytes=_heads() * L * D * ELEMENT_BYTES * 4,
                  chain_cycles=chain)
-    return [prepare_phase(d, L), selection_phase(L, case == "late"), body]
+    return [prepare_phase(d, L, case), selection_phase(L, case == "late"), body]
 
 
 def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Phase]:
@@ -256,7 +269,7 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Ph
     e = entries[f"{label}|{L}|{D}"]
     census = dict(kv_tiles=e["kv_tiles"], masked=e["masked_tiles_per_cta"], fills=e["slot_fills"],
                   cols_per_row=e["cols_per_row"])
-    return [prepare_phase(d, L), selection_phase(L, case == "late"), plan_phase(L), control_phase(d, L),
+    return [prepare_phase(d, L, case), selection_phase(L, case == "late"), plan_phase(L), control_phase(d, L),
             body_phase(d, census, L, case == "lite"), combine_phase(L)]
 
 

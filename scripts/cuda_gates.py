@@ -34,7 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "attn_kernel"
-LIMITS = dict(max_registers=255, max_sass=8000, min_mma_share=0.04, max_isetp64=64, max_bssy=64)
+LIMITS = dict(max_registers=255, max_sass=8000, min_mma_share=0.04, max_isetp64=64, max_bssy=64, max_full_tile=650)
+# MMAs of one 64-key tile at head dim 64 for a warp of 32 rows: Q K^T 2 x 8 x 4 and P V 2 x 8 x 4 (m16n8k16).
+FULL_TILE_MMA = 128
 # CALL targets that are arithmetic subroutines (what the gate forbids).
 DIVISION = re.compile(r"div|rcp|sqrt|rem", re.IGNORECASE)
 INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,6}\*/\s+(?:@!?U?P[0-9T] )?([A-Z][A-Z0-9_.]*)")
@@ -172,6 +174,88 @@ def subroutine_calls(sass: list[tuple[int, str, str]]) -> list[str]:
     return out
 
 
+PREDICATED = re.compile(r"^\s+/\*[0-9a-f]{4,6}\*/\s+@!?U?P[0-6] ")
+ANY_TARGET = re.compile(r"0x([0-9a-f]+)\s*;")
+
+
+def successors(sass: list[tuple[int, str, str]]) -> dict[int, list[int]]:
+    """The control-flow graph of a function's SASS as the converged warp runs it: address -> next addresses.
+    A predicated branch may go either way; BRA.DIV (taken only when the warp has diverged) falls through and
+    BRA.CONV (taken when converged) is taken; a CALL returns to the next instruction; EXIT and RET end."""
+    out = {}
+    for i, (address, op, line) in enumerate(sass):
+        after = [sass[i + 1][0]] if i + 1 < len(sass) else []
+        target = ANY_TARGET.search(line)
+        predicated = PREDICATED.match(line) is not None
+        if op.startswith(("EXIT", "RET")):
+            out[address] = after if predicated else []
+        elif op.startswith("BRA.DIV"):
+            out[address] = after
+        elif op.startswith("BRA.CONV") and target:
+            out[address] = [int(target.group(1), 16)]
+        elif op.startswith("BRA") and target:
+            out[address] = [int(target.group(1), 16)] + (after if predicated else [])
+        else:
+            out[address] = after
+    return out
+
+
+def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int) -> dict:
+    """The cheapest trip around the kernel's tile loop that computes one whole KV tile: the loop is the one
+    whose backward branch spans the most MMAs (the walk over the KV tiles), and the trip the fewest
+    instructions from its head back to it that issues at least `mma_per_tile` MMAs (Q K^T and P V of a
+    64-key tile: the path of a tile with no masking, no fix-ups and no query-slot fill) and issues the next
+    tile's copy (an LDGSTS: the steady state, not the last tile). Predicated-off instructions count (they
+    issue). Returns the trip's instruction count and its opcodes' histogram."""
+    import heapq
+
+    by_address = {a: (op, line) for a, op, line in sass}
+    best_head, best_mma = None, -1
+    for address, op, line in sass:
+        t = BRANCH_TARGET.search(line)
+        if op.startswith("BRA") and t and int(t.group(1), 16) <= address:
+            head = int(t.group(1), 16)
+            mma = sum(o.startswith(("HMMA", "HGMMA")) for a, o, _ in sass if head <= a <= address)
+            if mma > best_mma:
+                best_head, best_mma = head, mma
+    if best_head is None:
+        return dict(instructions=None, mma=0, ops={})
+    graph = successors(sass)
+    is_mma = {a: op.startswith(("HMMA", "HGMMA")) for a, op, _ in sass}
+    is_copy = {a: op.startswith("LDGSTS") for a, op, _ in sass}
+    start = (best_head, int(is_mma[best_head]), is_copy[best_head])
+    dist, parent, heap = {start: 1}, {}, [(1, start)]
+    finish = None
+    while heap:
+        cost, (address, mma, copied) = heapq.heappop(heap)
+        if cost > dist.get((address, mma, copied), 1 << 60):
+            continue
+        for nxt in graph.get(address, []):
+            if nxt == best_head and mma >= mma_per_tile and copied:
+                finish = (cost, (address, mma, copied))
+                break
+            if nxt not in by_address or nxt == best_head:
+                continue
+            state = (nxt, min(mma_per_tile, mma + int(is_mma[nxt])), copied or is_copy[nxt])
+            if cost + 1 < dist.get(state, 1 << 60):
+                dist[state], parent[state] = cost + 1, (address, mma, copied)
+                heapq.heappush(heap, (cost + 1, state))
+        if finish:
+            break
+    if finish is None:
+        return dict(instructions=None, mma=0, ops={})
+    ops, state, path = {}, finish[1], []
+    while True:
+        op = by_address[state[0]][0].split(".")[0]
+        ops[op] = ops.get(op, 0) + 1
+        path.append(state[0])
+        if state == start:
+            break
+        state = parent[state]
+    return dict(instructions=finish[0], head=best_head, mma=ops.get("HMMA", 0) + ops.get("HGMMA", 0),
+                ops=dict(sorted(ops.items(), key=lambda x: -x[1])), path=path[::-1])
+
+
 def prepare_gate(archs=("80", "90a")) -> dict:
     """The vector preparation kernel (prepare.h prepare_range, bf16, half-split RoPE): SASS instructions of
     its token loop per element, registers, and what the loop must not hold: division CALLs or any CALL,
@@ -229,6 +313,8 @@ def failures(stats: dict) -> list[str]:
         out.append(f"{stats['isetp64']} 64-bit integer compares > {LIMITS['max_isetp64']}")
     if stats["bssy"] > LIMITS["max_bssy"]:
         out.append(f"{stats['bssy']} divergent regions (BSSY) > {LIMITS['max_bssy']}")
+    if stats.get("full_tile") is not None and stats["full_tile"] > LIMITS["max_full_tile"]:
+        out.append(f"{stats['full_tile']} instructions per warp on a full tile's path > {LIMITS['max_full_tile']}")
     return out
 
 
@@ -241,6 +327,10 @@ def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dic
         for arch in archs:
             cubin, report = compile_kernel(src, arch, workdir)
             stats = dict(ptxas_stats(report), **sass_stats(cubin))
+            if "hdim64" in src:  # the full-tile limit is set at head dim 64 (issue 29)
+                path = tile_path(function_sass(cubin, KERNEL), FULL_TILE_MMA)
+                stats.update(full_tile=path["instructions"], full_tile_mma=path["mma"], full_tile_ops=path["ops"],
+                             full_tile_copies=path["ops"].get("LDGSTS", 0))
             stats["failures"] = failures(stats)
             results[arch] = stats
     return results
@@ -274,7 +364,8 @@ def main(argv=None) -> int:
     for arch, s in results.items():
         print(f"sm_{arch}: registers {s['registers']}, spills {s['spill_stores']} B, stack {s['stack']} B, "
               f"SASS {s['instructions']}, MMA {s['mma']} ({s['mma_share']:.2%}), 64-bit compares {s['isetp64']}, "
-              f"BSSY {s['bssy']}, CALLs {len(s['calls'])} (division {len(s['division_calls'])})")
+              f"BSSY {s['bssy']}, CALLs {len(s['calls'])} (division {len(s['division_calls'])}), full tile "
+              f"{s.get('full_tile')} instructions per warp ({s.get('full_tile_mma')} MMA)")
         for f in s["failures"]:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]

@@ -32,6 +32,7 @@ LIMIT_CHECKS = {
     "no_division_calls": lambda s: not s["division_calls"],
     "64_bit_compares": lambda s: s["isetp64"] <= cuda_gates.LIMITS["max_isetp64"],
     "divergent_regions": lambda s: s["bssy"] <= cuda_gates.LIMITS["max_bssy"],
+    "full_tile_path": lambda s: s["full_tile"] is not None and s["full_tile"] <= cuda_gates.LIMITS["max_full_tile"],
 }
 
 
@@ -49,6 +50,45 @@ def test_the_gate_reads_what_it_claims(measured):
         s = measured[arch]
         assert s["mma"] >= 128 and 1000 <= s["instructions"], s
         assert s["registers"] >= 64, s
+
+
+def test_the_full_tile_path_is_a_whole_tile(measured):
+    """The path the full-tile limit counts computes Q K^T and P V of a 64-key tile (128 MMAs), copies the next
+    tile (an LDGSTS) and takes the softmax's exponentials (64 per lane: 32 rows x 64 keys / 32 lanes): a path
+    that skipped the work cannot pass on a small count."""
+    for arch in ARCHS:
+        s = measured[arch]
+        assert s["full_tile_mma"] == cuda_gates.FULL_TILE_MMA and s["full_tile_copies"] >= 1, s
+        assert s["full_tile_ops"].get("MUFU", 0) >= 64 and s["full_tile"] >= 128 + 64, s
+
+
+def test_the_time_model_reads_the_measured_full_tile(measured):
+    """benchmarks/cuda_time_model.py judges kernel changes with the full-tile count of the H200's
+    architecture: it must be the one this gate measures on the source as it stands, not a stale figure."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import cuda_time_model
+
+    assert cuda_time_model.FULL_TILE_MEASURED == measured["90a"]["full_tile"]
+    assert cuda_time_model.SECOND_NOW.full_tile == cuda_time_model.FULL_TILE_MEASURED
+
+
+def test_the_path_finder_on_a_hand_made_loop():
+    """successors / tile_path on a small listing: a loop whose cheap arm skips the MMA and whose other arm
+    holds it; the trip that must issue one MMA takes the MMA arm and counts every instruction on it."""
+    lines = [
+        (0x00, "MOV", "        /*0000*/                   MOV R1, R2 ;"),
+        (0x10, "ISETP", "        /*0010*/                   ISETP.NE.AND P0, PT, R1, RZ, PT ;"),
+        (0x20, "BRA", "        /*0020*/               @P0 BRA 0x60 ;"),
+        (0x30, "HMMA", "        /*0030*/                   HMMA.16816.F32 R4, R8, R12, R4 ;"),
+        (0x40, "IADD3", "        /*0040*/                   IADD3 R1, R1, 0x1, RZ ;"),
+        (0x50, "LDGSTS", "        /*0050*/                   LDGSTS.E.BYPASS.128 [R2], [R4.64] ;"),
+        (0x60, "BRA", "        /*0060*/               @P1 BRA 0x0 ;"),
+        (0x70, "EXIT", "        /*0070*/                   EXIT ;"),
+    ]
+    graph = cuda_gates.successors(lines)
+    assert graph[0x20] == [0x60, 0x30] and graph[0x60] == [0x0, 0x70] and graph[0x70] == []
+    path = cuda_gates.tile_path(lines, 1)
+    assert path["instructions"] == 7 and path["mma"] == 1 and path["path"] == [0, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60]
 
 
 # ---- the vector preparation (issue 29): prepare at bandwidth ------------------------------------------

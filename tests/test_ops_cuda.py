@@ -322,6 +322,16 @@ def test_kernel_plan_emulated_on_host_causal_and_cached(emulator, case):
     assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
 
 
+@pytest.mark.parametrize("N, D", [(1 << 25, 64), (26_843_546, 66)], ids=["2^25 rows at 64", "2^31/80 rows at 66"])
+def test_kernel_plan_emulated_on_host_refuses_heads_past_32_bit_offsets(emulator, N, D):
+    """attn_setup.h head_offsets_fit: the kernels address a KV head's prepared arrays with 32-bit element
+    offsets, so (C + L) x the padded head dim (64, 80) must stay below 2^31; the first length past it is
+    refused before anything is allocated (rows of one zero vector, expanded: no memory of that size)."""
+    x = torch.zeros(1, 1, 1, D, dtype=torch.bfloat16).expand(1, 1, N, D)
+    with pytest.raises(ValueError, match="fewer than 2\\^31 elements per KV head"):
+        emulator(x[:, :, -1:], x, x, None, **ops.attn_arguments(preset("rangeswa_lite"), 0))
+
+
 def test_kernel_plan_emulated_on_host_rejects_a_bad_retrieved_block(emulator):
     """The error path of test_attn_cuda_user_retrieved_blocks through nvcc-compiled host code: a block inside
     the query block's windows is refused with a ValueError (on the H200 the CUDA build crashed here once)."""

@@ -378,6 +378,8 @@ std::vector<at::Tensor> prepare_cuda(const at::Tensor& k, const at::Tensor& v, c
                                          summaries, topk, first_key);
   TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
   TORCH_CHECK_VALUE(cp.N < kMaxPlanTokens, "prepare on CUDA takes sequences of fewer than 2^29 tokens");
+  TORCH_CHECK_VALUE(head_offsets_fit(cp.N, cp.D), "prepare on CUDA takes fewer than 2^31 elements per KV head and "
+                    "array: (C + L) x the head dim padded to 64, 80 or 128 (16M tokens at head dim 128, 33M at 64)");
   const c10::cuda::CUDAGuard guard(k.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const Rules& R = cp.rules;

@@ -203,6 +203,12 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnSetup& s, 
   return p;
 }
 
+// Element offsets inside one KV head's prepared array are 32-bit (prepare.h prepare_range, the kernel's
+// tile copies): its rows times the padded head dim stay below 2^31.
+inline bool head_offsets_fit(int64_t rows, int64_t D) {
+  return rows * int64_t(padded_head_dim(D)) < (int64_t(1) << 31);
+}
+
 // Calls the CUDA kernel does not run, with the reason (nullptr: supported). Section 7 lets a row see
 // a summary block in part only when the causal block cb and G divide neither each other (a row's
 // visible end then falls inside a G-block other than its own) and the window radius is below cb - 1
@@ -218,6 +224,9 @@ inline const char* cuda_unsupported(const AttnParams& ap) {
            "the CPU kernel computes); run this configuration on the CPU";
   if (ap.L + ap.C >= kMaxPlanTokens)
     return "attn on CUDA takes sequences of fewer than 2^29 tokens (C + L)";
+  if (!head_offsets_fit(ap.L + ap.C, ap.D))
+    return "attn on CUDA takes fewer than 2^31 elements per KV head and array: (C + L) x the head dim padded to "
+           "64, 80 or 128 (16M tokens at head dim 128, 33M at 64)";
   return nullptr;
 }
 

@@ -33,7 +33,16 @@
 
 namespace rangeswa::cuda {
 
-// Shared memory: the query slot, two K and two V stages, the records, the retrieved blocks, and per row
+// The keys and values arrays of one record for the CTA's KV head (record_arrays).
+template <typename Element>
+struct RecordArrays {
+  const Element* k;
+  const Element* v;
+};
+static_assert(sizeof(RecordArrays<float>) == 16, "one 16-byte load per record");
+
+// Shared memory: the query slot, two K and two V stages, the records and their arrays, the retrieved
+// blocks, and per row
 // its bounds in the current record and its straddling blocks (block and class-change token per side)
 // with the two parts of their logits.
 template <typename Traits>
@@ -44,7 +53,11 @@ struct SharedLayout {
   static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
   static constexpr size_t kRecords = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
   static constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
-  static constexpr size_t retrieved(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
+  // Per record, its keys and values arrays for the CTA's KV head (RecordArrays), found once in the prologue.
+  static constexpr size_t arrays(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
+  static constexpr size_t retrieved(int max_records) {
+    return arrays(max_records) + size_t(max_records) * sizeof(RecordArrays<Element>);
+  }
   static constexpr size_t mixed(int max_records, int k) { return align16(retrieved(max_records) + size_t(k) * 4); }
   static constexpr size_t rows(int max_records, int k) { return mixed(max_records, k) + size_t(M) * 7 * 4; }
   // The Hn bands (plan.h hn_bands), when the call has them (geo.band_ok): one band's summary rows as a
@@ -276,23 +289,29 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
         for (int n = 0; n < NT; ++n) s[mb][n][e] = r[n * 8 * given_cols];
       }
   }
-  // This lane's columns: key base + off(n, j) of the tile.
-  const int32_t base = kPermuted ? 2 * NT * tq : 2 * tq;
-  auto off = [](int n, int j) { return kPermuted ? 2 * n + j : 8 * n + j; };
-  // Per column: its bias, -inf past the keys or for an excluded G-block (tile.h column_logit); one value
-  // for every row.
-  const uint64_t excluded = t.excluded >> base;
-  const int32_t limit = t.n - base, last = ragged - base;
-  float col_bias[NT][2];
+  // The logits. A full tile without column fix-ups (the steady state of a record, warp-uniform) leaves the
+  // scale and the record's bias to the softmax's FFMA; every other tile computes its logits here first,
+  // through the row bounds (a full tile with column fix-ups passes every row's bound test).
+  float a = scale_log2, b = bias;
+  if (work != TileWork::kFull || fixups) {
+    a = 1.f;
+    b = 0.f;
+    // This lane's columns: key base + off(n, j) of the tile.
+    const int32_t base = kPermuted ? 2 * NT * tq : 2 * tq;
+    auto off = [](int n, int j) { return kPermuted ? 2 * n + j : 8 * n + j; };
+    // Per column: its bias, -inf past the keys or for an excluded G-block (tile.h column_logit); one value
+    // for every row.
+    const uint64_t excluded = t.excluded >> base;
+    const int32_t limit = t.n - base, last = ragged - base;
+    float col_bias[NT][2];
 #pragma unroll
-  for (int n = 0; n < NT; ++n)
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const bool dead = (off(n, j) >= limit) | (((excluded >> off(n, j)) & 1) != 0);
-      const float b = off(n, j) == last ? last_bias : bias;
-      col_bias[n][j] = fixups ? (dead ? -INFINITY : b) : bias;
-    }
-  if (work == TileWork::kMasked) {
+      for (int j = 0; j < 2; ++j) {
+        const bool dead = (off(n, j) >= limit) | (((excluded >> off(n, j)) & 1) != 0);
+        const float column = off(n, j) == last ? last_bias : bias;
+        col_bias[n][j] = fixups ? (dead ? -INFINITY : column) : bias;
+      }
     // tile.h masked_logit: lo <= key < hi as one unsigned compare (hi >= lo always); outside, -inf, or in a
     // window record with its edges' summaries (tile.h window_sum_logit, G = 16) the mean score of the
     // key's G-block, scaled, without bias (-inf scaled stays -inf). The lane's keys are one whole block;
@@ -325,15 +344,8 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
             x = (uint32_t(from + off(n, j)) < width ? x : other) * scale_log2 + col_bias[n][j];
           }
       }
-  } else {
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mb][n][e] = s[mb][n][e] * scale_log2 + col_bias[n][e % 2];
   }
-  softmax.template update<NT, Traits::kHeadDim / 8>(s, o);
+  softmax.template update<NT, Traits::kHeadDim / 8>(s, o, a, b);
   WarpGemm<Traits>::template pv<kCols>(o, s, sV, lane);
 }
 
@@ -357,6 +369,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
   Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
   Record* sRec = reinterpret_cast<Record*>(smem + Layout::kRecords);
+  RecordArrays<Element>* sArrays = reinterpret_cast<RecordArrays<Element>*>(smem + Layout::arrays(p.max_records));
   int32_t* sRet = reinterpret_cast<int32_t*>(smem + Layout::retrieved(p.max_records));
   // Per row: its bounds in the current record, the two parts of its straddling blocks' logits (per side)
   // and, in a direct record, its raw score.
@@ -393,6 +406,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   for (int x = tid; x < k; x += M) sRet[x] = given[x];
   __syncthreads();
   if (t.control) count = control_count;
+  // Each record's arrays, read by the tile copies (the barriers below publish them).
+#pragma unroll 1
+  for (int x = tid; x < count; x += M) {
+    RecordArrays<Element> ra;
+    record_arrays<Element>(p.kv, KeySet(sRec[x].keys), bh, ra.k, ra.v);
+    sArrays[x] = ra;
+  }
   // This thread's row, for record_bounds and its straddling blocks.
   const RowGeometry me = t.control ? RowGeometry{} : row_geometry(g, i, sRet, k);
   sRow[tid] = me;
@@ -576,11 +596,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     cp_async_wait_all();
     __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2 and with the slot
     if (have_nxt) {
-      const Record& r = sRec[nxt.record];
-      const Element *keys, *values;
-      record_arrays<Element>(p.kv, KeySet(r.keys), bh, keys, values);
-      load_kv_async<Traits>(sK + (stage ^ 1) * Traits::kKVElems, sV + (stage ^ 1) * Traits::kKVElems,
-                            keys + int64_t(nxt.a) * Dp, values + int64_t(nxt.a) * Dp, nxt.width, nxt.n);
+      const RecordArrays<Element> ra = sArrays[nxt.record];
+      // Element offsets inside one KV head's array fit 32 bits (attn_setup.h head_offsets_fit).
+      const int32_t at = nxt.a * Dp;
+      load_kv_async<Traits>(sK + (stage ^ 1) * Traits::kKVElems, sV + (stage ^ 1) * Traits::kKVElems, ra.k + at,
+                            ra.v + at, nxt.width, nxt.n);
     }
     cp_async_commit();
     const Record rec = sRec[have_cur ? cur.record : 0];
@@ -613,19 +633,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       }
       wb = WarpBounds::empty();
       if (tid < t.nrows) wb.add(b);
-    }
-    // ... reduced over the warp (again on every tile: the reduction of a reduced value is itself, and the
-    // shuffles stay in converged code).
+      // ... reduced over the warp once per record (the branch is uniform across the CTA: every lane takes
+      // the shuffles).
 #pragma unroll
-    for (int x = 1; x < 32; x *= 2) {
-      WarpBounds other;
-      other.all_lo = __shfl_xor_sync(0xffffffffu, wb.all_lo, x);
-      other.all_hi = __shfl_xor_sync(0xffffffffu, wb.all_hi, x);
-      other.any_lo = __shfl_xor_sync(0xffffffffu, wb.any_lo, x);
-      other.any_hi = __shfl_xor_sync(0xffffffffu, wb.any_hi, x);
-      wb.merge(other);
+      for (int x = 1; x < 32; x *= 2) {
+        WarpBounds other;
+        other.all_lo = __shfl_xor_sync(0xffffffffu, wb.all_lo, x);
+        other.all_hi = __shfl_xor_sync(0xffffffffu, wb.all_hi, x);
+        other.any_lo = __shfl_xor_sync(0xffffffffu, wb.any_lo, x);
+        other.any_hi = __shfl_xor_sync(0xffffffffu, wb.any_hi, x);
+        wb.merge(other);
+      }
+      __syncwarp();  // the warp's rows' bounds are in shared memory
     }
-    __syncwarp();  // the warp's rows' bounds are in shared memory
     const TileWork work = have_cur ? classify(wb, cur, rec) : TileWork::kSkip;
     if (work != TileWork::kSkip) {
       const int32_t ragged = ragged_column(g, rec, cur);

@@ -203,7 +203,7 @@ RSWA_HD void rotate_unit(const float (&x)[4], const float (&y)[4], const float* 
 
 // Lane work of the vector preparation: dim unit w of unit `unit` (prepare_unit's units) of KV head bh.
 // Addresses inside a head are 32-bit element offsets from per-lane bases (the arrays of one KV head hold
-// fewer than 2^31 elements: attn_setup.h cuda_unsupported), the inputs' rows pointers stepped by their
+// fewer than 2^31 elements: attn_setup.h head_offsets_fit), the inputs' rows pointers stepped by their
 // stride.
 template <typename Element, bool kInterleaved>
 RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int w) {

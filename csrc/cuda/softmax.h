@@ -25,10 +25,18 @@ struct OnlineSoftmax {
     }
   }
 
-  // Folds logits x into the state: x becomes the probabilities exp2(x - m_new), and o (the unnormalised
-  // output, DT 8-column tiles per m16 block) is rescaled by exp2(m_old - m_new).
+  // Folds logits a x + b (a > 0, the same for every entry) into the state: x becomes the probabilities
+  // exp2(a x + b - m_new), one FFMA and one ex2 each, and o (the unnormalised output, DT 8-column tiles per
+  // m16 block) is rescaled by exp2(m_old - m_new). The row max is taken on x and mapped once (a x + b
+  // rounds monotonically in x), so m_new is the max of the rounded logits. Logits computed beforehand
+  // come with a = 1, b = 0 (x - m_new exactly as a subtraction).
+  // The output is rescaled only when some row of the warp raised its max (a warp vote): past a record's
+  // first tiles the maxima rarely move, and alpha = 1 exactly otherwise (FlashAttention-4's conditional
+  // rescaling, without its threshold).
   template <int NT, int DT>
-  __device__ __forceinline__ void update(float (&x)[MB][NT][4], float (&o)[MB][DT][4]) {
+  __device__ __forceinline__ void update(float (&x)[MB][NT][4], float (&o)[MB][DT][4], float a, float b) {
+    float m_old[R], sums[R];
+    bool raised = false;
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
@@ -39,28 +47,44 @@ struct OnlineSoftmax {
         for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(x[mb][n][2 * h], x[mb][n][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[rr], mx);
+        const float m_new = fmaxf(m[rr], fmaf(mx, a, b));
         // A row that has seen nothing yet keeps m = -inf; shifting by 0 then turns every -inf into 0
         // instead of NaN.
         const float shift = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = exp2_approx(m[rr] - shift);
+        const float offset = b - shift;
+        raised |= m_new != m[rr];
+        m_old[rr] = m[rr];
         m[rr] = m_new;
         float sum = 0.f;
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const float p = exp2_approx(x[mb][n][2 * h + c] - shift);
+            const float p = exp2_approx(fmaf(x[mb][n][2 * h + c], a, offset));
             x[mb][n][2 * h + c] = p;
             sum += p;
           }
-        l[rr] = l[rr] * alpha + sum;
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          o[mb][dt][2 * h] *= alpha;
-          o[mb][dt][2 * h + 1] *= alpha;
-        }
+        sums[rr] = sum;
       }
+    if (__any_sync(0xffffffffu, raised)) {
+      float alpha[R];
+#pragma unroll
+      for (int rr = 0; rr < R; ++rr) {
+        // exp2(m_old - m_new): 0 from a row's first keys (m_old = -inf), 1 for a row that has seen
+        // nothing (both -inf: shifted by 0).
+        alpha[rr] = exp2_approx(m_old[rr] - (m[rr] == -INFINITY ? 0.f : m[rr]));
+        l[rr] = l[rr] * alpha[rr] + sums[rr];
+      }
+#pragma unroll
+      for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[mb][dt][e] *= alpha[2 * mb + e / 2];
+    } else {
+#pragma unroll
+      for (int rr = 0; rr < R; ++rr) l[rr] += sums[rr];  // alpha = 1 in every row
+    }
   }
 
   // Folds one more key (logit x, base 2) into row slot rr: rescales the row's output; the caller adds

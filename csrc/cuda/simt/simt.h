@@ -211,6 +211,14 @@ inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32,
   return ::simt::detail::shuffle(::simt::Shfl::kDown, mask, var, int(delta), width, site);
 }
 
+// vote.sync.any.pred: whether the predicate holds in some lane of `mask`, every lane of the mask
+// participating (a butterfly of shuffles, so a lane missing from the vote is reported as a shuffle's).
+inline int __any_sync(unsigned mask, int predicate, std::source_location site = RSWA_SIMT_HERE) {
+  uint32_t any = predicate != 0;
+  for (int x = 1; x < 32; x *= 2) any |= ::simt::shfl(::simt::Shfl::kXor, mask, any, x, 32, site);
+  return int(any);
+}
+
 // Fast-math intrinsics (CUDA Math API "Single Precision Intrinsics").
 // __fdividef: div.approx.f32; for 2^126 < |y| < 2^128 it returns 0 (and NaN for an infinite x there).
 inline float __fdividef(float x, float y) {
