@@ -9,6 +9,8 @@ tensors:
     early (W = 1023), rangeswa_lite;
   - full attention: F.scaled_dot_product_attention on the flash backend on pre-rotated q, k (the rotation
     not timed, so the op is held to a stricter peer than a user's rope + SDPA, which is timed too);
+  - the same SDPA call on the cuDNN backend (FlashAttention-3-class on Hopper), when the machine's torch
+    and cuDNN take the shape: each op case's ratio against it is reported beside the flash one;
   - FlashAttention (`flash_attn_func`) on pre-rotated q, k, when the package is importable;
   - the peer a user would otherwise write for rangeswa late: FlexAttention, one call per query variant
     (native, grouped-left, grouped-right) over the keys and block summaries of that variant concatenated,
@@ -121,9 +123,20 @@ def full_attention(q, k, v, C):
     return sdpa(ops.rope(q, pos), ops.rope(k, pos), v)
 
 
-def sdpa(q, k, v):
-    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+def sdpa(q, k, v, backend=torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+    with torch.nn.attention.sdpa_kernel(backend):
         return F.scaled_dot_product_attention(q, k, v)
+
+
+def cudnn_ms(q, k, v, repeats: int) -> dict:
+    """SDPA on the cuDNN backend (pre-rotated inputs), or why it did not run (a torch or cuDNN that lacks
+    the backend or the shape raises; a peer that cannot run is reported, not fatal)."""
+    backend = torch.nn.attention.SDPBackend.CUDNN_ATTENTION
+    try:
+        ms = median_ms(lambda: sdpa(q, k, v, backend), repeats)
+    except Exception as err:  # noqa: BLE001 (report and carry on)
+        return dict(error=f"{type(err).__name__}: {err}"[:200])
+    return dict(ms=ms)
 
 
 def union_columns(census: dict, label: str, L: int, D: int) -> float | None:
@@ -314,7 +327,8 @@ def run(args) -> dict:
             qr, kr = ops.rope(q, pos), ops.rope(k, pos)
             full_ms = median_ms(lambda: sdpa(qr, kr, v), repeats)
             row = dict(D=D, L=L, B=B, H=H, C=C, full_sdpa_ms=full_ms, full_tflops=flops(N, B, H, N, D) / full_ms / 1e9,
-                       full_rope_sdpa_ms=median_ms(lambda: full_attention(q, k, v, C), repeats))
+                       full_rope_sdpa_ms=median_ms(lambda: full_attention(q, k, v, C), repeats),
+                       cudnn=cudnn_ms(qr, kr, v, repeats))
             if fa_fn is not None:
                 qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (qr, kr, v))
                 row["flash_attn_ms"] = median_ms(lambda: fa_fn(qt, kt, vt), repeats)
@@ -325,6 +339,8 @@ def run(args) -> dict:
                 ms = median_ms(lambda: ops.attn(q, k, v, cfg, C, stage), repeats)
                 keys = visited_keys(cfg, stage, L, C, retrieved, dev)
                 cell = dict(ms=ms, ratio=full_ms / ms, keys_per_row=keys, tflops=flops(keys, B, H, N, D) / ms / 1e9)
+                if "ms" in row["cudnn"]:
+                    cell["ratio_cudnn"] = row["cudnn"]["ms"] / ms
                 cols = union_columns(census, label, L, D)
                 if cols is not None:  # body rows over their GEMM columns, control rows over every key
                     cell["union_tflops"] = 4.0 * D * B * H * (L * cols + C * N) / ms / 1e9
@@ -355,16 +371,19 @@ def run(args) -> dict:
 
 def markdown(result: dict) -> str:
     labels = [c[0] for c in CASES]
-    head = (["D", "L", "SDPA-flash ms (pre-rotated)", "rope + SDPA ms"]
-            + [f"{x} ms (x, eff. / union TF/s)" for x in labels] + ["flex late ms (op x; building masks)", "FA ms"])
+    head = (["D", "L", "SDPA-flash ms (pre-rotated)", "SDPA-cuDNN ms", "rope + SDPA ms"]
+            + [f"{x} ms (x flash, x cuDNN, eff. / union TF/s)" for x in labels]
+            + ["flex late ms (op x; building masks)", "FA ms"])
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in result["rows"]:
+        cudnn = r.get("cudnn", {})
         cells = [str(r["D"]), str(r["L"]), f"{r['full_sdpa_ms']:.2f} ({r['full_tflops']:.0f} TF/s)",
-                 f"{r['full_rope_sdpa_ms']:.2f}"]
+                 f"{cudnn['ms']:.2f}" if "ms" in cudnn else cudnn.get("error", "-")[:40], f"{r['full_rope_sdpa_ms']:.2f}"]
         for x in labels:
             c = r[x]
             union = f"{c['union_tflops']:.0f}" if "union_tflops" in c else "-"
-            cells.append(f"{c['ms']:.2f} ({c['ratio']:.1f}x, {c['tflops']:.0f} / {union})")
+            vs_cudnn = f"{c['ratio_cudnn']:.1f}x" if "ratio_cudnn" in c else "-"
+            cells.append(f"{c['ms']:.2f} ({c['ratio']:.1f}x, {vs_cudnn}, {c['tflops']:.0f} / {union})")
         flex = r.get("flex rangeswa late")
         if flex is None:
             cells.append("-")

@@ -18,7 +18,10 @@
 #  6. the attention benchmark (benchmarks/bench_gpu_attention.py --quick: D = 64 at 2k-32k, D = 128 at 8k
 #     and 32k, against SDPA-flash on pre-rotated inputs and FlexAttention at 8k; at 8k and 32k also the
 #     late stage with RANGESWA_CUDA_EDGES=masked, the A/B of the plan's edge-free records);
-#  7. the profiler split of one call (benchmarks/profile_gpu_attention.py);
+#  7. the profiler split of one call (benchmarks/profile_gpu_attention.py), and where the machine has Nsight
+#     Compute (`ncu` on PATH or under CUDA_HOME), the body kernel of one late-stage call at 8k: issue slots
+#     busy, tensor pipe, occupancy and stall reasons (benchmarks/ncu_attn_body.py; a machine that denies
+#     the performance counters says so in the summary);
 #  8. ELF-B sampling at 8k (benchmarks/bench_gpu_sampling.py: 32 steps, B = 16, bf16).
 # Writes at most 8 files to OUT_DIR: summary.md, summary.json, bench.md, bench.json, profile.md,
 # sampling.md, gates.json and logs.tar.gz (every log).
@@ -144,11 +147,28 @@ EOF
     STEP_RC=$?
     log "$name exit $STEP_RC"
   }
-  run_step "attention benchmark" 400 "$WORK/bench.log" benchmarks/bench_gpu_attention.py --quick \
-      --budget-s "$(( $(left 400) - 40 ))" --out "$WORK"
+  run_step "attention benchmark" 390 "$WORK/bench.log" benchmarks/bench_gpu_attention.py --quick \
+      --budget-s "$(( $(left 390) - 40 ))" --out "$WORK"
   BENCH_RC=$STEP_RC
-  run_step "profiler split" 425 "$WORK/profile.log" benchmarks/profile_gpu_attention.py --calls 5 --out "$WORK"
+  run_step "profiler split" 412 "$WORK/profile.log" benchmarks/profile_gpu_attention.py --calls 5 --out "$WORK"
   PROFILE_RC=$STEP_RC
+  NCU="$(command -v ncu || true)"
+  [ -z "$NCU" ] && [ -x "$CUDA_HOME/bin/ncu" ] && NCU="$CUDA_HOME/bin/ncu"
+  if [ -z "$NCU" ]; then
+    log "no ncu on this machine: no stall reasons"
+    echo "ncu: not on this machine (PATH, \$CUDA_HOME/bin)" >"$WORK/ncu.md"
+  elif [ "$(left 448)" -le 20 ]; then
+    log "no time left for ncu"
+  else
+    log "ncu on the body kernel (budget $(left 448)s)"
+    (cd "$ROOT" && timeout "$(left 448)" "$NCU" --profile-from-start off --kernel-name regex:attn_kernel \
+        --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section SchedulerStats \
+        --section WarpStateStats -f -o "$WORK/body" "$PY" benchmarks/ncu_attn_body.py run) >"$WORK/ncu.log" 2>&1
+    log "ncu exit $?"
+    "$NCU" --import "$WORK/body.ncu-rep" --csv --page raw >"$WORK/ncu.csv" 2>>"$WORK/ncu.log"
+    "$PY" "$ROOT/benchmarks/ncu_attn_body.py" summarize "$WORK/ncu.csv" --out "$WORK/ncu.md" >/dev/null 2>>"$WORK/ncu.log"
+    grep -h "ERR_\|==ERROR==" "$WORK/ncu.log" | head -3 >>"$WORK/ncu.md"
+  fi
   run_step "ELF-B sampling benchmark" 470 "$WORK/sampling.log" benchmarks/bench_gpu_sampling.py --model elf-b \
       --lengths 8192 --repeats 1 --budget-s "$(( $(left 470) - 10 ))" --out "$WORK"
   SAMPLING_RC=$STEP_RC
@@ -195,7 +215,7 @@ lines = ["# gpu_check", "", "| item | value |", "| --- | --- |"] + [f"| {k} | {v
 gates = os.path.join(work, "gates.log")
 if os.path.exists(gates):
     lines += ["", "## Gates", "", "```", open(gates).read().strip(), "```"]
-for name in ("bench.md", "profile.md", "gpu_elf-b_sampling.md"):
+for name in ("bench.md", "profile.md", "ncu.md", "gpu_elf-b_sampling.md"):
     if os.path.exists(os.path.join(work, name)):
         lines += ["", open(os.path.join(work, name)).read()]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")

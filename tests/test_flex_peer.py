@@ -65,3 +65,23 @@ def test_gpu_benchmark_markdown_reports_the_edge_free_a_b():
     assert text.count("| 64 |") == 2
     assert "- D = 64, L = 8192: rangeswa late 2.00 vs 2.50 masked (1.25x); rangeswa_lite 1.00 vs 1.10 masked (1.10x)" in text
     assert "L = 2048" not in text
+
+
+def test_gpu_benchmark_markdown_reports_the_cudnn_peer_or_why_it_did_not_run():
+    """bench_gpu_attention.markdown: SDPA-cuDNN's time and each case's ratio against it beside the flash one;
+    a shape the cuDNN backend refused shows its error in the column and no cuDNN ratio."""
+    from bench_gpu_attention import markdown
+
+    cell = dict(ms=2.0, ratio=4.0, tflops=100.0, ratio_cudnn=3.0)
+    cases = {"rangeswa late": cell, "rangeswa early": cell, "rangeswa_lite": cell}
+    row = dict(D=64, L=8192, full_sdpa_ms=8.0, full_tflops=200.0, full_rope_sdpa_ms=9.0, cudnn=dict(ms=6.0), **cases)
+    refused = dict(row, L=2048, cudnn=dict(error="RuntimeError: No available kernel"),
+                   **{name: dict(cell, ratio_cudnn=None) for name in cases})
+    for c in ("rangeswa late", "rangeswa early", "rangeswa_lite"):
+        del refused[c]["ratio_cudnn"]
+    lines = markdown(dict(rows=[row, refused])).splitlines()
+    assert "SDPA-cuDNN ms" in lines[0]
+    ok = next(line for line in lines if line.startswith("| 64 | 8192 |"))
+    assert "| 6.00 |" in ok and "2.00 (4.0x, 3.0x, 100 / -)" in ok
+    bad = next(line for line in lines if line.startswith("| 64 | 2048 |"))
+    assert "RuntimeError: No available kernel" in bad and "2.00 (4.0x, -, 100 / -)" in bad
