@@ -115,7 +115,10 @@ class Design:
     # k_nat, v_body, k_grp, k_cond, p_nat and p_grp (attn_setup.h: grouping, the conditioning correction and
     # far summaries), Lite (Hn = T: no grouping, no far summaries) k_nat, v_body and k_cond.
     prepare_arrays_written: dict = field(default_factory=lambda: {"late": 6, "lite": 3})
-    control_in_body: bool = False  # control rows ride in the body launch (no launch of their own)
+    # Where the control rows run: "own launch" (128-row CTAs with one working warp, a grid before the
+    # body's), "body launch" (the same CTAs among the body's: no launch gap of their own), "16-row" (a 16-row
+    # split-K path in the body launch, no idle warps or fill of their own).
+    control_path: str = "own launch"
     control_ctas_per_head: int = 8  # one per chunk of 1,024 keys at 8k (scaled with L)
     launches: int = 10
     sources: tuple[str, ...] = field(default_factory=tuple)
@@ -149,7 +152,7 @@ SECOND_REVIEWED = Design(
     sources=("REVIEW_DESIGN2.md risks 1-5 (estimates)", "census: benchmarks/results/plan_census.json"),
 )
 # Warp instructions of the full-tile path as scripts/cuda_gates.py counts it (sm_90a, bf16, D = 64).
-FULL_TILE_MEASURED = 624
+FULL_TILE_MEASURED = 633
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
 # one input above (the figure names where it comes from).
 SECOND_NOW = replace(
@@ -169,6 +172,8 @@ SECOND_NOW = replace(
     # the fix-ups became a warp-uniform branch, the bounds reduction once per record and the rescale
     # conditional (the review's estimate: 1,075).
     full_tile=FULL_TILE_MEASURED,
+    # attn_launch.h run_attn: the control rows' CTAs in the body's launch (per head, before its body tiles).
+    control_path="body launch",
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
                                        "prepare: the gate's SASS count of the vector token loop",
                                        "full tile: the gate's SASS path count (sm_90a)"),
@@ -181,7 +186,7 @@ SECOND_TARGETS = replace(
     SECOND_REVIEWED,
     name="second design at issue 29's targets",
     full_tile=650, masked_extra=300, fill_round_trips=2, fill_instructions=8 * 30, mixed_round_trips=8,
-    prepare_instructions_per_element=40, prepare_arrays_written={"late": 4, "lite": 1}, control_in_body=True,
+    prepare_instructions_per_element=40, prepare_arrays_written={"late": 4, "lite": 1}, control_path="16-row",
     launches=8,
     sources=("issue 29's targets",),
 )
@@ -236,13 +241,13 @@ def control_phase(d: Design, L: int) -> Phase:
     # 64 keys, one plain fill; merged by the combine kernel.
     chunks = max(1, L // 1024)
     tiles = 1024 / 64
-    if d.control_in_body:
+    if d.control_path == "16-row":
         # Rows of a 16-row split-K path inside the body launch: the same tiles, no launch or fill of their own.
         return Phase("control", ctas=_heads() * chunks, warps_per_cta=1, resident=8,
                      warp_instructions=tiles * d.full_tile, launches=0)
     return Phase("control", ctas=_heads() * chunks, warps_per_cta=4, resident=2,
                  warp_instructions=tiles * d.full_tile + 3 * tiles * 200 + d.cta_setup,
-                 chain_cycles=(32 + tiles) * H200.latency_cycles, launches=1)
+                 chain_cycles=(32 + tiles) * H200.latency_cycles, launches=int(d.control_path == "own launch"))
 
 
 def combine_phase(L: int) -> Phase:

@@ -1,5 +1,5 @@
 """Nsight Compute's view of the fused op's body kernel (issue 29): issue utilization, tensor-pipe use,
-occupancy and the stall reasons of one body launch, where the GPU machine has `ncu`.
+occupancy and the stall reasons of its one launch, where the GPU machine has `ncu`.
 
     python benchmarks/ncu_attn_body.py run [--case rangeswa] [--length 8192]     (under ncu, below)
     python benchmarks/ncu_attn_body.py summarize REPORT.csv [--out ncu.md]
@@ -7,12 +7,12 @@ occupancy and the stall reasons of one body launch, where the GPU machine has `n
 `run` makes one call of the op (B = 16, H = 12, C = 12, bf16, D = 64) after two warm-up calls, with the
 profiler range (torch.cuda.profiler.start / stop) around that call only. scripts/gpu_check.sh runs it as
 
-    ncu --profile-from-start off --kernel-name regex:attn_kernel --launch-skip 1 --launch-count 1 \\
+    ncu --profile-from-start off --kernel-name regex:attn_kernel --launch-count 1 \\
         --section SpeedOfLight --section Occupancy --section SchedulerStats --section WarpStateStats \\
         -o body python benchmarks/ncu_attn_body.py run
     ncu --import body.ncu-rep --csv --page raw > body.csv
 
-(the call launches the control tiles' attn_kernel first, then the body tiles': skip 1 keeps the body).
+(one attn_kernel launch a call: the body tiles and, among them, the control rows' split-K tiles).
 `summarize` reads that CSV (ncu's raw page: a header row of metric names, a row of units, a row per
 profiled kernel) and writes a markdown table: duration, issue slots busy, tensor pipe, achieved
 occupancy, DRAM throughput, warp cycles per issued instruction, then the stall reasons by their share.

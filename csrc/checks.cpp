@@ -129,13 +129,7 @@ Rules check_topk(const at::Tensor& q, const at::Tensor& k, int64_t control_token
                     query_block, /*T=*/L, /*sinks=*/0, /*far_summaries=*/true, causal_block);
 }
 
-AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                      const std::optional<at::Tensor>& retrieved, c10::string_view method,
-                      int64_t control_tokens, int64_t window, int64_t summary_block, int64_t near_range,
-                      int64_t topk, int64_t retrieval_block, int64_t query_block, int64_t train_length,
-                      int64_t sinks, bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                      c10::string_view rope_style, std::optional<double> scale_arg, int64_t causal_block,
-                      bool cond_correction, bool summaries) {
+AttnParams check_attn(RSWA_ATTN_PARAMS) {
   Method m = parse_method(method);
   check_topk(q, k, control_tokens, window, summary_block, retrieval_block, query_block, topk, causal_block);
   check_bhnd(v, "v");
@@ -149,8 +143,9 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   check_at_most_max(sinks, "sinks");
   TORCH_CHECK_VALUE(sinks == 0 || m == Method::kSwa, "sinks are only defined for method 'swa', got sinks=",
                     sinks, " with method '", std::string(method), "'");
-  const double scale = scale_arg.value_or(1.0 / std::sqrt(double(q.size(3))));
-  TORCH_CHECK_VALUE(std::isfinite(scale) && scale > 0, "scale must be a finite number > 0, got ", scale);
+  const double softmax_scale = scale.value_or(1.0 / std::sqrt(double(q.size(3))));
+  TORCH_CHECK_VALUE(std::isfinite(softmax_scale) && softmax_scale > 0, "scale must be a finite number > 0, got ",
+                    softmax_scale);
 
   AttnParams p{};
   p.B = q.size(0);
@@ -163,7 +158,7 @@ AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   p.Lq = p.Nq - p.C;
   p.first_row = p.L - p.Lq;
   p.D = q.size(3);
-  p.scale = scale;
+  p.scale = softmax_scale;
   p.rope = check_rope(p.D, theta, rotary_dim, rope_style);
   p.rules = make_rules(m, p.L, window, summary_block, near_range, topk, retrieval_block, query_block,
                        train_length, sinks, far_summaries, causal_block, cond_correction, summaries);
@@ -209,11 +204,7 @@ void check_retrieved_values(const at::Tensor& retrieved, const Rules& rules) {
 
 namespace rangeswa {
 
-ContextParams check_prepare(const at::Tensor& k, const at::Tensor& v, c10::string_view method, int64_t control_tokens,
-                            int64_t summary_block, int64_t near_range, int64_t retrieval_block, int64_t train_length,
-                            bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                            c10::string_view rope_style, bool cond_correction, bool summaries, int64_t topk,
-                            int64_t first_key) {
+ContextParams check_prepare(RSWA_PREPARE_PARAMS) {
   const Method m = parse_method(method);
   check_bhnd(k, "k");
   check_bhnd(v, "v");

@@ -8,6 +8,7 @@
 
 #include "layout.h"
 #include "rules.h"
+#include "schema.h"
 
 namespace rangeswa {
 
@@ -43,13 +44,7 @@ void check_bhnd(const at::Tensor& t, const char* name);
 // `positions` of the rope and block_summary ops: 1-D floating, n entries, on the device of `like`.
 void check_positions(const at::Tensor& positions, int64_t n, const at::Tensor& like, const char* what);
 
-AttnParams check_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                      const std::optional<at::Tensor>& retrieved, c10::string_view method,
-                      int64_t control_tokens, int64_t window, int64_t summary_block, int64_t near_range,
-                      int64_t topk, int64_t retrieval_block, int64_t query_block, int64_t train_length,
-                      int64_t sinks, bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                      c10::string_view rope_style, std::optional<double> scale, int64_t causal_block,
-                      bool cond_correction, bool summaries);
+AttnParams check_attn(RSWA_ATTN_PARAMS);
 
 // The prepared context (csrc/prepared.h) of k and v under one configuration: which arrays it holds and
 // the numbers they depend on. check_prepare fills it from the prepare op's arguments.
@@ -62,11 +57,7 @@ struct ContextParams {
   bool keys_grp, keys_cond, summaries, sums_grp, means;
 };
 
-ContextParams check_prepare(const at::Tensor& k, const at::Tensor& v, c10::string_view method, int64_t control_tokens,
-                            int64_t summary_block, int64_t near_range, int64_t retrieval_block, int64_t train_length,
-                            bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                            c10::string_view rope_style, bool cond_correction, bool summaries, int64_t topk,
-                            int64_t first_key);
+ContextParams check_prepare(RSWA_PREPARE_PARAMS);
 
 // The signature of a context (prepared.h kSignatureNames) for these numbers.
 std::vector<double> context_signature(const Rules& rules, const RopeParams& rope, int64_t B, int64_t Hkv, int64_t C,

@@ -27,20 +27,67 @@ inline constexpr const char* kTopkBlocks =
     "topk_blocks(Tensor q, Tensor k, int control_tokens=0, int window=256, int summary_block=16, "
     "int retrieval_block=64, int query_block=128, int topk=8, int causal_block=0) -> Tensor";
 
-inline constexpr const char* kAttn =
-    "attn(Tensor q, Tensor k, Tensor v, Tensor? retrieved=None, str method=\"rangeswa\", int control_tokens=0, "
-    "int window=256, int summary_block=16, int near_range=512, int topk=8, int retrieval_block=64, "
-    "int query_block=128, int train_length=1024, int sinks=0, bool far_summaries=True, float theta=10000.0, "
-    "int? rotary_dim=None, str rope_style=\"interleaved\", float? scale=None, int causal_block=0, "
-    "bool cond_correction=True, bool summaries=True, Tensor[]? prepared=None) -> (Tensor, Tensor)";
+// The arguments of attn after (q, k, v, retrieved) and before prepared, in schema order, written once as
+// X(C++ type, name, schema type, schema default): the schema string below and every C++ signature that
+// takes them (RSWA_ATTN_PARAMS: the CPU kernel, the CUDA entry point, the emulators, check_attn) and
+// forwards them (RSWA_ATTN_ARGS) expand it, so none of them lists the arguments again.
+#define RSWA_ATTN_OPTIONS(X)                                   \
+  X(c10::string_view, method, "str", "\"rangeswa\"")          \
+  X(int64_t, control_tokens, "int", "0")                      \
+  X(int64_t, window, "int", "256")                            \
+  X(int64_t, summary_block, "int", "16")                      \
+  X(int64_t, near_range, "int", "512")                        \
+  X(int64_t, topk, "int", "8")                                \
+  X(int64_t, retrieval_block, "int", "64")                    \
+  X(int64_t, query_block, "int", "128")                       \
+  X(int64_t, train_length, "int", "1024")                     \
+  X(int64_t, sinks, "int", "0")                               \
+  X(bool, far_summaries, "bool", "True")                      \
+  X(double, theta, "float", "10000.0")                        \
+  X(std::optional<int64_t>, rotary_dim, "int?", "None")       \
+  X(c10::string_view, rope_style, "str", "\"interleaved\"")   \
+  X(std::optional<double>, scale, "float?", "None")           \
+  X(int64_t, causal_block, "int", "0")                        \
+  X(bool, cond_correction, "bool", "True")                    \
+  X(bool, summaries, "bool", "True")
+
+// The same for prepare's arguments after (k, v).
+#define RSWA_PREPARE_OPTIONS(X)                                \
+  X(c10::string_view, method, "str", "\"rangeswa\"")          \
+  X(int64_t, control_tokens, "int", "0")                      \
+  X(int64_t, summary_block, "int", "16")                      \
+  X(int64_t, near_range, "int", "512")                        \
+  X(int64_t, retrieval_block, "int", "64")                    \
+  X(int64_t, train_length, "int", "1024")                     \
+  X(bool, far_summaries, "bool", "True")                      \
+  X(double, theta, "float", "10000.0")                        \
+  X(std::optional<int64_t>, rotary_dim, "int?", "None")       \
+  X(c10::string_view, rope_style, "str", "\"interleaved\"")   \
+  X(bool, cond_correction, "bool", "True")                    \
+  X(bool, summaries, "bool", "True")                          \
+  X(int64_t, topk, "int", "8")                                \
+  X(int64_t, first_key, "int", "0")
+
+// One entry as the schema writes it, as a C++ parameter, and as a forwarded argument.
+#define RSWA_SCHEMA_ARG(type, name, schema_type, schema_default) ", " schema_type " " #name "=" schema_default
+#define RSWA_OPTION_PARAM(type, name, schema_type, schema_default) , type name
+#define RSWA_OPTION_ARG(type, name, schema_type, schema_default) , name
+
+// attn's and prepare's C++ parameters up to (not including) attn's prepared context, and the call that
+// forwards them.
+#define RSWA_ATTN_PARAMS                                                                                     \
+  const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &retrieved \
+      RSWA_ATTN_OPTIONS(RSWA_OPTION_PARAM)
+#define RSWA_ATTN_ARGS q, k, v, retrieved RSWA_ATTN_OPTIONS(RSWA_OPTION_ARG)
+#define RSWA_PREPARE_PARAMS const at::Tensor &k, const at::Tensor &v RSWA_PREPARE_OPTIONS(RSWA_OPTION_PARAM)
+#define RSWA_PREPARE_ARGS k, v RSWA_PREPARE_OPTIONS(RSWA_OPTION_ARG)
+
+inline constexpr const char* kAttn = "attn(Tensor q, Tensor k, Tensor v, Tensor? retrieved=None" RSWA_ATTN_OPTIONS(
+    RSWA_SCHEMA_ARG) ", Tensor[]? prepared=None) -> (Tensor, Tensor)";
 
 // What attn computes from k and v alone, once: rotated keys under every position map, block summaries,
 // prefix sums, retrieval key means (csrc/prepared.h lists the returned tensors). first_key > 0 returns the
 // rows from first_key on (block-aligned), for a cache that grows by appending.
-inline constexpr const char* kPrepare =
-    "prepare(Tensor k, Tensor v, str method=\"rangeswa\", int control_tokens=0, int summary_block=16, "
-    "int near_range=512, int retrieval_block=64, int train_length=1024, bool far_summaries=True, "
-    "float theta=10000.0, int? rotary_dim=None, str rope_style=\"interleaved\", bool cond_correction=True, "
-    "bool summaries=True, int topk=8, int first_key=0) -> Tensor[]";
+inline constexpr const char* kPrepare = "prepare(Tensor k, Tensor v" RSWA_PREPARE_OPTIONS(RSWA_SCHEMA_ARG) ") -> Tensor[]";
 
 }  // namespace rangeswa::schema

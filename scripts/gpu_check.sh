@@ -162,7 +162,7 @@ EOF
   else
     log "ncu on the body kernel (budget $(left 448)s)"
     (cd "$ROOT" && timeout "$(left 448)" "$NCU" --profile-from-start off --kernel-name regex:attn_kernel \
-        --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section SchedulerStats \
+        --launch-count 1 --section SpeedOfLight --section Occupancy --section SchedulerStats \
         --section WarpStateStats -f -o "$WORK/body" "$PY" benchmarks/ncu_attn_body.py run) >"$WORK/ncu.log" 2>&1
     log "ncu exit $?"
     "$NCU" --import "$WORK/body.ncu-rep" --csv --page raw >"$WORK/ncu.csv" 2>>"$WORK/ncu.log"

@@ -223,7 +223,7 @@ PIPELINE = [(n, d) for n in (range(len(GRID)) if ALL else _handful())
 @pytest.mark.parametrize("index,dtype", PIPELINE, ids=[f"{case_id(GRID[i])}-{str(d)[6:]}" for i, d in PIPELINE])
 def test_attn_pipeline_with_the_device_selection(simt, index, dtype):
     """attn with retrieved=None: every kernel of the op as the op launches it (rope tables, preparation, the
-    three selection kernels, sort, plan, the attention kernel's control and body launches, the combine),
+    three selection kernels, sort, plan, the attention kernel's launch of control and body tiles, the combine),
     held to the float64 reference with the reference's blocks."""
     _check_device_selection(simt, GRID[index], dtype)
 

@@ -674,19 +674,9 @@ void rope_tables(Call& c) {
   if (conditioned(R, p.C)) c.cond = rope_table(p.rope, 0.0, p.control_position_scale, p.L);
 }
 
-std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                            const std::optional<at::Tensor>& retrieved, c10::string_view method,
-                                            int64_t control_tokens, int64_t window, int64_t summary_block,
-                                            int64_t near_range, int64_t topk, int64_t retrieval_block,
-                                            int64_t query_block, int64_t train_length, int64_t sinks,
-                                            bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                                            c10::string_view rope_style, std::optional<double> scale,
-                                            int64_t causal_block, bool cond_correction, bool summaries,
-                                            std::optional<at::TensorList> prepared) {
+std::tuple<at::Tensor, at::Tensor> attn_cpu(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   Call c{};
-  c.p = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
-                   retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim,
-                   rope_style, scale, causal_block, cond_correction, summaries);
+  c.p = check_attn(RSWA_ATTN_ARGS);
   const AttnParams& p = c.p;
   const Rules& R = p.rules;
   if (prepared.has_value()) check_prepared(*prepared, p, k, at::kFloat, /*prefix_sums=*/false, p.D);
@@ -781,14 +771,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(const at::Tensor& q, const at::Tenso
 
 // The prepared context of k and v (csrc/prepared.h): what attn_cpu's passes compute, for every KV head,
 // rows from first_key on. Prefix sums are CUDA's (the CPU kernel sums straddling blocks from the keys).
-std::vector<at::Tensor> prepare_cpu(const at::Tensor& k, const at::Tensor& v, c10::string_view method,
-                                    int64_t control_tokens, int64_t summary_block, int64_t near_range,
-                                    int64_t retrieval_block, int64_t train_length, bool far_summaries, double theta,
-                                    std::optional<int64_t> rotary_dim, c10::string_view rope_style,
-                                    bool cond_correction, bool summaries, int64_t topk, int64_t first_key) {
-  const ContextParams cp = check_prepare(k, v, method, control_tokens, summary_block, near_range, retrieval_block,
-                                         train_length, far_summaries, theta, rotary_dim, rope_style, cond_correction,
-                                         summaries, topk, first_key);
+std::vector<at::Tensor> prepare_cpu(RSWA_PREPARE_PARAMS) {
+  const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
   const Rules& R = cp.rules;
   Call c{};
   c.p.rules = R;

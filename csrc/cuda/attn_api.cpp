@@ -240,19 +240,9 @@ size_t attn_smem_for(const AttnKernelParams& p, int64_t D) {
                                                              : attn_smem_bytes<Element, 128>(p);
 }
 
-std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                             const std::optional<at::Tensor>& retrieved, c10::string_view method,
-                                             int64_t control_tokens, int64_t window, int64_t summary_block,
-                                             int64_t near_range, int64_t topk, int64_t retrieval_block,
-                                             int64_t query_block, int64_t train_length, int64_t sinks,
-                                             bool far_summaries, double theta,
-                                             std::optional<int64_t> rotary_dim, c10::string_view rope_style,
-                                             std::optional<double> scale, int64_t causal_block, bool cond_correction,
-                                             bool summaries, std::optional<at::TensorList> prepared) {
+std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   // Every check first: arguments, what the CUDA kernel runs, the values of given blocks, shared memory.
-  const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
-                                   topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
-                                   rotary_dim, rope_style, scale, causal_block, cond_correction, summaries);
+  const AttnParams ap = check_attn(RSWA_ATTN_ARGS);
   const Rules& R = ap.rules;
   TORCH_CHECK_VALUE(padded_head_dim(ap.D) > 0, "attn on CUDA supports head dims up to 128, got ", ap.D);
   const char* unsupported = cuda_unsupported(ap);
@@ -368,14 +358,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(const at::Tensor& q, const at::Tens
 
 // The prepared context (csrc/prepared.h) on the device: the arrays the attn kernel reads, rows padded to
 // its head dim (returned as [B, H_kv, rows, D] views of [.., Dp] storage), rows from first_key on.
-std::vector<at::Tensor> prepare_cuda(const at::Tensor& k, const at::Tensor& v, c10::string_view method,
-                                     int64_t control_tokens, int64_t summary_block, int64_t near_range,
-                                     int64_t retrieval_block, int64_t train_length, bool far_summaries, double theta,
-                                     std::optional<int64_t> rotary_dim, c10::string_view rope_style,
-                                     bool cond_correction, bool summaries, int64_t topk, int64_t first_key) {
-  const ContextParams cp = check_prepare(k, v, method, control_tokens, summary_block, near_range, retrieval_block,
-                                         train_length, far_summaries, theta, rotary_dim, rope_style, cond_correction,
-                                         summaries, topk, first_key);
+std::vector<at::Tensor> prepare_cuda(RSWA_PREPARE_PARAMS) {
+  const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
   TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
   TORCH_CHECK_VALUE(cp.N < kMaxPlanTokens, "prepare on CUDA takes sequences of fewer than 2^29 tokens");
   TORCH_CHECK_VALUE(head_offsets_fit(cp.N, cp.D), "prepare on CUDA takes fewer than 2^31 elements per KV head and "

@@ -5,8 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <utility>
-
 #include "attn_params.h"
 #include "kernel_traits.h"
 #include "mainloop.h"
@@ -18,28 +16,22 @@ size_t attn_smem_bytes(const AttnKernelParams& p) {
   return SharedLayout<AttnTraits<Element, kHeadDim>>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);
 }
 
-// Two launches on the stream: the control rows' CTAs (every head), then the body tiles' CTAs.
+// One launch: per head, the control rows' CTAs, then the body tiles' (attn_params.h query_tile). The
+// control CTAs ride among the body CTAs instead of running as a grid of their own before them: no launch
+// gap and no tail of a control-only grid between the two.
 template <typename Element, int kHeadDim>
-cudaError_t run_attn(const AttnKernelParams& params, cudaStream_t stream) {
+cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
   using Traits = AttnTraits<Element, kHeadDim>;
-  const size_t smem = attn_smem_bytes<Element, kHeadDim>(params);
+  const size_t smem = attn_smem_bytes<Element, kHeadDim>(p);
   auto kernel = attn_kernel<Traits>;
   if (smem > 48 * 1024) {
     const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
     if (err != cudaSuccess) return err;
   }
-  const int32_t control = params.control_tiles * params.control_chunks;
-  for (const auto& [base, tiles] : {std::pair<int32_t, int32_t>{0, control}, {control, params.body_tiles}}) {
-    const int64_t blocks = int64_t(tiles) * params.B * params.Hq;
-    if (blocks == 0) continue;
-    if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-    AttnKernelParams p = params;
-    p.tile_base = base;
-    p.by_ctas_per_head = FastDiv::make(tiles);
-    const cudaError_t err = RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, p);
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  const int64_t blocks = int64_t(p.by_ctas_per_head.d) * p.B * p.Hq;
+  if (blocks == 0) return cudaSuccess;
+  if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  return RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, p);
 }
 
 }  // namespace rangeswa::cuda

@@ -72,11 +72,8 @@ struct AttnKernelParams {
   // to block qb's rows (tile_block = Qb for rangeswa, so a tile's rows share their retrieved blocks).
   int32_t control_tiles, control_chunks, control_chunk_keys, body_tiles;
   int32_t tile_block, tiles_per_block, first_tile_block;
-  // A launch runs, per head, the tiles [tile_base, tile_base + ctas_per_head.d) of that list (the op
-  // launches the control tiles and the body tiles apart, so a profile tells them apart). Divisions of the
-  // CTA index: by those CTAs per head, the control chunks, the tiles per block, Hq and the query heads per
-  // KV head.
-  int32_t tile_base;
+  // One launch runs every tile of every head (attn_launch.h run_attn). Divisions of the CTA index: by the
+  // CTAs per head, the control chunks, the tiles per block, Hq and the query heads per KV head.
   FastDiv by_ctas_per_head, by_chunks, by_tiles_per_block, by_Hq, by_group;
   float* ctrl_o;    // [control_chunks, B * Hq, C, Dp] normalised partial outputs (fp32)
   float* ctrl_lse;  // [control_chunks, B * Hq, C] their log-sum-exp (base 2)

@@ -192,7 +192,6 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnSetup& s, 
   p.tile_block = s.tile_block;
   p.tiles_per_block = s.tiles_per_block;
   p.first_tile_block = s.first_tile_block;
-  p.tile_base = 0;  // every tile of a head in one launch (run_attn launches control and body tiles apart)
   p.by_ctas_per_head = FastDiv::make(int32_t(s.ctas_per_head()));
   p.by_chunks = FastDiv::make(s.control_chunks);
   p.by_tiles_per_block = FastDiv::make(std::max(1, s.tiles_per_block));

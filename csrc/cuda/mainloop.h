@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   const Geometry& g = p.geo;
 
   const int32_t head = p.by_ctas_per_head.div(int32_t(blockIdx.x));  // b * Hq + h
-  const QueryTile t = query_tile<M>(p, p.tile_base + p.by_ctas_per_head.mod(int32_t(blockIdx.x)));
+  const QueryTile t = query_tile<M>(p, p.by_ctas_per_head.mod(int32_t(blockIdx.x)));
   if (t.nrows <= 0) return;  // the whole CTA leaves before any barrier
   const int32_t batch = p.by_Hq.div(head), h = p.by_Hq.mod(head);
   const int32_t bh = batch * p.Hkv + p.by_group.div(h);
@@ -385,6 +385,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   constexpr int kBandStride = Layout::kBandStride;
   static_assert(kBandBlocks == kCtrlCols, "an Hn band is one direct tile");
   RSWA_STATIC_SHARED(int32_t, control_count);
+  RSWA_STATIC_SHARED(BandRecords, shared_bands);
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, tq = lane % 4, gq = lane / 4;
   const int32_t i = t.i0 + tid;  // this thread's row (body tiles)
@@ -426,7 +427,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   }
   const uint32_t needed = t.control ? 1u << int(QVar::kPlain) : variants_needed(sRec, count, any & 1, any & 2);
   // The Hn bands: logits -inf until the variant of a row's class gives them (rows past the tile keep it).
+  // Kept in shared memory for band_dots (published by the fill's barriers), not in registers across the walk.
   const BandRecords bands = t.control ? BandRecords{{0, 0}, {0, 0}} : BandRecords::find(sRec, count);
+  if (tid == 0) shared_bands = bands;
   if (bands.n[0] + bands.n[1] > 0)
 #pragma unroll 1
     for (int x = tid; x < 2 * M * kBandStride; x += M) sBand[x] = -INFINITY;
@@ -481,7 +484,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   auto mixed_dots = [&](QVar v) {
     if (!valid) return;
     const PreparedArrays& a = p.kv;
-    const int32_t lb = me.mix[0], lm = me.mix_m[0], rb = me.mix[1], rm = me.mix_m[1];
+    const RowGeometry& mine = sRow[tid];  // read back from shared memory: no registers held across the walk
+    const int32_t lb = mine.mix[0], lm = mine.mix_m[0], rb = mine.mix[1], rm = mine.mix_m[1];
 #pragma unroll 1
     for (int term = 0; term < 3; ++term) {
       const void* base = nullptr;
@@ -534,8 +538,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     const Element* src = static_cast<const Element*>(v == QVar::kNat ? a.s_nat : a.s_grp) + bh * a.sum_stride;
 #pragma unroll 1
     for (int side = 0; side < 2; ++side) {
-      if (!bands.uses(side, v)) continue;
-      const int32_t k0 = bands.first(side), nb = bands.blocks(side);
+      if (!shared_bands.uses(side, v)) continue;
+      const int32_t k0 = shared_bands.first(side), nb = shared_bands.blocks(side);
       // The band's summary rows of v's class (zero past its blocks).
 #pragma unroll 1
       for (int x = tid; x < kBandBlocks * kChunks; x += M) {
@@ -625,7 +629,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       // This row's straddling block: every part is in (its own dots, done).
       const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
       if (rec.flags & kRecBand) {  // joins the band's scores
-        const int32_t blk = x == 0 ? me.mix[0] : me.mix[1];
+        const int32_t blk = x == 0 ? sRow[tid].mix[0] : sRow[tid].mix[1];
         if (valid && blk >= rec.k0 && blk < rec.k0 + rec.n)
           sBand[(x * M + tid) * kBandStride + blk - rec.k0] = straddling_score(g, blk, sMixA[x * M + tid], sMixB[x * M + tid]);
       } else if (rec.flags & kRecDirect) {

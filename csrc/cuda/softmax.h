@@ -35,7 +35,7 @@ struct OnlineSoftmax {
   // rescaling, without its threshold).
   template <int NT, int DT>
   __device__ __forceinline__ void update(float (&x)[MB][NT][4], float (&o)[MB][DT][4], float a, float b) {
-    float m_old[R], sums[R];
+    float alpha[R];
     bool raised = false;
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
@@ -49,11 +49,12 @@ struct OnlineSoftmax {
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[rr], fmaf(mx, a, b));
         // A row that has seen nothing yet keeps m = -inf; shifting by 0 then turns every -inf into 0
-        // instead of NaN.
+        // instead of NaN. alpha = exp2(m_old - m_new): 0 from a row's first keys (m_old = -inf), exactly 1
+        // when the max did not move (and for a row that has seen nothing: both -inf, shifted by 0).
         const float shift = m_new == -INFINITY ? 0.f : m_new;
         const float offset = b - shift;
         raised |= m_new != m[rr];
-        m_old[rr] = m[rr];
+        alpha[rr] = exp2_approx(m[rr] - shift);
         m[rr] = m_new;
         float sum = 0.f;
 #pragma unroll
@@ -64,26 +65,15 @@ struct OnlineSoftmax {
             x[mb][n][2 * h + c] = p;
             sum += p;
           }
-        sums[rr] = sum;
+        l[rr] = l[rr] * alpha[rr] + sum;
       }
     if (__any_sync(0xffffffffu, raised)) {
-      float alpha[R];
-#pragma unroll
-      for (int rr = 0; rr < R; ++rr) {
-        // exp2(m_old - m_new): 0 from a row's first keys (m_old = -inf), 1 for a row that has seen
-        // nothing (both -inf: shifted by 0).
-        alpha[rr] = exp2_approx(m_old[rr] - (m[rr] == -INFINITY ? 0.f : m[rr]));
-        l[rr] = l[rr] * alpha[rr] + sums[rr];
-      }
 #pragma unroll
       for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) o[mb][dt][e] *= alpha[2 * mb + e / 2];
-    } else {
-#pragma unroll
-      for (int rr = 0; rr < R; ++rr) l[rr] += sums[rr];  // alpha = 1 in every row
     }
   }
 

@@ -325,19 +325,9 @@ void run(const AttnKernelParams& p, const AttnSetup& s) {
 
 // attn with the CUDA kernels' plan, on CPU tensors; `retrieved` as the op takes it (computed by the
 // caller when the method retrieves).
-std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                 const std::optional<at::Tensor>& retrieved, c10::string_view method,
-                                                 int64_t control_tokens, int64_t window, int64_t summary_block,
-                                                 int64_t near_range, int64_t topk, int64_t retrieval_block,
-                                                 int64_t query_block, int64_t train_length, int64_t sinks,
-                                                 bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                                                 c10::string_view rope_style, std::optional<double> scale,
-                                                 int64_t causal_block, bool cond_correction, bool summaries,
-                                                 std::optional<at::TensorList> prepared) {
+std::tuple<at::Tensor, at::Tensor> attn_emulated(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   HostCall hc;
-  hc.ap = checked(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
-                  retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
-                  scale, causal_block, cond_correction, summaries, prepared);
+  hc.ap = checked(RSWA_ATTN_ARGS, prepared);
   if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
     return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
   build(hc, q, k, v, retrieved, prepared, HostLanes{});
@@ -351,17 +341,9 @@ std::tuple<at::Tensor, at::Tensor> attn_emulated(const at::Tensor& q, const at::
 // summed over rows (columns it sees, straddling blocks included), straddling blocks scored per row,
 // query-slot fills, masked tiles, tiles with column fix-ups, masked warp-tiles by key set, direct tiles,
 // window tiles with summaries, Hn band tiles.
-at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                      const std::optional<at::Tensor>& retrieved, c10::string_view method, int64_t control_tokens,
-                      int64_t window, int64_t summary_block, int64_t near_range, int64_t topk, int64_t retrieval_block,
-                      int64_t query_block, int64_t train_length, int64_t sinks, bool far_summaries, double theta,
-                      std::optional<int64_t> rotary_dim, c10::string_view rope_style, std::optional<double> scale,
-                      int64_t causal_block, bool cond_correction, bool summaries,
-                      std::optional<at::TensorList> prepared) {
+at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   HostCall hc;
-  hc.ap = checked(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
-                  retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
-                  scale, causal_block, cond_correction, summaries, prepared);
+  hc.ap = checked(RSWA_ATTN_ARGS, prepared);
   build(hc, q, k, v, retrieved, prepared, HostLanes{});
   const AttnKernelParams& p = hc.p;
   const Geometry& g = p.geo;
@@ -449,14 +431,8 @@ at::Tensor plan_stats(const at::Tensor& q, const at::Tensor& k, const at::Tensor
 
 // The prepare op with the CUDA op's layout and its preparation (prepare_unit, one lane per unit), on CPU
 // tensors; the retrieval key means are ATen's float64 block means (host_call.h HostLanes::key_means).
-std::vector<at::Tensor> prepare_emulated(const at::Tensor& k, const at::Tensor& v, c10::string_view method,
-                                         int64_t control_tokens, int64_t summary_block, int64_t near_range,
-                                         int64_t retrieval_block, int64_t train_length, bool far_summaries,
-                                         double theta, std::optional<int64_t> rotary_dim, c10::string_view rope_style,
-                                         bool cond_correction, bool summaries, int64_t topk, int64_t first_key) {
-  const ContextParams cp = check_prepare(k, v, method, control_tokens, summary_block, near_range, retrieval_block,
-                                         train_length, far_summaries, theta, rotary_dim, rope_style, cond_correction,
-                                         summaries, topk, first_key);
+std::vector<at::Tensor> prepare_emulated(RSWA_PREPARE_PARAMS) {
+  const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
   return prepare_call(k, v, cp, first_key, HostLanes{});
 }
 

@@ -251,16 +251,8 @@ inline std::vector<at::Tensor> prepare_call(const at::Tensor& k, const at::Tenso
   return c.out;
 }
 
-inline AttnParams checked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                   const std::optional<at::Tensor>& retrieved, c10::string_view method, int64_t control_tokens,
-                   int64_t window, int64_t summary_block, int64_t near_range, int64_t topk, int64_t retrieval_block,
-                   int64_t query_block, int64_t train_length, int64_t sinks, bool far_summaries, double theta,
-                   std::optional<int64_t> rotary_dim, c10::string_view rope_style, std::optional<double> scale,
-                   int64_t causal_block, bool cond_correction, bool summaries,
-                   const std::optional<at::TensorList>& prepared) {
-  const AttnParams ap = check_attn(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range,
-                                   topk, retrieval_block, query_block, train_length, sinks, far_summaries, theta,
-                                   rotary_dim, rope_style, scale, causal_block, cond_correction, summaries);
+inline AttnParams checked(RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prepared) {
+  const AttnParams ap = check_attn(RSWA_ATTN_ARGS);
   TORCH_CHECK_VALUE(padded_head_dim(ap.D) > 0, "attn on CUDA supports head dims up to 128, got ", ap.D);
   const char* unsupported = cuda_unsupported(ap);
   TORCH_CHECK_VALUE(unsupported == nullptr, unsupported);

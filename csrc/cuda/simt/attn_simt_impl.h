@@ -10,7 +10,7 @@ namespace rangeswa::cuda::simt_attn {
 
 template <typename Element, int kHeadDim>
 size_t run_attn(const AttnKernelParams& p) {
-  const cudaError_t err = cuda::run_attn<Element, kHeadDim>(p, nullptr);  // the device's launches: control, body
+  const cudaError_t err = cuda::run_attn<Element, kHeadDim>(p, nullptr);  // the device's launch (control and body tiles)
   if (err != cudaSuccess) throw ::simt::Error("simt: the attn launcher refused the launch (cudaError " +
                                               std::to_string(int(err)) + ")");
   return attn_smem_bytes<Element, kHeadDim>(p);

@@ -169,19 +169,9 @@ struct SimtLaunches final : CallKernels {
   }
 };
 
-std::tuple<at::Tensor, at::Tensor> attn_simt(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                             const std::optional<at::Tensor>& retrieved, c10::string_view method,
-                                             int64_t control_tokens, int64_t window, int64_t summary_block,
-                                             int64_t near_range, int64_t topk, int64_t retrieval_block,
-                                             int64_t query_block, int64_t train_length, int64_t sinks,
-                                             bool far_summaries, double theta, std::optional<int64_t> rotary_dim,
-                                             c10::string_view rope_style, std::optional<double> scale,
-                                             int64_t causal_block, bool cond_correction, bool summaries,
-                                             std::optional<at::TensorList> prepared) {
+std::tuple<at::Tensor, at::Tensor> attn_simt(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   HostCall hc;
-  hc.ap = checked(q, k, v, retrieved, method, control_tokens, window, summary_block, near_range, topk,
-                  retrieval_block, query_block, train_length, sinks, far_summaries, theta, rotary_dim, rope_style,
-                  scale, causal_block, cond_correction, summaries, prepared);
+  hc.ap = checked(RSWA_ATTN_ARGS, prepared);
   if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
     return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
@@ -212,14 +202,8 @@ std::tuple<at::Tensor, at::Tensor> attn_simt(const at::Tensor& q, const at::Tens
   return {hc.out, hc.lse};
 }
 
-std::vector<at::Tensor> prepare_simt(const at::Tensor& k, const at::Tensor& v, c10::string_view method,
-                                     int64_t control_tokens, int64_t summary_block, int64_t near_range,
-                                     int64_t retrieval_block, int64_t train_length, bool far_summaries, double theta,
-                                     std::optional<int64_t> rotary_dim, c10::string_view rope_style,
-                                     bool cond_correction, bool summaries, int64_t topk, int64_t first_key) {
-  const ContextParams cp = check_prepare(k, v, method, control_tokens, summary_block, near_range, retrieval_block,
-                                         train_length, far_summaries, theta, rotary_dim, rope_style, cond_correction,
-                                         summaries, topk, first_key);
+std::vector<at::Tensor> prepare_simt(RSWA_PREPARE_PARAMS) {
+  const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
   return simt_errors_as_runtime_errors([&] { return prepare_call(k, v, cp, first_key, SimtLaunches{}); });
 }
