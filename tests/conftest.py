@@ -69,9 +69,9 @@ def qkv():
 
 @pytest.fixture(scope="session")
 def emulator():
-    """torch.ops.rangeswa_emulator.attn: the CUDA attention kernel's own setup, plan and per-warp decisions
-    (csrc/cuda/emulator) compiled for the host by nvcc, with exactly the attn schema (tests/cuda_emulator.py
-    builds it once per session into this checkout's build/emulator, about 2 minutes on 2 cores)."""
-    from cuda_emulator import emulator_ops
+    """torch.ops.rangeswa_simt.attn: the CUDA attention op on the host, every kernel's own source run thread
+    by thread (csrc/cuda/simt, through the device's own launchers), with exactly the attn schema
+    (tests/cuda_emulator.py builds it once per session into this checkout's build/simt with g++)."""
+    from cuda_emulator import simt_ops
 
-    return emulator_ops().attn.default
+    return simt_ops().attn.default

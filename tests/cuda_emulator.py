@@ -1,9 +1,9 @@
 """Builds the two host emulations of the CUDA kernels once per test run.
 
-- csrc/cuda/emulator: torch.ops.rangeswa_emulator.attn (the attn schema, run with the CUDA kernel's setup,
-  preparation, plan and per-warp decisions; it runs no block selection, so a call that retrieves takes its
-  blocks), .plan_stats (the plan's census) and .prepare. nvcc compiles it for the host, so it runs wherever
-  the README's install gives nvcc and a CUDA build of torch, GPU or not.
+- csrc/cuda/emulator: torch.ops.rangeswa_emulator.plan_stats (the plan's census, with the attn schema, on the
+  CUDA kernel's own setup, plan and per-warp decisions; it runs no block selection, so a call that retrieves
+  takes its blocks) and .prepare (the CUDA op's layout and preparation, one lane per unit). nvcc compiles it
+  for the host, so it runs wherever the README's install gives nvcc and a CUDA build of torch, GPU or not.
 - csrc/cuda/simt: torch.ops.rangeswa_simt, every CUDA kernel's own source run thread by thread on the CPU
   through the device's own launchers (attn, prepare, topk_blocks, block_summary, rope under their schemas).
   g++ compiles it against the CUDA headers: no GPU, no nvcc, no CUDA build of torch.
@@ -37,8 +37,8 @@ def _build() -> None:
         if path.is_file() and path.suffix in (".h", ".cpp", ".cu"):
             digest.update(path.read_bytes())
     cpp_extension.load(
-        name="rangeswa_attn_emulator",
-        sources=[os.path.join(ROOT, "csrc", "cuda", "emulator", "attn_emulator.cu"), os.path.join(ROOT, "csrc", "checks.cpp")],
+        name="rangeswa_plan_emulator",
+        sources=[os.path.join(ROOT, "csrc", "cuda", "emulator", "plan_emulator.cu"), os.path.join(ROOT, "csrc", "checks.cpp")],
         extra_include_paths=[os.path.join(ROOT, "csrc")], extra_cflags=["-O2", "-fopenmp"], extra_ldflags=["-fopenmp"],
         extra_cuda_cflags=["-O2", "--expt-relaxed-constexpr", "-std=c++20", f"-DRANGESWA_SOURCES={digest.hexdigest()[:16]}"],
         is_python_module=False, build_directory=build)

@@ -1,11 +1,10 @@
 """The CUDA kernels against the reference and the CPU kernels (SPEC sections 1-5), over the stratified
 grid of tests/attn_cases.py.
 
-Every test needs a CUDA device and skips without one, except the host emulation: the fused kernel's
-own setup, tile plan, per-element decisions and rotations (csrc/cuda/emulator), compiled for the host by
-nvcc and registered as torch.ops.rangeswa_emulator.attn with the attn schema, held to the reference on
-every case of the grid (one test per case and dtype). It runs wherever nvcc and a CUDA build of torch
-are (the README's install gives both), GPU or not; docs/cuda.md says what it leaves to a GPU.
+Every test needs a CUDA device and skips without one, except the host emulation: every CUDA kernel's own
+source run thread by thread on the CPU (csrc/cuda/simt, torch.ops.rangeswa_simt.attn with the attn schema,
+conftest.py `emulator`), held to the reference on every case of the grid (one test per case and dtype). It
+runs wherever g++ and the CUDA headers are, GPU or not; docs/cuda.md says what it leaves to a GPU.
 """
 
 import subprocess
@@ -333,15 +332,19 @@ def test_kernel_plan_emulated_on_host_refuses_heads_past_32_bit_offsets(emulator
 
 
 def test_kernel_plan_emulated_on_host_rejects_a_bad_retrieved_block(emulator):
-    """The error path of test_attn_cuda_user_retrieved_blocks through nvcc-compiled host code: a block inside
-    the query block's windows is refused with a ValueError (on the H200 the CUDA build crashed here once)."""
+    """The error path of test_attn_cuda_user_retrieved_blocks, emulated: a block inside the query block's
+    windows stops the plan's sort kernel with its device-side assertion, which names the block (a
+    RuntimeError, as a GPU reports it at the next synchronization; the CPU op raises the same message as a
+    ValueError)."""
     cfg = preset("rangeswa", train_length=256)
     C = 12
     q, k, v = make_qkv(2, 2, 1, C + 1000, 64, seed=3)
     bad = ops.topk_blocks(q, k, cfg, C).clone()
     bad[0, 0, 3, 0] = 3 * cfg.query_block // cfg.retrieval_block
-    with pytest.raises(ValueError, match="not a candidate"):
+    with pytest.raises(RuntimeError, match="device-side assertion: rangeswa attn: retrieved holds block .* not a candidate"):
         emulator(q, k, v, bad, **ops.attn_arguments(cfg, C, "late"))
+    with pytest.raises(ValueError, match="not a candidate"):
+        ops.attn(q, k, v, cfg, C, "late", retrieved=bad)
 
 
 @needs_cuda

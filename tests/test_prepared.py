@@ -259,14 +259,23 @@ def test_cuda_a_context_that_does_not_fit_the_call_is_refused():
     torch.cuda.synchronize()
 
 
-# --- the CUDA path on the host: the kernel's emulation (csrc/cuda/emulator) with an emulated prepare -------
-# The emulator's prepare op has the CUDA op's layout and preparation (context.h, prepare_unit) and its attn
-# takes a context exactly as attn_api.cpp does (context.h use_context): so the CUDA kernel's reading of a
-# context (pointers, head strides of a cache's capacity, the call's own control rows and values) runs here.
+# --- the CUDA path on the host: the kernel's own source (SIMT emulation) with the host prepare op -----------
+# The host prepare op (csrc/cuda/emulator) has the CUDA op's layout and preparation (context.h, prepare_unit,
+# one lane per unit), and the SIMT emulation's attn takes a context exactly as attn_api.cpp does (context.h
+# use_context): so the CUDA kernel's reading of a context (pointers, head strides of a cache's capacity, the
+# call's own control rows and values) runs here.
+
+class _Emulation:
+    """prepare from the host emulation, attn from the SIMT emulation of the kernel's source."""
+
+    def __init__(self):
+        from cuda_emulator import emulator_ops, simt_ops
+        self.prepare = emulator_ops().prepare
+        self.attn = simt_ops().attn
+
 
 def emulator():
-    from cuda_emulator import emulator_ops
-    return emulator_ops()
+    return _Emulation()
 
 
 def emulated(e, q, k, v, cfg, C, stage, cb, prepared=None):

@@ -11,8 +11,8 @@ A failure is shrunk to its smallest case by hypothesis.
 
 - `attn`, CPU kernel: output and log-sum-exp within `attn_error_bound` (conftest.py, docs/spec_decisions.md
   item 22) of the float64 reference; its retrieval equal to the reference's.
-- `attn`, the CUDA kernel's plan through its host emulator (conftest.py `emulator`): the same, with the
-  bound at the precision of the kernel's matrix-product operands (the inputs' dtype), on the reference's blocks.
+- `attn`, the CUDA kernels' own source through the SIMT emulation (conftest.py `emulator`) on the reference's
+  blocks: the same, with the bound at the precision of the kernel's matrix-product operands (the inputs' dtype).
 - `attn`, every CUDA kernel's own source through the SIMT emulation (tests/cuda_emulator.py `simt_ops`) with
   retrieved=None: the device's own selection, preparation, plan, kernel and combine, as the op launches them.
 - `topk_blocks` exactly, `block_summary` and `rope` within their rounding.

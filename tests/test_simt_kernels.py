@@ -279,13 +279,13 @@ def test_a_prepared_context_the_kernel_cannot_copy_is_refused(simt):
         simt.attn(q, k, v, None, **args, prepared=[short if i == 0 else t for i, t in enumerate(context)])
 
 
-def test_the_host_emulator_refuses_a_retrieving_call_without_blocks():
-    """The plan emulator runs no selection: it says what to pass rather than computing another function."""
+def test_the_plan_census_refuses_a_retrieving_call_without_blocks():
+    """The host plan census runs no selection: it says what to pass rather than counting another plan."""
     from cuda_emulator import emulator_ops
 
     case = next(c for c in GRID if c["regime"] == "grouped_retrieval")
     cfg = config(case)
     q, k, v = inputs(case, torch.float32)
     with pytest.raises(ValueError, match="runs no block selection.*pass the call's blocks as retrieved="):
-        emulator_ops().attn(q, k, v, None, **ops.attn_arguments(cfg, case["C"], case["stage"]))
-    emulator_ops().attn(q, k, v, None, **ops.attn_arguments(cfg.replace(topk=0), case["C"], case["stage"]))
+        emulator_ops().plan_stats(q, k, v, None, **ops.attn_arguments(cfg, case["C"], case["stage"]))
+    emulator_ops().plan_stats(q, k, v, None, **ops.attn_arguments(cfg.replace(topk=0), case["C"], case["stage"]))

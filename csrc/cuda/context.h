@@ -1,5 +1,5 @@
 // A prepared context (csrc/prepared.h) on the CUDA kernels' side, host code shared by the op entry points
-// (attn_api.cpp) and the host emulation (emulator/host_call.h, attn_emulator.cu), so that both run one
+// (attn_api.cpp) and the host emulation (emulator/host_call.h, plan_emulator.cu), so that both run one
 // copy of it: what attn requires of a context, the arrays a call takes from one, and the layout of the
 // arrays the prepare op writes (rows padded to the kernel's head dim Dp, rows from first_key on).
 #pragma once

@@ -299,8 +299,9 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
     // This lane's columns: key base + off(n, j) of the tile.
     const int32_t base = kPermuted ? 2 * NT * tq : 2 * tq;
     auto off = [](int n, int j) { return kPermuted ? 2 * n + j : 8 * n + j; };
-    // Per column: its bias, -inf past the keys or for an excluded G-block (tile.h column_logit); one value
-    // for every row.
+    // Per column (a column fix-up, tile.h has_column_fixups): its bias, the ragged last G-block's own, or
+    // -inf past the keys and for a G-block excluded from a summary record (retrieved); one value for every
+    // row.
     const uint64_t excluded = t.excluded >> base;
     const int32_t limit = t.n - base, last = ragged - base;
     float col_bias[NT][2];
@@ -312,9 +313,10 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
         const float column = off(n, j) == last ? last_bias : bias;
         col_bias[n][j] = fixups ? (dead ? -INFINITY : column) : bias;
       }
-    // tile.h masked_logit: lo <= key < hi as one unsigned compare (hi >= lo always); outside, -inf, or in a
-    // window record with its edges' summaries (tile.h window_sum_logit, G = 16) the mean score of the
-    // key's G-block, scaled, without bias (-inf scaled stays -inf). The lane's keys are one whole block;
+    // A masked tile: the row sees key x when lo <= x < hi, one unsigned compare (hi >= lo always); outside,
+    // -inf, or in a window record with its edges' summaries (plan.h window_sums, G = 16) the mean score of
+    // the key's G-block over the tile's keys, scaled, without bias (spread over the block's n_b columns it
+    // weighs n_b 2^mean: rule 4's log n_b; -inf scaled stays -inf). The lane's keys are one whole block;
     // the tile's zero-filled rows past its keys score 0.
     // Window sums run on 64-key tiles (attn_setup.h plan_edges), where each lane holds one G-block.
     constexpr bool kSums = kPermuted && NT == 8;

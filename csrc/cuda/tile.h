@@ -1,6 +1,6 @@
 // What one warp does with one KV tile of a record (plan.h), and the walk over a CTA's records in KV
-// tiles. Host and device code: the attention kernel (mainloop.h) and its host emulation share every
-// decision here, so the emulator tests the kernel's own choices.
+// tiles. Host and device code: the attention kernel (mainloop.h) and the plan census (emulator/
+// plan_emulator.cu plan_stats) share every decision here, so the census counts the kernel's own choices.
 //
 // A warp owns 32 query rows. On entering a record it reduces its rows' bounds [lo, hi) (record_bounds)
 // to four numbers; per KV tile [a, a + n) it then picks one of
@@ -74,7 +74,7 @@ RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t) {
 
 // The same for a tile of record r: in a window record with its edges' summaries (plan.h window_sums)
 // every row sees every key, exactly or in its G-block's mean, so no tile is skipped; a tile is full where
-// every row sees all its keys exactly, else masked (window_sum_logit).
+// every row sees all its keys exactly, else masked (mainloop.h warp_tile takes the G-block means there).
 RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t, const Record& r) {
   const TileWork work = classify(w, t);
   return (r.flags & kRecWindowSums) && work == TileWork::kSkip ? TileWork::kMasked : work;
@@ -84,31 +84,6 @@ RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t, const Record& r)
 // retrieved G-blocks of a summary record, or the ragged last G-block's bias.
 RSWA_HD bool has_column_fixups(const KvTile& t, int32_t ragged) {
   return t.n < t.width || t.excluded != 0 || ragged >= 0;
-}
-
-// The base-2 logit of column c from its raw score s when every row sees the keys of the tile: -inf past
-// the keys and for excluded G-blocks; the ragged last G-block gets its own bias.
-RSWA_HD float column_logit(float s, int32_t c, const KvTile& t, int32_t ragged, float scale_log2, float bias,
-                           float last_bias) {
-  const bool seen = c < t.n && ((t.excluded >> c) & 1) == 0;
-  return seen ? s * scale_log2 + (c == ragged ? last_bias : bias) : -INFINITY;
-}
-
-// The same for a row with bounds b (kMasked tiles): the key must also lie in [b.lo, b.hi).
-RSWA_HD float masked_logit(float s, int32_t c, const KvTile& t, const Bounds& b, int32_t ragged, float scale_log2,
-                           float bias, float last_bias) {
-  const int32_t key = t.a + c;
-  return key >= b.lo && key < b.hi ? column_logit(s, c, t, ragged, scale_log2, bias, last_bias) : -INFINITY;
-}
-
-// A masked tile of a window record with its edges' summaries, for a row with exact bounds b: an exact
-// logit inside b, else the mean raw score `block_mean` of the column's G-block over the tile's keys,
-// scaled, without bias (spread over the block's n_b columns it weighs n_b 2^mean: rule 4's log n_b).
-RSWA_HD float window_sum_logit(float s, float block_mean, int32_t c, const KvTile& t, const Bounds& b,
-                               float scale_log2) {
-  const int32_t key = t.a + c;
-  if (c >= t.n) return -INFINITY;
-  return key >= b.lo && key < b.hi ? s * scale_log2 : block_mean * scale_log2;
 }
 
 // The KV tiles of a CTA's records in order: `width` columns each (kCtrlCols for control keys and for the

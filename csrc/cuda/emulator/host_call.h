@@ -1,10 +1,10 @@
-// The host side of one fused attention call without a GPU, shared by the host emulation of the kernel's plan
-// (attn_emulator.cu) and the SIMT emulation of the device source (csrc/cuda/simt/simt_ops.cpp): the checked
+// The host side of one fused attention call without a GPU, shared by the plan census and host prepare op
+// (plan_emulator.cu) and the SIMT emulation of the device source (csrc/cuda/simt/simt_ops.cpp): the checked
 // arguments, the setup (attn_setup.h) and the arrays exactly as the op (attn_api.cpp) makes them. The small
-// kernels of a call (rope tables, preparation, rule 3's selection, sort and plan, the control rows' combine)
-// run through a `CallKernels`: `HostLanes` here runs their per-unit functions on the host, one lane each, and
-// runs no selection (a call that retrieves must be given its blocks); the SIMT emulation launches their
-// device source through the device's own launchers (launch.h), selection included.
+// kernels of a call (rope tables, preparation, rule 3's selection, sort and plan) run through a
+// `CallKernels`: `HostLanes` here runs their per-unit functions on the host, one lane each, and runs no
+// selection (a call that retrieves must be given its blocks); the SIMT emulation launches their device
+// source through the device's own launchers (launch.h), selection included, then the kernel and the combine.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -19,7 +19,6 @@
 #include "checks.h"
 #include "cuda/attn_params.h"
 #include "cuda/attn_setup.h"
-#include "cuda/combine.h"
 #include "cuda/context.h"
 #include "cuda/kernel_traits.h"
 #include "cuda/plan.h"
@@ -51,8 +50,6 @@ struct CallKernels {
   virtual at::Tensor select(const HostCall& hc, const std::optional<at::TensorList>& prepared) const = 0;
   // The retrieved blocks sorted per (KV head, query block), then the records of every body tile (plan.h).
   virtual void plan(HostCall& hc) const = 0;
-  // The control rows' outputs and log-sum-exp from their chunks (combine.h).
-  virtual void combine(const AttnKernelParams& p, at::ScalarType type) const = 0;
   // The prepare op's retrieval key means: float64 [B, H_kv, nKb - first_block, D] of the pre-RoPE keys kc.
   virtual at::Tensor key_means(const at::Tensor& kc, const ContextParams& cp, int64_t first_block) const = 0;
 };
@@ -219,7 +216,6 @@ struct HostLanes final : CallKernels {
       hc.record_count[x] = plan_tile(p, int32_t(x / hc.s.body_tiles), int32_t(x % hc.s.body_tiles),
                                      hc.records.data() + x * hc.s.max_records);
   }
-  void combine(const AttnKernelParams& p, at::ScalarType type) const override;
   // The float64 block means computed by ATen (only the device's selection, which this emulator does not run,
   // reads them).
   at::Tensor key_means(const at::Tensor& kc, const ContextParams& cp, int64_t first_block) const override {
@@ -258,25 +254,6 @@ inline AttnParams checked(RSWA_ATTN_PARAMS, const std::optional<at::TensorList>&
   TORCH_CHECK_VALUE(unsupported == nullptr, unsupported);
   if (prepared.has_value()) check_prepared_cuda(*prepared, ap, k, padded_head_dim(ap.D));
   return ap;
-}
-
-// The combine kernel: control rows from their chunks' partial results.
-template <typename Element>
-void combine_on_host(const AttnKernelParams& p) {
-  const int64_t heads = int64_t(p.B) * p.Hq;
-  for (int64_t head = 0; head < heads; ++head)
-    for (int32_t c = 0; c < p.geo.C; ++c)
-      for (int d = 0; d <= p.D; ++d) {
-        const float value = combine_control(p, head, c, d);
-        if (d < p.D)
-          static_cast<Element*>(p.out)[(head * p.Nq + c) * p.D + d] = from_float<Element>(value);
-        else
-          p.lse[head * p.Nq + c] = value;
-      }
-}
-
-inline void HostLanes::combine(const AttnKernelParams& p, at::ScalarType type) const {
-  dispatch_dtype(type, [&](auto tag) { combine_on_host<decltype(tag)>(p); });
 }
 
 }  // namespace rangeswa::cuda

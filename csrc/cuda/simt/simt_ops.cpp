@@ -156,7 +156,8 @@ struct SimtLaunches final : CallKernels {
     check_launch(launch_plan(hc.p, hc.ap.rules, hc.buf.retrieved, hc.buf.retrieved_sorted, hc.records.data(),
                              hc.record_count.data(), hc.s.plans(), nullptr), "plan");
   }
-  void combine(const AttnKernelParams& p, at::ScalarType type) const override {
+  // The control rows' outputs and log-sum-exp from their chunks (combine.h), as the op launches it.
+  void combine(const AttnKernelParams& p, at::ScalarType type) const {
     dispatch_dtype(type, [&](auto tag) { check_launch(launch_combine<decltype(tag)>(p, nullptr), "combine"); });
   }
   at::Tensor key_means(const at::Tensor& kc, const ContextParams& cp, int64_t first_block) const override {

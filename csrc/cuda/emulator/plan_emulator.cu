@@ -1,0 +1,169 @@
+// The plan census and the prepare op of the CUDA kernels on the host, for machines without a GPU:
+// plan_stats walks every body CTA's records in KV tiles with the kernel's own setup (attn_setup.h), plan
+// (plan.h, through attn_params.h plan_tile) and per-warp decisions (tile.h: variant order, KV tiles, the
+// skip / full / masked choice, exclusion bits), and counts what the kernel would do (records, tiles, GEMM
+// columns, masks, fills): tests/test_cuda_plan.py and benchmarks/plan_census.py read it. The prepare op
+// runs prepare.h prepare_unit with one lane per unit in the CUDA op's layout (context.h). attn itself is
+// not emulated here: the SIMT emulation (csrc/cuda/simt) runs the kernel's own source, thread by thread.
+// Not part of the extension: setup.py compiles csrc/cuda/*.cu, not this folder.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <vector>
+
+#include "checks.h"
+#include "schema.h"
+#include "cuda/attn_params.h"
+#include "cuda/attn_setup.h"
+#include "cuda/kernel_traits.h"
+#include "cuda/plan.h"
+#include "cuda/prepare.h"
+#include "cuda/tile.h"
+#include "cuda/utils.h"
+#include "cuda/emulator/host_call.h"
+
+namespace rangeswa::cuda {
+namespace {
+
+// The CTA's record list (control rows plan theirs in the kernel).
+struct CtaRecords {
+  const Record* list;
+  int32_t count;
+  Record local[2];
+  const int32_t* sorted;
+  int32_t k;
+};
+
+CtaRecords cta_records(const AttnKernelParams& p, const QueryTile& t, int32_t bh) {
+  CtaRecords r{};
+  if (t.control) {
+    r.count = plan_control_tile(p.geo, t.chunk, p.control_chunk_keys, p.control_bias_log2, r.local);
+    r.list = r.local;
+    return r;
+  }
+  const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
+  r.list = p.records + plan * p.max_records;
+  r.count = p.record_count[plan];
+  if (p.retrieved != nullptr) {
+    r.sorted = p.retrieved + (int64_t(bh) * p.nQb + t.qb) * p.retrieved_k;
+    r.k = p.retrieved_k;
+  }
+  return r;
+}
+
+// The plan's census: per body CTA of the first (batch, query head), the columns: records, KV tiles,
+// 16-column control tiles, masked tiles (some warp masks), masked warp-tiles, full warp-tiles,
+// skipped warp-tiles, rows, GEMM columns summed over rows (the columns its warp multiplies), keys seen
+// summed over rows (columns it sees, straddling blocks included), straddling blocks scored per row,
+// query-slot fills, masked tiles, tiles with column fix-ups, masked warp-tiles by key set, direct tiles,
+// window tiles with summaries, Hn band tiles.
+at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
+  HostCall hc;
+  hc.ap = checked(RSWA_ATTN_ARGS, prepared);
+  build(hc, q, k, v, retrieved, prepared, HostLanes{});
+  const AttnKernelParams& p = hc.p;
+  const Geometry& g = p.geo;
+  constexpr int M = kAttnTileRows, W = M / 4;
+  const int N = kv_tile_cols(hc.q.scalar_type() != at::kFloat, hc.s.Dp);
+  at::Tensor stats = at::zeros({p.body_tiles, 22}, at::kDouble);
+  for (int32_t x = 0; x < p.body_tiles; ++x) {
+    double* st = stats.data_ptr<double>() + x * 22;
+    const QueryTile t = query_tile<M>(p, p.control_tiles * p.control_chunks + x);
+    if (t.nrows <= 0) continue;
+    const CtaRecords rec = cta_records(p, t, 0);
+    bool any_side[2] = {false, false};
+    std::vector<RowGeometry> rows(M);
+    for (int r = 0; r < M; ++r) {
+      rows[r] = row_geometry(g, t.i0 + r, rec.sorted, rec.k);
+      for (int side = 0; side < 2 && r < t.nrows; ++side) {
+        any_side[side] = any_side[side] || rows[r].mix[side] >= 0;
+        st[9] += rows[r].mix[side] >= 0;
+      }
+    }
+    const uint32_t needed = variants_needed(rec.list, rec.count, any_side[0], any_side[1]);
+    for (int32_t sl = 0; sl < kVariantSlots; ++sl) st[10] += (needed >> int(variant_at(sl))) & 1;
+    // The Hn bands' products: per side, one 16-column Q K^T per variant it uses (native, its far one).
+    const BandRecords bands = BandRecords::find(rec.list, rec.count);
+    for (int side = 0; side < 2; ++side)
+      if (bands.n[side] > 0) st[7] += 2.0 * kBandBlocks * t.nrows;
+    st[0] = rec.count;
+    st[5] = t.nrows;
+    std::vector<Bounds> bounds(M);
+    WarpBounds warps[4];
+    int32_t current = -1;
+    TileCursor cursor;
+    KvTile kv{};
+    auto advance = [&]() {
+      return N == 64 ? cursor.advance<64, kCtrlCols>(g, rec.list, rec.count, rec.sorted, rec.k, kv)
+                     : cursor.advance<32, kCtrlCols>(g, rec.list, rec.count, rec.sorted, rec.k, kv);
+    };
+    while (advance()) {
+      const Record& r = rec.list[kv.record];
+      if (kv.record != current) {
+        current = kv.record;
+        for (int w = 0; w < 4; ++w) {
+          warps[w] = WarpBounds::empty();
+          for (int i = 0; i < W; ++i) {
+            bounds[w * W + i] = record_bounds(g, r, rows[w * W + i]);
+            if (w * W + i < t.nrows) warps[w].add(bounds[w * W + i]);
+          }
+        }
+      }
+      const int32_t ragged = ragged_column(g, r, kv);
+      const bool direct = (r.flags & kRecDirect) != 0;  // no K tile: counted apart
+      (direct ? st[19] : KeySet(r.keys) == KeySet::kCtrl ? st[2] : st[1]) += 1;
+      bool masked = false;
+      st[12] += !direct && has_column_fixups(kv, ragged);
+      const bool sums = (r.flags & kRecWindowSums) != 0;
+      for (int w = 0; w < 4; ++w) {
+        const TileWork work = classify(warps[w], kv, r);
+        if (!direct) {
+          st[work == TileWork::kSkip ? 6 : work == TileWork::kFull ? 4 : 3] += 1;
+          masked = masked || work == TileWork::kMasked;
+          st[13 + r.keys] += work == TileWork::kMasked;
+        }
+        for (int i = 0; i < W && w * W + i < t.nrows; ++i) {
+          if (work != TileWork::kSkip) st[7] += kv.width;
+          const Bounds& b = bounds[w * W + i];
+          for (int c = 0; c < kv.n; ++c) {
+            const bool exact = kv.a + c >= b.lo && kv.a + c < b.hi;
+            // a window record with its edges' summaries: a block outside the row's window is one key
+            st[8] += sums ? (exact || (kv.a + c) % g.G == 0) : exact && ((kv.excluded >> c) & 1) == 0;
+          }
+        }
+      }
+      st[11] += masked;
+      st[20] += sums;
+      st[21] += (r.flags & kRecBand) != 0;
+    }
+  }
+  // Columns, in order: 0 records, 1 KV tiles, 2 control tiles, 3 masked warp-tiles, 4 full warp-tiles,
+  // 5 rows, 6 skipped warp-tiles, 7 GEMM columns over rows, 8 keys seen over rows, 9 straddling blocks,
+  // 10 query-slot fills, 11 masked tiles, 12 tiles with column fix-ups, 13-18 masked warp-tiles by key set
+  // (plan.h KeySet order), 19 direct tiles (straddling blocks and Hn bands; in no other tile column),
+  // 20 tiles of window records with their edges' summaries (plan.h window_sums), 21 Hn band tiles.
+  return stats;
+}
+
+// The prepare op with the CUDA op's layout and its preparation (prepare_unit, one lane per unit), on CPU
+// tensors; the retrieval key means are ATen's float64 block means (host_call.h HostLanes::key_means).
+std::vector<at::Tensor> prepare_emulated(RSWA_PREPARE_PARAMS) {
+  const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
+  return prepare_call(k, v, cp, first_key, HostLanes{});
+}
+
+}  // namespace
+}  // namespace rangeswa::cuda
+
+TORCH_LIBRARY(rangeswa_emulator, m) {
+  std::string stats(rangeswa::schema::kAttn);
+  stats.replace(0, 4, "plan_stats");
+  stats.replace(stats.find("-> (Tensor, Tensor)"), std::string::npos, "-> Tensor");
+  m.def(stats.c_str());
+  m.def(rangeswa::schema::kPrepare);
+}
+
+TORCH_LIBRARY_IMPL(rangeswa_emulator, CPU, m) {
+  m.impl("plan_stats", &rangeswa::cuda::plan_stats);
+  m.impl("prepare", &rangeswa::cuda::prepare_emulated);
+}
