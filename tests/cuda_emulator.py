@@ -71,7 +71,9 @@ def _build_simt() -> None:
     simt = os.path.join(ROOT, "csrc", "cuda", "simt")
     cpp_extension.load(
         name="rangeswa_simt", sources=[os.path.join(simt, s) for s in SIMT_SOURCES] + [os.path.join(ROOT, "csrc", "checks.cpp")],
-        extra_include_paths=[os.path.join(ROOT, "csrc"), include], extra_cflags=["-O2", "-g1", "-DRANGESWA_SIMT"],
+        # simt.h first in every source: the device primitives the kernel headers run on (utils.h leaves its own out).
+        extra_include_paths=[os.path.join(ROOT, "csrc"), include],
+        extra_cflags=["-O2", "-g1", "-DRANGESWA_SIMT", "-include", os.path.join(simt, "simt.h")],
         is_python_module=False, build_directory=build)
 
 

@@ -10,10 +10,9 @@
 
 #include "convert.h"
 
-#if defined(RANGESWA_SIMT)
-// Host SIMT emulation of the kernels (csrc/cuda/simt): the same kernel source run by fibers on the CPU.
-#include "simt/simt.h"
-#else
+// A build that brings its own definitions of the device primitives below defines RSWA_DEVICE_PRIMITIVES
+// before any kernel header (a host emulation force-includes them); the kernels then run on those.
+#if !defined(RSWA_DEVICE_PRIMITIVES)
 // The CTA's dynamic shared memory, and a shared variable of the CTA.
 #define RSWA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #define RSWA_STATIC_SHARED(type, name) __shared__ type name
@@ -123,7 +122,7 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 
 }  // namespace rangeswa::cuda
-#endif  // RANGESWA_SIMT
+#endif  // RSWA_DEVICE_PRIMITIVES
 
 namespace rangeswa::cuda {
 // CTA rows of a grid over `rows` rows (KV heads): at most RSWA_MAX_GRID_Y, the kernel striding by gridDim.y.

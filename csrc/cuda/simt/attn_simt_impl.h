@@ -2,7 +2,7 @@
 #pragma once
 
 #include "cuda/simt/simt.h"
-// The kernel source and its launcher, unmodified, compiled for the host (utils.h takes its RANGESWA_SIMT branch).
+// The kernel source and its launcher, unmodified, compiled for the host (the build force-includes simt.h: the kernels run on its primitives).
 #include "cuda/attn_launch.h"
 #include "cuda/simt/attn_simt.h"
 

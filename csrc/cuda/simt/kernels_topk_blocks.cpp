@@ -1,3 +1,3 @@
 // The device source of csrc/cuda/topk_blocks.cu, kernels and launchers unmodified, compiled for the host SIMT
-// emulation (utils.h takes its RANGESWA_SIMT branch, so its launches run through simt::launch).
+// emulation (the build force-includes simt.h, so its launches run through simt::launch).
 #include "cuda/topk_blocks.cu"

@@ -1,7 +1,8 @@
 // Host SIMT emulation of the CUDA kernels: the kernel source compiled by a host C++ compiler (g++) and run
-// with one fiber per CUDA thread (simt.cpp). utils.h includes this header instead of its inline-PTX device
-// primitives when RANGESWA_SIMT is defined; a translation unit that runs kernels defines RANGESWA_SIMT and
-// includes the kernel headers as usual (see csrc/cuda/simt/README.md).
+// with one fiber per CUDA thread (simt.cpp). The SIMT build force-includes this header (g++ -include, with
+// -DRANGESWA_SIMT) ahead of every source: it defines RSWA_DEVICE_PRIMITIVES, so utils.h leaves out its
+// inline-PTX device primitives and the kernel headers, included as usual, run on these (see
+// csrc/cuda/simt/README.md). No kernel header names this one.
 //
 // What is emulated, and how exactly (PTX ISA 8.x section numbers; docs.nvidia.com/cuda/parallel-thread-execution):
 //   threadIdx / blockIdx / blockDim / gridDim      the calling fiber's CUDA thread
@@ -22,6 +23,8 @@
 #if !defined(RANGESWA_SIMT)
 #error "simt.h is the host SIMT emulation of the device primitives: define RANGESWA_SIMT"
 #endif
+// utils.h: the device primitives are defined here.
+#define RSWA_DEVICE_PRIMITIVES 1
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
