@@ -104,6 +104,10 @@ class Design:
     warps: int
     full_tile: float  # warp instructions of a KV tile with no masking, per warp
     masked_extra: float  # added on a masked tile
+    # Which tiles pay masked_extra: "masked" (masked tiles per CTA, the review's count) or "logit" (per warp,
+    # the KV tiles whose logits are computed before the softmax: masked, or full with column fix-ups; the
+    # census's logit_path_tiles_per_warp, the kernel's own branch).
+    extra_tiles: str = "masked"
     pass_extra: float = 0.0  # added per second GEMM pass (first design: multi-class tiles)
     edge_tile_extra: float = 0.0  # first design: per-element rule code of an edge tile
     cta_setup: float = 0.0  # per warp: prologue, plan, epilogue
@@ -151,8 +155,10 @@ SECOND_REVIEWED = Design(
     prepare_instructions_per_element=220, launches=10,
     sources=("REVIEW_DESIGN2.md risks 1-5 (estimates)", "census: benchmarks/results/plan_census.json"),
 )
-# Warp instructions of the full-tile path as scripts/cuda_gates.py counts it (sm_90a, bf16, D = 64).
-FULL_TILE_MEASURED = 633
+# Warp instructions of the full-tile path as scripts/cuda_gates.py counts it (sm_90a, bf16, D = 64), and of
+# the masked tile's path (the trip through the logit block; a full tile with column fix-ups takes it too).
+FULL_TILE_MEASURED = 632
+MASKED_TILE_MEASURED = 772
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
 # one input above (the figure names where it comes from).
 SECOND_NOW = replace(
@@ -172,6 +178,7 @@ SECOND_NOW = replace(
     # the fix-ups became a warp-uniform branch, the bounds reduction once per record and the rescale
     # conditional (the review's estimate: 1,075).
     full_tile=FULL_TILE_MEASURED,
+    masked_extra=MASKED_TILE_MEASURED - FULL_TILE_MEASURED, extra_tiles="logit",
     # attn_launch.h run_attn: the control rows' CTAs in the body's launch (per head, before its body tiles).
     control_path="body launch",
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
@@ -226,7 +233,7 @@ def plan_phase(L: int) -> Phase:
 
 def body_phase(d: Design, census: dict, L: int, lite: bool) -> Phase:
     ctas = _heads() * L / d.rows_per_cta
-    per_warp = (census["kv_tiles"] * d.full_tile + census.get("masked", 0.0) * d.masked_extra
+    per_warp = (census["kv_tiles"] * d.full_tile + census[d.extra_tiles] * d.masked_extra
                 + census.get("edge", 0.0) * d.edge_tile_extra + census.get("passes", 0.0) * d.pass_extra
                 + d.cta_setup + census["fills"] * d.fill_instructions)
     chain = (census["fills"] * d.fill_round_trips + (0 if lite else d.mixed_round_trips)) * H200.latency_cycles
@@ -272,7 +279,8 @@ def first_design_phases(case: str, L: int = 8192) -> list[Phase]:
 def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Phase]:
     label = {"late": "rangeswa late", "lite": "rangeswa_lite"}[case]
     e = entries[f"{label}|{L}|{D}"]
-    census = dict(kv_tiles=e["kv_tiles"], masked=e["masked_tiles_per_cta"], fills=e["slot_fills"],
+    census = dict(kv_tiles=e["kv_tiles"], masked=e["masked_tiles_per_cta"], logit=e["logit_path_tiles_per_warp"],
+                  fills=e["slot_fills"],
                   cols_per_row=e["cols_per_row"])
     return [prepare_phase(d, L, case), selection_phase(L, case == "late"), plan_phase(L), control_phase(d, L),
             body_phase(d, census, L, case == "lite"), combine_phase(L)]

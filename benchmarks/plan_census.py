@@ -65,6 +65,7 @@ def census(cfg, stage: str, L: int, D: int, retrieved) -> dict:
                 masked_tiles_per_cta=st[:, 11].mean().item(), masked_tiles_per_warp=st[:, 3].mean().item() / WARPS,
                 full_tiles_per_warp=st[:, 4].mean().item() / WARPS, skipped_tiles_per_warp=st[:, 6].mean().item() / WARPS,
                 column_fixup_tiles=st[:, 12].mean().item(), slot_fills=st[:, 10].mean().item(),
+                logit_path_tiles_per_warp=st[:, 22].mean().item() / WARPS,
                 straddling_per_row=st[:, 9].sum().item() / rows)
 
 

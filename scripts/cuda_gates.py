@@ -34,7 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "attn_kernel"
-LIMITS = dict(max_registers=255, max_sass=8000, min_mma_share=0.04, max_isetp64=64, max_bssy=64, max_full_tile=650)
+LIMITS = dict(max_registers=255, max_sass=8000, min_mma_share=0.04, max_isetp64=64, max_bssy=64, max_full_tile=650,
+              max_masked_tile=800)
 # MMAs of one 64-key tile at head dim 64 for a warp of 32 rows: Q K^T 2 x 8 x 4 and P V 2 x 8 x 4 (m16n8k16).
 FULL_TILE_MMA = 128
 # CALL targets that are arithmetic subroutines (what the gate forbids).
@@ -67,9 +68,10 @@ def cuobjdump_path() -> str | None:
 
 
 def compile_kernel(src: str, arch: str, workdir: str) -> tuple[str, str]:
-    """nvcc -Xptxas -v -cubin for one architecture; returns (cubin path, ptxas report)."""
+    """nvcc -Xptxas -v -cubin for one architecture, with line information (source lines per instruction,
+    which leaves the machine code as it is); returns (cubin path, ptxas report)."""
     cubin = os.path.join(workdir, f"kernel_sm{arch}.cubin")
-    command = [nvcc_path(), "-O3", "--expt-relaxed-constexpr", "-std=c++17", "-I", str(ROOT / "csrc"),
+    command = [nvcc_path(), "-O3", "--expt-relaxed-constexpr", "-std=c++17", "-lineinfo", "-I", str(ROOT / "csrc"),
                f"-gencode=arch=compute_{arch},code=sm_{arch}", "-Xptxas", "-v", "-cubin", str(ROOT / src), "-o", cubin]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
@@ -200,12 +202,52 @@ def successors(sass: list[tuple[int, str, str]]) -> dict[int, list[int]]:
     return out
 
 
-def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int) -> dict:
+def nvdisasm_path() -> str | None:
+    """nvdisasm beside cuobjdump (the CUDA toolkit's, or the triton package's)."""
+    found = cuobjdump_path()
+    candidate = os.path.join(os.path.dirname(found), "nvdisasm") if found else None
+    return candidate if candidate and os.path.exists(candidate) else shutil.which("nvdisasm")
+
+
+def source_lines(cubin: str, kernel: str = KERNEL) -> dict[int, tuple[str, int]]:
+    """address -> (file name, line) of each instruction of `kernel`: the innermost source line nvdisasm -g
+    gives (the cubin compiled with -lineinfo); {} without nvdisasm."""
+    tool = nvdisasm_path()
+    if tool is None:
+        return {}
+    done = subprocess.run([tool, "-g", "-c", cubin], capture_output=True, text=True, check=True)
+    out, inside, where = {}, False, None
+    location = re.compile(r'//## File "([^"]+)", line (\d+)')
+    for line in done.stdout.splitlines():
+        if line.startswith(".text.") or (line.startswith("\t.section") and ".text." in line):
+            inside = kernel in line
+            continue
+        m = location.search(line)
+        if m and "inlined at" not in line:
+            where = (os.path.basename(m.group(1)), int(m.group(2)))
+            continue
+        a = ADDRESS.match(line)
+        if inside and a and where is not None:
+            out.setdefault(int(a.group(1), 16), where)
+    return out
+
+
+def logit_block_lines() -> tuple[int, int]:
+    """The lines of mainloop.h warp_tile's logit block (a masked or fixed-up tile) that a full tile without
+    fix-ups never runs: the per-element select of the scores a row does not see (on a tile without window
+    sums: the cheaper of the two). (first, last) line."""
+    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
+    first = next(n for n, t in enumerate(text, 1) if "x = ((seen[rr] >> off(n, j)) & 1u) ? x : -INFINITY" in t)
+    return first, first
+
+
+def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set | None = None) -> dict:
     """The cheapest trip around the kernel's tile loop that computes one whole KV tile: the loop is the one
     whose backward branch spans the most MMAs (the walk over the KV tiles), and the trip the fewest
     instructions from its head back to it that issues at least `mma_per_tile` MMAs (Q K^T and P V of a
     64-key tile: the path of a tile with no masking, no fix-ups and no query-slot fill) and issues the next
-    tile's copy (an LDGSTS: the steady state, not the last tile). Predicated-off instructions count (they
+    tile's copy (an LDGSTS: the steady state, not the last tile). With `through` (addresses), the trip must
+    also pass one of them (a masked tile's: the logit block). Predicated-off instructions count (they
     issue). Returns the trip's instruction count and its opcodes' histogram."""
     import heapq
 
@@ -223,7 +265,10 @@ def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int) -> dict:
     graph = successors(sass)
     is_mma = {a: op.startswith(("HMMA", "HGMMA")) for a, op, _ in sass}
     is_copy = {a: op.startswith("LDGSTS") for a, op, _ in sass}
-    start = (best_head, int(is_mma[best_head]), is_copy[best_head])
+    # A trip that need not pass `through` counts as having passed it (the copy flag carries both).
+    need = through is not None
+    marked = {a: (not need) or a in through for a, _, _ in sass}
+    start = (best_head, int(is_mma[best_head]), is_copy[best_head] + 2 * marked[best_head])
     dist, parent, heap = {start: 1}, {}, [(1, start)]
     finish = None
     while heap:
@@ -231,12 +276,12 @@ def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int) -> dict:
         if cost > dist.get((address, mma, copied), 1 << 60):
             continue
         for nxt in graph.get(address, []):
-            if nxt == best_head and mma >= mma_per_tile and copied:
+            if nxt == best_head and mma >= mma_per_tile and copied == 3:
                 finish = (cost, (address, mma, copied))
                 break
             if nxt not in by_address or nxt == best_head:
                 continue
-            state = (nxt, min(mma_per_tile, mma + int(is_mma[nxt])), copied or is_copy[nxt])
+            state = (nxt, min(mma_per_tile, mma + int(is_mma[nxt])), copied | is_copy[nxt] | 2 * marked[nxt])
             if cost + 1 < dist.get(state, 1 << 60):
                 dist[state], parent[state] = cost + 1, (address, mma, copied)
                 heapq.heappush(heap, (cost + 1, state))
@@ -315,6 +360,8 @@ def failures(stats: dict) -> list[str]:
         out.append(f"{stats['bssy']} divergent regions (BSSY) > {LIMITS['max_bssy']}")
     if stats.get("full_tile") is not None and stats["full_tile"] > LIMITS["max_full_tile"]:
         out.append(f"{stats['full_tile']} instructions per warp on a full tile's path > {LIMITS['max_full_tile']}")
+    if stats.get("masked_tile") is not None and stats["masked_tile"] > LIMITS["max_masked_tile"]:
+        out.append(f"{stats['masked_tile']} instructions per warp on a masked tile's path > {LIMITS['max_masked_tile']}")
     return out
 
 
@@ -328,9 +375,17 @@ def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dic
             cubin, report = compile_kernel(src, arch, workdir)
             stats = dict(ptxas_stats(report), **sass_stats(cubin))
             if "hdim64" in src:  # the full-tile limit is set at head dim 64 (issue 29)
-                path = tile_path(function_sass(cubin, KERNEL), FULL_TILE_MMA)
+                sass = function_sass(cubin, KERNEL)
+                path = tile_path(sass, FULL_TILE_MMA)
                 stats.update(full_tile=path["instructions"], full_tile_mma=path["mma"], full_tile_ops=path["ops"],
                              full_tile_copies=path["ops"].get("LDGSTS", 0))
+                # The masked tile (or a full one with column fix-ups): the trip through the per-element logits.
+                first, last = logit_block_lines()
+                lines = source_lines(cubin)
+                block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+                masked = tile_path(sass, FULL_TILE_MMA, through=block) if block else dict(instructions=None, ops={})
+                stats.update(masked_tile=masked["instructions"], masked_tile_ops=masked["ops"],
+                             logit_block_instructions=len(block))
             stats["failures"] = failures(stats)
             results[arch] = stats
     return results
@@ -365,7 +420,8 @@ def main(argv=None) -> int:
         print(f"sm_{arch}: registers {s['registers']}, spills {s['spill_stores']} B, stack {s['stack']} B, "
               f"SASS {s['instructions']}, MMA {s['mma']} ({s['mma_share']:.2%}), 64-bit compares {s['isetp64']}, "
               f"BSSY {s['bssy']}, CALLs {len(s['calls'])} (division {len(s['division_calls'])}), full tile "
-              f"{s.get('full_tile')} instructions per warp ({s.get('full_tile_mma')} MMA)")
+              f"{s.get('full_tile')} instructions per warp ({s.get('full_tile_mma')} MMA), masked tile "
+              f"{s.get('masked_tile')}")
         for f in s["failures"]:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]

@@ -33,6 +33,7 @@ LIMIT_CHECKS = {
     "64_bit_compares": lambda s: s["isetp64"] <= cuda_gates.LIMITS["max_isetp64"],
     "divergent_regions": lambda s: s["bssy"] <= cuda_gates.LIMITS["max_bssy"],
     "full_tile_path": lambda s: s["full_tile"] is not None and s["full_tile"] <= cuda_gates.LIMITS["max_full_tile"],
+    "masked_tile_path": lambda s: s["masked_tile"] is not None and s["masked_tile"] <= cuda_gates.LIMITS["max_masked_tile"],
 }
 
 
@@ -62,14 +63,28 @@ def test_the_full_tile_path_is_a_whole_tile(measured):
         assert s["full_tile_ops"].get("MUFU", 0) >= 64 and s["full_tile"] >= 128 + 64, s
 
 
-def test_the_time_model_reads_the_measured_full_tile(measured):
-    """benchmarks/cuda_time_model.py judges kernel changes with the full-tile count of the H200's
-    architecture: it must be the one this gate measures on the source as it stands, not a stale figure."""
+def test_the_masked_tile_path_is_a_whole_tile_through_the_row_masks(measured):
+    """The masked path counts a whole tile too (its 128 MMAs, the next copy, the exponentials) and passes the
+    per-element selects of the logit block: 64 of them (a lane's 64 scores), so it is at least that much
+    longer than the full tile's."""
+    for arch in ARCHS:
+        s = measured[arch]
+        ops = s["masked_tile_ops"]
+        assert ops.get("HMMA", 0) == cuda_gates.FULL_TILE_MMA and ops.get("LDGSTS", 0) >= 1, s
+        assert ops.get("MUFU", 0) >= 64 and ops.get("FSEL", 0) >= 64, ops
+        assert s["masked_tile"] >= s["full_tile"] + 64 and s["logit_block_instructions"] > 0, s
+
+
+def test_the_time_model_reads_the_measured_tiles(measured):
+    """benchmarks/cuda_time_model.py judges kernel changes with the full and masked tiles' counts of the
+    H200's architecture: they must be the ones this gate measures on the source as it stands."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     import cuda_time_model
 
     assert cuda_time_model.FULL_TILE_MEASURED == measured["90a"]["full_tile"]
+    assert cuda_time_model.MASKED_TILE_MEASURED == measured["90a"]["masked_tile"]
     assert cuda_time_model.SECOND_NOW.full_tile == cuda_time_model.FULL_TILE_MEASURED
+    assert cuda_time_model.SECOND_NOW.masked_extra == cuda_time_model.MASKED_TILE_MEASURED - cuda_time_model.FULL_TILE_MEASURED
 
 
 def test_the_path_finder_on_a_hand_made_loop():

@@ -113,6 +113,23 @@ def test_simt_shuffles(simt):
         assert torch.equal(x[7], (lane ^ 16).float())  # unsigned
 
 
+def test_simt_warp_reductions_and_bit_masks_follow_the_ptx_isa(simt):
+    """redux.sync.min / max.s32 (the kernel's per-record warp bounds) and bmsk.clamp.b32 (its masked tiles'
+    column masks) on hand-worked cases of the PTX ISA's semantics: the ISA's own example (1, 2) -> 0x6,
+    widths 0 and past the word, positions at and past 32, and signed values."""
+    pairs = [(1, 2), (0, 32), (0, 0), (5, 0), (32, 1), (40, 3), (30, 5), (0, 16), (16, 16), (3, 100),
+             (31, 1), (0, 1), (12, 7), (2, 30), (2, 29), (33, 0)]
+    out = simt.probe("bits", torch.tensor([float(x) for pair in pairs for x in pair]))
+    values = (torch.arange(32) * 7) % 32 - 9
+    assert out[:32].eq(values.min()).all() and out[32:64].eq(values.max()).all()
+
+    def bmsk(a, b):  # the ISA's wording for .clamp: from bit a, b bits, within the word
+        return 0 if a >= 32 or b == 0 else ((1 << min(32, a + b)) - 1) & ~((1 << a) - 1)
+
+    got = [int(out[64 + 2 * i]) | int(out[65 + 2 * i]) << 16 for i in range(len(pairs))]
+    assert got[0] == 0x6 and got == [bmsk(a, b) for a, b in pairs]
+
+
 # --------------------------------------------------------------------------------------------- misuse
 
 MISUSE = [

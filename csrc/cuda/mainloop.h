@@ -289,63 +289,80 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
         for (int n = 0; n < NT; ++n) s[mb][n][e] = r[n * 8 * given_cols];
       }
   }
-  // The logits. A full tile without column fix-ups (the steady state of a record, warp-uniform) leaves the
-  // scale and the record's bias to the softmax's FFMA; every other tile computes its logits here first,
-  // through the row bounds (a full tile with column fix-ups passes every row's bound test).
+  // The logits, a x + b for the softmax's FFMA (a = the scale, b = the record's bias). A full tile without
+  // column fix-ups (the steady state of a record, warp-uniform) takes the scores as they are; a masked or
+  // fixed-up tile first replaces the scores of the columns a row does not see: -inf, or in a window record
+  // with its edges' summaries (plan.h window_sums, G = 16; bias 0) the mean score of the key's G-block over
+  // the tile's keys (spread over the block's n_b columns it weighs n_b 2^mean: rule 4's log n_b). In the one
+  // tile holding the ragged last G-block's summary, that column's score is shifted by (its bias - the
+  // record's) / the scale, so that a x + b carries its own bias.
   float a = scale_log2, b = bias;
   if (work != TileWork::kFull || fixups) {
-    a = 1.f;
-    b = 0.f;
-    // This lane's columns: key base + off(n, j) of the tile.
+    // This lane's columns: key base + off(n, j) of the tile, bit off(n, j) of a word (off < 32).
     const int32_t base = kPermuted ? 2 * NT * tq : 2 * tq;
     auto off = [](int n, int j) { return kPermuted ? 2 * n + j : 8 * n + j; };
-    // Per column (a column fix-up, tile.h has_column_fixups): its bias, the ragged last G-block's own, or
-    // -inf past the keys and for a G-block excluded from a summary record (retrieved); one value for every
-    // row.
-    const uint64_t excluded = t.excluded >> base;
-    const int32_t limit = t.n - base, last = ragged - base;
-    float col_bias[NT][2];
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const bool dead = (off(n, j) >= limit) | (((excluded >> off(n, j)) & 1) != 0);
-        const float column = off(n, j) == last ? last_bias : bias;
-        col_bias[n][j] = fixups ? (dead ? -INFINITY : column) : bias;
-      }
-    // A masked tile: the row sees key x when lo <= x < hi, one unsigned compare (hi >= lo always); outside,
-    // -inf, or in a window record with its edges' summaries (plan.h window_sums, G = 16) the mean score of
-    // the key's G-block over the tile's keys, scaled, without bias (spread over the block's n_b columns it
-    // weighs n_b 2^mean: rule 4's log n_b; -inf scaled stays -inf). The lane's keys are one whole block;
-    // the tile's zero-filled rows past its keys score 0.
+    static_assert(kPermuted ? 2 * NT <= 32 : 8 * NT <= 32, "a lane's columns fit one word");
+    // Bits [c0, c1) of the word, clamped to it.
+    auto bits = [](int32_t c0, int32_t c1) {
+      const int32_t from = imax(c0, 0);
+      return bit_range(uint32_t(from), uint32_t(imax(c1 - from, 0)));
+    };
+    // Columns the fix-ups leave, the same for every row: those within the keys, bar excluded G-blocks.
+    const uint32_t live = fixups ? bits(0, t.n - base) & ~uint32_t(t.excluded >> base) : ~0u;
     // Window sums run on 64-key tiles (attn_setup.h plan_edges), where each lane holds one G-block.
     constexpr bool kSums = kPermuted && NT == 8;
     float inv = 0.f;  // 1 / the keys of this lane's block in the tile
     if constexpr (kSums) inv = __fdividef(1.f, float(imax(1, imin(16, t.n - base))));
+    // Per row slot rr = 2 mb + h of the lane: the columns it sees.
+    uint32_t seen[2 * MB];
 #pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
+    for (int rr = 0; rr < 2 * MB; ++rr) {
+      const int row = row0 + (rr / 2) * 16 + (rr % 2) * 8;
+      const int32_t first = t.a + base;  // the key of bit 0
+      const uint32_t bounds = bits(lo[row] - first, hi[row] - first);  // read on every such tile
+      seen[rr] = (work == TileWork::kMasked ? bounds : ~0u) & live;
+    }
+    if (kSums && sums) {  // warp-uniform: a window tile with its edges' summaries
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + mb * 16 + h * 8;
-        const int32_t from = t.a + base - lo[row];
-        const uint32_t width = uint32_t(hi[row] - lo[row]);
-        float other = -INFINITY;
-        if constexpr (kSums) {
-          if (sums) {
-            float sum = 0.f;
+      for (int rr = 0; rr < 2 * MB; ++rr) {
+        const int mb = rr / 2, h = rr % 2;
+        float sum = 0.f;
 #pragma unroll
-            for (int n = 0; n < NT; ++n) sum += s[mb][n][2 * h] + s[mb][n][2 * h + 1];
-            other = sum * inv;
+        for (int n = 0; n < NT; ++n) sum += s[mb][n][2 * h] + s[mb][n][2 * h + 1];
+        const float mean = sum * inv;
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {  // a column past the keys is no block's: -inf
+            float& x = s[mb][n][2 * h + j];
+            x = ((seen[rr] >> off(n, j)) & 1u) ? x : (((live >> off(n, j)) & 1u) ? mean : -INFINITY);
           }
-        }
+      }
+    } else {
+#pragma unroll
+      for (int rr = 0; rr < 2 * MB; ++rr)
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            float& x = s[mb][n][2 * h + j];
-            x = (uint32_t(from + off(n, j)) < width ? x : other) * scale_log2 + col_bias[n][j];
+            float& x = s[rr / 2][n][2 * (rr % 2) + j];
+            x = ((seen[rr] >> off(n, j)) & 1u) ? x : -INFINITY;
           }
-      }
+    }
+    if (ragged >= 0) {  // warp-uniform, one tile a call: the ragged block's column gets its own bias
+      const int32_t last = ragged - base;  // its bit in the lane's word, when the lane holds it
+      const float delta = __fdividef(last_bias - bias, scale_log2);  // so that a x + b has last_bias
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float d = off(n, j) == last ? delta : 0.f;
+#pragma unroll
+          for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) s[mb][n][2 * h + j] += d;
+        }
+    }
   }
   softmax.template update<NT, Traits::kHeadDim / 8>(s, o, a, b);
   WarpGemm<Traits>::template pv<kCols>(o, s, sV, lane);
@@ -639,17 +656,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       }
       wb = WarpBounds::empty();
       if (tid < t.nrows) wb.add(b);
-      // ... reduced over the warp once per record (the branch is uniform across the CTA: every lane takes
-      // the shuffles).
-#pragma unroll
-      for (int x = 1; x < 32; x *= 2) {
-        WarpBounds other;
-        other.all_lo = __shfl_xor_sync(0xffffffffu, wb.all_lo, x);
-        other.all_hi = __shfl_xor_sync(0xffffffffu, wb.all_hi, x);
-        other.any_lo = __shfl_xor_sync(0xffffffffu, wb.any_lo, x);
-        other.any_hi = __shfl_xor_sync(0xffffffffu, wb.any_hi, x);
-        wb.merge(other);
-      }
+      // ... reduced over the warp once per record, as WarpBounds::merge does (redux.sync, sm_80+; the branch
+      // is uniform across the CTA, so every lane takes the reductions).
+      wb.all_lo = __reduce_max_sync(0xffffffffu, wb.all_lo);
+      wb.all_hi = __reduce_min_sync(0xffffffffu, wb.all_hi);
+      wb.any_lo = __reduce_min_sync(0xffffffffu, wb.any_lo);
+      wb.any_hi = __reduce_max_sync(0xffffffffu, wb.any_hi);
       __syncwarp();  // the warp's rows' bounds are in shared memory
     }
     const TileWork work = have_cur ? classify(wb, cur, rec) : TileWork::kSkip;

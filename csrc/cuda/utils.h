@@ -114,6 +114,14 @@ __device__ __forceinline__ void store2<float>(float* dst, float a, float b) {
   *reinterpret_cast<float2*>(dst) = make_float2(a, b);
 }
 
+// Bits [a, a + b) of a word, clamped to it (bmsk.clamp.b32, sm_70+): 0 when a >= 32 or b = 0, bits a..31
+// when a + b >= 32.
+__device__ __forceinline__ uint32_t bit_range(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("bmsk.clamp.b32 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
 // 2^x; 2^-inf = +0. Relative error about 2^-22.
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;

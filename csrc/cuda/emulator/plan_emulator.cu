@@ -56,7 +56,7 @@ CtaRecords cta_records(const AttnKernelParams& p, const QueryTile& t, int32_t bh
 // skipped warp-tiles, rows, GEMM columns summed over rows (the columns its warp multiplies), keys seen
 // summed over rows (columns it sees, straddling blocks included), straddling blocks scored per row,
 // query-slot fills, masked tiles, tiles with column fix-ups, masked warp-tiles by key set, direct tiles,
-// window tiles with summaries, Hn band tiles.
+// window tiles with summaries, Hn band tiles, warp-tiles that take the logit path (masked or fixed up).
 at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   HostCall hc;
   hc.ap = checked(RSWA_ATTN_ARGS, prepared);
@@ -65,9 +65,10 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
   const Geometry& g = p.geo;
   constexpr int M = kAttnTileRows, W = M / 4;
   const int N = kv_tile_cols(hc.q.scalar_type() != at::kFloat, hc.s.Dp);
-  at::Tensor stats = at::zeros({p.body_tiles, 22}, at::kDouble);
+  constexpr int kColumns = 23;
+  at::Tensor stats = at::zeros({p.body_tiles, kColumns}, at::kDouble);
   for (int32_t x = 0; x < p.body_tiles; ++x) {
-    double* st = stats.data_ptr<double>() + x * 22;
+    double* st = stats.data_ptr<double>() + x * kColumns;
     const QueryTile t = query_tile<M>(p, p.control_tiles * p.control_chunks + x);
     if (t.nrows <= 0) continue;
     const CtaRecords rec = cta_records(p, t, 0);
@@ -119,6 +120,9 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
         const TileWork work = classify(warps[w], kv, r);
         if (!direct) {
           st[work == TileWork::kSkip ? 6 : work == TileWork::kFull ? 4 : 3] += 1;
+          // the logits computed before the softmax (mainloop.h warp_tile): a masked tile, or column fix-ups
+          if (KeySet(r.keys) != KeySet::kCtrl)
+            st[22] += work == TileWork::kMasked || (work == TileWork::kFull && has_column_fixups(kv, ragged));
           masked = masked || work == TileWork::kMasked;
           st[13 + r.keys] += work == TileWork::kMasked;
         }
@@ -141,7 +145,8 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
   // 5 rows, 6 skipped warp-tiles, 7 GEMM columns over rows, 8 keys seen over rows, 9 straddling blocks,
   // 10 query-slot fills, 11 masked tiles, 12 tiles with column fix-ups, 13-18 masked warp-tiles by key set
   // (plan.h KeySet order), 19 direct tiles (straddling blocks and Hn bands; in no other tile column),
-  // 20 tiles of window records with their edges' summaries (plan.h window_sums), 21 Hn band tiles.
+  // 20 tiles of window records with their edges' summaries (plan.h window_sums), 21 Hn band tiles, 22 warp-tiles
+  // of KV tiles (column 1's) whose logits are computed before the softmax (masked, or full with column fix-ups).
   return stats;
 }
 

@@ -32,6 +32,7 @@
 #include <vector_functions.h>
 #include <vector_types.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -222,6 +223,19 @@ inline int __any_sync(unsigned mask, int predicate, std::source_location site = 
   return int(any);
 }
 
+// redux.sync.{min,max}.s32: the least / greatest value over the lanes of `mask` (every lane of it
+// participating; a butterfly of shuffles, so a lane missing is reported as a shuffle's).
+inline int __reduce_min_sync(unsigned mask, int value, std::source_location site = RSWA_SIMT_HERE) {
+  for (int x = 1; x < 32; x *= 2)
+    value = std::min(value, int(::simt::shfl(::simt::Shfl::kXor, mask, uint32_t(value), x, 32, site)));
+  return value;
+}
+inline int __reduce_max_sync(unsigned mask, int value, std::source_location site = RSWA_SIMT_HERE) {
+  for (int x = 1; x < 32; x *= 2)
+    value = std::max(value, int(::simt::shfl(::simt::Shfl::kXor, mask, uint32_t(value), x, 32, site)));
+  return value;
+}
+
 // Fast-math intrinsics (CUDA Math API "Single Precision Intrinsics").
 // __fdividef: div.approx.f32; for 2^126 < |y| < 2^128 it returns 0 (and NaN for an infinite x there).
 inline float __fdividef(float x, float y) {
@@ -311,6 +325,16 @@ template <>
 inline void store2<float>(float* dst, float a, float b) {
   dst[0] = a;
   dst[1] = b;
+}
+
+// bmsk.clamp.b32 d, a, b (PTX ISA 9.7.8.23): the PTX semantics as written there.
+inline uint32_t bit_range(uint32_t a, uint32_t b) {
+  const uint32_t a1 = a & 0x1f, b1 = b & 0x1f, sum = a1 + b1;
+  uint32_t mask0 = ~0u << a1, mask1 = sum >= 32 ? 0u : ~0u << sum;
+  if (a >= 32) mask0 = 0;
+  if (sum >= 32 || a >= 32 || b >= 32) mask1 = 0;
+  else if (b1 == 0) mask1 = ~0u;
+  return mask0 & ~mask1;
 }
 
 inline float exp2_approx(float x) { return ::simt::detail::ftz(std::exp2(::simt::detail::ftz(x))); }

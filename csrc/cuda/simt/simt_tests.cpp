@@ -278,12 +278,27 @@ void warp_gemm(int dtype, int D, int cols, const void* q, const void* k, const v
   else gemm_dims<float>(D, cols, a);
 }
 
+// redux.sync min / max over a warp of values (lane * 7) % 32 - 9 (one warp), and bmsk.clamp on the
+// (a, b) pairs of the input (16 pairs), each mask as its two 16-bit halves.
+__global__ void bits_kernel(const ProbeArgs a) {
+  const int lane = threadIdx.x;
+  const int value = (lane * 7) % 32 - 9;
+  a.out[lane] = float(__reduce_min_sync(0xffffffffu, value));
+  a.out[32 + lane] = float(__reduce_max_sync(0xffffffffu, value));
+  if (lane < 16) {
+    const uint32_t mask = bit_range(uint32_t(a.in[2 * lane]), uint32_t(a.in[2 * lane + 1]));
+    a.out[64 + 2 * lane] = float(mask & 0xffffu);
+    a.out[64 + 2 * lane + 1] = float(mask >> 16);
+  }
+}
+
 std::vector<float> probe(const std::string& name, const std::vector<float>& in) {
   std::vector<float> out(8192, 0.f), input(in);
   input.resize(std::max<size_t>(input.size(), 4096), 0.f);
   const ProbeArgs a{out.data(), input.data(), 0};
   if (name == "barrier") ::simt::launch(dim3(3), dim3(128), 128 * 4, barrier_kernel, a);
   else if (name == "shuffle") ::simt::launch(dim3(2), dim3(128), 0, shuffle_kernel, a);
+  else if (name == "bits") ::simt::launch(dim3(1), dim3(32), 0, bits_kernel, a);
   else if (name == "ldmatrix") ::simt::launch(dim3(1), dim3(32), 32 * 48, ldmatrix_kernel, a);
   else if (name == "mma_bf16") ::simt::launch(dim3(1), dim3(32), 0, mma_kernel<__nv_bfloat16>, a);
   else if (name == "mma_f16") ::simt::launch(dim3(1), dim3(32), 0, mma_kernel<__half>, a);
