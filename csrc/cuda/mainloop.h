@@ -253,22 +253,39 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
   v = static_cast<const Element*>(vb) + bh * (body ? a.value_stride : stride);
 }
 
-// One KV tile of kCols columns for one warp: scores, logits, softmax, PV. lo / hi: the bounds of every
-// tile row in the current record (shared memory), read for this lane's rows on masked tiles only.
-// given: raw scores that replace Q K^T, at given[row * given_rows + column * given_cols]: a direct
-// record's one per row (plan.h kRecDirect; given_cols = 0), an Hn band's per row and block ([row]
-// [kBandStride], plan.h hn_bands); null: Q K^T. sums: a window record
-// with its edges' summaries (plan.h window_sums, G = 16): on masked tiles a row's keys outside its bounds
-// take their G-block's mean score.
+// What one warp's KV tile takes besides its accumulators: where the operands are, what the tile is and
+// how the warp treats it (tile.h), and the logit's scale and biases.
+template <typename Element>
+struct WarpTile {
+  const Element *q, *k, *v;  // the warp's query rows, the tile's keys and values (shared memory)
+  int lane, row0;            // the lane, and the warp's first row in the CTA
+  TileWork work;             // full or masked (never skip: no call then)
+  bool fixups;               // column fix-ups (tile.h has_column_fixups)
+  bool sums;                 // a window record with its edges' summaries (plan.h window_sums, G = 16)
+  KvTile tile;
+  int32_t ragged;            // the ragged last G-block's column, or -1
+  const int32_t *lo, *hi;    // every tile row's bounds in the record (shared memory), read on masked tiles
+  // Raw scores that replace Q K^T, at given[row * given_rows + column * given_cols]: a direct record's one
+  // per row (plan.h kRecDirect; given_cols = 0), an Hn band's per row and block ([row][kBandStride], plan.h
+  // hn_bands); null: Q K^T.
+  const float* given;
+  int given_rows, given_cols;
+  float scale_log2, bias, last_bias;  // base 2: the scale, the record's bias, the ragged block's
+};
+
+// One KV tile of kCols columns for one warp: scores, logits, softmax, PV. In a window tile with its
+// edges' summaries, a row's keys outside its bounds take their G-block's mean score.
 template <typename Traits, int kCols>
 __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::kHeadDim / 8][4],
                                           OnlineSoftmax<Traits::kMBlocks>& softmax,
-                                          const typename Traits::Element* sQ, const typename Traits::Element* sK,
-                                          const typename Traits::Element* sV, int lane, int row0, TileWork work,
-                                          bool fixups, const KvTile& t, int32_t ragged, const int32_t* lo,
-                                          const int32_t* hi, const float* given, int given_rows, int given_cols,
-                                          bool sums,
-                                          float scale_log2, float bias, float last_bias) {
+                                          const WarpTile<typename Traits::Element>& w) {
+  const KvTile& t = w.tile;
+  const int lane = w.lane, row0 = w.row0;
+  const TileWork work = w.work;
+  const bool fixups = w.fixups, sums = w.sums;
+  const int32_t ragged = w.ragged;
+  const int32_t *lo = w.lo, *hi = w.hi;
+  const float scale_log2 = w.scale_log2, bias = w.bias, last_bias = w.last_bias;
   constexpr int MB = Traits::kMBlocks, NT = kCols / 8;
   // 64-key tiles are stored in tile_column order (lane tq holds the keys [16 tq, 16 tq + 16) of its rows),
   // others in plain order (columns 8n + 2tq + j).
@@ -276,17 +293,17 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
   static_assert(!kPermuted || Traits::kBlockN == 64, "only full 64-key tiles are stored permuted");
   const int tq = lane % 4;
   float s[MB][NT][4];
-  if (given == nullptr) {
-    WarpGemm<Traits>::template qk<kCols>(s, sQ, sK, lane);
+  if (w.given == nullptr) {
+    WarpGemm<Traits>::template qk<kCols>(s, w.q, w.k, lane);
   } else {
     // Scores given per row and column: given[row * row_step + column * col_step].
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float* r = given + (row0 + mb * 16 + (e / 2) * 8) * given_rows + (2 * tq + e % 2) * given_cols;
+        const float* r = w.given + (row0 + mb * 16 + (e / 2) * 8) * w.given_rows + (2 * tq + e % 2) * w.given_cols;
 #pragma unroll
-        for (int n = 0; n < NT; ++n) s[mb][n][e] = r[n * 8 * given_cols];
+        for (int n = 0; n < NT; ++n) s[mb][n][e] = r[n * 8 * w.given_cols];
       }
   }
   // The logits, a x + b for the softmax's FFMA (a = the scale, b = the record's bias). A full tile without
@@ -365,7 +382,7 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
     }
   }
   softmax.template update<NT, Traits::kHeadDim / 8>(s, o, a, b);
-  WarpGemm<Traits>::template pv<kCols>(o, s, sV, lane);
+  WarpGemm<Traits>::template pv<kCols>(o, s, w.v, lane);
 }
 
 template <typename Traits>
@@ -668,19 +685,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     if (work != TileWork::kSkip) {
       const int32_t ragged = ragged_column(g, rec, cur);
       const bool fixups = has_column_fixups(cur, ragged);
-      const Element* qw = sQ + warp * WR * Traits::kStride;
-      const Element* kt = sK + stage * Traits::kKVElems;
-      const Element* vt = sV + stage * Traits::kKVElems;
-      if (cur.width == kCtrlCols) {
+      WarpTile<Element> w{sQ + warp * WR * Traits::kStride, sK + stage * Traits::kKVElems,
+                          sV + stage * Traits::kKVElems, lane, row_of(0), work, fixups,
+                          (rec.flags & kRecWindowSums) != 0, cur, ragged, sLo, sHi, nullptr, 0, 0,
+                          p.scale_log2, rec.bias_log2, g.log2_last_block};
+      if (cur.width == kCtrlCols) {  // control keys, a direct record or an Hn band: 16 columns
         const bool band = (rec.flags & kRecBand) != 0;
-        const float* given = band ? sBand + (Scope(rec.scope) == Scope::kMixedLeft ? 0 : M) * kBandStride
-                             : (rec.flags & kRecDirect) ? sRaw : nullptr;
-        warp_tile<Traits, kCtrlCols>(o, softmax, qw, kt, vt, lane, row_of(0), work, fixups, cur, ragged, sLo, sHi,
-                                     given, band ? kBandStride : 1, band ? 1 : 0, false, p.scale_log2, rec.bias_log2,
-                                     g.log2_last_block);
+        w.given = band ? sBand + (Scope(rec.scope) == Scope::kMixedLeft ? 0 : M) * kBandStride
+                  : (rec.flags & kRecDirect) ? sRaw : nullptr;
+        w.given_rows = band ? kBandStride : 1;
+        w.given_cols = band ? 1 : 0;
+        w.sums = false;
+        warp_tile<Traits, kCtrlCols>(o, softmax, w);
       } else {
-        warp_tile<Traits, N>(o, softmax, qw, kt, vt, lane, row_of(0), work, fixups, cur, ragged, sLo, sHi, nullptr,
-                             0, 0, (rec.flags & kRecWindowSums) != 0, p.scale_log2, rec.bias_log2, g.log2_last_block);
+        warp_tile<Traits, N>(o, softmax, w);
       }
     }
     cur = nxt;
