@@ -17,9 +17,11 @@ is exposed), plus a launch gap per kernel launch.
 One number is fitted: the issue efficiency of an attention kernel at 2 CTAs (8 warps) per SM, on the first
 design's two H200 figures (benchmarks/results/gpu_attention_h200_2026-11-30.md, 8k, D = 64: late 65.4 ms,
 Lite 16.7 ms), least squares in log time. Every other input is a count (the census, SASS, the source) or a
-datasheet rate, named where it is set. Instruction counts per tile are static SASS counts from the reviews
-(DIAGNOSIS.md / REVIEW_DESIGN2.md in shared/cuda) until scripts/cuda_gates.py measures them; each design
-below says which of its inputs are measured and which are estimates.
+datasheet rate, named where it is set. The second design's full and masked tiles are the instruction
+counts scripts/cuda_gates.py measures on the SASS (the cheapest trips around the tile loop), prepare's
+per-element count likewise; the reviews' estimates (DIAGNOSIS.md / REVIEW_DESIGN2.md in shared/cuda) stand
+for the rest (prologue and epilogue, fills, round trips); each design below says which of its inputs are
+measured and which are estimates.
 
 The peer is SDPA-flash as measured on the same H200 (same file): 14.98 / 49.65 / 179.77 ms at 8k / 16k /
 32k. H100 times are printed in absolute terms only (no peer measured there).
@@ -183,7 +185,8 @@ SECOND_NOW = replace(
     control_path="body launch",
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
                                        "prepare: the gate's SASS count of the vector token loop",
-                                       "full tile: the gate's SASS path count (sm_90a)"),
+                                       "full and masked tiles: the gate's SASS path counts (sm_90a)",
+                                       "tiles on the masked path: the census's logit_path_tiles_per_warp"),
 )
 # What issue 29 asks for: 650 instructions per full tile, a fill of 16-byte loads issued before use (one
 # round trip per 16-row pass of 8 chunks: 2), straddling dots from 16-byte loads (8 round trips), prepare at
