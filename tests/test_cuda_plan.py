@@ -140,3 +140,19 @@ def test_edge_free_cases_plan_edge_free_records(case):
     finally:
         del os.environ["RANGESWA_CUDA_EDGES"]
     assert st[:, 20].sum() == 0 and st[:, 21].sum() == 0
+
+
+@pytest.mark.parametrize("name", ["rangeswa", "rangeswa_lite"])
+def test_the_census_counts_the_warp_tiles_that_take_the_masked_path(name):
+    """Column 22 (what the time model charges the masked path on): every masked warp-tile of a key tile, and
+    the full ones whose tile has column fix-ups; with retrieval, the summary tiles that exclude retrieved
+    blocks take it although no row masks them."""
+    cfg = preset(name)
+    st = stats(cfg, 8192, "late", random_retrieval(cfg, 8192, "late"))
+    control_masked = st[:, 13]  # masked warp-tiles of control keys (KeySet kCtrl), not in column 22
+    assert (st[:, 22] >= st[:, 3] - control_masked).all()  # every masked warp-tile of a key tile
+    assert (st[:, 22] <= st[:, 3] + st[:, 4]).all()  # and no more than the masked and full ones
+    fixed_up_but_full = st[:, 22] - (st[:, 3] - control_masked)
+    if name == "rangeswa":  # the excluded retrieved blocks: full tiles with fix-ups
+        assert fixed_up_but_full.sum() > st[:, 12].sum()  # each of those tiles, for most of its 4 warps
+    assert (fixed_up_but_full <= WARPS * st[:, 12]).all()
