@@ -1,7 +1,8 @@
 // Host-side setup of one fused attention call, from the checked arguments (checks.h AttnParams): which
 // prepared arrays it needs and their sizes, the tile layout, the split of the control rows, and the
 // parameter structs of the preparation and attention kernels. Shared by the op (attn_api.cpp) and the
-// host emulation (emulator/plan_emulator.cu), so both run the same plan on the same arrays.
+// host emulations (emulator/host_call.h: the SIMT emulation and the plan census), so all run the same
+// plan on the same arrays.
 #pragma once
 
 #include <algorithm>
