@@ -159,8 +159,8 @@ SECOND_REVIEWED = Design(
 )
 # Warp instructions of the full-tile path as scripts/cuda_gates.py counts it (sm_90a, bf16, D = 64), and of
 # the masked tile's path (the trip through the logit block; a full tile with column fix-ups takes it too).
-FULL_TILE_MEASURED = 632
-MASKED_TILE_MEASURED = 772
+FULL_TILE_MEASURED = 639
+MASKED_TILE_MEASURED = 779
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
 # one input above (the figure names where it comes from).
 SECOND_NOW = replace(
@@ -183,6 +183,9 @@ SECOND_NOW = replace(
     masked_extra=MASKED_TILE_MEASURED - FULL_TILE_MEASURED, extra_tiles="logit",
     # attn_launch.h run_attn: the control rows' CTAs in the body's launch (per head, before its body tiles).
     control_path="body launch",
+    # attn_setup.h values_in_place (D = Dp, 16-byte rows): the body values are read from v, not copied, so
+    # late writes k_nat, k_grp, k_cond, p_nat and p_grp, Lite k_nat and k_cond.
+    prepare_arrays_written={"late": 5, "lite": 2},
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
                                        "prepare: the gate's SASS count of the vector token loop",
                                        "full and masked tiles: the gate's SASS path counts (sm_90a)",

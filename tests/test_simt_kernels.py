@@ -289,3 +289,36 @@ def test_the_plan_census_refuses_a_retrieving_call_without_blocks():
     with pytest.raises(ValueError, match="runs no block selection.*pass the call's blocks as retrieved="):
         emulator_ops().plan_stats(q, k, v, None, **ops.attn_arguments(cfg, case["C"], case["stage"]))
     emulator_ops().plan_stats(q, k, v, None, **ops.attn_arguments(cfg.replace(topk=0), case["C"], case["stage"]))
+
+
+# ------------------------------------------------------------------- attn: body values read in place
+
+
+@pytest.mark.parametrize("layout,in_place", [("contiguous", True), ("fused qkv", True), ("head dim 66", False),
+                                             ("misaligned", False)])
+def test_body_values_read_in_place_are_the_copy_bit_for_bit(simt, monkeypatch, layout, in_place):
+    """attn_setup.h values_in_place: with D = Dp and 16-byte rows the kernel reads v itself (no padded
+    copy), a fused qkv view included; at D = 66 (padded to 80) or on a misaligned v it copies. Either way
+    the output is bit for bit the one of the copy that RANGESWA_CUDA_VALUES=copy forces, and close to the
+    reference."""
+    cfg = preset("rangeswa", train_length=256)
+    B, H, C, L = 1, 2, 12, 700
+    D = 66 if layout == "head dim 66" else 64
+    g = torch.Generator().manual_seed(11)
+    if layout == "fused qkv":  # [B, N, 3, H, D]: rows 3 H D elements apart
+        qkv = torch.randn(B, C + L, 3, H, D, generator=g).bfloat16()
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    else:
+        q, k, v = (torch.randn(B, H, C + L, D, generator=g).bfloat16() for _ in range(3))
+        if layout == "misaligned":  # one element in: rows stay whole 16-byte chunks apart, the data does not
+            v = torch.cat([torch.zeros(1).bfloat16(), v.flatten()])[1:].view(B, H, C + L, D)
+    blocks = ops.topk_blocks(q, k, cfg, C)
+    args = ops.attn_arguments(cfg, C)
+    out, lse = simt.attn(q, k, v, blocks, **args)
+    assert simt.stats()[9] == int(in_place)
+    monkeypatch.setenv("RANGESWA_CUDA_VALUES", "copy")
+    copied, copied_lse = simt.attn(q, k, v, blocks, **args)
+    assert simt.stats()[9] == 0
+    assert torch.equal(out, copied) and torch.equal(lse, copied_lse)
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", retrieved=blocks)
+    assert ((out.double() - expect).abs().max() / expect.abs().max()).item() < 2e-2

@@ -308,11 +308,12 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at:
   buf.v_strides = row_strides(vc);
   buf.out = out.data_ptr();
   buf.lse = lse.data_ptr<float>();
-  // A prepared context gives every array computed from k alone; the call copies control rows and values.
+  // A prepared context gives every array computed from k alone; the call copies its control rows, and its
+  // body values unless the kernel reads them in place (attn_setup.h values_in_place).
   const bool context = prepared.has_value();
   buf.k_ctrl = array(ap.C > 0, ap.C);
   buf.v_ctrl = array(ap.C > 0, ap.C);
-  buf.v_body = array(ap.L > 0, ap.L);
+  body_values(ap, s, buf, int64_t(vc.element_size()), array);
   if (context) use_context(*prepared, ap, s, buf);
   else own_arrays(ap, s, buf, array);
   std::pair<at::Tensor, at::Tensor> ints, cond;

@@ -24,15 +24,18 @@ struct PreparedArrays {
   const void* k_nat;   // [L]  R(j) k_j
   const void* k_grp;   // [L]  R(j / g) k_j                       grouping
   const void* k_cond;  // [L]  R(j T / L) k_j                     control rows under the correction
-  const void* v_body;  // [L]  v_j
+  const void* v_body;  // [L]  v_j: the call's copy, or v itself read in place (values below)
   const void* s_nat;   // [nG] G-block means of R(j) k_j           rangeswa with summaries
   const void* s_grp;   // [nG] G-block means of R(j / g) k_j       ... and grouping
   const void* s_v;     // [nG] G-block means of v_j
   const void* p_nat;   // [L]  in-block exclusive prefix sums of R(j) k_j       blocks straddling Hn
   const void* p_grp;   // [L]  in-block exclusive prefix sums of R(j / g) k_j   (plan.h mixed_block)
-  // Elements between KV heads: control arrays, body keys (and prefix sums), body values, summaries (a call's
-  // own arrays: C * Dp, L * Dp, L * Dp, nG * Dp; a prepared context's keep their cache's strides).
-  int64_t ctrl_stride, key_stride, value_stride, sum_stride;
+  // Elements between KV heads: control arrays, body keys (and prefix sums), summaries (a call's own arrays:
+  // C * Dp, L * Dp, nG * Dp; a prepared context's keep their cache's strides).
+  int64_t ctrl_stride, key_stride, sum_stride;
+  // Body value row r of (batch b, KV head h) at v_body + values.at(b, h, r): the copy's [B * Hkv, L, Dp]
+  // strides, or v's own with v_body at its first body row (attn_setup.h values_in_place).
+  RowStrides values;
 };
 
 struct AttnKernelParams {

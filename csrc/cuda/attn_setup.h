@@ -114,7 +114,38 @@ struct AttnBuffers {
   // Elements between KV heads of the body keys / prefix sums and of the summaries: L * Dp and nG * Dp
   // for a call's own arrays (make_buffers), the cache's for a prepared context's.
   int64_t key_stride, sum_stride;
+  // The body values (body_values): v_body's rows, and whether they are v's own (read in place, not written).
+  RowStrides values;
+  bool values_in_place;
 };
+
+// Whether the kernel reads the body values in place from v instead of a padded copy: the head dim is its
+// own padding (D = Dp: 64, 80 or 128), every row the tile copies read starts on 16 bytes (cp.async 16: v's
+// data and its batch, head and row strides in whole 16-byte chunks), and a KV head's rows lie within 32-bit
+// element offsets. RANGESWA_CUDA_VALUES=copy keeps the copy (for A/B measurements and tests).
+inline bool values_in_place(const AttnParams& ap, const AttnSetup& s, const void* v, const RowStrides& vs,
+                            int64_t element_bytes) {
+  const char* env = std::getenv("RANGESWA_CUDA_VALUES");
+  if (env != nullptr && std::string(env) == "copy") return false;
+  auto whole = [&](int64_t elements) { return elements * element_bytes % 16 == 0; };
+  return ap.D == s.Dp && ap.L > 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0 && whole(vs.batch) &&
+         whole(vs.head) && whole(vs.row) && (ap.C + ap.L) * vs.row < (int64_t(1) << 31);
+}
+
+// The body values the kernel reads (buf.v and buf.v_strides set): v itself when values_in_place, else a
+// [B * Hkv, L, Dp] copy that the preparation writes (`array(needed, rows)` allocates it).
+template <typename Array>
+void body_values(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int64_t element_bytes,
+                 const Array& array) {
+  buf.values_in_place = values_in_place(ap, s, buf.v, buf.v_strides, element_bytes);
+  if (buf.values_in_place) {
+    buf.v_body = const_cast<char*>(static_cast<const char*>(buf.v)) + buf.v_strides.at(0, 0, ap.C) * element_bytes;
+    buf.values = buf.v_strides;
+  } else {
+    buf.v_body = array(ap.L > 0, ap.L);
+    buf.values = RowStrides{ap.Hkv * ap.L * s.Dp, ap.L * s.Dp, s.Dp};
+  }
+}
 
 inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf) {
   PrepareParams pp{};
@@ -127,7 +158,7 @@ inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, co
   pp.k_nat = buf.k_nat;
   pp.k_grp = buf.k_grp;
   pp.k_cond = buf.k_cond;
-  pp.v_body = buf.v_body;
+  pp.v_body = buf.values_in_place ? nullptr : buf.v_body;  // v read in place is never written
   pp.s_nat = buf.s_nat;
   pp.s_grp = buf.s_grp;
   pp.s_v = buf.s_v;
@@ -161,9 +192,9 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnSetup& s, 
   p.q_strides = buf.q_strides;
   p.out = buf.out;
   p.lse = buf.lse;
-  p.kv = PreparedArrays{buf.k_ctrl, buf.v_ctrl, buf.k_nat, buf.k_grp, buf.k_cond, buf.v_body, buf.s_nat,
-                        buf.s_grp,  buf.s_v,    buf.p_nat, buf.p_grp, ap.C * s.Dp,  buf.key_stride,
-                        ap.L * s.Dp, buf.sum_stride};
+  p.kv = PreparedArrays{buf.k_ctrl, buf.v_ctrl, buf.k_nat, buf.k_grp, buf.k_cond, buf.v_body,
+                        buf.s_nat, buf.s_grp, buf.s_v, buf.p_nat, buf.p_grp, ap.C * s.Dp, buf.key_stride,
+                        buf.sum_stride, buf.values};
   p.cos_int = buf.cos_int;
   p.sin_int = buf.sin_int;
   p.cos_cond = buf.cos_cond;

@@ -91,6 +91,8 @@ void own_arrays(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, cons
 
 inline void prepare_call_rows_only(PrepareParams& pp) {
   pp.k_nat = pp.k_grp = pp.k_cond = pp.s_nat = pp.s_grp = pp.s_v = pp.p_nat = pp.p_grp = nullptr;
+  // Values read in place leave nothing of the body to write: only the control rows' units run.
+  if (pp.v_body == nullptr) pp.row0 = pp.L;
 }
 
 // The prepare op's arrays for body rows [first_key, L): the call's setup for the context's numbers, the

@@ -33,13 +33,14 @@
 
 namespace rangeswa::cuda {
 
-// The keys and values arrays of one record for the CTA's KV head (record_arrays).
+// The keys and values arrays of one record for the CTA's KV head (record_arrays), and the elements between
+// value rows (Dp, or v's own row stride for body values read in place).
 template <typename Element>
 struct RecordArrays {
   const Element* k;
   const Element* v;
+  int64_t v_row;
 };
-static_assert(sizeof(RecordArrays<float>) == 16, "one 16-byte load per record");
 
 // Shared memory: the query slot, two K and two V stages, the records and their arrays, the retrieved
 // blocks, and per row
@@ -84,13 +85,14 @@ struct SharedLayout {
 // would put four of its eight rows on the same banks. K and V share it, so softmax and P V are unchanged.
 RSWA_HD int tile_column(int r) { return 8 * ((r % 16) / 2) + 2 * (r / 16) + r % 2; }
 
-// Copies rows [0, n) of the keys and of the values of a tile ([rows, kHeadDim] global arrays) into
-// `rows`-row shared tiles, a 64-key tile's rows in tile_column order; rows past n are zero-filled, so that
-// P = 0 never meets garbage V (and window sums see scores of 0 there).
+// Copies rows [0, n) of the keys and of the values of a tile (global arrays of kHeadDim-element rows,
+// key rows kHeadDim apart, value rows v_row apart) into `rows`-row shared tiles, a 64-key tile's rows in
+// tile_column order; rows past n are zero-filled, so that P = 0 never meets garbage V (and window sums see
+// scores of 0 there).
 template <typename Traits>
 __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, typename Traits::Element* sv,
                                               const typename Traits::Element* gk, const typename Traits::Element* gv,
-                                              int rows, int n) {
+                                              int v_row, int rows, int n) {
   constexpr int kChunk = 16 / int(sizeof(typename Traits::Element));
   constexpr int kChunksPerRow = Traits::kHeadDim / kChunk;
   constexpr bool kPermuted = Traits::kBlockN == 64;
@@ -106,9 +108,9 @@ __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, type
       if (p > 0 && !full) break;  // a 16-key tile: one pass
       const int r = r0 + 16 * p;
       const bool valid = r < n;
-      const int64_t from = int64_t(valid ? r : 0) * Traits::kHeadDim + col;
+      const int32_t from = (valid ? r : 0) * Traits::kHeadDim + col, from_v = (valid ? r : 0) * v_row + col;
       cp_async_16(sk + at + 2 * p * Traits::kStride, gk + from, valid);
-      cp_async_16(sv + at + 2 * p * Traits::kStride, gv + from, valid);
+      cp_async_16(sv + at + 2 * p * Traits::kStride, gv + from_v, valid);
     }
     return;
   }
@@ -119,7 +121,7 @@ __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, type
     const bool valid = r < n;
     const int at = kPermuted && rows == Traits::kBlockN ? tile_column(r) : r;
     cp_async_16((value ? sv : sk) + at * Traits::kStride + col,
-                (value ? gv : gk) + int64_t(valid ? r : 0) * Traits::kHeadDim + col, valid);
+                (value ? gv : gk) + (valid ? r : 0) * (value ? v_row : Traits::kHeadDim) + col, valid);
   }
 }
 
@@ -234,10 +236,11 @@ __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, c
     *reinterpret_cast<uint4*>(dst + d) = row != nullptr && d < D ? *reinterpret_cast<const uint4*>(row + d) : zero;
 }
 
-// The keys and values array of a record's key set for KV head bh.
+// The keys and values array of a record's key set for KV head bh (= batch * Hkv + kv_head), and the
+// elements between value rows.
 template <typename Element>
-__device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet keys, int32_t bh, const Element*& k,
-                                              const Element*& v) {
+__device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet keys, int32_t bh, int32_t batch,
+                                              int32_t kv_head, int32_t Dp, RecordArrays<Element>& out) {
   const void *kb, *vb;
   int64_t stride;
   switch (keys) {
@@ -249,8 +252,9 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
     default: kb = a.s_grp; vb = a.s_v; stride = a.sum_stride; break;
   }
   const bool body = keys == KeySet::kNat || keys == KeySet::kGrp || keys == KeySet::kCond;
-  k = static_cast<const Element*>(kb) + bh * stride;
-  v = static_cast<const Element*>(vb) + bh * (body ? a.value_stride : stride);
+  out.k = static_cast<const Element*>(kb) + bh * stride;
+  out.v = static_cast<const Element*>(vb) + (body ? a.values.at(batch, kv_head, 0) : bh * stride);
+  out.v_row = body ? a.values.row : Dp;
 }
 
 // What one warp's KV tile takes besides its accumulators: where the operands are, what the tile is and
@@ -447,7 +451,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
 #pragma unroll 1
   for (int x = tid; x < count; x += M) {
     RecordArrays<Element> ra;
-    record_arrays<Element>(p.kv, KeySet(sRec[x].keys), bh, ra.k, ra.v);
+    record_arrays<Element>(p.kv, KeySet(sRec[x].keys), bh, batch, bh - batch * p.Hkv, Dp, ra);
     sArrays[x] = ra;
   }
   // This thread's row, for record_bounds and its straddling blocks.
@@ -637,10 +641,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2 and with the slot
     if (have_nxt) {
       const RecordArrays<Element> ra = sArrays[nxt.record];
-      // Element offsets inside one KV head's array fit 32 bits (attn_setup.h head_offsets_fit).
-      const int32_t at = nxt.a * Dp;
-      load_kv_async<Traits>(sK + (stage ^ 1) * Traits::kKVElems, sV + (stage ^ 1) * Traits::kKVElems, ra.k + at,
-                            ra.v + at, nxt.width, nxt.n);
+      // Element offsets inside one KV head's arrays fit 32 bits (attn_setup.h head_offsets_fit).
+      const int32_t v_row = int32_t(ra.v_row);
+      load_kv_async<Traits>(sK + (stage ^ 1) * Traits::kKVElems, sV + (stage ^ 1) * Traits::kKVElems,
+                            ra.k + nxt.a * Dp, ra.v + nxt.a * v_row, v_row, nxt.width, nxt.n);
     }
     cp_async_commit();
     const Record rec = sRec[have_cur ? cur.record : 0];

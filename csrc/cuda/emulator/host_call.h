@@ -153,7 +153,7 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   };
   b.k_ctrl = array(true, ap.C);
   b.v_ctrl = array(true, ap.C);
-  b.v_body = array(true, ap.L);
+  body_values(ap, s, b, int64_t(hc.v.element_size()), array);
   if (prepared.has_value()) {
     use_context(*prepared, ap, s, b);
     for (const at::Tensor& t : *prepared) hc.keep.push_back(t);  // (the SIMT emulation guards what keep holds)

@@ -28,6 +28,7 @@ namespace {
 // Seconds spent in the last call's kernel launch, and its dynamic shared memory per CTA.
 double g_kernel_seconds = 0.0;
 int64_t g_smem_bytes = 0;
+int64_t g_values_in_place = 0;  // whether the last attn call read its body values from v itself
 
 // The kernel's arrays as guarded copies (simt::GuardedCopy): every array the kernel parameters point into is
 // copied so that it ends at an inaccessible page (the two rope tables of a table tensor separately), the
@@ -76,6 +77,7 @@ struct GuardedArrays {
 
 void guard(HostCall& hc, GuardedArrays& g) {
   g.add(hc.q);
+  if (hc.buf.values_in_place) g.add(hc.v);  // the kernel reads the body values from v itself
   g.add(hc.out);
   g.add(hc.lse);
   for (const at::Tensor& t : hc.keep) {
@@ -185,6 +187,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt(RSWA_ATTN_PARAMS, std::optional<at:
   hc.out.fill_(NAN);
   hc.lse.fill_(NAN);
   GuardedArrays guarded;
+  g_values_in_place = hc.buf.values_in_place;
   if (::simt::options().guard_global) guard(hc, guarded);
   simt_errors_as_runtime_errors([&] {
     dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
@@ -324,11 +327,11 @@ std::vector<int64_t> configure(int64_t workers, bool poison_shared, bool check_r
 }
 
 // The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
-// of the last attn call in microseconds, its dynamic shared memory per CTA.
+// of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place.
 std::vector<int64_t> stats() {
   const ::simt::Stats s = ::simt::last_stats();
   return {s.ctas, s.switches, s.warp_collectives, s.barriers, s.mmas, s.ldmatrix, s.cp_async,
-          int64_t(g_kernel_seconds * 1e6), g_smem_bytes};
+          int64_t(g_kernel_seconds * 1e6), g_smem_bytes, g_values_in_place};
 }
 
 }  // namespace
