@@ -265,25 +265,26 @@ def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set 
     graph = successors(sass)
     is_mma = {a: op.startswith(("HMMA", "HGMMA")) for a, op, _ in sass}
     is_copy = {a: op.startswith("LDGSTS") for a, op, _ in sass}
-    # A trip that need not pass `through` counts as having passed it (the copy flag carries both).
+    # seen: bit 0 the trip has issued a copy, bit 1 it has passed `through` (set from the start when there is
+    # no such set); a trip ends at the head with both.
     need = through is not None
     marked = {a: (not need) or a in through for a, _, _ in sass}
     start = (best_head, int(is_mma[best_head]), is_copy[best_head] + 2 * marked[best_head])
     dist, parent, heap = {start: 1}, {}, [(1, start)]
     finish = None
     while heap:
-        cost, (address, mma, copied) = heapq.heappop(heap)
-        if cost > dist.get((address, mma, copied), 1 << 60):
+        cost, (address, mma, seen) = heapq.heappop(heap)
+        if cost > dist.get((address, mma, seen), 1 << 60):
             continue
         for nxt in graph.get(address, []):
-            if nxt == best_head and mma >= mma_per_tile and copied == 3:
-                finish = (cost, (address, mma, copied))
+            if nxt == best_head and mma >= mma_per_tile and seen == 3:
+                finish = (cost, (address, mma, seen))
                 break
             if nxt not in by_address or nxt == best_head:
                 continue
-            state = (nxt, min(mma_per_tile, mma + int(is_mma[nxt])), copied | is_copy[nxt] | 2 * marked[nxt])
+            state = (nxt, min(mma_per_tile, mma + int(is_mma[nxt])), seen | is_copy[nxt] | 2 * marked[nxt])
             if cost + 1 < dist.get(state, 1 << 60):
-                dist[state], parent[state] = cost + 1, (address, mma, copied)
+                dist[state], parent[state] = cost + 1, (address, mma, seen)
                 heapq.heappush(heap, (cost + 1, state))
         if finish:
             break
