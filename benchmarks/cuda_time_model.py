@@ -121,10 +121,15 @@ class Design:
     # k_nat, v_body, k_grp, k_cond, p_nat and p_grp (attn_setup.h: grouping, the conditioning correction and
     # far summaries), Lite (Hn = T: no grouping, no far summaries) k_nat, v_body and k_cond.
     prepare_arrays_written: dict = field(default_factory=lambda: {"late": 6, "lite": 3})
+    # [L, D] inputs per KV head that prepare reads, per case: k, and v for its copy or its block means.
+    prepare_arrays_read: dict = field(default_factory=lambda: {"late": 2, "lite": 2})
     # Where the control rows run: "own launch" (128-row CTAs with one working warp, a grid before the
-    # body's), "body launch" (the same CTAs among the body's: no launch gap of their own), "16-row" (a 16-row
-    # split-K path in the body launch, no idle warps or fill of their own).
+    # body's), "body launch" (the same CTAs among the body's: no launch gap of their own), "warp split" (32-row
+    # CTAs in the body launch whose 4 warps split each tile into 16-column units, mainloop.h control_unit:
+    # control_unit instructions per warp and unit), "16-row" (a 16-row split-K path in the body launch, no
+    # idle warps or fill of their own).
     control_path: str = "own launch"
+    control_unit: float = 0.0  # warp instructions of one 16-column unit ("warp split")
     control_ctas_per_head: int = 8  # one per chunk of 1,024 keys at 8k (scaled with L)
     launches: int = 10
     sources: tuple[str, ...] = field(default_factory=tuple)
@@ -161,6 +166,8 @@ SECOND_REVIEWED = Design(
 # the masked tile's path (the trip through the logit block; a full tile with column fix-ups takes it too).
 FULL_TILE_MEASURED = 639
 MASKED_TILE_MEASURED = 779
+# A control CTA's warp on one 16-column unit of a tile (the trip through mainloop.h control_unit, 32 MMAs).
+CONTROL_UNIT_MEASURED = 272
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
 # one input above (the figure names where it comes from).
 SECOND_NOW = replace(
@@ -171,9 +178,9 @@ SECOND_NOW = replace(
     fill_round_trips=8, fill_instructions=8 * 60,
     # mixed_dots: two 16-byte loads issued before use, 4 round trips per term, 6 terms per late row.
     mixed_round_trips=24,
-    # prepare.h prepare_range: 39.1 SASS instructions per element in the token loop (sm_90a, scripts/
+    # prepare.h prepare_range: 38.2 SASS instructions per element in the token loop (sm_90a, scripts/
     # cuda_gates.py prepare gate), 16-byte I/O, no division or CALL; still 6 arrays (k_cond, v_body copy).
-    prepare_instructions_per_element=39.1,
+    prepare_instructions_per_element=38.2,
     # The full 64-key tile: the cheapest trip around the kernel's tile loop that issues a whole tile's 128
     # MMAs and the next tile's copy, counted in the SASS by scripts/cuda_gates.py (sm_90a, bf16, D = 64;
     # tests/test_cuda_gates.py holds this figure to the gate's count). Was 962 measured the same way before
@@ -181,14 +188,16 @@ SECOND_NOW = replace(
     # conditional (the review's estimate: 1,075).
     full_tile=FULL_TILE_MEASURED,
     masked_extra=MASKED_TILE_MEASURED - FULL_TILE_MEASURED, extra_tiles="logit",
-    # attn_launch.h run_attn: the control rows' CTAs in the body's launch (per head, before its body tiles).
-    control_path="body launch",
+    # attn_launch.h run_attn: the control rows' CTAs in the body's launch (per head, before its body tiles),
+    # 32 rows each, the warps splitting every tile (mainloop.h control_unit; the trip counted by the gate).
+    control_path="warp split", control_unit=CONTROL_UNIT_MEASURED,
     # attn_setup.h values_in_place (D = Dp, 16-byte rows): the body values are read from v, not copied, so
-    # late writes k_nat, k_grp, k_cond, p_nat and p_grp, Lite k_nat and k_cond.
-    prepare_arrays_written={"late": 5, "lite": 2},
+    # late writes k_nat, k_grp, k_cond, p_nat and p_grp, Lite k_nat and k_cond; Lite (no block means) never
+    # loads v in prepare (prepare.h reads_values).
+    prepare_arrays_written={"late": 5, "lite": 2}, prepare_arrays_read={"late": 2, "lite": 1},
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
                                        "prepare: the gate's SASS count of the vector token loop",
-                                       "full and masked tiles: the gate's SASS path counts (sm_90a)",
+                                       "full and masked tiles, control units: the gate's SASS path counts (sm_90a)",
                                        "tiles on the masked path: the census's logit_path_tiles_per_warp"),
 )
 # What issue 29 asks for: 650 instructions per full tile, a fill of 16-byte loads issued before use (one
@@ -217,7 +226,7 @@ def prepare_phase(d: Design, L: int, case: str) -> Phase:
         ctas=elements / 128,  # 128 elements per CTA-step (one warp per unit, 4 warps, lanes over dims)
         warps_per_cta=4, resident=16,
         warp_instructions=128 * d.prepare_instructions_per_element / 32,
-        bytes=elements * ELEMENT_BYTES * (2 + d.prepare_arrays_written[case]),
+        bytes=elements * ELEMENT_BYTES * (d.prepare_arrays_read[case] + d.prepare_arrays_written[case]),
         efficiency=HIGH_OCCUPANCY_EFFICIENCY,
     ) if lane_instructions else Phase("prepare")
 
@@ -254,6 +263,11 @@ def control_phase(d: Design, L: int) -> Phase:
     # 64 keys, one plain fill; merged by the combine kernel.
     chunks = max(1, L // 1024)
     tiles = 1024 / 64
+    if d.control_path == "warp split":
+        # Every warp takes one unit a tile (a 64-key tile is 4 units); the slot's one plain fill stays.
+        return Phase("control", ctas=_heads() * chunks, warps_per_cta=4, resident=2,
+                     warp_instructions=4 * tiles * d.control_unit + d.cta_setup,
+                     chain_cycles=(d.fill_round_trips + tiles) * H200.latency_cycles, launches=0)
     if d.control_path == "16-row":
         # Rows of a 16-row split-K path inside the body launch: the same tiles, no launch or fill of their own.
         return Phase("control", ctas=_heads() * chunks, warps_per_cta=1, resident=8,

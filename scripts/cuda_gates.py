@@ -38,6 +38,8 @@ LIMITS = dict(max_registers=255, max_sass=8000, min_mma_share=0.04, max_isetp64=
               max_masked_tile=800)
 # MMAs of one 64-key tile at head dim 64 for a warp of 32 rows: Q K^T 2 x 8 x 4 and P V 2 x 8 x 4 (m16n8k16).
 FULL_TILE_MMA = 128
+# ... and of one 16-column unit of a control CTA's warp (mainloop.h control_unit): Q K^T 2 x 2 x 4, P V 2 x 8 x 1.
+CONTROL_UNIT_MMA = 32
 # CALL targets that are arithmetic subroutines (what the gate forbids).
 DIVISION = re.compile(r"div|rcp|sqrt|rem", re.IGNORECASE)
 INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,6}\*/\s+(?:@!?U?P[0-9T] )?([A-Z][A-Z0-9_.]*)")
@@ -241,28 +243,43 @@ def logit_block_lines() -> tuple[int, int]:
     return first, first
 
 
-def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set | None = None) -> dict:
-    """The cheapest trip around the kernel's tile loop that computes one whole KV tile: the loop is the one
-    whose backward branch spans the most MMAs (the walk over the KV tiles), and the trip the fewest
-    instructions from its head back to it that issues at least `mma_per_tile` MMAs (Q K^T and P V of a
-    64-key tile: the path of a tile with no masking, no fix-ups and no query-slot fill) and issues the next
-    tile's copy (an LDGSTS: the steady state, not the last tile). With `through` (addresses), the trip must
-    also pass one of them (a masked tile's: the logit block). Predicated-off instructions count (they
-    issue). Returns the trip's instruction count and its opcodes' histogram."""
-    import heapq
+def function_lines(name: str) -> tuple[int, int]:
+    """The lines of mainloop.h function `name` (its signature to its closing brace at column 0)."""
+    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
+    first = next(n for n, t in enumerate(text, 1) if f" {name}(" in t and not t.lstrip().startswith("//"))
+    last = next(n for n, t in enumerate(text[first - 1:], first) if t == "}")
+    return first, last
 
-    by_address = {a: (op, line) for a, op, line in sass}
-    best_head, best_mma = None, -1
+
+def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set | None = None) -> dict:
+    """The cheapest trip around a tile loop that computes one whole KV tile: over the loops whose backward
+    branch spans at least `mma_per_tile` MMAs, the trip with the fewest instructions from a loop's head back
+    to it that issues at least `mma_per_tile` MMAs (Q K^T and P V of a 64-key tile: the path of a tile with
+    no masking, no fix-ups and no query-slot fill) and issues the next tile's copy (an LDGSTS: the steady
+    state, not the last tile). With `through` (addresses), the trip must also pass one of them (a masked
+    tile's: the logit block). Predicated-off instructions count (they issue). Returns the trip's
+    instruction count and its opcodes' histogram."""
+    # Every loop head whose backward branch spans enough MMAs: the compiler may rotate the tile loop and
+    # enter it at more than one head, and lay other loops (the control walk) inside its span.
+    heads = set()
     for address, op, line in sass:
         t = BRANCH_TARGET.search(line)
         if op.startswith("BRA") and t and int(t.group(1), 16) <= address:
             head = int(t.group(1), 16)
-            mma = sum(o.startswith(("HMMA", "HGMMA")) for a, o, _ in sass if head <= a <= address)
-            if mma > best_mma:
-                best_head, best_mma = head, mma
-    if best_head is None:
-        return dict(instructions=None, mma=0, ops={})
+            if sum(o.startswith(("HMMA", "HGMMA")) for a, o, _ in sass if head <= a <= address) >= mma_per_tile:
+                heads.add(head)
     graph = successors(sass)
+    trips = [_trip(sass, graph, head, mma_per_tile, through) for head in sorted(heads)]
+    trips = [t for t in trips if t["instructions"] is not None]
+    return min(trips, key=lambda t: t["instructions"]) if trips else dict(instructions=None, mma=0, ops={})
+
+
+def _trip(sass: list[tuple[int, str, str]], graph: dict, best_head: int, mma_per_tile: int,
+          through: set | None) -> dict:
+    """tile_path's search from one loop head: the cheapest trip back to it (see tile_path)."""
+    import heapq
+
+    by_address = {a: (op, line) for a, op, line in sass}
     is_mma = {a: op.startswith(("HMMA", "HGMMA")) for a, op, _ in sass}
     is_copy = {a: op.startswith("LDGSTS") for a, op, _ in sass}
     # seen: bit 0 the trip has issued a copy, bit 1 it has passed `through` (set from the start when there is
@@ -344,6 +361,9 @@ def prepare_gate(archs=("80", "90a")) -> dict:
 def failures(stats: dict) -> list[str]:
     """The limits a compiled kernel breaks (empty: it passes)."""
     out = []
+    for name in ("full_tile", "masked_tile"):
+        if name in stats and stats[name] is None:
+            out.append(f"no {name.replace('_', ' ')} path found in the SASS")
     if stats["spill_stores"] or stats["spill_loads"] or stats["stack"] or stats["local"]:
         out.append(f"spills / stack / local memory: {stats['spill_stores']} B stored, {stats['stack']} B stack, "
                    f"{stats['local']} local instructions")
@@ -387,6 +407,12 @@ def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dic
                 masked = tile_path(sass, FULL_TILE_MMA, through=block) if block else dict(instructions=None, ops={})
                 stats.update(masked_tile=masked["instructions"], masked_tile_ops=masked["ops"],
                              logit_block_instructions=len(block))
+                # A control CTA's warp on its 16-column unit of a tile (the trip through control_unit).
+                first, last = function_lines("control_unit")
+                unit = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+                control = tile_path(sass, CONTROL_UNIT_MMA, through=unit) if unit else dict(instructions=None, mma=0, ops={})
+                stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
+                             control_unit_ops=control["ops"])
             stats["failures"] = failures(stats)
             results[arch] = stats
     return results
@@ -422,7 +448,7 @@ def main(argv=None) -> int:
               f"SASS {s['instructions']}, MMA {s['mma']} ({s['mma_share']:.2%}), 64-bit compares {s['isetp64']}, "
               f"BSSY {s['bssy']}, CALLs {len(s['calls'])} (division {len(s['division_calls'])}), full tile "
               f"{s.get('full_tile')} instructions per warp ({s.get('full_tile_mma')} MMA), masked tile "
-              f"{s.get('masked_tile')}")
+              f"{s.get('masked_tile')}, control unit {s.get('control_unit')} ({s.get('control_unit_mma')} MMA)")
         for f in s["failures"]:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]

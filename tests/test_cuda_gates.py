@@ -75,6 +75,17 @@ def test_the_masked_tile_path_is_a_whole_tile_through_the_row_masks(measured):
         assert s["masked_tile"] >= s["full_tile"] + 64 and s["logit_block_instructions"] > 0, s
 
 
+def test_the_control_unit_path_is_a_whole_unit(measured):
+    """A control CTA's warp on its 16-column unit (mainloop.h control_walk, control_unit): Q K^T and P V of 32
+    rows x 16 keys (32 MMAs), the next tile's copy and 16 exponentials per lane (32 rows x 16 keys / 32
+    lanes), no more MMAs than a unit has (the trip is not a body tile's)."""
+    for arch in ARCHS:
+        s = measured[arch]
+        ops = s["control_unit_ops"]
+        assert s["control_unit_mma"] == cuda_gates.CONTROL_UNIT_MMA and ops.get("LDGSTS", 0) >= 1, s
+        assert ops.get("MUFU", 0) >= 16 and s["control_unit"] >= 32 + 16, s
+
+
 def test_the_time_model_reads_the_measured_tiles(measured):
     """benchmarks/cuda_time_model.py judges kernel changes with the full and masked tiles' counts of the
     H200's architecture: they must be the ones this gate measures on the source as it stands."""
@@ -83,6 +94,8 @@ def test_the_time_model_reads_the_measured_tiles(measured):
 
     assert cuda_time_model.FULL_TILE_MEASURED == measured["90a"]["full_tile"]
     assert cuda_time_model.MASKED_TILE_MEASURED == measured["90a"]["masked_tile"]
+    assert cuda_time_model.CONTROL_UNIT_MEASURED == measured["90a"]["control_unit"]
+    assert cuda_time_model.SECOND_NOW.control_unit == cuda_time_model.CONTROL_UNIT_MEASURED
     assert cuda_time_model.SECOND_NOW.full_tile == cuda_time_model.FULL_TILE_MEASURED
     assert cuda_time_model.SECOND_NOW.masked_extra == cuda_time_model.MASKED_TILE_MEASURED - cuda_time_model.FULL_TILE_MEASURED
 

@@ -241,6 +241,31 @@ def test_simt_kernel_is_schedule_independent_on_the_edge_free_records(simt):
         simt.configure(schedule_seed=0, eager_copies=False)
 
 
+@pytest.mark.parametrize("method,C,L", [("rangeswa_lite", 40, 1029), ("rangeswa", 12, 1024 + 20)],
+                         ids=["C40-two-control-tiles", "C12-short-last-chunk"])
+def test_simt_kernel_control_rows_split_over_the_warps(simt, method, C, L):
+    """Control CTAs hold 32 rows and their 4 warps split each chunk's keys in 16-column units (mainloop.h
+    control_walk, control_unit): C = 40 takes two control tiles and three 16-key control tiles that go round
+    the warps; a last chunk of 5 or 20 keys leaves warps with no key, whose empty parts (o = 0, lse = -inf)
+    the combine must pass over. Held to the float64 reference, control rows first."""
+    from conftest import make_qkv
+
+    from rangeswa_ext import preset
+
+    cfg = preset(method, train_length=128, early_window=127, late_window=32, decode_window=255, summary_block=16,
+                 retrieval_block=32, query_block=64)
+    q, k, v = make_qkv(1, 2, 1, C + L, 64, seed=5, dtype=torch.float32)
+    retrieved = None
+    if method == "rangeswa":
+        retrieved = ref.retrieved_blocks(q.double(), k.double(), C, cfg, cfg.window_for("late"))
+    out, lse = simt.attn(q, k, v, retrieved, **ops.attn_arguments(cfg, C, "late"))
+    expect, expect_lse = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", retrieved=retrieved)
+    for rows in (slice(0, C), slice(C, None)):
+        err = ((out[:, :, rows].double() - expect[:, :, rows]).abs().max() / expect[:, :, rows].abs().max()).item()
+        assert err < FP32_TOL, f"rows {rows}: fp32 error {err:.3g}"
+        assert (lse[:, :, rows].double() - expect_lse[:, :, rows].double()).abs().max().item() < LSE_TOL
+
+
 def test_simt_launch_statistics(simt):
     q = torch.randn(128, 64).bfloat16()
     k, v, p = torch.randn(64, 64).bfloat16(), torch.randn(64, 64).bfloat16(), torch.rand(128, 64)

@@ -47,3 +47,22 @@ def test_phases_add_up_and_each_is_the_larger_of_its_bounds_plus_latency():
     leaner = model.second_design_phases(
         model.replace(model.SECOND_NOW, full_tile=650, fill_round_trips=2), entries, "late", 8192)
     assert model.total(leaner, model.H200, 0.5)[0] < total
+
+
+def test_the_control_rows_split_over_the_warps_cost_less_than_one_working_warp():
+    """The control CTAs of the source (mainloop.h control_walk): every warp pays its 16-column units (the
+    gate's measured trip) per tile of the chunk, against one warp doing whole tiles while three wait."""
+    now = model.control_phase(model.SECOND_NOW, 8192)
+    assert model.SECOND_NOW.control_path == "warp split" and model.SECOND_NOW.control_unit > 0
+    assert now.warp_instructions == 4 * 16 * model.SECOND_NOW.control_unit + model.SECOND_NOW.cta_setup
+    before = model.control_phase(model.replace(model.SECOND_NOW, control_path="body launch"), 8192)
+    assert now.time(model.H200, 0.5)["total"] < before.time(model.H200, 0.5)["total"]
+
+
+def test_prepare_reads_v_only_where_it_makes_value_arrays():
+    """Lite writes no value copy and no value means, so its prepare reads k alone (prepare.h reads_values):
+    one input array a KV head, against late's two."""
+    late, lite = (model.prepare_phase(model.SECOND_NOW, 8192, case) for case in ("late", "lite"))
+    elements = model.B * model.H * 8192 * model.D
+    assert lite.bytes == elements * model.ELEMENT_BYTES * (1 + 2)
+    assert late.bytes == elements * model.ELEMENT_BYTES * (2 + 5)

@@ -334,8 +334,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at:
   buf.records = reinterpret_cast<Record*>(records.data_ptr<int32_t>());
   buf.record_count = counts.data_ptr<int32_t>();
   if (ap.C > 0) {
-    ctrl_o = at::empty({s.control_chunks, ap.B * ap.Hq, ap.C, s.Dp}, opts.dtype(at::kFloat));
-    ctrl_lse = at::empty({s.control_chunks, ap.B * ap.Hq, ap.C}, opts.dtype(at::kFloat));
+    ctrl_o = at::empty({s.control_chunks * kControlSplit, ap.B * ap.Hq, ap.C, s.Dp}, opts.dtype(at::kFloat));
+    ctrl_lse = at::empty({s.control_chunks * kControlSplit, ap.B * ap.Hq, ap.C}, opts.dtype(at::kFloat));
     buf.ctrl_o = ctrl_o.data_ptr<float>();
     buf.ctrl_lse = ctrl_lse.data_ptr<float>();
   }

@@ -68,9 +68,9 @@ struct AttnKernelParams {
   float scale_log2;         // scale * log2(e): logits are kept in base 2
   float control_bias_log2;  // section 3: -log(L/T) log2(e) on control rows' body-key logits
 
-  // Work split per (batch, query head): control_tiles x control_chunks CTAs of control rows (split-K over
-  // the body keys, chunks of control_chunk_keys; partial results in ctrl_o / ctrl_lse, merged by the
-  // combine kernel), then body_tiles CTAs. Body tile t holds rows [max(qb * tile_block, first_row) +
+  // Work split per (batch, query head): control_tiles x control_chunks CTAs of kControlTileRows control rows
+  // (split-K over the body keys, chunks of control_chunk_keys, and inside a CTA over its warps; partial
+  // results in ctrl_o / ctrl_lse, merged by the combine kernel), then body_tiles CTAs. Body tile t holds rows [max(qb * tile_block, first_row) +
   // s * kBlockM, ...) with qb = first_tile_block + t / tiles_per_block, s = t % tiles_per_block, clipped
   // to block qb's rows (tile_block = Qb for rangeswa, so a tile's rows share their retrieved blocks).
   int32_t control_tiles, control_chunks, control_chunk_keys, body_tiles;
@@ -78,9 +78,12 @@ struct AttnKernelParams {
   // One launch runs every tile of every head (attn_launch.h run_attn). Divisions of the CTA index: by the
   // CTAs per head, the control chunks, the tiles per block, Hq and the query heads per KV head.
   FastDiv by_ctas_per_head, by_chunks, by_tiles_per_block, by_Hq, by_group;
-  float* ctrl_o;    // [control_chunks, B * Hq, C, Dp] normalised partial outputs (fp32)
-  float* ctrl_lse;  // [control_chunks, B * Hq, C] their log-sum-exp (base 2)
+  float* ctrl_o;    // [control_partials, B * Hq, C, Dp] normalised partial outputs (fp32)
+  float* ctrl_lse;  // [control_partials, B * Hq, C] their log-sum-exp (base 2; -inf: the part saw no key)
 };
+
+// The control rows' partial results: one per chunk of body keys and warp of its CTA (kControlSplit).
+RSWA_HD int32_t control_partials(const AttnKernelParams& p) { return p.control_chunks * kControlSplit; }
 
 // One CTA's query rows.
 struct QueryTile {
@@ -98,8 +101,8 @@ RSWA_HD QueryTile query_tile(const AttnKernelParams& p, int32_t tile) {
   if (tile < control) {
     t.control = true;
     t.chunk = p.by_chunks.mod(tile);
-    t.i0 = p.by_chunks.div(tile) * kBlockM;
-    t.nrows = imin(kBlockM, p.geo.C - t.i0);
+    t.i0 = p.by_chunks.div(tile) * kControlTileRows;
+    t.nrows = imin(kControlTileRows, p.geo.C - t.i0);
     return t;
   }
   t.index = tile - control;

@@ -19,7 +19,8 @@
 
 namespace rangeswa::cuda {
 
-// Control rows split the body keys into chunks of this many keys (one CTA each, merged by log-sum-exp).
+// Control rows split the body keys into chunks of this many keys (one CTA each, its warps splitting the
+// chunk again; merged by log-sum-exp).
 inline constexpr int32_t kControlChunkKeys = 1024;
 
 struct AttnSetup {
@@ -68,7 +69,7 @@ inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
   s.first_tile_block = int32_t(ap.first_row / s.tile_block);
   const int32_t blocks = int32_t(ceil_div(ap.L, s.tile_block)) - s.first_tile_block;
   s.body_tiles = ap.Lq > 0 ? blocks * s.tiles_per_block : 0;
-  s.control_tiles = int32_t(ceil_div(ap.C, M));
+  s.control_tiles = int32_t(ceil_div(ap.C, kControlTileRows));
   s.control_chunk_keys = kControlChunkKeys;
   s.control_chunks = int32_t(std::max<int64_t>(1, ceil_div(ap.L, kControlChunkKeys)));
   s.nQb = int32_t(R.num_query_blocks());

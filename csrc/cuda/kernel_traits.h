@@ -14,6 +14,12 @@ namespace rangeswa::cuda {
 inline constexpr int kAttnTileRows = 128;
 // Control keys are scored in tiles of 16 columns, not a whole KV tile.
 inline constexpr int kCtrlCols = 16;
+// Control query rows per CTA: one warp's rows. The CTA's warps split the keys among them instead (split-K
+// inside the CTA: warp w takes every kControlSplit-th 16-column unit of the chunk's tiles, mainloop.h
+// control_unit), each leaving its own partial result for the combine kernel, so no warp idles while
+// another walks the chunk.
+inline constexpr int kControlTileRows = 32;
+inline constexpr int kControlSplit = 4;
 
 // Keys per KV tile for an element type and padded head dim (AttnTraits::kBlockN, for host code). fp32
 // (SIMT path) halves it so its query tile and two K/V stages fit in an sm_80 multiprocessor's 163 KB; head
@@ -44,6 +50,7 @@ struct AttnTraits {
   static_assert(kHeadDim % 16 == 0, "the padded head dim must be a multiple of the mma k (16)");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 64, "KV tiles are 16..64 keys (one 64-bit column mask)");
   static_assert(kCtrlCols % 16 == 0 && kCtrlCols <= kBlockN, "control tiles are whole k16 steps");
+  static_assert(kControlTileRows == kWarpRows && kControlSplit == kWarps, "control rows: one warp's, split over all");
   static_assert((kStride * sizeof(Element) / 16) % 2 == 1, "rows must be an odd number of 16-byte chunks");
   static_assert(kStride * sizeof(Element) % 16 == 0, "rows must stay 16-byte aligned for cp.async");
 };

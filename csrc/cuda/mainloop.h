@@ -1,6 +1,7 @@
 // The fused RangeSWA attention kernel (SPEC sections 1-4 and 7): one CTA per tile of 128 query rows
 // (4 warps of 32) and (batch, query head), walking the KV tiles of its plan (plan.h records, made by the
-// plan kernel) with one online softmax, FlashAttention-2 style:
+// plan kernel) with one online softmax, FlashAttention-2 style. (A control CTA holds 32 control rows and a
+// chunk of the keys; its 4 warps hold the same rows and split each tile's columns, control_unit.)
 //
 //   prologue: records and retrieved blocks -> shared memory; each row's straddling blocks (plan.h);
 //             issue the copy of KV tile 0
@@ -85,32 +86,54 @@ struct SharedLayout {
 // would put four of its eight rows on the same banks. K and V share it, so softmax and P V are unchanged.
 RSWA_HD int tile_column(int r) { return 8 * ((r % 16) / 2) + 2 * (r / 16) + r % 2; }
 
+// A control CTA's warp's share of KV tile t (kernel_traits.h kControlSplit): the 16-column units of the
+// chunk's tiles go round the warps, unit s of t (keys [a + 16 s, a + 16 s + 16)) to warp (first + s) mod
+// kControlSplit, `first` the tile's first unit's warp. Returns the warp's unit, n = 0 when the tile has
+// none for it. Control CTAs store their tiles in plain order (load_kv_async), so a unit is 16 whole rows.
+RSWA_HD KvTile control_unit(const KvTile& t, int warp, int32_t first) {
+  const int32_t s = (warp - first + kControlSplit) % kControlSplit, c0 = s * kCtrlCols;
+  KvTile u = t;
+  u.a = t.a + c0;
+  u.n = c0 < t.width ? imax(0, imin(kCtrlCols, t.n - c0)) : 0;
+  u.width = kCtrlCols;
+  u.excluded = c0 < 64 ? t.excluded >> c0 : 0;
+  return u;
+}
+
 // Copies rows [0, n) of the keys and of the values of a tile (global arrays of kHeadDim-element rows,
 // key rows kHeadDim apart, value rows v_row apart) into `rows`-row shared tiles, a 64-key tile's rows in
-// tile_column order; rows past n are zero-filled, so that P = 0 never meets garbage V (and window sums see
-// scores of 0 there).
+// tile_column order when `permute` (body CTAs; control CTAs keep plain order for control_unit); rows past
+// n are zero-filled, so that P = 0 never meets garbage V (and window sums see scores of 0 there).
 template <typename Traits>
 __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, typename Traits::Element* sv,
                                               const typename Traits::Element* gk, const typename Traits::Element* gv,
-                                              int v_row, int rows, int n) {
+                                              int v_row, int rows, int n, bool permute) {
   constexpr int kChunk = 16 / int(sizeof(typename Traits::Element));
   constexpr int kChunksPerRow = Traits::kHeadDim / kChunk;
   constexpr bool kPermuted = Traits::kBlockN == 64;
   // Head dim 64 (16 rows of 16-byte chunks per pass of the CTA): a thread copies one 16-byte column of
-  // the rows r0 + 16p, which a 64-key tile stores at tile_column(r0) + 2p and a 16-key tile at r0: one
-  // address and constant offsets.
+  // the rows r0 + 16p, which a permuted 64-key tile stores at tile_column(r0) + 2p and other tiles at
+  // r0 + 16p: one address and constant offsets.
   if constexpr (kPermuted && Traits::kThreads == 16 * kChunksPerRow) {
     const int r0 = int(threadIdx.x) / kChunksPerRow, col = (int(threadIdx.x) % kChunksPerRow) * kChunk;
     const bool full = rows == Traits::kBlockN;
-    const int at = (full ? tile_column(r0) : r0) * Traits::kStride + col;
-#pragma unroll
-    for (int p = 0; p < Traits::kBlockN / 16; ++p) {
-      if (p > 0 && !full) break;  // a 16-key tile: one pass
+    auto copy = [&](int p, int at) {  // pass p: row r0 + 16p to row `at`
       const int r = r0 + 16 * p;
       const bool valid = r < n;
       const int32_t from = (valid ? r : 0) * Traits::kHeadDim + col, from_v = (valid ? r : 0) * v_row + col;
-      cp_async_16(sk + at + 2 * p * Traits::kStride, gk + from, valid);
-      cp_async_16(sv + at + 2 * p * Traits::kStride, gv + from_v, valid);
+      cp_async_16(sk + at * Traits::kStride + col, gk + from, valid);
+      cp_async_16(sv + at * Traits::kStride + col, gv + from_v, valid);
+    };
+    if (full && permute) {
+      const int at = tile_column(r0);
+#pragma unroll
+      for (int p = 0; p < Traits::kBlockN / 16; ++p) copy(p, at + 2 * p);
+    } else {
+#pragma unroll
+      for (int p = 0; p < Traits::kBlockN / 16; ++p) {
+        if (p > 0 && !full) break;  // a 16-key tile: one pass
+        copy(p, r0 + 16 * p);
+      }
     }
     return;
   }
@@ -119,7 +142,7 @@ __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, type
     const bool value = c >= per;
     const int cc = value ? c - per : c, r = cc / kChunksPerRow, col = (cc % kChunksPerRow) * kChunk;
     const bool valid = r < n;
-    const int at = kPermuted && rows == Traits::kBlockN ? tile_column(r) : r;
+    const int at = kPermuted && permute && rows == Traits::kBlockN ? tile_column(r) : r;
     cp_async_16((value ? sv : sk) + at * Traits::kStride + col,
                 (value ? gv : gk) + (valid ? r : 0) * (value ? v_row : Traits::kHeadDim) + col, valid);
   }
@@ -389,6 +412,78 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
   WarpGemm<Traits>::template pv<kCols>(o, s, w.v, lane);
 }
 
+// A control CTA's walk over its chunk (plan.h plan_control_tile's records; the slot holds its rows, filled
+// and published by the first barrier here). Every warp holds the CTA's kControlTileRows rows and takes its
+// 16-column unit of each tile (control_unit), so the 4 warps split the chunk's keys; every row sees every
+// key of the records, so a unit is a full tile (column fix-ups past its keys). Each warp leaves its
+// normalised partial output and base-2 log-sum-exp, merged with the other parts by the combine kernel.
+template <typename Traits>
+__device__ __forceinline__ void control_walk(const AttnKernelParams& p, const QueryTile& t, int32_t head,
+                                             const typename Traits::Element* sQ, typename Traits::Element* sK,
+                                             typename Traits::Element* sV, const Record* sRec,
+                                             const RecordArrays<typename Traits::Element>* sArrays, int32_t count) {
+  using Element = typename Traits::Element;
+  constexpr int N = Traits::kBlockN, Dp = Traits::kHeadDim, MB = Traits::kMBlocks, DT = Dp / 8;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tq = lane % 4, gq = lane / 4;
+  OnlineSoftmax<MB> softmax;
+  softmax.init();
+  float o[MB][DT][4];
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mb][dt][e] = 0.f;
+  TileCursor cursor;
+  KvTile cur{}, nxt{};
+  bool have_cur = false;
+  int stage = 1;
+  int32_t first = 0;  // the warp of the current tile's first unit
+  // Iteration n issues the copy of tile n (plain row order) and computes tile n - 1.
+  for (;;) {
+    const bool have_nxt = cursor.advance<N, kCtrlCols>(p.geo, sRec, count, nullptr, 0, nxt);
+    cp_async_wait_all();
+    __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2
+    if (have_nxt) {
+      const RecordArrays<Element> ra = sArrays[nxt.record];
+      const int32_t v_row = int32_t(ra.v_row);
+      load_kv_async<Traits>(sK + (stage ^ 1) * Traits::kKVElems, sV + (stage ^ 1) * Traits::kKVElems,
+                            ra.k + nxt.a * Dp, ra.v + nxt.a * v_row, v_row, nxt.width, nxt.n, false);
+    }
+    cp_async_commit();
+    if (!have_cur && !have_nxt) break;
+    if (have_cur) {
+      const KvTile mine = control_unit(cur, warp, first);
+      if (mine.n > 0) {
+        const int32_t unit = (mine.a - cur.a) * Traits::kStride;
+        const WarpTile<Element> w{sQ, sK + stage * Traits::kKVElems + unit, sV + stage * Traits::kKVElems + unit,
+                                  lane, gq, TileWork::kFull, has_column_fixups(mine, -1), false, mine, -1,
+                                  nullptr, nullptr, nullptr, 0, 0, p.scale_log2, sRec[cur.record].bias_log2, 0.f};
+        warp_tile<Traits, kCtrlCols>(o, softmax, w);
+      }
+      first = (first + cur.width / kCtrlCols) % kControlSplit;
+    }
+    cur = nxt;
+    have_cur = have_nxt;
+    stage ^= 1;
+  }
+  float row_sum[2 * MB];
+  softmax.finish(row_sum);
+  const int64_t at = (int64_t(t.chunk * kControlSplit + warp) * p.B * p.Hq + head) * p.geo.C + t.i0;
+#pragma unroll
+  for (int rr = 0; rr < 2 * MB; ++rr) {
+    const int row = (rr / 2) * 16 + gq + 8 * (rr % 2);
+    if (row >= t.nrows) continue;
+    // A part that saw no key (its units past the chunk's keys) leaves o = 0 and lse = m + log2 0 = -inf.
+    const float inv = row_sum[rr] > 0.f ? __fdividef(1.f, row_sum[rr]) : 0.f;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<float2*>(p.ctrl_o + (at + row) * Dp + dt * 8 + 2 * tq) =
+          make_float2(o[rr / 2][dt][2 * (rr % 2)] * inv, o[rr / 2][dt][2 * (rr % 2) + 1] * inv);
+    if (tq == 0) p.ctrl_lse[at + row] = softmax.m[rr] + __log2f(row_sum[rr]);
+  }
+}
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_constant__ AttnKernelParams p) {
   using Element = typename Traits::Element;
@@ -613,6 +708,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     }
   };
 
+  if (t.control) {  // the control rows, unrotated, and their own walk
+    fill(QVar::kPlain);
+    control_walk<Traits>(p, t, head, sQ, sK, sV, sRec, sArrays, count);
+    return;
+  }
+
   // ---- the walk over the KV tiles ----------------------------------------------------------------------
   OnlineSoftmax<MB> softmax;
   softmax.init();
@@ -644,7 +745,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       // Element offsets inside one KV head's arrays fit 32 bits (attn_setup.h head_offsets_fit).
       const int32_t v_row = int32_t(ra.v_row);
       load_kv_async<Traits>(sK + (stage ^ 1) * Traits::kKVElems, sV + (stage ^ 1) * Traits::kKVElems,
-                            ra.k + nxt.a * Dp, ra.v + nxt.a * v_row, v_row, nxt.width, nxt.n);
+                            ra.k + nxt.a * Dp, ra.v + nxt.a * v_row, v_row, nxt.width, nxt.n, true);
     }
     cp_async_commit();
     const Record rec = sRec[have_cur ? cur.record : 0];
@@ -663,7 +764,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     if (!have_cur && !have_nxt) break;
     if (have_cur && cur.record != current) {  // a new record: its bounds per row
       current = cur.record;
-      const Bounds b = t.control ? Bounds{rec.k0, rec.k0 + rec.n} : record_bounds(g, rec, sRow[tid]);
+      const Bounds b = record_bounds(g, rec, sRow[tid]);
       sLo[tid] = b.lo;
       sHi[tid] = b.hi;
       // This row's straddling block: every part is in (its own dots, done).
@@ -693,7 +794,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
                           sV + stage * Traits::kKVElems, lane, row_of(0), work, fixups,
                           (rec.flags & kRecWindowSums) != 0, cur, ragged, sLo, sHi, nullptr, 0, 0,
                           p.scale_log2, rec.bias_log2, g.log2_last_block};
-      if (cur.width == kCtrlCols) {  // control keys, a direct record or an Hn band: 16 columns
+      if (cur.width == kCtrlCols) {  // a direct record or an Hn band: 16 columns
         const bool band = (rec.flags & kRecBand) != 0;
         w.given = band ? sBand + (Scope(rec.scope) == Scope::kMixedLeft ? 0 : M) * kBandStride
                   : (rec.flags & kRecDirect) ? sRaw : nullptr;
@@ -713,21 +814,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   // ---- epilogue -------------------------------------------------------------------------------------------
   float row_sum[2 * MB];
   softmax.finish(row_sum);
-  if (t.control) {  // this chunk's normalised output and base-2 log-sum-exp (combine.h merges the chunks)
-    const int64_t at = (int64_t(t.chunk) * p.B * p.Hq + head) * g.C + t.i0;
-#pragma unroll
-    for (int rr = 0; rr < 2 * MB; ++rr) {
-      const int row = row_of(rr);
-      if (row >= t.nrows) continue;
-      const float inv = __fdividef(1.f, row_sum[rr]);
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt)
-        *reinterpret_cast<float2*>(p.ctrl_o + (at + row) * Dp + dt * 8 + 2 * tq) =
-            make_float2(o[rr / 2][dt][2 * (rr % 2)] * inv, o[rr / 2][dt][2 * (rr % 2) + 1] * inv);
-      if (tq == 0) p.ctrl_lse[at + row] = softmax.m[rr] + __log2f(row_sum[rr]);
-    }
-    return;
-  }
   // Body rows: O / l in the element type, staged through the query slot so that rows leave in 16-byte stores.
   __syncthreads();  // every warp is done with the slot
   const int64_t row0 = int64_t(head) * p.Nq + n0;

@@ -46,6 +46,9 @@ struct PrepareParams {
   float inv_G, inv_last;  // 1 / G and 1 / (L - G floor((L - 1) / G)), the last block's tokens
 
   RSWA_HD bool j_starts_block(int32_t j) const { return j % G == 0; }
+  // Whether the body values are read at all: a copy of them (v_body) or their block means (s_v). Lite and
+  // calls that read v in place write neither, and so never load v's body rows.
+  RSWA_HD bool reads_values() const { return v_body != nullptr || s_v != nullptr; }
 };
 
 RSWA_HD int32_t prepare_body_units(const PrepareParams& p) {
@@ -87,7 +90,7 @@ RSWA_HD void prepare_unit(const PrepareParams& p, int32_t bh, int32_t unit, int 
     for (int32_t j = j0; j < j1; ++j) {
       const auto x = element(k + (p.C + j) * p.k_strides.row);
       const float nat = rotated_element(x, d, half, p.interleaved, p.cos_int + j * half, p.sin_int + j * half);
-      const float val = element(v + (p.C + j) * p.v_strides.row)(d);
+      const float val = p.reads_values() ? element(v + (p.C + j) * p.v_strides.row)(d) : 0.f;
       if (p.k_nat != nullptr) out(p.k_nat, p.body_stride, j - p.row0)[d] = from_float<Element>(nat);
       if (p.v_body != nullptr) out(p.v_body, p.body_stride, j - p.row0)[d] = from_float<Element>(val);
       if (p.k_cond != nullptr)
@@ -249,13 +252,14 @@ RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int
   int32_t s = p.by_g.div(j0), s_rem = j0 - s * p.g;  // grouped position j / g, and j - g (j / g)
   int32_t t_nat = j0 * half + u, t_grp = s * half + u;
   float run_nat[2][4] = {}, run_grp[2][4] = {}, run_v[2][4] = {};
+  const bool vxin = xin && p.reads_values(), vyin = yin && p.reads_values();  // v's pieces, when read at all
   // Every lane of a warp walks unit_tokens steps (a uniform trip count: no divergent loop exit), a lane of
   // the ragged last unit idling past its tokens.
 #pragma unroll 1
   for (int32_t n = 0, j = j0, at = (j0 - p.row0) * p.Dp; n < p.unit_tokens; ++n, ++j, at += p.Dp) {
     if (j >= j1) continue;
     const P kx = xin ? P::load(kr + x) : P::zero(), ky = yin ? P::load(kr + y) : P::zero();
-    const P vx = xin ? P::load(vr + x) : P::zero(), vy = yin ? P::load(vr + y) : P::zero();
+    const P vx = vxin ? P::load(vr + x) : P::zero(), vy = vyin ? P::load(vr + y) : P::zero();
     kr += p.k_strides.row;
     vr += p.v_strides.row;
     float a[4], c[4], va[4], vc[4];

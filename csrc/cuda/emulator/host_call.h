@@ -175,9 +175,9 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   hc.record_count.resize(s.plans());
   b.records = hc.records.data();
   b.record_count = hc.record_count.data();
-  hc.keep.push_back(at::zeros({s.control_chunks, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1), s.Dp}, at::kFloat));
+  hc.keep.push_back(at::zeros({s.control_chunks * kControlSplit, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1), s.Dp}, at::kFloat));
   b.ctrl_o = hc.keep.back().data_ptr<float>();
-  hc.keep.push_back(at::zeros({s.control_chunks, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1)}, at::kFloat));
+  hc.keep.push_back(at::zeros({s.control_chunks * kControlSplit, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1)}, at::kFloat));
   b.ctrl_lse = hc.keep.back().data_ptr<float>();
   hc.p = kernel_params(ap, s, b);
   kernels.plan(hc);
