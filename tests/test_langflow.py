@@ -32,7 +32,7 @@ from rangeswa_ext.models.langflow import (
 )
 from rangeswa_ext.models.strict import CheckpointMismatchError
 from rangeswa_ext.samplers import langflow_sampler
-from rangeswa_ext.samplers.elf_sampler import sample_seed
+from rangeswa_ext.samplers.draws import sample_seed
 from rangeswa_ext.samplers.langflow_sampler import (
     SamplerConfig,
     denoise,

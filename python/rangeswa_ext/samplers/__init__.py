@@ -1,5 +1,6 @@
 """Samplers: they call a backbone through its one forward signature and pick each call's stage."""
 
+from .draws import SampleDraws, sample_seed
 from .elf_sampler import (
     EOS_ID,
     PAD_ID,
@@ -9,7 +10,6 @@ from .elf_sampler import (
     initial_noise,
     mask_after_eos,
     sample,
-    sample_seed,
     stage_rule,
 )
 
@@ -17,6 +17,7 @@ __all__ = [
     "EOS_ID",
     "PAD_ID",
     "SAMPLERS",
+    "SampleDraws",
     "SampleNoise",
     "SamplerConfig",
     "initial_noise",

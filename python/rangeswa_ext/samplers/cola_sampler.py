@@ -41,10 +41,9 @@ A sample that has stopped skips its last clean commit, whose result nothing read
 official loop stops the whole batch after one block when any sample's ``max_new_tokens`` is below its
 first-block gap, here only that sample stops.
 
-Shared noise: every random number of sample ``k`` (each block's noise, then that block's token draws when
-temperature > 0) comes from its own CPU generator seeded with ``sample_seed(seed, k)`` (the ELF
-sampler's function), so a sample is the same whatever the method, batch, device or process that draws
-it. ``generate`` takes the block noise as an argument (``noise``), so a test can feed the official loop's.
+Shared noise: sample ``k``'s own draws (samplers/draws.py) are, per block, its noise, then that block's token
+draws when temperature > 0. ``generate`` takes the block noise as an argument (``noise``), so a test can feed
+the official loop's.
 
 Stage: a denoising call's progress on the noise-to-data path is ``1 - t / 1000`` with ``t`` the
 timestep the prior receives (bf16-rounded); both passes of a step share its stage,
@@ -66,7 +65,7 @@ import torch
 from tqdm import tqdm
 
 from .calls import Generation, Trace, Tracer
-from .elf_sampler import sample_seed
+from .draws import SampleDraws
 from .stages import stage_rule
 
 #: The official time scale: t = 1000 is noise, 0 data (inference.py:293).
@@ -131,23 +130,6 @@ def timesteps(steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(grid [steps + 1] fp32 from 1000 to 0, the bf16-rounded values the prior receives [steps + 1])."""
     grid = torch.linspace(TIME_SCALE, 0.0, steps + 1, dtype=torch.float32)
     return grid, grid.to(torch.bfloat16).float()
-
-
-class SampleDraws:
-    """Sample ``index``'s CPU generator seeded with ``sample_seed(seed, index)``: block noise, then token draws."""
-
-    def __init__(self, seed: int, index: int, noise: Optional[Noise] = None):
-        self.index = index
-        self.generator = torch.Generator().manual_seed(sample_seed(seed, index))
-        self.given = noise
-
-    def block_noise(self, block: int, shape: tuple) -> torch.Tensor:
-        if self.given is not None:
-            noise = self.given(self.index, block)
-            if tuple(noise.shape) != shape:
-                raise ValueError(f"noise({self.index}, {block}) has shape {tuple(noise.shape)}; expected {shape}")
-            return noise.float()
-        return torch.randn(shape, generator=self.generator)
 
 
 def choose_tokens(logits: torch.Tensor, history: Optional[torch.Tensor], config: SamplerConfig,
@@ -256,7 +238,7 @@ class _Run:
         self.rule = stage_rule(model.attention)
         self.config, self.eos_ids, self.device, self.trace, self.official = config, eos_ids, device, tracer, official
         self.indices = indices
-        self.draws = [SampleDraws(seed, k, noise) for k in indices]
+        self.draws, self.given = [SampleDraws(seed, k) for k in indices], noise
         self.lengths = [len(p) for p in prompts]
         self.pinned = [n % self.bs for n in self.lengths]
         self.prefix = [n - r for n, r in zip(self.lengths, self.pinned)]
@@ -313,7 +295,7 @@ class _Run:
         done = [False] * B  # official rule: the batch stops when every sample has met an EOS
         for block in tqdm(range(max(blocks)), desc="blocks", leave=False, disable=not progress):
             samples = [self.indices[a] for a in active]
-            z = torch.stack([self.draws[a].block_noise(block, (bs, d)) for a in active]).to(device)
+            z = torch.stack([self.block_noise(a, block) for a in active]).to(device)
             repaint = pinned[active] if block == 0 else torch.zeros(len(active), bs, dtype=torch.bool, device=device)
             tail = tails[active]
             first = torch.tensor([block > 0 or self.prefix[a] > 0 for a in active], device=device)
@@ -349,6 +331,16 @@ class _Run:
             fed = bf16(z)
             trace("prior_commit", clean, [self.indices[a] for a in active],
                   self.prior(fed, 0.0, prior_cache, commit=True, stage=clean), z=fed, t=0.0)
+
+    def block_noise(self, a: int, block: int) -> torch.Tensor:
+        """Sample a's starting noise of block ``block`` [bs, latent_dim]: its next draws, or the given noise."""
+        shape = (self.bs, self.d)
+        if self.given is None:
+            return self.draws[a].normal(shape)
+        noise = self.given(self.indices[a], block)
+        if tuple(noise.shape) != shape:
+            raise ValueError(f"noise({self.indices[a]}, {block}) has shape {tuple(noise.shape)}; expected {shape}")
+        return noise.float()
 
     def row(self, a: int, new_tokens: int) -> list[int]:
         """Sample a's returned ids: its tokens after the pinned tail, cut to ``new_tokens`` and before the first

@@ -12,9 +12,8 @@ src/utils/sampling_utils.py and generation_utils.py); docs/generate.md states ev
 - Decode: one call at ``t = 1`` on the final z with zero self-conditioning, argmax, ids at and after
   the first EOS replaced by pad.
 
-Shared noise: every random number of sample ``k`` (its time grid, its starting noise, each SDE eps)
-comes from its own generator seeded by ``sample_seed(seed, k)``, drawn on the CPU in a fixed order,
-so a sample is the same whatever the method, batch, device or process that draws it.
+Shared noise: sample ``k``'s own draws (samplers/draws.py) are, in this order, its time grid, its starting
+noise and each SDE eps.
 
 Stage: each network call's progress on the noise-to-data path is ELF's own time ``t_call`` (0 = noise,
 1 = data), the time the network is called at (``t_b`` for SDE steps); its stage is ``stage_at(t_call)``
@@ -25,7 +24,6 @@ Samples of a batch whose calls fall in different stages are run as separate sub-
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -34,6 +32,7 @@ from tqdm import tqdm
 
 from ..config import STAGES
 from .calls import Generation, Trace, Tracer
+from .draws import SampleDraws, to_device
 from .stages import stage_rule
 
 SAMPLERS = ("sde", "ode")
@@ -112,29 +111,21 @@ class SamplerConfig:
         return dataclasses.replace(self, **changes)
 
 
-def sample_seed(seed: int, index: int) -> int:
-    """The generator seed of sample ``index`` of run ``seed``: the first 8 bytes of
-    ``sha256(f"{seed}:{index}")``, big-endian, as a 63-bit integer."""
-    digest = hashlib.sha256(f"{int(seed)}:{int(index)}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
-
-
-class SampleNoise:
-    """All random numbers of one sample, drawn from its own CPU generator in a fixed order:
-    the ``steps - 1`` interior grid times, then the starting noise, then one eps per SDE step."""
+class SampleNoise(SampleDraws):
+    """ELF's draws of one sample, in this order: the ``steps - 1`` interior grid times, then the starting
+    noise, then one eps per SDE step."""
 
     def __init__(self, seed: int, index: int, length: int, config: SamplerConfig, dim: int = 512):
+        super().__init__(seed, index)
         self.shape = (length, dim)
         self.noise_scale = config.noise_scale
-        self.generator = torch.Generator().manual_seed(sample_seed(seed, index))
-        u = torch.randn(config.steps - 1, generator=self.generator)
-        interior = torch.sort(torch.sigmoid(u * config.p_std + config.p_mean)).values
+        interior = torch.sort(torch.sigmoid(self.normal(config.steps - 1) * config.p_std + config.p_mean)).values
         self.time_grid = torch.cat([torch.zeros(1), interior, torch.ones(1)])
-        self.z0 = config.noise_scale * torch.randn(self.shape, generator=self.generator)
+        self.z0 = config.noise_scale * self.normal(self.shape)
 
     def eps(self) -> torch.Tensor:
         """The next SDE step's noise, already times ``noise_scale``."""
-        return self.noise_scale * torch.randn(self.shape, generator=self.generator)
+        return self.noise_scale * self.normal(self.shape)
 
 
 def initial_noise(seed: int, index: int, length: int, config: Optional[SamplerConfig] = None,
@@ -185,7 +176,7 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0,
     rule = stage_rule(model.attention)
     noises = [SampleNoise(seed, start_index + i, length, config, model.config.encoder_dim) for i in range(num)]
     grids = torch.stack([n.time_grid for n in noises]).double()  # [B, N + 1]; float64 for the step arithmetic
-    z = _to(torch.stack([n.z0 for n in noises]), device)
+    z = to_device(torch.stack([n.z0 for n in noises]), device)
     x_prev = torch.zeros_like(z)
     tracer = Tracer(trace)
     samples = list(range(start_index, start_index + num))
@@ -196,7 +187,7 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0,
             if config.sampler == "sde" and i < config.steps - 1:
                 alpha = (1.0 - config.gamma * (t_next - t)).clamp(0.0, 1.0)
                 t_call = alpha * t
-                eps = _to(torch.stack([n.eps() for n in noises]), device)
+                eps = to_device(torch.stack([n.eps() for n in noises]), device)
                 a = _column(alpha, device)
                 z = a * z + (1.0 - a) * eps
             else:
@@ -237,10 +228,3 @@ def _call(model, z, t_call, x_prev, omega, stages, tracer, samples):
 def _column(values: torch.Tensor, device) -> torch.Tensor:
     """Per-sample scalars [B] (float64, CPU) -> [B, 1, 1] fp32 on ``device``."""
     return values.float().to(device)[:, None, None]
-
-
-def _to(tensor: torch.Tensor, device) -> torch.Tensor:
-    """CPU noise -> device; through pinned memory on CUDA so the copy does not stall the GPU queue."""
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)

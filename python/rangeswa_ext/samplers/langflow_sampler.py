@@ -13,11 +13,9 @@ langflow/model.py:489-560, "M:" below); docs/langflow.md states every rule.
 - Readout (M:551-558): call N-1 at ``gamma_{N-1}`` (the level the last step reached) with the last
   x-prediction, then argmax. N network calls in all; no other randomness, no temperature.
 
-Shared noise: the only random draw of sample ``k`` is its starting noise ``z0`` [L, hidden_size],
-standard normal at scale 1 (M:517), drawn on the CPU from its own generator seeded by
-``sample_seed(seed, k)``, so a sample is the same whatever the method, batch, device or process that
-draws it. (The official code draws one ``randn(B, L, D)`` for the batch after ``manual_seed``; `denoise`
-takes any starting noise, which is how the parity test feeds it the official draw.)
+Shared noise: sample ``k``'s only draw (samplers/draws.py) is its starting noise ``z0`` [L, hidden_size],
+standard normal at scale 1 (M:517). (The official code draws one ``randn(B, L, D)`` for the batch after
+``manual_seed``; `denoise` takes any starting noise, which is how the parity test feeds it the official draw.)
 
 Stage: call i (i = 0 .. N-1) sits at progress ``i / (N - 1)`` on the noise-to-data path, its place on
 the sampler's own grid: t runs linearly from 1 - 1e-5 to 1e-5 over the calls, so this is
@@ -39,7 +37,7 @@ from tqdm import tqdm
 
 from ..models.langflow import LANGFLOW_CONFIGS
 from .calls import Generation, Trace, Tracer
-from .elf_sampler import _to, sample_seed
+from .draws import SampleDraws, to_device
 from .stages import stage_rule
 
 #: End points of the time grid, ``linspace(1 - GRID_EPS, GRID_EPS, N)`` (M:514, M:520).
@@ -81,8 +79,7 @@ class SamplerConfig:
 
 def initial_noise(seed: int, index: int, length: int, dim: int = 768) -> torch.Tensor:
     """Sample ``index``'s starting noise z0 [length, dim] of run ``seed`` (CPU, fp32, standard normal)."""
-    generator = torch.Generator().manual_seed(sample_seed(seed, index))
-    return torch.randn(length, dim, generator=generator)
+    return SampleDraws(seed, index).normal((length, dim))
 
 
 def noise_levels(model, steps: int) -> torch.Tensor:
@@ -153,7 +150,7 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0, config
     device = next(model.parameters()).device
     dim = model.config.hidden_size
     z0 = torch.stack([initial_noise(seed, start_index + i, length, dim) for i in range(num)])
-    return denoise(model, _to(z0, device), config, autocast_dtype=autocast_dtype, progress=progress, trace=trace,
+    return denoise(model, to_device(z0, device), config, autocast_dtype=autocast_dtype, progress=progress, trace=trace,
                    return_all=return_all, samples=range(start_index, start_index + num))
 
 

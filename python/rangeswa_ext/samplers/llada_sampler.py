@@ -24,12 +24,9 @@ each sample as if its padding were absent, so a row's tokens are those it gets a
 Only the current block's logits are computed (the LM head over a whole 32k sequence would take 16 GB
 and changes nothing: the official code discards every other position's prediction).
 
-Shared randomness: every random number of sample ``k`` (the Gumbel uniforms of a call, the random
-remasking scores) comes from its own CPU generator seeded with ``sample_seed(seed, k)`` (the ELF
-sampler's function), drawn in a fixed order (per call: the Gumbel uniforms of the block's
-``block_length`` positions, then the remasking scores), so a sample is the same whatever the method,
-batch, device or process that draws it. `generate` takes the draws as an argument (``draws``), so a
-test can feed the official code's own ``torch.rand_like`` numbers.
+Shared randomness: sample ``k``'s own draws (samplers/draws.py, float64 uniforms) are, per call, the
+Gumbel uniforms of the block's ``block_length`` positions, then the remasking scores. `generate` takes the
+draws as an argument (``draws``), so a test can feed the official code's own ``torch.rand_like`` numbers.
 
 Stage: a call's progress on the noise-to-data path is the fraction of the generated tokens already
 unmasked when the call is made (0 at the first call, ``1 - n_last / gen_length`` at the last one); its
@@ -50,7 +47,7 @@ from tqdm import tqdm
 
 from ..masking import valid_ranges
 from .calls import Generation, Trace, Tracer
-from .elf_sampler import sample_seed
+from .draws import SampleDraws
 from .stages import stage_rule
 
 REMASKING = ("low_confidence", "random")
@@ -134,20 +131,6 @@ def num_transfer_tokens(masked: torch.Tensor, steps: int) -> torch.Tensor:
     return plan
 
 
-class SeededDraws:
-    """The default `Draws`: sample ``index`` draws from its own CPU generator seeded with
-    ``sample_seed(seed, index)``, in the order the sampler asks."""
-
-    def __init__(self, seed: int):
-        self.seed = seed
-        self.generators: dict[int, torch.Generator] = {}
-
-    def __call__(self, index: int, call: int, kind: str, start: int, shape: tuple) -> torch.Tensor:
-        if index not in self.generators:
-            self.generators[index] = torch.Generator().manual_seed(sample_seed(self.seed, index))
-        return torch.rand(shape, generator=self.generators[index], dtype=torch.float64)
-
-
 @torch.no_grad()
 def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[SamplerConfig] = None, *,
              prompt_mask: Optional[torch.Tensor] = None, mask_id: Optional[int] = None, seed: int = 0,
@@ -171,8 +154,8 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
         mask_id: the mask token the generation starts from (default ``model.config.mask_id``).
         seed, indices: row j is sample ``indices[j]`` (default ``0 .. B-1``) of run ``seed``; its randomness
             depends on (seed, indices[j]) alone.
-        draws: the uniform draws (default `SeededDraws(seed)`); see `Draws` (``start`` is the block's
-            position in the sample's own, unpadded, sequence).
+        draws: the uniform draws (default: each sample's own `SampleDraws`); see `Draws` (``start`` is the
+            block's position in the sample's own, unpadded, sequence).
         autocast_dtype: run the network under autocast in this dtype; None keeps the model's dtype.
         progress: a tqdm bar over the calls.
         trace: called after every network call with a `NetworkCall` (network ``llada``; inputs ``ids``,
@@ -194,7 +177,9 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
         raise ValueError(f"need one sample index per prompt row: {B} row(s), {len(indices)} index(es)")
     device = next(model.parameters()).device
     mask_id = model.config.mask_id if mask_id is None else int(mask_id)
-    draws = draws or SeededDraws(seed)
+    if draws is None:
+        own = {k: SampleDraws(seed, k) for k in indices}
+        draws = lambda k, call, kind, start, shape: own[k].uniform(shape, torch.float64)  # noqa: E731
     rule = stage_rule(model.attention)
     tracer = Tracer(trace)
     prompts, pad = left_padded(prompts.long(), prompt_mask)
