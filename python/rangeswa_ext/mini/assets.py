@@ -1,8 +1,8 @@
 """Where the shipped miniature lives: python/rangeswa_ext/mini/data/ (package data).
 
     elf-mini/checkpoint_<step>   ELF-mini, official ELF checkpoint format, EMA weights in fp16
-    tokenizer/                   the 4096-token byte-level BPE (transformers tokenizer folder)
-    judge/                       the GPT-2 judge (config.json, model.safetensors in fp16, tokenizer files)
+    judge/                       the GPT-2 judge (config.json, model.safetensors in fp16) and the 4096-token
+                                 byte-level BPE that ELF-mini and the judge share (tokenizer files), stored once
     bigrams.npz                  corpus unigram and bigram counts (bigrams.py)
     manifest.json                how they were made: command, seed, corpus, model and training settings, times
 """
@@ -26,7 +26,7 @@ def data_folder() -> Path:
 def paths(folder: Path | None = None) -> dict[str, Path]:
     """The files of a miniature folder (the shipped one by default)."""
     folder = data_folder() if folder is None else Path(folder)
-    return dict(checkpoint=folder / "elf-mini", tokenizer=folder / "tokenizer", judge=folder / "judge",
+    return dict(checkpoint=folder / "elf-mini", tokenizer=folder / "judge", judge=folder / "judge",
                 bigrams=folder / "bigrams.npz", manifest=folder / "manifest.json")
 
 

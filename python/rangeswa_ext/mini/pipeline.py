@@ -75,14 +75,12 @@ def export(out: Path, target: Path, manifest: dict) -> Path:
     half = {k: v.half() if v.is_floating_point() else v for k, v in ckpt.state_dict.items()}
     shutil.rmtree(target / "elf-mini", ignore_errors=True)
     save_checkpoint(half, target / "elf-mini", ckpt.step)  # params and ema_params1 share the fp16 EMA tensors
-    shutil.rmtree(target / "tokenizer", ignore_errors=True)
-    shutil.copytree(out / "tokenizer", target / "tokenizer")
     from transformers import GPT2LMHeadModel
 
     judge = GPT2LMHeadModel.from_pretrained(out / "judge", local_files_only=True).half()
     shutil.rmtree(target / "judge", ignore_errors=True)
     judge.save_pretrained(target / "judge")
-    for name in (out / "tokenizer").iterdir():
+    for name in (out / "tokenizer").iterdir():  # the one copy of the tokenizer, read by ELF-mini and the judge
         shutil.copy(name, target / "judge" / name.name)
     shutil.copy(out / "bigrams.npz", target / "bigrams.npz")
     (target / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
