@@ -1,5 +1,6 @@
-"""Shared helpers for the tests: random attention inputs, the error measures they are judged by, and the
-host emulator of the CUDA attention kernel."""
+"""Shared helpers for the tests: random attention inputs, the error measures they are judged by, the
+host emulator of the CUDA attention kernel, and the tiny assets the sweep tests run on. Shared models and
+files live in helpers_models.py and helpers_sweep.py: test modules never import each other."""
 
 import math
 import os
@@ -65,6 +66,15 @@ def one_thread():
 @pytest.fixture
 def qkv():
     return make_qkv
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """The tiny tokenizer, ELF checkpoint and scorer that examples/sweep_tiny.toml runs on (the sweep and
+    torchrun tests; test_niah.py has assets of its own)."""
+    from helpers_sweep import load_example
+
+    return load_example("make_tiny_assets").make_all(tmp_path_factory.mktemp("tiny_assets"))
 
 
 @pytest.fixture(scope="session")

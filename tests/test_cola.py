@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from conftest import rel_err
+from helpers_models import gpt2_tokenizer, save_tiny_scorer, tiny_gpt2
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval.genppl import continuation_windows, generative_perplexity
@@ -32,7 +33,6 @@ from rangeswa_ext.models.cola import (Cola, ColaConfig, ColaPrior, KVCache, find
 from rangeswa_ext.models.strict import CheckpointMismatchError
 from rangeswa_ext.samplers import cola_sampler
 from rangeswa_ext.samplers.cola_sampler import SamplerConfig, generate, timesteps
-from test_genppl import gpt2_tokenizer, save_tiny_scorer, tiny_gpt2
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "cola_parity.pt"

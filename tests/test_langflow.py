@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from conftest import rel_err
+from helpers_models import gpt2_tokenizer
 from rangeswa_ext import backbones, bench
 from rangeswa_ext import reference as ref
 from rangeswa_ext.cli import main
@@ -42,7 +43,6 @@ from rangeswa_ext.samplers.langflow_sampler import (
     sample,
     x_prediction,
 )
-from test_genppl import gpt2_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "langflow_parity.pt"

