@@ -117,6 +117,8 @@ class Design:
     fill_instructions: float = 0.0  # per warp per fill
     mixed_round_trips: float = 0.0  # per CTA: straddling-block dot products (late)
     prepare_instructions_per_element: float = 220.0  # per lane (thread instructions / element)
+    # ... for Lite, where the preparation runs a loop of its own (None: the same as late's)
+    prepare_lite_instructions_per_element: float | None = None
     # [L, Dp] arrays per KV head that prepare writes, per case: the second design's late stage writes
     # k_nat, v_body, k_grp, k_cond, p_nat and p_grp (attn_setup.h: grouping, the conditioning correction and
     # far summaries), Lite (Hn = T: no grouping, no far summaries) k_nat, v_body and k_cond.
@@ -168,6 +170,10 @@ FULL_TILE_MEASURED = 639
 MASKED_TILE_MEASURED = 779
 # A control CTA's warp on one 16-column unit of a tile (the trip through mainloop.h control_unit, 32 MMAs).
 CONTROL_UNIT_MEASURED = 272
+# SASS instructions per element of the vector preparation's token loops: every array (late), k_nat and k_cond
+# alone (Lite).
+PREPARE_MEASURED = 38.2
+PREPARE_LEAN_MEASURED = 16.4
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
 # one input above (the figure names where it comes from).
 SECOND_NOW = replace(
@@ -178,9 +184,11 @@ SECOND_NOW = replace(
     fill_round_trips=8, fill_instructions=8 * 60,
     # mixed_dots: two 16-byte loads issued before use, 4 round trips per term, 6 terms per late row.
     mixed_round_trips=24,
-    # prepare.h prepare_range: 38.2 SASS instructions per element in the token loop (sm_90a, scripts/
-    # cuda_gates.py prepare gate), 16-byte I/O, no division or CALL; still 6 arrays (k_cond, v_body copy).
-    prepare_instructions_per_element=38.2,
+    # prepare.h prepare_range: SASS instructions per element of the token loop (sm_90a, scripts/cuda_gates.py
+    # prepare gate), 16-byte I/O, no division or CALL: the full loop (late), and the lean one that Lite runs
+    # (k_nat and k_cond alone, PrepareParams::lean).
+    prepare_instructions_per_element=PREPARE_MEASURED,
+    prepare_lite_instructions_per_element=PREPARE_LEAN_MEASURED,
     # The full 64-key tile: the cheapest trip around the kernel's tile loop that issues a whole tile's 128
     # MMAs and the next tile's copy, counted in the SASS by scripts/cuda_gates.py (sm_90a, bf16, D = 64;
     # tests/test_cuda_gates.py holds this figure to the gate's count). Was 962 measured the same way before
@@ -220,12 +228,15 @@ def _heads() -> int:
 
 def prepare_phase(d: Design, L: int, case: str) -> Phase:
     elements = B * H * L * D  # one KV head's rows x the padded head dim (D = 64 is its own padding)
-    lane_instructions = elements * d.prepare_instructions_per_element
+    per_element = d.prepare_instructions_per_element
+    if case == "lite" and d.prepare_lite_instructions_per_element is not None:
+        per_element = d.prepare_lite_instructions_per_element
+    lane_instructions = elements * per_element
     return Phase(
         "prepare",
         ctas=elements / 128,  # 128 elements per CTA-step (one warp per unit, 4 warps, lanes over dims)
         warps_per_cta=4, resident=16,
-        warp_instructions=128 * d.prepare_instructions_per_element / 32,
+        warp_instructions=128 * per_element / 32,
         bytes=elements * ELEMENT_BYTES * (d.prepare_arrays_read[case] + d.prepare_arrays_written[case]),
         efficiency=HIGH_OCCUPANCY_EFFICIENCY,
     ) if lane_instructions else Phase("prepare")

@@ -126,7 +126,8 @@ def sass_stats(cubin: str, kernel: str = KERNEL) -> dict:
 
 ADDRESS = re.compile(r"^\s+/\*([0-9a-f]{4,6})\*/")
 BRANCH_TARGET = re.compile(r"\bBRA(?:\.[A-Z.]+)?\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)")
-PREPARE_KERNEL = "prepare_vector_kernelI13__nv_bfloat16Lb0"
+PREPARE_KERNEL = "prepare_vector_kernelI13__nv_bfloat16Lb0ELb0E"  # bf16, half split, the full loop
+PREPARE_LEAN_KERNEL = "prepare_vector_kernelI13__nv_bfloat16Lb0ELb1E"  # ... its lean loop (PrepareParams::lean)
 PREPARE_ELEMENTS_PER_ITERATION = 8  # one lane, one token: two 4-element pieces of each array (prepare.h)
 PREPARE_LIMITS = dict(max_per_element=40, max_registers=128)
 
@@ -319,42 +320,79 @@ def _trip(sass: list[tuple[int, str, str]], graph: dict, best_head: int, mma_per
                 ops=dict(sorted(ops.items(), key=lambda x: -x[1])), path=path[::-1])
 
 
+def _prepare_loop(cubin: str, report: str, kernel: str) -> dict:
+    """One vector preparation kernel's registers, token loop (its SASS per element, loads, stores, 64-bit
+    multiplies), CALLs and local memory, with the limits it breaks under 'failures'."""
+    stats = ptxas_stats(report, kernel)
+    sass = function_sass(cubin, kernel)
+    loop = hottest_loop(sass)
+    ops = [o for _, o, _ in loop]
+    stats.update(kernel_instructions=len(sass), loop_instructions=len(ops),
+                 per_element=len(ops) / PREPARE_ELEMENTS_PER_ITERATION,
+                 loop_loads=sum(o.startswith("LDG") for o in ops), loop_stores=sum(o.startswith("STG") for o in ops),
+                 calls=len(subroutine_calls(sass)),
+                 loop_exit_calls=sum(o.startswith("CALL") for _, o, _ in sass) - len(subroutine_calls(sass)),
+                 loop_int64_multiplies=sum(o.startswith("IMAD") and ".WIDE" not in o and ".HI" in o for o in ops),
+                 local=sum(o.startswith(("LDL", "STL")) for _, o, _ in sass))
+    fails = []
+    if not loop:
+        fails.append("no token loop found")
+    if stats["per_element"] > PREPARE_LIMITS["max_per_element"]:
+        fails.append(f"{stats['per_element']:.1f} instructions per element > {PREPARE_LIMITS['max_per_element']}")
+    if stats["registers"] is None or stats["registers"] > PREPARE_LIMITS["max_registers"]:
+        fails.append(f"registers {stats['registers']} > {PREPARE_LIMITS['max_registers']}")
+    if stats["calls"]:
+        fails.append(f"{stats['calls']} subroutine CALLs")
+    if stats["loop_int64_multiplies"]:
+        fails.append(f"{stats['loop_int64_multiplies']} 64-bit multiplies in the loop")
+    if stats["local"] or stats["spill_stores"]:
+        fails.append("local memory")
+    stats["failures"] = fails
+    return stats
+
+
 def prepare_gate(archs=("80", "90a")) -> dict:
     """The vector preparation kernel (prepare.h prepare_range, bf16, half-split RoPE): SASS instructions of
     its token loop per element, registers, and what the loop must not hold: division CALLs or any CALL,
-    64-bit integer multiplies (IMAD.WIDE is a 32 x 32 -> 64 address and allowed), local memory."""
+    64-bit integer multiplies (IMAD.WIDE is a 32 x 32 -> 64 address and allowed), local memory. The full
+    loop (every array: RangeSWA late) per architecture, its lean loop (k_nat and k_cond alone: Lite) under
+    'lean', held to the same limits (its failures joined to the architecture's)."""
     if nvcc_path() is None or cuobjdump_path() is None:
         raise FileNotFoundError("the gates need nvcc (CUDA_HOME) and cuobjdump (CUDA toolkit or the triton package)")
     results = {}
     with tempfile.TemporaryDirectory() as workdir:
         for arch in archs:
             cubin, report = compile_kernel("csrc/cuda/prepare.cu", arch, workdir)
-            stats = ptxas_stats(report, PREPARE_KERNEL)
-            sass = function_sass(cubin, PREPARE_KERNEL)
-            loop = hottest_loop(sass)
-            ops = [o for _, o, _ in loop]
-            stats.update(kernel_instructions=len(sass), loop_instructions=len(ops),
-                         per_element=len(ops) / PREPARE_ELEMENTS_PER_ITERATION,
-                         loop_loads=sum(o.startswith("LDG") for o in ops), loop_stores=sum(o.startswith("STG") for o in ops),
-                         calls=len(subroutine_calls(sass)),
-                         loop_exit_calls=sum(o.startswith("CALL") for _, o, _ in sass) - len(subroutine_calls(sass)),
-                         loop_int64_multiplies=sum(o.startswith("IMAD") and ".WIDE" not in o and ".HI" in o for o in ops),
-                         local=sum(o.startswith(("LDL", "STL")) for _, o, _ in sass))
-            fails = []
-            if not loop:
-                fails.append("no token loop found")
-            if stats["per_element"] > PREPARE_LIMITS["max_per_element"]:
-                fails.append(f"{stats['per_element']:.1f} instructions per element > {PREPARE_LIMITS['max_per_element']}")
-            if stats["registers"] is None or stats["registers"] > PREPARE_LIMITS["max_registers"]:
-                fails.append(f"registers {stats['registers']} > {PREPARE_LIMITS['max_registers']}")
-            if stats["calls"]:
-                fails.append(f"{stats['calls']} subroutine CALLs")
-            if stats["loop_int64_multiplies"]:
-                fails.append(f"{stats['loop_int64_multiplies']} 64-bit multiplies in the loop")
-            if stats["local"] or stats["spill_stores"]:
-                fails.append("local memory")
-            stats["failures"] = fails
+            stats = _prepare_loop(cubin, report, PREPARE_KERNEL)
+            stats["lean"] = _prepare_loop(cubin, report, PREPARE_LEAN_KERNEL)
+            stats["failures"] += [f"lean loop: {f}" for f in stats["lean"]["failures"]]
             results[arch] = stats
+    return results
+
+
+# The tensor-core instantiations the no-spill limit covers beside the gate's own (issue 29: head dims 80
+# and 128 on either architecture).
+SPILL_SOURCES = tuple(f"csrc/cuda/attn_hdim{d}_{t}.cu" for d in (64, 80, 128) for t in ("bf16", "fp16"))
+
+
+def spill_gate(sources=SPILL_SOURCES, archs=("80", "90a")) -> dict:
+    """ptxas's registers, spills and stack of the attention kernel of each source and architecture:
+    {(source, arch): stats with a 'failures' list} (no spill, no stack, at most 255 registers)."""
+    if nvcc_path() is None:
+        raise FileNotFoundError("the gates need nvcc (CUDA_HOME)")
+    results = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for src in sources:
+            for arch in archs:
+                _, report = compile_kernel(src, arch, workdir)
+                stats = ptxas_stats(report)
+                fails = []
+                if stats["spill_stores"] or stats["spill_loads"] or stats["stack"]:
+                    fails.append(f"{stats['spill_stores']} B spilled, {stats['stack']} B stack")
+                if stats["registers"] is None or stats["registers"] > LIMITS["max_registers"]:
+                    fails.append(f"registers {stats['registers']} > {LIMITS['max_registers']}")
+                stats["failures"] = fails
+                results[(src, arch)] = stats
     return results
 
 
@@ -434,12 +472,23 @@ def main(argv=None) -> int:
     except (FileNotFoundError, RuntimeError) as e:
         print(f"cuda_gates: {e}", file=sys.stderr)
         return 2
+    try:
+        spills = spill_gate(archs=tuple(args.arch or ("80", "90a")))
+    except (FileNotFoundError, RuntimeError) as e:
+        print(f"cuda_gates: {e}", file=sys.stderr)
+        return 2
     ok = True
+    for (src, arch), s in spills.items():
+        print(f"{Path(src).stem} sm_{arch}: registers {s['registers']}, spills {s['spill_stores']} B, stack {s['stack']} B")
+        for f in s["failures"]:
+            print(f"  FAIL {Path(src).stem} sm_{arch}: {f}")
+        ok = ok and not s["failures"]
     for arch, s in prepare.items():
         print(f"prepare sm_{arch}: registers {s['registers']}, token loop {s['loop_instructions']} SASS = "
               f"{s['per_element']:.1f} per element ({s['loop_loads']} loads, {s['loop_stores']} stores), subroutine "
               f"CALLs {s['calls']} (loop-exit CALLs {s['loop_exit_calls']}), 64-bit multiplies in the loop "
-              f"{s['loop_int64_multiplies']}")
+              f"{s['loop_int64_multiplies']}; lean loop {s['lean']['loop_instructions']} SASS = "
+              f"{s['lean']['per_element']:.1f} per element ({s['lean']['loop_loads']} loads, {s['lean']['loop_stores']} stores)")
         for f in s["failures"]:
             print(f"  FAIL prepare sm_{arch}: {f}")
         ok = ok and not s["failures"]
@@ -453,7 +502,9 @@ def main(argv=None) -> int:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(attn=results, prepare=prepare), indent=2))
+        Path(args.json).write_text(json.dumps(dict(attn=results, prepare=prepare,
+                                                   spills={f"{Path(k[0]).stem} sm_{k[1]}": v for k, v in spills.items()}),
+                                              indent=2))
     print("cuda_gates: PASS" if ok else "cuda_gates: FAIL")
     return 0 if ok else 1
 

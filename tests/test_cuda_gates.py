@@ -119,6 +119,25 @@ def test_the_path_finder_on_a_hand_made_loop():
     assert path["instructions"] == 7 and path["mma"] == 1 and path["path"] == [0, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60]
 
 
+# ---- no spills at any tensor-core head dim (issue 29) ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spills_measured():
+    if cuda_gates.nvcc_path() is None:
+        pytest.skip("needs nvcc (CUDA_HOME)")
+    return cuda_gates.spill_gate(archs=ARCHS)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("src", cuda_gates.SPILL_SOURCES, ids=[s.split("/")[-1][:-3] for s in cuda_gates.SPILL_SOURCES])
+def test_no_spills_at_any_tensor_core_head_dim(spills_measured, src, arch):
+    """bf16 and fp16 at head dims 64, 80 and 128 on sm_80 and sm_90a: no spill or stack in 255 registers (the
+    kernel's shape decides this per instantiation: a change for one head dim can spill another)."""
+    stats = spills_measured[(src, arch)]
+    assert stats["registers"] is not None and not stats["failures"], f"{src} sm_{arch}: {stats}"
+
+
 # ---- the vector preparation (issue 29): prepare at bandwidth ------------------------------------------
 
 
@@ -153,3 +172,22 @@ def test_the_prepare_gate_reads_the_token_loop(prepare_measured):
         s = prepare_measured[arch]
         assert s["loop_loads"] >= 4 and s["loop_stores"] >= 6, s
         assert 8 <= s["loop_instructions"] < s["kernel_instructions"], s
+
+
+def test_the_lean_prepare_loop_writes_only_the_rotated_keys(prepare_measured):
+    """Lite's loop (prepare.h PrepareParams::lean) loads the key pieces and its table entries and stores
+    k_nat and k_cond alone: fewer stores and instructions than the full loop, which also writes the grouped
+    keys, the prefix sums and the block means."""
+    for arch in ARCHS:
+        full, lean = prepare_measured[arch], prepare_measured[arch]["lean"]
+        assert lean["loop_loads"] >= 2 and lean["loop_stores"] >= 4, lean
+        assert lean["loop_stores"] < full["loop_stores"], (full, lean)
+        assert lean["loop_instructions"] < full["loop_instructions"], (full, lean)
+
+
+def test_the_time_model_reads_the_measured_prepare_loops(prepare_measured):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import cuda_time_model
+
+    assert cuda_time_model.PREPARE_MEASURED == round(prepare_measured["90a"]["per_element"], 1)
+    assert cuda_time_model.PREPARE_LEAN_MEASURED == round(prepare_measured["90a"]["lean"]["per_element"], 1)

@@ -75,6 +75,24 @@ def test_dense_baselines_beyond_training_length_follow_their_formulas(name, styl
     assert rel_err(method(q.double(), k.double(), v.double(), control_tokens=C), probs @ v.double()) < 1e-12
 
 
+@pytest.mark.parametrize("style", ["interleaved", "half"])
+def test_yarn_temperature_scales_only_the_rotated_dims(style):
+    """transformers applies YaRN's attention factor to cos and sin, so with a partial rotary dim (CoLa rotates
+    96 of 128) the logit multiplier falls on the rotated dims' part of q . k alone; dims past the rotary dim
+    keep their plain dot product."""
+    C, L, T, D, rd, theta = 4, 300, 64, 64, 48, 1e4
+    q, k, v = make_qkv(1, 2, 2, C + L, D, seed=6)
+    freqs, mult = yarn_frequencies(theta, rd, L, T)
+    pos = torch.cat([torch.zeros(C, dtype=torch.float64), torch.arange(L, dtype=torch.float64)])
+    qr = ref.rotate(q.double(), pos, theta, rd, style, freqs)
+    kr = ref.rotate(k.double(), pos, theta, rd, style, freqs)
+    logits = qr[..., :rd] @ kr[..., :rd].transpose(-1, -2) * mult + qr[..., rd:] @ kr[..., rd:].transpose(-1, -2)
+    probs = torch.softmax(logits / math.sqrt(D), dim=-1)
+    method = make_attention("yarn", head_dim=D, train_length=T, rope_style=style, rotary_dim=rd)
+    assert rel_err(method(q, k, v, control_tokens=C), probs @ v.double()) < 1e-5
+    assert rel_err(method(q.double(), k.double(), v.double(), control_tokens=C), probs @ v.double()) < 1e-12
+
+
 def test_op_methods_use_the_stage_window():
     C, L = 12, 600
     q, k, v = make_qkv(1, 2, 2, C + L, 64, seed=3)

@@ -259,6 +259,45 @@ __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, c
     *reinterpret_cast<uint4*>(dst + d) = row != nullptr && d < D ? *reinterpret_cast<const uint4*>(row + d) : zero;
 }
 
+// Whether the query slot's rows take fill_row_vector: D, the rotary half and the row stride whole 16-byte
+// chunks, and the tile's first q row (`rows`) 16-byte aligned.
+template <typename Traits>
+__device__ __forceinline__ bool slot_rows_in_chunks(const AttnKernelParams& p, const typename Traits::Element* rows) {
+  constexpr int kChunk = 16 / int(sizeof(typename Traits::Element));
+  return p.D % kChunk == 0 && p.rotary_half % kChunk == 0 && p.q_strides.row % kChunk == 0 &&
+         reinterpret_cast<uintptr_t>(rows) % 16 == 0;
+}
+
+// One query row of the slot, unscaled, rounded to the element type; zero past D and on padding rows (row
+// null); rotated by the table rows cs / sn (null: not rotated) with sign -1 for a negative position. Rows
+// in 16-byte chunks (slot_rows_in_chunks) take fill_row_vector, others element pairs u (dims da, db): a
+// rotated pair (interleaved (2u, 2u+1), half (u, u + half)) or two dims past the rotary ones.
+template <typename Traits>
+__device__ __forceinline__ void fill_row(typename Traits::Element* dst, const typename Traits::Element* row,
+                                         const float* cs, const float* sn, float sign, int half, int D,
+                                         bool interleaved, bool chunks) {
+  using Element = typename Traits::Element;
+  if (chunks) {
+    fill_row_vector<Traits>(dst, row, cs, sn, sign, half, D, interleaved);
+    return;
+  }
+#pragma unroll 1
+  for (int u = 0; u < Traits::kHeadDim / 2; ++u) {
+    const int da = u < half ? (interleaved ? 2 * u : u) : 2 * u;
+    const int db = u < half ? (interleaved ? 2 * u + 1 : u + half) : 2 * u + 1;
+    float a = row != nullptr && da < D ? to_float(row[da]) : 0.f;
+    float b = row != nullptr && db < D ? to_float(row[db]) : 0.f;
+    if (cs != nullptr && u < half) {
+      const float c = cs[u], se = sn[u] * sign;
+      const float ra = a * c - b * se;
+      b = a * se + b * c;
+      a = ra;
+    }
+    dst[da] = from_float<Element>(a);
+    dst[db] = from_float<Element>(b);
+  }
+}
+
 // The keys and values array of a record's key set for KV head bh (= batch * Hkv + kv_head), and the
 // elements between value rows.
 template <typename Element>
@@ -278,6 +317,30 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
   out.k = static_cast<const Element*>(kb) + bh * stride;
   out.v = static_cast<const Element*>(vb) + (body ? a.values.at(batch, kv_head, 0) : bh * stride);
   out.v_row = body ? a.values.row : Dp;
+}
+
+// Issues the copy of KV tile t (its record's arrays, sArrays) into K/V stage `stage`, a 64-key tile in
+// tile_column order when `permute` (load_kv_async).
+template <typename Traits>
+__device__ __forceinline__ void copy_tile(typename Traits::Element* sK, typename Traits::Element* sV, int stage,
+                                          const RecordArrays<typename Traits::Element>* sArrays, const KvTile& t,
+                                          bool permute) {
+  const RecordArrays<typename Traits::Element> ra = sArrays[t.record];
+  // Element offsets inside one KV head's arrays fit 32 bits (attn_setup.h head_offsets_fit).
+  const int32_t v_row = int32_t(ra.v_row);
+  load_kv_async<Traits>(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, ra.k + t.a * Traits::kHeadDim,
+                        ra.v + t.a * v_row, v_row, t.width, t.n, permute);
+}
+
+// A warp's output accumulators (its rows' O, DT 8-column tiles per m16 block), zeroed.
+template <int MB, int DT>
+__device__ __forceinline__ void zero_output(float (&o)[MB][DT][4]) {
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mb][dt][e] = 0.f;
 }
 
 // What one warp's KV tile takes besides its accumulators: where the operands are, what the tile is and
@@ -428,12 +491,7 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   OnlineSoftmax<MB> softmax;
   softmax.init();
   float o[MB][DT][4];
-#pragma unroll
-  for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mb][dt][e] = 0.f;
+  zero_output(o);
   TileCursor cursor;
   KvTile cur{}, nxt{};
   bool have_cur = false;
@@ -444,12 +502,7 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
     const bool have_nxt = cursor.advance<N, kCtrlCols>(p.geo, sRec, count, nullptr, 0, nxt);
     cp_async_wait_all();
     __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2
-    if (have_nxt) {
-      const RecordArrays<Element> ra = sArrays[nxt.record];
-      const int32_t v_row = int32_t(ra.v_row);
-      load_kv_async<Traits>(sK + (stage ^ 1) * Traits::kKVElems, sV + (stage ^ 1) * Traits::kKVElems,
-                            ra.k + nxt.a * Dp, ra.v + nxt.a * v_row, v_row, nxt.width, nxt.n, false);
-    }
+    if (have_nxt) copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, false);
     cp_async_commit();
     if (!have_cur && !have_nxt) break;
     if (have_cur) {
@@ -484,6 +537,35 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   }
 }
 
+// A control CTA (query_tile: kControlTileRows control rows, chunk t.chunk of the keys): its two records
+// (plan.h plan_control_tile) and their arrays, its rows in the slot unrotated, then control_walk. Its own
+// function, so that nothing of the body CTAs' prologue stays live across their walk on its account.
+template <typename Traits>
+__device__ __forceinline__ void control_cta(const AttnKernelParams& p, const QueryTile& t, int32_t head,
+                                            int32_t batch, int32_t h, int32_t bh, unsigned char* smem) {
+  using Element = typename Traits::Element;
+  using Layout = SharedLayout<Traits>;
+  Element* sQ = reinterpret_cast<Element*>(smem);
+  Record* sRec = reinterpret_cast<Record*>(smem + Layout::kRecords);
+  RecordArrays<Element>* sArrays = reinterpret_cast<RecordArrays<Element>*>(smem + Layout::arrays(p.max_records));
+  RSWA_STATIC_SHARED(int32_t, control_count);
+  const int tid = threadIdx.x;
+  if (tid == 0) control_count = plan_control_tile(p.geo, t.chunk, p.control_chunk_keys, p.control_bias_log2, sRec);
+  __syncthreads();
+  const int32_t count = control_count;
+  if (tid < count) {
+    RecordArrays<Element> ra;
+    record_arrays<Element>(p.kv, KeySet(sRec[tid].keys), bh, batch, bh - batch * p.Hkv, Traits::kHeadDim, ra);
+    sArrays[tid] = ra;
+  }
+  const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, t.i0);
+  const Element* row = tid < t.nrows ? q_rows + int64_t(tid) * p.q_strides.row : nullptr;
+  fill_row<Traits>(sQ + tid * Traits::kStride, row, nullptr, nullptr, 1.f, p.rotary_half, p.D, p.interleaved,
+                   slot_rows_in_chunks<Traits>(p, q_rows));
+  control_walk<Traits>(p, t, head, sQ, reinterpret_cast<Element*>(smem + Layout::kK),
+                       reinterpret_cast<Element*>(smem + Layout::kV), sRec, sArrays, count);
+}
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_constant__ AttnKernelParams p) {
   using Element = typename Traits::Element;
@@ -500,6 +582,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   const int32_t bh = batch * p.Hkv + p.by_group.div(h);
 
   RSWA_DYNAMIC_SHARED(smem);
+  if (t.control) {  // control rows: a CTA of their own kind (its prologue and walk share no state with the body's)
+    control_cta<Traits>(p, t, head, batch, h, bh, smem);
+    return;
+  }
   Element* sQ = reinterpret_cast<Element*>(smem);
   Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
   Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
@@ -519,29 +605,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   float* sBand = reinterpret_cast<float*>(smem + Layout::band_logits(p.max_records, p.retrieved_k));
   constexpr int kBandStride = Layout::kBandStride;
   static_assert(kBandBlocks == kCtrlCols, "an Hn band is one direct tile");
-  RSWA_STATIC_SHARED(int32_t, control_count);
   RSWA_STATIC_SHARED(BandRecords, shared_bands);
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, tq = lane % 4, gq = lane / 4;
   const int32_t i = t.i0 + tid;  // this thread's row (body tiles)
 
   // ---- prologue: records, retrieved blocks, straddling blocks --------------------------------------
-  int32_t count = 0;
-  if (t.control) {  // control rows plan their two records here (plan.h plan_control_tile)
-    if (tid == 0) control_count = plan_control_tile(g, t.chunk, p.control_chunk_keys, p.control_bias_log2, sRec);
-  } else {
-    const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
-    count = p.record_count[plan];
-    const int4* src = reinterpret_cast<const int4*>(p.records + plan * p.max_records);
+  const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
+  const int32_t count = p.record_count[plan];
+  const int4* src = reinterpret_cast<const int4*>(p.records + plan * p.max_records);
 #pragma unroll 1
-    for (int x = tid; x < count; x += M) reinterpret_cast<int4*>(sRec)[x] = src[x];
-  }
-  const int32_t k = !t.control && p.retrieved != nullptr ? p.retrieved_k : 0;
+  for (int x = tid; x < count; x += M) reinterpret_cast<int4*>(sRec)[x] = src[x];
+  const int32_t k = p.retrieved != nullptr ? p.retrieved_k : 0;
   const int32_t* given = k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * k : nullptr;
 #pragma unroll 1
   for (int x = tid; x < k; x += M) sRet[x] = given[x];
   __syncthreads();
-  if (t.control) count = control_count;
   // Each record's arrays, read by the tile copies (the barriers below publish them).
 #pragma unroll 1
   for (int x = tid; x < count; x += M) {
@@ -550,9 +629,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     sArrays[x] = ra;
   }
   // This thread's row, for record_bounds and its straddling blocks.
-  const RowGeometry me = t.control ? RowGeometry{} : row_geometry(g, i, sRet, k);
+  const RowGeometry me = row_geometry(g, i, sRet, k);
   sRow[tid] = me;
-  const bool valid = !t.control && tid < t.nrows;
+  const bool valid = tid < t.nrows;
   uint32_t any = 0;  // bit x: some row has a straddling block on side x
 #pragma unroll
   for (int x = 0; x < 2; ++x) {
@@ -560,24 +639,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     sMixB[x * M + tid] = 0.f;
     any |= uint32_t(__syncthreads_or(valid && me.mix[x] >= 0) != 0) << x;
   }
-  const uint32_t needed = t.control ? 1u << int(QVar::kPlain) : variants_needed(sRec, count, any & 1, any & 2);
+  const uint32_t needed = variants_needed(sRec, count, any & 1, any & 2);
   // The Hn bands: logits -inf until the variant of a row's class gives them (rows past the tile keep it).
   // Kept in shared memory for band_dots (published by the fill's barriers), not in registers across the walk.
-  const BandRecords bands = t.control ? BandRecords{{0, 0}, {0, 0}} : BandRecords::find(sRec, count);
+  const BandRecords bands = BandRecords::find(sRec, count);
   if (tid == 0) shared_bands = bands;
   if (bands.n[0] + bands.n[1] > 0)
 #pragma unroll 1
     for (int x = tid; x < 2 * M * kBandStride; x += M) sBand[x] = -INFINITY;
 
   // ---- the query slot --------------------------------------------------------------------------------
-  const int32_t n0 = t.control ? t.i0 : g.C + t.i0 - p.first_row;  // q row of the tile's first row
+  const int32_t n0 = g.C + t.i0 - p.first_row;  // q row of the tile's first row
   const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, n0);
-  // The tile's rows under variant v, unscaled, rounded to the element type; zero past the rows and D.
-  // Rows in 16-byte chunks (D, the rotary half and the row stride whole chunks, the rows 16-byte aligned):
-  // thread r fills row r with 16-byte loads (fill_row_vector); otherwise element pairs, below.
-  constexpr int kQChunk = 16 / int(sizeof(Element));
-  const bool q_chunks = p.D % kQChunk == 0 && p.rotary_half % kQChunk == 0 && p.q_strides.row % kQChunk == 0 &&
-                        reinterpret_cast<uintptr_t>(q_rows) % 16 == 0;
+  const bool q_chunks = slot_rows_in_chunks<Traits>(p, q_rows);
+  // The tile's rows under variant v (thread r fills row r).
   auto fill = [&](QVar v) {
     const int half = p.rotary_half;
     const bool in = tid < t.nrows;
@@ -591,28 +666,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       sign = pos < 0 ? -1.f : 1.f;
     }
     const Element* row = in ? q_rows + int64_t(tid) * p.q_strides.row : nullptr;
-    Element* dst = sQ + tid * Traits::kStride;
-    if (q_chunks) {
-      fill_row_vector<Traits>(dst, row, cs, sn, sign, half, p.D, p.interleaved);
-      return;
-    }
-    // Element pairs u (dims da, db): a rotated pair (interleaved (2u, 2u+1), half (u, u + half)) or two dims
-    // past the rotary ones.
-#pragma unroll 1
-    for (int u = 0; u < Dp / 2; ++u) {
-      const int da = u < half ? (p.interleaved ? 2 * u : u) : 2 * u;
-      const int db = u < half ? (p.interleaved ? 2 * u + 1 : u + half) : 2 * u + 1;
-      float a = row != nullptr && da < p.D ? to_float(row[da]) : 0.f;
-      float b = row != nullptr && db < p.D ? to_float(row[db]) : 0.f;
-      if (cs != nullptr && u < half) {
-        const float c = cs[u], se = sn[u] * sign;
-        const float ra = a * c - b * se;
-        b = a * se + b * c;
-        a = ra;
-      }
-      dst[da] = from_float<Element>(a);
-      dst[db] = from_float<Element>(b);
-    }
+    fill_row<Traits>(sQ + tid * Traits::kStride, row, cs, sn, sign, half, p.D, p.interleaved, q_chunks);
   };
   // Straddling blocks (plan.h mixed_block): the parts of this thread's row's logits that variant v gives,
   // as (array, row, target, sign) terms.
@@ -708,22 +762,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     }
   };
 
-  if (t.control) {  // the control rows, unrotated, and their own walk
-    fill(QVar::kPlain);
-    control_walk<Traits>(p, t, head, sQ, sK, sV, sRec, sArrays, count);
-    return;
-  }
-
   // ---- the walk over the KV tiles ----------------------------------------------------------------------
   OnlineSoftmax<MB> softmax;
   softmax.init();
   float o[MB][DT][4];
-#pragma unroll
-  for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mb][dt][e] = 0.f;
+  zero_output(o);
 
   // This lane's rows: slot rr = 2 mb + h is tile row warp * 32 + 16 mb + g + 8 h.
   auto row_of = [&](int rr) { return warp * WR + (rr / 2) * 16 + gq + 8 * (rr % 2); };
@@ -740,13 +783,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     more = have_nxt;
     cp_async_wait_all();
     __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2 and with the slot
-    if (have_nxt) {
-      const RecordArrays<Element> ra = sArrays[nxt.record];
-      // Element offsets inside one KV head's arrays fit 32 bits (attn_setup.h head_offsets_fit).
-      const int32_t v_row = int32_t(ra.v_row);
-      load_kv_async<Traits>(sK + (stage ^ 1) * Traits::kKVElems, sV + (stage ^ 1) * Traits::kKVElems,
-                            ra.k + nxt.a * Dp, ra.v + nxt.a * v_row, v_row, nxt.width, nxt.n, true);
-    }
+    if (have_nxt) copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, true);
     cp_async_commit();
     const Record rec = sRec[have_cur ? cur.record : 0];
     // The slot: the current record's variant, or (after the last tile) every variant still needed.

@@ -34,14 +34,14 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(const PrepareParams p
 }
 
 // The vector preparation (prepare.h prepare_range): Dp / 8 lanes per unit, 32 / (Dp / 8) units per warp.
-template <typename Element, bool kInterleaved>
+template <typename Element, bool kInterleaved, bool kLean>
 __global__ void __launch_bounds__(kThreads) prepare_vector_kernel(const PrepareParams p, int32_t total) {
   const int lane = int(threadIdx.x % 32), per = prepare_dim_units(p), slots = p.by_dim_units.div(32);
   const int slot = p.by_dim_units.div(lane), w = lane - slot * per;
   const int32_t x = (int32_t(blockIdx.x) * kUnitsPerCta + int32_t(threadIdx.x / 32)) * slots + slot;
   if (slot >= slots || x >= total) return;
   const int32_t bh = p.by_units.div(x);
-  prepare_range<Element, kInterleaved>(p, bh, x - bh * p.by_units.d, w);
+  prepare_range<Element, kInterleaved, kLean>(p, bh, x - bh * p.by_units.d, w);
 }
 
 }  // namespace
@@ -64,10 +64,11 @@ cudaError_t launch_prepare(const PrepareParams& given, cudaStream_t stream) {
     const int64_t ctas = (total + per_warp * kUnitsPerCta - 1) / (per_warp * kUnitsPerCta);
     if (ctas == 0) return cudaSuccess;
     if (total > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-    return p.interleaved
-               ? RSWA_LAUNCH((prepare_vector_kernel<Element, true>), unsigned(ctas), kThreads, 0, stream, p, int32_t(total))
-               : RSWA_LAUNCH((prepare_vector_kernel<Element, false>), unsigned(ctas), kThreads, 0, stream, p,
-                             int32_t(total));
+    auto kernel = p.interleaved ? (p.lean() ? prepare_vector_kernel<Element, true, true>
+                                            : prepare_vector_kernel<Element, true, false>)
+                                : (p.lean() ? prepare_vector_kernel<Element, false, true>
+                                            : prepare_vector_kernel<Element, false, false>);
+    return RSWA_LAUNCH(kernel, unsigned(ctas), kThreads, 0, stream, p, int32_t(total));
   }
   const int64_t ctas = (int64_t(units) * p.BH + kUnitsPerCta - 1) / kUnitsPerCta;
   if (ctas == 0) return cudaSuccess;

@@ -49,6 +49,13 @@ struct PrepareParams {
   // Whether the body values are read at all: a copy of them (v_body) or their block means (s_v). Lite and
   // calls that read v in place write neither, and so never load v's body rows.
   RSWA_HD bool reads_values() const { return v_body != nullptr || s_v != nullptr; }
+  // Whether the body rows get only the rotated keys k_nat and k_cond: no grouping, prefix sums, value copy
+  // or block means (RangeSWA-Lite, SWA, full attention, with v read in place). The vector preparation then
+  // runs its lean loop (prepare_range kLean), which has none of the rest.
+  RSWA_HD bool lean() const {
+    return k_grp == nullptr && p_nat == nullptr && p_grp == nullptr && s_nat == nullptr && s_grp == nullptr &&
+           !reads_values();
+  }
 };
 
 RSWA_HD int32_t prepare_body_units(const PrepareParams& p) {
@@ -207,8 +214,8 @@ RSWA_HD void rotate_unit(const float (&x)[4], const float (&y)[4], const float* 
 // Lane work of the vector preparation: dim unit w of unit `unit` (prepare_unit's units) of KV head bh.
 // Addresses inside a head are 32-bit element offsets from per-lane bases (the arrays of one KV head hold
 // fewer than 2^31 elements: attn_setup.h head_offsets_fit), the inputs' rows pointers stepped by their
-// stride.
-template <typename Element, bool kInterleaved>
+// stride. kLean (a call whose p.lean()): the loop rotates and stores k_nat and k_cond alone.
+template <typename Element, bool kInterleaved, bool kLean>
 RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int w) {
   using P = Piece<Element>;
   const int32_t b = p.by_Hkv.div(bh), h = bh - b * p.Hkv;
@@ -223,6 +230,7 @@ RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int
   auto base = [&](void* array, int64_t stride) {
     return array == nullptr ? nullptr : static_cast<Element*>(array) + bh * stride;
   };
+  auto full = [&](void* array, int64_t stride) { return kLean ? nullptr : base(array, stride); };
   // Stores the two pieces of row offset `at` (elements) of an array base (null: not written).
   auto put = [&](Element* array, int32_t at, const float (&a)[4], const float (&c)[4]) {
     if (array == nullptr) return;
@@ -245,14 +253,14 @@ RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int
   const int32_t j0 = p.row0 + unit * p.unit_tokens, j1 = imin(p.L, j0 + p.unit_tokens);
   const Element* kr = k + (p.C + j0) * p.k_strides.row;
   const Element* vr = v + (p.C + j0) * p.v_strides.row;
-  Element *o_nat = base(p.k_nat, p.body_stride), *o_grp = base(p.k_grp, p.body_stride);
-  Element *o_cond = base(p.k_cond, p.body_stride), *o_v = base(p.v_body, p.body_stride);
-  Element *o_pnat = base(p.p_nat, p.body_stride), *o_pgrp = base(p.p_grp, p.body_stride);
+  Element *o_nat = base(p.k_nat, p.body_stride), *o_grp = full(p.k_grp, p.body_stride);
+  Element *o_cond = base(p.k_cond, p.body_stride), *o_v = full(p.v_body, p.body_stride);
+  Element *o_pnat = full(p.p_nat, p.body_stride), *o_pgrp = full(p.p_grp, p.body_stride);
   // Table offsets of this unit's entries: native and conditioning j half + u, grouped (j / g) half + u.
   int32_t s = p.by_g.div(j0), s_rem = j0 - s * p.g;  // grouped position j / g, and j - g (j / g)
   int32_t t_nat = j0 * half + u, t_grp = s * half + u;
   float run_nat[2][4] = {}, run_grp[2][4] = {}, run_v[2][4] = {};
-  const bool vxin = xin && p.reads_values(), vyin = yin && p.reads_values();  // v's pieces, when read at all
+  const bool vxin = !kLean && xin && p.reads_values(), vyin = !kLean && yin && p.reads_values();  // v, when read
   // Every lane of a warp walks unit_tokens steps (a uniform trip count: no divergent loop exit), a lane of
   // the ragged last unit idling past its tokens.
 #pragma unroll 1
@@ -300,7 +308,7 @@ RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int
   }
   // Rule 4: the block's means (the unit is one whole block when they are written: unit_tokens = G), by the
   // host's reciprocal of its size (G, or the last block's).
-  if (p.s_nat != nullptr && j1 > j0) {
+  if (!kLean && p.s_nat != nullptr && j1 > j0) {
     const float inv = j1 - j0 == p.G ? p.inv_G : p.inv_last;
     auto mean = [&](void* array, const float (&r)[2][4]) {
       if (array == nullptr) return;

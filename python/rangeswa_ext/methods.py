@@ -92,7 +92,8 @@ def yarn_frequencies(theta: float, rotary_dim: int, L: int, T: int, beta_fast: f
 
     Dims rotating faster than beta_fast turns over T keep their frequency, slower than beta_slow are
     interpolated by 1/factor, a linear ramp in between; attention temperature 0.1 ln(factor) + 1
-    scales both q and k. Returns (inv_freq, logit multiplier = temperature^2).
+    scales both q and k on the rotated dims (transformers multiplies cos and sin by it). Returns (inv_freq,
+    the rotated dims' logit multiplier = temperature^2).
     """
     factor = L / T
     base = inv_freq(theta, rotary_dim)
@@ -170,8 +171,10 @@ class DenseRopeAttention:
         else:  # frequencies of a length-dependent base or YaRN's ramp, or float64 inputs: the explicit rotation
             qr = rotate(q, q_pos, base, rd, self.rope.style, freqs)
             kr = rotate(k, k_pos, base, rd, self.rope.style, freqs)
-        if mult is not None:  # YaRN's attention temperature, on the queries (a tensor: SDPA's scale is a float)
-            qr = qr * mult.to(qr.device, qr.dtype)
+        if mult is not None:  # YaRN's attention temperature on the queries' rotated dims (a tensor: SDPA's scale
+            # is a float); transformers scales cos and sin, so dims past the rotary dim keep their logits
+            m = mult.to(qr.device, qr.dtype)
+            qr = qr * m if rd == D else torch.cat([qr[..., :rd] * m, qr[..., rd:]], dim=-1)
         mask = causal_mask(C, L, Lq, causal_block, q.device)
         # Branching on the head counts turns the comparison into a plain bool (a guard under torch.compile):
         # with dynamic shapes it is a SymBool, which SDPA refuses.

@@ -99,12 +99,13 @@ inline void prepare_on_host(const PrepareParams& given, int64_t BH, at::ScalarTy
   dispatch_dtype(type, [&](auto tag) {
     using Element = decltype(tag);
     const PrepareParams pp = prepare_ready<Element>(given);
+    auto range = pp.interleaved ? (pp.lean() ? prepare_range<Element, true, true> : prepare_range<Element, true, false>)
+                                : (pp.lean() ? prepare_range<Element, false, true> : prepare_range<Element, false, false>);
     at::parallel_for(0, BH * units, 1, [&](int64_t begin, int64_t end) {
       for (int64_t x = begin; x < end; ++x) {
         const int32_t bh = int32_t(x / units), unit = int32_t(x % units);
         if (pp.vector)
-          for (int w = 0; w < prepare_dim_units(pp); ++w)
-            pp.interleaved ? prepare_range<Element, true>(pp, bh, unit, w) : prepare_range<Element, false>(pp, bh, unit, w);
+          for (int w = 0; w < prepare_dim_units(pp); ++w) range(pp, bh, unit, w);
         else
           prepare_unit<Element>(pp, bh, unit, 0, 1);
       }
