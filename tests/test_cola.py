@@ -28,8 +28,9 @@ from rangeswa_ext.eval.genppl import continuation_windows, generative_perplexity
 from rangeswa_ext.eval.score import score_file
 from rangeswa_ext.eval.sweep import load_config, settings, sweep
 from rangeswa_ext.methods import METHODS, make_attention
-from rangeswa_ext.models.cola import (Cola, ColaConfig, ColaPrior, KVCache, find_checkpoint, load_cola,
-                                      load_cola_tokenizer, save_cola)
+from rangeswa_ext.models.cola import Cola, ColaConfig, ColaPrior
+from rangeswa_ext.models.cola_cache import KVCache
+from rangeswa_ext.models.cola_checkpoint import find_checkpoint, load_cola, load_cola_tokenizer, save_cola
 from rangeswa_ext.models.strict import CheckpointMismatchError
 from rangeswa_ext.samplers import cola_sampler
 from rangeswa_ext.samplers.cola_sampler import SamplerConfig, generate, timesteps

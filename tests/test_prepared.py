@@ -8,7 +8,7 @@ import torch
 
 from conftest import make_qkv
 from rangeswa_ext import ops, preset
-from rangeswa_ext.models.cola import KVCache
+from rangeswa_ext.models.cola_cache import KVCache
 from rangeswa_ext.prepared import PreparedCache
 
 SMALL = dict(train_length=128, early_window=127, late_window=32, decode_window=255, summary_block=16,

@@ -1,4 +1,4 @@
-"""CoLa (models/cola.py, samplers/cola_sampler.py) as a backbone of the pipeline.
+"""CoLa (models/cola.py, models/cola_checkpoint.py, samplers/cola_sampler.py) as a backbone of the pipeline.
 
 Checkpoint: the release folder (``hf download ByteDance-Seed/Cola-DLM``: ``cola_dlm/cola_dit`` and
 ``cola_dlm/cola_vae``, each config.json + safetensors; the folder itself or its ``cola_dlm``); tokenizer:
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from ..models.cola import COLA_CONFIGS, Cola, ColaConfig, find_checkpoint, load_cola, load_cola_tokenizer
+from ..models.cola import COLA_CONFIGS, Cola, ColaConfig
+from ..models.cola_checkpoint import find_checkpoint, load_cola, load_cola_tokenizer
 from ..samplers.cola_sampler import SamplerConfig, generate
 from . import Backbone, register
 

@@ -1,5 +1,11 @@
-"""Backbones that call the attention seam: ``model(..., stage=...)`` with an injected attention method."""
+"""Backbones that call the attention seam: ``model(..., stage=...)`` with an injected attention method.
 
+Every backbone's model, config, presets and loaders are here by name; names every backbone has in its own
+module (``find_checkpoint``, ``decode_tokens``, ...) are ELF's here, and the others' are in their modules.
+"""
+
+from .cola import COLA_CONFIGS, Cola, ColaConfig
+from .cola_checkpoint import load_cola, load_cola_tokenizer, save_cola
 from .elf import ELF, ELF_CONFIGS, ELFConfig
 from .elf_checkpoint import (
     OFFICIAL_KEYS,
@@ -17,8 +23,16 @@ from .elf_checkpoint import (
     read_flax_checkpoint,
     save_checkpoint,
 )
+from .langflow import LANGFLOW_CONFIGS, LangFlow, LangFlowConfig, load_gpt2_tokenizer, load_langflow, save_langflow
+from .llada import LLADA_CONFIGS, LLaDA, LLaDAConfig, load_llada, load_llada_tokenizer, save_llada
 
 __all__ = [
+    "COLA_CONFIGS",
+    "Cola",
+    "ColaConfig",
+    "load_cola",
+    "load_cola_tokenizer",
+    "save_cola",
     "ELF",
     "ELF_CONFIGS",
     "ELFConfig",
@@ -36,4 +50,16 @@ __all__ = [
     "read_checkpoint",
     "read_flax_checkpoint",
     "save_checkpoint",
+    "LANGFLOW_CONFIGS",
+    "LangFlow",
+    "LangFlowConfig",
+    "load_gpt2_tokenizer",
+    "load_langflow",
+    "save_langflow",
+    "LLADA_CONFIGS",
+    "LLaDA",
+    "LLaDAConfig",
+    "load_llada",
+    "load_llada_tokenizer",
+    "save_llada",
 ]

@@ -1,0 +1,272 @@
+"""Reading and writing CoLa's release folder, and its tokenizer.
+
+A release folder (``hf download ByteDance-Seed/Cola-DLM``) holds ``cola_dit/`` (the prior) and ``cola_vae/``
+(the VAE), each with the official config.json and safetensors weights. `load_cola` builds the model on
+``meta`` from the two configs and streams the weights in after a strict key check per part; `save_cola`
+writes the same layout. The tokenizer is the release's OLMo 2 BPE ``tokenizer.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Union
+
+import torch
+import torch.nn as nn
+
+from ..reference.rope import inv_freq
+from .cola import Cola, ColaConfig, ColaPrior, ColaPriorConfig
+from .cola_vae import ColaVAEConfig
+from .strict import assign_parameter, check_state_dict, require_keys, safetensors_shapes
+
+PathLike = Union[str, Path]
+
+PRIOR_FOLDER, VAE_FOLDER = "cola_dit", "cola_vae"
+INDEX_FILE = "model.safetensors.index.json"
+TOKENIZER_FILE = "tokenizer.json"
+#: Prior config.json keys that set sizes, required: the official class's defaults (configuration_cola_dit.py:
+#: 57-69) would silently give another model (its block_size 4; the release's is 16).
+PRIOR_REQUIRED = ("txt_in_channels", "txt_out_channels", "txt_dim", "emb_dim", "heads", "head_dim", "expand_ratio",
+                  "num_layers", "rope_dim", "block_size")
+#: The official defaults used for prior keys a config.json lacks (docs/cola.md lists them).
+PRIOR_DEFAULTS = dict(norm_eps=1e-5, qk_bias=False, patch_size=1)
+#: VAE config.json keys that set sizes, required (configuration_cola_vae.py:70-103 defaults block_size to 4;
+#: the release's VAE is causal, block 1).
+VAE_REQUIRED_KEYS = ("vocab_size", "encoder_num_blocks", "decoder_num_blocks", "dim", "ffn_dim", "latent_dim",
+                     "num_heads", "block_size")
+#: The official VAE defaults used for keys a config.json lacks (docs/cola.md lists them).
+VAE_DEFAULTS = dict(layer_norm_eps=1e-6, post_norm=True, clip_qkv=None, rope_theta=500000, block_causal=True,
+                    scaling_factor=1.0, shifting_factor=0.0)
+#: VAE settings this implementation computes only at their official default (the release's, by its
+#: parameter count); a config.json with another value is refused.
+VAE_REQUIRED = dict(patch_size=1, shared_heads_kv=1, encoder_last_ln=True, layer_norm_type="layer_norm",
+                    layer_norm_affine=True, qk_bias=False, qk_norm=True, qk_norm_affine=True, bias=True, act="swiglu",
+                    use_variation=True)
+#: Keys a prior config.json may carry its training length under (none in the official one); else 2048.
+TRAIN_LENGTH_KEYS = ("train_length", "max_position_embeddings", "max_sequence_length", "max_seq_len")
+DEFAULT_TRAIN_LENGTH = ColaPriorConfig.train_length
+
+
+def find_checkpoint(path: PathLike) -> Path:
+    """The release folder ``path`` names: it (or its ``cola_dlm`` subfolder, as `hf download` lays it out)
+    holds ``cola_dit/`` and ``cola_vae/``, each with config.json and safetensors weights."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"CoLa checkpoint folder {folder} does not exist; pass the folder of "
+                                f"`hf download ByteDance-Seed/Cola-DLM` (it holds cola_dlm/cola_dit and cola_dlm/cola_vae)")
+    if not (folder / PRIOR_FOLDER).is_dir() and (folder / "cola_dlm" / PRIOR_FOLDER).is_dir():
+        folder = folder / "cola_dlm"
+    missing = [f"{part}/" for part in (PRIOR_FOLDER, VAE_FOLDER) if not (folder / part).is_dir()]
+    if missing:
+        raise FileNotFoundError(f"{folder} has no {' and no '.join(missing)} folder: a CoLa release folder holds "
+                                f"{PRIOR_FOLDER}/ and {VAE_FOLDER}/ (config.json and model*.safetensors each)")
+    for part in (PRIOR_FOLDER, VAE_FOLDER):
+        sub = folder / part
+        if not (sub / "config.json").is_file():
+            raise FileNotFoundError(f"{sub} has no config.json")
+        if not list(sub.glob("*.safetensors")):
+            raise FileNotFoundError(f"{sub} has no *.safetensors weights (only safetensors are read)")
+    return folder
+
+
+def _read_json(file: Path, model_type: str) -> dict:
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{file} is not valid JSON: {e}") from e
+    if not isinstance(config, dict):
+        raise ValueError(f"{file} must hold a JSON object, got {type(config).__name__}")
+    if config.get("model_type", model_type) != model_type:
+        raise ValueError(f"{file} has model_type {config.get('model_type')!r}; expected {model_type!r}")
+    return config
+
+
+def prior_config_from_hf(file: PathLike) -> ColaPriorConfig:
+    """The prior config of a ``cola_dit/config.json`` (official keys; `PRIOR_REQUIRED` must be there, the others
+    take the official defaults; the training length from `TRAIN_LENGTH_KEYS` when present, else 2048)."""
+    file = Path(file)
+    raw = _read_json(file, "cola_dit")
+    require_keys(raw, PRIOR_REQUIRED, file, "CoLa prior")
+    hf = {**PRIOR_DEFAULTS, **raw}
+    wrong = []
+    if hf["txt_in_channels"] != hf["txt_out_channels"]:
+        wrong.append(f"txt_in_channels={hf['txt_in_channels']} != txt_out_channels={hf['txt_out_channels']}")
+    if hf["emb_dim"] != hf["txt_dim"]:
+        wrong.append(f"emb_dim={hf['emb_dim']} != txt_dim={hf['txt_dim']} (the official AdaLN needs them equal)")
+    if hf["patch_size"] != 1:
+        wrong.append(f"patch_size={hf['patch_size']} (expected 1)")
+    if wrong:
+        raise ValueError(f"{file} describes a prior this implementation does not compute: {', '.join(wrong)}")
+    train_length = next((hf[k] for k in TRAIN_LENGTH_KEYS if k in hf), DEFAULT_TRAIN_LENGTH)
+    try:
+        return ColaPriorConfig(latent_dim=hf["txt_in_channels"], dim=hf["txt_dim"], n_head=hf["heads"],
+                               head_dim=hf["head_dim"], mlp_ratio=hf["expand_ratio"], n_layer=hf["num_layers"],
+                               norm_eps=float(hf["norm_eps"]), qk_bias=bool(hf["qk_bias"]), rotary_dim=hf["rope_dim"],
+                               block_size=hf["block_size"], train_length=int(train_length))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{file}: {e}") from e
+
+
+def vae_config_from_hf(file: PathLike) -> ColaVAEConfig:
+    """The VAE config of a ``cola_vae/config.json`` (official keys; `VAE_REQUIRED_KEYS` must be there, the others
+    take the official defaults)."""
+    file = Path(file)
+    raw = _read_json(file, "cola_text_vae")
+    require_keys(raw, VAE_REQUIRED_KEYS, file, "CoLa VAE")
+    wrong = [f"{k}={raw[k]!r} (expected {v!r})" for k, v in VAE_REQUIRED.items() if k in raw and raw[k] != v]
+    if wrong:
+        raise ValueError(f"{file} describes a VAE this implementation does not compute: {', '.join(wrong)}")
+    hf = {**VAE_DEFAULTS, **raw}
+    try:
+        return ColaVAEConfig(vocab_size=hf["vocab_size"], encoder_layers=hf["encoder_num_blocks"],
+                             decoder_layers=hf["decoder_num_blocks"], dim=hf["dim"], ffn_dim=hf["ffn_dim"],
+                             latent_dim=hf["latent_dim"], n_head=hf["num_heads"], norm_eps=float(hf["layer_norm_eps"]),
+                             post_norm=bool(hf["post_norm"]),
+                             clip_qkv=None if hf["clip_qkv"] is None else float(hf["clip_qkv"]),
+                             rope_theta=float(hf["rope_theta"]), block_size=hf["block_size"] if hf["block_causal"] else 0,
+                             scaling_factor=float(hf["scaling_factor"]), shifting_factor=float(hf["shifting_factor"]))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{file}: {e}") from e
+
+
+def weight_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it: from ``model.safetensors.index.json`` when present
+    (every listed shard checked to exist), else from every ``*.safetensors`` of the folder."""
+    index = folder / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{index} is not a safetensors index (a JSON object with a 'weight_map'): {e}") from e
+        files = {name: folder / file for name, file in weight_map.items()}
+        absent = sorted({p.name for p in files.values() if not p.is_file()})
+        if absent:
+            raise FileNotFoundError(f"{folder} lacks the shard(s) {', '.join(absent)} that {INDEX_FILE} lists; "
+                                    f"the download is incomplete")
+        return files
+    files = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        for name in safetensors_shapes(file):
+            if name in files:
+                raise ValueError(f"tensor {name} is in both {files[name].name} and {file.name} of {folder}, and there "
+                                 f"is no {INDEX_FILE} to say which to use")
+            files[name] = file
+    return files
+
+
+def _load_part(module: nn.Module, folder: Path, name: str, device: torch.device) -> None:
+    """Stream ``folder``'s safetensors into ``module`` (built on meta), fp32, after a strict key check.
+
+    The prior's ``*.rope.rope.freqs`` buffers follow from theta: when the checkpoint holds none of them they
+    are computed; when it holds them they must equal theta's frequencies."""
+    from safetensors import safe_open
+
+    files = weight_files(folder)
+    shapes = {}
+    for file in sorted(set(files.values())):
+        shapes.update({k: s for k, s in safetensors_shapes(file).items() if files.get(k) == file})
+    unlisted = sorted(set(files) - set(shapes))
+    if unlisted:
+        raise ValueError(f"{folder / INDEX_FILE} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
+    buffers = {k: tuple(b.shape) for k, b in module.named_buffers()}
+    computed = {} if buffers.keys() & shapes.keys() else buffers
+    check_state_dict(module, {k: torch.empty(s, device="meta") for k, s in {**shapes, **computed}.items()},
+                     str(folder), name)
+
+    for file in sorted(set(files.values())):
+        with safe_open(str(file), framework="pt", device="cpu") as shard:
+            for key in shard.keys():
+                if files.get(key) != file:
+                    continue
+                tensor = shard.get_tensor(key).to(device=device, dtype=torch.float32)
+                if key in buffers:
+                    if not torch.allclose(tensor, _rope_freqs(module, device), rtol=1e-6, atol=0):
+                        raise ValueError(f"{file}: {key} holds RoPE frequencies other than theta = "
+                                         f"{module.config.rope_theta}'s over {module.config.rotary_dim} dims")
+                    _assign_buffer(module, key, tensor)
+                else:
+                    assign_parameter(module, key, nn.Parameter(tensor, requires_grad=False))
+    for key in computed:
+        _assign_buffer(module, key, _rope_freqs(module, device))
+
+
+def _rope_freqs(prior: "ColaPrior", device: torch.device) -> torch.Tensor:
+    return inv_freq(prior.config.rope_theta, prior.config.rotary_dim, torch.float32).to(device)
+
+
+def _assign_buffer(module: nn.Module, name: str, value: torch.Tensor) -> None:
+    owner, _, leaf = name.rpartition(".")
+    module.get_submodule(owner)._buffers[leaf] = value
+
+
+def load_cola(path: PathLike, *, device: Union[str, torch.device] = "cpu", attention=None) -> Cola:
+    """CoLa from a release folder (`find_checkpoint`): configs from the two config.json files, weights
+    streamed into a model built on ``meta`` after a strict key check per part (every missing, unexpected or
+    mis-shaped tensor named in one `CheckpointMismatchError`). Weights are fp32 (the official master
+    weights; the sampler runs bf16 under autocast on CUDA)."""
+    folder = find_checkpoint(path)
+    device = torch.device(device)
+    config = ColaConfig(prior_config_from_hf(folder / PRIOR_FOLDER / "config.json"),
+                        vae_config_from_hf(folder / VAE_FOLDER / "config.json"))
+    with torch.device("meta"):
+        model = Cola(config, attention=attention)
+    _load_part(model.prior, folder / PRIOR_FOLDER, "CoLa prior", device)
+    _load_part(model.vae, folder / VAE_FOLDER, "CoLa VAE", device)
+    return model.eval()
+
+
+def save_cola(model: Cola, folder: PathLike, prior_shards: int = 1) -> Path:
+    """Write ``model`` in the release layout: ``cola_dit/`` and ``cola_vae/``, each with the official
+    config.json keys (plus ``train_length`` for the prior) and safetensors weights, the prior's in
+    ``prior_shards`` files with an index when more than one (tests, converted models)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder).expanduser()
+    p, v = model.config.prior, model.config.vae
+    configs = {
+        PRIOR_FOLDER: dict(model_type="cola_dit", architectures=["ColaDiTModel"], txt_in_channels=p.latent_dim,
+                           txt_out_channels=p.latent_dim, txt_dim=p.dim, emb_dim=p.dim, heads=p.n_head,
+                           head_dim=p.head_dim, expand_ratio=p.mlp_ratio, num_layers=p.n_layer, norm_eps=p.norm_eps,
+                           qk_bias=p.qk_bias, patch_size=1, rope_dim=p.rotary_dim, block_size=p.block_size,
+                           train_length=p.train_length),
+        VAE_FOLDER: dict(model_type="cola_text_vae", architectures=["ColaTextVAEModel"], **VAE_REQUIRED,
+                         vocab_size=v.vocab_size, encoder_num_blocks=v.encoder_layers,
+                         decoder_num_blocks=v.decoder_layers, dim=v.dim, ffn_dim=v.ffn_dim, latent_dim=v.latent_dim,
+                         num_heads=v.n_head, layer_norm_eps=v.norm_eps, post_norm=v.post_norm, clip_qkv=v.clip_qkv,
+                         rope_theta=v.rope_theta, block_causal=v.block_size > 0, block_size=max(v.block_size, 1),
+                         scaling_factor=v.scaling_factor, shifting_factor=v.shifting_factor),
+    }
+    for part, module, shards in ((PRIOR_FOLDER, model.prior, prior_shards), (VAE_FOLDER, model.vae, 1)):
+        sub = folder / part
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / "config.json").write_text(json.dumps(configs[part], indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        state = {k: t.detach().cpu().contiguous() for k, t in module.state_dict().items()}
+        if shards == 1:
+            save_file(state, str(sub / "model.safetensors"), metadata={"format": "pt"})
+            continue
+        names, weight_map = list(state), {}
+        for number in range(1, shards + 1):
+            file = f"model-{number:05d}-of-{shards:05d}.safetensors"
+            group = names[number - 1::shards]
+            save_file({k: state[k] for k in group}, str(sub / file), metadata={"format": "pt"})
+            weight_map.update({k: file for k in group})
+        total = sum(t.numel() * t.element_size() for t in state.values())
+        (sub / INDEX_FILE).write_text(json.dumps(dict(metadata=dict(total_size=total), weight_map=weight_map),
+                                                 indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+def load_cola_tokenizer(folder: PathLike):
+    """The OLMo 2 BPE tokenizer of the release (``tokenizer.json`` in ``folder``), a `tokenizers.Tokenizer`."""
+    folder = Path(folder).expanduser()
+    file = folder / TOKENIZER_FILE
+    if not file.is_file():
+        raise FileNotFoundError(f"{folder} has no {TOKENIZER_FILE}; pass the CoLa release folder (the download "
+                                f"of ByteDance-Seed/Cola-DLM holds tokenizer.json at its root)")
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as e:  # tokenizers raises its own Exception subclass for a malformed file
+        raise ValueError(f"{file} is not a readable tokenizers file: {e}") from e
