@@ -68,11 +68,12 @@ struct AttnKernelParams {
   float scale_log2;         // scale * log2(e): logits are kept in base 2
   float control_bias_log2;  // section 3: -log(L/T) log2(e) on control rows' body-key logits
 
-  // Work split per (batch, query head): control_tiles x control_chunks CTAs of kControlTileRows control rows
-  // (split-K over the body keys, chunks of control_chunk_keys, and inside a CTA over its warps; partial
-  // results in ctrl_o / ctrl_lse, merged by the combine kernel), then body_tiles CTAs. Body tile t holds rows [max(qb * tile_block, first_row) +
-  // s * kBlockM, ...) with qb = first_tile_block + t / tiles_per_block, s = t % tiles_per_block, clipped
-  // to block qb's rows (tile_block = Qb for rangeswa, so a tile's rows share their retrieved blocks).
+  // Work split per (batch, query head): control_tiles x control_chunks CTAs of kControlTileRows control
+  // rows (split-K over the body keys, chunks of control_chunk_keys, and inside a CTA over its warps;
+  // partial results in ctrl_o / ctrl_lse, merged by the combine kernel), then body_tiles CTAs. Body tile t
+  // holds rows [max(qb * tile_block, first_row) + s * kBlockM, ...) with qb = first_tile_block + t /
+  // tiles_per_block, s = t % tiles_per_block, clipped to block qb's rows (tile_block = Qb for rangeswa, so a
+  // tile's rows share their retrieved blocks).
   int32_t control_tiles, control_chunks, control_chunk_keys, body_tiles;
   int32_t tile_block, tiles_per_block, first_tile_block;
   // One launch runs every tile of every head (attn_launch.h run_attn). Divisions of the CTA index: by the

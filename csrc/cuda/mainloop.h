@@ -96,7 +96,7 @@ RSWA_HD KvTile control_unit(const KvTile& t, int warp, int32_t first) {
   u.a = t.a + c0;
   u.n = c0 < t.width ? imax(0, imin(kCtrlCols, t.n - c0)) : 0;
   u.width = kCtrlCols;
-  u.excluded = c0 < 64 ? t.excluded >> c0 : 0;
+  u.excluded = t.excluded >> c0;
   return u;
 }
 
@@ -480,11 +480,14 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
 // 16-column unit of each tile (control_unit), so the 4 warps split the chunk's keys; every row sees every
 // key of the records, so a unit is a full tile (column fix-ups past its keys). Each warp leaves its
 // normalised partial output and base-2 log-sum-exp, merged with the other parts by the combine kernel.
+// sBounds: the body's row-bounds buffer, which warp_tile reads on a fixed-up tile but uses only on masked
+// ones (any values serve here).
 template <typename Traits>
 __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const QueryTile& t, int32_t head,
                                              const typename Traits::Element* sQ, typename Traits::Element* sK,
                                              typename Traits::Element* sV, const Record* sRec,
-                                             const RecordArrays<typename Traits::Element>* sArrays, int32_t count) {
+                                             const RecordArrays<typename Traits::Element>* sArrays, int32_t count,
+                                             const int32_t* sBounds) {
   using Element = typename Traits::Element;
   constexpr int N = Traits::kBlockN, Dp = Traits::kHeadDim, MB = Traits::kMBlocks, DT = Dp / 8;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tq = lane % 4, gq = lane / 4;
@@ -511,7 +514,8 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
         const int32_t unit = (mine.a - cur.a) * Traits::kStride;
         const WarpTile<Element> w{sQ, sK + stage * Traits::kKVElems + unit, sV + stage * Traits::kKVElems + unit,
                                   lane, gq, TileWork::kFull, has_column_fixups(mine, -1), false, mine, -1,
-                                  nullptr, nullptr, nullptr, 0, 0, p.scale_log2, sRec[cur.record].bias_log2, 0.f};
+                                  sBounds, sBounds + Traits::kBlockM, nullptr, 0, 0, p.scale_log2,
+                                  sRec[cur.record].bias_log2, 0.f};
         warp_tile<Traits, kCtrlCols>(o, softmax, w);
       }
       first = (first + cur.width / kCtrlCols) % kControlSplit;
@@ -563,7 +567,8 @@ __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const Que
   fill_row<Traits>(sQ + tid * Traits::kStride, row, nullptr, nullptr, 1.f, p.rotary_half, p.D, p.interleaved,
                    slot_rows_in_chunks<Traits>(p, q_rows));
   control_walk<Traits>(p, t, head, sQ, reinterpret_cast<Element*>(smem + Layout::kK),
-                       reinterpret_cast<Element*>(smem + Layout::kV), sRec, sArrays, count);
+                       reinterpret_cast<Element*>(smem + Layout::kV), sRec, sArrays, count,
+                       reinterpret_cast<const int32_t*>(smem + Layout::mixed(p.max_records, p.retrieved_k)));
 }
 
 template <typename Traits>
