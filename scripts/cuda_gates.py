@@ -380,20 +380,28 @@ def spill_gate(sources=SPILL_SOURCES, archs=("80", "90a")) -> dict:
     {(source, arch): stats with a 'failures' list} (no spill, no stack, at most 255 registers)."""
     if nvcc_path() is None:
         raise FileNotFoundError("the gates need nvcc (CUDA_HOME)")
-    results = {}
+    from concurrent.futures import ThreadPoolExecutor
+
+    def measure(job: tuple[str, str], workdir: str) -> dict:
+        src, arch = job
+        _, report = compile_kernel(src, arch, os.path.join(workdir, f"{Path(src).stem}_{arch}"))
+        stats = ptxas_stats(report)
+        fails = []
+        if stats["spill_stores"] or stats["spill_loads"] or stats["stack"]:
+            fails.append(f"{stats['spill_stores']} B spilled, {stats['stack']} B stack")
+        if stats["registers"] is None or stats["registers"] > LIMITS["max_registers"]:
+            fails.append(f"registers {stats['registers']} > {LIMITS['max_registers']}")
+        stats["failures"] = fails
+        return stats
+
+    jobs = [(src, arch) for src in sources for arch in archs]
     with tempfile.TemporaryDirectory() as workdir:
-        for src in sources:
-            for arch in archs:
-                _, report = compile_kernel(src, arch, workdir)
-                stats = ptxas_stats(report)
-                fails = []
-                if stats["spill_stores"] or stats["spill_loads"] or stats["stack"]:
-                    fails.append(f"{stats['spill_stores']} B spilled, {stats['stack']} B stack")
-                if stats["registers"] is None or stats["registers"] > LIMITS["max_registers"]:
-                    fails.append(f"registers {stats['registers']} > {LIMITS['max_registers']}")
-                stats["failures"] = fails
-                results[(src, arch)] = stats
-    return results
+        for src, arch in jobs:
+            os.makedirs(os.path.join(workdir, f"{Path(src).stem}_{arch}"))
+        # One nvcc per core: the GPU script gives the gates a minute.
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            measured = list(pool.map(lambda job: measure(job, workdir), jobs))
+    return dict(zip(jobs, measured))
 
 
 def failures(stats: dict) -> list[str]:
