@@ -18,12 +18,12 @@ import torch.nn as nn
 from ..reference.rope import inv_freq
 from .cola import Cola, ColaConfig, ColaPrior, ColaPriorConfig
 from .cola_vae import ColaVAEConfig
-from .strict import assign_parameter, check_state_dict, require_keys, safetensors_shapes
+from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, require_keys, shard_shapes,
+                     safetensors_shapes)
 
 PathLike = Union[str, Path]
 
 PRIOR_FOLDER, VAE_FOLDER = "cola_dit", "cola_vae"
-INDEX_FILE = "model.safetensors.index.json"
 TOKENIZER_FILE = "tokenizer.json"
 #: Prior config.json keys that set sizes, required: the official class's defaults (configuration_cola_dit.py:
 #: 57-69) would silently give another model (its block_size 4; the release's is 16).
@@ -133,17 +133,8 @@ def vae_config_from_hf(file: PathLike) -> ColaVAEConfig:
 def weight_files(folder: Path) -> dict[str, Path]:
     """Tensor name -> the safetensors file holding it: from ``model.safetensors.index.json`` when present
     (every listed shard checked to exist), else from every ``*.safetensors`` of the folder."""
-    index = folder / INDEX_FILE
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"{index} is not a safetensors index (a JSON object with a 'weight_map'): {e}") from e
-        files = {name: folder / file for name, file in weight_map.items()}
-        absent = sorted({p.name for p in files.values() if not p.is_file()})
-        if absent:
-            raise FileNotFoundError(f"{folder} lacks the shard(s) {', '.join(absent)} that {INDEX_FILE} lists; "
-                                    f"the download is incomplete")
+    files = indexed_shards(folder)
+    if files is not None:
         return files
     files = {}
     for file in sorted(folder.glob("*.safetensors")):
@@ -163,12 +154,7 @@ def _load_part(module: nn.Module, folder: Path, name: str, device: torch.device)
     from safetensors import safe_open
 
     files = weight_files(folder)
-    shapes = {}
-    for file in sorted(set(files.values())):
-        shapes.update({k: s for k, s in safetensors_shapes(file).items() if files.get(k) == file})
-    unlisted = sorted(set(files) - set(shapes))
-    if unlisted:
-        raise ValueError(f"{folder / INDEX_FILE} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
+    shapes = shard_shapes(files, folder)
     buffers = {k: tuple(b.shape) for k, b in module.named_buffers()}
     computed = {} if buffers.keys() & shapes.keys() else buffers
     check_state_dict(module, {k: torch.empty(s, device="meta") for k, s in {**shapes, **computed}.items()},

@@ -27,7 +27,8 @@ import torch.nn.functional as F
 
 from ..masking import valid_ranges
 from .linear import Linear
-from .strict import assign_parameter, check_state_dict, require_keys, safetensors_shapes
+from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, require_keys, shard_shapes,
+                     safetensors_shapes)
 
 PathLike = Union[str, Path]
 
@@ -244,7 +245,6 @@ _REQUIRED_CONFIG = dict(activation_type="silu", block_type="llama", layer_norm_t
 _CONFIG_KEYS = dict(n_layers="n_layer", d_model="dim", n_heads="n_head", mlp_hidden_size="mlp_dim",
                     embedding_size="vocab_size", rms_norm_eps="norm_eps", rope_theta="rope_theta",
                     max_sequence_length="train_length", mask_token_id="mask_id", eos_token_id="eos_id")
-INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
 
@@ -294,18 +294,9 @@ def shard_map(folder: PathLike) -> dict[str, Path]:
     """Tensor name -> the safetensors file holding it, from the index (or the single file), every file checked
     to exist."""
     folder = find_checkpoint(folder)
-    index = folder / INDEX_FILE
-    if not index.is_file():
+    files = indexed_shards(folder)
+    if files is None:
         return {name: folder / SINGLE_FILE for name in safetensors_shapes(folder / SINGLE_FILE)}
-    try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"{index} is not a safetensors index (a JSON object with a 'weight_map'): {e}") from e
-    files = {name: folder / file for name, file in weight_map.items()}
-    absent = sorted({p.name for p in files.values() if not p.is_file()})
-    if absent:
-        raise FileNotFoundError(f"{folder} lacks the shard(s) {', '.join(absent)} that {INDEX_FILE} lists; "
-                                f"the download is incomplete")
     return files
 
 
@@ -328,12 +319,7 @@ def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dt
     files = shard_map(folder)
     with torch.device("meta"):
         model = LLaDA(config, attention=attention)
-    shapes = {}
-    for file in sorted(set(files.values())):
-        shapes.update({name: shape for name, shape in safetensors_shapes(file).items() if files.get(name) == file})
-    unlisted = sorted(set(files) - set(shapes))
-    if unlisted:
-        raise ValueError(f"{folder / INDEX_FILE} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
+    shapes = shard_shapes(files, folder)
     check_state_dict(model, {k: torch.empty(s, device="meta") for k, s in shapes.items()}, str(folder), "LLaDA")
 
     for file in sorted(set(files.values())):

@@ -3,11 +3,15 @@ dict and the model (missing, unexpected and wrongly shaped keys) is named in one
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Mapping
 
 import torch
 import torch.nn as nn
+
+# A Hugging Face folder's map of sharded safetensors weights.
+INDEX_FILE = "model.safetensors.index.json"
 
 
 def require_keys(config: Mapping, keys, file, model: str) -> None:
@@ -61,6 +65,36 @@ def safetensors_shapes(file: Path) -> dict[str, tuple]:
             return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
     except (SafetensorError, OSError) as e:
         raise ValueError(f"{file} is not a readable safetensors file: {e}") from e
+
+
+def indexed_shards(folder: Path) -> dict[str, Path] | None:
+    """Tensor name -> shard file from ``folder``'s ``model.safetensors.index.json``, every listed shard checked
+    to exist; None when the folder has no index."""
+    index = folder / INDEX_FILE
+    if not index.is_file():
+        return None
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{index} is not a safetensors index (a JSON object with a 'weight_map'): {e}") from e
+    files = {name: folder / file for name, file in weight_map.items()}
+    absent = sorted({p.name for p in files.values() if not p.is_file()})
+    if absent:
+        raise FileNotFoundError(f"{folder} lacks the shard(s) {', '.join(absent)} that {INDEX_FILE} lists; "
+                                f"the download is incomplete")
+    return files
+
+
+def shard_shapes(files: Mapping[str, Path], folder: Path) -> dict[str, tuple]:
+    """Name -> shape of every tensor of a shard map (tensor -> file), from the shards' headers; a tensor the
+    index of ``folder`` lists that its shard does not hold is an error."""
+    shapes = {}
+    for file in sorted(set(files.values())):
+        shapes.update({name: shape for name, shape in safetensors_shapes(file).items() if files.get(name) == file})
+    unlisted = sorted(set(files) - set(shapes))
+    if unlisted:
+        raise ValueError(f"{folder / INDEX_FILE} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
+    return shapes
 
 
 def assign_parameter(model: nn.Module, name: str, value: nn.Parameter) -> None:
