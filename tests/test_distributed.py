@@ -1,7 +1,7 @@
-"""Data parallelism under torchrun (gloo on CPU): the helpers, merging shards, and 2-process runs of
-`rangeswa generate` and `rangeswa sweep` whose outputs equal one process's byte for byte."""
+"""Data parallelism under torchrun (gloo on CPU): the helpers, and 2-process runs of `rangeswa generate`
+and `rangeswa sweep` whose outputs equal one process's byte for byte (the shard files and their merge:
+test_resumable.py)."""
 
-import json
 import os
 import subprocess
 import sys
@@ -10,14 +10,10 @@ import pytest
 import torch
 
 from helpers_sweep import CONFIG, snapshot, write_config
-from rangeswa_ext import distributed
+from rangeswa_ext import distributed, resumable
 from rangeswa_ext.cli import main
-from rangeswa_ext.generate import merge_shards
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-SETTINGS = dict(model="elf-tiny", method="swa", method_options={}, length=24, seed=7, sampler="sde", steps=2,
-                gamma=1.5, omega=3.0, dtype="fp32")
 
 
 def torchrun(*argv, processes=2):
@@ -28,10 +24,6 @@ def torchrun(*argv, processes=2):
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
-
-
-def line(index, text="x"):
-    return (json.dumps({"index": index, **SETTINGS, "ids": [5], "text": text}) + "\n").encode()
 
 
 # ---------------------------------------------------------------- helpers
@@ -65,43 +57,6 @@ def test_no_op_without_torchrun(monkeypatch):
     assert distributed.deal(list(range(7)), distributed.World(1, 3)) == [1, 4]
 
 
-def test_shard_files(tmp_path):
-    out = tmp_path / "s[1].jsonl"  # glob characters in the name are taken literally
-    for rank in (10, 2, 0):
-        distributed.shard_path(out, rank).write_text("")
-    (tmp_path / "s[1].jsonl.rank1.tmp").write_text("")
-    (tmp_path / "other.jsonl.rank3").write_text("")
-    assert distributed.shard_paths(out) == [tmp_path / f"s[1].jsonl.rank{r}" for r in (0, 2, 10)]
-    assert distributed.shard_paths(tmp_path / "missing" / "x.jsonl") == []
-    distributed.write_atomic(tmp_path / "new" / "a.json", b"{}")
-    assert (tmp_path / "new" / "a.json").read_bytes() == b"{}" and not list((tmp_path / "new").glob(".*"))
-
-
-def test_merge_appends_missing_samples_in_index_order(tmp_path, capsys):
-    out = tmp_path / "s.jsonl"
-    out.write_bytes(line(0) + line(1))
-    distributed.shard_path(out, 0).write_bytes(line(4) + line(2) + line(6)[:25])  # killed mid-line
-    distributed.shard_path(out, 1).write_bytes(line(3) + line(1))  # 1 was merged before a kill
-    merge_shards(out, SETTINGS)
-    assert out.read_bytes() == b"".join(line(k) for k in (0, 1, 2, 3, 4))
-    assert distributed.shard_paths(out) == [] and not list(tmp_path.glob(".*"))
-    assert "dropped an incomplete last line (25 bytes)" in capsys.readouterr().err
-
-
-def test_merge_refuses_conflicts_and_other_settings(tmp_path):
-    out = tmp_path / "s.jsonl"
-    out.write_bytes(line(0))
-    shard = distributed.shard_path(out, 1)
-    shard.write_bytes(line(0, text="different"))
-    with pytest.raises(ValueError, match="s.jsonl.rank1 holds a sample 0 that differs"):
-        merge_shards(out, SETTINGS)
-    assert out.read_bytes() == line(0) and shard.exists()
-    shard.write_bytes(line(1))
-    with pytest.raises(ValueError, match="holds samples of another configuration .*seed=7"):
-        merge_shards(out, {**SETTINGS, "seed": 8})
-    assert out.read_bytes() == line(0) and shard.read_bytes() == line(1)
-
-
 # ---------------------------------------------------------------- torchrun
 
 
@@ -120,7 +75,7 @@ def test_torchrun_generate_equals_one_process(generate_args, tmp_path):
     assert main([str(a) for a in generate_args(single)]) == 0
     done = torchrun(*generate_args(merged))
     assert merged.read_bytes() == single.read_bytes()
-    assert distributed.shard_paths(merged) == []
+    assert resumable.shard_paths(merged) == []
     assert done.stdout.count("wrote 5 sample(s); 0 were already there") == 1  # rank 0 reports the total
 
 
@@ -132,13 +87,13 @@ def test_torchrun_resumes_a_killed_torchrun(generate_args, tmp_path):
     for resume in ("torchrun", "one process"):
         out = tmp_path / f"{resume}.jsonl"
         # Batches [0, 2) and [4, 5) are rank 0's, [2, 4) rank 1's; each rank was killed partway.
-        distributed.shard_path(out, 0).write_bytes(lines[0] + lines[1][:30])
-        distributed.shard_path(out, 1).write_bytes(lines[2])
+        resumable.shard_path(out, 0).write_bytes(lines[0] + lines[1][:30])
+        resumable.shard_path(out, 1).write_bytes(lines[2])
         if resume == "torchrun":
             assert "wrote 3 sample(s); 2 were already there" in torchrun(*generate_args(out)).stdout
         else:
             assert main([str(a) for a in generate_args(out)]) == 0
-        assert out.read_bytes() == single.read_bytes() and distributed.shard_paths(out) == []
+        assert out.read_bytes() == single.read_bytes() and resumable.shard_paths(out) == []
 
 
 def test_torchrun_sweep_equals_one_process(assets, tmp_path):

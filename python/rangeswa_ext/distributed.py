@@ -1,9 +1,9 @@
-"""Data parallelism for `rangeswa generate`, `rangeswa score` and `rangeswa sweep` under torchrun.
+"""Data parallelism for the commands under torchrun (`resumable` builds their runs on it).
 
 torchrun starts one process per GPU and sets ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``; a run is
 distributed exactly when ``WORLD_SIZE > 1``, and then `session` joins the process group (NCCL for CUDA
-devices, gloo on the CPU). Work is dealt round-robin (`deal`); each rank appends its samples to its own
-shard file beside the output (`shard_path`) and rank 0 merges the shards. Every rank must reach the same
+devices, gloo on the CPU). Work is dealt round-robin (`deal`); each rank appends its share to its own
+shard file beside the output and rank 0 merges the shards (resumable.py). Every rank must reach the same
 collective calls in the same order, so a decision that reads files is made on rank 0 and handed to all
 (`on_main`). Outside torchrun every helper is a no-op for a world of one process. Several nodes need the
 output folder on a filesystem all of them see.
@@ -12,13 +12,11 @@ output folder on a filesystem all of them see.
 from __future__ import annotations
 
 import datetime
-import glob
 import itertools
 import os
 import pickle
-import re
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TypeVar
@@ -151,18 +149,6 @@ def on_main(fn: Callable[[], T]) -> T:
     return value
 
 
-@contextmanager
-def held_by_main(make: Callable[[], AbstractContextManager]):
-    """Rank 0 holds the context ``make()`` (an output lock) for the block; when entering it fails, every
-    rank raises that error (`on_main`). Without a group the process itself holds it."""
-    with ExitStack() as stack:
-        def enter() -> None:
-            stack.enter_context(make())
-
-        on_main(enter)
-        yield
-
-
 def _exchange(kind: str):
     """The process group's key-value store and a fresh key, the same on every rank (they make the same calls).
 
@@ -171,20 +157,6 @@ def _exchange(kind: str):
     process ("terminate called without an active exception"), which the store cannot do.
     """
     return dist.distributed_c10d._get_default_store(), f"rangeswa/{kind}/{next(_EXCHANGES)}"
-
-
-def shard_path(out: Path, rank: int) -> Path:
-    """The shard file rank ``rank`` writes its part of ``out`` to: ``<out>.rank<rank>`` beside it."""
-    return out.with_name(f"{out.name}.rank{rank}")
-
-
-def shard_paths(out: Path) -> list[Path]:
-    """The shard files of ``out`` that exist, whatever world wrote them, by rank."""
-    pattern = re.compile(re.escape(out.name) + r"\.rank(\d+)")
-    if not out.parent.is_dir():
-        return []
-    found = [p for p in out.parent.glob(f"{glob.escape(out.name)}.rank*") if pattern.fullmatch(p.name)]
-    return sorted(found, key=lambda p: int(pattern.fullmatch(p.name).group(1)))
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -16,23 +16,20 @@ every sample in the same batch as an uninterrupted one.
 
 Under ``torchrun`` (``WORLD_SIZE > 1``) the batches are dealt round-robin over the ranks; each rank appends
 its samples to its own shard file ``<out>.rank<r>`` and rank 0 merges the shards into ``out`` in index
-order (`merge_shards`), so the file equals a one-process run's (docs/evaluation.md).
+order, so the file equals a one-process run's (resumable.py, docs/evaluation.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
-import sys
 from pathlib import Path
 from typing import Optional
 
 import torch
 from tqdm import tqdm
 
-from . import backbones, distributed, outputs
+from . import backbones, distributed, outputs, resumable
 from .arguments import device as device_type
 from .arguments import integer, number, output_file
 from .config import RangeSWAConfig
@@ -129,25 +126,14 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
     if prompts is not None:
         settings.update(prompts=Path(prompts).name, prompt_tokens=prompt_tokens)
     wanted = range(start_index, start_index + num_samples)
-    # One run writes `out` at a time: a second one is refused, not interleaved (outputs.exclusive).
-    with distributed.session(device) as world, distributed.held_by_main(lambda: outputs.exclusive(out)):
-        done, leftovers = distributed.on_main(lambda: read_run(out, settings))
-        missing = {k for k in wanted if k not in done}
-        result = GenerateResult(out, written=0, already_done=num_samples - len(missing))
-        # One process without leftover shards appends to `out` itself; otherwise every rank writes a shard.
-        sharded = world.size > 1 or leftovers
-        every_batch = aligned_batches(wanted, batch_size, set(wanted))
-        batches = [(first, last) for first, last in distributed.deal(every_batch, world)
-                   if any(k in missing for k in range(first, last))]
-        written = 0
+    with resumable.session(device, out) as world:
+        lines = resumable.LineFile(out, settings, world)
+        missing = lines.missing(wanted)
+        batches = resumable.batches(wanted, batch_size, missing, world)
         if batches:
-            target = distributed.shard_path(out, world.rank) if sharded else out
-            written = _write_batches(target, batches, missing, settings, backbone, sampler_config, checkpoint_file,
-                                     tokenizer_folder, device, progress and world.main, prompt_texts)
-        if sharded:
-            written = sum(distributed.all_gather(written))
-            distributed.on_main(lambda: merge_shards(out, settings))
-    return dataclasses.replace(result, written=written)
+            _write_batches(lines, batches, missing, backbone, sampler_config, checkpoint_file, tokenizer_folder,
+                           device, progress and world.main, prompt_texts)
+        return GenerateResult(out, written=lines.finish(), already_done=num_samples - len(missing))
 
 
 def sampler_config_for(backbone: backbones.Backbone, model: str, options: dict):
@@ -189,128 +175,29 @@ def _prompt_ids(backbone, tok, texts: list[str], index: int, prompt_tokens: Opti
     return ids
 
 
-def _write_batches(target: Path, batches: list[tuple[int, int]], missing: set, settings: dict,
-                   backbone: backbones.Backbone, sampler_config, checkpoint_file: Path, tokenizer_folder: Path,
-                   device: torch.device, progress: bool, prompt_texts: Optional[list[str]] = None) -> int:
-    """Sample ``batches`` and append their ``missing`` indices to ``target``, one line each; returns how many."""
+def _write_batches(lines: resumable.LineFile, batches: list[range], missing: set, backbone: backbones.Backbone,
+                   sampler_config, checkpoint_file: Path, tokenizer_folder: Path, device: torch.device,
+                   progress: bool, prompt_texts: Optional[list[str]] = None) -> None:
+    """Sample ``batches`` and append their ``missing`` indices to ``lines``, one line each."""
+    settings = lines.settings
     tok = backbone.load_tokenizer(tokenizer_folder)
     net = backbone.load(checkpoint_file, settings["model"], device)
     backbone.check_tokenizer(net, tok, tokenizer_folder)
     net.set_attention(backbone.attention(net, settings["method"], **settings["method_options"]))
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    written = 0
-    total = sum(k in missing for first, last in batches for k in range(first, last))
-    with open(target, "ab") as file, tqdm(total=total, desc="samples", unit="sample", disable=not progress) as bar:
-        for first, last in batches:
+    total = sum(k in missing for batch in batches for k in batch)
+    with tqdm(total=total, desc="samples", unit="sample", disable=not progress) as bar:
+        for batch in batches:
             prompts = None
             if prompt_texts is not None:
-                prompts = [_prompt_ids(backbone, tok, prompt_texts, k, settings["prompt_tokens"])
-                           for k in range(first, last)]
-            rows = backbone.sample(net, tok, first, last - first, settings["length"], settings["seed"], sampler_config,
-                                   autocast_dtype=DTYPES[settings["dtype"]], progress=progress, prompts=prompts)
-            texts = backbone.decode(tok, rows)
-            for offset, (row, text) in enumerate(zip(rows, texts)):
-                index = first + offset
-                if index not in missing:
-                    continue
-                line = {"index": index, **settings, "ids": row, "text": text}
-                if prompts is not None:
-                    line.update(prompt_ids=prompts[offset], prompt=backbone.decode(tok, [prompts[offset]])[0])
-                file.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
-                file.flush()
-                written += 1
-                bar.update(1)
-            os.fsync(file.fileno())
-    return written
-
-
-def read_run(out: Path, settings: dict) -> tuple[set[int], bool]:
-    """The sample indices in ``out`` and in any shard files beside it, and whether such shards exist
-    (`read_done` on each: an incomplete last line is cut off, a line of other settings is an error)."""
-    shards = distributed.shard_paths(out)
-    done = read_done(out, settings)
-    for shard in shards:
-        done |= read_done(shard, settings)
-    return done, bool(shards)
-
-
-def merge_shards(out: Path, settings: dict) -> None:
-    """Append the samples of ``out``'s shard files that ``out`` lacks, in index order, then delete the shards.
-
-    Every shard is read like ``out`` (same settings, no repeated index, an incomplete last line cut off).
-    ``out`` is rewritten atomically (temporary file, then `os.replace`); its lines stay as they were and
-    first. A sample both in ``out`` and in a shard (a kill between the replace and the deletion) or in two
-    shards must be the same line byte for byte, or the merge stops with an error and changes nothing.
-    """
-    shards = distributed.shard_paths(out)
-    if not shards:
-        return
-    kept = read_lines(out, settings)
-    new: dict[int, bytes] = {}
-    for shard in shards:
-        for index, line in read_lines(shard, settings).items():
-            known = kept.get(index, new.get(index))
-            if known is not None and known != line:
-                raise ValueError(f"{shard} holds a sample {index} that differs from the one already merged from "
-                                 f"{out} or another shard; the runs that wrote them differ. Move the shard away to "
-                                 f"keep the samples in {out}")
-            if index not in kept:
-                new[index] = line
-    if new:
-        head = out.read_bytes() if out.exists() else b""
-        distributed.write_atomic(out, head + b"".join(new[k] for k in sorted(new)))
-    for shard in shards:
-        shard.unlink()
-
-
-def aligned_batches(wanted: range, batch_size: int, missing: set) -> list[tuple[int, int]]:
-    """``[first, last)`` of each batch ``wanted.start + j * batch_size`` that holds a missing index."""
-    batches = []
-    for first in range(wanted.start, wanted.stop, batch_size):
-        last = min(first + batch_size, wanted.stop)
-        if any(k in missing for k in range(first, last)):
-            batches.append((first, last))
-    return batches
-
-
-def read_done(path: Path, settings: dict) -> set[int]:
-    """Sample indices already in ``path`` (none if it does not exist).
-
-    An incomplete last line (no final newline: a run killed mid-write) is cut off the file, with a
-    note on stderr. Any complete line that is not a sample of exactly these settings, or a repeated
-    index, is an error: the file belongs to another run or was edited.
-    """
-    return set(read_lines(path, settings))
-
-
-def read_lines(path: Path, settings: dict) -> dict[int, bytes]:
-    """`read_done`'s samples with their lines: index -> the line's bytes, newline included, in file order."""
-    if not path.exists():
-        return {}
-    data = path.read_bytes()
-    complete = data.rfind(b"\n") + 1
-    done = {}
-    lines = data[:complete].splitlines(keepends=True)
-    for number, line, sample_line in json_objects(path, lines, advice=" Fix or move the file."):
-        if not isinstance(sample_line.get("index"), int):
-            raise ValueError(f"{path}, line {number}: not a sample written by rangeswa generate (no 'index')")
-        differ = [k for k in settings if sample_line.get(k) != settings[k]]
-        if differ:
-            found = ", ".join(f"{k}={sample_line.get(k)!r}" for k in differ)
-            asked = ", ".join(f"{k}={settings[k]!r}" for k in differ)
-            raise ValueError(f"{path} holds samples of another configuration (line {number}: {found}); this run "
-                             f"asks for {asked}. Write to another --out file, or rerun with the file's settings")
-        if sample_line["index"] in done:
-            raise ValueError(f"{path}, line {number}: sample index {sample_line['index']} appears twice")
-        done[sample_line["index"]] = line
-    if complete < len(data):
-        with open(path, "r+b") as file:
-            file.truncate(complete)
-            os.fsync(file.fileno())
-        print(f"{path}: dropped an incomplete last line ({len(data) - complete} bytes) left by an interrupted run; "
-              f"that sample is generated again", file=sys.stderr)
-    return done
+                prompts = [_prompt_ids(backbone, tok, prompt_texts, k, settings["prompt_tokens"]) for k in batch]
+            rows = backbone.sample(net, tok, batch.start, len(batch), settings["length"], settings["seed"],
+                                   sampler_config, autocast_dtype=DTYPES[settings["dtype"]], progress=progress,
+                                   prompts=prompts)
+            samples = [{"ids": row, "text": text} for row, text in zip(rows, backbone.decode(tok, rows))]
+            for sample, ids in zip(samples, prompts or []):
+                sample.update(prompt_ids=ids, prompt=backbone.decode(tok, [ids])[0])
+            bar.update(lines.append(dict(zip(batch, samples))))
 
 
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:

@@ -13,11 +13,11 @@ Output folder:
 A verdict line: ``{"index", <the settings: model, method_a, method_b, length, seed, judge, prompt, context,
 per_text, dtype>, "texts" (a hash of the two texts), "tokens" (each text's judge tokens before any cut),
 "cut", "ab", "ba" (label A and B logits of each order), "outcome"}``. Rerunning resumes like `rangeswa
-generate` (generate.read_lines: an incomplete last line is cut off, a line of other settings is an error)
-and a verdict whose texts changed since is an error. Pairs are judged in batches of ``batch_size`` pairs
-(two judge inputs each) aligned to the sorted indices, each batch's lines written and synced before the
-next, so a killed run loses at most the batch in flight. Under torchrun the batches are dealt over the
-ranks, each writes ``<file>.rank<r>`` and rank 0 merges (generate.merge_shards).
+generate` (resumable.py: an incomplete last line is cut off, a line of other settings is an error) and a
+verdict whose texts changed since is an error. Pairs are judged in batches of ``batch_size`` pairs (two
+judge inputs each) aligned to the sorted indices, each batch's lines written and synced before the next,
+so a killed run loses at most the batch in flight. Under torchrun the batches are dealt over the ranks,
+each writes ``<file>.rank<r>`` and rank 0 merges.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,8 +33,8 @@ from typing import Optional
 
 from tqdm import tqdm
 
-from .. import distributed
-from ..generate import merge_shards, read_lines, resolve_dtype
+from .. import distributed, resumable
+from ..generate import resolve_dtype
 from ..jsonl import json_objects
 from .judge_model import HFJudge, read_prompt
 from .judge_table import RESAMPLES, aggregate, cells_json, outcome, table17
@@ -67,6 +66,12 @@ class Comparison:
     def settings(self, judge_settings: dict) -> dict:
         return {"model": self.model, "method_a": self.a, "method_b": self.b, "length": self.length,
                 "seed": self.seed, **judge_settings}
+
+    def check_verdict(self, file: Path, index: int, line: bytes) -> None:
+        """A stored verdict must be on the texts the sources hold now."""
+        if index in self.texts and json.loads(line)["texts"] != texts_hash(*self.texts[index]):
+            raise ValueError(f"{file}: the verdict on sample {index} was made on other texts than the sources "
+                             f"hold now (the samples were regenerated); judge into a new --out folder")
 
 
 @dataclass(frozen=True)
@@ -114,27 +119,20 @@ def judge(sources: Sequence, *, judge_path=None, out, pairs: Optional[Sequence[t
     out = Path(out).expanduser()
     settings = judge_model.settings
     judged = already = 0
-    with distributed.session(device) as world:
-        todo = []
+    with resumable.session(device) as world:
+        todo, mine = [], 0
         for comparison in comparisons:
-            path = comparison.path(out)
-            done, leftovers = distributed.on_main(lambda: _read_verdicts(path, comparison, settings))
-            missing = {k for k in comparison.texts if k not in done}
+            lines = resumable.LineFile(comparison.path(out), comparison.settings(settings), world,
+                                       check=comparison.check_verdict, ensure_ascii=True)
+            missing = lines.missing(comparison.texts)
             already += len(comparison.texts) - len(missing)
-            indices = sorted(comparison.texts)
-            batches = [chunk for chunk in (indices[i:i + batch_size] for i in range(0, len(indices), batch_size))
-                       if missing.intersection(chunk)]
-            todo.append((comparison, missing, distributed.deal(batches, world), world.size > 1 or leftovers))
-        mine = sum(k in missing for _, missing, batches, _ in todo for batch in batches for k in batch)
+            batches = resumable.batches(sorted(comparison.texts), batch_size, missing, world)
+            mine += sum(k in missing for batch in batches for k in batch)
+            todo.append((comparison, lines, batches))
         with tqdm(total=mine, desc="judge", unit="pair", disable=not (progress and world.main)) as bar:
-            for comparison, missing, batches, sharded in todo:
-                path = comparison.path(out)
-                target = distributed.shard_path(path, world.rank) if sharded else path
-                count = _judge_batches(target, batches, missing, comparison, judge_model, bar)
-                if sharded:
-                    count = sum(distributed.all_gather(count))
-                    distributed.on_main(lambda: merge_shards(path, comparison.settings(settings)))
-                judged += count
+            for comparison, lines, batches in todo:
+                _judge_batches(lines, batches, comparison, judge_model, bar)
+                judged += lines.finish()
         cells = distributed.on_main(lambda: render(out, comparisons, settings, resamples))
     return JudgeResult(out, judged, already, cells)
 
@@ -221,7 +219,7 @@ def render(out: Path, comparisons: Sequence[Comparison], settings: dict, resampl
     """Table 17 from the verdict files of ``comparisons``: ``judge.md`` and ``judge.json`` in ``out``."""
     lines = []
     for comparison in comparisons:
-        stored = read_lines(comparison.path(out), comparison.settings(settings))
+        stored = resumable.read_lines(comparison.path(out), comparison.settings(settings))
         lines += [json.loads(stored[k]) for k in sorted(comparison.texts) if k in stored]
     cells = aggregate(lines, resamples)
     unpaired = sum(c.unpaired for c in comparisons)
@@ -247,50 +245,20 @@ def texts_hash(text_a: str, text_b: str) -> str:
     return hashlib.sha256(json.dumps([text_a, text_b]).encode("utf-8")).hexdigest()[:16]
 
 
-def _judge_batches(target: Path, batches: list[list[int]], missing: set, comparison: Comparison, judge_model,
-                   bar) -> int:
-    """Judge ``batches`` of ``comparison`` and append their ``missing`` pairs to ``target``; returns how many."""
-    if not batches:
-        return 0
-    settings = comparison.settings(judge_model.settings)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    written = 0
-    with open(target, "ab") as file:
-        for batch in batches:
-            cuts = {k: [judge_model.cut(text) for text in comparison.texts[k]] for k in batch}
-            inputs = []
-            for k in batch:  # order ab, then ba
-                (x, _, _), (y, _, _) = cuts[k]
-                inputs += [(x, y), (y, x)]
-            logits = judge_model.logits(inputs)
-            for position, k in enumerate(batch):
-                if k not in missing:
-                    continue
-                ab, ba = logits[2 * position], logits[2 * position + 1]
-                line = {"index": k, **settings, "texts": texts_hash(*comparison.texts[k]),
-                        "tokens": [tokens for _, tokens, _ in cuts[k]], "cut": any(c for _, _, c in cuts[k]),
-                        "ab": list(ab), "ba": list(ba), "outcome": outcome(ab, ba)}
-                file.write((json.dumps(line) + "\n").encode("utf-8"))
-                written += 1
-                bar.update(1)
-            file.flush()
-            os.fsync(file.fileno())
-    return written
-
-
-def _read_verdicts(path: Path, comparison: Comparison, judge_settings: dict) -> tuple[set[int], bool]:
-    """The indices judged in ``path`` and its shard files, and whether shards exist; a verdict made on other
-    texts than the sources hold now is an error."""
-    settings = comparison.settings(judge_settings)
-    shards = distributed.shard_paths(path)
-    done = set()
-    for file in (path, *shards):
-        for index, line in read_lines(file, settings).items():
-            if index in comparison.texts and json.loads(line)["texts"] != texts_hash(*comparison.texts[index]):
-                raise ValueError(f"{file}: the verdict on sample {index} was made on other texts than the sources "
-                                 f"hold now (the samples were regenerated); judge into a new --out folder")
-            done.add(index)
-    return done, bool(shards)
+def _judge_batches(lines: resumable.LineFile, batches: list[list[int]], comparison: Comparison, judge_model,
+                   bar) -> None:
+    """Judge ``batches`` of ``comparison`` and append the pairs ``lines`` lacks to it."""
+    for batch in batches:
+        cuts = {k: [judge_model.cut(text) for text in comparison.texts[k]] for k in batch}
+        inputs = []
+        for k in batch:  # order ab, then ba
+            (x, _, _), (y, _, _) = cuts[k]
+            inputs += [(x, y), (y, x)]
+        logits = judge_model.logits(inputs)
+        verdicts = {k: {"texts": texts_hash(*comparison.texts[k]), "tokens": [n for _, n, _ in cuts[k]],
+                        "cut": any(c for _, _, c in cuts[k]), "ab": list(ab), "ba": list(ba), "outcome": outcome(ab, ba)}
+                    for k, ab, ba in zip(batch, logits[0::2], logits[1::2])}
+        bar.update(lines.append(verdicts))
 
 
 def _split_label(source: str) -> tuple[Optional[str], Path]:

@@ -31,7 +31,7 @@ random needle per repeat and shuffles cumulatively; records are joined with newl
 
 Each method's samples are JSON lines (``<out>/<method>.jsonl``), resumable like `rangeswa generate` (a
 rerun skips what is done, an incomplete last line is dropped) and sharded over torchrun's processes
-(`generate.merge_shards`); then ``niah_<method>.png/.svg`` heatmaps, ``niah_table.csv`` and
+(resumable.py); then ``niah_<method>.png/.svg`` heatmaps, ``niah_table.csv`` and
 ``niah_summary.json`` / ``.md``.
 """
 
@@ -43,7 +43,6 @@ import hashlib
 import importlib.util
 import io
 import json
-import os
 import random
 import re
 from collections import defaultdict
@@ -54,9 +53,9 @@ from typing import Optional
 import torch
 from tqdm import tqdm
 
-from .. import backbones, distributed, outputs
+from .. import backbones, distributed, resumable
 from ..arguments import device, integer, integers, number, output_folder, require
-from ..generate import DTYPES, merge_shards, read_lines, read_run
+from ..generate import DTYPES, resolve_dtype
 from ..jsonl import json_objects
 from ..methods import METHODS, OP_PRESETS
 from ..samplers.llada_sampler import SamplerConfig, generate
@@ -330,9 +329,7 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
     check_grid(lengths, depths, num_needles, repeats, length_buffer)
     records = read_haystack(haystack)
     device = distributed.device_for(device)
-    dtype = ("bf16" if device.type == "cuda" else "fp32") if dtype == "auto" else dtype
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be auto, {' or '.join(DTYPES)}, got {dtype!r}")
+    dtype = resolve_dtype(dtype, device)
     checkpoint = backbone.find_checkpoint(Path(checkpoint).expanduser())
     tokenizer_folder = Path(tokenizer).expanduser()
     if not tokenizer_folder.is_dir():
@@ -350,58 +347,40 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
         return dict(method=method, method_options={"scale_windows": True} if scaled else {}, **common)
 
     written = already = 0
-    with distributed.session(device) as world, distributed.held_by_main(lambda: outputs.exclusive(out, folder=True)):
+    with resumable.session(device, out, folder=True) as world:
         net = tok = builder = None
         for method in methods:
-            settings = settings_of(method)
-            method_options = settings["method_options"]
-            path = out / f"{method}.jsonl"
-            done, leftovers = distributed.on_main(lambda: read_run(path, settings))
-            missing = [t for t in tasks if t.index not in done]
+            lines = resumable.LineFile(out / f"{method}.jsonl", settings_of(method), world)
+            missing = lines.missing(t.index for t in tasks)
             already += len(tasks) - len(missing)
-            sharded = world.size > 1 or leftovers
-            mine = distributed.deal(missing, world)
-            count = 0
+            mine = distributed.deal([t for t in tasks if t.index in missing], world)
             if mine:
                 if net is None:
                     tok = backbone.load_tokenizer(tokenizer_folder)
                     net = backbone.load(checkpoint, model, device)
                     backbone.check_tokenizer(net, tok, tokenizer_folder)
                     builder = PromptBuilder(tok, records, length_buffer)
-                net.set_attention(backbone.attention(net, method, **method_options))
-                target = distributed.shard_path(path, world.rank) if sharded else path
-                count = _run_tasks(target, mine, settings, net, tok, builder, needles, sampler_config, gen_length,
-                                   DTYPES[dtype], progress and world.main)
-            if sharded:
-                count = sum(distributed.all_gather(count))
-                distributed.on_main(lambda: merge_shards(path, settings))
-            written += count
+                net.set_attention(backbone.attention(net, method, **lines.settings["method_options"]))
+                _run_tasks(lines, mine, net, tok, builder, needles, sampler_config, gen_length, DTYPES[dtype],
+                           progress and world.main)
+            written += lines.finish()
         overall = distributed.on_main(lambda: render(out, methods, settings_of, tasks, dpi))
     return NiahResult(out, written, already, overall)
 
 
-def _run_tasks(target: Path, tasks: list[Task], settings: dict, net, tok, builder: PromptBuilder,
+def _run_tasks(lines: resumable.LineFile, tasks: list[Task], net, tok, builder: PromptBuilder,
                needles: list[Needle], sampler_config: SamplerConfig, gen_length: int, autocast_dtype,
-               progress: bool) -> int:
-    """Generate and score ``tasks``, appending one line each to ``target``; returns how many."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    written = 0
-    with open(target, "ab") as file, tqdm(tasks, desc=f"niah {settings['method']}", unit="sample",
-                                          disable=not progress) as bar:
-        for task in bar:
-            needle = needles[task.needle]
-            ids = builder.prompt_ids(needle, task.length, task.depth, task.repeat)
-            answer = generate(net, torch.tensor([ids]), gen_length, sampler_config, seed=settings["seed"],
-                              indices=[task.index], autocast_dtype=autocast_dtype)
-            prediction = tok.decode(answer[0].tolist(), skip_special_tokens=True)
-            line = {"index": task.index, **settings, **dataclasses.asdict(task), "prompt_tokens": len(ids),
-                    "prediction": prediction, "keyword_hit": needle.keyword in prediction,
-                    "score": score(prediction, needle.needle, needle.keyword)}
-            file.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
-            file.flush()
-            written += 1
-        os.fsync(file.fileno())
-    return written
+               progress: bool) -> None:
+    """Generate and score ``tasks``, appending one line each to ``lines``."""
+    for task in tqdm(tasks, desc=f"niah {lines.settings['method']}", unit="sample", disable=not progress):
+        needle = needles[task.needle]
+        ids = builder.prompt_ids(needle, task.length, task.depth, task.repeat)
+        answer = generate(net, torch.tensor([ids]), gen_length, sampler_config, seed=lines.settings["seed"],
+                          indices=[task.index], autocast_dtype=autocast_dtype)
+        prediction = tok.decode(answer[0].tolist(), skip_special_tokens=True)
+        lines.append({task.index: {**dataclasses.asdict(task), "prompt_tokens": len(ids), "prediction": prediction,
+                                   "keyword_hit": needle.keyword in prediction,
+                                   "score": score(prediction, needle.needle, needle.keyword)}})
 
 
 # ----------------------------------------------------------------------------------------- report
@@ -420,7 +399,7 @@ def render(out: Path, methods: Sequence[str], settings_of, tasks: Sequence[Task]
     summary, rows = {}, []
     for method in methods:
         path = out / f"{method}.jsonl"
-        lines = [json.loads(b) for i, b in read_lines(path, settings_of(method)).items() if i in wanted]
+        lines = [json.loads(b) for i, b in resumable.read_lines(path, settings_of(method)).items() if i in wanted]
         cells = cell_scores(lines)
         overall = overall_score({k: v for k, (v, _) in cells.items()})
         per_length = defaultdict(list)
@@ -435,7 +414,7 @@ def render(out: Path, methods: Sequence[str], settings_of, tasks: Sequence[Task]
             plot_heatmap(cells, out / f"niah_{method}", dpi)
     csv = "method,length,depth,samples,score\n" + "".join(",".join(r) + "\n" for r in rows)
     distributed.write_atomic(out / "niah_table.csv", csv.encode())
-    distributed.write_atomic(out / "niah_summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+    resumable.write_json(out / "niah_summary.json", summary)
     distributed.write_atomic(out / "niah_summary.md", summary_markdown(summary).encode())
     return {m: s["overall"] for m, s in summary.items()}
 

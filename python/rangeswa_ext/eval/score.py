@@ -13,14 +13,13 @@ Under torchrun (``WORLD_SIZE > 1``) the Gen. PPL scorer batches are dealt over t
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from tqdm import tqdm
 
-from .. import distributed
+from .. import distributed, resumable
 from ..arguments import device, integer, output_file, require
 from ..jsonl import json_objects
 from .genppl import (
@@ -123,7 +122,7 @@ def score_file(
     prompts = [s.get("prompt") for s in samples] if any("prompt" in s for s in samples) else None
     result: dict = {"file": str(path), "samples": len(samples)}
     device = distributed.device_for(device)
-    with distributed.session(device) as world:
+    with resumable.session(device) as world:
         if "ppl" in names:
             if world.size > 1:
                 model, tokenizer = load_scorer(scorer, device=device, dtype=dtype)
@@ -145,7 +144,7 @@ def score_file(
             result.update(c2=continuity.c2, c2_reference=continuity.reference, c2_docs=continuity.docs)
         out = default_output(path) if out is None else Path(out)
         if world.main:
-            distributed.write_atomic(out, (json.dumps(result, indent=2) + "\n").encode("utf-8"))
+            resumable.write_json(out, result)
     return result
 
 

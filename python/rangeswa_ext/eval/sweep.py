@@ -30,7 +30,7 @@ from typing import Optional
 
 from tqdm import tqdm
 
-from .. import backbones, distributed, outputs
+from .. import backbones, distributed, outputs, resumable
 from ..arguments import require
 from ..generate import DTYPES, METHOD_OPTION_EXAMPLES, METHOD_OPTIONS, check_method_options, generate, sampler_config_for
 from ..methods import METHODS
@@ -264,9 +264,8 @@ def sweep(path, *, render_only: bool = False, progress: bool = True) -> dict:
     outputs.check_folder(config.output, "output")
     runs = config.runs()
     ran = 0
-    # One sweep writes an output folder at a time (outputs.exclusive); the same process may nest (the demo).
-    with distributed.session(device) as world, \
-            distributed.held_by_main(lambda: outputs.exclusive(config.output, folder=True)):
+    # One sweep writes an output folder at a time; the same process may nest (the demo).
+    with resumable.session(device, config.output, folder=True) as world:
         if not render_only:
             ran = _run_pending(config, runs, world, str(device), progress)
         finished, rendered = distributed.on_main(lambda: render(config))
@@ -333,8 +332,7 @@ def _run_pending(config: SweepConfig, runs: list[Run], world: distributed.World,
                 scores["file"] = samples.relative_to(config.output).as_posix()
                 record = {"model": run.model.name, "method": run.method, "length": run.length, "seed": run.seed,
                           "settings": settings(config, run), "scores": scores}
-                distributed.write_atomic(run.results_path(config.output),
-                                         (json.dumps(record, indent=2) + "\n").encode("utf-8"))
+                resumable.write_json(run.results_path(config.output), record)
             log(f"{run.name}: scored " + ", ".join(f"{k}={scores[k]:.4g}" for k in ("ppl", "h", "r4") if k in scores)
                 + f" ({time.perf_counter() - start:.1f} s)")
             bar.update(1)
