@@ -18,7 +18,6 @@ import torch
 from attn_cases import GRID, config, inputs, retrieved_for
 from cuda_emulator import emulator_ops
 from rangeswa_ext import ops, preset
-from rangeswa_ext import reference as ref
 from rangeswa_ext.reference import selection
 
 WARPS = 4  # kernel_traits.h: 4 warps of 32 rows per 128-row CTA

@@ -24,7 +24,7 @@ from rangeswa_ext.models import (
     read_flax_checkpoint,
     save_checkpoint,
 )
-from rangeswa_ext.models.elf import FinalLayer, RMSNorm, ScalarEmbedder
+from rangeswa_ext.models.elf import RMSNorm, ScalarEmbedder
 
 TINY = ELFConfig.from_name("elf-tiny")
 

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from helpers_sweep import EXAMPLES, snapshot, write_config
 from rangeswa_ext.cli import main

@@ -6,8 +6,6 @@ used in their own dtype (pass float64 for an exact oracle).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..config import RangeSWAConfig
