@@ -24,6 +24,7 @@ import torch.nn as nn
 
 from .elf import ELF, ELFConfig
 from .strict import CheckpointMismatchError, check_state_dict
+from .local_tokenizer import load_local_tokenizer
 
 PathLike = Union[str, Path]
 
@@ -197,19 +198,9 @@ def read_flax_checkpoint(path: PathLike, *, ema: bool = True) -> dict[str, torch
 
 def load_t5_tokenizer(folder: PathLike):
     """The T5 tokenizer saved in a local folder (no download), via transformers' AutoTokenizer."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise FileNotFoundError(f"tokenizer folder {folder} does not exist; save the t5-small tokenizer "
-                                f"there first (AutoTokenizer.from_pretrained('t5-small').save_pretrained(...))")
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as e:
-        raise ImportError("loading the T5 tokenizer needs transformers (pip install transformers)") from e
-    try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"folder {folder} holds no readable tokenizer (expected tokenizer.json or "
-                         f"spiece.model with tokenizer_config.json): {e}") from e
+    return load_local_tokenizer(folder, "T5", "save the t5-small tokenizer there first "
+                                "(AutoTokenizer.from_pretrained('t5-small').save_pretrained(...))",
+                                "tokenizer.json or spiece.model with tokenizer_config.json")
 
 
 def decode_tokens(tokenizer, ids) -> list[str]:

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from .elf import ScalarEmbedder, _per_example
 from .linear import Linear, linear
 from .strict import check_state_dict, require_keys
+from .local_tokenizer import load_local_tokenizer
 
 Scalar = Union[float, torch.Tensor]
 PathLike = Union[str, Path]
@@ -569,19 +570,9 @@ def save_langflow(model: LangFlow, folder: PathLike) -> Path:
 
 def load_gpt2_tokenizer(folder: PathLike):
     """GPT-2's tokenizer saved in a local folder (no download), via transformers' AutoTokenizer."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise FileNotFoundError(f"tokenizer folder {folder} does not exist; save the GPT-2 tokenizer there first "
-                                f"(AutoTokenizer.from_pretrained('gpt2').save_pretrained(...))")
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as e:
-        raise ImportError("loading the GPT-2 tokenizer needs transformers (pip install transformers)") from e
-    try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"folder {folder} holds no readable tokenizer (expected tokenizer.json, or vocab.json "
-                         f"and merges.txt, with tokenizer_config.json): {e}") from e
+    return load_local_tokenizer(folder, "GPT-2", "save the GPT-2 tokenizer there first "
+                                "(AutoTokenizer.from_pretrained('gpt2').save_pretrained(...))",
+                                "tokenizer.json, or vocab.json and merges.txt, with tokenizer_config.json")
 
 
 def decode_tokens(tokenizer, rows) -> list[str]:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ..masking import valid_ranges
 from .linear import Linear
+from .local_tokenizer import load_local_tokenizer
 from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, require_keys, shard_shapes,
                      safetensors_shapes)
 
@@ -361,16 +362,5 @@ def save_llada(model: LLaDA, folder: PathLike, shards: int = 1) -> Path:
 
 def load_llada_tokenizer(folder: PathLike):
     """The tokenizer saved in a local folder (no download), via transformers' AutoTokenizer."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise FileNotFoundError(f"tokenizer folder {folder} does not exist; pass the LLaDA download folder (it holds "
-                                f"tokenizer.json and tokenizer_config.json)")
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as e:
-        raise ImportError("the LLaDA tokenizer needs transformers (pip install 'rangeswa[eval]')") from e
-    try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"folder {folder} holds no readable tokenizer (expected tokenizer.json with "
-                         f"tokenizer_config.json): {e}") from e
+    return load_local_tokenizer(folder, "LLaDA", "pass the LLaDA download folder (it holds tokenizer.json and "
+                                "tokenizer_config.json)", "tokenizer.json with tokenizer_config.json")
