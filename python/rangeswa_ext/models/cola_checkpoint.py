@@ -18,8 +18,8 @@ import torch.nn as nn
 from ..reference.rope import inv_freq
 from .cola import Cola, ColaConfig, ColaPrior, ColaPriorConfig
 from .cola_vae import ColaVAEConfig
-from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, require_keys, shard_shapes,
-                     safetensors_shapes)
+from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, read_json_object, require_keys,
+                     safetensors_shapes, shard_shapes)
 
 PathLike = Union[str, Path]
 
@@ -71,12 +71,7 @@ def find_checkpoint(path: PathLike) -> Path:
 
 
 def _read_json(file: Path, model_type: str) -> dict:
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{file} is not valid JSON: {e}") from e
-    if not isinstance(config, dict):
-        raise ValueError(f"{file} must hold a JSON object, got {type(config).__name__}")
+    config = read_json_object(file)
     if config.get("model_type", model_type) != model_type:
         raise ValueError(f"{file} has model_type {config.get('model_type')!r}; expected {model_type!r}")
     return config

@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from ..masking import valid_ranges
 from .linear import Linear
 from .local_tokenizer import load_local_tokenizer
-from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, require_keys, shard_shapes,
-                     safetensors_shapes)
+from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, read_json_object, require_keys,
+                     safetensors_shapes, shard_shapes)
 
 PathLike = Union[str, Path]
 
@@ -270,12 +270,7 @@ def find_checkpoint(path: PathLike) -> Path:
 def config_from_hf(folder: PathLike) -> LLaDAConfig:
     """The LLaDAConfig of a Hugging Face folder's config.json, after checking it describes LLaDA's architecture."""
     file = find_checkpoint(folder) / "config.json"
-    try:
-        hf = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{file} is not valid JSON: {e}") from e
-    if not isinstance(hf, dict):
-        raise ValueError(f"{file} must hold a JSON object, got {type(hf).__name__}")
+    hf = read_json_object(file)
     if hf.get("model_type") != "llada":
         raise ValueError(f"{file} has model_type {hf.get('model_type')!r}; this loader reads LLaDA ('llada') only")
     require_keys(hf, _CONFIG_KEYS, file, "LLaDA")

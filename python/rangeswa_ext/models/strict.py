@@ -67,6 +67,17 @@ def safetensors_shapes(file: Path) -> dict[str, tuple]:
         raise ValueError(f"{file} is not a readable safetensors file: {e}") from e
 
 
+def read_json_object(file: Path) -> dict:
+    """The JSON object in ``file`` (a config.json); anything else is a ValueError naming the file."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{file} is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{file} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
 def indexed_shards(folder: Path) -> dict[str, Path] | None:
     """Tensor name -> shard file from ``folder``'s ``model.safetensors.index.json``, every listed shard checked
     to exist; None when the folder has no index."""
