@@ -681,7 +681,7 @@ def test_bad_inputs(tiny):
         SamplerConfig(steps=0)
     with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
         SamplerConfig(top_p=0.0)
-    with pytest.raises(ValueError, match="no CoLa sampler preset"):
+    with pytest.raises(ValueError, match="no sampler preset for model 'elf-b'; known: cola, cola-tiny"):
         SamplerConfig.for_model("elf-b")
     with pytest.raises(ValueError, match=r"latent_dim \(4\) must equal the VAE's \(16\)"):
         ColaConfig(ColaConfig.from_name("cola-tiny").prior, ColaConfig().vae)

@@ -108,10 +108,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
     device = distributed.device_for(device)
     dtype = resolve_dtype(dtype, device)
     checkpoint_file = backbone.find_checkpoint(Path(checkpoint).expanduser())
-    tokenizer_folder = Path(tokenizer).expanduser()
-    if not tokenizer_folder.is_dir():
-        raise FileNotFoundError(f"tokenizer folder {tokenizer_folder} does not exist; --model {model} needs the "
-                                f"{backbone.tokenizer_help}")
+    tokenizer_folder = backbone.tokenizer_folder(tokenizer, model)
 
     if prompts is not None and not backbone.conditional:
         raise ValueError(f"--model {model} ({backbone.name}) generates without prompts; drop --prompts")

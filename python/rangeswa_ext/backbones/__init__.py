@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import operator
 import pkgutil
 from pathlib import Path
 from typing import Callable, Optional
@@ -20,6 +21,7 @@ from typing import Callable, Optional
 import torch
 
 from ..methods import make_attention
+from ..models.kit import canonical, lookup, tokenizer_folder
 
 
 class Backbone:
@@ -39,11 +41,16 @@ class Backbone:
     sampler_config: type = type(None)
     conditional: bool = False
     tokenizer_help: str = ""
+    #: The model class (``model_class(config)`` builds one) and its config class (``from_name(preset)``).
+    model_class: type = type(None)
+    config_class: type = type(None)
+    #: Config fields (dotted into nested configs) a checkpoint must share with the ``--model`` preset.
+    sizes: tuple = ()
 
     # ---------------------------------------------------------------------------------- model
     def config(self, preset: str):
         """The model config of ``preset`` (it has ``head_dim`` and ``train_length``)."""
-        raise NotImplementedError
+        return self.config_class.from_name(preset)
 
     def find_checkpoint(self, path: Path) -> Path:
         """The checkpoint ``path`` names (a file or a folder), or FileNotFoundError saying what is missing."""
@@ -53,9 +60,22 @@ class Backbone:
         """The checkpoint's model on ``device`` in eval mode, after checking it is the ``preset``'s size."""
         raise NotImplementedError
 
+    def check_sizes(self, model, checkpoint: Path, preset: str):
+        """``model``, or ValueError when one of its `sizes` differs from the ``preset``'s."""
+        expected = self.config(preset)
+
+        def listed(config) -> str:
+            return ", ".join(f"{k}={operator.attrgetter(k)(config)}" for k in self.sizes)
+
+        if listed(model.config) != listed(expected):
+            raise ValueError(f"{checkpoint} holds a model with {listed(model.config)}, but --model {preset} has "
+                             f"{listed(expected)}")
+        return model
+
     def random_model(self, preset: str, seed: int = 0) -> torch.nn.Module:
         """The ``preset``'s model with random weights (benchmarks, tests)."""
-        raise NotImplementedError
+        torch.manual_seed(seed)
+        return self.model_class(self.config(preset)).eval()
 
     def rope(self, model) -> dict:
         """The model's RoPE and training length: ``dict(theta=, rope_style=, rotary_dim=, train_length=)``."""
@@ -67,6 +87,10 @@ class Backbone:
         return make_attention(method, head_dim=model.config.head_dim, **self.rope(model), **options)
 
     # ------------------------------------------------------------------------------ tokenizer
+    def tokenizer_folder(self, folder, model: str) -> Path:
+        """``folder`` expanded and checked to exist (before any model is read), naming what ``--model`` needs."""
+        return tokenizer_folder(folder, f"--model {model} needs the {self.tokenizer_help}")
+
     def load_tokenizer(self, folder: Path):
         raise NotImplementedError
 
@@ -139,13 +163,9 @@ def model_names() -> list[str]:
 
 def backbone_for(model: str) -> Backbone:
     """The backbone that runs model ``model`` (``elf-b``, ``langflow-owt``, ...; case-insensitive)."""
-    key = model.lower().replace("_", "-")
-    table = _by_model_name()
-    if key not in table:
-        raise ValueError(f"unknown model {model!r}; known models: {', '.join(table)}")
-    return table[key]
+    return lookup(_by_model_name(), model, "unknown model", "known models")
 
 
 def normalize(model: str) -> str:
     """The canonical spelling of a model name (lower case, '-' for '_')."""
-    return model.lower().replace("_", "-")
+    return canonical(model)

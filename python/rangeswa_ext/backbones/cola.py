@@ -32,37 +32,19 @@ class ColaBackbone(Backbone):
     conditional = True
     tokenizer_help = "folder holding the CoLa release's tokenizer.json (the download folder has it)"
 
-    def config(self, preset: str) -> ColaConfig:
-        return ColaConfig.from_name(preset)
-
-    def find_checkpoint(self, path: Path) -> Path:
-        return find_checkpoint(path)
+    model_class, config_class = Cola, ColaConfig
+    sizes = ("prior.n_layer", "prior.dim", "prior.n_head", "prior.head_dim", "prior.latent_dim", "vae.vocab_size",
+             "vae.dim", "vae.n_head", "vae.encoder_layers", "vae.decoder_layers")
+    find_checkpoint = staticmethod(find_checkpoint)
+    load_tokenizer = staticmethod(load_cola_tokenizer)
 
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> Cola:
-        model = load_cola(checkpoint, device=device)
-        expected = self.config(preset)
-        sizes = [(part, key) for part, keys in (("prior", ("n_layer", "dim", "n_head", "head_dim", "latent_dim")),
-                                               ("vae", ("vocab_size", "dim", "n_head", "encoder_layers",
-                                                        "decoder_layers"))) for key in keys]
-        differ = [(part, key) for part, key in sizes
-                  if getattr(getattr(model.config, part), key) != getattr(getattr(expected, part), key)]
-        if differ:
-            found = ", ".join(f"{p}.{k}={getattr(getattr(model.config, p), k)}" for p, k in differ)
-            want = ", ".join(f"{p}.{k}={getattr(getattr(expected, p), k)}" for p, k in differ)
-            raise ValueError(f"{checkpoint} holds a model with {found}, but --model {preset} has {want}")
-        return model
-
-    def random_model(self, preset: str, seed: int = 0) -> Cola:
-        torch.manual_seed(seed)
-        return Cola(self.config(preset)).eval()
+        return self.check_sizes(load_cola(checkpoint, device=device), checkpoint, preset)
 
     def rope(self, model: Cola) -> dict:
         prior = model.config.prior
         return dict(theta=prior.rope_theta, rope_style="interleaved", rotary_dim=prior.rotary_dim,
                     train_length=prior.train_length)
-
-    def load_tokenizer(self, folder: Path):
-        return load_cola_tokenizer(folder)
 
     def check_tokenizer(self, model: Cola, tokenizer, folder: Path) -> None:
         size = tokenizer.get_vocab_size(with_added_tokens=True)

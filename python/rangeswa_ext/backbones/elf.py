@@ -23,37 +23,22 @@ class ELFBackbone(Backbone):
     presets = tuple(ELF_CONFIGS)
     sampler_config = SamplerConfig
     tokenizer_help = "folder of the T5 tokenizer files (tokenizer.json or spiece.model)"
-
-    def config(self, preset: str) -> ELFConfig:
-        return ELFConfig.from_name(preset)
-
-    def find_checkpoint(self, path: Path) -> Path:
-        return find_checkpoint(path)
+    model_class, config_class = ELF, ELFConfig
+    sizes = ("n_layer", "dim", "n_head", "encoder_dim")
+    find_checkpoint = staticmethod(find_checkpoint)
+    load_tokenizer = staticmethod(load_t5_tokenizer)
 
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> ELF:
-        elf = load_elf(find_checkpoint(checkpoint))
-        expected = self.config(preset)
-        sizes = ("n_layer", "dim", "n_head", "encoder_dim")
-        if any(getattr(elf.config, k) != getattr(expected, k) for k in sizes):
-            found = ", ".join(f"{k}={getattr(elf.config, k)}" for k in sizes)
-            want = ", ".join(f"{k}={getattr(expected, k)}" for k in sizes)
-            raise ValueError(f"{checkpoint} holds a model with {found}, but --model {preset} has {want}")
+        elf = self.check_sizes(load_elf(find_checkpoint(checkpoint)), checkpoint, preset)
         # The file holds no training length (the config is read from the tensors' shapes): the preset's is
         # the model's, and every method's T comes from it.
-        elf.config = dataclasses.replace(elf.config, train_length=expected.train_length)
+        elf.config = elf.config.replace(train_length=self.config(preset).train_length)
         # fp32 weights whatever the file stores (the shipped miniature is fp16); CUDA runs bf16 autocast.
         return elf.to(device=device, dtype=torch.float32).eval()
-
-    def random_model(self, preset: str, seed: int = 0) -> ELF:
-        torch.manual_seed(seed)
-        return ELF(self.config(preset)).eval()
 
     def rope(self, model: ELF) -> dict:
         return dict(theta=model.config.rope_theta, rope_style="interleaved", rotary_dim=None,
                     train_length=model.config.train_length)
-
-    def load_tokenizer(self, folder: Path):
-        return load_t5_tokenizer(folder)
 
     def check_tokenizer(self, model: ELF, tokenizer, folder: Path) -> None:
         if model.config.vocab_size > len(tokenizer):

@@ -32,33 +32,18 @@ class LangFlowBackbone(Backbone):
     sampler_config = SamplerConfig
     tokenizer_help = "folder of the GPT-2 tokenizer files (tokenizer.json, or vocab.json and merges.txt)"
 
-    def config(self, preset: str) -> LangFlowConfig:
-        return LangFlowConfig.from_name(preset)
-
-    def find_checkpoint(self, path: Path) -> Path:
-        return find_checkpoint(path)
+    model_class, config_class = LangFlow, LangFlowConfig
+    sizes = ("n_blocks", "hidden_size", "n_heads", "vocab_size")
+    find_checkpoint = staticmethod(find_checkpoint)
+    load_tokenizer = staticmethod(load_gpt2_tokenizer)
 
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> LangFlow:
-        model = load_langflow(checkpoint)
-        expected = self.config(preset)
-        sizes = ("n_blocks", "hidden_size", "n_heads", "vocab_size")
-        if any(getattr(model.config, k) != getattr(expected, k) for k in sizes):
-            found = ", ".join(f"{k}={getattr(model.config, k)}" for k in sizes)
-            want = ", ".join(f"{k}={getattr(expected, k)}" for k in sizes)
-            raise ValueError(f"{checkpoint} holds a model with {found}, but --model {preset} has {want}")
-        return model.to(device).eval()
-
-    def random_model(self, preset: str, seed: int = 0) -> LangFlow:
-        torch.manual_seed(seed)
-        return LangFlow(self.config(preset)).eval()
+        return self.check_sizes(load_langflow(checkpoint), checkpoint, preset).to(device).eval()
 
     def rope(self, model: LangFlow) -> dict:
         # Half-split (GPT-NeoX) pairs over all head dims, theta 1e4 (M:69-116).
         return dict(theta=model.config.rope_theta, rope_style="half", rotary_dim=None,
                     train_length=model.config.train_length)
-
-    def load_tokenizer(self, folder: Path):
-        return load_gpt2_tokenizer(folder)
 
     def check_tokenizer(self, model: LangFlow, tokenizer, folder: Path) -> None:
         if model.config.vocab_size > len(tokenizer):

@@ -27,32 +27,17 @@ class LLaDABackbone(Backbone):
     conditional = True
     tokenizer_help = "folder of the LLaDA tokenizer (tokenizer.json; the model's download folder has it)"
 
-    def config(self, preset: str) -> LLaDAConfig:
-        return LLaDAConfig.from_name(preset)
-
-    def find_checkpoint(self, path: Path) -> Path:
-        return find_checkpoint(path)
+    model_class, config_class = LLaDA, LLaDAConfig
+    sizes = ("n_layer", "dim", "n_head", "mlp_dim")
+    find_checkpoint = staticmethod(find_checkpoint)
+    load_tokenizer = staticmethod(load_llada_tokenizer)
 
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> LLaDA:
-        model = load_llada(checkpoint, device=device)
-        expected = self.config(preset)
-        sizes = ("n_layer", "dim", "n_head", "mlp_dim")
-        if any(getattr(model.config, k) != getattr(expected, k) for k in sizes):
-            found = ", ".join(f"{k}={getattr(model.config, k)}" for k in sizes)
-            want = ", ".join(f"{k}={getattr(expected, k)}" for k in sizes)
-            raise ValueError(f"{checkpoint} holds a model with {found}, but --model {preset} has {want}")
-        return model
-
-    def random_model(self, preset: str, seed: int = 0) -> LLaDA:
-        torch.manual_seed(seed)
-        return LLaDA(self.config(preset)).eval()
+        return self.check_sizes(load_llada(checkpoint, device=device), checkpoint, preset)
 
     def rope(self, model: LLaDA) -> dict:
         return dict(theta=model.config.rope_theta, rope_style="half", rotary_dim=None,
                     train_length=model.config.train_length)
-
-    def load_tokenizer(self, folder: Path):
-        return load_llada_tokenizer(folder)
 
     def check_tokenizer(self, model: LLaDA, tokenizer, folder: Path) -> None:
         if len(tokenizer) > model.config.vocab_size:

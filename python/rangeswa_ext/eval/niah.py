@@ -331,10 +331,7 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
     device = distributed.device_for(device)
     dtype = resolve_dtype(dtype, device)
     checkpoint = backbone.find_checkpoint(Path(checkpoint).expanduser())
-    tokenizer_folder = Path(tokenizer).expanduser()
-    if not tokenizer_folder.is_dir():
-        raise FileNotFoundError(f"tokenizer folder {tokenizer_folder} does not exist; --model {model} needs the "
-                                f"{backbone.tokenizer_help}")
+    tokenizer_folder = backbone.tokenizer_folder(tokenizer, model)
 
     out = Path(out).expanduser()
     tasks = grid(lengths, depths, num_needles, repeats)

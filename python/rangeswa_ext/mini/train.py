@@ -33,6 +33,7 @@ from tqdm import tqdm
 from ..methods import make_attention
 from ..models.elf import ELF, ELFConfig
 from ..models.elf_checkpoint import save_checkpoint
+from ..models.kit import at_least
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,7 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "save_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        at_least(self, ("steps", "batch_size", "save_every"))
         if not 0 <= self.decode_prob <= 1 or not 0 <= self.self_cond_prob <= 1:
             raise ValueError("decode_prob and self_cond_prob must lie in [0, 1]")
         if self.lr <= 0:

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from ..reference.rope import inv_freq
 from .cola_cache import KVCache, attention_padding
 from .cola_vae import ColaVAE, ColaVAEConfig
+from .kit import AttentionSeam, at_least, lookup
 from .linear import Linear
 
 
@@ -67,10 +68,8 @@ class ColaPriorConfig:
     train_length: int = 2048
 
     def __post_init__(self):
-        for name in ("latent_dim", "dim", "n_head", "head_dim", "mlp_ratio", "n_layer", "block_size",
-                     "frequency_dim", "train_length", "rotary_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ColaPriorConfig.{name} must be >= 1, got {getattr(self, name)}")
+        at_least(self, ("latent_dim", "dim", "n_head", "head_dim", "mlp_ratio", "n_layer", "block_size",
+                        "frequency_dim", "train_length", "rotary_dim"))
         if self.rotary_dim % 2 or self.rotary_dim > self.head_dim:
             raise ValueError(f"ColaPriorConfig.rotary_dim must be even and <= head_dim ({self.head_dim}), "
                              f"got {self.rotary_dim}")
@@ -102,10 +101,7 @@ class ColaConfig:
     @classmethod
     def from_name(cls, name: str) -> "ColaConfig":
         """The preset ``name`` (``cola``, ``cola-tiny``; case-insensitive)."""
-        key = name.lower().replace("_", "-")
-        if key not in COLA_CONFIGS:
-            raise ValueError(f"unknown CoLa preset {name!r}; known presets: {', '.join(COLA_CONFIGS)}")
-        preset = COLA_CONFIGS[key]
+        preset = lookup(COLA_CONFIGS, name, "unknown CoLa preset", "known presets")
         return cls(ColaPriorConfig(**preset["prior"]), ColaVAEConfig(**preset["vae"]))
 
     def replace(self, prior: Optional[dict] = None, vae: Optional[dict] = None) -> "ColaConfig":
@@ -263,13 +259,16 @@ class PriorBlock(nn.Module):
         return F.layer_norm(x, (x.shape[-1],), eps=self.eps)
 
 
-class ColaPrior(nn.Module):
+class ColaPrior(AttentionSeam, nn.Module):
     """The block-causal DiT prior: per-token velocities v = d z / d t of the current block (t = 1000 noise).
 
     ``ColaPrior(config, attention=make_attention("full", head_dim=128, rotary_dim=96))``. The attention
     method is not a submodule: it holds no weights and stays out of ``state_dict`` (exactly the official
     one). Change it with `set_attention`.
     """
+
+    ATTENTION_CALL = "attention(q, k, v, control_tokens=, stage=, causal_block=)"
+    ATTENTION_EXAMPLE = "make_attention('full', head_dim=128, rotary_dim=96)"
 
     def __init__(self, config: ColaPriorConfig, attention=None):
         super().__init__()
@@ -281,17 +280,6 @@ class ColaPrior(nn.Module):
         self.txt_out_ada = AdaLN(config.dim, ("out",), gates=False)
         self.txt_out = Projection(config.dim, config.latent_dim)
         self.set_attention(attention)
-
-    @property
-    def attention(self):
-        return self.__dict__["_attention"]
-
-    def set_attention(self, attention) -> None:
-        """Use ``attention(q, k, v, control_tokens=0, stage=..., causal_block=...)`` in every layer."""
-        if attention is not None and not callable(attention):
-            raise TypeError(f"attention must be callable as attention(q, k, v, control_tokens=, stage=, "
-                            f"causal_block=), got {type(attention).__name__}")
-        self.__dict__["_attention"] = attention
 
     def new_cache(self, capacity: int = 0) -> KVCache:
         return KVCache(self.config.n_layer, capacity)
@@ -317,9 +305,7 @@ class ColaPrior(nn.Module):
         Returns:
             the velocity [B, Lq, latent_dim] (noise minus data), in the output Linear's dtype.
         """
-        if self.attention is None:
-            raise RuntimeError("the CoLa prior has no attention method; pass attention= or call set_attention("
-                               "make_attention('full', head_dim=128, rotary_dim=96))")
+        attention = self.require_attention()
         c = self.config
         if z.dim() != 3 or z.shape[-1] != c.latent_dim or z.shape[1] < 1:
             raise ValueError(f"z must be [B, Lq, {c.latent_dim}] with Lq >= 1, got {tuple(z.shape)}")
@@ -340,7 +326,7 @@ class ColaPrior(nn.Module):
         x = self.txt_in(z)
         emb = self.emb_in(t, x.dtype)
         for layer, block in enumerate(self.blocks):
-            x = block(x, emb, self.attention, stage, c.block_size, cache, layer, padding)
+            x = block(x, emb, attention, stage, c.block_size, cache, layer, padding)
         out = self.txt_out(self.txt_out_ada.modulate(self.txt_out_norm(x), emb, "out"))
         if commit:
             cache.commit(attention_mask)

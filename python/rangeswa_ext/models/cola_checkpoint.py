@@ -18,6 +18,7 @@ import torch.nn as nn
 from ..reference.rope import inv_freq
 from .cola import Cola, ColaConfig, ColaPrior, ColaPriorConfig
 from .cola_vae import ColaVAEConfig
+from .kit import existing_path
 from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, read_json_object, require_keys,
                      safetensors_shapes, shard_shapes)
 
@@ -51,10 +52,8 @@ DEFAULT_TRAIN_LENGTH = ColaPriorConfig.train_length
 def find_checkpoint(path: PathLike) -> Path:
     """The release folder ``path`` names: it (or its ``cola_dlm`` subfolder, as `hf download` lays it out)
     holds ``cola_dit/`` and ``cola_vae/``, each with config.json and safetensors weights."""
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise FileNotFoundError(f"CoLa checkpoint folder {folder} does not exist; pass the folder of "
-                                f"`hf download ByteDance-Seed/Cola-DLM` (it holds cola_dlm/cola_dit and cola_dlm/cola_vae)")
+    folder = existing_path(path, "CoLa checkpoint folder", "pass the folder of `hf download ByteDance-Seed/Cola-DLM` "
+                           "(it holds cola_dlm/cola_dit and cola_dlm/cola_vae)")
     if not (folder / PRIOR_FOLDER).is_dir() and (folder / "cola_dlm" / PRIOR_FOLDER).is_dir():
         folder = folder / "cola_dlm"
     missing = [f"{part}/" for part in (PRIOR_FOLDER, VAE_FOLDER) if not (folder / part).is_dir()]

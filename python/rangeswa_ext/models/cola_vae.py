@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ..methods import make_attention
 from .cola_cache import KVCache, attention_padding
+from .kit import at_least
 from .linear import Linear
 
 
@@ -54,9 +55,7 @@ class ColaVAEConfig:
     shifting_factor: float = 0.0
 
     def __post_init__(self):
-        for name in ("vocab_size", "encoder_layers", "decoder_layers", "dim", "ffn_dim", "latent_dim", "n_head"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ColaVAEConfig.{name} must be >= 1, got {getattr(self, name)}")
+        at_least(self, ("vocab_size", "encoder_layers", "decoder_layers", "dim", "ffn_dim", "latent_dim", "n_head"))
         if self.dim % self.n_head or (self.dim // self.n_head) % 2:
             raise ValueError(f"ColaVAEConfig.dim ({self.dim}) must be n_head ({self.n_head}) heads of an even width")
         if self.ffn_dim % 2:

@@ -14,22 +14,41 @@ QK norm, before RoPE) and v to the injected attention method,
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import ClassVar, Optional, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .kit import AttentionSeam, Presets, at_least
 from .linear import Linear
 
 Scalar = Union[float, torch.Tensor]
 
 
+#: Official factories ELF_B / ELF_M / ELF_L (pytorch_elf src/modules/model.py:234-236), a tiny model for
+#: tests that keeps the real input width and vocabulary, and the shipped miniature (docs/demo.md): 4
+#: layers of width 192 over a 64-d frozen embedding table of a 4096-token BPE, trained at T = 128.
+ELF_CONFIGS = {
+    "elf-b": dict(n_layer=12, dim=768, n_head=12),
+    "elf-m": dict(n_layer=24, dim=1056, n_head=16),
+    "elf-l": dict(n_layer=32, dim=1280, n_head=16),
+    "elf-tiny": dict(n_layer=2, dim=64, n_head=2),
+    "elf-mini": dict(n_layer=4, dim=192, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
+                     frequency_dim=64, train_length=128),
+    # The same miniature trained at T = 64 (`rangeswa train-mini --train-length 64`; docs/demo.md).
+    "elf-mini-64": dict(n_layer=4, dim=192, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
+                        frequency_dim=64, train_length=64),
+    # A wider miniature (width 256, heads of 64; `rangeswa train-mini --preset elf-mini-wide`; docs/demo.md).
+    "elf-mini-wide": dict(n_layer=4, dim=256, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
+                          frequency_dim=64, train_length=128),
+}
+
+
 @dataclass(frozen=True)
-class ELFConfig:
+class ELFConfig(Presets):
     """Sizes of one ELF model. Named presets live in `ELF_CONFIGS`; get one with `from_name`.
 
     Attributes:
@@ -44,6 +63,9 @@ class ELFConfig:
         rope_theta: RoPE base, handed to the attention method.
         train_length: body length the model was trained at (the sequence itself may be any length).
     """
+
+    PRESETS: ClassVar[dict] = ELF_CONFIGS
+    FAMILY: ClassVar[str] = "ELF"
 
     n_layer: int = 12
     dim: int = 768
@@ -61,10 +83,8 @@ class ELFConfig:
     train_length: int = 1024
 
     def __post_init__(self):
-        for name in ("n_layer", "dim", "n_head", "encoder_dim", "bottleneck_dim", "vocab_size",
-                     "time_tokens", "guidance_tokens", "mode_tokens", "frequency_dim", "train_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ELFConfig.{name} must be >= 1, got {getattr(self, name)}")
+        at_least(self, ("n_layer", "dim", "n_head", "encoder_dim", "bottleneck_dim", "vocab_size", "time_tokens",
+                        "guidance_tokens", "mode_tokens", "frequency_dim", "train_length"))
         if self.dim % self.n_head:
             raise ValueError(f"ELFConfig.dim ({self.dim}) must be a multiple of n_head ({self.n_head})")
         if self.head_dim % 2:
@@ -85,36 +105,7 @@ class ELFConfig:
         # Official SwiGLUFFN: int(int(dim * mlp_ratio) * 2 / 3) = 2048 / 2816 / 3413 for B / M / L.
         return int(int(self.dim * self.mlp_ratio) * 2 / 3)
 
-    @classmethod
-    def from_name(cls, name: str, **overrides) -> "ELFConfig":
-        """The preset ``name`` (``elf-b``, ``elf-m``, ``elf-l``, ``elf-tiny``; case-insensitive),
-        with any field overridden by keyword, e.g. ``ELFConfig.from_name("elf-tiny", vocab_size=100)``."""
-        key = name.lower().replace("_", "-")
-        if key not in ELF_CONFIGS:
-            raise ValueError(f"unknown ELF preset {name!r}; known presets: {', '.join(ELF_CONFIGS)}")
-        return cls(**{**ELF_CONFIGS[key], **overrides})
 
-    def replace(self, **changes) -> "ELFConfig":
-        return dataclasses.replace(self, **changes)
-
-
-#: Official factories ELF_B / ELF_M / ELF_L (pytorch_elf src/modules/model.py:234-236), a tiny model for
-#: tests that keeps the real input width and vocabulary, and the shipped miniature (docs/demo.md): 4
-#: layers of width 192 over a 64-d frozen embedding table of a 4096-token BPE, trained at T = 128.
-ELF_CONFIGS = {
-    "elf-b": dict(n_layer=12, dim=768, n_head=12),
-    "elf-m": dict(n_layer=24, dim=1056, n_head=16),
-    "elf-l": dict(n_layer=32, dim=1280, n_head=16),
-    "elf-tiny": dict(n_layer=2, dim=64, n_head=2),
-    "elf-mini": dict(n_layer=4, dim=192, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
-                     frequency_dim=64, train_length=128),
-    # The same miniature trained at T = 64 (`rangeswa train-mini --train-length 64`; docs/demo.md).
-    "elf-mini-64": dict(n_layer=4, dim=192, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
-                        frequency_dim=64, train_length=64),
-    # A wider miniature (width 256, heads of 64; `rangeswa train-mini --preset elf-mini-wide`; docs/demo.md).
-    "elf-mini-wide": dict(n_layer=4, dim=256, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
-                          frequency_dim=64, train_length=128),
-}
 
 
 class RMSNorm(nn.Module):
@@ -227,7 +218,7 @@ class FinalLayer(nn.Module):
         return self.linear(self.norm_final(x))
 
 
-class ELF(nn.Module):
+class ELF(AttentionSeam, nn.Module):
     """The ELF denoiser and decoder.
 
     ``ELF(config, attention=make_attention("full", head_dim=config.head_dim))``. The attention method is
@@ -267,18 +258,6 @@ class ELF(nn.Module):
         for bias in (self.proj_bias, self.unembed_bias):
             nn.init.zeros_(bias)
 
-    @property
-    def attention(self):
-        return self.__dict__["_attention"]
-
-    def set_attention(self, attention) -> None:
-        """Use ``attention(q, k, v, control_tokens=..., stage=...) -> [B, H, N, D]`` in every layer."""
-        if attention is not None and not callable(attention):
-            raise TypeError(f"attention must be callable as attention(q, k, v, control_tokens=, stage=), "
-                            f"got {type(attention).__name__}")
-        # Kept outside nn.Module's registry so state_dict stays the official one.
-        self.__dict__["_attention"] = attention
-
     def forward(self, z: torch.Tensor, t: Scalar, self_cond: Optional[torch.Tensor], guidance: Scalar,
                 decode: bool = False, stage: str = "late") -> torch.Tensor:
         """One network call.
@@ -295,9 +274,7 @@ class ELF(nn.Module):
         Returns:
             the x-prediction [B, L, encoder_dim], or with ``decode`` fp32 logits [B, L, vocab_size].
         """
-        if self.attention is None:
-            raise RuntimeError("ELF has no attention method; pass attention= to ELF(...) or call "
-                               "set_attention(make_attention('full', head_dim=config.head_dim))")
+        attention = self.require_attention()
         if z.dim() != 3 or z.shape[-1] != self.config.encoder_dim or z.shape[1] < 1:
             raise ValueError(f"z must be [B, L, {self.config.encoder_dim}] with L >= 1, got {tuple(z.shape)}")
         if self_cond is None:
@@ -317,7 +294,7 @@ class ELF(nn.Module):
 
         C = self.config.control_tokens
         for block in self.blocks:
-            x = block(x, self.attention, C, stage)
+            x = block(x, attention, C, stage)
         x = x[:, C:]
 
         with torch.autocast(z.device.type, enabled=False):

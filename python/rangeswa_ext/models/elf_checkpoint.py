@@ -23,8 +23,8 @@ import torch
 import torch.nn as nn
 
 from .elf import ELF, ELFConfig
+from .kit import existing_path, load_local_tokenizer
 from .strict import CheckpointMismatchError, check_state_dict
-from .local_tokenizer import load_local_tokenizer
 
 PathLike = Union[str, Path]
 
@@ -47,11 +47,9 @@ class OfficialCheckpoint:
 
 def find_checkpoint(path: PathLike) -> Path:
     """The file itself, or in a folder the ``checkpoint_<step>`` file with the highest step."""
-    path = Path(path).expanduser()
+    path = existing_path(path, "checkpoint path")
     if path.is_file():
         return path
-    if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint path {path} does not exist")
     steps = [(int(m.group(1)), f) for f in path.iterdir()
              if f.is_file() and (m := _CHECKPOINT_NAME.fullmatch(f.name))]
     if not steps:
@@ -186,9 +184,7 @@ def read_flax_checkpoint(path: PathLike, *, ema: bool = True) -> dict[str, torch
         raise ImportError("reading a JAX/Flax ELF checkpoint needs flax and orbax-checkpoint (the package's "
                           "[flax] extra: pip install flax orbax-checkpoint); or load its params tree yourself "
                           "and call flax_to_state_dict(tree)") from e
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"checkpoint path {path} does not exist")
+    path = existing_path(path, "checkpoint path")
     restored = checkpoints.restore_checkpoint(str(path), target=None)
     if not isinstance(restored, Mapping) or not ({"params", "ema_params1"} & restored.keys()):
         raise ValueError(f"{path} is not an official ELF checkpoint: no 'ema_params1' or 'params' entry")

@@ -20,21 +20,20 @@ local folder (`load_gpt2_tokenizer`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, NamedTuple, Optional, Union
+from typing import ClassVar, Mapping, NamedTuple, Optional, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .elf import ScalarEmbedder, _per_example
+from .kit import AttentionSeam, Presets, at_least, existing_path, load_local_tokenizer
 from .linear import Linear, linear
 from .strict import check_state_dict, require_keys
-from .local_tokenizer import load_local_tokenizer
 
 Scalar = Union[float, torch.Tensor]
 PathLike = Union[str, Path]
@@ -43,8 +42,18 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 
 
+#: The OpenWebText model (official langflow/config.json, identical to config.py's defaults), its alias
+#: ``langflow`` (the name the issue's command uses), and a tiny model for tests that keeps GPT-2's
+#: vocabulary and the head dim 64.
+LANGFLOW_CONFIGS = {
+    "langflow-owt": {},
+    "langflow": {},
+    "langflow-tiny": dict(n_blocks=2, hidden_size=128, n_heads=2, cond_dim=32),
+}
+
+
 @dataclass(frozen=True)
-class LangFlowConfig:
+class LangFlowConfig(Presets):
     """Sizes of one LangFlow model. Named presets live in `LANGFLOW_CONFIGS`; get one with `from_name`.
 
     Attributes (official config.json names where it has them):
@@ -60,6 +69,9 @@ class LangFlowConfig:
             checkpoint's stored values replace them.
         gumbel_cutoff: tail mass cut off each end of the proposal (sets gamma_min, gamma_max); not a weight.
     """
+
+    PRESETS: ClassVar[dict] = LANGFLOW_CONFIGS
+    FAMILY: ClassVar[str] = "LangFlow"
 
     n_blocks: int = 12
     hidden_size: int = 768
@@ -77,10 +89,8 @@ class LangFlowConfig:
     gumbel_cutoff: float = 1e-5
 
     def __post_init__(self):
-        for name in ("n_blocks", "hidden_size", "n_heads", "cond_dim", "vocab_size", "train_length",
-                     "frequency_dim", "mlp_ratio"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"LangFlowConfig.{name} must be >= 1, got {getattr(self, name)}")
+        at_least(self, ("n_blocks", "hidden_size", "n_heads", "cond_dim", "vocab_size", "train_length",
+                        "frequency_dim", "mlp_ratio"))
         if self.hidden_size % self.n_heads:
             raise ValueError(f"LangFlowConfig.hidden_size ({self.hidden_size}) must be a multiple of "
                              f"n_heads ({self.n_heads})")
@@ -96,28 +106,6 @@ class LangFlowConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.n_heads
-
-    @classmethod
-    def from_name(cls, name: str, **overrides) -> "LangFlowConfig":
-        """The preset ``name`` (``langflow-owt``, its alias ``langflow``, ``langflow-tiny``; case-insensitive),
-        with any field overridden by keyword, e.g. ``LangFlowConfig.from_name("langflow-tiny", train_length=32)``."""
-        key = name.lower().replace("_", "-")
-        if key not in LANGFLOW_CONFIGS:
-            raise ValueError(f"unknown LangFlow preset {name!r}; known presets: {', '.join(LANGFLOW_CONFIGS)}")
-        return cls(**{**LANGFLOW_CONFIGS[key], **overrides})
-
-    def replace(self, **changes) -> "LangFlowConfig":
-        return dataclasses.replace(self, **changes)
-
-
-#: The OpenWebText model (official langflow/config.json, identical to config.py's defaults), its alias
-#: ``langflow`` (the name the issue's command uses), and a tiny model for tests that keeps GPT-2's
-#: vocabulary and the head dim 64.
-LANGFLOW_CONFIGS = {
-    "langflow-owt": {},
-    "langflow": {},
-    "langflow-tiny": dict(n_blocks=2, hidden_size=128, n_heads=2, cond_dim=32),
-}
 
 
 class LayerNorm(nn.Module):
@@ -297,7 +285,7 @@ class LangFlowOutput(NamedTuple):
     logits: torch.Tensor
 
 
-class LangFlow(nn.Module):
+class LangFlow(AttentionSeam, nn.Module):
     """The LangFlow denoiser: ``model(z, gamma, self_cond, stage=...)`` -> fp32 logits [B, L, vocab].
 
     ``LangFlow(config, attention=make_attention("full", head_dim=64, rope_style="half"))``. The attention
@@ -307,6 +295,8 @@ class LangFlow(nn.Module):
     in ``eval()`` mode).
     """
 
+    ATTENTION_EXAMPLE = "make_attention('full', head_dim=config.head_dim, rope_style='half')"
+
     def __init__(self, config: LangFlowConfig, attention=None):
         super().__init__()
         self.config = config
@@ -314,18 +304,6 @@ class LangFlow(nn.Module):
         self.proposal = GumbelProposal(config.gumbel_loc, config.gumbel_scale, config.gumbel_entropy,
                                        config.gumbel_cutoff)
         self.set_attention(attention)
-
-    @property
-    def attention(self):
-        return self.__dict__["_attention"]
-
-    def set_attention(self, attention) -> None:
-        """Use ``attention(q, k, v, control_tokens=0, stage=...) -> [B, H, N, D]`` in every block."""
-        if attention is not None and not callable(attention):
-            raise TypeError(f"attention must be callable as attention(q, k, v, control_tokens=, stage=), "
-                            f"got {type(attention).__name__}")
-        # Kept outside nn.Module's registry so state_dict stays the official one.
-        self.__dict__["_attention"] = attention
 
     def normalized_embedding(self) -> torch.Tensor:
         """E_n [vocab, D]: the embedding the skip logits and the sampler's x-prediction use."""
@@ -383,9 +361,7 @@ class LangFlow(nn.Module):
 
     def _network(self, z, gamma, self_cond, stage) -> tuple[torch.Tensor, torch.Tensor]:
         """(the DiT's logits, gamma as [B] fp32), after checking the inputs."""
-        if self.attention is None:
-            raise RuntimeError("LangFlow has no attention method; pass attention= to LangFlow(...) or call "
-                               "set_attention(make_attention('full', head_dim=config.head_dim, rope_style='half'))")
+        self.require_attention()
         D = self.config.hidden_size
         if z.dim() != 3 or z.shape[-1] != D or z.shape[1] < 1:
             raise ValueError(f"z must be [B, L, {D}] with L >= 1, got {tuple(z.shape)}")
@@ -428,14 +404,12 @@ MODEL_TYPE = "LangFlow"
 
 def find_checkpoint(path: PathLike) -> Path:
     """The ``model.safetensors`` that ``path`` names: the file itself or the one in a folder."""
-    path = Path(path).expanduser()
+    path = existing_path(path, "checkpoint path")
     if path.is_file():
         if path.suffix != ".safetensors":
             raise FileNotFoundError(f"{path} is not a .safetensors file; pass the LangFlow folder "
                                     f"({CONFIG_FILE} + {WEIGHTS_FILE}) or its {WEIGHTS_FILE}")
         return path
-    if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint path {path} does not exist")
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
         raise FileNotFoundError(f"folder {path} holds no {WEIGHTS_FILE}; a LangFlow checkpoint is a folder in the layout "

@@ -15,27 +15,37 @@ tokens). Swapping the method never touches this file.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import ClassVar, Optional, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ..masking import valid_ranges
+from .kit import AttentionSeam, Presets, at_least, existing_path, load_local_tokenizer
 from .linear import Linear
-from .local_tokenizer import load_local_tokenizer
 from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, read_json_object, require_keys,
                      safetensors_shapes, shard_shapes)
 
 PathLike = Union[str, Path]
 
 
+#: LLaDA-8B (Base and Instruct share config.json: d_model 4096, n_layers 32, n_heads 32 = n_kv_heads,
+#: mlp_hidden_size 12288, embedding_size 126464, rms_norm_eps 1e-5, rope_theta 5e5, max_sequence_length
+#: 4096, mask_token_id 126336, eos 126081), and a tiny model for tests with the same structure (2 heads
+#: of 32, training length 32, the last two ids as EOS and mask).
+LLADA_CONFIGS = {
+    "llada-8b": dict(),
+    "llada-tiny": dict(n_layer=2, dim=64, n_head=2, mlp_dim=64, vocab_size=128, train_length=32,
+                       mask_id=127, eos_id=126),
+}
+
+
 @dataclass(frozen=True)
-class LLaDAConfig:
+class LLaDAConfig(Presets):
     """Sizes of one LLaDA model. Named presets live in `LLADA_CONFIGS`; get one with `from_name`.
 
     Attributes:
@@ -49,6 +59,9 @@ class LLaDAConfig:
         eos_id: ``<|endoftext|>``, the end of a text (also the padding id).
     """
 
+    PRESETS: ClassVar[dict] = LLADA_CONFIGS
+    FAMILY: ClassVar[str] = "LLaDA"
+
     n_layer: int = 32
     dim: int = 4096
     n_head: int = 32
@@ -61,9 +74,7 @@ class LLaDAConfig:
     eos_id: int = 126081
 
     def __post_init__(self):
-        for name in ("n_layer", "dim", "n_head", "mlp_dim", "vocab_size", "train_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"LLaDAConfig.{name} must be >= 1, got {getattr(self, name)}")
+        at_least(self, ("n_layer", "dim", "n_head", "mlp_dim", "vocab_size", "train_length"))
         if self.dim % self.n_head:
             raise ValueError(f"LLaDAConfig.dim ({self.dim}) must be a multiple of n_head ({self.n_head})")
         if self.head_dim % 2:
@@ -78,29 +89,6 @@ class LLaDAConfig:
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_head
-
-    @classmethod
-    def from_name(cls, name: str, **overrides) -> "LLaDAConfig":
-        """The preset ``name`` (``llada-8b``, ``llada-tiny``; case-insensitive), with any field overridden
-        by keyword, e.g. ``LLaDAConfig.from_name("llada-tiny", vocab_size=300)``."""
-        key = name.lower().replace("_", "-")
-        if key not in LLADA_CONFIGS:
-            raise ValueError(f"unknown LLaDA preset {name!r}; known presets: {', '.join(LLADA_CONFIGS)}")
-        return cls(**{**LLADA_CONFIGS[key], **overrides})
-
-    def replace(self, **changes) -> "LLaDAConfig":
-        return dataclasses.replace(self, **changes)
-
-
-#: LLaDA-8B (Base and Instruct share config.json: d_model 4096, n_layers 32, n_heads 32 = n_kv_heads,
-#: mlp_hidden_size 12288, embedding_size 126464, rms_norm_eps 1e-5, rope_theta 5e5, max_sequence_length
-#: 4096, mask_token_id 126336, eos 126081), and a tiny model for tests with the same structure (2 heads
-#: of 32, training length 32, the last two ids as EOS and mask).
-LLADA_CONFIGS = {
-    "llada-8b": dict(),
-    "llada-tiny": dict(n_layer=2, dim=64, n_head=2, mlp_dim=64, vocab_size=128, train_length=32,
-                       mask_id=127, eos_id=126),
-}
 
 
 class RMSNorm(nn.Module):
@@ -168,7 +156,7 @@ class _Wrapper(nn.Module):
         self.transformer = Transformer(config)
 
 
-class LLaDA(nn.Module):
+class LLaDA(AttentionSeam, nn.Module):
     """The LLaDA mask predictor: token ids -> logits at every (or some) position.
 
     ``LLaDA(config, attention=make_attention("full", head_dim=config.head_dim, theta=config.rope_theta,
@@ -177,23 +165,14 @@ class LLaDA(nn.Module):
     whatever device q arrives on. Change it with `set_attention`.
     """
 
+    ATTENTION_EXAMPLE = ("make_attention('full', head_dim=config.head_dim, theta=config.rope_theta, rope_style='half', "
+                         "train_length=config.train_length)")
+
     def __init__(self, config: LLaDAConfig, attention=None):
         super().__init__()
         self.config = config
         self.model = _Wrapper(config)
         self.set_attention(attention)
-
-    @property
-    def attention(self):
-        return self.__dict__["_attention"]
-
-    def set_attention(self, attention) -> None:
-        """Use ``attention(q, k, v, control_tokens=0, stage=...) -> [B, H, N, D]`` in every block."""
-        if attention is not None and not callable(attention):
-            raise TypeError(f"attention must be callable as attention(q, k, v, control_tokens=, stage=), "
-                            f"got {type(attention).__name__}")
-        # Kept outside nn.Module's registry so state_dict stays the official one.
-        self.__dict__["_attention"] = attention
 
     def forward(self, ids: torch.Tensor, stage: str = "late", logits_at: Optional[slice] = None,
                 attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -214,10 +193,7 @@ class LLaDA(nn.Module):
             logits [B, n, vocab_size] in the parameters' dtype (the autocast dtype under autocast), as the
             official model returns them.
         """
-        if self.attention is None:
-            raise RuntimeError("LLaDA has no attention method; pass attention= to LLaDA(...) or call "
-                               "set_attention(make_attention('full', head_dim=config.head_dim, theta=config.rope_theta, "
-                               "rope_style='half', train_length=config.train_length))")
+        self.require_attention()
         if ids.dim() != 2 or ids.shape[1] < 1 or ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"ids must be integer token ids [B, N] with N >= 1, got {ids.dtype} {tuple(ids.shape)}")
         padding = {}
@@ -255,9 +231,8 @@ def find_checkpoint(path: PathLike) -> Path:
     folder = Path(path).expanduser()
     if folder.is_file() and folder.name in ("config.json", INDEX_FILE, SINGLE_FILE):
         folder = folder.parent
-    if not folder.is_dir():
-        raise FileNotFoundError(f"LLaDA checkpoint folder {folder} does not exist; pass the folder of a Hugging Face "
-                                f"download of GSAI-ML/LLaDA-8B-Base (config.json, {INDEX_FILE}, the shards, the tokenizer)")
+    existing_path(folder, "LLaDA checkpoint folder", f"pass the folder of a Hugging Face download of "
+                  f"GSAI-ML/LLaDA-8B-Base (config.json, {INDEX_FILE}, the shards, the tokenizer)")
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder (expected config.json, "
                                 f"{INDEX_FILE} and model-0000N-of-0000M.safetensors)")

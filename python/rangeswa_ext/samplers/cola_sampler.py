@@ -56,14 +56,15 @@ stage, the widest window, like ELF's final readout call.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, ClassVar, Optional, Sequence
 
 import torch
 from tqdm import tqdm
 
+from ..models.cola import COLA_CONFIGS
+from ..models.kit import SamplerPresets
 from .calls import Generation, Trace, Tracer
 from .draws import SampleDraws
 from .stages import stage_rule
@@ -77,7 +78,7 @@ Noise = Callable[[int, int], torch.Tensor]
 
 
 @dataclass(frozen=True)
-class SamplerConfig:
+class SamplerConfig(SamplerPresets):
     """How one CoLa continuation is drawn (the official ``generate_task_repaint_inference`` defaults).
 
     Attributes:
@@ -87,6 +88,8 @@ class SamplerConfig:
         top_k, top_p: token sampling filters (used only when temperature > 0).
         repetition_penalty: divides positive / multiplies negative logits of tokens already generated.
     """
+
+    PRESETS: ClassVar[dict] = {name: {} for name in COLA_CONFIGS}
 
     # steps and temperature are shared with other backbones, and `generate --help` shows the first
     # registered owner's text (CoLa's, alphabetically): these two say what each backbone means.
@@ -113,17 +116,6 @@ class SamplerConfig:
                              f"{self.top_k} and {self.repetition_penalty}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-
-    @classmethod
-    def for_model(cls, name: str, **overrides) -> "SamplerConfig":
-        """The official settings (all CoLa presets share them); ``None`` overrides keep them."""
-        key = name.lower().replace("_", "-")
-        if not key.startswith("cola"):
-            raise ValueError(f"no CoLa sampler preset for model {name!r}")
-        return cls(**{k: v for k, v in overrides.items() if v is not None})
-
-    def replace(self, **changes) -> "SamplerConfig":
-        return dataclasses.replace(self, **changes)
 
 
 def timesteps(steps: int) -> tuple[torch.Tensor, torch.Tensor]:

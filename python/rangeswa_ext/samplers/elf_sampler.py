@@ -23,14 +23,14 @@ Samples of a batch whose calls fall in different stages are run as separate sub-
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 from tqdm import tqdm
 
 from ..config import STAGES
+from ..models.kit import SamplerPresets
 from .calls import Generation, Trace, Tracer
 from .draws import SampleDraws, to_device
 from .stages import stage_rule
@@ -54,7 +54,7 @@ _PRESETS = {
 
 
 @dataclass(frozen=True)
-class SamplerConfig:
+class SamplerConfig(SamplerPresets):
     """How one ELF sample is drawn.
 
     Attributes:
@@ -66,6 +66,8 @@ class SamplerConfig:
         noise_scale: standard deviation of the starting noise and of each SDE eps.
         t_eps: lower clamp of ``1 - t`` when turning the x-prediction into a velocity.
     """
+
+    PRESETS: ClassVar[dict] = _PRESETS
 
     HELP = dict(steps="sampling steps (ELF: 32 for ELF-B, 64 for M/L)", gamma="SDE churn (1.5 for ELF-B, 1.0 for M/L)",
                 omega="self-conditioning guidance scale (3)", sampler="sde or ode for all steps but the last",
@@ -96,19 +98,6 @@ class SamplerConfig:
             raise ValueError(f"noise_scale must be > 0, got {self.noise_scale}")
         if not 0 < self.t_eps <= 1:
             raise ValueError(f"t_eps must be in (0, 1], got {self.t_eps}")
-
-    @classmethod
-    def for_model(cls, name: str, **overrides) -> "SamplerConfig":
-        """The official sampling settings of an ELF preset (``elf-b``, ``elf-m``, ``elf-l``; ``elf-tiny``
-        takes ELF-B's), with fields overridden by keyword; ``None`` values keep the preset's."""
-        key = name.lower().replace("_", "-")
-        if key not in _PRESETS:
-            raise ValueError(f"no sampler preset for model {name!r}; known: {', '.join(_PRESETS)}")
-        overrides = {k: v for k, v in overrides.items() if v is not None}
-        return cls(**{**_PRESETS[key], **overrides})
-
-    def replace(self, **changes) -> "SamplerConfig":
-        return dataclasses.replace(self, **changes)
 
 
 class SampleNoise(SampleDraws):

@@ -27,15 +27,15 @@ information. A denoising call's stage is ``stage_at(i / (N - 1))`` of the attent
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import ClassVar, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..models.langflow import LANGFLOW_CONFIGS
+from ..models.kit import SamplerPresets
 from .calls import Generation, Trace, Tracer
 from .draws import SampleDraws, to_device
 from .stages import stage_rule
@@ -47,7 +47,7 @@ READOUT_ROWS = 8192
 
 
 @dataclass(frozen=True)
-class SamplerConfig:
+class SamplerConfig(SamplerPresets):
     """How one LangFlow sample is drawn.
 
     Attributes:
@@ -56,6 +56,8 @@ class SamplerConfig:
             official ``generate_samples`` defaults to 128.
     """
 
+    PRESETS: ClassVar[dict] = {name: {} for name in LANGFLOW_CONFIGS}  # every preset: 1024 steps
+
     HELP = dict(steps="network calls: N - 1 Euler steps and the readout (LangFlow: 1024)")
 
     steps: int = 1024
@@ -63,18 +65,6 @@ class SamplerConfig:
     def __post_init__(self):
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
-
-    @classmethod
-    def for_model(cls, name: str, **overrides) -> "SamplerConfig":
-        """The sampling settings of a LangFlow model (every preset samples with 1024 steps), with fields
-        overridden by keyword; ``None`` values keep the preset's."""
-        key = name.lower().replace("_", "-")
-        if key not in LANGFLOW_CONFIGS:
-            raise ValueError(f"no sampler preset for model {name!r}; known: {', '.join(LANGFLOW_CONFIGS)}")
-        return cls(**{k: v for k, v in overrides.items() if v is not None})
-
-    def replace(self, **changes) -> "SamplerConfig":
-        return dataclasses.replace(self, **changes)
 
 
 def initial_noise(seed: int, index: int, length: int, dim: int = 768) -> torch.Tensor:

@@ -37,15 +37,16 @@ separate decode call: its last call is a denoising call like the others, in the 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, ClassVar, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..masking import valid_ranges
+from ..models.kit import SamplerPresets
+from ..models.llada import LLADA_CONFIGS
 from .calls import Generation, Trace, Tracer
 from .draws import SampleDraws
 from .stages import stage_rule
@@ -60,7 +61,7 @@ Draws = Callable[[int, int, str, int, tuple], torch.Tensor]
 
 
 @dataclass(frozen=True)
-class SamplerConfig:
+class SamplerConfig(SamplerPresets):
     """How one LLaDA sample is drawn (the official generate's arguments; ``gen_length`` is the length asked for).
 
     Attributes:
@@ -72,6 +73,10 @@ class SamplerConfig:
         cfg_scale: classifier-free guidance scale; 0 switches it off.
         remasking: ``low_confidence`` (unmask the most probable predictions first) or ``random``.
     """
+
+    #: Every preset samples with the defaults: one token per step, blocks of 32 (the official demo), temperature
+    #: 1 (the official default, 0, would make every unconditional sample the same), no guidance.
+    PRESETS: ClassVar[dict] = {name: {} for name in LLADA_CONFIGS}
 
     HELP = dict(block_length="LLaDA semi-autoregressive block length (0 = the whole generation)",
                 temperature="LLaDA Gumbel-max temperature (0 = greedy; unconditional samples need > 0)",
@@ -93,19 +98,6 @@ class SamplerConfig:
             raise ValueError(f"temperature and cfg_scale must be >= 0, got {self.temperature} and {self.cfg_scale}")
         if self.remasking not in REMASKING:
             raise ValueError(f"remasking must be one of {REMASKING}, got {self.remasking!r}")
-
-    @classmethod
-    def for_model(cls, name: str, **overrides) -> "SamplerConfig":
-        """The sampling settings of a LLaDA preset (all presets share them): one token per step, blocks of 32
-        (the official demo), temperature 1 (the official default, 0, would make every unconditional sample
-        the same), no guidance, low-confidence remasking; ``None`` overrides keep the preset's."""
-        key = name.lower().replace("_", "-")
-        if not key.startswith("llada"):
-            raise ValueError(f"no LLaDA sampler preset for model {name!r}")
-        return cls(**{k: v for k, v in overrides.items() if v is not None})
-
-    def replace(self, **changes) -> "SamplerConfig":
-        return dataclasses.replace(self, **changes)
 
     def schedule(self, gen_length: int) -> tuple[int, int, int]:
         """(block length, number of blocks, calls per block) for ``gen_length`` generated tokens, checked."""

@@ -1,0 +1,135 @@
+"""The backbone kit: what every backbone writes the same way, written once.
+
+- `canonical`: the spelling of a model or preset name (case-insensitive, ``_`` read as ``-``).
+- `Presets`: a model config's named presets (``Config.from_name``) and its ``replace``.
+- `SamplerPresets`: a sampler config's settings per model (``SamplerConfig.for_model``) and its ``replace``.
+- `at_least`: a config's whole-number fields checked against a floor, one message.
+- `AttentionSeam`: the attention method a model calls in every layer, held outside ``state_dict``.
+- `existing_path`: a checkpoint or tokenizer path that must exist, one message.
+- `load_local_tokenizer`: a tokenizer saved in a local folder (no download), one message per failure.
+
+docs/backbones.md shows a new backbone built from these pieces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import ClassVar, Mapping, Union
+
+PathLike = Union[str, Path]
+
+
+def canonical(name: str) -> str:
+    """The canonical spelling of a model or preset name: lower case, ``-`` for ``_``."""
+    return name.lower().replace("_", "-")
+
+
+def lookup(table: Mapping[str, dict], name: str, what: str, known: str = "known") -> dict:
+    """``table``'s entry for ``name`` (canonical spelling), or ValueError naming ``what`` and the known names."""
+    key = canonical(name)
+    if key not in table:
+        raise ValueError(f"{what} {name!r}; {known}: {', '.join(table)}")
+    return table[key]
+
+
+class Presets:
+    """A model config dataclass with named presets: ``PRESETS`` (name -> field overrides) and ``FAMILY``."""
+
+    PRESETS: ClassVar[Mapping[str, dict]] = {}
+    FAMILY: ClassVar[str] = ""
+
+    @classmethod
+    def from_name(cls, name: str, **overrides):
+        """The preset ``name`` (case-insensitive), with any field overridden by keyword, e.g.
+        ``ELFConfig.from_name("elf-tiny", vocab_size=100)``."""
+        return cls(**{**lookup(cls.PRESETS, name, f"unknown {cls.FAMILY} preset", "known presets"), **overrides})
+
+    def replace(self, **changes):
+        """A copy with the given fields changed (and checked again)."""
+        return dataclasses.replace(self, **changes)
+
+
+class SamplerPresets:
+    """A sampler config dataclass whose official settings depend on the model: ``PRESETS`` (model name ->
+    field overrides; every model of the family, an empty dict where the defaults are the official ones)."""
+
+    PRESETS: ClassVar[Mapping[str, dict]] = {}
+
+    @classmethod
+    def for_model(cls, name: str, **overrides):
+        """The official sampling settings of model ``name`` with fields overridden by keyword; ``None``
+        values keep the model's."""
+        preset = lookup(cls.PRESETS, name, "no sampler preset for model")
+        return cls(**{**preset, **{k: v for k, v in overrides.items() if v is not None}})
+
+    def replace(self, **changes):
+        """A copy with the given fields changed (and checked again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def at_least(config, names: tuple, least: int = 1) -> None:
+    """ValueError naming the first field of ``names`` below ``least`` (``ELFConfig.dim must be >= 1, got 0``)."""
+    for name in names:
+        value = getattr(config, name)
+        if value < least:
+            raise ValueError(f"{type(config).__name__}.{name} must be >= {least}, got {value}")
+
+
+class AttentionSeam:
+    """Mixin of a model (before ``nn.Module`` in its bases) whose every layer calls one attention method.
+
+    The method is not a submodule: it holds no weights, stays out of ``state_dict`` (so that is exactly the
+    official one) and must compute on whatever device q arrives on. A subclass says how it calls the method
+    (``ATTENTION_CALL``) and gives an example for the error when none is set (``ATTENTION_EXAMPLE``).
+    """
+
+    ATTENTION_CALL: ClassVar[str] = "attention(q, k, v, control_tokens=, stage=)"
+    ATTENTION_EXAMPLE: ClassVar[str] = "make_attention('full', head_dim=config.head_dim)"
+
+    @property
+    def attention(self):
+        return self.__dict__["_attention"]
+
+    def set_attention(self, attention) -> None:
+        """Use ``attention`` (callable as ``ATTENTION_CALL`` -> [B, H, N, D]) in every layer; None unsets it."""
+        if attention is not None and not callable(attention):
+            raise TypeError(f"attention must be callable as {self.ATTENTION_CALL}, got {type(attention).__name__}")
+        self.__dict__["_attention"] = attention  # outside nn.Module's registry: state_dict stays official
+
+    def require_attention(self):
+        """The attention method, or RuntimeError saying how to set one."""
+        if self.attention is None:
+            raise RuntimeError(f"{type(self).__name__} has no attention method; pass attention= or call "
+                               f"set_attention({self.ATTENTION_EXAMPLE})")
+        return self.attention
+
+
+def existing_path(path: PathLike, what: str, hint: str = "") -> Path:
+    """``path`` with ``~`` expanded, or FileNotFoundError: ``{what} {path} does not exist; {hint}``."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"{what} {path} does not exist" + (f"; {hint}" if hint else ""))
+    return path
+
+
+def tokenizer_folder(folder: PathLike, hint: str) -> Path:
+    """A tokenizer folder that must exist (``hint``: what it must hold, or how to fill it)."""
+    folder = existing_path(folder, "tokenizer folder", hint)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"tokenizer folder {folder} is a file, not a folder; {hint}")
+    return folder
+
+
+def load_local_tokenizer(folder: PathLike, name: str, fill: str, expected: str):
+    """The ``name`` tokenizer saved in ``folder``, through transformers' AutoTokenizer. ``fill`` says how to
+    put one there, ``expected`` which files a readable one has."""
+    folder = tokenizer_folder(folder, fill)
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise ImportError(f"loading the {name} tokenizer needs transformers (pip install 'rangeswa[eval]')") from e
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"folder {folder} holds no readable tokenizer (expected {expected}): {e}") from e
