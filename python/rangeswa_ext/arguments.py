@@ -65,6 +65,14 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def subcommand(subparsers, name: str, run: Callable[[argparse.Namespace], int], **options) -> argparse.ArgumentParser:
+    """Register the ``name`` subcommand (``options``: ``help``, ``description``, ... of ``add_parser``), whose handler
+    ``args.func(args)`` is ``run``; its options are added to the parser this returns."""
+    parser = subparsers.add_parser(name, **options)
+    parser.set_defaults(func=run)
+    return parser
+
+
 def integer(least: Optional[int] = None, most: Optional[int] = None, even: bool = False) -> Callable[[str], int]:
     """An argparse type: an integer in ``[least, most]`` (either bound optional), even if asked."""
     def parse(text: str) -> int:

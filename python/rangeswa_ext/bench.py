@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import ops
-from .arguments import integer, integers, output_folder
+from .arguments import integer, integers, output_folder, subcommand
 from .config import preset
 
 CASES = (  # (label, preset, stage)
@@ -276,8 +276,10 @@ def capabilities(text: str) -> list:
 
 
 def add_bench_parser(subparsers) -> None:
-    p = subparsers.add_parser("bench", help="CPU benchmark of the op against SDPA",
-                              description=__doc__.split("\n\n")[0])
+    p = subcommand(
+        subparsers, "bench", run_bench,
+        help="CPU benchmark of the op against SDPA",
+        description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", type=integers(1), default=None,
                    help="comma-separated body lengths L (default 1024..16384, or 2048,4096,8192 with --model)")
     p.add_argument("--repeats", type=integer(1), default=5, help="timed runs per configuration (median)")
@@ -297,7 +299,6 @@ def add_bench_parser(subparsers) -> None:
     p.add_argument("--elf", metavar="MODEL", dest="model", help="the same as --model MODEL (e.g. elf-b)")
     p.add_argument("--langflow", dest="model", action="store_const", const="langflow-owt",
                    help="the same as --model langflow-owt (one LangFlow-OWT call, C = 0)")
-    p.set_defaults(func=run_bench)
 
 
 def run_bench(args) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import backbones, outputs
-from .arguments import device, integer, integers, output_folder, require
+from .arguments import device, integer, integers, output_folder, require, subcommand
 from .config import preset
 from .eval import sweep as sweep_module
 from .eval.genppl import generative_perplexity, load_scorer
@@ -269,8 +269,9 @@ def checks(rows: dict, floor: dict, lengths: list, seed: int) -> list[str]:
 
 
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "demo", help="the paper's effect in miniature on the CPU: the shipped ELF-mini, every method, 1x-8x T",
+    parser = subcommand(
+        subparsers, "demo", run_demo,
+        help="the paper's effect in miniature on the CPU: the shipped ELF-mini, every method, 1x-8x T",
         description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="under a minute: full, swa, rangeswa and rangeswa_lite at 1x and 8x T, 4 samples, 8 "
@@ -289,6 +290,5 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", type=device(), help="cpu (default) or cuda")
     parser.add_argument("--assets", help="a miniature folder to use instead of the shipped one (rangeswa train-mini --export)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.set_defaults(func=run_demo)
     return parser
 

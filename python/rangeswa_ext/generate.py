@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from . import backbones, distributed, outputs, resumable
 from .arguments import device as device_type
-from .arguments import integer, number, output_file
+from .arguments import integer, number, output_file, subcommand
 from .config import RangeSWAConfig
 from .jsonl import json_objects
 from .methods import METHODS, OP_PRESETS
@@ -198,13 +198,12 @@ def _write_batches(lines: resumable.LineFile, batches: list[range], missing: set
 
 
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `generate` subcommand on an argparse subparsers object; its handler is `args.func(args)`."""
-    parser = subparsers.add_parser(
-        "generate",
+    """Register the `generate` subcommand (`arguments.subcommand`) and its options."""
+    parser = subcommand(
+        subparsers, "generate", run_generate,
         help="generate samples of any backbone at any length with an attention method (resumable JSON lines)",
         description="Generate samples into a JSON-lines file; rerunning the same command resumes it. Under "
-                    "torchrun the batches are split over the processes and merged into the same file.",
-    )
+                    "torchrun the batches are split over the processes and merged into the same file.")
     families = backbones.backbones()
     parser.add_argument("--model", default="elf-b", choices=backbones.model_names(), metavar="MODEL",
                         help="model the checkpoint must be; picks the backbone and the sampler defaults: "
@@ -245,7 +244,6 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
                         help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU (default auto)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.set_defaults(func=run_generate)
     return parser
 
 

@@ -29,7 +29,6 @@ class Backbone:
 
     Class attributes a subclass sets:
         name: the family's name (``elf``).
-        presets: model names ``--model`` accepts (``elf-b``, ``elf-m``, ...), lower case.
         sampler_config: the dataclass of the family's sampler settings; ``sampler_config.for_model(preset,
             **overrides)`` gives a preset's official settings, ``None`` overrides keeping the preset's.
         conditional: whether samples continue prompts (``rangeswa generate --prompts``).
@@ -37,7 +36,6 @@ class Backbone:
     """
 
     name: str = ""
-    presets: tuple = ()
     sampler_config: type = type(None)
     conditional: bool = False
     tokenizer_help: str = ""
@@ -46,6 +44,13 @@ class Backbone:
     config_class: type = type(None)
     #: Config fields (dotted into nested configs) a checkpoint must share with the ``--model`` preset.
     sizes: tuple = ()
+    #: RoPE's pairs: ``interleaved`` (GPT-J) or ``half`` (GPT-NeoX), SPEC section 1.
+    rope_style: str = "interleaved"
+
+    @property
+    def presets(self) -> tuple:
+        """Model names ``--model`` accepts: the config class's presets."""
+        return tuple(self.config_class.PRESETS)
 
     # ---------------------------------------------------------------------------------- model
     def config(self, preset: str):
@@ -78,8 +83,12 @@ class Backbone:
         return self.model_class(self.config(preset)).eval()
 
     def rope(self, model) -> dict:
-        """The model's RoPE and training length: ``dict(theta=, rope_style=, rotary_dim=, train_length=)``."""
-        raise NotImplementedError
+        """The model's RoPE and training length: ``dict(theta=, rope_style=, rotary_dim=, train_length=)``; by
+        default its config's ``rope_theta``, ``rotary_dim`` (None: every head dim), ``train_length`` and the
+        backbone's `rope_style`."""
+        c = model.config
+        return dict(theta=c.rope_theta, rope_style=self.rope_style, rotary_dim=getattr(c, "rotary_dim", None),
+                    train_length=c.train_length)
 
     def attention(self, model, method: str, **options):
         """The attention method ``method`` for ``model`` (its head dim, RoPE and training length),

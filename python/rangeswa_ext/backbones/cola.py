@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..models.cola import COLA_CONFIGS, Cola, ColaConfig
+from ..models.cola import Cola, ColaConfig
 from ..models.cola_checkpoint import find_checkpoint, load_cola, load_cola_tokenizer
 from ..samplers.cola_sampler import SamplerConfig, generate
 from . import Backbone, register
@@ -26,17 +26,11 @@ PAD_TOKEN = "<|pad|>"
 
 
 class ColaBackbone(Backbone):
-    name = "cola"
-    presets = tuple(COLA_CONFIGS)
-    sampler_config = SamplerConfig
-    conditional = True
-    tokenizer_help = "folder holding the CoLa release's tokenizer.json (the download folder has it)"
-
-    model_class, config_class = Cola, ColaConfig
+    name, model_class, config_class, sampler_config, conditional = "cola", Cola, ColaConfig, SamplerConfig, True
     sizes = ("prior.n_layer", "prior.dim", "prior.n_head", "prior.head_dim", "prior.latent_dim", "vae.vocab_size",
              "vae.dim", "vae.n_head", "vae.encoder_layers", "vae.decoder_layers")
-    find_checkpoint = staticmethod(find_checkpoint)
-    load_tokenizer = staticmethod(load_cola_tokenizer)
+    find_checkpoint, load_tokenizer = staticmethod(find_checkpoint), staticmethod(load_cola_tokenizer)
+    tokenizer_help = "folder holding the CoLa release's tokenizer.json (the download folder has it)"
 
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> Cola:
         return self.check_sizes(load_cola(checkpoint, device=device), checkpoint, preset)

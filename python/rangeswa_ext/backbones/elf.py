@@ -12,21 +12,17 @@ from pathlib import Path
 
 import torch
 
-from ..models.elf import ELF, ELF_CONFIGS, ELFConfig
+from ..models.elf import ELF, ELFConfig
 from ..models.elf_checkpoint import decode_tokens, find_checkpoint, load_elf, load_t5_tokenizer
 from ..samplers.elf_sampler import EOS_ID, PAD_ID, SamplerConfig, sample
 from . import Backbone, register
 
 
 class ELFBackbone(Backbone):
-    name = "elf"
-    presets = tuple(ELF_CONFIGS)
-    sampler_config = SamplerConfig
-    tokenizer_help = "folder of the T5 tokenizer files (tokenizer.json or spiece.model)"
-    model_class, config_class = ELF, ELFConfig
+    name, model_class, config_class, sampler_config = "elf", ELF, ELFConfig, SamplerConfig
     sizes = ("n_layer", "dim", "n_head", "encoder_dim")
-    find_checkpoint = staticmethod(find_checkpoint)
-    load_tokenizer = staticmethod(load_t5_tokenizer)
+    find_checkpoint, load_tokenizer = staticmethod(find_checkpoint), staticmethod(load_t5_tokenizer)
+    tokenizer_help = "folder of the T5 tokenizer files (tokenizer.json or spiece.model)"
 
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> ELF:
         elf = self.check_sizes(load_elf(find_checkpoint(checkpoint)), checkpoint, preset)
@@ -35,10 +31,6 @@ class ELFBackbone(Backbone):
         elf.config = elf.config.replace(train_length=self.config(preset).train_length)
         # fp32 weights whatever the file stores (the shipped miniature is fp16); CUDA runs bf16 autocast.
         return elf.to(device=device, dtype=torch.float32).eval()
-
-    def rope(self, model: ELF) -> dict:
-        return dict(theta=model.config.rope_theta, rope_style="interleaved", rotary_dim=None,
-                    train_length=model.config.train_length)
 
     def check_tokenizer(self, model: ELF, tokenizer, folder: Path) -> None:
         if model.config.vocab_size > len(tokenizer):

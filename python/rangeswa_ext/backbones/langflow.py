@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 
 from ..models.langflow import (
-    LANGFLOW_CONFIGS,
     LangFlow,
     LangFlowConfig,
     decode_tokens,
@@ -27,23 +26,14 @@ from . import Backbone, register
 
 
 class LangFlowBackbone(Backbone):
-    name = "langflow"
-    presets = tuple(LANGFLOW_CONFIGS)
-    sampler_config = SamplerConfig
-    tokenizer_help = "folder of the GPT-2 tokenizer files (tokenizer.json, or vocab.json and merges.txt)"
-
-    model_class, config_class = LangFlow, LangFlowConfig
+    name, model_class, config_class, sampler_config = "langflow", LangFlow, LangFlowConfig, SamplerConfig
     sizes = ("n_blocks", "hidden_size", "n_heads", "vocab_size")
-    find_checkpoint = staticmethod(find_checkpoint)
-    load_tokenizer = staticmethod(load_gpt2_tokenizer)
+    find_checkpoint, load_tokenizer = staticmethod(find_checkpoint), staticmethod(load_gpt2_tokenizer)
+    rope_style = "half"  # half-split (GPT-NeoX) pairs over all head dims, theta 1e4 (M:69-116)
+    tokenizer_help = "folder of the GPT-2 tokenizer files (tokenizer.json, or vocab.json and merges.txt)"
 
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> LangFlow:
         return self.check_sizes(load_langflow(checkpoint), checkpoint, preset).to(device).eval()
-
-    def rope(self, model: LangFlow) -> dict:
-        # Half-split (GPT-NeoX) pairs over all head dims, theta 1e4 (M:69-116).
-        return dict(theta=model.config.rope_theta, rope_style="half", rotary_dim=None,
-                    train_length=model.config.train_length)
 
     def check_tokenizer(self, model: LangFlow, tokenizer, folder: Path) -> None:
         if model.config.vocab_size > len(tokenizer):

@@ -15,29 +15,20 @@ from pathlib import Path
 
 import torch
 
-from ..models.llada import LLADA_CONFIGS, LLaDA, LLaDAConfig, find_checkpoint, load_llada, load_llada_tokenizer
+from ..models.llada import LLaDA, LLaDAConfig, find_checkpoint, load_llada, load_llada_tokenizer
 from ..samplers.llada_sampler import SamplerConfig, sample
 from . import Backbone, register
 
 
 class LLaDABackbone(Backbone):
-    name = "llada"
-    presets = tuple(LLADA_CONFIGS)
-    sampler_config = SamplerConfig
-    conditional = True
+    name, model_class, config_class, sampler_config = "llada", LLaDA, LLaDAConfig, SamplerConfig
+    sizes, conditional = ("n_layer", "dim", "n_head", "mlp_dim"), True
+    find_checkpoint, load_tokenizer = staticmethod(find_checkpoint), staticmethod(load_llada_tokenizer)
+    rope_style = "half"
     tokenizer_help = "folder of the LLaDA tokenizer (tokenizer.json; the model's download folder has it)"
-
-    model_class, config_class = LLaDA, LLaDAConfig
-    sizes = ("n_layer", "dim", "n_head", "mlp_dim")
-    find_checkpoint = staticmethod(find_checkpoint)
-    load_tokenizer = staticmethod(load_llada_tokenizer)
 
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> LLaDA:
         return self.check_sizes(load_llada(checkpoint, device=device), checkpoint, preset)
-
-    def rope(self, model: LLaDA) -> dict:
-        return dict(theta=model.config.rope_theta, rope_style="half", rotary_dim=None,
-                    train_length=model.config.train_length)
 
     def check_tokenizer(self, model: LLaDA, tokenizer, folder: Path) -> None:
         if len(tokenizer) > model.config.vocab_size:

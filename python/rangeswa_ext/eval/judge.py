@@ -38,7 +38,7 @@ from ..generate import resolve_dtype
 from ..jsonl import json_objects
 from .judge_model import HFJudge, read_prompt
 from .judge_table import RESAMPLES, aggregate, cells_json, outcome, table17
-from ..arguments import device, integer, integers
+from ..arguments import device, integer, integers, subcommand
 
 SAMPLE_KEYS = {"index": int, "model": str, "method": str, "length": int, "seed": int, "text": str}
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -319,14 +319,13 @@ def _pairs(text: str) -> list[tuple[str, str]]:
 
 
 def add_judge_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `judge` subcommand on an argparse subparsers object; its handler is `args.func(args)`."""
-    parser = subparsers.add_parser(
-        "judge",
+    """Register the `judge` subcommand (`arguments.subcommand`) and its options."""
+    parser = subcommand(
+        subparsers, "judge", run_judge,
         help="judge two methods' samples pairwise with a local causal LM (both orders), the paper's Table 17",
         description="Pair two methods' samples by (model, length, seed, index), ask a judge LM which text is "
                     "better in both orders, and write win / tie / loss per length with the position bias and a "
-                    "bootstrap 95% interval (judge.md, judge.json). Rerun to resume; runs under torchrun.",
-    )
+                    "bootstrap 95% interval (judge.md, judge.json). Rerun to resume; runs under torchrun.")
     parser.add_argument("sources", nargs="+",
                         help="rangeswa generate files (.jsonl) or sweep/demo output folders; LABEL=PATH names a "
                              "source's method")
@@ -348,7 +347,6 @@ def add_judge_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap", type=integer(100), default=RESAMPLES,
                         help=f"bootstrap resamples per interval (default {RESAMPLES})")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.set_defaults(func=run_judge)
     return parser
 
 

@@ -54,7 +54,7 @@ import torch
 from tqdm import tqdm
 
 from .. import backbones, distributed, resumable
-from ..arguments import device, integer, integers, number, output_folder, require
+from ..arguments import device, integer, integers, number, output_folder, require, subcommand
 from ..generate import DTYPES, resolve_dtype
 from ..jsonl import json_objects
 from ..methods import METHODS, OP_PRESETS
@@ -489,9 +489,10 @@ def _names(text: str) -> list[str]:
 
 
 def add_niah_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `niah` subcommand; its handler is `args.func(args)`."""
-    parser = subparsers.add_parser(
-        "niah", help="needle in a haystack on LLaDA, every attention method in one run (LongLLaDA's protocol)",
+    """Register the `niah` subcommand (`arguments.subcommand`) and its options."""
+    parser = subcommand(
+        subparsers, "niah", run_niah,
+        help="needle in a haystack on LLaDA, every attention method in one run (LongLLaDA's protocol)",
         description="Needle-in-a-haystack grid (lengths x depths) for each attention method: resumable JSON lines "
                     "per method, heatmaps (PNG, SVG), the per-cell table (CSV, JSON) and the overall scores. Under "
                     "torchrun the samples are split over the processes.")
@@ -533,7 +534,6 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
                         help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU (default auto)")
     parser.add_argument("--dpi", type=integer(1), default=300, help="PNG resolution (default 300, as the original)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.set_defaults(func=run_niah)
     return parser
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .. import distributed, resumable
-from ..arguments import device, integer, output_file, require
+from ..arguments import device, integer, output_file, require, subcommand
 from ..jsonl import json_objects
 from .genppl import (
     DTYPES,
@@ -181,12 +181,11 @@ def sharded_perplexity(texts: Sequence[str], model, tokenizer, world: distribute
 
 
 def add_score_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `score` subcommand on an argparse subparsers object; its handler is `args.func(args)`."""
-    parser = subparsers.add_parser(
-        "score",
+    """Register the `score` subcommand (`arguments.subcommand`) and its options."""
+    parser = subcommand(
+        subparsers, "score", run_score,
         help="score a samples.jsonl file (Gen. PPL, H, R4, C2)",
-        description="Compute the metrics of a samples.jsonl file and write them as JSON beside it (or to --out).",
-    )
+        description="Compute the metrics of a samples.jsonl file and write them as JSON beside it (or to --out).")
     parser.add_argument("samples", type=Path, help="JSON-lines file, one object with 'ids' and 'text' per line")
     parser.add_argument("--scorer", type=Path, help="local folder of the causal LM for Gen. PPL (e.g. GPT-2 Large)")
     parser.add_argument("--out", type=output_file,
@@ -206,7 +205,6 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
         help="scorer device, e.g. cpu or cuda (default cpu; under torchrun cuda is each process's own GPU)",
     )
     parser.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="scorer dtype (default fp32)")
-    parser.set_defaults(func=run_score)
     return parser
 
 

@@ -31,7 +31,7 @@ from typing import Optional
 from tqdm import tqdm
 
 from .. import backbones, distributed, outputs, resumable
-from ..arguments import require
+from ..arguments import require, subcommand
 from ..generate import DTYPES, METHOD_OPTION_EXAMPLES, METHOD_OPTIONS, check_method_options, generate, sampler_config_for
 from ..methods import METHODS
 from .genppl import DTYPES as SCORER_DTYPES
@@ -458,19 +458,17 @@ class _Checker:
 
 
 def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `sweep` subcommand on an argparse subparsers object; its handler is `args.func(args)`."""
-    parser = subparsers.add_parser(
-        "sweep",
+    """Register the `sweep` subcommand (`arguments.subcommand`) and its options."""
+    parser = subcommand(
+        subparsers, "sweep", run_sweep,
         help="generate and score a grid of models x lengths x methods x seeds, then render tables and plots",
         description="Run every configuration of a sweep file (TOML) that is not finished yet, then write the "
                     "paper's tables (markdown), CSV, JSON and figures to its output folder. Rerun to resume; "
-                    "run under torchrun to split every configuration over the processes.",
-    )
+                    "run under torchrun to split every configuration over the processes.")
     parser.add_argument("config", type=Path, help="sweep file (TOML); see examples/sweep_tiny.toml")
     parser.add_argument("--render-only", action="store_true",
                         help="run nothing: render the tables and figures of the finished configurations")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.set_defaults(func=run_sweep)
     return parser
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from .. import outputs
-from ..arguments import device, integer, number, output_folder, require
+from ..arguments import device, integer, number, output_folder, require, subcommand
 from ..models.elf import ELF_CONFIGS, ELFConfig
 from ..models.elf_checkpoint import find_checkpoint, read_checkpoint, save_checkpoint
 from . import corpus as corpus_module
@@ -88,8 +88,9 @@ def export(out: Path, target: Path, manifest: dict) -> Path:
 
 
 def add_train_mini_parser(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "train-mini", help="train the miniature ELF and its judge from the corpus (what `rangeswa demo` ships)",
+    parser = subcommand(
+        subparsers, "train-mini", run_train_mini,
+        help="train the miniature ELF and its judge from the corpus (what `rangeswa demo` ships)",
         description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=output_folder, default=Path("runs/mini"),
                         help="working folder (resumable; one run writes it at a time)")
@@ -108,7 +109,6 @@ def add_train_mini_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--export", type=output_folder, default=None,
                         help="write the shipped files here (python/rangeswa_ext/mini/data to replace the package's)")
     parser.add_argument("--no-progress", action="store_true")
-    parser.set_defaults(func=run_train_mini)
     return parser
 
 

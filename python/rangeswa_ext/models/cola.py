@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 import torch.nn as nn
@@ -77,9 +77,22 @@ class ColaPriorConfig:
             raise ValueError(f"ColaPriorConfig.frequency_dim must be even (sin and cos halves), got {self.frequency_dim}")
 
 
+#: ``cola``: the released sizes (the official config defaults, which give its 1.83B + 0.50B parameters,
+#: with the release's prior block 16 and VAE block 1; docs/cola.md). ``cola-tiny``: a few-kB model for tests.
+COLA_CONFIGS = {
+    "cola": dict(prior=dict(), vae=dict()),
+    "cola-tiny": dict(prior=dict(latent_dim=4, dim=64, n_head=4, head_dim=16, n_layer=2, rotary_dim=12, block_size=4,
+                                 train_length=32),
+                      vae=dict(vocab_size=300, encoder_layers=2, decoder_layers=2, dim=32, ffn_dim=64, latent_dim=4,
+                               n_head=2, rope_theta=10000.0, block_size=1)),
+}
+
+
 @dataclass(frozen=True)
 class ColaConfig:
     """A CoLa model: its prior and its VAE. Named presets live in `COLA_CONFIGS`; get one with `from_name`."""
+
+    PRESETS: ClassVar[dict] = COLA_CONFIGS
 
     prior: ColaPriorConfig = ColaPriorConfig()
     vae: ColaVAEConfig = ColaVAEConfig()
@@ -101,22 +114,11 @@ class ColaConfig:
     @classmethod
     def from_name(cls, name: str) -> "ColaConfig":
         """The preset ``name`` (``cola``, ``cola-tiny``; case-insensitive)."""
-        preset = lookup(COLA_CONFIGS, name, "unknown CoLa preset", "known presets")
+        preset = lookup(cls.PRESETS, name, "unknown CoLa preset", "known presets")
         return cls(ColaPriorConfig(**preset["prior"]), ColaVAEConfig(**preset["vae"]))
 
     def replace(self, prior: Optional[dict] = None, vae: Optional[dict] = None) -> "ColaConfig":
         return ColaConfig(dataclasses.replace(self.prior, **(prior or {})), dataclasses.replace(self.vae, **(vae or {})))
-
-
-#: ``cola``: the released sizes (the official config defaults, which give its 1.83B + 0.50B parameters,
-#: with the release's prior block 16 and VAE block 1; docs/cola.md). ``cola-tiny``: a few-kB model for tests.
-COLA_CONFIGS = {
-    "cola": dict(prior=dict(), vae=dict()),
-    "cola-tiny": dict(prior=dict(latent_dim=4, dim=64, n_head=4, head_dim=16, n_layer=2, rotary_dim=12, block_size=4,
-                                 train_length=32),
-                      vae=dict(vocab_size=300, encoder_layers=2, decoder_layers=2, dim=32, ffn_dim=64, latent_dim=4,
-                               n_head=2, rope_theta=10000.0, block_size=1)),
-}
 
 
 # ------------------------------------------------------------------------------------------- prior

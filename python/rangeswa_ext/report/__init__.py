@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from ..arguments import integer
+from ..arguments import integer, subcommand
 from ..distributed import write_atomic
 from .page import render_page
 from .runs import collect
@@ -41,20 +41,18 @@ def build_report(runs, out: Optional[Path] = None, *, title: str = "rangeswa rep
 
 
 def add_report_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `report` subcommand on an argparse subparsers object; its handler is `args.func(args)`."""
-    parser = subparsers.add_parser(
-        "report",
+    """Register the `report` subcommand (`arguments.subcommand`) and its options."""
+    parser = subcommand(
+        subparsers, "report", run_report,
         help="one self-contained HTML page of demo, sweep, score, judge and niah outputs",
         description="Write one static HTML page (no network: styles, script and images inline) with the tables, "
-                    "length plots, judge and NIAH results, a sample browser and the runs' settings.",
-    )
+                    "length plots, judge and NIAH results, a sample browser and the runs' settings.")
     parser.add_argument("runs", nargs="+", type=Path,
                         help="demo, sweep, judge or niah output folders, .scores.json files, samples .jsonl files")
     parser.add_argument("--out", type=Path, help="the HTML file (default: report.html in the first run's folder)")
     parser.add_argument("--samples", type=integer(1), default=DEFAULT_SAMPLES,
                         help=f"sample indices per length in the sample browser (default {DEFAULT_SAMPLES})")
     parser.add_argument("--title", default="rangeswa report", help="the page's title")
-    parser.set_defaults(func=run_report)
     return parser
 
 

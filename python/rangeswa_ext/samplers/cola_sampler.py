@@ -64,7 +64,7 @@ import torch
 from tqdm import tqdm
 
 from ..models.cola import COLA_CONFIGS
-from ..models.kit import SamplerPresets
+from ..models.kit import SamplerPresets, at_least
 from .calls import Generation, Trace, Tracer
 from .draws import SampleDraws
 from .stages import stage_rule
@@ -109,8 +109,7 @@ class SamplerConfig(SamplerPresets):
     repetition_penalty: float = 1.1
 
     def __post_init__(self):
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        at_least(self, ("steps",))
         if self.temperature < 0 or self.top_k < 0 or self.repetition_penalty <= 0:
             raise ValueError(f"temperature and top_k must be >= 0 and repetition_penalty > 0, got {self.temperature}, "
                              f"{self.top_k} and {self.repetition_penalty}")

@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from ..config import STAGES
-from ..models.kit import SamplerPresets
+from ..models.kit import SamplerPresets, at_least
 from .calls import Generation, Trace, Tracer
 from .draws import SampleDraws, to_device
 from .stages import stage_rule
@@ -86,8 +86,7 @@ class SamplerConfig(SamplerPresets):
     t_eps: float = 0.05
 
     def __post_init__(self):
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        at_least(self, ("steps",))
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if self.gamma < 0:

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..models.langflow import LANGFLOW_CONFIGS
-from ..models.kit import SamplerPresets
+from ..models.kit import SamplerPresets, at_least
 from .calls import Generation, Trace, Tracer
 from .draws import SampleDraws, to_device
 from .stages import stage_rule
@@ -63,8 +63,7 @@ class SamplerConfig(SamplerPresets):
     steps: int = 1024
 
     def __post_init__(self):
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        at_least(self, ("steps",))
 
 
 def initial_noise(seed: int, index: int, length: int, dim: int = 768) -> torch.Tensor:
