@@ -26,12 +26,22 @@ How a call runs (``attention``):
   (`RangeSWAConfig.scaled_to`, ``scale_windows=True`` by default), the stage ``late`` unless ``enable``
   or a ``rangeswa_stage`` argument of the model call says otherwise, the softmax scale the model passes.
 
+- Sliding-window layers (the ``sliding_window`` a layer passes: Mistral v0.1, Qwen2's upper layers, the
+  local layers of mixed models) keep the model's own windowed attention at every length; the global
+  layers run the method.
+- Past T, KV-cached decoding approximates a recomputation at the final length: the cache keeps every row's
+  layer outputs from the call that computed it, at that call's (shorter) length, while RangeSWA's
+  retrieval and position maps depend on the length. Measured on tiny random models over 6 greedy steps
+  (tests/test_hf_integration.py): relative differences in the logits up to 2e-3 (Llama, Mistral), 0.06
+  (OLMo2) and 0.2 (Qwen3); RangeSWA-Lite's were rounding (1e-7). Within T the model's own attention runs,
+  so cached and recomputed agree there.
+
 T is the model config's ``max_position_embeddings`` unless ``enable`` gives ``train_length``: many
 configs state more than the length the model was trained at, so give it when you know it. Not
 supported (each a ValueError naming it): padded or packed batches (the op has no per-row positions:
-run one unpadded sequence per row), attention dropout while training, sliding-window layers, soft-capped
-logits, and RoPE other than transformers' ``default`` type (llama3, yarn, ... scale the frequencies
-themselves; the op re-applies plain RoPE). Tested with transformers 5.x on Llama and Qwen2 models.
+run one unpadded sequence per row), attention dropout while training, soft-capped logits, and RoPE other
+than transformers' ``default`` type (llama3, yarn, ... scale the frequencies themselves; the op
+re-applies plain RoPE). Tested with transformers 5.x on Llama, Qwen2, Mistral, Qwen3 and OLMo2 models.
 """
 
 from __future__ import annotations
@@ -84,7 +94,12 @@ class Settings:
 def enable(model, method: str = "rangeswa", *, train_length: Optional[int] = None, stage: str = "late",
            scale_windows: bool = True, native_within_train_length: bool = True, **overrides):
     """Switch ``model`` (a transformers ``PreTrainedModel``) to ``method`` with these settings (`Settings`);
-    returns the model. The settings are checked here, by building the method once for the model."""
+    returns the model. The settings are checked here, by building the method once for the model.
+
+    The choice made for KV caches: a cached call attends from its new rows over the whole cache (the op's
+    query suffix) and keeps the cache's rows as they were computed, so past T cached decoding approximates
+    a recomputation at the final length (the module's docstring gives the measured differences); call the
+    model without a cache (``use_cache=False``) where the recomputed answer is wanted."""
     if method not in NAMES:
         raise ValueError(f"method must be one of {', '.join(NAMES)}, got {method!r}")
     settings = Settings(train_length, stage, scale_windows, native_within_train_length,
@@ -122,9 +137,9 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
                          "sequence per row")
     if dropout:
         raise ValueError(f"rangeswa attention has no attention dropout (got {dropout}); call model.eval()")
-    for unsupported in ("sliding_window", "softcap"):
-        if kwargs.get(unsupported) is not None:
-            raise ValueError(f"rangeswa attention does not take {unsupported} (this layer has {kwargs[unsupported]})")
+    if kwargs.get("softcap") is not None:
+        raise ValueError(f"rangeswa attention does not take soft-capped logits (this layer has softcap "
+                         f"{kwargs['softcap']})")
     config = module.config
     settings = _settings(config)
     causal = kwargs.get("is_causal")
@@ -132,11 +147,9 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     Lq, L = query.shape[2], key.shape[2]
     scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     T = _train_length(settings, config)
-    if L <= T and settings.native_within_train_length:
-        mask = causal_mask(0, L, Lq, 1, query.device) if causal and Lq < L else None
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=causal and Lq == L,
-                                             scale=scale, enable_gqa=query.shape[1] != key.shape[1])
-        return out.transpose(1, 2).contiguous(), None
+    window = kwargs.get("sliding_window")
+    if window is not None or (L <= T and settings.native_within_train_length):
+        return _native(query, key, value, causal, scale, window), None
 
     positions = torch.arange(L, device=query.device)
     given = kwargs.get("position_ids")
@@ -152,6 +165,22 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     stage = kwargs.get("rangeswa_stage") or settings.stage
     out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _native(query, key, value, causal: bool, scale: float, window: Optional[int]) -> torch.Tensor:
+    """The model's own attention on its rotated q and k, [B, Lq, Hq, D]: the queries are the last Lq of the
+    L keys' positions; a sliding-window layer's query i sees the keys j with i - window < j (causal, as
+    transformers' sliding_window_overlay) or |i - j| <= window (bidirectional)."""
+    Lq, L = query.shape[2], key.shape[2]
+    mask = causal_mask(0, L, Lq, 1, query.device) if causal and Lq < L else None
+    if window is not None:
+        i = torch.arange(L - Lq, L, device=query.device)[:, None]
+        j = torch.arange(L, device=query.device)[None, :]
+        mask = (j <= i) & (i - j < window) if causal else (i - j).abs() <= window
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale,
+                                         is_causal=causal and Lq == L and mask is None,
+                                         enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous()
 
 
 def _settings(config) -> Settings:
