@@ -264,9 +264,8 @@ class PriorBlock(nn.Module):
 class ColaPrior(AttentionSeam, nn.Module):
     """The block-causal DiT prior: per-token velocities v = d z / d t of the current block (t = 1000 noise).
 
-    ``ColaPrior(config, attention=make_attention("full", head_dim=128, rotary_dim=96))``. The attention
-    method is not a submodule: it holds no weights and stays out of ``state_dict`` (exactly the official
-    one). Change it with `set_attention`.
+    ``ColaPrior(config, attention=make_attention("full", head_dim=128, rotary_dim=96))``; the method, held as
+    `kit.AttentionSeam` holds it (out of ``state_dict``), changes with `set_attention`.
     """
 
     ATTENTION_CALL = "attention(q, k, v, control_tokens=, stage=, causal_block=)"

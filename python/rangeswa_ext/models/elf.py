@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kit import AttentionSeam, Presets, at_least
+from .kit import AttentionSeam, Presets, WeightedNorm, at_least
 from .linear import Linear
 
 Scalar = Union[float, torch.Tensor]
@@ -108,13 +108,8 @@ class ELFConfig(Presets):
 
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(WeightedNorm):
     """RMSNorm computed in fp32 and returned in the input dtype (official JAX RMSNorm)."""
-
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # weight * x * rsqrt(mean(x^2) + eps) in one fused pass (F.rms_norm), in fp32 whatever x's dtype.
@@ -221,9 +216,8 @@ class FinalLayer(nn.Module):
 class ELF(AttentionSeam, nn.Module):
     """The ELF denoiser and decoder.
 
-    ``ELF(config, attention=make_attention("full", head_dim=config.head_dim))``. The attention method is
-    not a submodule: it holds no weights, stays out of ``state_dict`` (which is exactly the official
-    one), and must compute on whatever device q arrives on. Change it with `set_attention`.
+    ``ELF(config, attention=make_attention("full", head_dim=config.head_dim))``; the method, held as
+    `kit.AttentionSeam` holds it (out of ``state_dict``), changes with `set_attention`.
     """
 
     def __init__(self, config: ELFConfig, attention=None):

@@ -5,6 +5,7 @@
 - `SamplerPresets`: a sampler config's settings per model (``SamplerConfig.for_model``) and its ``replace``.
 - `at_least`: a config's whole-number fields checked against a floor, one message.
 - `AttentionSeam`: the attention method a model calls in every layer, held outside ``state_dict``.
+- `WeightedNorm`: a normalisation layer's eps and weight (each backbone's norm computes its own way).
 - `existing_path`: a checkpoint or tokenizer path that must exist, one message.
 - `load_local_tokenizer`: a tokenizer saved in a local folder (no download), one message per failure.
 
@@ -16,6 +17,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 from typing import ClassVar, Mapping, Union
+
+import torch
+import torch.nn as nn
 
 PathLike = Union[str, Path]
 
@@ -103,6 +107,16 @@ class AttentionSeam:
             raise RuntimeError(f"{type(self).__name__} has no attention method; pass attention= or call "
                                f"set_attention({self.ATTENTION_EXAMPLE})")
         return self.attention
+
+
+class WeightedNorm(nn.Module):
+    """The base of a backbone's normalisation layer: ``eps`` and one weight of ones over the last dim (the
+    official parameter name); a subclass computes its norm in ``forward``."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
 
 
 def existing_path(path: PathLike, what: str, hint: str = "") -> Path:

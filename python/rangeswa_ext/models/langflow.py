@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .elf import ScalarEmbedder, _per_example
-from .kit import AttentionSeam, Presets, at_least, existing_path, load_local_tokenizer
+from .kit import AttentionSeam, Presets, WeightedNorm, at_least, existing_path, load_local_tokenizer
 from .linear import Linear, linear
 from .strict import check_state_dict, require_keys
 
@@ -108,13 +108,8 @@ class LangFlowConfig(Presets):
         return self.hidden_size // self.n_heads
 
 
-class LayerNorm(nn.Module):
+class LayerNorm(WeightedNorm):
     """LayerNorm with a weight and no bias, computed in fp32 whatever the input or autocast (M:131-140)."""
-
-    def __init__(self, dim: int, eps: float = 1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(x.device.type, enabled=False):
@@ -288,11 +283,9 @@ class LangFlowOutput(NamedTuple):
 class LangFlow(AttentionSeam, nn.Module):
     """The LangFlow denoiser: ``model(z, gamma, self_cond, stage=...)`` -> fp32 logits [B, L, vocab].
 
-    ``LangFlow(config, attention=make_attention("full", head_dim=64, rope_style="half"))``. The attention
-    method is not a submodule: it holds no weights, stays out of ``state_dict`` (which is exactly the
-    official one, ``backbone.*`` and ``proposal.*``), and must compute on whatever device q arrives on.
-    Change it with `set_attention`. There is no dropout: this is the inference model (the official one
-    in ``eval()`` mode).
+    ``LangFlow(config, attention=make_attention("full", head_dim=64, rope_style="half"))``; the method, held
+    as `kit.AttentionSeam` holds it (``state_dict`` is the official ``backbone.*`` and ``proposal.*``), changes
+    with `set_attention`. There is no dropout: the inference model (the official one in ``eval()`` mode).
     """
 
     ATTENTION_EXAMPLE = "make_attention('full', head_dim=config.head_dim, rope_style='half')"

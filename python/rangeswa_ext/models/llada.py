@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..masking import valid_ranges
-from .kit import AttentionSeam, Presets, at_least, existing_path, load_local_tokenizer
+from .kit import AttentionSeam, Presets, WeightedNorm, at_least, existing_path, load_local_tokenizer
 from .linear import Linear
 from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, read_json_object, require_keys,
                      safetensors_shapes, shard_shapes)
@@ -91,14 +91,9 @@ class LLaDAConfig(Presets):
         return self.dim // self.n_head
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(WeightedNorm):
     """x * rsqrt(mean(x^2) + eps) in fp32, rounded back to x's dtype, then times the weight, as the official
     RMSLayerNorm does it (the weight multiplies after the rounding, in the parameter's dtype)."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
@@ -160,9 +155,8 @@ class LLaDA(AttentionSeam, nn.Module):
     """The LLaDA mask predictor: token ids -> logits at every (or some) position.
 
     ``LLaDA(config, attention=make_attention("full", head_dim=config.head_dim, theta=config.rope_theta,
-    rope_style="half", train_length=config.train_length))``. The attention method is not a submodule: it
-    holds no weights, stays out of ``state_dict`` (which is exactly the official one) and must compute on
-    whatever device q arrives on. Change it with `set_attention`.
+    rope_style="half", train_length=config.train_length))``; the method, held as `kit.AttentionSeam` holds
+    it (out of ``state_dict``), changes with `set_attention`.
     """
 
     ATTENTION_EXAMPLE = ("make_attention('full', head_dim=config.head_dim, theta=config.rope_theta, rope_style='half', "
