@@ -283,3 +283,43 @@ def test_cached_decoding_past_the_training_length_approximates_recomputation(fam
         worst[method] = max(errors)
     assert worst["rangeswa_lite"] < 1e-5, worst
     assert 1e-5 < worst["rangeswa"] < CACHED_VS_RECOMPUTED[family], worst
+
+
+def greedy_logits(model, prompt, steps: int = 6, fresh: bool = False) -> torch.Tensor:
+    """The logits of ``steps`` greedy cached steps [steps, B, V]; ``fresh``: every call starts without the
+    integration's decode state (so it un-rotates and prepares the whole cache, as a first call does)."""
+    from rangeswa_ext.integrations import transformers as integration
+
+    hook = model.register_forward_pre_hook(lambda *_: integration._DECODE.clear()) if fresh else None
+    try:
+        with torch.no_grad():
+            out = model.generate(prompt, max_new_tokens=steps, do_sample=False, use_cache=True, output_logits=True,
+                                 return_dict_in_generate=True)
+    finally:
+        if hook is not None:
+            hook.remove()
+    return torch.stack(out.logits)
+
+
+@pytest.mark.parametrize("method", NAMES)
+def test_a_decode_step_prepares_only_its_new_rows(method):
+    """With a KV cache the integration keeps each layer's pre-RoPE keys and prepared context: a decode step
+    un-rotates and prepares its new row (from its key block on), and the logits are those of preparing the
+    whole cache at every step, bit for bit. A cache holding other rows (another prompt) is seen as such."""
+    from rangeswa_ext.integrations import transformers as integration
+
+    model = enable(decoder("llama"), method)
+    prompt = ids(T + 40, batch=2)
+    kept = greedy_logits(model, prompt)
+    states = [integration._DECODE[layer.self_attn] for layer in model.model.layers]
+    block = states[0].context._cfg.retrieval_block
+    # The prompt's L rows once, then at most one key block per step (the step's row and its block's start).
+    assert all(T + 40 <= s.context.prepared_rows <= T + 40 + 6 * block for s in states), \
+        [s.context.prepared_rows for s in states]
+    assert torch.equal(kept, greedy_logits(model, prompt, fresh=True))
+    other = prompt.clone()
+    other[:, 5] = (other[:, 5] + 1) % 97  # the same length, one early token changed: row 5 on is new
+    assert torch.equal(greedy_logits(model, other), greedy_logits(model, other, fresh=True))
+    with torch.no_grad():
+        model(prompt, use_cache=False)
+    assert not any(layer.self_attn in integration._DECODE for layer in model.model.layers)  # state freed

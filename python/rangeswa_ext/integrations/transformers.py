@@ -26,6 +26,12 @@ How a call runs (``attention``):
   (`RangeSWAConfig.scaled_to`, ``scale_windows=True`` by default), the stage ``late`` unless ``enable``
   or a ``rangeswa_stage`` argument of the model call says otherwise, the softmax scale the model passes.
 
+- Calls that keep a KV cache (``use_cache``, as ``generate`` does) keep, per attention module, the
+  pre-RoPE keys recovered so far and the op's prepared context of the cache (`prepared.PreparedCache`):
+  a decode step un-rotates and prepares only its new rows (from their key block on), which a first-entry
+  mark of every row checks against the cache, so a cropped, reordered or replaced cache is prepared again
+  from its first changed row. That state costs a copy of the keys plus the prepared arrays per layer; a
+  call without a cache frees it. The answers are those of preparing the whole cache at every step.
 - Sliding-window layers (the ``sliding_window`` a layer passes: Mistral v0.1, Qwen2's upper layers, the
   local layers of mixed models) keep the model's own windowed attention at every length; the global
   layers run the method.
@@ -59,6 +65,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from ..config import STAGES
 from ..methods import causal_mask, make_attention
+from ..prepared import PreparedCache
 
 #: The attention implementations this module registers.
 NAMES = ("rangeswa", "rangeswa_lite")
@@ -157,14 +164,58 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         raise ValueError(f"rangeswa attention needs each row at positions 0 .. L-1 (this call's queries at "
                          f"{L - Lq} .. {L - 1}); got other position ids: padded or packed batches are not supported")
     rotary = _rotary_embedding(module)
-    cos, sin = rotary(key, positions[None])
-    q = _unrotate(query, cos[:, L - Lq:], sin[:, L - Lq:])
-    k = _unrotate(key, cos, sin)
+    cos, sin = rotary(query, positions[None, L - Lq:])
+    q = _unrotate(query, cos, sin)
     D, rd = query.shape[-1], cos.shape[-1]
     run = _method(method, settings, _theta(config), None if rd == D else rd, D, T, scale)
     stage = kwargs.get("rangeswa_stage") or settings.stage
-    out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0)
+    if kwargs.get("use_cache"):  # the model keeps a KV cache: keep what its rows give beside it
+        state = _DECODE.setdefault(module, _DecodeState())
+        k, stable = state.update(key, value, rotary)
+        extra = dict(context=state.context, stable=stable)
+    else:
+        _DECODE.pop(module, None)
+        k, extra = _unrotate(key, *rotary(key, positions[None])), {}
+    out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0, **extra)
     return out.transpose(1, 2).contiguous(), None
+
+
+class _DecodeState:
+    """What an attention module keeps beside the model's KV cache past T: the pre-RoPE keys recovered so far,
+    a mark of every row (the first entry of its key and value in the first head: one cache line each, a
+    different token changes them) that tells whether the cache still holds the same rows, and the op's
+    prepared context of them (`prepared.PreparedCache`). A call un-rotates and
+    prepares only the rows from the first one whose mark changed: the new rows of a decode step, or more
+    when the cache was cropped, reordered (beam search) or replaced."""
+
+    def __init__(self):
+        self.keys: Optional[torch.Tensor] = None  # [B, H_kv, capacity, D]
+        self.marks: Optional[torch.Tensor] = None  # [B, capacity, 2]
+        self.length = 0
+        self.context = PreparedCache()
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, rotary) -> tuple[torch.Tensor, int]:
+        """(the pre-RoPE keys of the call's L rows, the leading rows unchanged since the previous call)."""
+        L = key.shape[2]
+        marks = torch.stack([key[:, 0, :, 0], value[:, 0, :, 0]], dim=-1)
+        held = self.keys is not None and self.keys.shape[:2] == key.shape[:2] and self.keys.dtype == key.dtype \
+            and self.keys.device == key.device
+        stable = 0
+        if held:
+            n = min(self.length, L)
+            same = (marks[:, :n] == self.marks[:, :n]).all(-1).all(0)
+            stable = int(same.int().cumprod(0).sum())
+        if not held or self.keys.shape[2] < L:  # grow by doubling, keeping the unchanged rows
+            capacity = max(L, 2 * self.keys.shape[2] if held else 0)
+            keys, self.keys = self.keys, key.new_empty((*key.shape[:2], capacity, key.shape[3]))
+            old, self.marks = self.marks, marks.new_empty((key.shape[0], capacity, 2))
+            if stable:
+                self.keys[:, :, :stable], self.marks[:, :stable] = keys[:, :, :stable], old[:, :stable]
+        cos, sin = rotary(key, torch.arange(stable, L, device=key.device)[None])
+        self.keys[:, :, stable:L] = _unrotate(key[:, :, stable:], cos, sin)
+        self.marks[:, stable:L] = marks[:, stable:]
+        self.length = L
+        return self.keys[:, :, :L], stable
 
 
 def _native(query, key, value, causal: bool, scale: float, window: Optional[int]) -> torch.Tensor:
@@ -219,6 +270,8 @@ def _method(method: str, settings: Settings, theta: float, rotary_dim: Optional[
 
 #: Each attention module's rotary embedding, built once (kept outside the module: not its weight, not moved).
 _ROTARY: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+#: Each attention module's `_DecodeState` while its calls keep a KV cache (dropped by a call without one).
+_DECODE: "weakref.WeakKeyDictionary[torch.nn.Module, _DecodeState]" = weakref.WeakKeyDictionary()
 
 
 def _rotary_embedding(module) -> torch.nn.Module:

@@ -1,0 +1,134 @@
+"""One KV-cached decode step of a transformers Llama through the integration, against SDPA (issue 31).
+
+A Llama with random weights (hidden 768, 12 heads of 64, MLP 2048, ``--layers`` layers, fp32, T =
+``max_position_embeddings`` = 1024) holds a DynamicCache of L random rotated keys and values per layer (the
+step's time does not depend on their values); one step feeds the next token at position L and is timed, then
+the cache is cropped back to L. Implementations: ``sdpa`` (transformers' own), ``rangeswa`` and
+``rangeswa_lite`` (`rangeswa_ext.integrations.transformers`, late stage). The step's time includes what every
+implementation pays: the cache's append (a ``cat`` of the whole cache), the MLPs, the LM head. Also timed: the
+attention call alone (the integration's function on the cached tensors), which is where the methods differ.
+
+    python benchmarks/bench_hf_decode.py [--lengths 2048,8192] [--layers 2] [--repeats 5] [--threads N]
+
+Results: benchmarks/results/hf_decode_<date>.{json,md}. Medians of ``--repeats`` runs after one warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from rangeswa_ext.bench import markdown_table
+
+IMPLEMENTATIONS = ("sdpa", "rangeswa", "rangeswa_lite")
+HIDDEN, HEADS, T, VOCAB = 768, 12, 1024, 1000
+
+
+def model_with_cache(layers: int, length: int):
+    import transformers
+    from transformers import DynamicCache
+
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2048,
+                                      num_hidden_layers=layers, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+                                      max_position_embeddings=T)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    cache = DynamicCache(config=config)
+    generator = torch.Generator().manual_seed(1)
+    for layer in range(layers):
+        k, v = (torch.randn(1, HEADS, length, HIDDEN // HEADS, generator=generator) for _ in "kv")
+        cache.update(k, v, layer)
+    return model, cache
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def measure(length: int, layers: int, repeats: int) -> dict:
+    from rangeswa_ext.integrations.transformers import attention, enable
+
+    model, cache = model_with_cache(layers, length)
+    token = torch.tensor([[7]])
+    position = torch.tensor([[length]])
+    row = {"L": length}
+    for name in IMPLEMENTATIONS:
+        if name == "sdpa":
+            model.set_attn_implementation("sdpa")
+        else:
+            enable(model, name)
+
+        def step():
+            with torch.no_grad():
+                model(token, past_key_values=cache, position_ids=position, use_cache=True)
+            cache.crop(-1)  # drop the step's row: the cache holds L rows again
+
+        row[f"{name}_step_ms"] = median_ms(step, repeats)
+    # The attention function alone on layer 0's L cached rows, q the last one (q and k rotated, as
+    # transformers hands them over).
+    layer = model.model.layers[0].self_attn
+    k, v = cache.layers[0].keys, cache.layers[0].values
+    q = torch.randn(1, HEADS, 1, HIDDEN // HEADS)
+    for name in IMPLEMENTATIONS:
+        if name == "sdpa":
+            def call():
+                torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        else:
+            enable(model, name)
+
+            def call(name=name):
+                with torch.no_grad():
+                    attention(layer, q, k, v, None, scaling=(HIDDEN // HEADS) ** -0.5, method=name,
+                              position_ids=position - 1)  # q is the last of the L rows
+
+        row[f"{name}_attention_ms"] = median_ms(call, repeats)
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", default="2048,8192", help="comma-separated cache lengths L (> T = 1024)")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    for length in (int(x) for x in args.lengths.split(",")):
+        row = measure(length, args.layers, args.repeats)
+        rows.append(row)
+        print(json.dumps(row))
+    header = ["L"] + [f"{n} step ms (x SDPA)" for n in IMPLEMENTATIONS] + [f"{n} attention ms" for n in IMPLEMENTATIONS]
+    table = [[str(r["L"])] + [f"{r[f'{n}_step_ms']:.1f} ({r[f'{n}_step_ms'] / r['sdpa_step_ms']:.2f}x)"
+                              for n in IMPLEMENTATIONS] + [f"{r[f'{n}_attention_ms']:.2f}" for n in IMPLEMENTATIONS]
+             for r in rows]
+    date = datetime.date.today().isoformat()
+    meta = dict(date=date, threads=torch.get_num_threads(), layers=args.layers, repeats=args.repeats,
+                load_average=os.getloadavg(), torch=torch.__version__)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"hf_decode_{date}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
+    title = (f"# One cached decode step, Llama {args.layers} layers x 12 heads of 64, fp32, CPU ({meta['threads']} "
+             f"threads, load {meta['load_average'][0]:.1f})")
+    text = "\n".join(markdown_table(title, header, table)) + "\n"
+    (args.out / f"hf_decode_{date}.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
