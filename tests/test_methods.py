@@ -309,3 +309,28 @@ def test_every_method_compiles_once_for_every_length(name):
             first = counter.frame_count
             assert first >= 1
     assert counter.frame_count == first
+
+
+@pytest.mark.parametrize("name", ["full", "ntk", "yarn"])
+def test_dense_methods_keep_a_caches_rotated_keys(name):
+    """With a KV cache's context (`prepared.PreparedCache`) a dense method rotates only the rows that came
+    since its previous call while its rotation holds (``full`` at any length, the baselines within T), every
+    row again when the rotation moves with L (the baselines past T); the answers are the stateless ones, bit for
+    bit, on the kernel's path (fp32) and the explicit one (float64)."""
+    from rangeswa_ext.prepared import PreparedCache
+
+    for dtype in (torch.float32, torch.float64):
+        method = make_attention(name, head_dim=32, train_length=64)
+        q, k, v = make_qkv(1, 2, 2, 200, 32, 3, dtype)
+        context = PreparedCache()
+        rotated = []
+        for L in (40, 56, 64, 80, 96, 200):  # a cache growing by blocks, the call's queries its last 8 rows
+            stateful = method(q[:, :, L - 8:L], k[:, :, :L], v[:, :, :L], 0, causal_block=1, context=context,
+                              stable=rotated[-1][0] if rotated else 0)
+            assert torch.equal(stateful, method(q[:, :, L - 8:L], k[:, :, :L], v[:, :, :L], 0, causal_block=1))
+            rotated.append((L, context.prepared_rows))
+        news = [b - a for (_, a), (_, b) in zip(rotated, rotated[1:])]
+        if name == "full":
+            assert news == [16, 8, 16, 16, 104]  # only the new rows
+        else:  # within T the new rows, past T (80, 96, 200) all of them
+            assert news == [16, 8, 80, 96, 200], news

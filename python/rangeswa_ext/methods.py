@@ -151,26 +151,40 @@ class DenseRopeAttention:
         freqs, mult = yarn_frequencies(theta, rotary_dim, length, T)
         return positions, theta, freqs, mult
 
+    #: Takes ``context=`` (a `prepared.PreparedCache`) and ``stable=`` like `OpAttention`: a KV cache's rotated
+    #: keys are kept there while the rotation does not move with L (``full``; every baseline while L <= T).
+    supports_context = True
+
     def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0,
-                 attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+                 attention_mask: Optional[torch.Tensor] = None, context=None, stable: int = 0) -> torch.Tensor:
         check_call(q, k, control_tokens, causal_block)
+        if context is not None and attention_mask is None:
+            return self.attend(q, k, v, control_tokens, causal_block, context, stable)
         return per_sample(q, k, v, control_tokens, attention_mask,
                           lambda q, k, v: self.attend(q, k, v, control_tokens, causal_block))
 
-    def attend(self, q, k, v, control_tokens: int, causal_block: int) -> torch.Tensor:
-        """One call without padding (the arguments already checked)."""
+    def attend(self, q, k, v, control_tokens: int, causal_block: int, context=None, stable: int = 0) -> torch.Tensor:
+        """One call without padding (the arguments already checked); with a context, the keys' rows before C +
+        ``stable`` come rotated from the previous call's."""
         D, C = q.shape[-1], control_tokens
         L, Lq = k.shape[2] - C, q.shape[2] - C  # q may hold only the last Lq body rows (SPEC section 7)
         rd = self.rope.dim(D)
         body_pos, base, freqs, mult = self.rotation(L, rd)
         k_pos = torch.cat([torch.zeros(C, dtype=torch.float64), body_pos])
         q_pos = torch.cat([k_pos[:C], body_pos[L - Lq:]])
-        if freqs is None and q.dtype in ops.KERNEL_DTYPES:  # the fused rope op: one pass over q, one over k
-            qr = ops.rope(q, q_pos.to(q.device), base, rd, self.rope.style)
-            kr = ops.rope(k, k_pos.to(q.device), base, rd, self.rope.style)
-        else:  # frequencies of a length-dependent base or YaRN's ramp, or float64 inputs: the explicit rotation
-            qr = rotate(q, q_pos, base, rd, self.rope.style, freqs)
-            kr = rotate(k, k_pos, base, rd, self.rope.style, freqs)
+        def rotated(x, pos):
+            if freqs is None and q.dtype in ops.KERNEL_DTYPES:  # the fused rope op: one pass over the rows
+                return ops.rope(x, pos.to(q.device), base, rd, self.rope.style)
+            # frequencies of a length-dependent base or YaRN's ramp, or float64 inputs: the explicit rotation
+            return rotate(x, pos, base, rd, self.rope.style, freqs)
+
+        qr = rotated(q, q_pos)
+        if context is None:
+            kr = rotated(k, k_pos)
+        else:  # the rotation's numbers, L among them where it moves with L (then every call rotates all rows)
+            moves = not (L <= self.train_length or self.name == "full")
+            kr = context.rotated_keys(k, C + stable, lambda first: rotated(k[:, :, first:], k_pos[first:]),
+                                      (self.name, float(base), rd, self.rope.style, L if moves else None))
         if mult is not None:  # YaRN's attention temperature on the queries' rotated dims (a tensor: SDPA's scale
             # is a float); transformers scales cos and sin, so dims past the rotary dim keep their logits
             m = mult.to(qr.device, qr.dtype)

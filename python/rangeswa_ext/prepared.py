@@ -16,6 +16,9 @@ Two parts depend on L itself and are prepared whole when it changes them (docs/s
   and L > T every growth moves them all.
 Everything else is prepared once per row. The context equals `ops.prepare` on the whole cache bit for
 bit (tests/test_prepared.py), so `attn` with it equals `attn` without it.
+
+The dense methods (`methods.DenseRopeAttention`: full attention and the RoPE baselines) keep their rotated
+keys in the same object (`rotated_keys`): rotated once per row while the rotation does not move with L.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ class PreparedCache:
         self._cfg: Optional[RangeSWAConfig] = None
         self._empty: Optional[torch.Tensor] = None
         self._dim = 0
+        self._rotated: Optional[torch.Tensor] = None  # a dense method's rotated keys (`rotated_keys`)
+        self._rotated_key: Optional[tuple] = None
+        self._rotated_rows = 0
 
     def update(self, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig, control_tokens: int = 0,
                stable: int = 0) -> list:
@@ -78,6 +84,22 @@ class PreparedCache:
         self.length = L
         self.prepared_rows += L - start
         return self.context(L)
+
+    def rotated_keys(self, k: torch.Tensor, stable: int, rotate, key: tuple) -> torch.Tensor:
+        """A dense method's rotated keys (`methods.DenseRopeAttention`): all N rows of k [B, H_kv, N, D], the
+        first ``stable`` kept from the previous call when ``key`` (the rotation's numbers) is unchanged and the
+        rest ``rotate(first)`` (k's rows from ``first`` on, rotated); buffers grow by doubling."""
+        key = (key, tuple(k.shape[:2]), k.shape[3], k.dtype, k.device)
+        N, held = k.shape[2], self._rotated
+        first = min(stable, self._rotated_rows, N) if key == self._rotated_key else 0
+        if held is None or first == 0 or held.shape[2] < N:
+            capacity = max(N, 2 * held.shape[2] if first else 0)
+            self._rotated = k.new_empty((*k.shape[:2], capacity, k.shape[3]))
+            self._rotated[:, :, :first] = held[:, :, :first] if first else self._rotated[:, :, :0]
+        self._rotated[:, :, first:N] = rotate(first)
+        self._rotated_key, self._rotated_rows = key, N
+        self.prepared_rows += N - first
+        return self._rotated[:, :, :N]
 
     @property
     def capacity(self) -> int:
