@@ -51,6 +51,13 @@ Options& options() {
   return o;
 }
 
+std::vector<Extension>& extensions() {
+  static std::vector<Extension> list;
+  return list;
+}
+
+void add_extension(const Extension& e) { extensions().push_back(e); }
+
 namespace {
 
 // ---- context switch -----------------------------------------------------------------------------------------
@@ -140,7 +147,9 @@ inline void switch_context(Context& from, Context& to) { swapcontext(&from.uc, &
 
 // ---- the state of one CTA ----------------------------------------------------------------------------------
 
-enum class State : uint8_t { kReady, kWarp, kBarrier, kExited };
+// kPoll: blocked in wait_until (the hopper primitives: mbarrier waits, warpgroup collectives) until its
+// condition holds; the scheduler evaluates it when it passes the fiber.
+enum class State : uint8_t { kReady, kWarp, kBarrier, kExited, kPoll };
 enum Kind : int { kSyncWarp = 0, kShuffle = 1, kLdmatrix = 2, kMma = 3 };
 
 const char* kind_name(int kind, int sub) {
@@ -180,6 +189,8 @@ struct Fiber {
   uint3 idx{};
   Site site{"", 0};  // where it waits
   std::vector<Copy> uncommitted, committed;
+  const std::function<bool()>* poll = nullptr;  // kPoll: the condition it waits for
+  std::string poll_what;                         // kPoll: what it waits at (for the deadlock report)
 
   ~Fiber() {
     if (stack) munmap(stack - page(), mapped);
@@ -351,6 +362,7 @@ struct Worker {
     if (error.empty() && !faulted)
       while (++cursor < nthreads) {
         Fiber* n = fibers[order[cursor]].get();
+        if (n->state == State::kPoll && (*n->poll)()) n->state = State::kReady;
         if (n->state == State::kReady) {
           t_fiber = n;
           ++stats.switches;
@@ -674,6 +686,7 @@ struct Worker {
         continue;
       }
       if (f.state == State::kBarrier) what = std::string(barrier_name(bar_kind)) + " at " + f.site.str();
+      else if (f.state == State::kPoll) what = f.poll_what + " at " + f.site.str();
       else what = std::string(kind_name(warps[t / 32].kind, warps[t / 32].sub)) + " at " + f.site.str();
       auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == what; });
       if (it == groups.end()) groups.push_back({what, {t}});
@@ -711,6 +724,8 @@ struct Worker {
     gen = 1;
     error.clear();
     for (WarpSlot& w : warps) w = WarpSlot{};
+    for (const Extension& e : extensions())
+      if (e.cta_start) e.cta_start();
     statics.clear();
     static_used = 0;
     if (opts.poison_shared) {
@@ -740,11 +755,28 @@ struct Worker {
       // One pass: the ready fibers in order, each handing over to the next (leave()); back here at its end.
       cursor = -1;
       Context& first = leave();
-      if (&first == &sched) throw Error(context() + stall_report());
+      if (&first == &sched) {
+        // Nobody can run: an extension may still make progress (the hopper emulation lands a TMA copy).
+        bool progressed = false;
+        try {
+          for (const Extension& e : extensions())
+            if (!progressed && e.idle) progressed = e.idle();
+        } catch (const std::exception& e) {
+          throw Error(context() + e.what());
+        }
+        if (progressed) continue;
+        throw Error(context() + stall_report());
+      }
       switch_context(sched, first);
       t_fiber = nullptr;
       if (faulted) throw Error(context() + error + fault_report());
       if (!error.empty()) throw Error(context() + error);
+    }
+    try {
+      for (const Extension& e : extensions())
+        if (e.cta_end) e.cta_end();
+    } catch (const std::exception& e) {
+      throw Error(context() + e.what());
     }
     ++stats.ctas;
   }
@@ -906,6 +938,24 @@ void cp_async_16(void* smem, const void* gmem, bool valid, Site site) { worker()
 void cp_async_commit() { worker().cp_commit(); }
 void cp_async_wait_all(Site) { worker().cp_wait_all(); }
 unsigned char* dynamic_shared() { return worker().dyn; }
+size_t dynamic_shared_bytes() { return worker().dyn_size; }
+int thread_rank() {
+  worker();
+  return t_fiber->tid;
+}
+int block_threads() { return worker().nthreads; }
+
+void wait_until(const std::function<bool()>& ready, const std::string& what, Site site) {
+  Worker& w = worker();
+  if (ready()) return;
+  Fiber* f = t_fiber;
+  f->poll = &ready;
+  f->poll_what = what;
+  f->site = site;
+  f->state = State::kPoll;
+  w.yield(f);  // back here once the scheduler found ready() true
+  f->poll = nullptr;
+}
 void* static_shared(const void* key, size_t bytes, size_t align) { return worker().static_shared(key, bytes, align); }
 
 void launch_body(dim3 grid, dim3 block, size_t smem, const std::function<void()>& body) {

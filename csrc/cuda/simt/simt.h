@@ -44,6 +44,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 // CUDA attributes that the host compiler does not know (host_defines.h leaves these to nvcc).
 #ifndef __launch_bounds__
@@ -146,6 +147,24 @@ struct Stats {
   int64_t ctas = 0, switches = 0, warp_collectives = 0, barriers = 0, mmas = 0, ldmatrix = 0, cp_async = 0;
 };
 Stats last_stats();
+
+// ---- extensions (the hopper emulation, simt_hopper.cpp) --------------------------------------------------------
+// Hooks run on the worker's OS thread: cta_start before a CTA's threads start (reset per-CTA state); idle when
+// no thread can run (return true after making progress, e.g. landing an asynchronous copy, false to let the
+// deadlock be reported); cta_end after every thread exited (throw simt::Error for state left behind).
+struct Extension {
+  void (*cta_start)() = nullptr;
+  bool (*idle)() = nullptr;
+  void (*cta_end)() = nullptr;
+};
+void add_extension(const Extension& e);  // at library load, before any launch
+std::vector<Extension>& extensions();
+size_t dynamic_shared_bytes();   // of the calling thread's CTA
+int thread_rank();               // the calling thread's linear index in its CTA
+int block_threads();             // threads of the calling thread's CTA
+// Blocks the calling thread until ready() holds (evaluated by the scheduler, on this OS thread, whenever it
+// passes the thread); a state where nothing can run reports the thread as waiting at `what` at `site`.
+void wait_until(const std::function<bool()>& ready, const std::string& what, Site site);
 
 }  // namespace simt
 

@@ -1,0 +1,275 @@
+// Hopper (sm_90a) device primitives: asynchronous warpgroup MMA (wgmma), shared-memory matrix descriptors,
+// mbarriers, the async-proxy fence, TMA's 2D tiled copy and setmaxnreg. Thin inline-PTX wrappers; build
+// with -gencode arch=compute_90a,code=sm_90a (wgmma and setmaxnreg exist only on the "a" target).
+//
+// A build that brings its own definitions of the primitives (the host SIMT emulation) defines
+// RSWA_HOPPER_PRIMITIVES and leaves the inline PTX below out, as utils.h does with RSWA_DEVICE_PRIMITIVES.
+// The pure arithmetic (descriptor encoding, swizzle addressing) is shared by both builds.
+//
+// PTX ISA sections (docs.nvidia.com/cuda/parallel-thread-execution, ISA 8.x):
+//   wgmma.fence / commit_group / wait_group            9.7.15.7 (warpgroup-wide, .sync.aligned)
+//   wgmma.mma_async m64nNk16 .f32 .bf16/.f16           9.7.15.5 (descriptor 9.7.15.5.1.2.2, fragments
+//                                                      9.7.15.5.1.1: A in registers, accumulator D)
+//   mbarrier.init / arrive / arrive.expect_tx /        9.7.13.15 (phases, pending arrivals, tx-count)
+//   try_wait.parity
+//   fence.proxy.async.shared::cta, fence.mbarrier_init 9.7.13.4 (membar / fence)
+//   cp.async.bulk.tensor.2d...mbarrier::complete_tx    9.7.9.25.5.1 (tensor map: cuTensorMapEncodeTiled)
+//   setmaxnreg.{inc,dec}.sync.aligned.u32              9.7.19.8 (values 24..256, multiples of 8)
+//
+// Fragment layouts (the SIMT emulation implements exactly these; tests/test_simt_hopper.py checks them):
+//   warpgroup thread t = 128 w' + 32 w + l (w the warp in its warpgroup), g = l / 4, q = l % 4.
+//   D (m64nN, f32, N/2 registers d[i]): row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 q + (i % 2).
+//   A in registers (m64k16, 16-bit, 4 registers, two elements each, the lower column in the low half):
+//     a[0] = (16 w + g, 2q..2q+1), a[1] = (16 w + g + 8, 2q..), a[2] = (16 w + g, 2q+8..), a[3] = (16 w + g + 8, 2q+8..)
+//     (mma.m16n8k16's A fragment, warp w holding rows 16 w..16 w + 15).
+//   A and B in shared memory through a descriptor; K-major (imm-trans 0): the element (mn, k) of a 64 x 16 A
+//     (mn = m) or N x 16 B (mn = n; B[k][n]) lies at byte
+//       no swizzle:  start + (mn / 8) SBO + (kb / 16) LBO + (mn % 8) 16 + kb % 16,   kb = k * 2
+//       swizzle W (32, 64, 128 bytes): u = start + (mn / 8) SBO + (mn % 8) W + kb, then the 16-byte chunk
+//       bits [4, 4 + log2(W / 16)) of u are XORed with bits [7, 7 + log2(W / 16)) (address-based: the pattern
+//       repeats every 8 W bytes and starts at a multiple of 8 W, where the descriptor's base offset is 0).
+//     LBO is not used by swizzled K-major layouts (one k16 step of 32 bytes lies inside one W-byte row).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's enums
+#include <cstdint>
+
+namespace rangeswa::cuda::hopper {
+
+// Descriptor bits 62-63 (PTX 9.7.15.5.1.2.2): 0 no swizzle, 1 128-byte, 2 64-byte, 3 32-byte.
+enum class Swizzle : uint32_t { kNone = 0, k128B = 1, k64B = 2, k32B = 3 };
+
+// The swizzle span in bytes (16 for none: one core-matrix row).
+__host__ __device__ constexpr uint32_t swizzle_bytes(Swizzle s) {
+  return s == Swizzle::k128B ? 128u : s == Swizzle::k64B ? 64u : s == Swizzle::k32B ? 32u : 16u;
+}
+
+// matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4
+__host__ __device__ constexpr uint64_t descriptor_encode(uint32_t x) { return uint64_t((x & 0x3FFFFu) >> 4); }
+
+// The 64-bit shared-memory matrix descriptor: start address (bits 0-13), leading dimension byte offset
+// (16-29), stride dimension byte offset (32-45), matrix base offset (49-51), swizzle mode (62-63). All three
+// byte quantities must be 16-byte aligned. base_offset: 0 when the start lies in a swizzle pattern that starts
+// at a multiple of 8 W bytes (the only case the emulation runs; see simt_hopper.cpp).
+__host__ __device__ constexpr uint64_t make_smem_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                                      Swizzle swizzle, uint32_t base_offset = 0) {
+  return descriptor_encode(smem_addr) | descriptor_encode(lbo_bytes) << 16 | descriptor_encode(sbo_bytes) << 32 |
+         uint64_t(base_offset & 7u) << 49 | uint64_t(swizzle) << 62;
+}
+
+// The shared-memory byte address where TMA (and wgmma) put the byte of unswizzled address `addr` under a
+// swizzle of W bytes (16: none): the 16-byte chunk index within a W-byte row XOR the row index within the
+// 8-row pattern, both read from the address bits. For kernel code that reads a TMA-written tile with plain
+// loads (e.g. to build wgmma's register A fragment).
+__host__ __device__ constexpr uint32_t swizzle_address(uint32_t addr, uint32_t W) {
+  return W <= 16 ? addr : addr ^ (((addr >> 7) & (W / 16 - 1)) << 4);
+}
+
+#if !defined(RSWA_HOPPER_PRIMITIVES)
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- wgmma -------------------------------------------------------------------------------------------------
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  static_assert(kPending >= 0 && kPending <= 7, "wgmma.wait_group N: 0..7");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving accesses of the accumulator registers across the wgmma instructions (the asm
+// statements below name them, but a use between issue and wait must stay where the source puts it).
+template <int K>
+__device__ __forceinline__ void fence_operand(float (&r)[K]) {
+#pragma unroll
+  for (int i = 0; i < K; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int K>
+__device__ __forceinline__ void fence_operand(uint32_t (&r)[K]) {
+#pragma unroll
+  for (int i = 0; i < K; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+namespace detail {
+template <typename E>
+struct WgmmaType;
+template <>
+struct WgmmaType<__nv_bfloat16> {
+  static constexpr bool kBF16 = true;
+};
+template <>
+struct WgmmaType<__half> {
+  static constexpr bool kBF16 = false;
+};
+
+template <int N>
+struct WgmmaAsm;
+
+// One specialization per N: the accumulator list {%0..%(N/2 - 1)}, then (ss) descriptor A, descriptor B,
+// scale-d, imm-trans-b; (rs) a0..a3, descriptor B, scale-d, imm-trans-b. imm-scale-a/b are 1 and imm-trans-a
+// is 0 (K-major A).
+#define RSWA_WGMMA_ASM(NN, DLIST, SS_TAIL, RS_TAIL, ...)                                                    \
+  template <>                                                                                                \
+  struct WgmmaAsm<NN> {                                                                                      \
+    template <int kTransB>                                                                                   \
+    static __device__ __forceinline__ void ss_bf16(float* d, uint64_t da, uint64_t db, int scale_d) {        \
+      asm volatile("{\n.reg .pred p;\n" SS_TAIL(".bf16", DLIST) "}\n"                                        \
+                   : __VA_ARGS__                                                                             \
+                   : "l"(da), "l"(db), "r"(scale_d), "n"(kTransB));                                          \
+    }                                                                                                        \
+    template <int kTransB>                                                                                   \
+    static __device__ __forceinline__ void ss_f16(float* d, uint64_t da, uint64_t db, int scale_d) {         \
+      asm volatile("{\n.reg .pred p;\n" SS_TAIL(".f16", DLIST) "}\n"                                         \
+                   : __VA_ARGS__                                                                             \
+                   : "l"(da), "l"(db), "r"(scale_d), "n"(kTransB));                                          \
+    }                                                                                                        \
+    template <int kTransB>                                                                                   \
+    static __device__ __forceinline__ void rs_bf16(float* d, const uint32_t* a, uint64_t db, int scale_d) {  \
+      asm volatile("{\n.reg .pred p;\n" RS_TAIL(".bf16", DLIST) "}\n"                                        \
+                   : __VA_ARGS__                                                                             \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));       \
+    }                                                                                                        \
+    template <int kTransB>                                                                                   \
+    static __device__ __forceinline__ void rs_f16(float* d, const uint32_t* a, uint64_t db, int scale_d) {   \
+      asm volatile("{\n.reg .pred p;\n" RS_TAIL(".f16", DLIST) "}\n"                                         \
+                   : __VA_ARGS__                                                                             \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(kTransB));       \
+    }                                                                                                        \
+  };
+
+#define RSWA_F8(x) "+f"(d[x]), "+f"(d[x + 1]), "+f"(d[x + 2]), "+f"(d[x + 3]), "+f"(d[x + 4]), "+f"(d[x + 5]), \
+                   "+f"(d[x + 6]), "+f"(d[x + 7])
+
+// N = 16: 8 accumulators.
+#define RSWA_SS16(TY, DL) "setp.ne.b32 p, %10, 0;\nwgmma.mma_async.sync.aligned.m64n16k16.f32" TY TY " " DL \
+                          ", %8, %9, p, 1, 1, 0, %11;\n"
+#define RSWA_RS16(TY, DL) "setp.ne.b32 p, %13, 0;\nwgmma.mma_async.sync.aligned.m64n16k16.f32" TY TY " " DL \
+                          ", {%8, %9, %10, %11}, %12, p, 1, 1, %14;\n"
+RSWA_WGMMA_ASM(16, "{%0, %1, %2, %3, %4, %5, %6, %7}", RSWA_SS16, RSWA_RS16, RSWA_F8(0))
+
+// N = 32: 16 accumulators.
+#define RSWA_SS32(TY, DL) "setp.ne.b32 p, %18, 0;\nwgmma.mma_async.sync.aligned.m64n32k16.f32" TY TY " " DL \
+                          ", %16, %17, p, 1, 1, 0, %19;\n"
+#define RSWA_RS32(TY, DL) "setp.ne.b32 p, %21, 0;\nwgmma.mma_async.sync.aligned.m64n32k16.f32" TY TY " " DL \
+                          ", {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n"
+RSWA_WGMMA_ASM(32, "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}", RSWA_SS32, RSWA_RS32,
+               RSWA_F8(0), RSWA_F8(8))
+
+// N = 64: 32 accumulators.
+#define RSWA_SS64(TY, DL) "setp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32" TY TY " " DL \
+                          ", %32, %33, p, 1, 1, 0, %35;\n"
+#define RSWA_RS64(TY, DL) "setp.ne.b32 p, %37, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32" TY TY " " DL \
+                          ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
+RSWA_WGMMA_ASM(64,
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}",
+               RSWA_SS64, RSWA_RS64, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24))
+
+// N = 128: 64 accumulators.
+#define RSWA_SS128(TY, DL) "setp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32" TY TY " " DL \
+                           ", %64, %65, p, 1, 1, 0, %67;\n"
+#define RSWA_RS128(TY, DL) "setp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32" TY TY " " DL \
+                           ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n"
+RSWA_WGMMA_ASM(128,
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, "
+               "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, "
+               "%61, %62, %63}",
+               RSWA_SS128, RSWA_RS128, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24), RSWA_F8(32), RSWA_F8(40),
+               RSWA_F8(48), RSWA_F8(56))
+
+#undef RSWA_WGMMA_ASM
+#undef RSWA_F8
+#undef RSWA_SS16
+#undef RSWA_RS16
+#undef RSWA_SS32
+#undef RSWA_RS32
+#undef RSWA_SS64
+#undef RSWA_RS64
+#undef RSWA_SS128
+#undef RSWA_RS128
+}  // namespace detail
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.E.E with A and B in shared memory (descriptors):
+// d = A B + (scale_d ? d : 0). kTransB = 1: B is N-major (imm-trans-b).
+template <int N, typename E, int kTransB = 0>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  if constexpr (detail::WgmmaType<E>::kBF16) detail::WgmmaAsm<N>::template ss_bf16<kTransB>(d, desc_a, desc_b, scale_d);
+  else detail::WgmmaAsm<N>::template ss_f16<kTransB>(d, desc_a, desc_b, scale_d);
+}
+
+// The same with A in registers (the fragment layout above).
+template <int N, typename E, int kTransB = 0>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  if constexpr (detail::WgmmaType<E>::kBF16) detail::WgmmaAsm<N>::template rs_bf16<kTransB>(d, a, desc_b, scale_d);
+  else detail::WgmmaAsm<N>::template rs_f16<kTransB>(d, a, desc_b, scale_d);
+}
+
+// ---- mbarrier (8 bytes of shared memory, 8-byte aligned) --------------------------------------------------------
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (TMA's complete_tx) and other threads; a
+// __syncthreads() follows it before another thread uses them.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// tx-count += bytes, then one arrival.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+// Whether the phase of parity `parity` has completed (the barrier's current phase has the other parity);
+// may wait a while before answering false.
+__device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smem_u32(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// ---- fences, TMA, registers -------------------------------------------------------------------------------------
+// Orders this thread's generic-proxy accesses of shared memory before later async-proxy ones (wgmma operands
+// written with st.shared, a TMA store of them) and vice versa.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// cp.async.bulk.tensor.2d: the box of `map` at element coordinates (c0 inner, c1 outer) into shared memory at
+// dst (128-byte aligned; swizzled as the map says), completing its bytes on `bar`'s tx-count.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      : "memory");
+}
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg: 24..256, a multiple of 8");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg: 24..256, a multiple of 8");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// Waits for the phase of parity `parity` of `bar` (try_wait in a loop).
+__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
+  while (!mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+
+#endif  // RSWA_HOPPER_PRIMITIVES
+
+}  // namespace rangeswa::cuda::hopper
