@@ -359,3 +359,6 @@ inline uint32_t bit_range(uint32_t a, uint32_t b) {
 inline float exp2_approx(float x) { return ::simt::detail::ftz(std::exp2(::simt::detail::ftz(x))); }
 
 }  // namespace rangeswa::cuda
+
+// ---- the Hopper primitives of hopper.h (wgmma, mbarrier, TMA, setmaxnreg) ----------------------------------------
+#include "cuda/simt/simt_hopper.h"
