@@ -336,7 +336,7 @@ void execute(Cta& c, Op& op) {
       B[k][nn] = to_float(bits, op.type);
     }
   std::vector<Op*> later = pending_ops(c, op.wg);
-  std::vector<float> result(size_t(nacc));
+  std::vector<float> result(static_cast<size_t>(nacc));
   for (int t = 0; t < 128; ++t) {
     if (!op.chained[t] && !is_poison(op.d[t], nacc))
       throw Error("wgmma.mma_async at " + op.site.str() + ": " + who(op.wg * 128 + t) +
