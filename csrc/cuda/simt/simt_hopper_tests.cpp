@@ -1,0 +1,234 @@
+// Test kernels of the Hopper emulation (tests/test_simt_hopper.py through simt_hopper_ops.cpp): hopper_tile.cu's
+// kernels, unmodified, launched with tensor maps of the emulation; fragment-layout probes on hand-made operands;
+// a TMA probe; and kernels that misuse a primitive (each must raise). Torch-free.
+#include "cuda/simt/simt_hopper_tests.h"
+
+#include "cuda/simt/simt.h"
+// The kernel source under test, unmodified.
+#include "cuda/hopper_tile.cu"
+
+namespace rangeswa::cuda::simt_hopper_tests {
+namespace {
+
+using namespace ::rangeswa::cuda::hopper;
+namespace ht = ::rangeswa::cuda::hopper_tile;
+
+CUtensorMapSwizzle map_swizzle(int bytes) {
+  switch (bytes) {
+    case 32: return CU_TENSOR_MAP_SWIZZLE_32B;
+    case 64: return CU_TENSOR_MAP_SWIZZLE_64B;
+    case 128: return CU_TENSOR_MAP_SWIZZLE_128B;
+    default: return CU_TENSOR_MAP_SWIZZLE_NONE;
+  }
+}
+
+// The map of hopper_tile.cu's tiles: rows of 64 elements, boxes of W / 2 columns (8 without swizzle) x 64 rows.
+CUtensorMap tile_map(CUtensorMapDataType type, const uint16_t* data, uint64_t rows, int swizzle) {
+  CUtensorMap map;
+  const uint32_t W = swizzle ? uint32_t(swizzle) : 16;
+  const CUresult r = encode_tensor_map_2d(&map, type, const_cast<uint16_t*>(data), 64, rows, 128, W / 2, 64,
+                                          map_swizzle(swizzle));
+  if (r != CUDA_SUCCESS) throw ::simt::Error("encode_tensor_map_2d refused the tile map (" + std::to_string(int(r)) + ")");
+  return map;
+}
+
+template <typename E, uint32_t kW>
+void qk_tile_w(bool a_regs, const uint16_t* q, const uint16_t* k, float* out) {
+  const CUtensorMapDataType type =
+      std::is_same_v<E, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const int sw = kW == 16 ? 0 : int(kW);
+  const CUtensorMap tq = tile_map(type, q, 64, sw), tk = tile_map(type, k, 64, sw);
+  if (a_regs) ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::qk_tile_kernel<E, kW, true>, tq, tk, out);
+  else ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::qk_tile_kernel<E, kW, false>, tq, tk, out);
+}
+
+template <typename E>
+void qk_tile_e(int swizzle, bool a_regs, const uint16_t* q, const uint16_t* k, float* out) {
+  switch (swizzle) {
+    case 0: qk_tile_w<E, 16>(a_regs, q, k, out); break;
+    case 32: qk_tile_w<E, 32>(a_regs, q, k, out); break;
+    case 64: qk_tile_w<E, 64>(a_regs, q, k, out); break;
+    case 128: qk_tile_w<E, 128>(a_regs, q, k, out); break;
+    default: throw ::simt::Error("qk_tile: swizzle 0, 32, 64 or 128");
+  }
+}
+
+// ---- fragment-layout probe ------------------------------------------------------------------------------------
+// One wgmma m64nNk16 (128 threads) on A [64 x 16] = in[0..1024) and B [16 x N] = in[1024..) (row-major floats
+// exact in E), C = 0. A and B are stored by plain stores in the no-swizzle K-major core-matrix layout (8 x 8
+// elements = 128 contiguous bytes; LBO 128 bytes between the two core matrices along k, SBO 256 between 8-row
+// groups), then fence.proxy.async. kForm 0: A from shared memory; 1: A from registers built by the
+// fragment layout of hopper.h. out[t * N / 2 + i] = d[i] of thread t.
+// mode: 0 correct; 1 reads d[0] between commit and wait (into out[4096 + t]); 2 no wgmma.fence; 3 writes d[0]
+// before the wait; 4 no wait_group; 5 only threads 0-63 issue the wgmma; 6 changes an A register before the
+// wait (kForm 1).
+template <typename E, int N, int kForm>
+__global__ void layout_kernel(const float* in, float* out, int mode) {
+  RSWA_DYNAMIC_SHARED(smem_raw);
+  unsigned char* base = ht::align_1024(smem_raw);
+  uint16_t* sA = reinterpret_cast<uint16_t*>(base);
+  uint16_t* sB = reinterpret_cast<uint16_t*>(base + 2048);
+  const int t = threadIdx.x;
+  auto bits = [](float x) {
+    const E e = E(x);
+    uint16_t b;
+    std::memcpy(&b, &e, 2);
+    return b;
+  };
+  // (row, k) -> element index in the core-matrix layout: (row / 8) * 128 + (k / 8) * 64 + (row % 8) * 8 + k % 8
+  for (int x = t; x < 64 * 16; x += 128) {
+    const int m = x / 16, k = x % 16;
+    sA[(m / 8) * 128 + (k / 8) * 64 + (m % 8) * 8 + k % 8] = bits(in[x]);
+  }
+  for (int x = t; x < 16 * N; x += 128) {
+    const int k = x / N, n = x % N;
+    sB[(n / 8) * 128 + (k / 8) * 64 + (n % 8) * 8 + k % 8] = bits(in[1024 + x]);
+  }
+  fence_proxy_async_shared();
+  __syncthreads();
+  const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+  uint32_t a[4];
+  for (int r = 0; r < 4; ++r) {
+    const int row = 16 * w + g + 8 * (r & 1), col = 2 * q + 8 * (r >> 1);
+    a[r] = uint32_t(bits(in[row * 16 + col])) | uint32_t(bits(in[row * 16 + col + 1])) << 16;
+  }
+  float d[N / 2];
+  for (int i = 0; i < N / 2; ++i) d[i] = 0.f;
+  const uint64_t desc_a = make_smem_desc(smem_u32(sA), 128, 256, Swizzle::kNone);
+  const uint64_t desc_b = make_smem_desc(smem_u32(sB), 128, 256, Swizzle::kNone);
+  if (mode != 2) wgmma_fence();
+  if (mode == 5 && t >= 64) return;
+  if (kForm == 0) wgmma_ss<N, E>(d, desc_a, desc_b, 0);
+  else wgmma_rs<N, E>(d, a, desc_b, 0);
+  wgmma_commit();
+  if (mode == 1) out[4096 + t] = d[0];
+  if (mode == 3) d[0] = 1.f;
+  if (mode == 6) a[1] ^= 1u;
+  if (mode == 4) return;
+  wgmma_wait<0>();
+  for (int i = 0; i < N / 2; ++i) out[t * (N / 2) + i] = d[i];
+}
+
+// A chain of two wgmma on one accumulator without a wait between them, the second with scale-d 1: D = A B + A B.
+// out as layout_kernel's (ss form, f16, N = 16).
+__global__ void chain_kernel(const float* in, float* out, int) {
+  RSWA_DYNAMIC_SHARED(smem_raw);
+  unsigned char* base = ht::align_1024(smem_raw);
+  uint16_t* sA = reinterpret_cast<uint16_t*>(base);
+  uint16_t* sB = reinterpret_cast<uint16_t*>(base + 2048);
+  const int t = threadIdx.x;
+  for (int x = t; x < 64 * 16; x += 128) {
+    const int m = x / 16, k = x % 16;
+    const __half e(in[x]);
+    std::memcpy(&sA[(m / 8) * 128 + (k / 8) * 64 + (m % 8) * 8 + k % 8], &e, 2);
+  }
+  for (int x = t; x < 16 * 16; x += 128) {
+    const int k = x / 16, n = x % 16;
+    const __half e(in[1024 + x]);
+    std::memcpy(&sB[(n / 8) * 128 + (k / 8) * 64 + (n % 8) * 8 + k % 8], &e, 2);
+  }
+  fence_proxy_async_shared();
+  __syncthreads();
+  float d[8];
+  const uint64_t desc_a = make_smem_desc(smem_u32(sA), 128, 256, Swizzle::kNone);
+  const uint64_t desc_b = make_smem_desc(smem_u32(sB), 128, 256, Swizzle::kNone);
+  wgmma_fence();
+  wgmma_ss<16, __half>(d, desc_a, desc_b, 0);
+  wgmma_commit();
+  wgmma_ss<16, __half>(d, desc_a, desc_b, 1);
+  wgmma_commit();
+  wgmma_wait<0>();
+  for (int i = 0; i < 8; ++i) out[t * 8 + i] = d[i];
+}
+
+// mbarrier misuse: mode 0 arrives on a barrier no thread initialised; mode 1 waits for a phase of a barrier
+// expecting two arrivals that gets one (every thread blocks: a deadlock).
+__global__ void mbarrier_misuse_kernel(const float*, float*, int mode) {
+  RSWA_DYNAMIC_SHARED(smem_raw);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(ht::align_1024(smem_raw));
+  if (mode == 0) {
+    mbarrier_arrive(bar);
+    return;
+  }
+  if (threadIdx.x == 0) mbarrier_init(bar, 2);
+  __syncthreads();
+  if (threadIdx.x == 0) mbarrier_arrive(bar);  // one of the two arrivals
+  mbarrier_wait_parity(bar, 0);
+}
+
+// TMA probe: thread 0 copies the box, every thread then reads shared memory.
+__global__ void tma_kernel(const __grid_constant__ CUtensorMap map, int c0, int c1, int bytes, int32_t* out) {
+  RSWA_DYNAMIC_SHARED(smem_raw);
+  unsigned char* base = ht::align_1024(smem_raw);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(base + 65536);
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier_arrive_expect_tx(bar, uint32_t(bytes));
+    tma_load_2d(base, &map, c0, c1, bar);
+  }
+  mbarrier_wait_parity(bar, 0);
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(base);
+  for (int x = threadIdx.x; x < bytes / 2; x += blockDim.x) out[x] = s[x];
+}
+
+template <typename E, int N, int kForm>
+void layout(const std::vector<float>& in, std::vector<float>& out, int mode) {
+  ::simt::launch(dim3(1), dim3(128), 1024 + 2048 + 4096, layout_kernel<E, N, kForm>, in.data(), out.data(), mode);
+}
+
+}  // namespace
+
+void qk_tile(int dtype, int swizzle, bool a_regs, const uint16_t* q, const uint16_t* k, float* out) {
+  if (dtype == 1) qk_tile_e<__nv_bfloat16>(swizzle, a_regs, q, k, out);
+  else qk_tile_e<__half>(swizzle, a_regs, q, k, out);
+}
+
+void qk_ring(int tiles, int mode, const uint16_t* q, const uint16_t* k, float* out) {
+  const CUtensorMap tq = tile_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, q, 64, 128);
+  const CUtensorMap tk = tile_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, k, uint64_t(tiles) * 64, 128);
+  ::simt::launch(dim3(1), dim3(256), ht::kSmemRing, ht::qk_ring_kernel<__nv_bfloat16>, tq, tk, out, tiles, mode);
+}
+
+std::vector<int32_t> tma_probe(int swizzle, int c0, int c1, int box0, int box1, int dim0, int dim1, bool oob_nan) {
+  std::vector<uint16_t> data(size_t(dim0) * size_t(dim1));
+  for (size_t i = 0; i < data.size(); ++i) data[i] = uint16_t(i);
+  CUtensorMap map;
+  const CUresult r = encode_tensor_map_2d(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, data.data(), uint64_t(dim0),
+                                          uint64_t(dim1), uint64_t(dim0) * 2, uint32_t(box0), uint32_t(box1),
+                                          map_swizzle(swizzle),
+                                          oob_nan ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+                                                  : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw ::simt::Error("encode_tensor_map_2d: CUresult " + std::to_string(int(r)) + " (the driver would refuse the map)");
+  const int bytes = box0 * box1 * 2;
+  std::vector<int32_t> out(size_t(bytes / 2), -1);
+  ::simt::launch(dim3(1), dim3(128), 65536 + 64 + 1024, tma_kernel, map, c0, c1, bytes, out.data());
+  return out;
+}
+
+std::vector<float> probe(const std::string& name, const std::vector<float>& in_) {
+  std::vector<float> out(8192, 0.f), in(in_);
+  in.resize(std::max<size_t>(in.size(), 4096), 0.f);
+  int mode = 0;
+  std::string base = name;
+  if (const size_t at = name.find(':'); at != std::string::npos) {
+    base = name.substr(0, at);
+    mode = std::stoi(name.substr(at + 1));
+  }
+  if (base == "layout_ss_f16_16") layout<__half, 16, 0>(in, out, mode);
+  else if (base == "layout_ss_f16_64") layout<__half, 64, 0>(in, out, mode);
+  else if (base == "layout_ss_f16_128") layout<__half, 128, 0>(in, out, mode);
+  else if (base == "layout_ss_bf16_32") layout<__nv_bfloat16, 32, 0>(in, out, mode);
+  else if (base == "layout_rs_f16_64") layout<__half, 64, 1>(in, out, mode);
+  else if (base == "layout_rs_bf16_16") layout<__nv_bfloat16, 16, 1>(in, out, mode);
+  else if (base == "chain") ::simt::launch(dim3(1), dim3(128), 1024 + 2048 + 512, chain_kernel, in.data(), out.data(), 0);
+  else if (base == "mbarrier") ::simt::launch(dim3(1), dim3(32), 2048, mbarrier_misuse_kernel, in.data(), out.data(), mode);
+  else throw ::simt::Error("no hopper probe named " + name);
+  return out;
+}
+
+}  // namespace rangeswa::cuda::simt_hopper_tests
