@@ -1,10 +1,11 @@
 """Offline gate of the Hopper primitives (csrc/cuda/hopper.h): compiles csrc/cuda/hopper_tile.cu (the 64 x 64 x 64
-TMA + wgmma tile kernel in its three instantiations, and the two-stage producer / consumer ring) with nvcc for
+TMA + wgmma tile kernel Q K^T in three instantiations, P V with P in registers and V N-major, and the two-stage
+producer / consumer ring) with nvcc for
 sm_90a, reads ptxas's register / spill report and the SASS (cuobjdump), and checks that the primitives became
 the Hopper instructions they stand for:
 
-- HGMMA (wgmma.mma_async), UTMALDG (cp.async.bulk.tensor), SYNCS (mbarrier) in every kernel; WARPGROUP.ARRIVE
-  / DEPBAR (wgmma.fence / wait_group) and USETMAXREG (setmaxnreg, the ring) listed;
+- HGMMA (wgmma.mma_async), UTMALDG (cp.async.bulk.tensor), SYNCS (mbarrier), WARPGROUP.ARRIVE / DEPBAR
+  (wgmma.fence / wait_group) in every kernel; USETMAXREG (setmaxnreg) in the ring; P V's HGMMA with .tnspB;
 - no local memory (LDL / STL), no spills, no stack frame; at most 255 registers.
 
     python scripts/hopper_gate.py [--json OUT]
@@ -33,6 +34,7 @@ LABELS = [
     ("qk_tile_kernelI13__nv_bfloat16Lj128ELb0E", "qk_tile_kernel<bf16, 128, ss>"),
     ("qk_tile_kernelI13__nv_bfloat16Lj128ELb1E", "qk_tile_kernel<bf16, 128, rs>"),
     ("qk_tile_kernelI6__halfLj128ELb0E", "qk_tile_kernel<fp16, 128, ss>"),
+    ("pv_tile_kernelI13__nv_bfloat16Lj128ELb1E", "pv_tile_kernel<bf16, 128, rs>"),
     ("qk_ring_kernelI13__nv_bfloat16E", "qk_ring_kernel<bf16>"),
 ]
 COUNTED = ("HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG", "LDL", "STL", "LDS", "STS", "BAR", "CALL")
@@ -103,7 +105,7 @@ def sass_counts(cubin: str) -> dict:
         m = re.match(r"\s+Function : (\S+)", line)
         if m:
             current = label(m.group(1))
-            out[current] = dict({family: 0 for family in COUNTED}, instructions=0, opcodes={})
+            out[current] = dict({family: 0 for family in COUNTED}, instructions=0, opcodes={}, HGMMA_tnspB=0)
             continue
         m = OPCODE.match(line)
         if current is None or not m:
@@ -116,6 +118,8 @@ def sass_counts(cubin: str) -> dict:
         family = opcode.split(".")[0]
         if family in COUNTED:
             entry[family] += 1
+        if family == "HGMMA" and ".tnspB" in line:  # an N-major B (imm-trans-b 1)
+            entry["HGMMA_tnspB"] += 1
         if family in ("HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG"):
             entry["opcodes"][opcode] = entry["opcodes"].get(opcode, 0) + 1
     return out
@@ -149,6 +153,9 @@ def failures(report: dict) -> list[str]:
             out.append(f"{name}: {k.get('spill_bytes')} bytes of spills, {k.get('stack_bytes')} bytes of stack")
         if k.get("registers", 0) > 255:
             out.append(f"{name}: {k['registers']} registers")
+    pv = report["kernels"].get("pv_tile_kernel<bf16, 128, rs>")
+    if pv is not None and pv.get("HGMMA_tnspB", 0) != pv.get("HGMMA", 0):
+        out.append("pv_tile_kernel: its HGMMA do not all read B transposed (.tnspB)")
     if "qk_ring_kernel<bf16>" in report["kernels"] and report["kernels"]["qk_ring_kernel<bf16>"].get("USETMAXREG", 0) < 2:
         out.append("qk_ring_kernel<bf16>: setmaxnreg.inc and .dec did not become USETMAXREG")
     return out

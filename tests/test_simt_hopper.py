@@ -9,7 +9,8 @@ emulation (the same source scripts/hopper_gate.py compiles for sm_90a and reads 
 - (b) the descriptor's encoding, and the byte address of element (row, k) under each swizzle mode against a
   formula written here, independently of the emulation; TMA's swizzled writes and out-of-bounds fill;
 - (c) S = Q K^T, 64 x 64 x 64, Q and K by TMA, four k16 steps of wgmma, mbarrier waits: bf16 and fp16, every
-  swizzle mode, A from shared memory and from registers, against torch;
+  swizzle mode, A from shared memory and from registers, against torch; O = P V the same way with V row-major
+  read as an N-major B;
 - (d) a two-stage producer / consumer ring over 8 tiles, and its deliberate bugs (wrong parity, missing
   expect_tx, a stage released before wgmma.wait_group) reported as errors; wgmma misuse (no fence, accumulator
   read or written before the wait, no wait, half a warpgroup, A registers changed in flight);
@@ -61,14 +62,26 @@ def swizzled(offset, W):
     return row_start + 16 * (chunk ^ (line % (W // 16))) + offset % 16
 
 
-def operand_address(start, lbo, sbo, W, mn, k):
-    """The byte of element (mn, k) (16-bit) of a K-major wgmma operand (PTX 9.7.15.5.1.2: core matrices of 8 rows x
-    16 bytes; LBO between core matrices along k, SBO between 8-row groups; swizzled layouts keep the k16 step in
-    one W-byte row and ignore LBO)."""
-    kb = 2 * k
-    if W == 16:
-        return start + (mn // 8) * sbo + (kb // 16) * lbo + (mn % 8) * 16 + kb % 16
-    plain = start + (mn // 8) * sbo + (mn % 8) * W + kb
+def operand_address(start, lbo, sbo, W, mn, k, mn_major=False):
+    """The byte of element (mn, k) (16-bit) of a wgmma operand, from the canonical layouts of PTX 9.7.15.5.1.2.1.3
+    in CuTe notation (T = 8 elements = 16 bytes; strides in elements, LBO / SBO in bytes here):
+    K-major  none ((8,m),(T,2k)):((1T,SBO),(1,LBO)),  swizzled ((8,m),(T,2k)):((W/16 T,SBO),(1,T));
+    MN-major none ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)), swizzled ((T,W/16,m),(8,k)):((1,T,LBO),(W/16 T,SBO));
+    then the swizzle of the resulting byte address."""
+    T = 8
+    if not mn_major:
+        i, m = mn % 8, mn // 8
+        t, kk = k % T, k // T
+        if W == 16:
+            return start + 2 * (i * T) + m * sbo + 2 * t + kk * lbo
+        plain = start + 2 * (i * (W // 16) * T) + m * sbo + 2 * t + 2 * kk * T
+    else:
+        t, rest = mn % T, mn // T
+        k8, kk = k % 8, k // 8
+        if W == 16:
+            return start + 2 * t + rest * sbo + 2 * k8 * T + kk * lbo
+        j, m = rest % (W // 16), rest // (W // 16)
+        plain = start + 2 * t + 2 * j * T + m * lbo + 2 * k8 * (W // 16) * T + kk * sbo
     base = plain - plain % 1024
     return base + swizzled(plain - base, W)
 
@@ -104,6 +117,15 @@ def test_descriptor_addresses_follow_the_swizzle_modes(simt, W):
             got = simt.hopper_desc_address(desc - (1 << 64) if desc >= 1 << 63 else desc, 64)
             expect = torch.tensor([[operand_address(start, lbo, sbo, W, r, k) for k in range(16)] for r in range(64)])
             assert torch.equal(got, expect), (W, tile, ks)
+    # N-major (imm-trans 1), as P V reads V: the key step ks at 16 ks rows of W bytes.
+    lbo_t, sbo_t = (8 * W, 64 * W) if W == 16 else (64 * W, 8 * W)
+    for ks in range(4):
+        start = 0x800 + 16 * ks * W
+        desc = encode(start, lbo_t, sbo_t, W)
+        got = simt.hopper_desc_address(desc - (1 << 64) if desc >= 1 << 63 else desc, 64, mn_major=True)
+        expect = torch.tensor([[operand_address(start, lbo_t, sbo_t, W, n, k, mn_major=True) for k in range(16)]
+                               for n in range(64)])
+        assert torch.equal(got, expect), (W, ks, "mn-major")
     if W != 16:
         # The first row of a W = 128 pattern moved by 16 bytes: chunk 0 of row 1 is then chunk 1 ^ 1 = 0.
         assert swizzled(128 + 16, 128) == 128 and swizzled(16, 128) == 16
@@ -198,15 +220,29 @@ def test_tile_kernel_q_kt_matches_torch(simt, dtype, W, a_regs):
     g = torch.Generator().manual_seed(W + 7 * a_regs)
     q = torch.randn(64, 64, generator=g).to(dtype)
     k = torch.randn(64, 64, generator=g).to(dtype)
-    s = simt.hopper_qk(q, k, W, a_regs)
+    s = simt.hopper_tile(q, k, 0, W, a_regs)
     expect = q.float() @ k.float().T
     assert ((s - expect).abs().max() / expect.abs().max()).item() < 1e-5
+
+
+@pytest.mark.parametrize("a_regs", [False, True], ids=["P-smem", "P-registers"])
+@pytest.mark.parametrize("W", [128, 64, 32, 0], ids=["sw128", "sw64", "sw32", "noswizzle"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_tile_kernel_p_v_matches_torch(simt, dtype, W, a_regs):
+    """hopper_tile.cu pv_tile_kernel: P and V by TMA, V row-major read as an N-major B (imm-trans-b 1), P from
+    shared memory or registers: O = P V against torch in float32."""
+    g = torch.Generator().manual_seed(100 + W + 7 * a_regs)
+    p = torch.rand(64, 64, generator=g).to(dtype)
+    v = torch.randn(64, 64, generator=g).to(dtype)
+    o = simt.hopper_tile(p, v, 1, W, a_regs)
+    expect = p.float() @ v.float()
+    assert ((o - expect).abs().max() / expect.abs().max()).item() < 1e-5
 
 
 def test_tile_kernel_statistics(simt):
     simt.hopper_stats()
     q = torch.randn(64, 64).bfloat16()
-    simt.hopper_qk(q, q, 128, False)
+    simt.hopper_tile(q, q, 0, 128, False)
     wgmma, groups, tma, tma_bytes, arrivals, phases, blocked, fences = simt.hopper_stats()
     assert (wgmma, groups, tma, tma_bytes, arrivals, phases) == (4, 1, 2, 2 * 8192, 1, 1)
 

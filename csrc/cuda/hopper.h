@@ -22,13 +22,15 @@
 //   A in registers (m64k16, 16-bit, 4 registers, two elements each, the lower column in the low half):
 //     a[0] = (16 w + g, 2q..2q+1), a[1] = (16 w + g + 8, 2q..), a[2] = (16 w + g, 2q+8..), a[3] = (16 w + g + 8, 2q+8..)
 //     (mma.m16n8k16's A fragment, warp w holding rows 16 w..16 w + 15).
-//   A and B in shared memory through a descriptor; K-major (imm-trans 0): the element (mn, k) of a 64 x 16 A
-//     (mn = m) or N x 16 B (mn = n; B[k][n]) lies at byte
-//       no swizzle:  start + (mn / 8) SBO + (kb / 16) LBO + (mn % 8) 16 + kb % 16,   kb = k * 2
-//       swizzle W (32, 64, 128 bytes): u = start + (mn / 8) SBO + (mn % 8) W + kb, then the 16-byte chunk
-//       bits [4, 4 + log2(W / 16)) of u are XORed with bits [7, 7 + log2(W / 16)) (address-based: the pattern
-//       repeats every 8 W bytes and starts at a multiple of 8 W, where the descriptor's base offset is 0).
-//     LBO is not used by swizzled K-major layouts (one k16 step of 32 bytes lies inside one W-byte row).
+//   A and B in shared memory through a descriptor (PTX 9.7.15.5.1.2, its canonical layouts): the element
+//     (mn, k) of a 64 x 16 A (mn = m) or N x 16 B (mn = n; B[k][n]) of 16-bit elements lies at byte u, then the
+//     16-byte chunk bits [4, 4 + log2(W / 16)) of u are XORed with bits [7, 7 + log2(W / 16)) (swizzle of W =
+//     32, 64, 128 bytes; address-based: the pattern repeats every 8 W bytes and starts at a multiple of 8 W,
+//     where the descriptor's base offset is 0):
+//     K-major (imm-trans 0):  no swizzle u = start + (mn / 8) SBO + (2k / 16) LBO + (mn % 8) 16 + 2k % 16
+//                             swizzle W  u = start + (mn / 8) SBO + (mn % 8) W + 2k   (LBO unused)
+//     MN-major (imm-trans 1): no swizzle u = start + (mn / 8) SBO + (k / 8) LBO + (k % 8) 16 + 2 (mn % 8)
+//                             swizzle W  u = start + (mn / (W / 2)) LBO + (k / 8) SBO + (k % 8) W + 2 (mn % (W / 2))
 #pragma once
 
 #include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's enums
@@ -109,22 +111,21 @@ template <int N>
 struct WgmmaAsm;
 
 // One specialization per N: the accumulator list {%0..%(N/2 - 1)}, then (ss) descriptor A, descriptor B,
-// scale-d, imm-trans-b; (rs) a0..a3, descriptor B, scale-d, imm-trans-b. imm-scale-a/b are 1 and imm-trans-a
-// is 0 (K-major A).
+// scale-d, imm-trans-a, imm-trans-b; (rs) a0..a3, descriptor B, scale-d, imm-trans-b. imm-scale-a/b are 1.
 #define RSWA_WGMMA_ASM(NN, DLIST, SS_TAIL, RS_TAIL, ...)                                                    \
   template <>                                                                                                \
   struct WgmmaAsm<NN> {                                                                                      \
-    template <int kTransB>                                                                                   \
+    template <int kTransA, int kTransB>                                                                      \
     static __device__ __forceinline__ void ss_bf16(float* d, uint64_t da, uint64_t db, int scale_d) {        \
       asm volatile("{\n.reg .pred p;\n" SS_TAIL(".bf16", DLIST) "}\n"                                        \
                    : __VA_ARGS__                                                                             \
-                   : "l"(da), "l"(db), "r"(scale_d), "n"(kTransB));                                          \
+                   : "l"(da), "l"(db), "r"(scale_d), "n"(kTransA), "n"(kTransB));                            \
     }                                                                                                        \
-    template <int kTransB>                                                                                   \
+    template <int kTransA, int kTransB>                                                                      \
     static __device__ __forceinline__ void ss_f16(float* d, uint64_t da, uint64_t db, int scale_d) {         \
       asm volatile("{\n.reg .pred p;\n" SS_TAIL(".f16", DLIST) "}\n"                                         \
                    : __VA_ARGS__                                                                             \
-                   : "l"(da), "l"(db), "r"(scale_d), "n"(kTransB));                                          \
+                   : "l"(da), "l"(db), "r"(scale_d), "n"(kTransA), "n"(kTransB));                            \
     }                                                                                                        \
     template <int kTransB>                                                                                   \
     static __device__ __forceinline__ void rs_bf16(float* d, const uint32_t* a, uint64_t db, int scale_d) {  \
@@ -145,14 +146,14 @@ struct WgmmaAsm;
 
 // N = 16: 8 accumulators.
 #define RSWA_SS16(TY, DL) "setp.ne.b32 p, %10, 0;\nwgmma.mma_async.sync.aligned.m64n16k16.f32" TY TY " " DL \
-                          ", %8, %9, p, 1, 1, 0, %11;\n"
+                          ", %8, %9, p, 1, 1, %11, %12;\n"
 #define RSWA_RS16(TY, DL) "setp.ne.b32 p, %13, 0;\nwgmma.mma_async.sync.aligned.m64n16k16.f32" TY TY " " DL \
                           ", {%8, %9, %10, %11}, %12, p, 1, 1, %14;\n"
 RSWA_WGMMA_ASM(16, "{%0, %1, %2, %3, %4, %5, %6, %7}", RSWA_SS16, RSWA_RS16, RSWA_F8(0))
 
 // N = 32: 16 accumulators.
 #define RSWA_SS32(TY, DL) "setp.ne.b32 p, %18, 0;\nwgmma.mma_async.sync.aligned.m64n32k16.f32" TY TY " " DL \
-                          ", %16, %17, p, 1, 1, 0, %19;\n"
+                          ", %16, %17, p, 1, 1, %19, %20;\n"
 #define RSWA_RS32(TY, DL) "setp.ne.b32 p, %21, 0;\nwgmma.mma_async.sync.aligned.m64n32k16.f32" TY TY " " DL \
                           ", {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n"
 RSWA_WGMMA_ASM(32, "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}", RSWA_SS32, RSWA_RS32,
@@ -160,7 +161,7 @@ RSWA_WGMMA_ASM(32, "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13,
 
 // N = 64: 32 accumulators.
 #define RSWA_SS64(TY, DL) "setp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32" TY TY " " DL \
-                          ", %32, %33, p, 1, 1, 0, %35;\n"
+                          ", %32, %33, p, 1, 1, %35, %36;\n"
 #define RSWA_RS64(TY, DL) "setp.ne.b32 p, %37, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32" TY TY " " DL \
                           ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
 RSWA_WGMMA_ASM(64,
@@ -170,7 +171,7 @@ RSWA_WGMMA_ASM(64,
 
 // N = 128: 64 accumulators.
 #define RSWA_SS128(TY, DL) "setp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32" TY TY " " DL \
-                           ", %64, %65, p, 1, 1, 0, %67;\n"
+                           ", %64, %65, p, 1, 1, %67, %68;\n"
 #define RSWA_RS128(TY, DL) "setp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32" TY TY " " DL \
                            ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n"
 RSWA_WGMMA_ASM(128,
@@ -194,11 +195,13 @@ RSWA_WGMMA_ASM(128,
 }  // namespace detail
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.E.E with A and B in shared memory (descriptors):
-// d = A B + (scale_d ? d : 0). kTransB = 1: B is N-major (imm-trans-b).
-template <int N, typename E, int kTransB = 0>
+// d = A B + (scale_d ? d : 0). kTransA = 1: A is M-major (imm-trans-a); kTransB = 1: B is N-major (imm-trans-b).
+template <int N, typename E, int kTransA = 0, int kTransB = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  if constexpr (detail::WgmmaType<E>::kBF16) detail::WgmmaAsm<N>::template ss_bf16<kTransB>(d, desc_a, desc_b, scale_d);
-  else detail::WgmmaAsm<N>::template ss_f16<kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (detail::WgmmaType<E>::kBF16)
+    detail::WgmmaAsm<N>::template ss_bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  else
+    detail::WgmmaAsm<N>::template ss_f16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
 }
 
 // The same with A in registers (the fragment layout above).

@@ -1,6 +1,6 @@
-// Two small sm_90a kernels on hopper.h's primitives: S = Q K^T for one 64 x 64 tile with head dim 64 (TMA
-// into swizzled shared memory, an mbarrier, four k16 steps of wgmma m64n64k16, A from shared memory or from
-// registers), and the same product over a ring of K tiles (a producer warp issuing TMA into two stages, a
+// Small sm_90a kernels on hopper.h's primitives: S = Q K^T for one 64 x 64 tile with head dim 64 (TMA into
+// swizzled shared memory, an mbarrier, four k16 steps of wgmma m64n64k16, A from shared memory or from
+// registers), O = P V for one tile (V an N-major B), and Q K^T over a ring of K tiles (a producer warp issuing TMA into two stages, a
 // consumer warpgroup waiting on full barriers and releasing stages on empty barriers, setmaxnreg between
 // the roles). Not part of the extension: scripts/hopper_gate.py compiles this file with nvcc for sm_90a and
 // reads its SASS; the SIMT emulation runs the same source (csrc/cuda/simt/simt_hopper_tests.cpp, through
@@ -80,6 +80,37 @@ __device__ __forceinline__ void qk_tile(float (&d)[32], const unsigned char* sQ,
   fence_operand(d);
 }
 
+// d = P V for the warpgroup's 64 x 64 tile over 64 keys: P [64 x 64 keys] as A (K-major, from shared memory or
+// from registers, as a softmax leaves it), V [64 keys x 64 columns] row-major as an N-major B (imm-trans-b 1):
+// the key step ks starts at row 16 ks of every box, 16 ks W bytes in; with a swizzle, LBO = 64 W (the next box of
+// W / 2 columns) and SBO = 8 W (the next 8 keys); without, the roles swap: SBO = 64 W, LBO = 8 W.
+template <typename E, uint32_t kW, bool kARegs>
+__device__ __forceinline__ void pv_tile(float (&d)[32], const unsigned char* sP, const unsigned char* sV) {
+  constexpr Swizzle kMode = swizzle_mode<kW>();
+  constexpr uint32_t kLbo = kW == 16 ? 8 * kW : 64 * kW, kSbo = kW == 16 ? 64 * kW : 8 * kW;
+  const uint32_t p = smem_u32(sP), v = smem_u32(sV);
+  uint32_t a[4][4];
+  if constexpr (kARegs) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) load_a_fragment<kW>(a[ks], sP, ks);
+  }
+  wgmma_fence();
+  fence_operand(d);
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    const uint64_t desc_b = make_smem_desc(v + 16 * uint32_t(ks) * kW, kLbo, kSbo, kMode);
+    if constexpr (kARegs) {
+      wgmma_rs<64, E, 1>(d, a[ks], desc_b, ks > 0);
+    } else {
+      const uint64_t desc_a = make_smem_desc(p + step_offset<kW>(ks), 64 * kW, 8 * kW, kMode);
+      wgmma_ss<64, E, 0, 1>(d, desc_a, desc_b, ks > 0);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_operand(d);
+}
+
 // The accumulator of thread t of the warpgroup (hopper.h): d[i] = (16 w + g + 8 ((i / 2) % 2), 8 (i / 4) + 2q + i % 2).
 __device__ __forceinline__ void store_tile(float* out, const float (&d)[32]) {
   const int t = threadIdx.x % 128, w = t / 32, g = (t % 32) / 4, q = t % 4;
@@ -126,6 +157,31 @@ __global__ void __launch_bounds__(128, 1)
   mbarrier_wait_parity(bar, 0);
   float d[32];
   qk_tile<E, kW, kARegs>(d, sQ, sK);
+  store_tile(out, d);
+}
+
+// One CTA of 128 threads: out[64 x 64] = P[64 x 64] V[64 x 64] (P V of attention). Dynamic shared memory: kSmemTile.
+template <typename E, uint32_t kW, bool kARegs>
+__global__ void __launch_bounds__(128, 1)
+    pv_tile_kernel(const __grid_constant__ CUtensorMap tp, const __grid_constant__ CUtensorMap tv, float* out) {
+  RSWA_DYNAMIC_SHARED(smem_raw);
+  unsigned char* base = align_1024(smem_raw);
+  unsigned char* sP = base;
+  unsigned char* sV = base + kTileBytes;
+  uint64_t* bar = reinterpret_cast<uint64_t*>(base + 2 * kTileBytes);
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier_arrive_expect_tx(bar, 2 * kTileBytes);
+    load_tile<kW>(sP, &tp, 0, bar);
+    load_tile<kW>(sV, &tv, 0, bar);
+  }
+  mbarrier_wait_parity(bar, 0);
+  float d[32];
+  pv_tile<E, kW, kARegs>(d, sP, sV);
   store_tile(out, d);
 }
 
@@ -193,6 +249,8 @@ __global__ void __launch_bounds__(256, 1)
 template __global__ void qk_tile_kernel<__nv_bfloat16, 128, false>(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, float*);
 template __global__ void qk_tile_kernel<__nv_bfloat16, 128, true>(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, float*);
 template __global__ void qk_tile_kernel<__half, 128, false>(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, float*);
+template __global__ void pv_tile_kernel<__nv_bfloat16, 128, true>(const __grid_constant__ CUtensorMap,
+                                                                    const __grid_constant__ CUtensorMap, float*);
 template __global__ void qk_ring_kernel<__nv_bfloat16>(const __grid_constant__ CUtensorMap,
                                                             const __grid_constant__ CUtensorMap, float*, int, int);
 

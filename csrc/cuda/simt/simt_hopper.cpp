@@ -17,13 +17,16 @@
 //   Operands: A (64 x 16) and B (16 x N; B[k][n]) of 16-bit elements; D = A B + C with the products exact in
 //   fp32 and added to C in fp32 in k order (the order and intermediate precision are the implementation's;
 //   real tensor cores round differently). Fragment layouts: hopper.h's header comment.
-//   Shared-memory operands: descriptor 9.7.15.5.1.2.2 (start, LBO, SBO, base offset, swizzle); K-major only
-//   (imm-trans 0; an N-major B is refused). The element (mn, k) of a K-major operand lies at
-//     no swizzle: start + (mn / 8) SBO + (2k / 16) LBO + (mn % 8) 16 + 2k % 16 (core matrices of 8 x 16 bytes)
-//     swizzle of W bytes: u = start + (mn / 8) SBO + (mn % 8) W + 2k, with bits [4, 4 + b) XOR bits [7, 7 + b)
-//     of u, b = log2(W / 16): the swizzle is a function of the shared-memory address, as TMA's is, so both agree
-//     for tiles that start at a multiple of 8 W bytes. Reading of the ISA: the descriptor's base offset (for a
-//     start inside a pattern) is refused, and so is a start whose k16 step leaves its W-byte row.
+//   Shared-memory operands: descriptor 9.7.15.5.1.2.2 (start, LBO, SBO, base offset, swizzle), layouts of
+//   9.7.15.5.1.2.1 (the canonical layouts, T = 8 elements of 16 bits = 16 bytes). The element (mn, k) lies at
+//     K-major  (imm-trans 0), no swizzle: start + (mn / 8) SBO + (2k / 16) LBO + (mn % 8) 16 + 2k % 16
+//                             swizzle W:  start + (mn / 8) SBO + (mn % 8) W + 2k                (LBO unused)
+//     MN-major (imm-trans 1), no swizzle: start + (mn / 8) SBO + (k / 8) LBO + (k % 8) 16 + 2 (mn % 8)
+//                             swizzle W:  start + (mn / (W/2)) LBO + (k / 8) SBO + (k % 8) W + 2 (mn % (W/2))
+//   and with a swizzle of W bytes bits [4, 4 + b) of that address XOR bits [7, 7 + b), b = log2(W / 16): the
+//   swizzle is a function of the shared-memory address, as TMA's is, so both agree for tiles that start at a
+//   multiple of 8 W bytes. Reading of the ISA: the descriptor's base offset (for a start inside a pattern) is
+//   refused, and so is a start whose k16 step (K-major) or first row (MN-major) leaves its W-byte row.
 // mbarrier (9.7.13.15): phase (its parity), pending arrival count, expected count, tx-count. arrive: pending
 //   - 1; arrive.expect_tx: tx-count + bytes, then an arrival; complete_tx (TMA): tx-count - bytes; the phase
 //   completes when pending = 0 and tx-count = 0 (then pending = expected, the next phase). try_wait.parity p:
@@ -62,8 +65,9 @@ std::string kind_name(int kind, int sub) {
     case kCommit: return "wgmma.commit_group";
     case kWait: return "wgmma.wait_group " + std::to_string(sub);
     case kMma:
-      return "wgmma.mma_async m64n" + std::to_string(sub >> 2) + "k16" + ((sub & 2) ? ".f16" : ".bf16") +
-             ((sub & 1) ? " (A in registers)" : " (A in shared memory)");
+      return "wgmma.mma_async m64n" + std::to_string(sub >> 4) + "k16" + ((sub & 2) ? ".f16" : ".bf16") +
+             ((sub & 1) ? " (A in registers)" : " (A in shared memory)") + ((sub & 8) ? " M-major A" : "") +
+             ((sub & 4) ? " N-major B" : "");
     default: return std::string("setmaxnreg.") + ((sub & 1) ? "inc " : "dec ") + std::to_string(sub >> 1);
   }
 }
@@ -98,15 +102,23 @@ Desc decode(uint64_t d) {
 
 uint32_t swizzle(uint32_t u, uint32_t W) { return W <= 16 ? u : u ^ (((u >> 7) & (W / 16 - 1)) << 4); }
 
-// The shared address of element (mn, k) of a K-major operand of 16-bit elements (the header comment).
-uint32_t element_address(const Desc& d, int mn, int k) {
-  const uint32_t kb = 2u * uint32_t(k);
-  if (d.W == 16) return d.start + uint32_t(mn / 8) * d.sbo + (kb / 16) * d.lbo + uint32_t(mn % 8) * 16 + kb % 16;
-  return swizzle(d.start + uint32_t(mn / 8) * d.sbo + uint32_t(mn % 8) * d.W + kb, d.W);
+// The shared address of element (mn, k) of an operand of 16-bit elements (the header comment).
+uint32_t element_address(const Desc& d, int mn, int k, bool mn_major) {
+  const uint32_t m = uint32_t(mn), kk = uint32_t(k);
+  if (!mn_major) {
+    if (d.W == 16) return d.start + (m / 8) * d.sbo + (2 * kk / 16) * d.lbo + (m % 8) * 16 + 2 * kk % 16;
+    return swizzle(d.start + (m / 8) * d.sbo + (m % 8) * d.W + 2 * kk, d.W);
+  }
+  if (d.W == 16) return d.start + (m / 8) * d.sbo + (kk / 8) * d.lbo + (kk % 8) * 16 + 2 * (m % 8);
+  const uint32_t per_row = d.W / 2;
+  return swizzle(d.start + (m / per_row) * d.lbo + (kk / 8) * d.sbo + (kk % 8) * d.W + 2 * (m % per_row), d.W);
 }
 
-void check_desc(const Desc& d, const char* which, Site site) {
+void check_desc(const Desc& d, const char* which, bool mn_major, Site site) {
   if (d.W == 16) return;
+  if (mn_major && d.start % d.W != 0)
+    throw Error("wgmma at " + site.str() + ": the MN-major " + which + " descriptor starts at shared address " +
+                hex(d.start) + ", not at the start of a " + std::to_string(d.W) + "-byte swizzle row (not emulated)");
   if (d.base != 0)
     throw Error("wgmma at " + site.str() + ": the " + which + " descriptor has a matrix base offset of " +
                 std::to_string(d.base) + "; the emulation runs base offset 0 only (tiles at multiples of the "
@@ -121,7 +133,7 @@ void check_desc(const Desc& d, const char* which, Site site) {
 struct Op {
   int id = 0, n = 0, wg = 0;
   MmaType type = MmaType::kBF16;
-  bool a_regs = false, done = false;
+  bool a_regs = false, done = false, trans_a = false, trans_b = false;
   uint64_t da = 0, db = 0;
   int scale_d = 0;
   Site site{"", 0};
@@ -324,7 +336,7 @@ void execute(Cta& c, Op& op) {
     for (int m = 0; m < 64; ++m)
       for (int k = 0; k < 16; ++k) {
         uint16_t bits;
-        std::memcpy(&bits, from_shared(c, element_address(da, m, k), 2, "wgmma A", op.site), 2);
+        std::memcpy(&bits, from_shared(c, element_address(da, m, k, op.trans_a), 2, "wgmma A", op.site), 2);
         A[m][k] = to_float(bits, op.type);
       }
   }
@@ -332,7 +344,7 @@ void execute(Cta& c, Op& op) {
   for (int nn = 0; nn < op.n; ++nn)
     for (int k = 0; k < 16; ++k) {
       uint16_t bits;
-      std::memcpy(&bits, from_shared(c, element_address(db, nn, k), 2, "wgmma B", op.site), 2);
+      std::memcpy(&bits, from_shared(c, element_address(db, nn, k, op.trans_b), 2, "wgmma B", op.site), 2);
       B[k][nn] = to_float(bits, op.type);
     }
   std::vector<Op*> later = pending_ops(c, op.wg);
@@ -493,18 +505,16 @@ void wgmma_wait(int pending, Site site) {
   });
 }
 
-void wgmma(int n, MmaType type, int trans_b, float* d, const uint32_t* a, uint64_t desc_a, uint64_t desc_b,
-           int scale_d, Site site) {
+void wgmma(int n, MmaType type, int trans_a, int trans_b, float* d, const uint32_t* a, uint64_t desc_a,
+           uint64_t desc_b, int scale_d, Site site) {
   Cta& c = cta();
   const int tid = thread_rank();
   if (!c.threads[size_t(tid)].fenced)
     throw Error("wgmma.mma_async at " + site.str() + " by " + who(tid) + " without a wgmma.fence since the thread's "
                 "last wgmma.wait_group (or its start): PTX asks for wgmma.fence before the first mma_async and "
                 "between other accesses of its registers and the mma_async");
-  if (trans_b)
-    throw Error("wgmma.mma_async at " + site.str() + ": an N-major B (imm-trans-b = 1) is not emulated yet");
   WgArgs args{d, a, desc_a, desc_b, scale_d};
-  const int sub = n * 4 + (type == MmaType::kF16 ? 2 : 0) + (a ? 1 : 0);
+  const int sub = n * 16 + (trans_a ? 8 : 0) + (trans_b ? 4 : 0) + (type == MmaType::kF16 ? 2 : 0) + (a ? 1 : 0);
   collective(kMma, sub, site, &args, [&](Warpgroup& w, int wg) {
     auto op = std::make_unique<Op>();
     op->id = int(c.ops.size());
@@ -512,6 +522,8 @@ void wgmma(int n, MmaType type, int trans_b, float* d, const uint32_t* a, uint64
     op->wg = wg;
     op->type = type;
     op->a_regs = a != nullptr;
+    op->trans_a = trans_a != 0;
+    op->trans_b = trans_b != 0;
     op->site = site;
     const WgArgs& first = *static_cast<WgArgs*>(w.args[0]);
     op->da = first.da;
@@ -526,23 +538,21 @@ void wgmma(int n, MmaType type, int trans_b, float* d, const uint32_t* a, uint64
     }
     // The shared memory it reads: every element's 16-byte chunk.
     const Desc db = decode(op->db);
-    check_desc(db, "B", site);
+    check_desc(db, "B", op->trans_b, site);
     std::vector<uint32_t> reads;
     for (int nn = 0; nn < n; ++nn)
-      for (int k = 0; k < 16; k += 8) {
-        const uint32_t addr = element_address(db, nn, k);
-        from_shared(c, addr, 16, "wgmma B", site);
-        if (addr % 16) throw Error("wgmma at " + site.str() + ": B rows are not 16-byte aligned (" + hex(addr) + ")");
+      for (int k = 0; k < 16; ++k) {
+        const uint32_t addr = element_address(db, nn, k, op->trans_b);
+        from_shared(c, addr, 2, "wgmma B", site);
         reads.push_back(addr / 16);
       }
     if (!a) {
       const Desc da = decode(op->da);
-      check_desc(da, "A", site);
+      check_desc(da, "A", op->trans_a, site);
       for (int m = 0; m < 64; ++m)
-        for (int k = 0; k < 16; k += 8) {
-          const uint32_t addr = element_address(da, m, k);
-          from_shared(c, addr, 16, "wgmma A", site);
-          if (addr % 16) throw Error("wgmma at " + site.str() + ": A rows are not 16-byte aligned (" + hex(addr) + ")");
+        for (int k = 0; k < 16; ++k) {
+          const uint32_t addr = element_address(da, m, k, op->trans_a);
+          from_shared(c, addr, 2, "wgmma A", site);
           reads.push_back(addr / 16);
         }
     }
@@ -746,10 +756,10 @@ CUresult encode_tensor_map_2d(CUtensorMap* map, CUtensorMapDataType type, void* 
   return CUDA_SUCCESS;
 }
 
-uint32_t descriptor_address(uint64_t desc, int mn, int k) {
+uint32_t descriptor_address(uint64_t desc, int mn, int k, bool mn_major) {
   const Desc d = decode(desc);
-  check_desc(d, "tested", Site("descriptor_address", 0));
-  return element_address(d, mn, k);
+  check_desc(d, "tested", mn_major, Site("descriptor_address", 0));
+  return element_address(d, mn, k, mn_major);
 }
 
 Stats last_stats() {

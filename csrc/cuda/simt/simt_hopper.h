@@ -34,8 +34,8 @@ uint32_t smem_u32(const void* p, Site site);
 void wgmma_fence(Site site);
 void wgmma_commit(Site site);
 void wgmma_wait(int pending, Site site);
-// a == nullptr: A from shared memory (desc_a); else A's 4 registers.
-void wgmma(int n, MmaType type, int trans_b, float* d, const uint32_t* a, uint64_t desc_a, uint64_t desc_b,
+// a == nullptr: A from shared memory (desc_a; trans_a 1: M-major); else A's 4 registers. trans_b 1: N-major B.
+void wgmma(int n, MmaType type, int trans_a, int trans_b, float* d, const uint32_t* a, uint64_t desc_a, uint64_t desc_b,
            int scale_d, Site site);
 void mbarrier_init(uint64_t* bar, uint32_t count, Site site);
 void mbarrier_arrive(uint64_t* bar, uint32_t tx_bytes, bool expect_tx, Site site);
@@ -47,10 +47,10 @@ CUresult encode_tensor_map_2d(CUtensorMap* map, CUtensorMapDataType type, void* 
                               uint64_t stride1_bytes, uint32_t box0, uint32_t box1, CUtensorMapSwizzle swizzle,
                               CUtensorMapFloatOOBfill oob_fill);
 
-// The emulated byte address (shared window) of element (mn, k) of the operand a K-major descriptor describes,
-// as a wgmma of 16-bit elements reads it (for tests/test_simt_hopper.py; throws simt::Error on descriptors the
-// emulation refuses).
-uint32_t descriptor_address(uint64_t desc, int mn, int k);
+// The emulated byte address (shared window) of element (mn, k) of the operand a descriptor describes (K-major,
+// or MN-major with mn_major), as a wgmma of 16-bit elements reads it (for tests/test_simt_hopper.py; throws
+// simt::Error on descriptors the emulation refuses).
+uint32_t descriptor_address(uint64_t desc, int mn, int k, bool mn_major);
 
 struct Stats {
   int64_t wgmma = 0, wgmma_groups = 0, tma = 0, tma_bytes = 0, arrivals = 0, phases = 0, blocked_waits = 0,
@@ -84,17 +84,17 @@ constexpr ::simt::MmaType wgmma_type() {
 }
 }  // namespace detail
 
-template <int N, typename E, int kTransB = 0>
+template <int N, typename E, int kTransA = 0, int kTransB = 0>
 inline void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d,
                      std::source_location site = RSWA_SIMT_HERE) {
   static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma: N of 16, 32, 64 or 128");
-  ::simt::hopper::wgmma(N, detail::wgmma_type<E>(), kTransB, d, nullptr, desc_a, desc_b, scale_d, site);
+  ::simt::hopper::wgmma(N, detail::wgmma_type<E>(), kTransA, kTransB, d, nullptr, desc_a, desc_b, scale_d, site);
 }
 template <int N, typename E, int kTransB = 0>
 inline void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d,
                      std::source_location site = RSWA_SIMT_HERE) {
   static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma: N of 16, 32, 64 or 128");
-  ::simt::hopper::wgmma(N, detail::wgmma_type<E>(), kTransB, d, a, 0, desc_b, scale_d, site);
+  ::simt::hopper::wgmma(N, detail::wgmma_type<E>(), 0, kTransB, d, a, 0, desc_b, scale_d, site);
 }
 
 inline void mbarrier_init(uint64_t* bar, uint32_t count, std::source_location site = RSWA_SIMT_HERE) {

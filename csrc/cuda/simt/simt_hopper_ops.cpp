@@ -24,17 +24,18 @@ auto simt_errors(const F& f) {
 
 uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
 
-at::Tensor hopper_qk(const at::Tensor& q, const at::Tensor& k, int64_t swizzle, bool a_regs) {
+// which 0: q k^T (qk_tile_kernel), 1: q k (pv_tile_kernel).
+at::Tensor hopper_tile(const at::Tensor& q, const at::Tensor& k, int64_t which, int64_t swizzle, bool a_regs) {
   TORCH_CHECK(q.sizes() == at::IntArrayRef({64, 64}) && k.sizes() == at::IntArrayRef({64, 64}),
-              "hopper_qk: q and k [64, 64]");
+              "hopper_tile: x and y [64, 64]");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() &&
                   (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf),
-              "hopper_qk: bfloat16 or float16");
+              "hopper_tile: bfloat16 or float16");
   const at::Tensor qc = q.contiguous(), kc = k.contiguous();
   at::Tensor out = at::full({64, 64}, NAN, q.options().dtype(at::kFloat));
   simt_errors([&] {
-    simt_hopper_tests::qk_tile(q.scalar_type() == at::kBFloat16 ? 1 : 2, int(swizzle), a_regs, bits(qc), bits(kc),
-                               out.data_ptr<float>());
+    simt_hopper_tests::tile(int(which), q.scalar_type() == at::kBFloat16 ? 1 : 2, int(swizzle), a_regs, bits(qc),
+                            bits(kc), out.data_ptr<float>());
     return 0;
   });
   return out;
@@ -73,13 +74,14 @@ at::Tensor hopper_probe(c10::string_view name, const std::optional<at::Tensor>& 
   return at::tensor(out, at::kFloat);
 }
 
-// The emulated shared address of element (mn, k) for mn < rows, k < 16 of a K-major operand (16-bit elements).
-at::Tensor hopper_desc_address(int64_t desc, int64_t rows) {
+// The emulated shared address of element (mn, k) for mn < rows, k < 16 of a K-major (or MN-major) operand of
+// 16-bit elements.
+at::Tensor hopper_desc_address(int64_t desc, int64_t rows, bool mn_major) {
   at::Tensor out = at::empty({rows, 16}, at::kLong);
   auto a = out.accessor<int64_t, 2>();
   simt_errors([&] {
     for (int64_t r = 0; r < rows; ++r)
-      for (int k = 0; k < 16; ++k) a[r][k] = ::simt::hopper::descriptor_address(uint64_t(desc), int(r), k);
+      for (int k = 0; k < 16; ++k) a[r][k] = ::simt::hopper::descriptor_address(uint64_t(desc), int(r), k, mn_major);
     return 0;
   });
   return out;
@@ -103,18 +105,18 @@ std::vector<int64_t> hopper_stats() {
 }  // namespace rangeswa::cuda
 
 TORCH_LIBRARY_FRAGMENT(rangeswa_simt, m) {
-  m.def("hopper_qk(Tensor q, Tensor k, int swizzle=128, bool a_regs=False) -> Tensor");
+  m.def("hopper_tile(Tensor x, Tensor y, int which=0, int swizzle=128, bool a_regs=False) -> Tensor");
   m.def("hopper_ring(Tensor q, Tensor k, int mode=0) -> Tensor");
   m.def("hopper_tma(int swizzle, int c0, int c1, int box0, int box1, int dim0, int dim1, bool oob_nan=False) -> Tensor",
         &rangeswa::cuda::hopper_tma);
   m.def("hopper_probe(str name, Tensor? input=None) -> Tensor", &rangeswa::cuda::hopper_probe);
-  m.def("hopper_desc_address(int desc, int rows) -> Tensor", &rangeswa::cuda::hopper_desc_address);
+  m.def("hopper_desc_address(int desc, int rows, bool mn_major=False) -> Tensor", &rangeswa::cuda::hopper_desc_address);
   m.def("hopper_make_desc(int addr, int lbo, int sbo, int swizzle, int base_offset=0) -> int",
         &rangeswa::cuda::hopper_make_desc);
   m.def("hopper_stats() -> int[]", &rangeswa::cuda::hopper_stats);
 }
 
 TORCH_LIBRARY_IMPL(rangeswa_simt, CPU, m) {
-  m.impl("hopper_qk", &rangeswa::cuda::hopper_qk);
+  m.impl("hopper_tile", &rangeswa::cuda::hopper_tile);
   m.impl("hopper_ring", &rangeswa::cuda::hopper_ring);
 }

@@ -32,24 +32,27 @@ CUtensorMap tile_map(CUtensorMapDataType type, const uint16_t* data, uint64_t ro
   return map;
 }
 
+// which 0: qk_tile_kernel (out = x y^T), 1: pv_tile_kernel (out = x y).
 template <typename E, uint32_t kW>
-void qk_tile_w(bool a_regs, const uint16_t* q, const uint16_t* k, float* out) {
+void tile_w(int which, bool a_regs, const uint16_t* x, const uint16_t* y, float* out) {
   const CUtensorMapDataType type =
       std::is_same_v<E, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const int sw = kW == 16 ? 0 : int(kW);
-  const CUtensorMap tq = tile_map(type, q, 64, sw), tk = tile_map(type, k, 64, sw);
-  if (a_regs) ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::qk_tile_kernel<E, kW, true>, tq, tk, out);
-  else ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::qk_tile_kernel<E, kW, false>, tq, tk, out);
+  const CUtensorMap tx = tile_map(type, x, 64, sw), ty = tile_map(type, y, 64, sw);
+  if (which == 0 && a_regs) ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::qk_tile_kernel<E, kW, true>, tx, ty, out);
+  else if (which == 0) ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::qk_tile_kernel<E, kW, false>, tx, ty, out);
+  else if (a_regs) ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::pv_tile_kernel<E, kW, true>, tx, ty, out);
+  else ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::pv_tile_kernel<E, kW, false>, tx, ty, out);
 }
 
 template <typename E>
-void qk_tile_e(int swizzle, bool a_regs, const uint16_t* q, const uint16_t* k, float* out) {
+void tile_e(int which, int swizzle, bool a_regs, const uint16_t* x, const uint16_t* y, float* out) {
   switch (swizzle) {
-    case 0: qk_tile_w<E, 16>(a_regs, q, k, out); break;
-    case 32: qk_tile_w<E, 32>(a_regs, q, k, out); break;
-    case 64: qk_tile_w<E, 64>(a_regs, q, k, out); break;
-    case 128: qk_tile_w<E, 128>(a_regs, q, k, out); break;
-    default: throw ::simt::Error("qk_tile: swizzle 0, 32, 64 or 128");
+    case 0: tile_w<E, 16>(which, a_regs, x, y, out); break;
+    case 32: tile_w<E, 32>(which, a_regs, x, y, out); break;
+    case 64: tile_w<E, 64>(which, a_regs, x, y, out); break;
+    case 128: tile_w<E, 128>(which, a_regs, x, y, out); break;
+    default: throw ::simt::Error("tile: swizzle 0, 32, 64 or 128");
   }
 }
 
@@ -182,9 +185,9 @@ void layout(const std::vector<float>& in, std::vector<float>& out, int mode) {
 
 }  // namespace
 
-void qk_tile(int dtype, int swizzle, bool a_regs, const uint16_t* q, const uint16_t* k, float* out) {
-  if (dtype == 1) qk_tile_e<__nv_bfloat16>(swizzle, a_regs, q, k, out);
-  else qk_tile_e<__half>(swizzle, a_regs, q, k, out);
+void tile(int which, int dtype, int swizzle, bool a_regs, const uint16_t* x, const uint16_t* y, float* out) {
+  if (dtype == 1) tile_e<__nv_bfloat16>(which, swizzle, a_regs, x, y, out);
+  else tile_e<__half>(which, swizzle, a_regs, x, y, out);
 }
 
 void qk_ring(int tiles, int mode, const uint16_t* q, const uint16_t* k, float* out) {

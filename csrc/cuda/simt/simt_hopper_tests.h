@@ -7,9 +7,10 @@
 
 namespace rangeswa::cuda::simt_hopper_tests {
 
-// hopper_tile.cu's qk_tile_kernel: out [64, 64] = q [64, 64] k [64, 64]^T; bf16 (dtype 1) or f16 (2) bits of
-// q and k row-major; swizzle 0 (none), 32, 64 or 128 bytes; a_regs: wgmma's A from registers.
-void qk_tile(int dtype, int swizzle, bool a_regs, const uint16_t* q, const uint16_t* k, float* out);
+// hopper_tile.cu's qk_tile_kernel (which 0: out [64, 64] = x [64, 64] y [64, 64]^T) or pv_tile_kernel (which 1:
+// out = x y); bf16 (dtype 1) or f16 (2) bits of x and y row-major; swizzle 0 (none), 32, 64 or 128 bytes;
+// a_regs: wgmma's A from registers.
+void tile(int which, int dtype, int swizzle, bool a_regs, const uint16_t* x, const uint16_t* y, float* out);
 
 // hopper_tile.cu's qk_ring_kernel (bf16): out [tiles, 64, 64] = q k_t^T; k [tiles * 64, 64]; mode RingMode.
 void qk_ring(int tiles, int mode, const uint16_t* q, const uint16_t* k, float* out);
