@@ -34,6 +34,8 @@
 #pragma once
 
 #include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's enums
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 namespace rangeswa::cuda::hopper {
@@ -271,6 +273,34 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
   while (!mbarrier_try_wait_parity(bar, parity)) {
   }
+}
+
+// ---- host: tensor maps ------------------------------------------------------------------------------------------
+// A tensor map of a 2D row-major array [dim1][dim0] with rows stride1_bytes apart, boxes of box0 x box1
+// elements: the driver's cuTensorMapEncodeTiled, found through the runtime's entry-point query (no link against
+// libcuda); CUDA_ERROR_NOT_FOUND where the driver has none. The map must outlive nothing: a kernel takes it by
+// value (a __grid_constant__ parameter).
+inline CUresult encode_tensor_map_2d(CUtensorMap* map, CUtensorMapDataType type, void* global, uint64_t dim0,
+                                     uint64_t dim1, uint64_t stride1_bytes, uint32_t box0, uint32_t box1,
+                                     CUtensorMapSwizzle swizzle,
+                                     CUtensorMapFloatOOBfill oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return Encode(nullptr);
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const cuuint64_t dims[2] = {dim0, dim1}, strides[1] = {stride1_bytes};
+  const cuuint32_t box[2] = {box0, box1}, element_strides[2] = {1, 1};
+  return encode(map, type, 2, global, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_128B, oob_fill);
 }
 
 #endif  // RSWA_HOPPER_PRIMITIVES

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "hopper.h"
 #include "utils.h"
@@ -245,13 +246,51 @@ __global__ void __launch_bounds__(256, 1)
   }
 }
 
-// The instantiations the gate reads (and the emulation runs).
-template __global__ void qk_tile_kernel<__nv_bfloat16, 128, false>(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, float*);
-template __global__ void qk_tile_kernel<__nv_bfloat16, 128, true>(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, float*);
-template __global__ void qk_tile_kernel<__half, 128, false>(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, float*);
-template __global__ void pv_tile_kernel<__nv_bfloat16, 128, true>(const __grid_constant__ CUtensorMap,
-                                                                    const __grid_constant__ CUtensorMap, float*);
-template __global__ void qk_ring_kernel<__nv_bfloat16>(const __grid_constant__ CUtensorMap,
-                                                            const __grid_constant__ CUtensorMap, float*, int, int);
+// ---- launchers (host; the SIMT emulation runs them too, RSWA_LAUNCH being simt::launch there) --------------------
+
+template <typename E>
+constexpr CUtensorMapDataType map_type() {
+  return std::is_same_v<E, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
+// The map of this file's tiles: an array [rows, 64] row-major, boxes of 64 rows x W bytes (16 without swizzle).
+template <typename E, uint32_t kW>
+CUresult tile_map(CUtensorMap* map, const E* data, uint64_t rows) {
+  const CUtensorMapSwizzle swizzle = kW == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                   : kW == 64  ? CU_TENSOR_MAP_SWIZZLE_64B
+                                   : kW == 32  ? CU_TENSOR_MAP_SWIZZLE_32B
+                                               : CU_TENSOR_MAP_SWIZZLE_NONE;
+  return encode_tensor_map_2d(map, map_type<E>(), const_cast<E*>(data), 64, rows, 128, kW / 2, 64, swizzle);
+}
+
+// out [64, 64] = x y^T (kPV false: qk_tile_kernel) or x y (kPV true: pv_tile_kernel); x, y [64, 64] row-major.
+template <typename E, uint32_t kW, bool kARegs, bool kPV>
+cudaError_t launch_tile(const E* x, const E* y, float* out, cudaStream_t stream) {
+  CUtensorMap tx, ty;
+  if (tile_map<E, kW>(&tx, x, 64) != CUDA_SUCCESS || tile_map<E, kW>(&ty, y, 64) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  if constexpr (kPV) return RSWA_LAUNCH((pv_tile_kernel<E, kW, kARegs>), 1, 128, kSmemTile, stream, tx, ty, out);
+  else return RSWA_LAUNCH((qk_tile_kernel<E, kW, kARegs>), 1, 128, kSmemTile, stream, tx, ty, out);
+}
+
+// out [tiles, 64, 64] = q k_t^T over k [tiles * 64, 64] (mode: RingMode).
+template <typename E>
+cudaError_t launch_ring(const E* q, const E* k, int tiles, int mode, float* out, cudaStream_t stream) {
+  CUtensorMap tq, tk;
+  if (tile_map<E, 128>(&tq, q, 64) != CUDA_SUCCESS || tile_map<E, 128>(&tk, k, uint64_t(tiles) * 64) != CUDA_SUCCESS)
+    return cudaErrorInvalidValue;
+  return RSWA_LAUNCH(qk_ring_kernel<E>, 1, 256, kSmemRing, stream, tq, tk, out, tiles, mode);
+}
+
+// The instantiations the gate reads (and a GPU check would launch).
+template cudaError_t launch_tile<__nv_bfloat16, 128, false, false>(const __nv_bfloat16*, const __nv_bfloat16*, float*,
+                                                                   cudaStream_t);
+template cudaError_t launch_tile<__nv_bfloat16, 128, true, false>(const __nv_bfloat16*, const __nv_bfloat16*, float*,
+                                                                  cudaStream_t);
+template cudaError_t launch_tile<__half, 128, false, false>(const __half*, const __half*, float*, cudaStream_t);
+template cudaError_t launch_tile<__nv_bfloat16, 128, true, true>(const __nv_bfloat16*, const __nv_bfloat16*, float*,
+                                                                 cudaStream_t);
+template cudaError_t launch_ring<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, int, int, float*,
+                                                cudaStream_t);
 
 }  // namespace rangeswa::cuda::hopper_tile

@@ -1,5 +1,5 @@
 // Test kernels of the Hopper emulation (tests/test_simt_hopper.py through simt_hopper_ops.cpp): hopper_tile.cu's
-// kernels, unmodified, launched with tensor maps of the emulation; fragment-layout probes on hand-made operands;
+// kernels and launchers, unmodified (their tensor maps from the emulation's encode_tensor_map_2d); fragment-layout probes on hand-made operands;
 // a TMA probe; and kernels that misuse a primitive (each must raise). Torch-free.
 #include "cuda/simt/simt_hopper_tests.h"
 
@@ -22,27 +22,19 @@ CUtensorMapSwizzle map_swizzle(int bytes) {
   }
 }
 
-// The map of hopper_tile.cu's tiles: rows of 64 elements, boxes of W / 2 columns (8 without swizzle) x 64 rows.
-CUtensorMap tile_map(CUtensorMapDataType type, const uint16_t* data, uint64_t rows, int swizzle) {
-  CUtensorMap map;
-  const uint32_t W = swizzle ? uint32_t(swizzle) : 16;
-  const CUresult r = encode_tensor_map_2d(&map, type, const_cast<uint16_t*>(data), 64, rows, 128, W / 2, 64,
-                                          map_swizzle(swizzle));
-  if (r != CUDA_SUCCESS) throw ::simt::Error("encode_tensor_map_2d refused the tile map (" + std::to_string(int(r)) + ")");
-  return map;
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw ::simt::Error(std::string(what) + ": the launcher refused (cudaError " + std::to_string(int(e)) + ")");
 }
 
-// which 0: qk_tile_kernel (out = x y^T), 1: pv_tile_kernel (out = x y).
+// which 0: qk_tile_kernel (out = x y^T), 1: pv_tile_kernel (out = x y), through hopper_tile.cu's launcher.
 template <typename E, uint32_t kW>
-void tile_w(int which, bool a_regs, const uint16_t* x, const uint16_t* y, float* out) {
-  const CUtensorMapDataType type =
-      std::is_same_v<E, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const int sw = kW == 16 ? 0 : int(kW);
-  const CUtensorMap tx = tile_map(type, x, 64, sw), ty = tile_map(type, y, 64, sw);
-  if (which == 0 && a_regs) ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::qk_tile_kernel<E, kW, true>, tx, ty, out);
-  else if (which == 0) ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::qk_tile_kernel<E, kW, false>, tx, ty, out);
-  else if (a_regs) ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::pv_tile_kernel<E, kW, true>, tx, ty, out);
-  else ::simt::launch(dim3(1), dim3(128), ht::kSmemTile, ht::pv_tile_kernel<E, kW, false>, tx, ty, out);
+void tile_w(int which, bool a_regs, const uint16_t* x_bits, const uint16_t* y_bits, float* out) {
+  const E* x = reinterpret_cast<const E*>(x_bits);
+  const E* y = reinterpret_cast<const E*>(y_bits);
+  if (which == 0 && a_regs) check(ht::launch_tile<E, kW, true, false>(x, y, out, nullptr), "qk_tile");
+  else if (which == 0) check(ht::launch_tile<E, kW, false, false>(x, y, out, nullptr), "qk_tile");
+  else if (a_regs) check(ht::launch_tile<E, kW, true, true>(x, y, out, nullptr), "pv_tile");
+  else check(ht::launch_tile<E, kW, false, true>(x, y, out, nullptr), "pv_tile");
 }
 
 template <typename E>
@@ -191,9 +183,9 @@ void tile(int which, int dtype, int swizzle, bool a_regs, const uint16_t* x, con
 }
 
 void qk_ring(int tiles, int mode, const uint16_t* q, const uint16_t* k, float* out) {
-  const CUtensorMap tq = tile_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, q, 64, 128);
-  const CUtensorMap tk = tile_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, k, uint64_t(tiles) * 64, 128);
-  ::simt::launch(dim3(1), dim3(256), ht::kSmemRing, ht::qk_ring_kernel<__nv_bfloat16>, tq, tk, out, tiles, mode);
+  check(ht::launch_ring<__nv_bfloat16>(reinterpret_cast<const __nv_bfloat16*>(q), reinterpret_cast<const __nv_bfloat16*>(k),
+                                       tiles, mode, out, nullptr),
+        "qk_ring");
 }
 
 std::vector<int32_t> tma_probe(int swizzle, int c0, int c1, int box0, int box1, int dim0, int dim1, bool oob_nan) {
