@@ -1,7 +1,7 @@
 """The Hopper primitives (csrc/cuda/hopper.h) and their SIMT emulation (csrc/cuda/simt/simt_hopper.cpp).
 
 Hand-worked cases from the PTX ISA's wgmma layout figures and descriptor format, TMA's tensor-map semantics
-(cuTensorMapEncodeTiled), mbarrier phases, and the sm_90a kernels of csrc/cuda/hopper_tile.cu run through the
+(cuTensorMapEncodeTiled), mbarrier phases, and the sm_90a kernels of csrc/cuda/hopper/hopper_tile.cu run through the
 emulation (the same source scripts/hopper_gate.py compiles for sm_90a and reads the SASS of):
 
 - (a) the accumulator fragment of wgmma m64nNk16: which thread / register holds D[row][col] (A identity-like,

@@ -5,7 +5,7 @@
 
 #include "cuda/simt/simt.h"
 // The kernel source under test, unmodified.
-#include "cuda/hopper_tile.cu"
+#include "cuda/hopper/hopper_tile.cu"
 
 namespace rangeswa::cuda::simt_hopper_tests {
 namespace {

@@ -1,9 +1,10 @@
 // Small sm_90a kernels on hopper.h's primitives: S = Q K^T for one 64 x 64 tile with head dim 64 (TMA into
 // swizzled shared memory, an mbarrier, four k16 steps of wgmma m64n64k16, A from shared memory or from
-// registers), O = P V for one tile (V an N-major B), and Q K^T over a ring of K tiles (a producer warp issuing TMA into two stages, a
-// consumer warpgroup waiting on full barriers and releasing stages on empty barriers, setmaxnreg between
-// the roles). Not part of the extension: scripts/hopper_gate.py compiles this file with nvcc for sm_90a and
-// reads its SASS; the SIMT emulation runs the same source (csrc/cuda/simt/simt_hopper_tests.cpp, through
+// registers), O = P V for one tile (V an N-major B), and Q K^T over a ring of K tiles (a producer warp issuing
+// TMA into two stages, a consumer warpgroup waiting on full barriers and releasing stages on empty barriers,
+// setmaxnreg between the roles); their host launchers. Not part of the extension (the folder keeps it out of
+// setup.py's csrc/cuda/*.cu): scripts/hopper_gate.py compiles it with nvcc for sm_90a and reads its SASS, and
+// the SIMT emulation runs the same source, launchers included (csrc/cuda/simt/simt_hopper_tests.cpp, through
 // tests/test_simt_hopper.py). The groundwork of issue 30's body kernel.
 //
 // Shared-memory tiles: a 64 x 64 tile of 16-bit elements is stored as 128 / W column boxes of 64 rows x W bytes
@@ -17,8 +18,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "hopper.h"
-#include "utils.h"
+#include "cuda/hopper.h"
+#include "cuda/utils.h"
 
 namespace rangeswa::cuda::hopper_tile {
 
