@@ -258,6 +258,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at:
   AttnSetup s = setup_attn(ap, K);
   AttnKernelParams probe{};
   probe.max_records = s.max_records;
+  probe.max_spans = s.max_spans;
   probe.retrieved_k = s.retrieved_k;
   const auto smem_for = [&](bool band) {
     probe.geo.band_ok = band;
@@ -329,8 +330,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at:
     sorted = at::empty_like(blocks);
     buf.retrieved_sorted = sorted.data_ptr<int32_t>();
   }
-  records = at::empty({std::max<int64_t>(1, s.plans() * s.max_records), 4}, opts.dtype(at::kInt));
-  counts = at::empty({std::max<int64_t>(1, s.plans())}, opts.dtype(at::kInt));
+  records = at::empty({std::max<int64_t>(1, s.plans() * s.plan_entries()), 4}, opts.dtype(at::kInt));
+  counts = at::empty({std::max<int64_t>(1, 2 * s.plans())}, opts.dtype(at::kInt));
   buf.records = reinterpret_cast<Record*>(records.data_ptr<int32_t>());
   buf.record_count = counts.data_ptr<int32_t>();
   if (ap.C > 0) {

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernel_traits.h"
 #include "layout.h"
 #include "plan.h"
 #include "rules.h"
+#include "tile.h"
 
 namespace rangeswa::cuda {
 
@@ -51,12 +53,13 @@ struct AttnKernelParams {
   int32_t rotary_half;
   bool interleaved;
 
-  // The plan (plan kernel): records of body tile t of KV head bh at records + (bh * body_tiles + t) *
-  // max_records, their count at record_count[bh * body_tiles + t]; the retrieved blocks of query block qb,
+  // The plan (plan kernel): plan x = bh * body_tiles + t (body tile t of KV head bh) holds max_records
+  // records and then max_spans tile spans (tile.h TileSpan; both 16 bytes) at records + x * (max_records +
+  // max_spans), their counts at record_count[2 x] and [2 x + 1] (plan_records, plan_spans); the retrieved blocks of query block qb,
   // ascending and -1 padded, at retrieved + (bh * nQb + qb) * retrieved_k (null: no retrieval).
   const Record* records;
   const int32_t* record_count;
-  int32_t max_records;
+  int32_t max_records, max_spans;
   const int32_t* retrieved;
   int32_t retrieved_k, nQb;
 
@@ -114,12 +117,31 @@ RSWA_HD QueryTile query_tile(const AttnKernelParams& p, int32_t tile) {
   return t;
 }
 
-// The plan of body tile t of KV head bh (the plan kernel's thread, and the emulator).
-RSWA_HD int32_t plan_tile(const AttnKernelParams& p, int32_t bh, int32_t t, Record* out) {
+// Plan x's records and tile spans (plan x = bh * body_tiles + t), in a buffer of the layout above.
+RSWA_HD int64_t plan_entries(const AttnKernelParams& p) { return int64_t(p.max_records) + p.max_spans; }
+template <typename R>
+RSWA_HD R* records_of(const AttnKernelParams& p, R* records, int64_t x) { return records + x * plan_entries(p); }
+template <typename R>
+RSWA_HD auto spans_of(const AttnKernelParams& p, R* records, int64_t x) {
+  using Span = std::conditional_t<std::is_const_v<R>, const TileSpan, TileSpan>;
+  return reinterpret_cast<Span*>(records_of(p, records, x) + p.max_records);
+}
+
+// The plan of body tile t of KV head bh (the plan kernel's thread, and the emulator): its records and its
+// tile spans (tile.h plan_spans) at plan x = bh * body_tiles + t of `records`, their counts at counts[2 x],
+// counts[2 x + 1].
+RSWA_HD void plan_tile(const AttnKernelParams& p, int32_t bh, int32_t t, Record* records, int32_t* counts) {
+  const int64_t x = int64_t(bh) * p.body_tiles + t;
+  Record* out = records_of(p, records, x);
   const QueryTile tile = query_tile<kAttnTileRows>(p, p.control_tiles * p.control_chunks + t);
-  if (tile.nrows <= 0) return 0;
+  counts[2 * x] = counts[2 * x + 1] = 0;
+  if (tile.nrows <= 0) return;
   const int32_t* sorted = p.retrieved ? p.retrieved + (int64_t(bh) * p.nQb + tile.qb) * p.retrieved_k : nullptr;
-  return plan_body_tile(p.geo, tile.i0, tile.nrows, sorted, sorted ? p.retrieved_k : 0, out);
+  const int32_t k = sorted ? p.retrieved_k : 0;
+  const int32_t n = plan_body_tile(p.geo, tile.i0, tile.nrows, sorted, k, out);
+  counts[2 * x] = n;
+  counts[2 * x + 1] =
+      plan_spans(p.geo, out, n, sorted, k, tile.i0, tile.nrows, spans_of(p, records, x), p.max_spans, kCtrlCols);
 }
 
 // Rule 3's blocks of one (KV head, query block qb) in ascending order, -1 last (the plan's input), checked

@@ -36,11 +36,13 @@ struct AttnSetup {
   // Tile layout (attn_params.h).
   int32_t tile_block, tiles_per_block, first_tile_block, body_tiles;
   int32_t control_tiles, control_chunks, control_chunk_keys;
-  int32_t nQb, retrieved_k, max_records;
+  int32_t nQb, retrieved_k, max_records, max_spans;
   float scale_log2, control_bias_log2;
 
   int64_t ctas_per_head() const { return int64_t(control_tiles) * control_chunks + body_tiles; }
   int64_t plans() const { return BH * body_tiles; }
+  // 16-byte entries per plan: its records, then its tile spans (attn_params.h plan_records / plan_spans).
+  int64_t plan_entries() const { return int64_t(max_records) + max_spans; }
 };
 
 inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
@@ -75,6 +77,7 @@ inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
   s.nQb = int32_t(R.num_query_blocks());
   s.retrieved_k = rangeswa ? int32_t(retrieved_k) : 0;
   s.max_records = max_records(s.retrieved_k);
+  s.max_spans = max_spans(s.retrieved_k);
   const double log2e = 1.4426950408889634;
   s.scale_log2 = float(ap.scale * log2e);
   s.control_bias_log2 = float(ap.control_bias * log2e);
@@ -97,6 +100,7 @@ inline void plan_edges(AttnSetup& s, int kv_cols, bool band) {
   const bool allowed = edge_free_allowed();
   s.geo.window_sums_ok = allowed && s.geo.G == 16 && kv_cols == 64;
   s.geo.band_ok = allowed && band;
+  s.geo.tile_cols = kv_cols;
 }
 
 // Device (or host) pointers of one call.
@@ -109,8 +113,8 @@ struct AttnBuffers {
   const float *cos_int, *sin_int, *cos_cond, *sin_cond;
   const int32_t* retrieved;  // [B, Hkv, nQb, retrieved_k] as given (best first), or null
   int32_t* retrieved_sorted;  // the same rows ascending, -1 last (plan kernel)
-  Record* records;            // [plans, max_records]
-  int32_t* record_count;      // [plans]
+  Record* records;            // [plans, max_records + max_spans]: records, then tile spans (tile.h TileSpan)
+  int32_t* record_count;      // [plans, 2]: records, tile spans
   float *ctrl_o, *ctrl_lse;   // control rows' partial results
   // Elements between KV heads of the body keys / prefix sums and of the summaries: L * Dp and nG * Dp
   // for a call's own arrays (make_buffers), the cache's for a prepared context's.
@@ -205,6 +209,7 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnSetup& s, 
   p.records = buf.records;
   p.record_count = buf.record_count;
   p.max_records = s.max_records;
+  p.max_spans = s.max_spans;
   p.retrieved = s.retrieved_k > 0 ? buf.retrieved_sorted : nullptr;
   p.retrieved_k = s.retrieved_k;
   p.nQb = s.nQb;

@@ -44,7 +44,7 @@ struct RecordArrays {
 };
 
 // Shared memory: the query slot, two K and two V stages, the records and their arrays, the retrieved
-// blocks, and per row
+// blocks, the tile spans, and per row
 // its bounds in the current record and its straddling blocks (block and class-change token per side)
 // with the two parts of their logits.
 template <typename Traits>
@@ -60,7 +60,11 @@ struct SharedLayout {
   static constexpr size_t retrieved(int max_records) {
     return arrays(max_records) + size_t(max_records) * sizeof(RecordArrays<Element>);
   }
-  static constexpr size_t mixed(int max_records, int k) { return align16(retrieved(max_records) + size_t(k) * 4); }
+  // The tile spans (tile.h TileSpan, plan.h max_spans), copied from the plan like the records.
+  static constexpr size_t spans(int max_records, int k) { return align16(retrieved(max_records) + size_t(k) * 4); }
+  static constexpr size_t mixed(int max_records, int k) {
+    return spans(max_records, k) + size_t(max_spans(k)) * sizeof(TileSpan);
+  }
   static constexpr size_t rows(int max_records, int k) { return mixed(max_records, k) + size_t(M) * 7 * 4; }
   // The Hn bands (plan.h hn_bands), when the call has them (geo.band_ok): one band's summary rows as a
   // 16-row K tile, and per side and row the logits of its blocks (kBandStride floats a row: one bank apart).
@@ -364,8 +368,9 @@ struct WarpTile {
 };
 
 // One KV tile of kCols columns for one warp: scores, logits, softmax, PV. In a window tile with its
-// edges' summaries, a row's keys outside its bounds take their G-block's mean score.
-template <typename Traits, int kCols>
+// edges' summaries, a row's keys outside its bounds take their G-block's mean score. kLogits = false: the
+// unmasked loop's tile (full, no column fix-up), with no logit code at all.
+template <typename Traits, int kCols, bool kLogits = true>
 __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::kHeadDim / 8][4],
                                           OnlineSoftmax<Traits::kMBlocks>& softmax,
                                           const WarpTile<typename Traits::Element>& w) {
@@ -404,7 +409,7 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
   // tile holding the ragged last G-block's summary, that column's score is shifted by (its bias - the
   // record's) / the scale, so that a x + b carries its own bias.
   float a = scale_log2, b = bias;
-  if (work != TileWork::kFull || fixups) {
+  if (kLogits && (work != TileWork::kFull || fixups)) {
     // This lane's columns: key base + off(n, j) of the tile, bit off(n, j) of a word (off < 32).
     const int32_t base = kPermuted ? 2 * NT * tq : 2 * tq;
     auto off = [](int n, int j) { return kPermuted ? 2 * n + j : 8 * n + j; };
@@ -597,6 +602,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   Record* sRec = reinterpret_cast<Record*>(smem + Layout::kRecords);
   RecordArrays<Element>* sArrays = reinterpret_cast<RecordArrays<Element>*>(smem + Layout::arrays(p.max_records));
   int32_t* sRet = reinterpret_cast<int32_t*>(smem + Layout::retrieved(p.max_records));
+  TileSpan* sSpan = reinterpret_cast<TileSpan*>(smem + Layout::spans(p.max_records, p.retrieved_k));
   // Per row: its bounds in the current record, the two parts of its straddling blocks' logits (per side)
   // and, in a direct record, its raw score.
   int32_t* sLo = reinterpret_cast<int32_t*>(smem + Layout::mixed(p.max_records, p.retrieved_k));
@@ -617,10 +623,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
 
   // ---- prologue: records, retrieved blocks, straddling blocks --------------------------------------
   const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
-  const int32_t count = p.record_count[plan];
-  const int4* src = reinterpret_cast<const int4*>(p.records + plan * p.max_records);
+  const int32_t count = p.record_count[2 * plan], spans = p.record_count[2 * plan + 1];
+  const int4* src = reinterpret_cast<const int4*>(records_of(p, p.records, plan));
 #pragma unroll 1
   for (int x = tid; x < count; x += M) reinterpret_cast<int4*>(sRec)[x] = src[x];
+  const int4* src_spans = reinterpret_cast<const int4*>(spans_of(p, p.records, plan));
+#pragma unroll 1
+  for (int x = tid; x < spans; x += M) reinterpret_cast<int4*>(sSpan)[x] = src_spans[x];
   const int32_t k = p.retrieved != nullptr ? p.retrieved_k : 0;
   const int32_t* given = k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * k : nullptr;
 #pragma unroll 1
@@ -775,82 +784,110 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
 
   // This lane's rows: slot rr = 2 mb + h is tile row warp * 32 + 16 mb + g + 8 h.
   auto row_of = [&](int rr) { return warp * WR + (rr / 2) * 16 + gq + 8 * (rr % 2); };
-  WarpBounds wb = WarpBounds::empty();
-  int32_t current = -1, slot_at = -1;
-  TileCursor cursor;
-  KvTile cur{}, nxt{};
-  bool have_cur = false, more = true;
-  int stage = 1;
-  // Iteration n issues the copy of tile n and computes tile n - 1 (one barrier per tile); once the
-  // tiles are done, it fills the variants still needed by straddling blocks.
-  for (;;) {
-    const bool have_nxt = more && cursor.advance<N, kCtrlCols>(g, sRec, count, sRet, k, nxt);
-    more = have_nxt;
-    cp_async_wait_all();
-    __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2 and with the slot
-    if (have_nxt) copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, true);
-    cp_async_commit();
-    const Record rec = sRec[have_cur ? cur.record : 0];
-    // The slot: the current record's variant, or (after the last tile) every variant still needed.
-    int32_t target = have_cur ? 0 : (have_nxt ? slot_at : kVariantSlots - 1);
-    while (have_cur && variant_at(target) != QVar(rec.qvar)) ++target;
-    for (bool first = true; slot_at < target; first = false) {
+  // The slot's variants up to fill slot `target` (variant_at), those the CTA needs: after the barrier that
+  // ends every warp's use of the slot, the fill, and the straddling blocks' and Hn bands' dots it gives.
+  int32_t slot_at = -1;
+  auto fill_to = [&](int32_t target) {
+#pragma unroll 1
+    while (slot_at < target) {
       const QVar v = variant_at(++slot_at);
       if (!((needed >> int(v)) & 1)) continue;
-      if (!first) __syncthreads();  // every thread is done with the previous variant's dots
+      __syncthreads();  // every warp is done with the slot (its last tile, the previous variant's dots)
       fill(v);
       __syncthreads();
       mixed_dots(v);
       band_dots(v);
     }
-    if (!have_cur && !have_nxt) break;
-    if (have_cur && cur.record != current) {  // a new record: its bounds per row
-      current = cur.record;
-      const Bounds b = record_bounds(g, rec, sRow[tid]);
-      sLo[tid] = b.lo;
-      sHi[tid] = b.hi;
-      // This row's straddling block: every part is in (its own dots, done).
-      const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
-      if (rec.flags & kRecBand) {  // joins the band's scores
-        const int32_t blk = x == 0 ? sRow[tid].mix[0] : sRow[tid].mix[1];
-        if (valid && blk >= rec.k0 && blk < rec.k0 + rec.n)
-          sBand[(x * M + tid) * kBandStride + blk - rec.k0] = straddling_score(g, blk, sMixA[x * M + tid], sMixB[x * M + tid]);
-      } else if (rec.flags & kRecDirect) {
-        sRaw[tid] = b.hi > b.lo ? straddling_score(g, b.lo, sMixA[x * M + tid], sMixB[x * M + tid]) : 0.f;
-      }
-      wb = WarpBounds::empty();
-      if (tid < t.nrows) wb.add(b);
-      // ... reduced over the warp once per record, as WarpBounds::merge does (redux.sync, sm_80+; the branch
-      // is uniform across the CTA, so every lane takes the reductions).
-      wb.all_lo = __reduce_max_sync(0xffffffffu, wb.all_lo);
-      wb.all_hi = __reduce_min_sync(0xffffffffu, wb.all_hi);
-      wb.any_lo = __reduce_min_sync(0xffffffffu, wb.any_lo);
-      wb.any_hi = __reduce_max_sync(0xffffffffu, wb.any_hi);
-      __syncwarp();  // the warp's rows' bounds are in shared memory
+  };
+  // The tiles in the order of the plan's spans (tile.h plan_spans); tile n + 1's copy is issued before tile
+  // n is computed (one barrier per tile): `step` waits for the current tile and issues the next.
+  SpanCursor cursor;
+  KvTile cur{}, nxt{};
+  int stage = 0;
+  if (cursor.advance<N, kCtrlCols>(sRec, sSpan, spans, cur)) copy_tile<Traits>(sK, sV, 0, sArrays, cur, true);
+  cp_async_commit();
+  auto step = [&]() {
+    const bool have_nxt = cursor.advance<N, kCtrlCols>(sRec, sSpan, spans, nxt);
+    cp_async_wait_all();
+    __syncthreads();  // the current tile landed; every warp is done with the one before it
+    if (have_nxt) copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, true);
+    cp_async_commit();
+  };
+  WarpBounds wb = WarpBounds::empty();
+  int32_t current = -1;  // the record whose row bounds sLo / sHi hold (the masked loop's)
+  // Per query variant: the slot, then its unmasked loop, then its masked loop (the spans come in that
+  // order); once the tiles are done, the variants still needed by straddling blocks.
+#pragma unroll 1
+  for (;;) {
+    const int32_t slot = cur.kind >= 0 ? cur.kind >> 1 : kVariantSlots - 1;
+    fill_to(slot);
+    if (cur.kind < 0) break;
+    // The unmasked loop (FlashAttention's): every row of the CTA sees every key of the tile, no column
+    // fix-up; no bounds, no selects, no warp reduction. (A warp of padding rows computes them, unused.)
+#pragma unroll 1
+    while (cur.kind == 2 * slot) {
+      step();
+      const WarpTile<Element> w{sQ + warp * WR * Traits::kStride, sK + stage * Traits::kKVElems,
+                                sV + stage * Traits::kKVElems, lane, row_of(0), TileWork::kFull, false, false, cur,
+                                -1, sLo, sHi, nullptr, 0, 0, p.scale_log2, sRec[cur.record].bias_log2, 0.f};
+      warp_tile<Traits, N, false>(o, softmax, w);
+      cur = nxt;
+      stage ^= 1;
     }
-    const TileWork work = have_cur ? classify(wb, cur, rec) : TileWork::kSkip;
-    if (work != TileWork::kSkip) {
-      const int32_t ragged = ragged_column(g, rec, cur);
-      const bool fixups = has_column_fixups(cur, ragged);
-      WarpTile<Element> w{sQ + warp * WR * Traits::kStride, sK + stage * Traits::kKVElems,
-                          sV + stage * Traits::kKVElems, lane, row_of(0), work, fixups,
-                          (rec.flags & kRecWindowSums) != 0, cur, ragged, sLo, sHi, nullptr, 0, 0,
-                          p.scale_log2, rec.bias_log2, g.log2_last_block};
-      if (cur.width == kCtrlCols) {  // a direct record or an Hn band: 16 columns
-        const bool band = (rec.flags & kRecBand) != 0;
-        w.given = band ? sBand + (Scope(rec.scope) == Scope::kMixedLeft ? 0 : M) * kBandStride
-                  : (rec.flags & kRecDirect) ? sRaw : nullptr;
-        w.given_rows = band ? kBandStride : 1;
-        w.given_cols = band ? 1 : 0;
-        w.sums = false;
-        warp_tile<Traits, kCtrlCols>(o, softmax, w);
-      } else {
-        warp_tile<Traits, N>(o, softmax, w);
+    // The masked loop: the variant's other tiles. Per record, each row's bounds and the warp's reduction;
+    // per tile and warp, skip / full / masked and the column fix-ups (tile.h).
+#pragma unroll 1
+    while (cur.kind == 2 * slot + 1) {
+      step();
+      const Record rec = sRec[cur.record];
+      if (cur.record != current) {  // a new record: its bounds per row
+        current = cur.record;
+        const Bounds b = record_bounds(g, rec, sRow[tid]);
+        sLo[tid] = b.lo;
+        sHi[tid] = b.hi;
+        // This row's straddling block: every part is in (its own dots, done).
+        const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
+        if (rec.flags & kRecBand) {  // joins the band's scores
+          const int32_t blk = x == 0 ? sRow[tid].mix[0] : sRow[tid].mix[1];
+          if (valid && blk >= rec.k0 && blk < rec.k0 + rec.n)
+            sBand[(x * M + tid) * kBandStride + blk - rec.k0] = straddling_score(g, blk, sMixA[x * M + tid], sMixB[x * M + tid]);
+        } else if (rec.flags & kRecDirect) {
+          sRaw[tid] = b.hi > b.lo ? straddling_score(g, b.lo, sMixA[x * M + tid], sMixB[x * M + tid]) : 0.f;
+        }
+        wb = WarpBounds::empty();
+        if (tid < t.nrows) wb.add(b);
+        // ... reduced over the warp once per record, as WarpBounds::merge does (redux.sync, sm_80+; the branch
+        // is uniform across the CTA, so every lane takes the reductions).
+        wb.all_lo = __reduce_max_sync(0xffffffffu, wb.all_lo);
+        wb.all_hi = __reduce_min_sync(0xffffffffu, wb.all_hi);
+        wb.any_lo = __reduce_min_sync(0xffffffffu, wb.any_lo);
+        wb.any_hi = __reduce_max_sync(0xffffffffu, wb.any_hi);
+        __syncwarp();  // the warp's rows' bounds are in shared memory
       }
+      cur.excluded = (rec.flags & kRecExclude) ? exclusion_bits(g, sRet, k, cur.a, cur.n) : 0;
+      const TileWork work = classify(wb, cur, rec);
+      if (work != TileWork::kSkip) {
+        const int32_t ragged = ragged_column(g, rec, cur);
+        const bool fixups = has_column_fixups(cur, ragged);
+        WarpTile<Element> w{sQ + warp * WR * Traits::kStride, sK + stage * Traits::kKVElems,
+                            sV + stage * Traits::kKVElems, lane, row_of(0), work, fixups,
+                            (rec.flags & kRecWindowSums) != 0, cur, ragged, sLo, sHi, nullptr, 0, 0,
+                            p.scale_log2, rec.bias_log2, g.log2_last_block};
+        if (cur.width == kCtrlCols) {  // control keys, a direct record or an Hn band: 16 columns
+          const bool band = (rec.flags & kRecBand) != 0;
+          w.given = band ? sBand + (Scope(rec.scope) == Scope::kMixedLeft ? 0 : M) * kBandStride
+                    : (rec.flags & kRecDirect) ? sRaw : nullptr;
+          w.given_rows = band ? kBandStride : 1;
+          w.given_cols = band ? 1 : 0;
+          w.sums = false;
+          warp_tile<Traits, kCtrlCols>(o, softmax, w);
+        } else {
+          warp_tile<Traits, N>(o, softmax, w);
+        }
+      }
+      cur = nxt;
+      stage ^= 1;
     }
-    cur = nxt;
-    have_cur = have_nxt;
-    stage ^= 1;
   }
 
   // ---- epilogue -------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // The small kernels around the fused attention: the plan (sort each query block's retrieved blocks, then
-// one thread per (KV head, body tile) writes its records, plan.h) and the control rows' combine
+// one thread per (KV head, body tile) writes its records, plan.h, and its tile spans, tile.h) and the control rows' combine
 // (combine.h). Launchers are torch-free (launch.h).
 #include "launch.h"
 
@@ -29,7 +29,7 @@ __global__ void plan_kernel(const __grid_constant__ AttnKernelParams p, int64_t 
                             int32_t* counts) {
   const int64_t x = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (x >= plans) return;
-  counts[x] = plan_tile(p, int32_t(x / p.body_tiles), int32_t(x % p.body_tiles), records + x * p.max_records);
+  plan_tile(p, int32_t(x / p.body_tiles), int32_t(x % p.body_tiles), records, counts);
 }
 
 template <typename Element>

@@ -113,6 +113,7 @@ struct Geometry {
   // (attn_setup.h plan_edges): window_sums_ok when G = 16 on 64-key tiles, band_ok when the kernel's band
   // buffers fit without costing a CTA per multiprocessor.
   bool window_sums_ok, band_ok;
+  int32_t tile_cols;  // keys per KV tile of the kernel instantiation (kernel_traits.h kv_tile_cols; plan_edges)
   float log2_block, log2_last_block;  // rule 4's summary bias log2 n_b: full blocks, the last block
   FastDiv by_G, by_cb, by_g, by_blocks_per_key_block;  // / G, / cb, / g, / (Rb / G) (1 when unused)
 };
@@ -399,6 +400,10 @@ RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, int32_t i, cons
 
 // Upper bound on the records of a body tile with `k` retrieved blocks (the plan kernel's stride).
 RSWA_HD int32_t max_records(int32_t k) { return 14 + 3 * k; }
+// Upper bound on the tile spans of a body tile (tile.h plan_spans): at most three per record (masked head,
+// unmasked middle, masked tail), and two more per retrieved block in each of the at most four summary
+// records that exclude retrieved blocks (a masked run and the unmasked run after it).
+RSWA_HD int32_t max_spans(int32_t k) { return 3 * max_records(k) + 8 * k; }
 
 struct PlanWriter {
   Record* out;

@@ -53,6 +53,7 @@ struct KvTile {
   int32_t record;  // index in the CTA's record list
   int32_t a, n, width;
   uint64_t excluded;
+  int32_t kind;  // body tiles (SpanCursor): 2 x its query variant's fill slot + 1 when masked; -1: none
 };
 
 RSWA_HD bool summary_keys(const Record& r) {
@@ -104,12 +105,128 @@ struct TileCursor {
         out.n = imin(width, r.k0 + r.n - a);
         out.width = width;
         out.excluded = (r.flags & kRecExclude) ? exclusion_bits(g, sorted, k, a, out.n) : 0;
+        out.kind = 0;
         next += width;
         return true;
       }
       ++record;
       next = 0;
     }
+    return false;
+  }
+};
+
+// The fill order of the query slot (the order of plan_body_tile's records), and a variant's place in it.
+RSWA_HD QVar variant_at(int32_t slot) {
+  return slot == 0 ? QVar::kCond : slot == 1 ? QVar::kLeft : slot == 2 ? QVar::kNat : slot == 3 ? QVar::kRight
+                                                                                                : QVar::kPlain;
+}
+inline constexpr int32_t kVariantSlots = 5;
+RSWA_HD int32_t variant_slot(QVar v) {
+  return v == QVar::kCond ? 0 : v == QVar::kLeft ? 1 : v == QVar::kNat ? 2 : v == QVar::kRight ? 3 : 4;
+}
+
+// The columns of a record's KV tiles: kCtrl (control keys, and the direct records of straddling blocks and
+// Hn bands) or the kernel's KV tile.
+RSWA_HD int32_t record_width(const Record& r, int32_t tile_cols, int32_t ctrl_cols) {
+  return KeySet(r.keys) == KeySet::kCtrl || (r.flags & kRecDirect) ? ctrl_cols : tile_cols;
+}
+
+// --- tile spans: the plan's per-tile descriptors ------------------------------------------------------
+//
+// The plan kernel sorts a body CTA's KV tiles into the kernel's two loops, FlashAttention-2's shape: the
+// unmasked loop takes the tiles every row of the CTA sees whole with no column fix-up (no bounds, no
+// selects, no warp reduction), the masked loop the rest (per warp: skip, full or masked, and the column
+// fix-ups). A span is a run of consecutive tiles of one record that go to the same loop. Per query
+// variant (the slot is filled once per variant), the variant's unmasked spans come first, then its
+// masked ones: the softmax is the same in any order of tiles, up to rounding.
+struct TileSpan {
+  int32_t a, end;   // keys [a, end) of the record's array, in tiles of the record's width from a
+  int16_t record;   // index in the CTA's record list
+  uint8_t slot;     // the record's query variant's fill slot (variant_slot)
+  uint8_t masked;   // 1: the masked loop
+  int32_t unused;
+};
+static_assert(sizeof(TileSpan) == 16, "spans are 16 bytes");
+
+// Whether a tile of record r goes to the masked loop, given [lo, hi), the keys every row of the CTA sees:
+// a 16-column tile (control keys, direct records: their own code), a tile not seen whole by every row, or
+// one with column fix-ups.
+RSWA_HD bool masked_tile(const Geometry& g, const Record& r, int32_t lo, int32_t hi, const KvTile& t) {
+  if (t.width != g.tile_cols) return true;
+  return !(lo <= t.a && t.a + t.n <= hi) || has_column_fixups(t, ragged_column(g, r, t));
+}
+
+// The spans of a body tile's records (rows [i0, i0 + nrows), retrieved blocks `sorted`), at most `capacity`
+// (plan.h max_spans); returns their count. A record's bounds are nondecreasing in the row at both ends
+// (record_bounds: maxima and minima of nondecreasing functions of i), so the keys every row sees are
+// [lo of the last row, hi of the first row), empty when some row sees nothing; direct records (whose
+// bounds are a row's own straddling block) are 16-column tiles, masked anyway.
+RSWA_HD int32_t plan_spans(const Geometry& g, const Record* records, int32_t count, const int32_t* sorted, int32_t k,
+                           int32_t i0, int32_t nrows, TileSpan* out, int32_t capacity, int32_t ctrl_cols) {
+  const RowGeometry first = row_geometry(g, i0, sorted, k), last = row_geometry(g, i0 + nrows - 1, sorted, k);
+  int32_t n = 0;
+  auto emit = [&](int32_t record, int32_t a, int32_t end, bool masked) {
+    if (n < capacity) out[n] = TileSpan{a, end, int16_t(record), uint8_t(variant_slot(QVar(records[record].qvar))),
+                                        uint8_t(masked), 0};
+    ++n;
+  };
+RSWA_ROLLED
+  for (int32_t x = 0; x < count;) {
+    int32_t y = x + 1;  // records [x, y): one query variant
+    while (y < count && records[y].qvar == records[x].qvar) ++y;
+RSWA_ROLLED
+    for (int pass = 0; pass < 2; ++pass)  // unmasked spans, then masked ones
+RSWA_ROLLED
+      for (int32_t z = x; z < y; ++z) {
+        const Record& r = records[z];
+        const int32_t width = record_width(r, g.tile_cols, ctrl_cols), end = r.k0 + r.n;
+        const bool direct = (r.flags & kRecDirect) != 0;
+        const int32_t lo = direct ? 0 : record_bounds(g, r, last).lo, hi = direct ? 0 : record_bounds(g, r, first).hi;
+        int32_t from = r.k0;
+        bool run = true;
+RSWA_ROLLED
+        for (int32_t a = r.k0; a < end; a += width) {
+          KvTile t{z, a, imin(width, end - a), width, 0, 0};
+          t.excluded = (r.flags & kRecExclude) ? exclusion_bits(g, sorted, k, a, t.n) : 0;
+          const bool masked = masked_tile(g, r, lo, hi, t);
+          if (a > r.k0 && masked != run) {
+            if (int(run) == pass) emit(z, from, a, run);
+            from = a;
+          }
+          run = masked;
+        }
+        if (end > r.k0 && int(run) == pass) emit(z, from, end, run);
+      }
+    x = y;
+  }
+  return n;
+}
+
+// The KV tiles of a body CTA in the order of its spans (the kernel's and the census's walk).
+struct SpanCursor {
+  int32_t span = 0, next = 0;
+
+  template <int kBlockN, int kCtrl>
+  RSWA_HD bool advance(const Record* records, const TileSpan* spans, int32_t count, KvTile& out) {
+    while (span < count) {
+      const TileSpan s = spans[span];
+      const int32_t a = s.a + next;
+      if (a < s.end) {
+        const int32_t width = record_width(records[s.record], kBlockN, kCtrl);
+        out.record = s.record;
+        out.a = a;
+        out.n = imin(width, s.end - a);
+        out.width = width;
+        out.excluded = 0;  // the masked loop's (exclusion_bits): the unmasked loop has none
+        out.kind = 2 * s.slot + s.masked;
+        next += width;
+        return true;
+      }
+      ++span;
+      next = 0;
+    }
+    out.kind = -1;
     return false;
   }
 };
@@ -167,12 +284,6 @@ RSWA_ROLLED
   }
 };
 
-// The fill order of the query slot (the order of plan_body_tile's records).
-RSWA_HD QVar variant_at(int32_t slot) {
-  return slot == 0 ? QVar::kCond : slot == 1 ? QVar::kLeft : slot == 2 ? QVar::kNat : slot == 3 ? QVar::kRight
-                                                                                                : QVar::kPlain;
-}
-inline constexpr int32_t kVariantSlots = 5;
 
 // The position a query variant rotates body row i to (section 3; the conditioning variant reads its own
 // table at row i, the plain one is not rotated).

@@ -172,8 +172,8 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
     b.retrieved_sorted = hc.retrieved_sorted.data();
     hc.keep.push_back(given);
   }
-  hc.records.resize(s.plans() * s.max_records);
-  hc.record_count.resize(s.plans());
+  hc.records.resize(s.plans() * s.plan_entries());
+  hc.record_count.resize(2 * s.plans());
   b.records = hc.records.data();
   b.record_count = hc.record_count.data();
   hc.keep.push_back(at::zeros({s.control_chunks * kControlSplit, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1), s.Dp}, at::kFloat));
@@ -214,8 +214,8 @@ struct HostLanes final : CallKernels {
         }
       }
     for (int64_t x = 0; x < hc.s.plans(); ++x)  // the plan kernel: one thread per (KV head, body tile)
-      hc.record_count[x] = plan_tile(p, int32_t(x / hc.s.body_tiles), int32_t(x % hc.s.body_tiles),
-                                     hc.records.data() + x * hc.s.max_records);
+      plan_tile(p, int32_t(x / hc.s.body_tiles), int32_t(x % hc.s.body_tiles), hc.records.data(),
+                hc.record_count.data());
   }
   // The float64 block means computed by ATen (only the device's selection, which this emulator does not run,
   // reads them).

@@ -1,7 +1,9 @@
 // The plan census and the prepare op of the CUDA kernels on the host, for machines without a GPU:
-// plan_stats walks every body CTA's records in KV tiles with the kernel's own setup (attn_setup.h), plan
-// (plan.h, through attn_params.h plan_tile) and per-warp decisions (tile.h: variant order, KV tiles, the
-// skip / full / masked choice, exclusion bits), and counts what the kernel would do (records, tiles, GEMM
+// plan_stats walks every body CTA's KV tiles in the order of its tile spans with the kernel's own setup
+// (attn_setup.h), plan (plan.h records and tile.h spans, through attn_params.h plan_tile) and per-warp
+// decisions (tile.h: variant order, the unmasked and masked loops, the skip / full / masked choice,
+// exclusion bits), checks that every tile the plan sends down the unmasked loop is full for every warp with
+// no column fix-up, and counts what the kernel would do (records, tiles, GEMM
 // columns, masks, fills): tests/test_cuda_plan.py and benchmarks/plan_census.py read it. The prepare op
 // runs prepare.h prepare_unit with one lane per unit in the CUDA op's layout (context.h). attn itself is
 // not emulated here: the SIMT emulation (csrc/cuda/simt) runs the kernel's own source, thread by thread.
@@ -29,6 +31,8 @@ namespace {
 struct CtaRecords {
   const Record* list;
   int32_t count;
+  const TileSpan* spans;  // body CTAs: the plan's tile spans (tile.h plan_spans)
+  int32_t nspans;
   Record local[2];
   const int32_t* sorted;
   int32_t k;
@@ -42,8 +46,11 @@ CtaRecords cta_records(const AttnKernelParams& p, const QueryTile& t, int32_t bh
     return r;
   }
   const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
-  r.list = p.records + plan * p.max_records;
-  r.count = p.record_count[plan];
+  r.list = records_of(p, p.records, plan);
+  r.count = p.record_count[2 * plan];
+  r.spans = spans_of(p, p.records, plan);
+  r.nspans = p.record_count[2 * plan + 1];
+  TORCH_CHECK(r.nspans <= p.max_spans, "the plan wrote ", r.nspans, " tile spans, past its bound ", p.max_spans);
   if (p.retrieved != nullptr) {
     r.sorted = p.retrieved + (int64_t(bh) * p.nQb + t.qb) * p.retrieved_k;
     r.k = p.retrieved_k;
@@ -65,7 +72,7 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
   const Geometry& g = p.geo;
   constexpr int M = kAttnTileRows, W = M / 4;
   const int N = kv_tile_cols(hc.q.scalar_type() != at::kFloat, hc.s.Dp);
-  constexpr int kColumns = 23;
+  constexpr int kColumns = 25;
   at::Tensor stats = at::zeros({p.body_tiles, kColumns}, at::kDouble);
   for (int32_t x = 0; x < p.body_tiles; ++x) {
     double* st = stats.data_ptr<double>() + x * kColumns;
@@ -92,14 +99,31 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
     std::vector<Bounds> bounds(M);
     WarpBounds warps[4];
     int32_t current = -1;
-    TileCursor cursor;
+    // The tiles in the kernel's order (the spans: per query variant its unmasked loop, then its masked loop),
+    // which must be the records' tiles, each once.
+    int64_t tiles = 0, walked = 0;
+    {
+      TileCursor all;
+      KvTile any{};
+      while (N == 64 ? all.advance<64, kCtrlCols>(g, rec.list, rec.count, rec.sorted, rec.k, any)
+                     : all.advance<32, kCtrlCols>(g, rec.list, rec.count, rec.sorted, rec.k, any))
+        ++tiles;
+    }
+    SpanCursor cursor;
     KvTile kv{};
     auto advance = [&]() {
-      return N == 64 ? cursor.advance<64, kCtrlCols>(g, rec.list, rec.count, rec.sorted, rec.k, kv)
-                     : cursor.advance<32, kCtrlCols>(g, rec.list, rec.count, rec.sorted, rec.k, kv);
+      return N == 64 ? cursor.advance<64, kCtrlCols>(rec.list, rec.spans, rec.nspans, kv)
+                     : cursor.advance<32, kCtrlCols>(rec.list, rec.spans, rec.nspans, kv);
     };
+    int32_t slot = 0;
+    st[24] = rec.nspans;
     while (advance()) {
+      ++walked;
       const Record& r = rec.list[kv.record];
+      TORCH_CHECK((kv.kind >> 1) >= slot, "the spans go back to an earlier query variant");
+      slot = kv.kind >> 1;
+      const bool unmasked = (kv.kind & 1) == 0;
+      kv.excluded = (r.flags & kRecExclude) ? exclusion_bits(g, rec.sorted, rec.k, kv.a, kv.n) : 0;
       if (kv.record != current) {
         current = kv.record;
         for (int w = 0; w < 4; ++w) {
@@ -116,8 +140,15 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
       bool masked = false;
       st[12] += !direct && has_column_fixups(kv, ragged);
       const bool sums = (r.flags & kRecWindowSums) != 0;
+      st[23] += unmasked;
       for (int w = 0; w < 4; ++w) {
-        const TileWork work = classify(warps[w], kv, r);
+        TileWork work = classify(warps[w], kv, r);
+        if (unmasked) {  // the unmasked loop: every warp computes the tile whole (padding rows unused)
+          TORCH_CHECK((w * W >= t.nrows || work == TileWork::kFull) && kv.width == N && !has_column_fixups(kv, ragged),
+                      "a tile in the unmasked loop that warp ", w, " of body tile ", x, " must mask (record ",
+                      kv.record, ", keys ", kv.a, " + ", kv.n, ")");
+          work = TileWork::kFull;
+        }
         if (!direct) {
           st[work == TileWork::kSkip ? 6 : work == TileWork::kFull ? 4 : 3] += 1;
           // the logits computed before the softmax (mainloop.h warp_tile): a masked tile, or column fix-ups
@@ -140,13 +171,15 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
       st[20] += sums;
       st[21] += (r.flags & kRecBand) != 0;
     }
+    TORCH_CHECK(walked == tiles, "the spans of body tile ", x, " hold ", walked, " tiles, its records ", tiles);
   }
   // Columns, in order: 0 records, 1 KV tiles, 2 control tiles, 3 masked warp-tiles, 4 full warp-tiles,
   // 5 rows, 6 skipped warp-tiles, 7 GEMM columns over rows, 8 keys seen over rows, 9 straddling blocks,
   // 10 query-slot fills, 11 masked tiles, 12 tiles with column fix-ups, 13-18 masked warp-tiles by key set
   // (plan.h KeySet order), 19 direct tiles (straddling blocks and Hn bands; in no other tile column),
   // 20 tiles of window records with their edges' summaries (plan.h window_sums), 21 Hn band tiles, 22 warp-tiles
-  // of KV tiles (column 1's) whose logits are computed before the softmax (masked, or full with column fix-ups).
+  // of KV tiles (column 1's) whose logits are computed before the softmax (masked, or full with column fix-ups),
+  // 23 tiles of the unmasked loop (tile.h plan_spans), 24 tile spans.
   return stats;
 }
 
