@@ -65,7 +65,11 @@ struct SharedLayout {
   static constexpr size_t mixed(int max_records, int k) {
     return spans(max_records, k) + size_t(max_spans(k)) * sizeof(TileSpan);
   }
-  static constexpr size_t rows(int max_records, int k) { return mixed(max_records, k) + size_t(M) * 7 * 4; }
+  // Per row: bounds (2), straddling parts (4), direct score (1); then per warp its WarpBounds and record.
+  static constexpr size_t rows(int max_records, int k) {
+    return mixed(max_records, k) + size_t(M) * 7 * 4 + size_t(Traits::kWarps) * (sizeof(WarpBounds) + 16) +
+           size_t(M) * sizeof(SpanCursor);
+  }
   // The Hn bands (plan.h hn_bands), when the call has them (geo.band_ok): one band's summary rows as a
   // 16-row K tile, and per side and row the logits of its blocks (kBandStride floats a row: one bank apart).
   static constexpr int kBandStride = kBandBlocks + 1;
@@ -115,28 +119,30 @@ __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, type
   constexpr int kChunk = 16 / int(sizeof(typename Traits::Element));
   constexpr int kChunksPerRow = Traits::kHeadDim / kChunk;
   constexpr bool kPermuted = Traits::kBlockN == 64;
-  // Head dim 64 (16 rows of 16-byte chunks per pass of the CTA): a thread copies one 16-byte column of
-  // the rows r0 + 16p, which a permuted 64-key tile stores at tile_column(r0) + 2p and other tiles at
-  // r0 + 16p: one address and constant offsets.
-  if constexpr (kPermuted && Traits::kThreads == 16 * kChunksPerRow) {
+  // Rows in whole passes of the CTA (kPass rows of 16-byte chunks per pass: 16 at head dim 64, 8 at 128): a
+  // thread copies one 16-byte column of the rows r0 + kPass p, which a permuted 64-key tile (kPass 16)
+  // stores at tile_column(r0) + 2p and other tiles at r0 + kPass p: one address and constant offsets.
+  constexpr int kPass = Traits::kThreads / kChunksPerRow;
+  if constexpr (Traits::kThreads % kChunksPerRow == 0 && Traits::kBlockN % kPass == 0 && kCtrlCols % kPass == 0 &&
+                (!kPermuted || kPass == 16)) {
     const int r0 = int(threadIdx.x) / kChunksPerRow, col = (int(threadIdx.x) % kChunksPerRow) * kChunk;
     const bool full = rows == Traits::kBlockN;
-    auto copy = [&](int p, int at) {  // pass p: row r0 + 16p to row `at`
-      const int r = r0 + 16 * p;
+    auto copy = [&](int p, int at) {  // pass p: row r0 + kPass p to row `at`
+      const int r = r0 + kPass * p;
       const bool valid = r < n;
       const int32_t from = (valid ? r : 0) * Traits::kHeadDim + col, from_v = (valid ? r : 0) * v_row + col;
       cp_async_16(sk + at * Traits::kStride + col, gk + from, valid);
       cp_async_16(sv + at * Traits::kStride + col, gv + from_v, valid);
     };
-    if (full && permute) {
+    if (kPermuted && full && permute) {
       const int at = tile_column(r0);
 #pragma unroll
-      for (int p = 0; p < Traits::kBlockN / 16; ++p) copy(p, at + 2 * p);
+      for (int p = 0; p < Traits::kBlockN / kPass; ++p) copy(p, at + 2 * p);
     } else {
 #pragma unroll
-      for (int p = 0; p < Traits::kBlockN / 16; ++p) {
-        if (p > 0 && !full) break;  // a 16-key tile: one pass
-        copy(p, r0 + 16 * p);
+      for (int p = 0; p < Traits::kBlockN / kPass; ++p) {
+        if (p >= kCtrlCols / kPass && !full) break;  // a 16-key tile: its passes only
+        copy(p, r0 + kPass * p);
       }
     }
     return;
@@ -510,7 +516,7 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
     const bool have_nxt = cursor.advance<N, kCtrlCols>(p.geo, sRec, count, nullptr, 0, nxt);
     cp_async_wait_all();
     __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2
-    if (have_nxt) copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, false);
+    copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, false);  // past the last tile: a zero fill
     cp_async_commit();
     if (!have_cur && !have_nxt) break;
     if (have_cur) {
@@ -576,6 +582,16 @@ __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const Que
                        reinterpret_cast<const int32_t*>(smem + Layout::mixed(p.max_records, p.retrieved_k)));
 }
 
+// What a body CTA's fills, dots and epilogue need of its tile, kept in shared memory for the walk (not in
+// registers across it).
+struct BodyCta {
+  const void* q_rows;  // the q row of the tile's first row
+  int64_t row0;        // the output row of the tile's first row
+  int32_t i0, nrows, bh;
+  uint32_t needed;     // the query variants the tile fills (tile.h variants_needed)
+  bool q_chunks;       // slot_rows_in_chunks
+};
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_constant__ AttnKernelParams p) {
   using Element = typename Traits::Element;
@@ -600,20 +616,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
   Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
   Record* sRec = reinterpret_cast<Record*>(smem + Layout::kRecords);
-  RecordArrays<Element>* sArrays = reinterpret_cast<RecordArrays<Element>*>(smem + Layout::arrays(p.max_records));
-  int32_t* sRet = reinterpret_cast<int32_t*>(smem + Layout::retrieved(p.max_records));
-  TileSpan* sSpan = reinterpret_cast<TileSpan*>(smem + Layout::spans(p.max_records, p.retrieved_k));
+  RecordArrays<Element>* sArrays = reinterpret_cast<RecordArrays<Element>*>(smem + uint32_t(Layout::arrays(p.max_records)));
+  int32_t* sRet = reinterpret_cast<int32_t*>(smem + uint32_t(Layout::retrieved(p.max_records)));
+  TileSpan* sSpan = reinterpret_cast<TileSpan*>(smem + uint32_t(Layout::spans(p.max_records, p.retrieved_k)));
   // Per row: its bounds in the current record, the two parts of its straddling blocks' logits (per side)
   // and, in a direct record, its raw score.
-  int32_t* sLo = reinterpret_cast<int32_t*>(smem + Layout::mixed(p.max_records, p.retrieved_k));
+  int32_t* sLo = reinterpret_cast<int32_t*>(smem + uint32_t(Layout::mixed(p.max_records, p.retrieved_k)));
   int32_t* sHi = sLo + M;
   float* sMixA = reinterpret_cast<float*>(sHi + M);  // [2][M]
   float* sMixB = sMixA + 2 * M;                      // [2][M]
   float* sRaw = sMixB + 2 * M;
-  RowGeometry* sRow = reinterpret_cast<RowGeometry*>(smem + Layout::rows(p.max_records, p.retrieved_k));
+  // The masked loop's current record per warp, and its rows' bounds reduced (shared memory, not registers
+  // held across the walk).
+  WarpBounds* sWarp = reinterpret_cast<WarpBounds*>(sRaw + M);
+  int32_t* sCurrent = reinterpret_cast<int32_t*>(sWarp + Traits::kWarps);
+  // Each thread's copy of the tile cursor (the same in every thread; shared memory, not registers).
+  SpanCursor* sCursor = reinterpret_cast<SpanCursor*>(sCurrent + 4 * Traits::kWarps);
+  RowGeometry* sRow = reinterpret_cast<RowGeometry*>(smem + uint32_t(Layout::rows(p.max_records, p.retrieved_k)));
   // The Hn bands (only when the call has them: otherwise not allotted).
-  Element* sBandK = reinterpret_cast<Element*>(smem + Layout::band_k(p.max_records, p.retrieved_k));
-  float* sBand = reinterpret_cast<float*>(smem + Layout::band_logits(p.max_records, p.retrieved_k));
+  Element* sBandK = reinterpret_cast<Element*>(smem + uint32_t(Layout::band_k(p.max_records, p.retrieved_k)));
+  float* sBand = reinterpret_cast<float*>(smem + uint32_t(Layout::band_logits(p.max_records, p.retrieved_k)));
   constexpr int kBandStride = Layout::kBandStride;
   static_assert(kBandBlocks == kCtrlCols, "an Hn band is one direct tile");
   RSWA_STATIC_SHARED(BandRecords, shared_bands);
@@ -646,6 +668,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   const RowGeometry me = row_geometry(g, i, sRet, k);
   sRow[tid] = me;
   const bool valid = tid < t.nrows;
+  if (tid < Traits::kWarps) sCurrent[tid] = -1;  // no record's bounds yet (published by the barriers below)
   uint32_t any = 0;  // bit x: some row has a straddling block on side x
 #pragma unroll
   for (int x = 0; x < 2; ++x) {
@@ -663,30 +686,34 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     for (int x = tid; x < 2 * M * kBandStride; x += M) sBand[x] = -INFINITY;
 
   // ---- the query slot --------------------------------------------------------------------------------
-  const int32_t n0 = g.C + t.i0 - p.first_row;  // q row of the tile's first row
-  const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, n0);
-  const bool q_chunks = slot_rows_in_chunks<Traits>(p, q_rows);
+  RSWA_STATIC_SHARED(BodyCta, cta);  // read past the walk's first barrier
+  if (tid == 0) {
+    const int32_t n0 = g.C + t.i0 - p.first_row;  // q row of the tile's first row
+    const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, n0);
+    cta = BodyCta{q_rows, int64_t(head) * p.Nq + n0, t.i0, t.nrows, bh, needed, slot_rows_in_chunks<Traits>(p, q_rows)};
+  }
   // The tile's rows under variant v (thread r fills row r).
   auto fill = [&](QVar v) {
     const int half = p.rotary_half;
-    const bool in = tid < t.nrows;
+    const bool in = tid < cta.nrows;
     const float *cs = nullptr, *sn = nullptr;  // this row's table rows (null: no rotation)
     float sign = 1.f;
     if (in && v != QVar::kPlain && half > 0) {  // padding rows read no table row (past L)
-      const int32_t pos = v == QVar::kCond ? t.i0 + tid : variant_position(g, v, t.i0 + tid);
+      const int32_t pos = v == QVar::kCond ? cta.i0 + tid : variant_position(g, v, cta.i0 + tid);
       const int64_t at = int64_t(pos < 0 ? -pos : pos) * half;
       cs = (v == QVar::kCond ? p.cos_cond : p.cos_int) + at;
       sn = (v == QVar::kCond ? p.sin_cond : p.sin_int) + at;
       sign = pos < 0 ? -1.f : 1.f;
     }
-    const Element* row = in ? q_rows + int64_t(tid) * p.q_strides.row : nullptr;
-    fill_row<Traits>(sQ + tid * Traits::kStride, row, cs, sn, sign, half, p.D, p.interleaved, q_chunks);
+    const Element* row = in ? static_cast<const Element*>(cta.q_rows) + int64_t(tid) * p.q_strides.row : nullptr;
+    fill_row<Traits>(sQ + tid * Traits::kStride, row, cs, sn, sign, half, p.D, p.interleaved, cta.q_chunks);
   };
   // Straddling blocks (plan.h mixed_block): the parts of this thread's row's logits that variant v gives,
   // as (array, row, target, sign) terms.
   auto mixed_dots = [&](QVar v) {
-    if (!valid) return;
+    if (tid >= cta.nrows) return;
     const PreparedArrays& a = p.kv;
+    const int32_t bh = cta.bh;
     const RowGeometry& mine = sRow[tid];  // read back from shared memory: no registers held across the walk
     const int32_t lb = mine.mix[0], lm = mine.mix_m[0], rb = mine.mix[1], rm = mine.mix_m[1];
 #pragma unroll 1
@@ -738,7 +765,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   auto band_dots = [&](QVar v) {
     constexpr int kChunk = 16 / int(sizeof(Element)), kChunks = Dp / kChunk;
     const PreparedArrays& a = p.kv;
-    const Element* src = static_cast<const Element*>(v == QVar::kNat ? a.s_nat : a.s_grp) + bh * a.sum_stride;
+    const Element* src = static_cast<const Element*>(v == QVar::kNat ? a.s_nat : a.s_grp) + cta.bh * a.sum_stride;
 #pragma unroll 1
     for (int side = 0; side < 2; ++side) {
       if (!shared_bands.uses(side, v)) continue;
@@ -784,14 +811,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
 
   // This lane's rows: slot rr = 2 mb + h is tile row warp * 32 + 16 mb + g + 8 h.
   auto row_of = [&](int rr) { return warp * WR + (rr / 2) * 16 + gq + 8 * (rr % 2); };
-  // The slot's variants up to fill slot `target` (variant_at), those the CTA needs: after the barrier that
-  // ends every warp's use of the slot, the fill, and the straddling blocks' and Hn bands' dots it gives.
-  int32_t slot_at = -1;
-  auto fill_to = [&](int32_t target) {
+  // The slot's variants from fill slot `from` to `to` (variant_at), those the CTA needs: after the barrier
+  // that ends every warp's use of the slot, the fill, and the straddling blocks' and Hn bands' dots it gives.
+  auto fill_slots = [&](int32_t from, int32_t to) {
 #pragma unroll 1
-    while (slot_at < target) {
-      const QVar v = variant_at(++slot_at);
-      if (!((needed >> int(v)) & 1)) continue;
+    for (int32_t at = from; at <= to; ++at) {
+      const QVar v = variant_at(at);
+      if (!((cta.needed >> int(v)) & 1)) continue;
       __syncthreads();  // every warp is done with the slot (its last tile, the previous variant's dots)
       fill(v);
       __syncthreads();
@@ -802,46 +828,51 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   // The tiles in the order of the plan's spans (tile.h plan_spans); tile n + 1's copy is issued before tile
   // n is computed (one barrier per tile): `step` waits for the current tile and issues the next.
   SpanCursor cursor;
-  KvTile cur{}, nxt{};
+  KvTile cur{};
   int stage = 0;
-  if (cursor.advance<N, kCtrlCols>(sRec, sSpan, spans, cur)) copy_tile<Traits>(sK, sV, 0, sArrays, cur, true);
+  if (cursor.advance(sSpan, spans, cur)) copy_tile<Traits>(sK, sV, 0, sArrays, cur, true);
   cp_async_commit();
+  // Past the last tile the cursor leaves a tile of no keys, whose copy zero-fills the free stage: no branch.
+  KvTile nxt;
   auto step = [&]() {
-    const bool have_nxt = cursor.advance<N, kCtrlCols>(sRec, sSpan, spans, nxt);
+    cursor.advance(sSpan, spans, nxt);
     cp_async_wait_all();
     __syncthreads();  // the current tile landed; every warp is done with the one before it
-    if (have_nxt) copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, true);
+    copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, true);
     cp_async_commit();
   };
-  WarpBounds wb = WarpBounds::empty();
-  int32_t current = -1;  // the record whose row bounds sLo / sHi hold (the masked loop's)
-  // Per query variant: the slot, then its unmasked loop, then its masked loop (the spans come in that
-  // order); once the tiles are done, the variants still needed by straddling blocks.
+  // Per run of tiles of one kind (the spans: per query variant its unmasked tiles, then its masked ones):
+  // the slot's fills since the run before (SpanCursor: `from`), then the run's loop, while the tiles continue
+  // the run; once the tiles are done, the variants straddling blocks may still need.
 #pragma unroll 1
   for (;;) {
-    const int32_t slot = cur.kind >= 0 ? cur.kind >> 1 : kVariantSlots - 1;
-    fill_to(slot);
+    fill_slots(cur.from, cur.kind >= 0 ? cur.kind >> 1 : kVariantSlots - 1);
     if (cur.kind < 0) break;
     // The unmasked loop (FlashAttention's): every row of the CTA sees every key of the tile, no column
     // fix-up; no bounds, no selects, no warp reduction. (A warp of padding rows computes them, unused.)
+    if (!(cur.kind & 1)) {
 #pragma unroll 1
-    while (cur.kind == 2 * slot) {
+    do {
       step();
+      // Only the record's bias of the tile is used (no bounds, no fix-ups): the next tile is the state.
+      const float bias = sRec[cur.record].bias_log2;
       const WarpTile<Element> w{sQ + warp * WR * Traits::kStride, sK + stage * Traits::kKVElems,
                                 sV + stage * Traits::kKVElems, lane, row_of(0), TileWork::kFull, false, false, cur,
-                                -1, sLo, sHi, nullptr, 0, 0, p.scale_log2, sRec[cur.record].bias_log2, 0.f};
+                                -1, sLo, sHi, nullptr, 0, 0, p.scale_log2, bias, 0.f};
       warp_tile<Traits, N, false>(o, softmax, w);
       cur = nxt;
       stage ^= 1;
-    }
+    } while (cur.cont);
+    } else {
     // The masked loop: the variant's other tiles. Per record, each row's bounds and the warp's reduction;
     // per tile and warp, skip / full / masked and the column fix-ups (tile.h).
 #pragma unroll 1
-    while (cur.kind == 2 * slot + 1) {
+    do {
       step();
       const Record rec = sRec[cur.record];
-      if (cur.record != current) {  // a new record: its bounds per row
-        current = cur.record;
+      if (cur.record != sCurrent[warp]) {  // a new record for the warp: its rows' bounds
+        __syncwarp();  // every lane has read the warp's current record
+        if (lane == 0) sCurrent[warp] = cur.record;
         const Bounds b = record_bounds(g, rec, sRow[tid]);
         sLo[tid] = b.lo;
         sHi[tid] = b.hi;
@@ -849,21 +880,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
         const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
         if (rec.flags & kRecBand) {  // joins the band's scores
           const int32_t blk = x == 0 ? sRow[tid].mix[0] : sRow[tid].mix[1];
-          if (valid && blk >= rec.k0 && blk < rec.k0 + rec.n)
+          if (tid < cta.nrows && blk >= rec.k0 && blk < rec.k0 + rec.n)
             sBand[(x * M + tid) * kBandStride + blk - rec.k0] = straddling_score(g, blk, sMixA[x * M + tid], sMixB[x * M + tid]);
         } else if (rec.flags & kRecDirect) {
           sRaw[tid] = b.hi > b.lo ? straddling_score(g, b.lo, sMixA[x * M + tid], sMixB[x * M + tid]) : 0.f;
         }
-        wb = WarpBounds::empty();
-        if (tid < t.nrows) wb.add(b);
+        WarpBounds wb = WarpBounds::empty();
+        if (tid < cta.nrows) wb.add(b);
         // ... reduced over the warp once per record, as WarpBounds::merge does (redux.sync, sm_80+; the branch
-        // is uniform across the CTA, so every lane takes the reductions).
+        // is uniform across the CTA, so every lane takes the reductions), kept in shared memory (not in
+        // registers across the tiles).
         wb.all_lo = __reduce_max_sync(0xffffffffu, wb.all_lo);
         wb.all_hi = __reduce_min_sync(0xffffffffu, wb.all_hi);
         wb.any_lo = __reduce_min_sync(0xffffffffu, wb.any_lo);
         wb.any_hi = __reduce_max_sync(0xffffffffu, wb.any_hi);
+        if (lane == 0) sWarp[warp] = wb;
         __syncwarp();  // the warp's rows' bounds are in shared memory
       }
+      const WarpBounds wb = sWarp[warp];
       cur.excluded = (rec.flags & kRecExclude) ? exclusion_bits(g, sRet, k, cur.a, cur.n) : 0;
       const TileWork work = classify(wb, cur, rec);
       if (work != TileWork::kSkip) {
@@ -887,6 +921,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       }
       cur = nxt;
       stage ^= 1;
+    } while (cur.cont);
     }
   }
 
@@ -895,7 +930,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   softmax.finish(row_sum);
   // Body rows: O / l in the element type, staged through the query slot so that rows leave in 16-byte stores.
   __syncthreads();  // every warp is done with the slot
-  const int64_t row0 = int64_t(head) * p.Nq + n0;
+  const int64_t row0 = cta.row0;
+  const int32_t nrows = cta.nrows;
   constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
   for (int rr = 0; rr < 2 * MB; ++rr) {
@@ -905,7 +941,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     for (int dt = 0; dt < DT; ++dt)
       store2(sQ + row * Traits::kStride + dt * 8 + 2 * tq, o[rr / 2][dt][2 * (rr % 2)] * inv,
              o[rr / 2][dt][2 * (rr % 2) + 1] * inv);
-    if (tq == 0 && row < t.nrows) p.lse[row0 + row] = (softmax.m[rr] + __log2f(row_sum[rr])) * kLn2;
+    if (tq == 0 && row < nrows) p.lse[row0 + row] = (softmax.m[rr] + __log2f(row_sum[rr])) * kLn2;
   }
   __syncwarp();
   Element* out = static_cast<Element*>(p.out);
@@ -914,7 +950,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
 #pragma unroll 1
     for (int x = lane; x < WR * kChunks; x += 32) {
       const int row = warp * WR + x / kChunks, col = (x % kChunks) * kChunk;
-      if (row < t.nrows && col < p.D)
+      if (row < nrows && col < p.D)
         *reinterpret_cast<uint4*>(out + (row0 + row) * p.D + col) =
             *reinterpret_cast<const uint4*>(sQ + row * Traits::kStride + col);
     }
@@ -922,7 +958,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
 #pragma unroll 1
     for (int x = lane; x < WR * Dp; x += 32) {
       const int row = warp * WR + x / Dp, col = x % Dp;
-      if (row < t.nrows && col < p.D) out[(row0 + row) * p.D + col] = sQ[row * Traits::kStride + col];
+      if (row < nrows && col < p.D) out[(row0 + row) * p.D + col] = sQ[row * Traits::kStride + col];
     }
   }
 }

@@ -187,14 +187,14 @@ RSWA_HD int32_t far_right_begin(const Geometry& g, int32_t i) { return imin(g.nG
 RSWA_HD uint64_t exclusion_bits(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b0, int32_t n) {
   uint64_t bits = 0;
   const int32_t per = g.by_blocks_per_key_block.d;
+  // Every entry is looked at (no early exit: the -1 padding overlaps nothing), so the loop has one exit.
 RSWA_ROLLED
   for (int32_t x = 0; x < k; ++x) {
     const int32_t kb = sorted[x];
-    if (kb < 0) break;
     const int32_t lo = imax(kb * per, b0), hi = imin(imin(kb * per + per, g.nG), b0 + n);
-    if (lo >= hi) continue;
-    const int32_t width = hi - lo;
-    bits |= (width >= 64 ? ~uint64_t(0) : ((uint64_t(1) << width) - 1)) << (lo - b0);
+    const int32_t width = imin(64, imax(0, hi - lo));
+    const uint64_t run = width >= 64 ? ~uint64_t(0) : ((uint64_t(1) << width) - 1);
+    bits |= kb >= 0 && width > 0 ? run << (lo - b0) : 0;
   }
   return bits;
 }

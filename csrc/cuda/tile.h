@@ -54,6 +54,10 @@ struct KvTile {
   int32_t a, n, width;
   uint64_t excluded;
   int32_t kind;  // body tiles (SpanCursor): 2 x its query variant's fill slot + 1 when masked; -1: none
+  // Body tiles (SpanCursor::issued): whether the tile continues its loop's run (same kind as the tile before
+  // it), and else the first fill slot the query slot may need before it (the run before it's slot + 1).
+  bool cont;
+  int32_t from;
 };
 
 RSWA_HD bool summary_keys(const Record& r) {
@@ -112,6 +116,7 @@ struct TileCursor {
       ++record;
       next = 0;
     }
+    out.n = 0;  // no keys (its record stays a valid index): a copy of it only zero-fills
     return false;
   }
 };
@@ -141,11 +146,13 @@ RSWA_HD int32_t record_width(const Record& r, int32_t tile_cols, int32_t ctrl_co
 // variant (the slot is filled once per variant), the variant's unmasked spans come first, then its
 // masked ones: the softmax is the same in any order of tiles, up to rounding.
 struct TileSpan {
-  int32_t a, end;   // keys [a, end) of the record's array, in tiles of the record's width from a
+  int32_t a, end;   // keys [a, end) of the record's array, in tiles of `width` keys from a
   int16_t record;   // index in the CTA's record list
-  uint8_t slot;     // the record's query variant's fill slot (variant_slot)
-  uint8_t masked;   // 1: the masked loop
-  int32_t unused;
+  uint8_t kind;     // 2 x the record's query variant's fill slot (variant_slot) + 1 for the masked loop
+  uint8_t width;    // the record's tile width (record_width)
+  uint8_t run;      // 1: the first span of a run of its kind (the span before it has another kind)
+  uint8_t from;     // the first fill slot the query slot may need before the span: the span before it's slot + 1
+  int16_t unused;
 };
 static_assert(sizeof(TileSpan) == 16, "spans are 16 bytes");
 
@@ -167,8 +174,11 @@ RSWA_HD int32_t plan_spans(const Geometry& g, const Record* records, int32_t cou
   const RowGeometry first = row_geometry(g, i0, sorted, k), last = row_geometry(g, i0 + nrows - 1, sorted, k);
   int32_t n = 0;
   auto emit = [&](int32_t record, int32_t a, int32_t end, bool masked) {
-    if (n < capacity) out[n] = TileSpan{a, end, int16_t(record), uint8_t(variant_slot(QVar(records[record].qvar))),
-                                        uint8_t(masked), 0};
+    const Record& r = records[record];
+    const int kind = 2 * variant_slot(QVar(r.qvar)) + int(masked), before = n > 0 ? out[n - 1].kind : -1;
+    if (n < capacity)
+      out[n] = TileSpan{a, end, int16_t(record), uint8_t(kind), uint8_t(record_width(r, g.tile_cols, ctrl_cols)),
+                        uint8_t(kind != before), uint8_t(before < 0 ? 0 : (before >> 1) + 1), 0};
     ++n;
   };
 RSWA_ROLLED
@@ -203,30 +213,45 @@ RSWA_ROLLED
   return n;
 }
 
-// The KV tiles of a body CTA in the order of its spans (the kernel's and the census's walk).
+// The KV tiles of a body CTA in the order of its spans (the kernel's and the census's walk). Every span
+// holds at least one tile, so a step moves on by at most one span: no loop. Past the last tile it leaves a
+// tile of no keys (kind -1, its record a valid index), whose copy only zero-fills.
 struct SpanCursor {
   int32_t span = 0, next = 0;
 
-  template <int kBlockN, int kCtrl>
-  RSWA_HD bool advance(const Record* records, const TileSpan* spans, int32_t count, KvTile& out) {
+  // The tile's `cont` (it continues the run of the tile before it: the same span, or a span that is no run's
+  // first) and `from` (a run's first tile: the run before it's slot + 1). Past the last tile: a tile of no
+  // keys, kind -1, `from` the last span's slot + 1 (the variants straddling blocks may still need); its
+  // copy only zero-fills (record 0: there is one when there was a tile before it).
+  RSWA_HD bool advance(const TileSpan* spans, int32_t count, KvTile& out) {
+    bool moved = false;
     while (span < count) {
       const TileSpan s = spans[span];
       const int32_t a = s.a + next;
       if (a < s.end) {
-        const int32_t width = record_width(records[s.record], kBlockN, kCtrl);
         out.record = s.record;
         out.a = a;
-        out.n = imin(width, s.end - a);
-        out.width = width;
+        out.n = imin(s.width, s.end - a);
+        out.width = s.width;
         out.excluded = 0;  // the masked loop's (exclusion_bits): the unmasked loop has none
-        out.kind = 2 * s.slot + s.masked;
-        next += width;
+        out.kind = s.kind;
+        out.cont = !((moved || next == 0) && s.run);
+        out.from = s.from;
+        next += s.width;
         return true;
       }
       ++span;
       next = 0;
+      moved = true;
     }
+    out.record = 0;
+    out.a = 0;
+    out.n = 0;
+    out.width = 0;
+    out.excluded = 0;
     out.kind = -1;
+    out.cont = false;
+    out.from = count > 0 ? (spans[count - 1].kind >> 1) + 1 : 0;
     return false;
   }
 };

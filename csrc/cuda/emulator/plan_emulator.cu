@@ -111,10 +111,7 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
     }
     SpanCursor cursor;
     KvTile kv{};
-    auto advance = [&]() {
-      return N == 64 ? cursor.advance<64, kCtrlCols>(rec.list, rec.spans, rec.nspans, kv)
-                     : cursor.advance<32, kCtrlCols>(rec.list, rec.spans, rec.nspans, kv);
-    };
+    auto advance = [&]() { return cursor.advance(rec.spans, rec.nspans, kv); };
     int32_t slot = 0;
     st[24] = rec.nspans;
     while (advance()) {
