@@ -55,21 +55,19 @@ struct SharedLayout {
   static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
   static constexpr size_t kRecords = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
   static constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
-  // Per record, its keys and values arrays for the CTA's KV head (RecordArrays), found once in the prologue.
-  static constexpr size_t arrays(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
-  static constexpr size_t retrieved(int max_records) {
-    return arrays(max_records) + size_t(max_records) * sizeof(RecordArrays<Element>);
+  // The plan as the plan kernel wrote it (records, then the tile spans: attn_params.h records_of /
+  // spans_of); then per record its keys and values arrays for the CTA's KV head (RecordArrays), found once
+  // in the prologue.
+  static constexpr size_t spans(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
+  static constexpr size_t arrays(int max_records, int k) {
+    return spans(max_records) + size_t(max_spans(k)) * sizeof(TileSpan);
   }
-  // The tile spans (tile.h TileSpan, plan.h max_spans), copied from the plan like the records.
-  static constexpr size_t spans(int max_records, int k) { return align16(retrieved(max_records) + size_t(k) * 4); }
-  static constexpr size_t mixed(int max_records, int k) {
-    return spans(max_records, k) + size_t(max_spans(k)) * sizeof(TileSpan);
+  static constexpr size_t retrieved(int max_records, int k) {
+    return arrays(max_records, k) + size_t(max_records) * sizeof(RecordArrays<Element>);
   }
-  // Per row: bounds (2), straddling parts (4), direct score (1); then per warp its WarpBounds and record.
-  static constexpr size_t rows(int max_records, int k) {
-    return mixed(max_records, k) + size_t(M) * 7 * 4 + size_t(Traits::kWarps) * (sizeof(WarpBounds) + 16) +
-           size_t(M) * sizeof(SpanCursor);
-  }
+  static constexpr size_t mixed(int max_records, int k) { return align16(retrieved(max_records, k) + size_t(k) * 4); }
+  // Per row: bounds (2), straddling parts (4), direct score (1), the masked loop's record of its bounds (1).
+  static constexpr size_t rows(int max_records, int k) { return mixed(max_records, k) + size_t(M) * 8 * 4; }
   // The Hn bands (plan.h hn_bands), when the call has them (geo.band_ok): one band's summary rows as a
   // 16-row K tile, and per side and row the logits of its blocks (kBandStride floats a row: one bank apart).
   static constexpr int kBandStride = kBandBlocks + 1;
@@ -562,7 +560,7 @@ __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const Que
   using Layout = SharedLayout<Traits>;
   Element* sQ = reinterpret_cast<Element*>(smem);
   Record* sRec = reinterpret_cast<Record*>(smem + Layout::kRecords);
-  RecordArrays<Element>* sArrays = reinterpret_cast<RecordArrays<Element>*>(smem + Layout::arrays(p.max_records));
+  RecordArrays<Element>* sArrays = reinterpret_cast<RecordArrays<Element>*>(smem + Layout::arrays(p.max_records, p.retrieved_k));
   RSWA_STATIC_SHARED(int32_t, control_count);
   const int tid = threadIdx.x;
   if (tid == 0) control_count = plan_control_tile(p.geo, t.chunk, p.control_chunk_keys, p.control_bias_log2, sRec);
@@ -616,9 +614,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
   Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
   Record* sRec = reinterpret_cast<Record*>(smem + Layout::kRecords);
-  RecordArrays<Element>* sArrays = reinterpret_cast<RecordArrays<Element>*>(smem + uint32_t(Layout::arrays(p.max_records)));
-  int32_t* sRet = reinterpret_cast<int32_t*>(smem + uint32_t(Layout::retrieved(p.max_records)));
-  TileSpan* sSpan = reinterpret_cast<TileSpan*>(smem + uint32_t(Layout::spans(p.max_records, p.retrieved_k)));
+  RecordArrays<Element>* sArrays = reinterpret_cast<RecordArrays<Element>*>(smem + uint32_t(Layout::arrays(p.max_records, p.retrieved_k)));
+  int32_t* sRet = reinterpret_cast<int32_t*>(smem + uint32_t(Layout::retrieved(p.max_records, p.retrieved_k)));
+  TileSpan* sSpan = reinterpret_cast<TileSpan*>(smem + uint32_t(Layout::spans(p.max_records)));
   // Per row: its bounds in the current record, the two parts of its straddling blocks' logits (per side)
   // and, in a direct record, its raw score.
   int32_t* sLo = reinterpret_cast<int32_t*>(smem + uint32_t(Layout::mixed(p.max_records, p.retrieved_k)));
@@ -626,12 +624,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   float* sMixA = reinterpret_cast<float*>(sHi + M);  // [2][M]
   float* sMixB = sMixA + 2 * M;                      // [2][M]
   float* sRaw = sMixB + 2 * M;
-  // The masked loop's current record per warp, and its rows' bounds reduced (shared memory, not registers
-  // held across the walk).
-  WarpBounds* sWarp = reinterpret_cast<WarpBounds*>(sRaw + M);
-  int32_t* sCurrent = reinterpret_cast<int32_t*>(sWarp + Traits::kWarps);
-  // Each thread's copy of the tile cursor (the same in every thread; shared memory, not registers).
-  SpanCursor* sCursor = reinterpret_cast<SpanCursor*>(sCurrent + 4 * Traits::kWarps);
+  int32_t* sCurrent = reinterpret_cast<int32_t*>(sRaw + M);  // the record whose bounds sLo / sHi hold
   RowGeometry* sRow = reinterpret_cast<RowGeometry*>(smem + uint32_t(Layout::rows(p.max_records, p.retrieved_k)));
   // The Hn bands (only when the call has them: otherwise not allotted).
   Element* sBandK = reinterpret_cast<Element*>(smem + uint32_t(Layout::band_k(p.max_records, p.retrieved_k)));
@@ -646,12 +639,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   // ---- prologue: records, retrieved blocks, straddling blocks --------------------------------------
   const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
   const int32_t count = p.record_count[2 * plan], spans = p.record_count[2 * plan + 1];
+  // The plan's records and spans in one copy, as laid out (the records' unused entries too: one loop).
   const int4* src = reinterpret_cast<const int4*>(records_of(p, p.records, plan));
 #pragma unroll 1
-  for (int x = tid; x < count; x += M) reinterpret_cast<int4*>(sRec)[x] = src[x];
-  const int4* src_spans = reinterpret_cast<const int4*>(spans_of(p, p.records, plan));
-#pragma unroll 1
-  for (int x = tid; x < spans; x += M) reinterpret_cast<int4*>(sSpan)[x] = src_spans[x];
+  for (int x = tid; x < p.max_records + spans; x += M) reinterpret_cast<int4*>(sRec)[x] = src[x];
   const int32_t k = p.retrieved != nullptr ? p.retrieved_k : 0;
   const int32_t* given = k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * k : nullptr;
 #pragma unroll 1
@@ -668,7 +659,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   const RowGeometry me = row_geometry(g, i, sRet, k);
   sRow[tid] = me;
   const bool valid = tid < t.nrows;
-  if (tid < Traits::kWarps) sCurrent[tid] = -1;  // no record's bounds yet (published by the barriers below)
+  sCurrent[tid] = -1;  // no record's bounds yet
   uint32_t any = 0;  // bit x: some row has a straddling block on side x
 #pragma unroll
   for (int x = 0; x < 2; ++x) {
@@ -846,11 +837,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   // the run; once the tiles are done, the variants straddling blocks may still need.
 #pragma unroll 1
   for (;;) {
-    fill_slots(cur.from, cur.kind >= 0 ? cur.kind >> 1 : kVariantSlots - 1);
-    if (cur.kind < 0) break;
+    int32_t kind, from;
+    cursor.run(sSpan, spans, kind, from);
+    fill_slots(from, kind >= 0 ? kind >> 1 : kVariantSlots - 1);
+    if (kind < 0) break;
     // The unmasked loop (FlashAttention's): every row of the CTA sees every key of the tile, no column
     // fix-up; no bounds, no selects, no warp reduction. (A warp of padding rows computes them, unused.)
-    if (!(cur.kind & 1)) {
+    if (!(kind & 1)) {
 #pragma unroll 1
     do {
       step();
@@ -864,15 +857,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       stage ^= 1;
     } while (cur.cont);
     } else {
-    // The masked loop: the variant's other tiles. Per record, each row's bounds and the warp's reduction;
-    // per tile and warp, skip / full / masked and the column fix-ups (tile.h).
+    // The masked loop: the variant's other tiles. Per record, each row's bounds; per tile and warp, skip /
+    // full / masked by two votes of its rows, and the column fix-ups (tile.h).
 #pragma unroll 1
     do {
       step();
       const Record rec = sRec[cur.record];
-      if (cur.record != sCurrent[warp]) {  // a new record for the warp: its rows' bounds
-        __syncwarp();  // every lane has read the warp's current record
-        if (lane == 0) sCurrent[warp] = cur.record;
+      if (cur.record != sCurrent[tid]) {  // a new record for this row (for the warp alike): its bounds
+        sCurrent[tid] = cur.record;
         const Bounds b = record_bounds(g, rec, sRow[tid]);
         sLo[tid] = b.lo;
         sHi[tid] = b.hi;
@@ -885,21 +877,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
         } else if (rec.flags & kRecDirect) {
           sRaw[tid] = b.hi > b.lo ? straddling_score(g, b.lo, sMixA[x * M + tid], sMixB[x * M + tid]) : 0.f;
         }
-        WarpBounds wb = WarpBounds::empty();
-        if (tid < cta.nrows) wb.add(b);
-        // ... reduced over the warp once per record, as WarpBounds::merge does (redux.sync, sm_80+; the branch
-        // is uniform across the CTA, so every lane takes the reductions), kept in shared memory (not in
-        // registers across the tiles).
-        wb.all_lo = __reduce_max_sync(0xffffffffu, wb.all_lo);
-        wb.all_hi = __reduce_min_sync(0xffffffffu, wb.all_hi);
-        wb.any_lo = __reduce_min_sync(0xffffffffu, wb.any_lo);
-        wb.any_hi = __reduce_max_sync(0xffffffffu, wb.any_hi);
-        if (lane == 0) sWarp[warp] = wb;
         __syncwarp();  // the warp's rows' bounds are in shared memory
       }
-      const WarpBounds wb = sWarp[warp];
       cur.excluded = (rec.flags & kRecExclude) ? exclusion_bits(g, sRet, k, cur.a, cur.n) : 0;
-      const TileWork work = classify(wb, cur, rec);
+      const Bounds mine{sLo[tid], sHi[tid]};
+      const bool row = tid < cta.nrows;
+      const TileWork work = classify(__all_sync(0xffffffffu, row_sees_all(mine, cur, row)),
+                                     __any_sync(0xffffffffu, row_sees_any(mine, cur, row)), rec);
       if (work != TileWork::kSkip) {
         const int32_t ragged = ragged_column(g, rec, cur);
         const bool fixups = has_column_fixups(cur, ragged);

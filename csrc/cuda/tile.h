@@ -2,8 +2,8 @@
 // tiles. Host and device code: the attention kernel (mainloop.h) and the plan census (emulator/
 // plan_emulator.cu plan_stats) share every decision here, so the census counts the kernel's own choices.
 //
-// A warp owns 32 query rows. On entering a record it reduces its rows' bounds [lo, hi) (record_bounds)
-// to four numbers; per KV tile [a, a + n) it then picks one of
+// A warp owns 32 query rows. In the kernel's masked loop each row keeps its bounds [lo, hi) in the record
+// (record_bounds), and per KV tile [a, a + n) the warp picks, by two votes of its rows, one of
 //   kSkip    no row of the warp sees a key of the tile: no MMA at all;
 //   kFull    every row sees every key of the tile: FlashAttention's unmasked path (scale, bias);
 //   kMasked  rows differ: per element, lo <= key < hi (two int32 compares).
@@ -19,31 +19,6 @@
 #include "plan.h"
 
 namespace rangeswa::cuda {
-
-// Bounds of a warp's rows in one record: every valid row sees [all_lo, all_hi) at least, and no row
-// sees a key outside [any_lo, any_hi). Rows past the tile's end are ignored.
-struct WarpBounds {
-  int32_t all_lo, all_hi, any_lo, any_hi;
-
-  RSWA_HD static WarpBounds empty() { return WarpBounds{INT32_MIN, INT32_MAX, INT32_MAX, INT32_MIN}; }
-  RSWA_HD void add(const Bounds& b) {
-    if (b.hi <= b.lo) {  // a row that sees nothing: the tile cannot be seen whole by every row
-      all_lo = INT32_MAX;
-      all_hi = INT32_MIN;
-      return;
-    }
-    all_lo = imax(all_lo, b.lo);
-    all_hi = imin(all_hi, b.hi);
-    any_lo = imin(any_lo, b.lo);
-    any_hi = imax(any_hi, b.hi);
-  }
-  RSWA_HD void merge(const WarpBounds& o) {
-    all_lo = imax(all_lo, o.all_lo);
-    all_hi = imin(all_hi, o.all_hi);
-    any_lo = imin(any_lo, o.any_lo);
-    any_hi = imax(any_hi, o.any_hi);
-  }
-};
 
 enum class TileWork : uint8_t { kSkip = 0, kFull = 1, kMasked = 2 };
 
@@ -71,18 +46,20 @@ RSWA_HD int32_t ragged_column(const Geometry& g, const Record& r, const KvTile& 
   return last >= t.a && last < t.a + t.n ? last - t.a : -1;
 }
 
-RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t) {
-  const int32_t end = t.a + t.n;
-  if (w.any_hi <= w.any_lo || w.any_hi <= t.a || w.any_lo >= end) return TileWork::kSkip;
-  return w.all_lo <= t.a && end <= w.all_hi ? TileWork::kFull : TileWork::kMasked;
+// A row's part in its warp's choice for tile t (rows past the tile's end take none): whether it sees every
+// key of the tile, and whether it sees any.
+RSWA_HD bool row_sees_all(const Bounds& b, const KvTile& t, bool row) { return !row || (b.lo <= t.a && t.a + t.n <= b.hi); }
+RSWA_HD bool row_sees_any(const Bounds& b, const KvTile& t, bool row) {
+  return row && b.lo < b.hi && b.lo < t.a + t.n && t.a < b.hi;
 }
 
-// The same for a tile of record r: in a window record with its edges' summaries (plan.h window_sums)
-// every row sees every key, exactly or in its G-block's mean, so no tile is skipped; a tile is full where
-// every row sees all its keys exactly, else masked (mainloop.h warp_tile takes the G-block means there).
-RSWA_HD TileWork classify(const WarpBounds& w, const KvTile& t, const Record& r) {
-  const TileWork work = classify(w, t);
-  return (r.flags & kRecWindowSums) && work == TileWork::kSkip ? TileWork::kMasked : work;
+// A warp's work on tile t of record r from two votes of its rows: skip when no row sees a key of it, full
+// when every row sees all of it, else masked. In a window record with its edges' summaries (plan.h
+// window_sums) every row sees every key, exactly or in its G-block's mean, so no tile is skipped (mainloop.h
+// warp_tile takes the G-block means on a masked tile).
+RSWA_HD TileWork classify(bool all, bool any, const Record& r) {
+  if (!any) return (r.flags & kRecWindowSums) ? TileWork::kMasked : TileWork::kSkip;
+  return all ? TileWork::kFull : TileWork::kMasked;
 }
 
 // Whether some columns of the tile differ from the rest for every row alike: past the keys (n < width),
@@ -253,6 +230,13 @@ struct SpanCursor {
     out.cont = false;
     out.from = count > 0 ? (spans[count - 1].kind >> 1) + 1 : 0;
     return false;
+  }
+  // The kind and `from` of the tile the last advance gave, read again from its span (the kernel keeps them
+  // in no register across the tiles).
+  RSWA_HD void run(const TileSpan* spans, int32_t count, int32_t& kind, int32_t& from) const {
+    const TileSpan s = spans[imin(span, imax(count - 1, 0))];  // read in bounds, used below `count`
+    kind = span < count ? s.kind : -1;
+    from = span < count ? s.from : count > 0 ? (s.kind >> 1) + 1 : 0;
   }
 };
 
