@@ -43,21 +43,24 @@ struct RecordArrays {
   int64_t v_row;
 };
 
-// Shared memory: the query slot, two K and two V stages, the records and their arrays, the retrieved
-// blocks, the tile spans, and per row
-// its bounds in the current record and its straddling blocks (block and class-change token per side)
-// with the two parts of their logits.
+// Shared memory: the query slot, two K and two V stages; per row (at offsets fixed at compile time, so the
+// walk addresses them from one register) its bounds in the current record, the parts of its straddling
+// blocks' logits, a direct record's score, the masked loop's record of its bounds, and its RowGeometry; then
+// the plan (records and tile spans), the records' arrays and the retrieved blocks; the Hn bands' buffers.
 template <typename Traits>
 struct SharedLayout {
   using Element = typename Traits::Element;
   static constexpr int M = Traits::kBlockM;
+  static constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
   static constexpr size_t kK = size_t(Traits::kQElems) * sizeof(Element);
   static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
-  static constexpr size_t kRecords = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
-  static constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+  // Per row: bounds (2), straddling parts (4), direct score (1), the record of its bounds (1), int32 each.
+  static constexpr size_t kRows = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
+  static constexpr size_t kGeometry = kRows + size_t(M) * 8 * 4;
   // The plan as the plan kernel wrote it (records, then the tile spans: attn_params.h records_of /
   // spans_of); then per record its keys and values arrays for the CTA's KV head (RecordArrays), found once
   // in the prologue.
+  static constexpr size_t kRecords = align16(kGeometry + size_t(M) * sizeof(RowGeometry));
   static constexpr size_t spans(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
   static constexpr size_t arrays(int max_records, int k) {
     return spans(max_records) + size_t(max_spans(k)) * sizeof(TileSpan);
@@ -65,23 +68,18 @@ struct SharedLayout {
   static constexpr size_t retrieved(int max_records, int k) {
     return arrays(max_records, k) + size_t(max_records) * sizeof(RecordArrays<Element>);
   }
-  static constexpr size_t mixed(int max_records, int k) { return align16(retrieved(max_records, k) + size_t(k) * 4); }
-  // Per row: bounds (2), straddling parts (4), direct score (1), the masked loop's record of its bounds (1).
-  static constexpr size_t rows(int max_records, int k) { return mixed(max_records, k) + size_t(M) * 8 * 4; }
   // The Hn bands (plan.h hn_bands), when the call has them (geo.band_ok): one band's summary rows as a
   // 16-row K tile, and per side and row the logits of its blocks (kBandStride floats a row: one bank apart).
   static constexpr int kBandStride = kBandBlocks + 1;
-  static constexpr size_t band_k(int max_records, int k) {
-    return align16(rows(max_records, k) + size_t(M) * sizeof(RowGeometry));
-  }
+  static constexpr size_t band_k(int max_records, int k) { return align16(retrieved(max_records, k) + size_t(k) * 4); }
   static constexpr size_t band_logits(int max_records, int k) {
     return band_k(max_records, k) + size_t(kBandBlocks) * Traits::kStride * sizeof(Element);
   }
   static constexpr size_t bytes(int max_records, int k, bool band) {
     return band ? band_logits(max_records, k) + size_t(2) * M * kBandStride * sizeof(float)
-                : rows(max_records, k) + size_t(M) * sizeof(RowGeometry);
+                : retrieved(max_records, k) + size_t(k) * 4;
   }
-  static_assert(kK % 16 == 0 && kV % 16 == 0 && kRecords % 16 == 0, "16-byte aligned tiles");
+  static_assert(kK % 16 == 0 && kV % 16 == 0 && kRows % 16 == 0 && kGeometry % 16 == 0, "16-byte aligned");
 };
 
 // The shared-memory row, and so the column of S and P, of key r of a 64-key tile: lane t of a quad owns
@@ -577,7 +575,7 @@ __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const Que
                    slot_rows_in_chunks<Traits>(p, q_rows));
   control_walk<Traits>(p, t, head, sQ, reinterpret_cast<Element*>(smem + Layout::kK),
                        reinterpret_cast<Element*>(smem + Layout::kV), sRec, sArrays, count,
-                       reinterpret_cast<const int32_t*>(smem + Layout::mixed(p.max_records, p.retrieved_k)));
+                       reinterpret_cast<const int32_t*>(smem + Layout::kRows));
 }
 
 // What a body CTA's fills, dots and epilogue need of its tile, kept in shared memory for the walk (not in
@@ -619,13 +617,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   TileSpan* sSpan = reinterpret_cast<TileSpan*>(smem + uint32_t(Layout::spans(p.max_records)));
   // Per row: its bounds in the current record, the two parts of its straddling blocks' logits (per side)
   // and, in a direct record, its raw score.
-  int32_t* sLo = reinterpret_cast<int32_t*>(smem + uint32_t(Layout::mixed(p.max_records, p.retrieved_k)));
+  int32_t* sLo = reinterpret_cast<int32_t*>(smem + Layout::kRows);
   int32_t* sHi = sLo + M;
   float* sMixA = reinterpret_cast<float*>(sHi + M);  // [2][M]
   float* sMixB = sMixA + 2 * M;                      // [2][M]
   float* sRaw = sMixB + 2 * M;
   int32_t* sCurrent = reinterpret_cast<int32_t*>(sRaw + M);  // the record whose bounds sLo / sHi hold
-  RowGeometry* sRow = reinterpret_cast<RowGeometry*>(smem + uint32_t(Layout::rows(p.max_records, p.retrieved_k)));
+  RowGeometry* sRow = reinterpret_cast<RowGeometry*>(smem + Layout::kGeometry);
   // The Hn bands (only when the call has them: otherwise not allotted).
   Element* sBandK = reinterpret_cast<Element*>(smem + uint32_t(Layout::band_k(p.max_records, p.retrieved_k)));
   float* sBand = reinterpret_cast<float*>(smem + uint32_t(Layout::band_logits(p.max_records, p.retrieved_k)));
@@ -872,7 +870,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
         const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
         if (rec.flags & kRecBand) {  // joins the band's scores
           const int32_t blk = x == 0 ? sRow[tid].mix[0] : sRow[tid].mix[1];
-          if (tid < cta.nrows && blk >= rec.k0 && blk < rec.k0 + rec.n)
+          if (valid && blk >= rec.k0 && blk < rec.k0 + rec.n)
             sBand[(x * M + tid) * kBandStride + blk - rec.k0] = straddling_score(g, blk, sMixA[x * M + tid], sMixB[x * M + tid]);
         } else if (rec.flags & kRecDirect) {
           sRaw[tid] = b.hi > b.lo ? straddling_score(g, b.lo, sMixA[x * M + tid], sMixB[x * M + tid]) : 0.f;
@@ -881,9 +879,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       }
       cur.excluded = (rec.flags & kRecExclude) ? exclusion_bits(g, sRet, k, cur.a, cur.n) : 0;
       const Bounds mine{sLo[tid], sHi[tid]};
-      const bool row = tid < cta.nrows;
-      const TileWork work = classify(__all_sync(0xffffffffu, row_sees_all(mine, cur, row)),
-                                     __any_sync(0xffffffffu, row_sees_any(mine, cur, row)), rec);
+      const TileWork work = classify(__all_sync(0xffffffffu, row_sees_all(mine, cur, valid)),
+                                     __any_sync(0xffffffffu, row_sees_any(mine, cur, valid)), rec);
       if (work != TileWork::kSkip) {
         const int32_t ragged = ragged_column(g, rec, cur);
         const bool fixups = has_column_fixups(cur, ragged);
