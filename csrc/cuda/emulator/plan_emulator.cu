@@ -97,7 +97,6 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
     st[0] = rec.count;
     st[5] = t.nrows;
     std::vector<Bounds> bounds(M);
-    WarpBounds warps[4];
     int32_t current = -1;
     // The tiles in the kernel's order (the spans: per query variant its unmasked loop, then its masked loop),
     // which must be the records' tiles, each once.
@@ -123,13 +122,7 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
       kv.excluded = (r.flags & kRecExclude) ? exclusion_bits(g, rec.sorted, rec.k, kv.a, kv.n) : 0;
       if (kv.record != current) {
         current = kv.record;
-        for (int w = 0; w < 4; ++w) {
-          warps[w] = WarpBounds::empty();
-          for (int i = 0; i < W; ++i) {
-            bounds[w * W + i] = record_bounds(g, r, rows[w * W + i]);
-            if (w * W + i < t.nrows) warps[w].add(bounds[w * W + i]);
-          }
-        }
+        for (int i = 0; i < M; ++i) bounds[i] = record_bounds(g, r, rows[i]);
       }
       const int32_t ragged = ragged_column(g, r, kv);
       const bool direct = (r.flags & kRecDirect) != 0;  // no K tile: counted apart
@@ -139,7 +132,12 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
       const bool sums = (r.flags & kRecWindowSums) != 0;
       st[23] += unmasked;
       for (int w = 0; w < 4; ++w) {
-        TileWork work = classify(warps[w], kv, r);
+        bool all = true, any = false;  // the kernel's two votes over the warp's rows
+        for (int i = w * W; i < w * W + W; ++i) {
+          all = all && row_sees_all(bounds[i], kv, i < t.nrows);
+          any = any || row_sees_any(bounds[i], kv, i < t.nrows);
+        }
+        TileWork work = classify(all, any, r);
         if (unmasked) {  // the unmasked loop: every warp computes the tile whole (padding rows unused)
           TORCH_CHECK((w * W >= t.nrows || work == TileWork::kFull) && kv.width == N && !has_column_fixups(kv, ragged),
                       "a tile in the unmasked loop that warp ", w, " of body tile ", x, " must mask (record ",
