@@ -14,7 +14,11 @@ instructions, 16.5% MMA and no CALLs):
 - MMA share (HMMA / HGMMA over all instructions) at least 4%;
 - no CALL into a division or reciprocal subroutine (integer division and IEEE fp32 division slow paths);
   other CALLs (sm_80's warp-sync slow paths for shuffles the compiler cannot prove converged) are listed;
-- at most 64 64-bit integer compares (``ISETP ... .EX``) and 64 divergent regions (``BSSY``).
+- at most 64 64-bit integer compares (``ISETP ... .EX``) and 64 divergent regions (``BSSY``);
+- at head dim 64, per warp: at most 650 instructions on a full tile's path (the cheapest trip around a tile
+  loop with a whole tile's MMAs and the next tile's copy: the kernel's unmasked loop) and none of the masked
+  loop's code on it (its bounds, votes, fix-ups and selects, by source line), at most 800 on a masked tile's
+  (the trip through the logit block's selects); the masked loop's full tile (through its votes) is reported.
 
 tests/test_cuda_gates.py runs the same checks in the test suite; scripts/gpu_check.sh runs this script on
 the GPU machine's toolchain.
@@ -244,12 +248,36 @@ def logit_block_lines() -> tuple[int, int]:
     return first, first
 
 
-def function_lines(name: str) -> tuple[int, int]:
-    """The lines of mainloop.h function `name` (its signature to its closing brace at column 0)."""
-    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
+def function_lines(name: str, file: str = "mainloop.h") -> tuple[int, int]:
+    """The lines of csrc/cuda/`file` function `name` (its signature to its closing brace at column 0)."""
+    text = (ROOT / "csrc" / "cuda" / file).read_text().splitlines()
     first = next(n for n, t in enumerate(text, 1) if f" {name}(" in t and not t.lstrip().startswith("//"))
     last = next(n for n, t in enumerate(text[first - 1:], first) if t == "}")
     return first, last
+
+
+def masked_only_lines() -> dict[str, set[int]]:
+    """{file: lines} of the code only the kernel's masked loop runs (mainloop.h attn_kernel): the loop's own
+    lines (from its comment "// The masked loop" to the `} while` that closes it: each row's bounds in a new
+    record, the exclusion bits, the two votes, the fix-up flags), the logit block of warp_tile (logit_block_lines)
+    and the functions they call (tile.h row_sees_all / row_sees_any / classify / has_column_fixups /
+    ragged_column, plan.h record_bounds / exclusion_bits). The full tile's trip (the unmasked loop) must pass
+    none of them."""
+    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
+    first = next(n for n, t in enumerate(text, 1) if t.strip().startswith("// The masked loop"))
+    last = next(n for n, t in enumerate(text[first - 1:], first) if t.strip().startswith("} while"))
+    out = {"mainloop.h": set(range(first, last + 1)) | set(range(logit_block_lines()[0], logit_block_lines()[1] + 1))}
+    for file, names in (("tile.h", ("row_sees_all", "row_sees_any", "classify", "has_column_fixups", "ragged_column")),
+                        ("plan.h", ("record_bounds", "exclusion_bits"))):
+        text = (ROOT / "csrc" / "cuda" / file).read_text().splitlines()
+        lines = set()
+        for name in names:
+            for n, t in enumerate(text, 1):  # every definition (overloads too), signature to closing brace
+                if f" {name}(" in t and t.startswith("RSWA_HD"):
+                    end = n if t.rstrip().endswith("}") else next(m for m, u in enumerate(text[n - 1:], n) if u == "}")
+                    lines |= set(range(n, end + 1))
+        out[file] = lines
+    return out
 
 
 def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set | None = None) -> dict:
@@ -427,6 +455,8 @@ def failures(stats: dict) -> list[str]:
         out.append(f"{stats['bssy']} divergent regions (BSSY) > {LIMITS['max_bssy']}")
     if stats.get("full_tile") is not None and stats["full_tile"] > LIMITS["max_full_tile"]:
         out.append(f"{stats['full_tile']} instructions per warp on a full tile's path > {LIMITS['max_full_tile']}")
+    if stats.get("full_tile_masked_code"):
+        out.append(f"{stats['full_tile_masked_code']} instructions of the masked loop's code on the full tile's path")
     if stats.get("masked_tile") is not None and stats["masked_tile"] > LIMITS["max_masked_tile"]:
         out.append(f"{stats['masked_tile']} instructions per warp on a masked tile's path > {LIMITS['max_masked_tile']}")
     return out
@@ -446,13 +476,24 @@ def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dic
                 path = tile_path(sass, FULL_TILE_MMA)
                 stats.update(full_tile=path["instructions"], full_tile_mma=path["mma"], full_tile_ops=path["ops"],
                              full_tile_copies=path["ops"].get("LDGSTS", 0))
+                # The full tile's trip is the unmasked loop's: none of the masked loop's code (bounds, votes,
+                # fix-ups, selects) on it.
+                lines = source_lines(cubin)
+                masked_only = masked_only_lines()
+                stats["full_tile_masked_code"] = sum(lines.get(a, ("", 0))[1] in masked_only.get(lines.get(a, ("", 0))[0], ())
+                                                     for a in path.get("path", []))
                 # The masked tile (or a full one with column fix-ups): the trip through the per-element logits.
                 first, last = logit_block_lines()
-                lines = source_lines(cubin)
                 block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
                 masked = tile_path(sass, FULL_TILE_MMA, through=block) if block else dict(instructions=None, ops={})
                 stats.update(masked_tile=masked["instructions"], masked_tile_ops=masked["ops"],
                              logit_block_instructions=len(block))
+                # A tile of the masked loop that the warp takes whole (its votes, then no logit block: full, no
+                # fix-up): the trip through the votes (tile.h row_sees_any, the masked loop's alone).
+                first, last = function_lines("row_sees_any", "tile.h")
+                votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
+                voted = tile_path(sass, FULL_TILE_MMA, through=votes) if votes else dict(instructions=None, ops={})
+                stats.update(masked_loop_full_tile=voted["instructions"], masked_loop_full_tile_ops=voted["ops"])
                 # A control CTA's warp on its 16-column unit of a tile (the trip through control_unit).
                 first, last = function_lines("control_unit")
                 unit = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
@@ -504,8 +545,9 @@ def main(argv=None) -> int:
         print(f"sm_{arch}: registers {s['registers']}, spills {s['spill_stores']} B, stack {s['stack']} B, "
               f"SASS {s['instructions']}, MMA {s['mma']} ({s['mma_share']:.2%}), 64-bit compares {s['isetp64']}, "
               f"BSSY {s['bssy']}, CALLs {len(s['calls'])} (division {len(s['division_calls'])}), full tile "
-              f"{s.get('full_tile')} instructions per warp ({s.get('full_tile_mma')} MMA), masked tile "
-              f"{s.get('masked_tile')}, control unit {s.get('control_unit')} ({s.get('control_unit_mma')} MMA)")
+              f"{s.get('full_tile')} instructions per warp ({s.get('full_tile_mma')} MMA; masked-loop code on it "
+              f"{s.get('full_tile_masked_code')}), masked tile {s.get('masked_tile')}, a full tile in the masked loop "
+              f"{s.get('masked_loop_full_tile')}, control unit {s.get('control_unit')} ({s.get('control_unit_mma')} MMA)")
         for f in s["failures"]:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]

@@ -241,6 +241,34 @@ def test_simt_kernel_is_schedule_independent_on_the_edge_free_records(simt):
         simt.configure(schedule_seed=0, eager_copies=False)
 
 
+def test_simt_kernel_takes_each_tile_in_its_loop(simt):
+    """The plan's tile spans (tile.h plan_spans): per query variant, the tiles every row of the CTA sees whole
+    with no column fix-up go to the kernel's unmasked loop (no bounds, no selects), the others to its masked
+    loop. On a case with both (the census counts them), the kernel matches the float64 reference; with the
+    SIMT op's plan fault, which moves every masked 64-key span to the unmasked loop after the plan kernel, it
+    does not: a tile sent down the wrong loop shows."""
+    from cuda_emulator import emulator_ops
+
+    case = GRID[_grid_index(regime="grouped_retrieval", D=64, C=12)]
+    cfg = config(case)
+    q, k, v = inputs(case, torch.float32)
+    retrieved = retrieved_for(q, k, cfg, case)
+    args = ops.attn_arguments(cfg, case["C"], case["stage"])
+    st = emulator_ops().plan_stats(q, k, v, retrieved, **args)
+    st = st[st[:, 5] > 0]
+    unmasked, tiles = st[:, 23].sum().item(), (st[:, 1] + st[:, 2] + st[:, 19]).sum().item()
+    assert 0 < unmasked < tiles and st[:, 3].sum() > 0  # both loops, and warp-tiles that mask
+    out, lse = simt.attn(q, k, v, retrieved, **args)
+    assert_attn_close(out, lse, q, k, v, case, retrieved, what="SIMT kernel ")
+    assert simt.plan_fault(1) == 0
+    try:
+        wrong, _ = simt.attn(q, k, v, retrieved, **args)
+    finally:
+        simt.plan_fault(0)
+    err = ((wrong - out).abs().max() / out.abs().max()).item()
+    assert err > 100 * FP32_TOL, f"masked tiles in the unmasked loop changed the output by {err:.3g} only"
+
+
 @pytest.mark.parametrize("method,C,L", [("rangeswa_lite", 40, 1029), ("rangeswa", 12, 1024 + 20)],
                          ids=["C40-two-control-tiles", "C12-short-last-chunk"])
 def test_simt_kernel_control_rows_split_over_the_warps(simt, method, C, L):

@@ -675,12 +675,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     for (int x = tid; x < 2 * M * kBandStride; x += M) sBand[x] = -INFINITY;
 
   // ---- the query slot --------------------------------------------------------------------------------
-  RSWA_STATIC_SHARED(BodyCta, cta);  // read past the walk's first barrier
+  RSWA_STATIC_SHARED(BodyCta, cta);
   if (tid == 0) {
     const int32_t n0 = g.C + t.i0 - p.first_row;  // q row of the tile's first row
     const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, n0);
     cta = BodyCta{q_rows, int64_t(head) * p.Nq + n0, t.i0, t.nrows, bh, needed, slot_rows_in_chunks<Traits>(p, q_rows)};
   }
+  __syncthreads();  // cta is published
   // The tile's rows under variant v (thread r fills row r).
   auto fill = [&](QVar v) {
     const int half = p.rotary_half;
@@ -879,7 +880,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       }
       cur.excluded = (rec.flags & kRecExclude) ? exclusion_bits(g, sRet, k, cur.a, cur.n) : 0;
       const Bounds mine{sLo[tid], sHi[tid]};
-      const TileWork work = classify(__all_sync(0xffffffffu, row_sees_all(mine, cur, valid)),
+      const TileWork work = classify(!__any_sync(0xffffffffu, !row_sees_all(mine, cur, valid)),
                                      __any_sync(0xffffffffu, row_sees_any(mine, cur, valid)), rec);
       if (work != TileWork::kSkip) {
         const int32_t ragged = ragged_column(g, rec, cur);

@@ -29,6 +29,7 @@ namespace {
 double g_kernel_seconds = 0.0;
 int64_t g_smem_bytes = 0;
 int64_t g_values_in_place = 0;  // whether the last attn call read its body values from v itself
+int g_plan_fault = 0;            // plan_fault below
 
 // The kernel's arrays as guarded copies (simt::GuardedCopy): every array the kernel parameters point into is
 // copied so that it ends at an inaccessible page (the two rope tables of a table tensor separately), the
@@ -157,6 +158,12 @@ struct SimtLaunches final : CallKernels {
     std::fill(hc.record_count.begin(), hc.record_count.end(), -1);  // a plan the kernel forgets shows
     check_launch(launch_plan(hc.p, hc.ap.rules, hc.buf.retrieved, hc.buf.retrieved_sorted, hc.records.data(),
                              hc.record_count.data(), hc.s.plans(), nullptr), "plan");
+    if (g_plan_fault == 1)  // every masked span of KV tiles to the unmasked loop (plan_fault)
+      for (int64_t x = 0; x < hc.s.plans(); ++x) {
+        TileSpan* spans = spans_of(hc.p, hc.records.data(), x);
+        for (int32_t y = 0; y < hc.record_count[2 * x + 1]; ++y)
+          if (spans[y].width == hc.p.geo.tile_cols) spans[y].kind &= ~1;
+      }
   }
   // The control rows' outputs and log-sum-exp from their chunks (combine.h), as the op launches it.
   void combine(const AttnKernelParams& p, at::ScalarType type) const {
@@ -326,6 +333,14 @@ std::vector<int64_t> configure(int64_t workers, bool poison_shared, bool check_r
   return old;
 }
 
+// A fault the next attn calls' plans get after the plan kernel, for tests that must see it: 0 none, 1 every
+// masked span of KV tiles moved to the kernel's unmasked loop (tile.h TileSpan). Returns the previous one.
+int64_t plan_fault(int64_t fault) {
+  const int64_t old = g_plan_fault;
+  g_plan_fault = int(fault);
+  return old;
+}
+
 // The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
 // of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place.
 std::vector<int64_t> stats() {
@@ -350,6 +365,7 @@ TORCH_LIBRARY(rangeswa_simt, m) {
         "int schedule_seed=0, bool guard_global=True, int stack_bytes=262144) -> int[]",
         &rangeswa::cuda::configure);
   m.def("stats() -> int[]", &rangeswa::cuda::stats);
+  m.def("plan_fault(int fault) -> int", &rangeswa::cuda::plan_fault);
 }
 
 TORCH_LIBRARY_IMPL(rangeswa_simt, CPU, m) {
