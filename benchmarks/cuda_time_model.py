@@ -110,6 +110,10 @@ class Design:
     # the KV tiles whose logits are computed before the softmax: masked, or full with column fix-ups; the
     # census's logit_path_tiles_per_warp, the kernel's own branch).
     extra_tiles: str = "masked"
+    # Warp instructions of a tile the masked loop takes whole (its votes, no logits), when the kernel has an
+    # unmasked loop (the plan's tile spans): the census's unmasked-loop tiles pay full_tile, the masked loop's
+    # others this, those with logits full_tile + masked_extra. None: one loop, every tile full_tile.
+    masked_loop_full: float | None = None
     pass_extra: float = 0.0  # added per second GEMM pass (first design: multi-class tiles)
     edge_tile_extra: float = 0.0  # first design: per-element rule code of an edge tile
     cta_setup: float = 0.0  # per warp: prologue, plan, epilogue
@@ -166,8 +170,10 @@ SECOND_REVIEWED = Design(
 )
 # Warp instructions of the full-tile path as scripts/cuda_gates.py counts it (sm_90a, bf16, D = 64), and of
 # the masked tile's path (the trip through the logit block; a full tile with column fix-ups takes it too).
-FULL_TILE_MEASURED = 639
-MASKED_TILE_MEASURED = 779
+FULL_TILE_MEASURED = 582
+MASKED_TILE_MEASURED = 777
+# ... and of a tile the masked loop takes whole (the trip through its votes, no logit block).
+MASKED_LOOP_FULL_MEASURED = 640
 # A control CTA's warp on one 16-column unit of a tile (the trip through mainloop.h control_unit, 32 MMAs).
 CONTROL_UNIT_MEASURED = 271
 # SASS instructions per element of the vector preparation's token loops: every array (late), k_nat and k_cond
@@ -189,13 +195,15 @@ SECOND_NOW = replace(
     # (k_nat and k_cond alone, PrepareParams::lean).
     prepare_instructions_per_element=PREPARE_MEASURED,
     prepare_lite_instructions_per_element=PREPARE_LEAN_MEASURED,
-    # The full 64-key tile: the cheapest trip around the kernel's tile loop that issues a whole tile's 128
-    # MMAs and the next tile's copy, counted in the SASS by scripts/cuda_gates.py (sm_90a, bf16, D = 64;
-    # tests/test_cuda_gates.py holds this figure to the gate's count). Was 962 measured the same way before
-    # the fix-ups became a warp-uniform branch, the bounds reduction once per record and the rescale
-    # conditional (the review's estimate: 1,075).
+    # The full 64-key tile: the cheapest trip around the kernel's unmasked loop (the tiles the plan's spans
+    # send there) that issues a whole tile's 128 MMAs and the next tile's copy, counted in the SASS by
+    # scripts/cuda_gates.py (sm_90a, bf16, D = 64; tests/test_cuda_gates.py holds this figure to the gate's
+    # count). Was 639 in the one tile loop of 2026-12-02 (per-tile skip / full / masked choice and fix-up
+    # flags on every tile), 962 before the fix-ups became a warp-uniform branch (the review's estimate: 1,075).
+    # The masked loop's other tiles: a whole one 640, one with logits 777 (the gate's trips).
     full_tile=FULL_TILE_MEASURED,
     masked_extra=MASKED_TILE_MEASURED - FULL_TILE_MEASURED, extra_tiles="logit",
+    masked_loop_full=MASKED_LOOP_FULL_MEASURED,
     # attn_launch.h run_attn: the control rows' CTAs in the body's launch (per head, before its body tiles),
     # 32 rows each, the warps splitting every tile (mainloop.h control_unit; the trip counted by the gate).
     control_path="warp split", control_unit=CONTROL_UNIT_MEASURED,
@@ -206,7 +214,8 @@ SECOND_NOW = replace(
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
                                        "prepare: the gate's SASS count of the vector token loop",
                                        "full and masked tiles, control units: the gate's SASS path counts (sm_90a)",
-                                       "tiles on the masked path: the census's logit_path_tiles_per_warp"),
+                                       "tiles on the masked path: the census's logit_path_tiles_per_warp",
+                                       "tiles of the unmasked loop: the census's unmasked_tiles"),
 )
 # What issue 29 asks for: 650 instructions per full tile, a fill of 16-byte loads issued before use (one
 # round trip per 16-row pass of 8 chunks: 2), straddling dots from 16-byte loads (8 round trips), prepare at
@@ -251,15 +260,19 @@ def selection_phase(L: int, retrieves: bool) -> Phase:
 
 
 def plan_phase(L: int) -> Phase:
-    # One thread per body tile writes its records (plan.cu); a sort of the retrieved blocks first.
+    # One thread per body tile writes its records and its tile spans (plan.cu; the spans: two rows' geometry
+    # and a walk over the tiles, about 1,500 instructions more, an estimate); a sort of the retrieved blocks first.
     tiles = _heads() * L / 128
-    return Phase("plan", ctas=tiles / 128, warps_per_cta=4, resident=16, warp_instructions=4 * 2000,
+    return Phase("plan", ctas=tiles / 128, warps_per_cta=4, resident=16, warp_instructions=4 * 3500,
                  efficiency=HIGH_OCCUPANCY_EFFICIENCY, launches=2)
 
 
 def body_phase(d: Design, census: dict, L: int, lite: bool) -> Phase:
     ctas = _heads() * L / d.rows_per_cta
-    per_warp = (census["kv_tiles"] * d.full_tile + census[d.extra_tiles] * d.masked_extra
+    # With an unmasked loop, the masked loop's tiles without logits cost its whole-tile trip.
+    loop = 0.0 if d.masked_loop_full is None else (
+        (census["kv_tiles"] - census["unmasked"] - census["logit"]) * (d.masked_loop_full - d.full_tile))
+    per_warp = (census["kv_tiles"] * d.full_tile + census[d.extra_tiles] * d.masked_extra + loop
                 + census.get("edge", 0.0) * d.edge_tile_extra + census.get("passes", 0.0) * d.pass_extra
                 + d.cta_setup + census["fills"] * d.fill_instructions)
     chain = (census["fills"] * d.fill_round_trips + (0 if lite else d.mixed_round_trips)) * H200.latency_cycles
@@ -311,7 +324,7 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Ph
     label = {"late": "rangeswa late", "lite": "rangeswa_lite"}[case]
     e = entries[f"{label}|{L}|{D}"]
     census = dict(kv_tiles=e["kv_tiles"], masked=e["masked_tiles_per_cta"], logit=e["logit_path_tiles_per_warp"],
-                  fills=e["slot_fills"],
+                  unmasked=e.get("unmasked_tiles", 0.0), fills=e["slot_fills"],
                   cols_per_row=e["cols_per_row"])
     return [prepare_phase(d, L, case), selection_phase(L, case == "late"), plan_phase(L), control_phase(d, L),
             body_phase(d, census, L, case == "lite"), combine_phase(L)]

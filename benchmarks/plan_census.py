@@ -66,17 +66,18 @@ def census(cfg, stage: str, L: int, D: int, retrieved) -> dict:
                 full_tiles_per_warp=st[:, 4].mean().item() / WARPS, skipped_tiles_per_warp=st[:, 6].mean().item() / WARPS,
                 column_fixup_tiles=st[:, 12].mean().item(), slot_fills=st[:, 10].mean().item(),
                 logit_path_tiles_per_warp=st[:, 22].mean().item() / WARPS,
+                unmasked_tiles=st[:, 23].mean().item(), tile_spans=st[:, 24].mean().item(),
                 straddling_per_row=st[:, 9].sum().item() / rows)
 
 
 def markdown(entries: dict) -> str:
-    head = ["case", "L", "D", "keys/row", "GEMM cols/row (x)", "KV tiles/CTA", "masked per CTA / per warp",
-            "direct tiles", "slot fills"]
+    head = ["case", "L", "D", "keys/row", "GEMM cols/row (x)", "KV tiles/CTA", "unmasked loop",
+            "masked per CTA / per warp", "direct tiles", "slot fills"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for key, e in entries.items():
         label, L, D = key.split("|")
         lines.append(f"| {label} | {L} | {D} | {e['keys_per_row']:.0f} | {e['cols_per_row']:.0f} "
-                     f"({e['cols_per_row'] / e['keys_per_row']:.2f}) | {e['kv_tiles']:.1f} | "
+                     f"({e['cols_per_row'] / e['keys_per_row']:.2f}) | {e['kv_tiles']:.1f} | {e['unmasked_tiles']:.1f} | "
                      f"{e['masked_tiles_per_cta']:.2f} / {e['masked_tiles_per_warp']:.2f} | {e['direct_tiles']:.2f} | "
                      f"{e['slot_fills']:.2f} |")
     return "\n".join(lines)

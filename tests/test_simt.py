@@ -114,8 +114,8 @@ def test_simt_shuffles(simt):
 
 
 def test_simt_warp_reductions_and_bit_masks_follow_the_ptx_isa(simt):
-    """redux.sync.min / max.s32 (the kernel's per-record warp bounds) and bmsk.clamp.b32 (its masked tiles'
-    column masks) on hand-worked cases of the PTX ISA's semantics: the ISA's own example (1, 2) -> 0x6,
+    """redux.sync.min / max.s32, vote.sync.all / .any (the kernel's masked loop: skip, full or masked per
+    tile) and bmsk.clamp.b32 (its masked tiles' column masks) on hand-worked cases of the PTX ISA's semantics: the ISA's own example (1, 2) -> 0x6,
     widths 0 and past the word, positions at and past 32, and signed values."""
     pairs = [(1, 2), (0, 32), (0, 0), (5, 0), (32, 1), (40, 3), (30, 5), (0, 16), (16, 16), (3, 100),
              (31, 1), (0, 1), (12, 7), (2, 30), (2, 29), (33, 0)]
@@ -128,6 +128,9 @@ def test_simt_warp_reductions_and_bit_masks_follow_the_ptx_isa(simt):
 
     got = [int(out[64 + 2 * i]) | int(out[65 + 2 * i]) << 16 for i in range(len(pairs))]
     assert got[0] == 0x6 and got == [bmsk(a, b) for a, b in pairs]
+    # vote.sync.all / .any (the masked loop's two votes per tile): a predicate false in one lane, true in
+    # every lane, true in one lane, false in every lane; all in bits 0-3, any in bits 4-7, the same in every lane.
+    assert out[96:128].eq(0b0111_0010).all(), out[96:128]
 
 
 # --------------------------------------------------------------------------------------------- misuse

@@ -517,7 +517,7 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
     if (!have_cur && !have_nxt) break;
     if (have_cur) {
       const KvTile mine = control_unit(cur, warp, first);
-      if (mine.n > 0) {
+      if (__any_sync(0xffffffffu, mine.n > 0)) {  // warp-uniform (a vote: ptxas sees it so)
         const int32_t unit = (mine.a - cur.a) * Traits::kStride;
         const WarpTile<Element> w{sQ, sK + stage * Traits::kKVElems + unit, sV + stage * Traits::kKVElems + unit,
                                   lane, gq, TileWork::kFull, has_column_fixups(mine, -1), false, mine, -1,
@@ -862,7 +862,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     do {
       step();
       const Record rec = sRec[cur.record];
-      if (cur.record != sCurrent[tid]) {  // a new record for this row (for the warp alike): its bounds
+      if (__any_sync(0xffffffffu, cur.record != sCurrent[tid])) {  // a new record: each row's bounds
         sCurrent[tid] = cur.record;
         const Bounds b = record_bounds(g, rec, sRow[tid]);
         sLo[tid] = b.lo;
@@ -880,7 +880,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       }
       cur.excluded = (rec.flags & kRecExclude) ? exclusion_bits(g, sRet, k, cur.a, cur.n) : 0;
       const Bounds mine{sLo[tid], sHi[tid]};
-      const TileWork work = classify(!__any_sync(0xffffffffu, !row_sees_all(mine, cur, valid)),
+      const TileWork work = classify(__all_sync(0xffffffffu, row_sees_all(mine, cur, valid)),
                                      __any_sync(0xffffffffu, row_sees_any(mine, cur, valid)), rec);
       if (work != TileWork::kSkip) {
         const int32_t ragged = ragged_column(g, rec, cur);

@@ -8,6 +8,7 @@
 //   threadIdx / blockIdx / blockDim / gridDim      the calling fiber's CUDA thread
 //   __syncthreads(), __syncthreads_or/_and/_count  a CTA barrier (bar.sync 0 / bar.red.{or,and,popc}, 9.7.13.1)
 //   __syncwarp(), __shfl_sync / __shfl_xor_sync     warp rendezvous (bar.warp.sync 9.7.13.2, shfl.sync 9.7.9.6)
+//   __any_sync / __all_sync, __reduce_min/max_sync  vote.sync.{any,all}.pred (9.7.13.4), redux.sync (9.7.13.10)
 //   ldmatrix_x4[_trans]                             ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (9.7.14.5.15)
 //   mma_16816<bf16 / half>                          mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{..}.f32
 //                                                   (9.7.14.5.14, fragments 9.7.14.5.8)
@@ -240,6 +241,13 @@ inline int __any_sync(unsigned mask, int predicate, std::source_location site = 
   uint32_t any = predicate != 0;
   for (int x = 1; x < 32; x *= 2) any |= ::simt::shfl(::simt::Shfl::kXor, mask, any, x, 32, site);
   return int(any);
+}
+
+// vote.sync.all.pred: whether the predicate holds in every lane of `mask` (the same butterfly).
+inline int __all_sync(unsigned mask, int predicate, std::source_location site = RSWA_SIMT_HERE) {
+  uint32_t all = predicate != 0;
+  for (int x = 1; x < 32; x *= 2) all &= ::simt::shfl(::simt::Shfl::kXor, mask, all, x, 32, site);
+  return int(all);
 }
 
 // redux.sync.{min,max}.s32: the least / greatest value over the lanes of `mask` (every lane of it

@@ -279,12 +279,19 @@ void warp_gemm(int dtype, int D, int cols, const void* q, const void* k, const v
 }
 
 // redux.sync min / max over a warp of values (lane * 7) % 32 - 9 (one warp), and bmsk.clamp on the
-// (a, b) pairs of the input (16 pairs), each mask as its two 16-bit halves.
+// (a, b) pairs of the input (16 pairs), each mask as its two 16-bit halves; then vote.sync all / any of
+// the predicates value < 22 (all but one lane), value > -10 (every lane), value > 21 (one lane) and
+// value > 21 && lane == 32 (no lane) as the bits of one word, after the masks (out[96 + lane]).
 __global__ void bits_kernel(const ProbeArgs a) {
   const int lane = threadIdx.x;
   const int value = (lane * 7) % 32 - 9;
   a.out[lane] = float(__reduce_min_sync(0xffffffffu, value));
   a.out[32 + lane] = float(__reduce_max_sync(0xffffffffu, value));
+  const bool preds[4] = {value < 22, value > -10, value > 21, value > 21 && lane == 32};
+  int votes = 0;
+  for (int x = 0; x < 4; ++x)
+    votes |= (__all_sync(0xffffffffu, preds[x]) << x) | (__any_sync(0xffffffffu, preds[x]) << (4 + x));
+  a.out[96 + lane] = float(votes);
   if (lane < 16) {
     const uint32_t mask = bit_range(uint32_t(a.in[2 * lane]), uint32_t(a.in[2 * lane + 1]));
     a.out[64 + 2 * lane] = float(mask & 0xffffu);
