@@ -171,11 +171,11 @@ SECOND_REVIEWED = Design(
 # Warp instructions of the full-tile path as scripts/cuda_gates.py counts it (sm_90a, bf16, D = 64), and of
 # the masked tile's path (the trip through the logit block; a full tile with column fix-ups takes it too).
 FULL_TILE_MEASURED = 582
-MASKED_TILE_MEASURED = 777
+MASKED_TILE_MEASURED = 776
 # ... and of a tile the masked loop takes whole (the trip through its votes, no logit block).
-MASKED_LOOP_FULL_MEASURED = 640
+MASKED_LOOP_FULL_MEASURED = 639
 # A control CTA's warp on one 16-column unit of a tile (the trip through mainloop.h control_unit, 32 MMAs).
-CONTROL_UNIT_MEASURED = 271
+CONTROL_UNIT_MEASURED = 263
 # SASS instructions per element of the vector preparation's token loops: every array (late), k_nat and k_cond
 # alone (Lite).
 PREPARE_MEASURED = 38.2
@@ -200,7 +200,7 @@ SECOND_NOW = replace(
     # scripts/cuda_gates.py (sm_90a, bf16, D = 64; tests/test_cuda_gates.py holds this figure to the gate's
     # count). Was 639 in the one tile loop of 2026-12-02 (per-tile skip / full / masked choice and fix-up
     # flags on every tile), 962 before the fix-ups became a warp-uniform branch (the review's estimate: 1,075).
-    # The masked loop's other tiles: a whole one 640, one with logits 777 (the gate's trips).
+    # The masked loop's other tiles: a whole one 639, one with logits 776 (the gate's trips).
     full_tile=FULL_TILE_MEASURED,
     masked_extra=MASKED_TILE_MEASURED - FULL_TILE_MEASURED, extra_tiles="logit",
     masked_loop_full=MASKED_LOOP_FULL_MEASURED,

@@ -12,8 +12,10 @@ instructions, 16.5% MMA and no CALLs):
   (``__launch_bounds__(128, 2)``), 8 warps per SM like FlashAttention-2's hdim-64 kernel;
 - at most 8,000 static SASS instructions (the loop must fit the instruction caches);
 - MMA share (HMMA / HGMMA over all instructions) at least 4%;
-- no CALL into a division or reciprocal subroutine (integer division and IEEE fp32 division slow paths);
-  other CALLs (sm_80's warp-sync slow paths for shuffles the compiler cannot prove converged) are listed;
+- no CALL into a subroutine: neither a division or reciprocal routine (integer division and IEEE fp32
+  division slow paths) nor sm_80's warp-sync slow paths (a shuffle or vote after a branch the compiler cannot
+  prove warp-uniform gets ``BRA.DIV`` to a routine a converged warp never runs); the loop-exit reconvergence
+  ``CALL.REL.NOINC`` of sm_80 code is no subroutine and is not counted (subroutine_calls);
 - at most 64 64-bit integer compares (``ISETP ... .EX``) and 64 divergent regions (``BSSY``);
 - at head dim 64, per warp: at most 650 instructions on a full tile's path (the cheapest trip around a tile
   loop with a whole tile's MMAs and the next tile's copy: the kernel's unmasked loop) and none of the masked
@@ -125,7 +127,8 @@ def sass_stats(cubin: str, kernel: str = KERNEL) -> dict:
                 isetp64=sum(op.startswith("ISETP") and ".EX" in op for op in ops),
                 bssy=sum(op.startswith("BSSY") for op in ops),
                 local=sum(op.startswith(("LDL", "STL")) for op in ops),
-                calls=calls, division_calls=[c for c in calls if DIVISION.search(c)])
+                calls=calls, division_calls=[c for c in calls if DIVISION.search(c)],
+                subroutine_calls=subroutine_calls(function_sass(cubin, kernel)))
 
 
 ADDRESS = re.compile(r"^\s+/\*([0-9a-f]{4,6})\*/")
@@ -447,6 +450,8 @@ def failures(stats: dict) -> list[str]:
         out.append(f"static SASS {stats['instructions']} > {LIMITS['max_sass']}")
     if stats["mma_share"] < LIMITS["min_mma_share"]:
         out.append(f"MMA share {stats['mma_share']:.2%} < {LIMITS['min_mma_share']:.0%}")
+    if stats.get("subroutine_calls"):
+        out.append(f"{len(stats['subroutine_calls'])} CALLs into subroutines (warp-sync slow paths)")
     if stats["division_calls"]:
         out.append(f"{len(stats['division_calls'])} CALLs into division subroutines: {sorted(set(stats['division_calls']))}")
     if stats["isetp64"] > LIMITS["max_isetp64"]:
@@ -544,7 +549,8 @@ def main(argv=None) -> int:
     for arch, s in results.items():
         print(f"sm_{arch}: registers {s['registers']}, spills {s['spill_stores']} B, stack {s['stack']} B, "
               f"SASS {s['instructions']}, MMA {s['mma']} ({s['mma_share']:.2%}), 64-bit compares {s['isetp64']}, "
-              f"BSSY {s['bssy']}, CALLs {len(s['calls'])} (division {len(s['division_calls'])}), full tile "
+              f"BSSY {s['bssy']}, CALLs {len(s['calls'])} (subroutines {len(s['subroutine_calls'])}, division "
+              f"{len(s['division_calls'])}), full tile "
               f"{s.get('full_tile')} instructions per warp ({s.get('full_tile_mma')} MMA; masked-loop code on it "
               f"{s.get('full_tile_masked_code')}), masked tile {s.get('masked_tile')}, a full tile in the masked loop "
               f"{s.get('masked_loop_full_tile')}, control unit {s.get('control_unit')} ({s.get('control_unit_mma')} MMA)")

@@ -2,8 +2,9 @@
 instantiation compiled for sm_80 and sm_90a by nvcc, its ptxas report and its SASS (cuobjdump, from the
 CUDA toolkit or the triton package torch's CUDA build installs) held to scripts/cuda_gates.py's limits:
 no spills or local memory, at most 255 registers (2 CTAs of 128 threads per SM), at most 8,000 static
-instructions, an MMA share of at least 4%, no CALL into a division routine, at most 64 64-bit compares and
-64 divergent regions. One test per (architecture, limit), so a failure names what broke.
+instructions, an MMA share of at least 4%, no CALL into a subroutine (division, or sm_80's warp-sync slow
+paths), at most 64 64-bit compares and 64 divergent regions; a full tile's trip (the unmasked loop) and a
+masked one's within their limits. One test per (architecture, limit), so a failure names what broke.
 """
 
 import os
@@ -30,6 +31,7 @@ LIMIT_CHECKS = {
     "static_sass": lambda s: s["instructions"] <= cuda_gates.LIMITS["max_sass"],
     "mma_share": lambda s: s["mma_share"] >= cuda_gates.LIMITS["min_mma_share"],
     "no_division_calls": lambda s: not s["division_calls"],
+    "no_subroutine_calls": lambda s: not s["subroutine_calls"],
     "64_bit_compares": lambda s: s["isetp64"] <= cuda_gates.LIMITS["max_isetp64"],
     "divergent_regions": lambda s: s["bssy"] <= cuda_gates.LIMITS["max_bssy"],
     "full_tile_path": lambda s: s["full_tile"] is not None and s["full_tile"] <= cuda_gates.LIMITS["max_full_tile"],
@@ -63,6 +65,17 @@ def test_the_full_tile_path_is_a_whole_tile(measured):
         assert s["full_tile_ops"].get("MUFU", 0) >= 64 and s["full_tile"] >= 128 + 64, s
 
 
+def test_the_full_tile_path_is_the_unmasked_loop(measured):
+    """The full tile's trip runs none of the masked loop's code (its row bounds, votes, fix-up flags, selects:
+    cuda_gates.masked_only_lines, by the source line of each instruction), and the masked loop's own whole
+    tile (the trip through its votes) is longer than it: the plan's spans send the tiles that need nothing
+    down a loop that has nothing else."""
+    for arch in ARCHS:
+        s = measured[arch]
+        assert s["full_tile_masked_code"] == 0, s
+        assert s["full_tile"] < s["masked_loop_full_tile"] < s["masked_tile"], s
+
+
 def test_the_masked_tile_path_is_a_whole_tile_through_the_row_masks(measured):
     """The masked path counts a whole tile too (its 128 MMAs, the next copy, the exponentials) and passes the
     per-element selects of the logit block: 64 of them (a lane's 64 scores), so it is at least that much
@@ -94,6 +107,8 @@ def test_the_time_model_reads_the_measured_tiles(measured):
 
     assert cuda_time_model.FULL_TILE_MEASURED == measured["90a"]["full_tile"]
     assert cuda_time_model.MASKED_TILE_MEASURED == measured["90a"]["masked_tile"]
+    assert cuda_time_model.MASKED_LOOP_FULL_MEASURED == measured["90a"]["masked_loop_full_tile"]
+    assert cuda_time_model.SECOND_NOW.masked_loop_full == cuda_time_model.MASKED_LOOP_FULL_MEASURED
     assert cuda_time_model.CONTROL_UNIT_MEASURED == measured["90a"]["control_unit"]
     assert cuda_time_model.SECOND_NOW.control_unit == cuda_time_model.CONTROL_UNIT_MEASURED
     assert cuda_time_model.SECOND_NOW.full_tile == cuda_time_model.FULL_TILE_MEASURED
