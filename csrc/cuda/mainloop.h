@@ -1,22 +1,27 @@
 // The fused RangeSWA attention kernel (SPEC sections 1-4 and 7): one CTA per tile of 128 query rows
-// (4 warps of 32) and (batch, query head), walking the KV tiles of its plan (plan.h records, made by the
-// plan kernel) with one online softmax, FlashAttention-2 style. (A control CTA holds 32 control rows and a
-// chunk of the keys; its 4 warps hold the same rows and split each tile's columns, control_unit.)
+// (4 warps of 32) and (batch, query head), walking the KV tiles of its plan (plan.h records and tile.h tile
+// spans, made by the plan kernel) with one online softmax, FlashAttention-2 style. (A control CTA holds 32
+// control rows and a chunk of the keys; its 4 warps hold the same rows and split each tile's columns,
+// control_unit.)
 //
-//   prologue: records and retrieved blocks -> shared memory; each row's straddling blocks (plan.h);
-//             issue the copy of KV tile 0
-//   per tile: wait, barrier (tile n landed, tile n - 1 done) -> issue the copy of tile n + 1 into the
-//             other stage -> fill the query slot if the record's variant changed -> per warp: skip, or
-//             S = Q K^T, logits (full / masked / column fix-ups, tile.h), softmax, O += P V
+//   prologue: the plan (records, spans) and retrieved blocks -> shared memory; each row's straddling
+//             blocks (plan.h); issue the copy of KV tile 0
+//   per run of tiles (the spans: per query variant its unmasked tiles, then its masked ones): fill the
+//             query slot if the variant changed, then
+//     the unmasked loop, per tile: wait, barrier (tile n landed, tile n - 1 done) -> issue the copy of tile
+//             n + 1 into the other stage -> S = Q K^T, softmax (scale and bias in its FFMA), O += P V
+//     the masked loop, per tile: the same wait and copy -> each row's bounds in a new record -> per warp,
+//             two votes: skip, or S = Q K^T, logits (full / masked / column fix-ups, tile.h), softmax, O += P V
 //   last: the direct records of the blocks straddling distance Hn (their logits from three dot products
 //         per row and side, made as the query variants were filled) or of the Hn bands (their logits from
-//         a 16-column product per variant, plan.h hn_bands); output staged through shared memory
+//         a 16-column product per variant, plan.h hn_bands), in the masked loop; output staged through
+//         shared memory
 //
 // The query slot holds the tile's rows under one rotation at a time (native, grouped-left, grouped-right,
 // conditioning, or none for control rows), rotated here from the input with the rope tables; records
-// come in the slot's fill order, so a tile fills it at most four times. Every decision (records, bounds,
-// skip / full / masked, column fix-ups, straddling blocks) comes from plan.h and tile.h, which the host
-// emulator runs too.
+// come in the slot's fill order, so a tile fills it at most four times. Every decision (records, spans,
+// bounds, skip / full / masked, column fix-ups, straddling blocks) comes from plan.h and tile.h, which the
+// host emulator runs too.
 #pragma once
 
 #include <cmath>

@@ -29,10 +29,7 @@ struct KvTile {
   int32_t a, n, width;
   uint64_t excluded;
   int32_t kind;  // body tiles (SpanCursor): 2 x its query variant's fill slot + 1 when masked; -1: none
-  // Body tiles (SpanCursor::issued): whether the tile continues its loop's run (same kind as the tile before
-  // it), and else the first fill slot the query slot may need before it (the run before it's slot + 1).
-  bool cont;
-  int32_t from;
+  bool cont;  // body tiles (SpanCursor): the tile continues the run of the tile before it (its loop goes on)
 };
 
 RSWA_HD bool summary_keys(const Record& r) {
@@ -196,12 +193,10 @@ RSWA_ROLLED
 struct SpanCursor {
   int32_t span = 0, next = 0;
 
-  // The tile's `cont` (it continues the run of the tile before it: the same span, or a span that is no run's
-  // first) and `from` (a run's first tile: the run before it's slot + 1). Past the last tile: a tile of no
-  // keys, kind -1, `from` the last span's slot + 1 (the variants straddling blocks may still need); its
-  // copy only zero-fills (record 0: there is one when there was a tile before it).
+  // The next tile, `cont` when it continues the run of the tile before it (a later tile of the same span,
+  // or the first of a span that starts no run). Past the last tile: a tile of no keys, kind -1, whose copy
+  // only zero-fills (record 0: there is one when there was a tile before it).
   RSWA_HD bool advance(const TileSpan* spans, int32_t count, KvTile& out) {
-    bool moved = false;
     while (span < count) {
       const TileSpan s = spans[span];
       const int32_t a = s.a + next;
@@ -212,14 +207,12 @@ struct SpanCursor {
         out.width = s.width;
         out.excluded = 0;  // the masked loop's (exclusion_bits): the unmasked loop has none
         out.kind = s.kind;
-        out.cont = !((moved || next == 0) && s.run);
-        out.from = s.from;
+        out.cont = next > 0 || !s.run;
         next += s.width;
         return true;
       }
       ++span;
       next = 0;
-      moved = true;
     }
     out.record = 0;
     out.a = 0;
@@ -228,11 +221,12 @@ struct SpanCursor {
     out.excluded = 0;
     out.kind = -1;
     out.cont = false;
-    out.from = count > 0 ? (spans[count - 1].kind >> 1) + 1 : 0;
     return false;
   }
-  // The kind and `from` of the tile the last advance gave, read again from its span (the kernel keeps them
-  // in no register across the tiles).
+  // The kind of the tile the last advance gave and `from`, the first fill slot the query slot may need
+  // before its run (the run before it's slot + 1; past the last tile, the last span's slot + 1: the variants
+  // straddling blocks may still need), read again from its span: the kernel keeps neither in a register
+  // across the tiles.
   RSWA_HD void run(const TileSpan* spans, int32_t count, int32_t& kind, int32_t& from) const {
     const TileSpan s = spans[imin(span, imax(count - 1, 0))];  // read in bounds, used below `count`
     kind = span < count ? s.kind : -1;
