@@ -45,8 +45,29 @@ def test_phases_add_up_and_each_is_the_larger_of_its_bounds_plus_latency():
         assert math.isclose(r["total"], expected)
     # Fewer instructions per tile can only make the body faster; so can fewer round trips per fill.
     leaner = model.second_design_phases(
-        model.replace(model.SECOND_NOW, full_tile=650, fill_round_trips=2), entries, "late", 8192)
+        model.replace(model.SECOND_NOW, full_tile=model.SECOND_NOW.full_tile - 60, fill_round_trips=2), entries,
+        "late", 8192)
     assert model.total(leaner, model.H200, 0.5)[0] < total
+
+
+def test_the_unmasked_loop_costs_the_full_tile_and_the_masked_loop_its_own():
+    """The body with the plan's tile spans (SECOND_NOW.masked_loop_full): the census's unmasked-loop tiles pay
+    the full tile, the masked loop's others its whole-tile trip, those with logits the masked one; one loop
+    (masked_loop_full None) or every tile in the masked loop (no unmasked tiles) costs more."""
+    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
+    e = entries["rangeswa late|8192|64"]
+    assert 0 < e["unmasked_tiles"] < e["kv_tiles"]
+    now = model.SECOND_NOW
+    assert now.full_tile < now.masked_loop_full < now.full_tile + now.masked_extra
+    census = dict(kv_tiles=e["kv_tiles"], logit=e["logit_path_tiles_per_warp"], unmasked=e["unmasked_tiles"],
+                  fills=e["slot_fills"], cols_per_row=e["cols_per_row"])
+    body = model.body_phase(now, census, 8192, False)
+    per_warp = (census["unmasked"] * now.full_tile + (census["kv_tiles"] - census["unmasked"] - census["logit"])
+                * now.masked_loop_full + census["logit"] * (now.full_tile + now.masked_extra) + now.cta_setup
+                + census["fills"] * now.fill_instructions)
+    assert math.isclose(body.warp_instructions, now.warps * per_warp)
+    none_unmasked = model.body_phase(now, dict(census, unmasked=0.0), 8192, False)
+    assert none_unmasked.warp_instructions > body.warp_instructions
 
 
 def test_the_control_rows_split_over_the_warps_cost_less_than_one_working_warp():
