@@ -95,6 +95,31 @@ def test_census_masked_edges_without_edge_free_records(monkeypatch):
     assert 6.0 <= old["masked_warp_tiles_per_warp"] <= 6.5 and old["masked_tiles_per_cta"] > 8, old
 
 
+def test_tile_spans_send_half_the_late_tiles_down_the_unmasked_loop(monkeypatch):
+    """The plan's tile spans (tile.h plan_spans; plan_stats refuses a plan whose unmasked loop holds a tile
+    some warp must mask, or whose spans miss a tile): at 8k about half of late's KV tiles and two of Lite's
+    eight run in the unmasked loop, in at most plan.h max_spans spans. With fewer spans allowed
+    (RANGESWA_CUDA_SPANS) the later records of more than one run go down the masked loop whole: fewer unmasked
+    tiles, the same work per warp otherwise (the masked loop classifies each tile as before)."""
+    cfg = preset("rangeswa")
+    retrieved = random_retrieval(cfg, 8192, "late")
+    st = stats(cfg, 8192, "late", retrieved)
+    assert 0.4 < st[:, 23].sum() / st[:, 1].sum() < 0.6, (st[:, 23].sum(), st[:, 1].sum())
+    k = retrieved.shape[-1]
+    assert st[:, 24].max() <= (14 + 3 * k) + 2 * k + 4  # plan.h max_spans
+    lite = stats(preset("rangeswa_lite"), 8192)
+    assert (lite[:, 23] == 2).float().mean() > 0.9
+    monkeypatch.setenv("RANGESWA_CUDA_SPANS", "1")
+    few = stats(cfg, 8192, "late", retrieved)
+    # one span per record: a record of one run keeps its loop, the others go to the masked loop whole
+    assert (few[:, 24] == few[:, 0]).all() and 0 < few[:, 23].sum() < st[:, 23].sum()
+    monkeypatch.setenv("RANGESWA_CUDA_SPANS", "18")
+    some = stats(cfg, 8192, "late", retrieved)
+    assert (some[:, 24] <= torch.clamp(some[:, 0], min=18)).all() and few[:, 23].sum() < some[:, 23].sum() < st[:, 23].sum()
+    for column in (1, 3, 4, 6, 7, 8, 11, 22):
+        assert torch.equal(few[:, column], st[:, column]) and torch.equal(some[:, column], st[:, column]), column
+
+
 def test_census_straddling_blocks_take_no_kv_tile(late_8k):
     """Blocks straddling Hn are scored from prefix sums; each side's blocks share one 16-column direct tile."""
     assert 0 < late_8k["straddling_per_row"] <= 2

@@ -270,6 +270,14 @@ def test_simt_kernel_takes_each_tile_in_its_loop(simt):
         simt.plan_fault(0)
     err = ((wrong - out).abs().max() / out.abs().max()).item()
     assert err > 100 * FP32_TOL, f"masked tiles in the unmasked loop changed the output by {err:.3g} only"
+    # A plan with fewer spans allowed than it would write (RANGESWA_CUDA_SPANS: one per record) sends its later
+    # records down the masked loop whole: the same answer.
+    os.environ["RANGESWA_CUDA_SPANS"] = "1"
+    try:
+        few, few_lse = simt.attn(q, k, v, retrieved, **args)
+    finally:
+        del os.environ["RANGESWA_CUDA_SPANS"]
+    assert_attn_close(few, few_lse, q, k, v, case, retrieved, what="SIMT kernel, one span per record ")
 
 
 @pytest.mark.parametrize("method,C,L", [("rangeswa_lite", 40, 1029), ("rangeswa", 12, 1024 + 20)],

@@ -259,6 +259,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at:
   AttnKernelParams probe{};
   probe.max_records = s.max_records;
   probe.max_spans = s.max_spans;
+  probe.span_budget = s.span_budget;
   probe.retrieved_k = s.retrieved_k;
   const auto smem_for = [&](bool band) {
     probe.geo.band_ok = band;

@@ -55,11 +55,12 @@ struct AttnKernelParams {
 
   // The plan (plan kernel): plan x = bh * body_tiles + t (body tile t of KV head bh) holds max_records
   // records and then max_spans tile spans (tile.h TileSpan; both 16 bytes) at records + x * (max_records +
-  // max_spans), their counts at record_count[2 x] and [2 x + 1] (plan_records, plan_spans); the retrieved blocks of query block qb,
+  // max_spans), their counts at record_count[2 x] and [2 x + 1] (records_of, spans_of); the retrieved blocks of query block qb,
   // ascending and -1 padded, at retrieved + (bh * nQb + qb) * retrieved_k (null: no retrieval).
   const Record* records;
   const int32_t* record_count;
   int32_t max_records, max_spans;
+  int32_t span_budget;  // the spans a plan may write (attn_setup.h span_budget; at most max_spans)
   const int32_t* retrieved;
   int32_t retrieved_k, nQb;
 
@@ -141,7 +142,8 @@ RSWA_HD void plan_tile(const AttnKernelParams& p, int32_t bh, int32_t t, Record*
   const int32_t n = plan_body_tile(p.geo, tile.i0, tile.nrows, sorted, k, out);
   counts[2 * x] = n;
   counts[2 * x + 1] =
-      plan_spans(p.geo, out, n, sorted, k, tile.i0, tile.nrows, spans_of(p, records, x), p.max_spans, kCtrlCols);
+      plan_spans(p.geo, out, n, sorted, k, tile.i0, tile.nrows, spans_of(p, records, x), imax(p.span_budget, n),
+                 kCtrlCols);
 }
 
 // Rule 3's blocks of one (KV head, query block qb) in ascending order, -1 last (the plan's input), checked

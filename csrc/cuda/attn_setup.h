@@ -36,7 +36,7 @@ struct AttnSetup {
   // Tile layout (attn_params.h).
   int32_t tile_block, tiles_per_block, first_tile_block, body_tiles;
   int32_t control_tiles, control_chunks, control_chunk_keys;
-  int32_t nQb, retrieved_k, max_records, max_spans;
+  int32_t nQb, retrieved_k, max_records, max_spans, span_budget;
   float scale_log2, control_bias_log2;
 
   int64_t ctas_per_head() const { return int64_t(control_tiles) * control_chunks + body_tiles; }
@@ -44,6 +44,16 @@ struct AttnSetup {
   // 16-byte entries per plan: its records, then its tile spans (attn_params.h plan_records / plan_spans).
   int64_t plan_entries() const { return int64_t(max_records) + max_spans; }
 };
+
+// The spans a plan may write (tile.h plan_spans; at most plan.h max_spans, the room each plan has).
+// RANGESWA_CUDA_SPANS=n lowers it to n, for tests of the plans that would pass it (their later records go
+// down the masked loop whole; a plan always gets one span per record).
+inline int32_t span_budget(int32_t k) {
+  const char* env = std::getenv("RANGESWA_CUDA_SPANS");
+  const int32_t room = max_spans(k);
+  if (env == nullptr || *env == 0) return room;
+  return std::max(1, std::min(room, int32_t(std::atoi(env))));
+}
 
 inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
   const Rules& R = ap.rules;
@@ -78,6 +88,7 @@ inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
   s.retrieved_k = rangeswa ? int32_t(retrieved_k) : 0;
   s.max_records = max_records(s.retrieved_k);
   s.max_spans = max_spans(s.retrieved_k);
+  s.span_budget = span_budget(s.retrieved_k);
   const double log2e = 1.4426950408889634;
   s.scale_log2 = float(ap.scale * log2e);
   s.control_bias_log2 = float(ap.control_bias * log2e);
@@ -210,6 +221,7 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnSetup& s, 
   p.record_count = buf.record_count;
   p.max_records = s.max_records;
   p.max_spans = s.max_spans;
+  p.span_budget = s.span_budget;
   p.retrieved = s.retrieved_k > 0 ? buf.retrieved_sorted : nullptr;
   p.retrieved_k = s.retrieved_k;
   p.nQb = s.nQb;

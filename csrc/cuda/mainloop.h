@@ -50,7 +50,7 @@ struct RecordArrays {
 
 // Shared memory: the query slot, two K and two V stages; per row (at offsets fixed at compile time, so the
 // walk addresses them from one register) its bounds in the current record, the parts of its straddling
-// blocks' logits, a direct record's score, the masked loop's record of its bounds, and its RowGeometry; then
+// blocks' logits, a direct record's score, and its RowGeometry (per warp, the record of those bounds); then
 // the plan (records and tile spans), the records' arrays and the retrieved blocks; the Hn bands' buffers.
 template <typename Traits>
 struct SharedLayout {
@@ -59,9 +59,11 @@ struct SharedLayout {
   static constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
   static constexpr size_t kK = size_t(Traits::kQElems) * sizeof(Element);
   static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
-  // Per row: bounds (2), straddling parts (4), direct score (1), the record of its bounds (1), int32 each.
+  // Per row: bounds (2), straddling parts (4), direct score (1), int32 each; then per warp the record whose
+  // bounds they hold (the masked loop's).
   static constexpr size_t kRows = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
-  static constexpr size_t kGeometry = kRows + size_t(M) * 8 * 4;
+  static constexpr size_t kGeometry = kRows + size_t(M) * 7 * 4 + 16;
+  static_assert(Traits::kWarps * 4 <= 16, "a record index per warp");
   // The plan as the plan kernel wrote it (records, then the tile spans: attn_params.h records_of /
   // spans_of); then per record its keys and values arrays for the CTA's KV head (RecordArrays), found once
   // in the prologue.
@@ -627,7 +629,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   float* sMixA = reinterpret_cast<float*>(sHi + M);  // [2][M]
   float* sMixB = sMixA + 2 * M;                      // [2][M]
   float* sRaw = sMixB + 2 * M;
-  int32_t* sCurrent = reinterpret_cast<int32_t*>(sRaw + M);  // the record whose bounds sLo / sHi hold
+  int32_t* sCurrent = reinterpret_cast<int32_t*>(sRaw + M);  // per warp: the record whose bounds sLo / sHi hold
   RowGeometry* sRow = reinterpret_cast<RowGeometry*>(smem + Layout::kGeometry);
   // The Hn bands (only when the call has them: otherwise not allotted).
   Element* sBandK = reinterpret_cast<Element*>(smem + uint32_t(Layout::band_k(p.max_records, p.retrieved_k)));
@@ -662,7 +664,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   const RowGeometry me = row_geometry(g, i, sRet, k);
   sRow[tid] = me;
   const bool valid = tid < t.nrows;
-  sCurrent[tid] = -1;  // no record's bounds yet
+  if (tid < Traits::kWarps) sCurrent[tid] = -1;  // no record's bounds yet (published by the barriers below)
   uint32_t any = 0;  // bit x: some row has a straddling block on side x
 #pragma unroll
   for (int x = 0; x < 2; ++x) {
@@ -867,9 +869,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     do {
       step();
       const Record rec = sRec[cur.record];
-      if (__any_sync(0xffffffffu, cur.record != sCurrent[tid])) {  // a new record: each row's bounds
-        sCurrent[tid] = cur.record;
-        const Bounds b = record_bounds(g, rec, sRow[tid]);
+      if (__any_sync(0xffffffffu, cur.record != sCurrent[warp])) {  // a new record: each row's bounds
+        sCurrent[warp] = cur.record;  // every lane the same value, after every lane read it (the vote)
+        const Bounds b = record_bounds(g, rec, sRow[tid], cta.i0 + tid);
         sLo[tid] = b.lo;
         sHi[tid] = b.hi;
         // This row's straddling block: every part is in (its own dots, done).

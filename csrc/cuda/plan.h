@@ -285,10 +285,9 @@ struct Bounds {
   int32_t lo, hi;
 };
 
-// Everything about body row i that record_bounds needs, computed once per row (the kernel keeps it in
-// shared memory for the CTA's life).
+// Everything about body row i that record_bounds needs besides i, computed once per row (the kernel keeps
+// it in shared memory for the CTA's life).
 struct RowGeometry {
-  int32_t i;
   int32_t win_lo, win_hi;  // rule 2's exact window as tokens (swa: its token window past the sinks)
   int32_t wf, wl;          // rule 2's window blocks [wf, wl] (rangeswa)
   int32_t nf, nl1;         // near blocks [nf, nl1)
@@ -306,7 +305,6 @@ inline constexpr int kRowFrb = int(offsetof(RowGeometry, frb) / sizeof(int32_t))
 // Row i of a tile whose query block retrieved `sorted` (k entries; null for control rows).
 RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i, const int32_t* sorted = nullptr, int32_t k = 0) {
   RowGeometry r;
-  r.i = i;
   r.wf = window_first(g, i);
   r.wl = window_last(g, i);
   if (g.method == int32_t(Method::kSwa)) {  // token window past the sinks (they have a record)
@@ -360,7 +358,7 @@ RSWA_HD Bounds band_columns(const RowGeometry& row, int side, QVar v, int32_t k0
 // The keys [lo, hi) of record r that a body row sees (control rows see every key: kPlain records). A
 // window record with kRecWindowSums gives the keys the row sees exactly; it sees the rest of the record
 // as near summaries.
-RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, const RowGeometry& row) {
+RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, const RowGeometry& row, int32_t i) {
   if (r.flags & kRecBand) return Bounds{r.k0, r.k0 + r.n};  // every row sees the whole band
   if (Scope(r.scope) == Scope::kMixedLeft || Scope(r.scope) == Scope::kMixedRight) {
     const int32_t b = row.mix[Scope(r.scope) == Scope::kMixedLeft ? 0 : 1];
@@ -382,28 +380,31 @@ RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, const RowGeomet
   // Section 3's position classes: exact keys within Hn are native, farther ones grouped; near G-blocks
   // are native, blocks wholly beyond Hn grouped, straddling ones in no record.
   if (cls && v == QVar::kNat) {
-    lo = imax(lo, summary ? row.nf : row.i - g.Hn);
-    hi = imin(hi, summary ? row.nl1 : row.i + g.Hn + 1);
+    lo = imax(lo, summary ? row.nf : i - g.Hn);
+    hi = imin(hi, summary ? row.nl1 : i + g.Hn + 1);
   }
-  if (cls && v == QVar::kLeft) hi = imin(hi, summary ? row.fle : row.i - g.Hn);
-  if (cls && v == QVar::kRight) lo = imax(lo, summary ? row.frb : row.i + g.Hn + 1);
+  if (cls && v == QVar::kLeft) hi = imin(hi, summary ? row.fle : i - g.Hn);
+  if (cls && v == QVar::kRight) lo = imax(lo, summary ? row.frb : i + g.Hn + 1);
   if (r.flags & kRecCausal) hi = imin(hi, summary ? row.vis_blocks : row.vis_end);
   return Bounds{lo, imax(lo, hi)};
 }
 
 RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, int32_t i, const int32_t* sorted = nullptr,
                               int32_t k = 0) {
-  return record_bounds(g, r, row_geometry(g, i, sorted, k));
+  return record_bounds(g, r, row_geometry(g, i, sorted, k), i);
 }
 
 // --- the plan of one CTA ------------------------------------------------------------------------------
 
 // Upper bound on the records of a body tile with `k` retrieved blocks (the plan kernel's stride).
 RSWA_HD int32_t max_records(int32_t k) { return 14 + 3 * k; }
-// Upper bound on the tile spans of a body tile (tile.h plan_spans): at most three per record (masked head,
-// unmasked middle, masked tail), and two more per retrieved block in each of the at most four summary
-// records that exclude retrieved blocks (a masked run and the unmasked run after it).
-RSWA_HD int32_t max_spans(int32_t k) { return 3 * max_records(k) + 8 * k; }
+// The tile spans a body tile may have (tile.h plan_spans; the kernel keeps them in shared memory). A record
+// has at most three (masked head, unmasked middle, masked tail), plus two per retrieved block in each of the
+// at most four summary records that exclude retrieved blocks; the plans the census measures have at most
+// 41 at K = 8 (32k, every case). The room is smaller than that bound so that head dims 80 and 128 keep
+// two CTAs per multiprocessor on an A100 (as before the spans): a plan that would pass it sends the tiles of
+// its later records down the masked loop whole (one span each), which takes any tile.
+RSWA_HD int32_t max_spans(int32_t k) { return max_records(k) + 2 * k + 4; }
 
 struct PlanWriter {
   Record* out;

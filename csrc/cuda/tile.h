@@ -139,10 +139,11 @@ RSWA_HD bool masked_tile(const Geometry& g, const Record& r, int32_t lo, int32_t
 }
 
 // The spans of a body tile's records (rows [i0, i0 + nrows), retrieved blocks `sorted`), at most `capacity`
-// (plan.h max_spans); returns their count. A record's bounds are nondecreasing in the row at both ends
-// (record_bounds: maxima and minima of nondecreasing functions of i), so the keys every row sees are
-// [lo of the last row, hi of the first row), empty when some row sees nothing; direct records (whose
-// bounds are a row's own straddling block) are 16-column tiles, masked anyway.
+// (plan.h max_spans, at least `count`); returns their count. A record's bounds are nondecreasing in the row
+// at both ends (record_bounds: maxima and minima of nondecreasing functions of i), so the keys every row sees
+// are [lo of the last row, hi of the first row), empty when some row sees nothing; direct records (whose
+// bounds are a row's own straddling block) are 16-column tiles, masked anyway. A record whose runs would
+// leave fewer spans than the records after it goes to the masked loop whole, as one span.
 RSWA_HD int32_t plan_spans(const Geometry& g, const Record* records, int32_t count, const int32_t* sorted, int32_t k,
                            int32_t i0, int32_t nrows, TileSpan* out, int32_t capacity, int32_t ctrl_cols) {
   const RowGeometry first = row_geometry(g, i0, sorted, k), last = row_geometry(g, i0 + nrows - 1, sorted, k);
@@ -155,33 +156,56 @@ RSWA_HD int32_t plan_spans(const Geometry& g, const Record* records, int32_t cou
                         uint8_t(kind != before), uint8_t(before < 0 ? 0 : (before >> 1) + 1), 0};
     ++n;
   };
+  // Record z's runs of tiles of one loop, in order: walk(z, f) calls f(a, end, masked) per run; returns
+  // their count.
+  auto walk = [&](int32_t z, auto&& f) {
+    const Record& r = records[z];
+    const int32_t width = record_width(r, g.tile_cols, ctrl_cols), end = r.k0 + r.n;
+    const bool direct = (r.flags & kRecDirect) != 0;
+    const int32_t lo = direct ? 0 : record_bounds(g, r, last, i0 + nrows - 1).lo;
+    const int32_t hi = direct ? 0 : record_bounds(g, r, first, i0).hi;
+    int32_t from = r.k0, runs = 0;
+    bool run = true;
+RSWA_ROLLED
+    for (int32_t a = r.k0; a < end; a += width) {
+      KvTile t{z, a, imin(width, end - a), width, 0, 0, false};
+      t.excluded = (r.flags & kRecExclude) ? exclusion_bits(g, sorted, k, a, t.n) : 0;
+      const bool masked = masked_tile(g, r, lo, hi, t);
+      if (a > r.k0 && masked != run) {
+        f(from, a, run);
+        ++runs;
+        from = a;
+      }
+      run = masked;
+    }
+    if (end > r.k0) {
+      f(from, end, run);
+      ++runs;
+    }
+    return runs;
+  };
 RSWA_ROLLED
   for (int32_t x = 0; x < count;) {
     int32_t y = x + 1;  // records [x, y): one query variant
     while (y < count && records[y].qvar == records[x].qvar) ++y;
+    const int32_t before = n;
 RSWA_ROLLED
-    for (int pass = 0; pass < 2; ++pass)  // unmasked spans, then masked ones
+    for (int pass = 0; pass < 2; ++pass) {  // unmasked spans, then masked ones
+      int32_t used = before;  // the spans of the group's records so far, as decided (the same in both passes)
 RSWA_ROLLED
       for (int32_t z = x; z < y; ++z) {
-        const Record& r = records[z];
-        const int32_t width = record_width(r, g.tile_cols, ctrl_cols), end = r.k0 + r.n;
-        const bool direct = (r.flags & kRecDirect) != 0;
-        const int32_t lo = direct ? 0 : record_bounds(g, r, last).lo, hi = direct ? 0 : record_bounds(g, r, first).hi;
-        int32_t from = r.k0;
-        bool run = true;
-RSWA_ROLLED
-        for (int32_t a = r.k0; a < end; a += width) {
-          KvTile t{z, a, imin(width, end - a), width, 0, 0};
-          t.excluded = (r.flags & kRecExclude) ? exclusion_bits(g, sorted, k, a, t.n) : 0;
-          const bool masked = masked_tile(g, r, lo, hi, t);
-          if (a > r.k0 && masked != run) {
-            if (int(run) == pass) emit(z, from, a, run);
-            from = a;
-          }
-          run = masked;
+        const int32_t runs = walk(z, [](int32_t, int32_t, bool) {});
+        const bool whole = used + runs + (count - 1 - z) > capacity;  // leaves one span per later record
+        used += whole ? 1 : runs;
+        if (whole) {
+          if (pass == 1 && records[z].n > 0) emit(z, records[z].k0, records[z].k0 + records[z].n, true);
+        } else {
+          walk(z, [&](int32_t a, int32_t end, bool masked) {
+            if (int(masked) == pass) emit(z, a, end, masked);
+          });
         }
-        if (end > r.k0 && int(run) == pass) emit(z, from, end, run);
       }
+    }
     x = y;
   }
   return n;

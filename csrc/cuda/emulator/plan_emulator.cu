@@ -50,7 +50,8 @@ CtaRecords cta_records(const AttnKernelParams& p, const QueryTile& t, int32_t bh
   r.count = p.record_count[2 * plan];
   r.spans = spans_of(p, p.records, plan);
   r.nspans = p.record_count[2 * plan + 1];
-  TORCH_CHECK(r.nspans <= p.max_spans, "the plan wrote ", r.nspans, " tile spans, past its bound ", p.max_spans);
+  TORCH_CHECK(r.nspans <= std::max(p.span_budget, r.count), "the plan wrote ", r.nspans, " tile spans, past its budget ",
+              std::max(p.span_budget, r.count));
   if (p.retrieved != nullptr) {
     r.sorted = p.retrieved + (int64_t(bh) * p.nQb + t.qb) * p.retrieved_k;
     r.k = p.retrieved_k;
@@ -122,7 +123,7 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
       kv.excluded = (r.flags & kRecExclude) ? exclusion_bits(g, rec.sorted, rec.k, kv.a, kv.n) : 0;
       if (kv.record != current) {
         current = kv.record;
-        for (int i = 0; i < M; ++i) bounds[i] = record_bounds(g, r, rows[i]);
+        for (int i = 0; i < M; ++i) bounds[i] = record_bounds(g, r, rows[i], t.i0 + i);
       }
       const int32_t ragged = ragged_column(g, r, kv);
       const bool direct = (r.flags & kRecDirect) != 0;  // no K tile: counted apart
