@@ -65,8 +65,9 @@ RSWA_HD bool has_column_fixups(const KvTile& t, int32_t ragged) {
   return t.n < t.width || t.excluded != 0 || ragged >= 0;
 }
 
-// The KV tiles of a CTA's records in order: `width` columns each (kCtrlCols for control keys and for the
-// direct records of straddling blocks).
+// The KV tiles of a CTA's records in record order: `width` columns each (kCtrlCols for control keys and for
+// the direct records of straddling blocks). The control walk's cursor (body CTAs walk their spans:
+// SpanCursor); the census counts a body CTA's tiles with it to check its spans hold each once.
 struct TileCursor {
   int32_t record = 0, next = 0;
 
