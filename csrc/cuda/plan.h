@@ -1,7 +1,8 @@
 // The plan of the fused attention kernel: which keys each CTA scores, as a short list of records,
 // and the per-row bounds that decide, for each record, which of its keys a row sees (SPEC sections
 // 2-3 and 7). Host and device code, int32 only: the plan kernel and the host emulator run
-// plan_body_tile / plan_control_tile, the attention kernel runs record_bounds once per record and row.
+// plan_body_tile / plan_control_tile (and, for the kernel's two loops, tile.h plan_spans, which runs
+// record_bounds for two rows per record); the attention kernel's masked loop runs it once per record and row.
 //
 // A record is one contiguous row range of one prepared array (attn_params.h), scored with one query
 // variant, so every KV tile the kernel loads is a plain copy of consecutive rows:
