@@ -20,45 +20,26 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cuda_gates import cuobjdump_path, nvcc_path  # noqa: E402  the same tool finders as the sm_80 / sm_90a gates
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "csrc/cuda/hopper/hopper_tile.cu"
 OPCODE = re.compile(r"^\s+/\*[0-9a-f]{4,6}\*/\s+(?:@!?U?P[0-9T] )?([A-Z][A-Z0-9_.]*)")
 # Mangled-name pieces -> a readable label of each instantiation.
 LABELS = [
-    ("qk_tile_kernelI13__nv_bfloat16Lj128ELb0E", "qk_tile_kernel<bf16, 128, ss>"),
-    ("qk_tile_kernelI13__nv_bfloat16Lj128ELb1E", "qk_tile_kernel<bf16, 128, rs>"),
-    ("qk_tile_kernelI6__halfLj128ELb0E", "qk_tile_kernel<fp16, 128, ss>"),
-    ("pv_tile_kernelI13__nv_bfloat16Lj128ELb1E", "pv_tile_kernel<bf16, 128, rs>"),
+    ("tile_kernelI13__nv_bfloat16Lj128ELb0ELb0E", "tile_kernel<bf16, 128, ss, QK>"),
+    ("tile_kernelI13__nv_bfloat16Lj128ELb1ELb0E", "tile_kernel<bf16, 128, rs, QK>"),
+    ("tile_kernelI6__halfLj128ELb0ELb0E", "tile_kernel<fp16, 128, ss, QK>"),
+    ("tile_kernelI13__nv_bfloat16Lj128ELb1ELb1E", "tile_kernel<bf16, 128, rs, PV>"),
     ("qk_ring_kernelI13__nv_bfloat16E", "qk_ring_kernel<bf16>"),
 ]
 COUNTED = ("HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG", "LDL", "STL", "LDS", "STS", "BAR", "CALL")
-
-
-def nvcc_path() -> str | None:
-    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    for candidate in (os.path.join(home, "bin", "nvcc"), shutil.which("nvcc")):
-        if candidate and os.path.exists(candidate):
-            return candidate
-    return None
-
-
-def cuobjdump_path() -> str | None:
-    """The CUDA toolkit's cuobjdump, or the copy the triton package ships."""
-    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    candidates = [os.environ.get("CUOBJDUMP"), os.path.join(home, "bin", "cuobjdump"), shutil.which("cuobjdump")]
-    try:
-        import triton
-
-        candidates.append(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump"))
-    except ImportError:
-        pass
-    return next((c for c in candidates if c and os.path.exists(c)), None)
 
 
 def label(mangled: str) -> str:
@@ -153,9 +134,9 @@ def failures(report: dict) -> list[str]:
             out.append(f"{name}: {k.get('spill_bytes')} bytes of spills, {k.get('stack_bytes')} bytes of stack")
         if k.get("registers", 0) > 255:
             out.append(f"{name}: {k['registers']} registers")
-    pv = report["kernels"].get("pv_tile_kernel<bf16, 128, rs>")
+    pv = report["kernels"].get("tile_kernel<bf16, 128, rs, PV>")
     if pv is not None and pv.get("HGMMA_tnspB", 0) != pv.get("HGMMA", 0):
-        out.append("pv_tile_kernel: its HGMMA do not all read B transposed (.tnspB)")
+        out.append("tile_kernel<..., PV>: its HGMMA do not all read B transposed (.tnspB)")
     if "qk_ring_kernel<bf16>" in report["kernels"] and report["kernels"]["qk_ring_kernel<bf16>"].get("USETMAXREG", 0) < 2:
         out.append("qk_ring_kernel<bf16>: setmaxnreg.inc and .dec did not become USETMAXREG")
     return out

@@ -18,7 +18,6 @@ emulation (the same source scripts/hopper_gate.py compiles for sm_90a and reads 
 """
 
 import os
-import subprocess
 import sys
 
 import pytest
@@ -215,7 +214,7 @@ def test_wgmma_chain_accumulates_in_order(simt):
 @pytest.mark.parametrize("W", [128, 64, 32, 0], ids=["sw128", "sw64", "sw32", "noswizzle"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_tile_kernel_q_kt_matches_torch(simt, dtype, W, a_regs):
-    """hopper_tile.cu qk_tile_kernel: Q and K by TMA (swizzle W), wgmma m64n64k16 x 4 from the descriptors (or A
+    """hopper_tile.cu tile_kernel (Q K^T): Q and K by TMA (swizzle W), wgmma m64n64k16 x 4 from the descriptors (or A
     from registers read through the swizzle), one mbarrier: S = Q K^T against torch in float32."""
     g = torch.Generator().manual_seed(W + 7 * a_regs)
     q = torch.randn(64, 64, generator=g).to(dtype)
@@ -229,7 +228,7 @@ def test_tile_kernel_q_kt_matches_torch(simt, dtype, W, a_regs):
 @pytest.mark.parametrize("W", [128, 64, 32, 0], ids=["sw128", "sw64", "sw32", "noswizzle"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_tile_kernel_p_v_matches_torch(simt, dtype, W, a_regs):
-    """hopper_tile.cu pv_tile_kernel: P and V by TMA, V row-major read as an N-major B (imm-trans-b 1), P from
+    """hopper_tile.cu tile_kernel (P V): P and V by TMA, V row-major read as an N-major B (imm-trans-b 1), P from
     shared memory or registers: O = P V against torch in float32."""
     g = torch.Generator().manual_seed(100 + W + 7 * a_regs)
     p = torch.rand(64, 64, generator=g).to(dtype)
@@ -336,5 +335,5 @@ def test_hopper_gate_sass():
         pytest.skip("needs nvcc (CUDA_HOME) and cuobjdump")
     report = hopper_gate.gate()
     assert hopper_gate.failures(report) == [], report
-    tile = report["kernels"]["qk_tile_kernel<bf16, 128, ss>"]
+    tile = report["kernels"]["tile_kernel<bf16, 128, ss, QK>"]
     assert tile["HGMMA"] == 4 and tile["UTMALDG"] == 2 and tile["spill_bytes"] == 0

@@ -136,15 +136,16 @@ __device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
   return p + (1024u - a % 1024u) % 1024u;
 }
 
-// One CTA of 128 threads: out[64 x 64] = Q[64 x 64] K[64 x 64]^T. Dynamic shared memory: kSmemTile.
+// One CTA of 128 threads: out[64 x 64] = X[64 x 64] Y[64 x 64]^T (kPV false: Q K^T) or X Y (kPV true: P V of
+// attention, Y row-major read as an N-major B). Dynamic shared memory: kSmemTile.
 inline constexpr uint32_t kSmemTile = 2 * kTileBytes + 64 + 1024;
-template <typename E, uint32_t kW, bool kARegs>
+template <typename E, uint32_t kW, bool kARegs, bool kPV>
 __global__ void __launch_bounds__(128, 1)
-    qk_tile_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk, float* out) {
+    tile_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap ty, float* out) {
   RSWA_DYNAMIC_SHARED(smem_raw);
   unsigned char* base = align_1024(smem_raw);
-  unsigned char* sQ = base;
-  unsigned char* sK = base + kTileBytes;
+  unsigned char* sX = base;
+  unsigned char* sY = base + kTileBytes;
   uint64_t* bar = reinterpret_cast<uint64_t*>(base + 2 * kTileBytes);
   if (threadIdx.x == 0) {
     mbarrier_init(bar, 1);
@@ -153,37 +154,15 @@ __global__ void __launch_bounds__(128, 1)
   __syncthreads();
   if (threadIdx.x == 0) {
     mbarrier_arrive_expect_tx(bar, 2 * kTileBytes);
-    load_tile<kW>(sQ, &tq, 0, bar);
-    load_tile<kW>(sK, &tk, 0, bar);
+    load_tile<kW>(sX, &tx, 0, bar);
+    load_tile<kW>(sY, &ty, 0, bar);
   }
   mbarrier_wait_parity(bar, 0);
   float d[32];
-  qk_tile<E, kW, kARegs>(d, sQ, sK);
-  store_tile(out, d);
-}
-
-// One CTA of 128 threads: out[64 x 64] = P[64 x 64] V[64 x 64] (P V of attention). Dynamic shared memory: kSmemTile.
-template <typename E, uint32_t kW, bool kARegs>
-__global__ void __launch_bounds__(128, 1)
-    pv_tile_kernel(const __grid_constant__ CUtensorMap tp, const __grid_constant__ CUtensorMap tv, float* out) {
-  RSWA_DYNAMIC_SHARED(smem_raw);
-  unsigned char* base = align_1024(smem_raw);
-  unsigned char* sP = base;
-  unsigned char* sV = base + kTileBytes;
-  uint64_t* bar = reinterpret_cast<uint64_t*>(base + 2 * kTileBytes);
-  if (threadIdx.x == 0) {
-    mbarrier_init(bar, 1);
-    fence_barrier_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    mbarrier_arrive_expect_tx(bar, 2 * kTileBytes);
-    load_tile<kW>(sP, &tp, 0, bar);
-    load_tile<kW>(sV, &tv, 0, bar);
-  }
-  mbarrier_wait_parity(bar, 0);
-  float d[32];
-  pv_tile<E, kW, kARegs>(d, sP, sV);
+  if constexpr (kPV)
+    pv_tile<E, kW, kARegs>(d, sX, sY);
+  else
+    qk_tile<E, kW, kARegs>(d, sX, sY);
   store_tile(out, d);
 }
 
@@ -264,14 +243,13 @@ CUresult tile_map(CUtensorMap* map, const E* data, uint64_t rows) {
   return encode_tensor_map_2d(map, map_type<E>(), const_cast<E*>(data), 64, rows, 128, kW / 2, 64, swizzle);
 }
 
-// out [64, 64] = x y^T (kPV false: qk_tile_kernel) or x y (kPV true: pv_tile_kernel); x, y [64, 64] row-major.
+// out [64, 64] = x y^T (kPV false) or x y (kPV true), by tile_kernel; x, y [64, 64] row-major.
 template <typename E, uint32_t kW, bool kARegs, bool kPV>
 cudaError_t launch_tile(const E* x, const E* y, float* out, cudaStream_t stream) {
   CUtensorMap tx, ty;
   if (tile_map<E, kW>(&tx, x, 64) != CUDA_SUCCESS || tile_map<E, kW>(&ty, y, 64) != CUDA_SUCCESS)
     return cudaErrorInvalidValue;
-  if constexpr (kPV) return RSWA_LAUNCH((pv_tile_kernel<E, kW, kARegs>), 1, 128, kSmemTile, stream, tx, ty, out);
-  else return RSWA_LAUNCH((qk_tile_kernel<E, kW, kARegs>), 1, 128, kSmemTile, stream, tx, ty, out);
+  return RSWA_LAUNCH((tile_kernel<E, kW, kARegs, kPV>), 1, 128, kSmemTile, stream, tx, ty, out);
 }
 
 // out [tiles, 64, 64] = q k_t^T over k [tiles * 64, 64] (mode: RingMode).

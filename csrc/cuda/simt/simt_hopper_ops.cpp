@@ -24,7 +24,7 @@ auto simt_errors(const F& f) {
 
 uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
 
-// which 0: q k^T (qk_tile_kernel), 1: q k (pv_tile_kernel).
+// which 0: q k^T, 1: q k (hopper_tile.cu tile_kernel).
 at::Tensor hopper_tile(const at::Tensor& q, const at::Tensor& k, int64_t which, int64_t swizzle, bool a_regs) {
   TORCH_CHECK(q.sizes() == at::IntArrayRef({64, 64}) && k.sizes() == at::IntArrayRef({64, 64}),
               "hopper_tile: x and y [64, 64]");

@@ -26,7 +26,7 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw ::simt::Error(std::string(what) + ": the launcher refused (cudaError " + std::to_string(int(e)) + ")");
 }
 
-// which 0: qk_tile_kernel (out = x y^T), 1: pv_tile_kernel (out = x y), through hopper_tile.cu's launcher.
+// which 0: tile_kernel's Q K^T (out = x y^T), 1: its P V (out = x y), through hopper_tile.cu's launcher.
 template <typename E, uint32_t kW>
 void tile_w(int which, bool a_regs, const uint16_t* x_bits, const uint16_t* y_bits, float* out) {
   const E* x = reinterpret_cast<const E*>(x_bits);

@@ -7,7 +7,7 @@
 
 namespace rangeswa::cuda::simt_hopper_tests {
 
-// hopper_tile.cu's qk_tile_kernel (which 0: out [64, 64] = x [64, 64] y [64, 64]^T) or pv_tile_kernel (which 1:
+// hopper_tile.cu's tile_kernel: Q K^T (which 0: out [64, 64] = x [64, 64] y [64, 64]^T) or P V (which 1:
 // out = x y); bf16 (dtype 1) or f16 (2) bits of x and y row-major; swizzle 0 (none), 32, 64 or 128 bytes;
 // a_regs: wgmma's A from registers.
 void tile(int which, int dtype, int swizzle, bool a_regs, const uint16_t* x, const uint16_t* y, float* out);
