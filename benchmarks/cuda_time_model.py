@@ -168,12 +168,13 @@ SECOND_REVIEWED = Design(
     prepare_instructions_per_element=220, launches=10,
     sources=("REVIEW_DESIGN2.md risks 1-5 (estimates)", "census: benchmarks/results/plan_census.json"),
 )
-# Warp instructions of the full-tile path as scripts/cuda_gates.py counts it (sm_90a, bf16, D = 64), and of
-# the masked tile's path (the trip through the logit block; a full tile with column fix-ups takes it too).
-FULL_TILE_MEASURED = 582
-MASKED_TILE_MEASURED = 776
+# Warp instructions of the full-tile path as scripts/cuda_gates.py counts it (sm_90a, bf16, D = 64, three K/V
+# stages: what an H100 / H200 runs at head dim 64, attn_api.cpp; two stages: 583 / 778 / 641), and of the
+# masked tile's path (the trip through the logit block; a full tile with column fix-ups takes it too).
+FULL_TILE_MEASURED = 590
+MASKED_TILE_MEASURED = 785
 # ... and of a tile the masked loop takes whole (the trip through its votes, no logit block).
-MASKED_LOOP_FULL_MEASURED = 639
+MASKED_LOOP_FULL_MEASURED = 648
 # A control CTA's warp on one 16-column unit of a tile (the trip through mainloop.h control_unit, 32 MMAs).
 CONTROL_UNIT_MEASURED = 263
 # SASS instructions per element of the vector preparation's token loops: every array (late), k_nat and k_cond
@@ -197,10 +198,10 @@ SECOND_NOW = replace(
     prepare_lite_instructions_per_element=PREPARE_LEAN_MEASURED,
     # The full 64-key tile: the cheapest trip around the kernel's unmasked loop (the tiles the plan's spans
     # send there) that issues a whole tile's 128 MMAs and the next tile's copy, counted in the SASS by
-    # scripts/cuda_gates.py (sm_90a, bf16, D = 64; tests/test_cuda_gates.py holds this figure to the gate's
-    # count). Was 639 in the one tile loop of 2026-12-02 (per-tile skip / full / masked choice and fix-up
-    # flags on every tile), 962 before the fix-ups became a warp-uniform branch (the review's estimate: 1,075).
-    # The masked loop's other tiles: a whole one 639, one with logits 776 (the gate's trips).
+    # scripts/cuda_gates.py (sm_90a, bf16, D = 64, three K/V stages; tests/test_cuda_gates.py holds this figure
+    # to the gate's count; 582 with two stages before the third). Was 639 in the one tile loop of 2026-12-02
+    # (per-tile skip / full / masked choice and fix-up flags on every tile), 962 before the fix-ups became a warp-uniform branch (the review's estimate: 1,075).
+    # The masked loop's other tiles: a whole one 648, one with logits 785 (the gate's trips).
     full_tile=FULL_TILE_MEASURED,
     masked_extra=MASKED_TILE_MEASURED - FULL_TILE_MEASURED, extra_tiles="logit",
     masked_loop_full=MASKED_LOOP_FULL_MEASURED,

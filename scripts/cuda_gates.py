@@ -22,6 +22,10 @@ instructions, 16.5% MMA and no CALLs):
   loop's code on it (its bounds, votes, fix-ups and selects, by source line), at most 800 on a masked tile's
   (the trip through the logit block's selects); the masked loop's full tile (through its votes) is reported.
 
+Every tensor-core source instantiates the kernel with two K/V stages and with three (kernel_traits.h; the host
+runs three where shared memory holds two CTAs per SM with it): both are held to every limit, the three-stage
+kernel's figures under 'stages3'.
+
 tests/test_cuda_gates.py runs the same checks in the test suite; scripts/gpu_check.sh runs this script on
 the GPU machine's toolchain.
 """
@@ -40,6 +44,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "attn_kernel"
+# K/V pipeline stages of the body kernel (kernel_traits.h AttnTraits): each tensor-core source instantiates
+# both; the host runs 3 where shared memory holds two CTAs per multiprocessor with it (attn_api.cpp).
+STAGES = (2, 3)
+
+
+def attn_kernel_name(stages: int) -> str:
+    """A substring of the mangled name of attn_kernel<AttnTraits<Element, D, stages>> alone (its last template
+    argument, then the parameter list)."""
+    return f"Li{stages}EEEEEvNS0_16AttnKernelParamsE"
 LIMITS = dict(max_registers=255, max_sass=8000, min_mma_share=0.04, max_isetp64=64, max_bssy=64, max_full_tile=650,
               max_masked_tile=800)
 # MMAs of one 64-key tile at head dim 64 for a warp of 32 rows: Q K^T 2 x 8 x 4 and P V 2 x 8 x 4 (m16n8k16).
@@ -407,8 +420,9 @@ SPILL_SOURCES = tuple(f"csrc/cuda/attn_hdim{d}_{t}.cu" for d in (64, 80, 128) fo
 
 
 def spill_gate(sources=SPILL_SOURCES, archs=("80", "90a")) -> dict:
-    """ptxas's registers, spills and stack of the attention kernel of each source and architecture:
-    {(source, arch): stats with a 'failures' list} (no spill, no stack, at most 255 registers)."""
+    """ptxas's registers, spills and stack of the attention kernel of each source and architecture, two K/V
+    stages and (under 'stages3') three: {(source, arch): stats with a 'failures' list} (no spill, no stack,
+    at most 255 registers, either instantiation)."""
     if nvcc_path() is None:
         raise FileNotFoundError("the gates need nvcc (CUDA_HOME)")
     from concurrent.futures import ThreadPoolExecutor
@@ -416,14 +430,20 @@ def spill_gate(sources=SPILL_SOURCES, archs=("80", "90a")) -> dict:
     def measure(job: tuple[str, str], workdir: str) -> dict:
         src, arch = job
         _, report = compile_kernel(src, arch, os.path.join(workdir, f"{Path(src).stem}_{arch}"))
-        stats = ptxas_stats(report)
-        fails = []
-        if stats["spill_stores"] or stats["spill_loads"] or stats["stack"]:
-            fails.append(f"{stats['spill_stores']} B spilled, {stats['stack']} B stack")
-        if stats["registers"] is None or stats["registers"] > LIMITS["max_registers"]:
-            fails.append(f"registers {stats['registers']} > {LIMITS['max_registers']}")
-        stats["failures"] = fails
-        return stats
+        out, fails = {}, []
+        for stages in STAGES:  # both instantiations (kernel_traits.h AttnTraits); 'stages3' holds the second
+            stats = ptxas_stats(report, attn_kernel_name(stages))
+            where = "" if stages == 2 else f"{stages} stages: "
+            if stats["spill_stores"] or stats["spill_loads"] or stats["stack"]:
+                fails.append(f"{where}{stats['spill_stores']} B spilled, {stats['stack']} B stack")
+            if stats["registers"] is None or stats["registers"] > LIMITS["max_registers"]:
+                fails.append(f"{where}registers {stats['registers']} > {LIMITS['max_registers']}")
+            if stages == 2:
+                out = stats
+            else:
+                out[f"stages{stages}"] = stats
+        out["failures"] = fails
+        return out
 
     jobs = [(src, arch) for src in sources for arch in archs]
     with tempfile.TemporaryDirectory() as workdir:
@@ -467,6 +487,41 @@ def failures(stats: dict) -> list[str]:
     return out
 
 
+def _measure_kernel(cubin: str, report: str, src: str, kernel: str) -> dict:
+    """The gate's measurements of one kernel of a compiled source (`kernel`: a substring of its name)."""
+    stats = dict(ptxas_stats(report, kernel), **sass_stats(cubin, kernel))
+    if "hdim64" in src:  # the full-tile limit is set at head dim 64 (issue 29)
+        sass = function_sass(cubin, kernel)
+        path = tile_path(sass, FULL_TILE_MMA)
+        stats.update(full_tile=path["instructions"], full_tile_mma=path["mma"], full_tile_ops=path["ops"],
+                     full_tile_copies=path["ops"].get("LDGSTS", 0))
+        # The full tile's trip is the unmasked loop's: none of the masked loop's code (bounds, votes,
+        # fix-ups, selects) on it.
+        lines = source_lines(cubin, kernel)
+        masked_only = masked_only_lines()
+        stats["full_tile_masked_code"] = sum(lines.get(a, ("", 0))[1] in masked_only.get(lines.get(a, ("", 0))[0], ())
+                                             for a in path.get("path", []))
+        # The masked tile (or a full one with column fix-ups): the trip through the per-element logits.
+        first, last = logit_block_lines()
+        block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+        masked = tile_path(sass, FULL_TILE_MMA, through=block) if block else dict(instructions=None, ops={})
+        stats.update(masked_tile=masked["instructions"], masked_tile_ops=masked["ops"],
+                     logit_block_instructions=len(block))
+        # A tile of the masked loop that the warp takes whole (its votes, then no logit block: full, no
+        # fix-up): the trip through the votes (tile.h row_sees_any, the masked loop's alone).
+        first, last = function_lines("row_sees_any", "tile.h")
+        votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
+        voted = tile_path(sass, FULL_TILE_MMA, through=votes) if votes else dict(instructions=None, ops={})
+        stats.update(masked_loop_full_tile=voted["instructions"], masked_loop_full_tile_ops=voted["ops"])
+        # A control CTA's warp on its 16-column unit of a tile (the trip through control_unit).
+        first, last = function_lines("control_unit")
+        unit = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+        control = tile_path(sass, CONTROL_UNIT_MMA, through=unit) if unit else dict(instructions=None, mma=0, ops={})
+        stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
+                     control_unit_ops=control["ops"])
+    return stats
+
+
 def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dict:
     """Compiles and measures `src` per architecture: {arch: stats with a 'failures' list}."""
     if nvcc_path() is None or cuobjdump_path() is None:
@@ -475,37 +530,12 @@ def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dic
     with tempfile.TemporaryDirectory() as workdir:
         for arch in archs:
             cubin, report = compile_kernel(src, arch, workdir)
-            stats = dict(ptxas_stats(report), **sass_stats(cubin))
-            if "hdim64" in src:  # the full-tile limit is set at head dim 64 (issue 29)
-                sass = function_sass(cubin, KERNEL)
-                path = tile_path(sass, FULL_TILE_MMA)
-                stats.update(full_tile=path["instructions"], full_tile_mma=path["mma"], full_tile_ops=path["ops"],
-                             full_tile_copies=path["ops"].get("LDGSTS", 0))
-                # The full tile's trip is the unmasked loop's: none of the masked loop's code (bounds, votes,
-                # fix-ups, selects) on it.
-                lines = source_lines(cubin)
-                masked_only = masked_only_lines()
-                stats["full_tile_masked_code"] = sum(lines.get(a, ("", 0))[1] in masked_only.get(lines.get(a, ("", 0))[0], ())
-                                                     for a in path.get("path", []))
-                # The masked tile (or a full one with column fix-ups): the trip through the per-element logits.
-                first, last = logit_block_lines()
-                block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
-                masked = tile_path(sass, FULL_TILE_MMA, through=block) if block else dict(instructions=None, ops={})
-                stats.update(masked_tile=masked["instructions"], masked_tile_ops=masked["ops"],
-                             logit_block_instructions=len(block))
-                # A tile of the masked loop that the warp takes whole (its votes, then no logit block: full, no
-                # fix-up): the trip through the votes (tile.h row_sees_any, the masked loop's alone).
-                first, last = function_lines("row_sees_any", "tile.h")
-                votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
-                voted = tile_path(sass, FULL_TILE_MMA, through=votes) if votes else dict(instructions=None, ops={})
-                stats.update(masked_loop_full_tile=voted["instructions"], masked_loop_full_tile_ops=voted["ops"])
-                # A control CTA's warp on its 16-column unit of a tile (the trip through control_unit).
-                first, last = function_lines("control_unit")
-                unit = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
-                control = tile_path(sass, CONTROL_UNIT_MMA, through=unit) if unit else dict(instructions=None, mma=0, ops={})
-                stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
-                             control_unit_ops=control["ops"])
-            stats["failures"] = failures(stats)
+            stats = _measure_kernel(cubin, report, src, attn_kernel_name(2))
+            if "fp32" not in src:  # the three-stage instantiation (tensor-core sources): the same limits
+                three = _measure_kernel(cubin, report, src, attn_kernel_name(3))
+                three["failures"] = failures(three)
+                stats["stages3"] = three
+            stats["failures"] = failures(stats) + [f"3 stages: {f}" for f in stats.get("stages3", {}).get("failures", [])]
             results[arch] = stats
     return results
 
@@ -533,7 +563,9 @@ def main(argv=None) -> int:
         return 2
     ok = True
     for (src, arch), s in spills.items():
-        print(f"{Path(src).stem} sm_{arch}: registers {s['registers']}, spills {s['spill_stores']} B, stack {s['stack']} B")
+        t = s.get("stages3", {})
+        print(f"{Path(src).stem} sm_{arch}: registers {s['registers']}, spills {s['spill_stores']} B, stack {s['stack']} B; "
+              f"3 stages: registers {t.get('registers')}, spills {t.get('spill_stores')} B, stack {t.get('stack')} B")
         for f in s["failures"]:
             print(f"  FAIL {Path(src).stem} sm_{arch}: {f}")
         ok = ok and not s["failures"]
@@ -554,6 +586,13 @@ def main(argv=None) -> int:
               f"{s.get('full_tile')} instructions per warp ({s.get('full_tile_mma')} MMA; masked-loop code on it "
               f"{s.get('full_tile_masked_code')}), masked tile {s.get('masked_tile')}, a full tile in the masked loop "
               f"{s.get('masked_loop_full_tile')}, control unit {s.get('control_unit')} ({s.get('control_unit_mma')} MMA)")
+        t = s.get("stages3")
+        if t:
+            print(f"sm_{arch}, 3 K/V stages: registers {t['registers']}, spills {t['spill_stores']} B, stack {t['stack']} B, "
+                  f"SASS {t['instructions']}, MMA {t['mma']} ({t['mma_share']:.2%}), CALLs (subroutines "
+                  f"{len(t['subroutine_calls'])}), full tile {t.get('full_tile')} instructions per warp ({t.get('full_tile_mma')} "
+                  f"MMA; masked-loop code on it {t.get('full_tile_masked_code')}), masked tile {t.get('masked_tile')}, a full "
+                  f"tile in the masked loop {t.get('masked_loop_full_tile')}, control unit {t.get('control_unit')}")
         for f in s["failures"]:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]

@@ -11,7 +11,8 @@ no GPU, no nvcc and no CUDA build of torch.
 - the real attention kernel (mainloop.h attn_kernel) as torch.ops.rangeswa_simt.attn (the attn schema) on a
   handful of cases of tests/attn_cases.py, against the float64 reference;
 - the whole grid through the kernel (GRID x fp32 / bf16 / fp16, and CAUSAL_GRID), about 3.5 minutes on 2
-  shared cores: python -m pytest tests/test_simt.py -k simt_grid
+  shared cores: python -m pytest tests/test_simt.py -k simt_grid; and with three K/V stages (GRID x bf16 /
+  fp16, RANGESWA_CUDA_STAGES=3: test_simt_grid_three_stages)
 """
 
 import os
@@ -350,6 +351,57 @@ def test_simt_kernel_reads_a_prepared_context(simt, dtype, C, Lq):
     assert not got.isnan().any()
 
 
+# ------------------------------------------------------------------------ three K/V stages (issue 29)
+
+TENSOR_CORE_HANDFUL = [(i, d) for i, d in HANDFUL if d != torch.float32]
+
+
+@pytest.mark.parametrize("index,dtype", TENSOR_CORE_HANDFUL,
+                         ids=[f"{case_id(GRID[i])}-{str(d)[6:]}" for i, d in TENSOR_CORE_HANDFUL])
+def test_simt_kernel_with_three_kv_stages(simt, monkeypatch, index, dtype):
+    """The body walk with three K/V stages (kernel_traits.h; attn_api.cpp runs it where shared memory holds two
+    CTAs per multiprocessor with it: H100 / H200), forced by RANGESWA_CUDA_STAGES=3: tile n + 2's copy issued
+    while tile n is computed, cp.async.wait_group 1. The CTA gets one K/V stage more of shared memory, and the
+    output matches the float64 reference as the two-stage kernel's does."""
+    case = GRID[index]
+    cfg = config(case)
+    q, k, v = inputs(case, dtype)
+    retrieved = retrieved_for(q, k, cfg, case)
+    args = ops.attn_arguments(cfg, case["C"], case["stage"])
+    monkeypatch.setenv("RANGESWA_CUDA_STAGES", "2")
+    two, _ = simt.attn(q, k, v, retrieved, **args)
+    smem2 = simt.stats()[8]
+    monkeypatch.setenv("RANGESWA_CUDA_STAGES", "3")
+    out, lse = simt.attn(q, k, v, retrieved, **args)
+    smem3 = simt.stats()[8]
+    Dp = 64 if case["D"] <= 64 else 80 if case["D"] <= 80 else 128
+    stride, cols = Dp + 8, 64 if Dp <= 80 else 32
+    assert smem3 - smem2 == 2 * cols * stride * 2, (smem2, smem3)  # one K and one V tile more
+    assert_attn_close(out, lse, q, k, v, case, retrieved, what="SIMT kernel, 3 K/V stages ")
+    assert ((out.float() - two.float()).abs().max() <= 1e-2 * two.float().abs().max()).item()
+
+
+def test_simt_kernel_three_stages_is_schedule_independent(simt, monkeypatch):
+    """Three stages keep a tile's copy in flight across the barrier: with the threads in other orders and
+    cp.async copies landing at once (eager) or at their wait_group (late), the output is the same bit for bit;
+    the emulator's race checks (a copy's data read before its wait, a stage overwritten while a warp reads it)
+    pass."""
+    case = GRID[_grid_index(regime="edge_free", name="rangeswa", D=64)]
+    cfg = config(case)
+    q, k, v = inputs(case, torch.bfloat16)
+    retrieved = retrieved_for(q.float(), k.float(), cfg, case)
+    args = ops.attn_arguments(cfg, case["C"], case["stage"])
+    monkeypatch.setenv("RANGESWA_CUDA_STAGES", "3")
+    base, _ = simt.attn(q, k, v, retrieved, **args)
+    try:
+        for seed, eager in ((1, True), (2, False)):
+            simt.configure(schedule_seed=seed, eager_copies=eager)
+            out, _ = simt.attn(q, k, v, retrieved, **args)
+            assert torch.equal(out, base), (seed, eager)
+    finally:
+        simt.configure(schedule_seed=0, eager_copies=False)
+
+
 # ---------------------------------------------------------------------------------- the whole grid
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
@@ -361,3 +413,12 @@ def test_simt_grid(simt, case, dtype):
 @pytest.mark.parametrize("case", CAUSAL_GRID, ids=[causal_id(c) for c in CAUSAL_GRID])
 def test_simt_grid_causal_and_cached(simt, case):
     _check_causal_case(simt, case)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", GRID, ids=[case_id(c) for c in GRID])
+def test_simt_grid_three_stages(simt, monkeypatch, case, dtype):
+    """The grid with three K/V stages (RANGESWA_CUDA_STAGES=3; the tensor-core dtypes: fp32 has one
+    instantiation, two stages)."""
+    monkeypatch.setenv("RANGESWA_CUDA_STAGES", "3")
+    _check_case(simt, case, dtype)

@@ -261,22 +261,34 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at:
   probe.max_spans = s.max_spans;
   probe.span_budget = s.span_budget;
   probe.retrieved_k = s.retrieved_k;
-  const auto smem_for = [&](bool band) {
+  const auto smem_for = [&](bool band, int32_t stages) {
     probe.geo.band_ok = band;
+    probe.kv_stages = stages;
     size_t bytes = 0;
     dispatch_dtype(q.scalar_type(), [&](auto tag) { bytes = attn_smem_for<decltype(tag)>(probe, ap.D); });
     return bytes;
   };
-  // The Hn bands' buffers (plan.h hn_bands) when they cost no CTA per multiprocessor (the kernel runs up
-  // to 2): on an H100 / H200 always, on an A100 at head dims whose tiles leave room.
+  // CTAs of `bytes` of shared memory a multiprocessor holds (the kernel runs up to 2; 1 KB reserved per CTA).
+  const size_t per_sm = size_t(shared_memory_per_sm(q.device())), opt_in = size_t(max_shared_memory(q.device()));
+  const auto ctas = [&](size_t bytes) { return bytes <= opt_in ? std::min<size_t>(2, per_sm / (bytes + 1024)) : 0; };
+  // The Hn bands' buffers (plan.h hn_bands) when they cost no CTA per multiprocessor: on an H100 / H200
+  // always, on an A100 at head dims whose tiles leave room.
   const bool band = [&] {
-    const size_t per_sm = size_t(shared_memory_per_sm(q.device()));
-    const auto ctas = [&](size_t bytes) { return std::min<size_t>(2, per_sm / (bytes + 1024)); };
-    const size_t with = smem_for(true);
-    return with <= size_t(max_shared_memory(q.device())) && ctas(with) >= ctas(smem_for(false));
+    const size_t with = smem_for(true, 2);
+    return with <= opt_in && ctas(with) >= ctas(smem_for(false, 2));
   }();
+  // A third K/V stage (mainloop.h: tiles n + 1 and n + 2 in flight) where it too costs no CTA per
+  // multiprocessor: on an H100 / H200 (228 KB per SM) at head dim 64 beside the bands' buffers, at every
+  // head dim without them, two CTAs; on an A100 (164 KB) at none (docs/cuda.md). RANGESWA_CUDA_STAGES=2 or
+  // 3 forces it (3: where the device's opt-in allows).
+  const int32_t forced = kv_stages_forced();
+  const bool bands = band && edge_free_allowed();  // the buffers the kernel allots (plan_edges: geo.band_ok)
+  const bool third = q.scalar_type() != at::kFloat &&
+                     ctas(smem_for(bands, 3)) >= std::max<size_t>(1, ctas(smem_for(bands, 2)));
+  s.kv_stages = forced != 0 ? forced : third ? 3 : 2;
+  probe.kv_stages = s.kv_stages;
   plan_edges(s, kv_tile_cols(q.scalar_type() != at::kFloat, Dp), band);
-  const size_t smem = smem_for(band);
+  const size_t smem = smem_for(band, s.kv_stages);
   TORCH_CHECK_VALUE(smem <= size_t(max_shared_memory(q.device())), "attn on CUDA with ", K,
                     " retrieved blocks per query block needs ", smem, " bytes of shared memory, more than this GPU's ",
                     max_shared_memory(q.device()), "; use a smaller topk");

@@ -11,9 +11,20 @@
 
 namespace rangeswa::cuda {
 
+// The kernel's traits for p.kv_stages: three K/V stages only on the tensor-core path (fp32, the SIMT FFMA
+// path, keeps two: one instantiation per file less to compile).
+template <typename Element, int kHeadDim, typename F>
+auto with_traits(const AttnKernelParams& p, const F& f) {
+  if constexpr (AttnTraits<Element, kHeadDim>::kTensorCores)
+    if (p.kv_stages == 3) return f(AttnTraits<Element, kHeadDim, 3>{});
+  return f(AttnTraits<Element, kHeadDim, 2>{});
+}
+
 template <typename Element, int kHeadDim>
 size_t attn_smem_bytes(const AttnKernelParams& p) {
-  return SharedLayout<AttnTraits<Element, kHeadDim>>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);
+  return with_traits<Element, kHeadDim>(p, [&](auto traits) {
+    return SharedLayout<decltype(traits)>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);
+  });
 }
 
 // One launch: per head, the control rows' CTAs, then the body tiles' (attn_params.h query_tile). The
@@ -21,17 +32,19 @@ size_t attn_smem_bytes(const AttnKernelParams& p) {
 // gap and no tail of a control-only grid between the two.
 template <typename Element, int kHeadDim>
 cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
-  using Traits = AttnTraits<Element, kHeadDim>;
-  const size_t smem = attn_smem_bytes<Element, kHeadDim>(p);
-  auto kernel = attn_kernel<Traits>;
-  if (smem > 48 * 1024) {
-    const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
-    if (err != cudaSuccess) return err;
-  }
-  const int64_t blocks = int64_t(p.by_ctas_per_head.d) * p.B * p.Hq;
-  if (blocks == 0) return cudaSuccess;
-  if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-  return RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, p);
+  return with_traits<Element, kHeadDim>(p, [&](auto traits) -> cudaError_t {
+    using Traits = decltype(traits);
+    const size_t smem = SharedLayout<Traits>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);
+    auto kernel = attn_kernel<Traits>;
+    if (smem > 48 * 1024) {
+      const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
+      if (err != cudaSuccess) return err;
+    }
+    const int64_t blocks = int64_t(p.by_ctas_per_head.d) * p.B * p.Hq;
+    if (blocks == 0) return cudaSuccess;
+    if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+    return RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, p);
+  });
 }
 
 }  // namespace rangeswa::cuda

@@ -61,6 +61,7 @@ struct AttnKernelParams {
   const int32_t* record_count;
   int32_t max_records, max_spans;
   int32_t span_budget;  // the spans a plan may write (attn_setup.h span_budget; at most max_spans)
+  int32_t kv_stages;    // K/V pipeline stages of the body walk: 2 or 3 (kernel_traits.h; fp32 runs 2)
   const int32_t* retrieved;
   int32_t retrieved_k, nQb;
 

@@ -37,6 +37,7 @@ struct AttnSetup {
   int32_t tile_block, tiles_per_block, first_tile_block, body_tiles;
   int32_t control_tiles, control_chunks, control_chunk_keys;
   int32_t nQb, retrieved_k, max_records, max_spans, span_budget;
+  int32_t kv_stages;  // K/V pipeline stages of the body walk (kv_stages_forced; attn_api.cpp per device)
   float scale_log2, control_bias_log2;
 
   int64_t ctas_per_head() const { return int64_t(control_tiles) * control_chunks + body_tiles; }
@@ -53,6 +54,15 @@ inline int32_t span_budget(int32_t k) {
   const int32_t room = max_spans(k);
   if (env == nullptr || *env == 0) return room;
   return std::max(1, std::min(room, int32_t(std::atoi(env))));
+}
+
+// The K/V pipeline stages RANGESWA_CUDA_STAGES asks for: 2 or 3 (tests and A/B measurements: the SIMT
+// emulation has no device and runs 2 unless told), 0 when unset (attn_api.cpp then decides per device:
+// 3 where shared memory holds two CTAs per multiprocessor with it).
+inline int32_t kv_stages_forced() {
+  const char* env = std::getenv("RANGESWA_CUDA_STAGES");
+  if (env == nullptr || *env == 0) return 0;
+  return std::atoi(env) == 3 ? 3 : 2;
 }
 
 inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
@@ -89,6 +99,7 @@ inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
   s.max_records = max_records(s.retrieved_k);
   s.max_spans = max_spans(s.retrieved_k);
   s.span_budget = span_budget(s.retrieved_k);
+  s.kv_stages = kv_stages_forced() == 3 ? 3 : 2;
   const double log2e = 1.4426950408889634;
   s.scale_log2 = float(ap.scale * log2e);
   s.control_bias_log2 = float(ap.control_bias * log2e);
@@ -222,6 +233,7 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnSetup& s, 
   p.max_records = s.max_records;
   p.max_spans = s.max_spans;
   p.span_budget = s.span_budget;
+  p.kv_stages = s.kv_stages;
   p.retrieved = s.retrieved_k > 0 ? buf.retrieved_sorted : nullptr;
   p.retrieved_k = s.retrieved_k;
   p.nQb = s.nQb;

@@ -29,7 +29,10 @@ inline constexpr int kv_tile_cols(bool tensor_cores, int Dp) { return !tensor_co
 // The padded head dim a head dim D runs as (0 = unsupported).
 inline constexpr int padded_head_dim(int64_t D) { return D <= 64 ? 64 : D <= 80 ? 80 : D <= 128 ? 128 : 0; }
 
-template <typename Element_, int kHeadDim_>
+// K/V pipeline stages of the body walk (mainloop.h attn_kernel): 2 (tile n + 1 loads while tile n is
+// computed) or 3 (tiles n + 1 and n + 2 in flight), chosen per call on the host (attn_api.cpp: 3 where the
+// device's shared memory holds two CTAs per multiprocessor with it) and passed as AttnKernelParams::kv_stages.
+template <typename Element_, int kHeadDim_, int kStages_ = 2>
 struct AttnTraits {
   using Element = Element_;
   static constexpr bool kTensorCores = !std::is_same_v<Element, float>;
@@ -45,8 +48,9 @@ struct AttnTraits {
   static constexpr int kStride = kHeadDim + 16 / int(sizeof(Element));
   static constexpr int kQElems = kBlockM * kStride;
   static constexpr int kKVElems = kBlockN * kStride;
-  static constexpr int kStages = 2;  // K/V double buffer: tile n + 1 loads while tile n is computed
+  static constexpr int kStages = kStages_;  // K/V stages: tiles n + 1 .. n + kStages - 1 load while tile n is computed
 
+  static_assert(kStages == 2 || kStages == 3, "two or three K/V stages");
   static_assert(kHeadDim % 16 == 0, "the padded head dim must be a multiple of the mma k (16)");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 64, "KV tiles are 16..64 keys (one 64-bit column mask)");
   static_assert(kCtrlCols % 16 == 0 && kCtrlCols <= kBlockN, "control tiles are whole k16 steps");

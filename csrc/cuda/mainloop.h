@@ -9,7 +9,8 @@
 //   per run of tiles (the spans: per query variant its unmasked tiles, then its masked ones): fill the
 //             query slot if the variant changed, then
 //     the unmasked loop, per tile: wait, barrier (tile n landed, tile n - 1 done) -> issue the copy of tile
-//             n + 1 into the other stage -> S = Q K^T, softmax (scale and bias in its FFMA), O += P V
+//             n + 1 into the other stage (three K/V stages: of tile n + 2 into tile n - 1's, tile n + 1 in
+//             flight) -> S = Q K^T, softmax (scale and bias in its FFMA), O += P V
 //     the masked loop, per tile: the same wait and copy -> each row's bounds in a new record -> per warp,
 //             two votes: skip, or S = Q K^T, logits (full / masked / column fix-ups, tile.h), softmax, O += P V
 //   last: the direct records of the blocks straddling distance Hn (their logits from three dot products
@@ -48,7 +49,7 @@ struct RecordArrays {
   int64_t v_row;
 };
 
-// Shared memory: the query slot, two K and two V stages; per row (at offsets fixed at compile time, so the
+// Shared memory: the query slot, two or three K and V stages (Traits::kStages); per row (at offsets fixed at compile time, so the
 // walk addresses them from one register) its bounds in the current record, the parts of its straddling
 // blocks' logits, a direct record's score, and its RowGeometry (per warp, the record of those bounds); then
 // the plan (records and tile spans), the records' arrays and the retrieved blocks; the Hn bands' buffers.
@@ -822,21 +823,44 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       band_dots(v);
     }
   };
-  // The tiles in the order of the plan's spans (tile.h plan_spans); tile n + 1's copy is issued before tile
-  // n is computed (one barrier per tile): `step` waits for the current tile and issues the next.
-  SpanCursor cursor;
-  KvTile cur{};
+  // The tiles in the order of the plan's spans (tile.h plan_spans); with two K/V stages tile n + 1's copy is
+  // issued before tile n is computed, with three tile n + 2's (tile n + 1's in flight since the tile before:
+  // cp.async.wait_group 1), one barrier per tile: `step` waits for the current tile and issues the next
+  // copy into the stage the tile before it used. Three stages keep one more tile's descriptor (`nxt`) and the
+  // cursor as it was at the current tile (`lag`: its run), and rotate the stage index without a division.
+  constexpr int kStages = Traits::kStages;
+  SpanCursor cursor, lag;
+  KvTile cur{}, nxt, far;
   int stage = 0;
-  if (cursor.advance(sSpan, spans, cur)) copy_tile<Traits>(sK, sV, 0, sArrays, cur, true);
+  const bool first = cursor.advance(sSpan, spans, cur);
+  if (first) copy_tile<Traits>(sK, sV, 0, sArrays, cur, true);
   cp_async_commit();
-  // Past the last tile the cursor leaves a tile of no keys, whose copy zero-fills the free stage: no branch.
-  KvTile nxt;
-  auto step = [&]() {
+  if constexpr (kStages == 3) {
+    lag = cursor;
     cursor.advance(sSpan, spans, nxt);
-    cp_async_wait_all();
-    __syncthreads();  // the current tile landed; every warp is done with the one before it
-    copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, true);
+    if (first) copy_tile<Traits>(sK, sV, 1, sArrays, nxt, true);
     cp_async_commit();
+  }
+  // Past the last tile the cursor leaves a tile of no keys, whose copy zero-fills the free stage: no branch.
+  KvTile& ahead = kStages == 3 ? far : nxt;  // the tile whose copy `step` issues
+  auto step = [&]() {
+    if constexpr (kStages == 3) lag = cursor;
+    cursor.advance(sSpan, spans, ahead);
+    if constexpr (kStages == 3) cp_async_wait_group<1>();  // tile n landed; tile n + 1 may be in flight
+    else cp_async_wait_all();
+    __syncthreads();  // the current tile landed; every warp is done with the one before it
+    copy_tile<Traits>(sK, sV, kStages == 3 ? (stage == 0 ? 2 : stage - 1) : stage ^ 1, sArrays, ahead, true);
+    cp_async_commit();
+  };
+  // After a tile: the next one is current.
+  auto rotate = [&]() {
+    cur = nxt;
+    if constexpr (kStages == 3) {
+      nxt = far;
+      stage = stage == 2 ? 0 : stage + 1;
+    } else {
+      stage ^= 1;
+    }
   };
   // Per run of tiles of one kind (the spans: per query variant its unmasked tiles, then its masked ones):
   // the slot's fills since the run before (SpanCursor: `from`), then the run's loop, while the tiles continue
@@ -844,7 +868,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
 #pragma unroll 1
   for (;;) {
     int32_t kind, from;
-    cursor.run(sSpan, spans, kind, from);
+    (kStages == 3 ? lag : cursor).run(sSpan, spans, kind, from);  // the current tile's run
     fill_slots(from, kind >= 0 ? kind >> 1 : kVariantSlots - 1);
     if (kind < 0) break;
     // The unmasked loop (FlashAttention's): every row of the CTA sees every key of the tile, no column
@@ -859,8 +883,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
                                 sV + stage * Traits::kKVElems, lane, row_of(0), TileWork::kFull, false, false, cur,
                                 -1, sLo, sHi, nullptr, 0, 0, p.scale_log2, bias, 0.f};
       warp_tile<Traits, N, false>(o, softmax, w);
-      cur = nxt;
-      stage ^= 1;
+      rotate();
     } while (cur.cont);
     } else {
     // The masked loop: the variant's other tiles. Per record, each row's bounds; per tile and warp, skip /
@@ -908,8 +931,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
           warp_tile<Traits, N>(o, softmax, w);
         }
       }
-      cur = nxt;
-      stage ^= 1;
+      rotate();
     } while (cur.cont);
     }
   }

@@ -51,6 +51,12 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 
 // Waits for every copy this thread issued; a __syncthreads() afterwards publishes them to the block.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// Waits for every copy group this thread committed but the newest kPending (a third K/V stage keeps one
+// tile's copy in flight across the barrier).
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 
 // Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8, row l % 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {

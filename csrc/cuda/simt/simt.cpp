@@ -189,6 +189,7 @@ struct Fiber {
   uint3 idx{};
   Site site{"", 0};  // where it waits
   std::vector<Copy> uncommitted, committed;
+  std::vector<size_t> group_ends;  // per committed group (oldest first), its end in `committed`
   const std::function<bool()>* poll = nullptr;  // kPoll: the condition it waits for
   std::string poll_what;                         // kPoll: what it waits at (for the deadlock report)
 
@@ -634,11 +635,19 @@ struct Worker {
     Fiber* f = t_fiber;
     f->committed.insert(f->committed.end(), f->uncommitted.begin(), f->uncommitted.end());
     f->uncommitted.clear();
+    f->group_ends.push_back(f->committed.size());  // an empty commit is an empty group (PTX)
   }
 
-  void cp_wait_all() {
+  void cp_wait_all() { cp_wait_group(0); }
+
+  // cp.async.wait_group n: every committed group but the newest n lands now; those stay in flight.
+  void cp_wait_group(int pending) {
     Fiber* f = t_fiber;
-    for (const Copy& c : f->committed) {
+    const size_t groups = f->group_ends.size();
+    if (groups <= size_t(pending)) return;
+    const size_t landed = f->group_ends[groups - size_t(pending) - 1];
+    for (size_t i = 0; i < landed; ++i) {
+      const Copy& c = f->committed[i];
       if (c.valid) std::memcpy(c.dst, c.src, 16);
       else std::memset(c.dst, 0, 16);
       if (opts.check_races && in_dynamic(c.dst, 16)) {
@@ -648,7 +657,9 @@ struct Worker {
         s.landed_gen = gen;
       }
     }
-    f->committed.clear();
+    f->committed.erase(f->committed.begin(), f->committed.begin() + std::ptrdiff_t(landed));
+    f->group_ends.erase(f->group_ends.begin(), f->group_ends.end() - pending);
+    for (size_t& end : f->group_ends) end -= landed;
   }
 
   // ---- exits ----
@@ -742,6 +753,7 @@ struct Worker {
       f.state = State::kReady;
       f.uncommitted.clear();
       f.committed.clear();
+      f.group_ends.clear();
       make_context(f.ctx, f.stack, f.stack_size(), &fiber_main, &f);
     }
     uint64_t rng = opts.schedule_seed * 0x9E3779B97F4A7C15ull + uint64_t(b);
@@ -937,6 +949,7 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
 void cp_async_16(void* smem, const void* gmem, bool valid, Site site) { worker().cp_async(smem, gmem, valid, site); }
 void cp_async_commit() { worker().cp_commit(); }
 void cp_async_wait_all(Site) { worker().cp_wait_all(); }
+void cp_async_wait_group(int pending, Site) { worker().cp_wait_group(pending); }
 unsigned char* dynamic_shared() { return worker().dyn; }
 size_t dynamic_shared_bytes() { return worker().dyn_size; }
 int thread_rank() {

@@ -12,8 +12,8 @@
 //   ldmatrix_x4[_trans]                             ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (9.7.14.5.15)
 //   mma_16816<bf16 / half>                          mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{..}.f32
 //                                                   (9.7.14.5.14, fragments 9.7.14.5.8)
-//   cp_async_16 / _commit / _wait_all               cp.async.cg.shared.global 16 (9.7.9.25.3), commit_group,
-//                                                   wait_group 0: copies land at the wait, as late as PTX allows
+//   cp_async_16 / _commit / _wait_all / _wait_group cp.async.cg.shared.global 16 (9.7.9.25.3), commit_group,
+//                                                   wait_group n: copies land at the wait, as late as PTX allows
 //   exp2_approx, __fdividef, __log2f                ex2.approx.ftz.f32, div.approx.f32, lg2.approx.ftz.f32
 // Every warp collective waits until all 32 lanes of the warp arrive at the same collective; a CTA barrier
 // waits for every thread of the CTA. Misuse (lanes at different collectives, a lane or thread that exited,
@@ -123,6 +123,7 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
 void cp_async_16(void* smem, const void* gmem, bool valid, Site site);
 void cp_async_commit();
 void cp_async_wait_all(Site site);
+void cp_async_wait_group(int pending, Site site);
 unsigned char* dynamic_shared();
 void* static_shared(const void* key, size_t bytes, size_t align);
 
@@ -302,6 +303,9 @@ inline void cp_async_16(void* smem, const void* gmem, bool valid, std::source_lo
 inline void cp_async_commit() { ::simt::cp_async_commit(); }
 // cp.async.wait_group 0: every committed copy of this thread lands now.
 inline void cp_async_wait_all(std::source_location site = RSWA_SIMT_HERE) { ::simt::cp_async_wait_all(site); }
+// cp.async.wait_group kPending: every committed group of this thread but the newest kPending lands now.
+template <int kPending>
+inline void cp_async_wait_group(std::source_location site = RSWA_SIMT_HERE) { ::simt::cp_async_wait_group(kPending, site); }
 
 inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem, std::source_location site = RSWA_SIMT_HERE) {
   ::simt::ldmatrix_x4(r, smem, false, site);
