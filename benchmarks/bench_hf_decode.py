@@ -5,8 +5,10 @@ A Llama with random weights (hidden 768, 12 heads of 64, MLP 2048, ``--layers`` 
 step's time does not depend on their values); one step feeds the next token at position L and is timed, then
 the cache is cropped back to L. Implementations: ``sdpa`` (transformers' own), ``rangeswa`` and
 ``rangeswa_lite`` (`rangeswa_ext.integrations.transformers`, late stage). The step's time includes what every
-implementation pays: the cache's append (a ``cat`` of the whole cache), the MLPs, the LM head. Also timed: the
-attention call alone (the integration's function on the cached tensors), which is where the methods differ.
+implementation pays: the cache's append (a ``cat`` of the whole cache), the MLPs, the LM head; the integration
+keeps its decode state (pre-RoPE keys, prepared context) across the steps, as in ``generate``. Also timed: the
+attention function alone on layer 0's cache without that state (every call un-rotates and prepares the whole
+cache: what a step cost before the integration kept it).
 
     python benchmarks/bench_hf_decode.py [--lengths 2048,8192] [--layers 2] [--repeats 5] [--threads N]
 
@@ -113,7 +115,7 @@ def main(argv=None) -> int:
         row = measure(length, args.layers, args.repeats)
         rows.append(row)
         print(json.dumps(row))
-    header = ["L"] + [f"{n} step ms (x SDPA)" for n in IMPLEMENTATIONS] + [f"{n} attention ms" for n in IMPLEMENTATIONS]
+    header = ["L"] + [f"{n} step ms (x SDPA)" for n in IMPLEMENTATIONS] + [f"{n} stateless attention ms" for n in IMPLEMENTATIONS]
     table = [[str(r["L"])] + [f"{r[f'{n}_step_ms']:.1f} ({r[f'{n}_step_ms'] / r['sdpa_step_ms']:.2f}x)"
                               for n in IMPLEMENTATIONS] + [f"{r[f'{n}_attention_ms']:.2f}" for n in IMPLEMENTATIONS]
              for r in rows]
