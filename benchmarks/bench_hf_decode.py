@@ -1,16 +1,20 @@
 """One KV-cached decode step of a transformers Llama through the integration, against SDPA (issue 31).
 
 A Llama with random weights (hidden 768, 12 heads of 64, MLP 2048, ``--layers`` layers, fp32, T =
-``max_position_embeddings`` = 1024) holds a DynamicCache of L random rotated keys and values per layer (the
+``max_position_embeddings`` = 1024) holds a KV cache of L random rotated keys and values per layer (the
 step's time does not depend on their values); one step feeds the next token at position L and is timed, then
-the cache is cropped back to L. Implementations: ``sdpa`` (transformers' own), ``rangeswa`` and
-``rangeswa_lite`` (`rangeswa_ext.integrations.transformers`, late stage). The step's time includes what every
-implementation pays: the cache's append (a ``cat`` of the whole cache), the MLPs, the LM head; the integration
-keeps its decode state (pre-RoPE keys, prepared context) across the steps, as in ``generate``. Also timed: the
-attention function alone on layer 0's cache without that state (every call un-rotates and prepares the whole
-cache: what a step cost before the integration kept it).
+the cache is cropped back to L. Two caches of transformers (``--caches``): ``dynamic`` appends by a ``cat`` of
+the whole cache at every step, a copy that every implementation pays and that dominates a long step on a CPU;
+``static`` preallocates L + 1 rows and writes the step's row in place (SDPA attends over all of them under
+transformers' mask, the integration over the rows up to the query). Implementations: ``sdpa``
+(transformers' own), ``rangeswa`` and ``rangeswa_lite`` (`rangeswa_ext.integrations.transformers`, late
+stage). The step's time includes the MLPs and the LM head; the integration keeps its decode state (pre-RoPE
+keys, prepared context) across the steps, as in ``generate``. Also timed: the attention function alone on
+layer 0's cache without that state (every call un-rotates and prepares the whole cache: what a step cost
+before the integration kept it).
 
-    python benchmarks/bench_hf_decode.py [--lengths 2048,8192] [--layers 2] [--repeats 5] [--threads N]
+    python benchmarks/bench_hf_decode.py [--lengths 2048,8192] [--caches dynamic,static] [--layers 2]
+                                         [--repeats 5] [--threads N]
 
 Results: benchmarks/results/hf_decode_<date>.{json,md}. Medians of ``--repeats`` runs after one warm-up.
 """
@@ -33,16 +37,16 @@ IMPLEMENTATIONS = ("sdpa", "rangeswa", "rangeswa_lite")
 HIDDEN, HEADS, T, VOCAB = 768, 12, 1024, 1000
 
 
-def model_with_cache(layers: int, length: int):
+def model_with_cache(layers: int, length: int, kind: str = "dynamic"):
     import transformers
-    from transformers import DynamicCache
+    from transformers import DynamicCache, StaticCache
 
     config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2048,
                                       num_hidden_layers=layers, num_attention_heads=HEADS, num_key_value_heads=HEADS,
                                       max_position_embeddings=T)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
-    cache = DynamicCache(config=config)
+    cache = DynamicCache(config=config) if kind == "dynamic" else StaticCache(config=config, max_cache_len=length + 1)
     generator = torch.Generator().manual_seed(1)
     for layer in range(layers):
         k, v = (torch.randn(1, HEADS, length, HIDDEN // HEADS, generator=generator) for _ in "kv")
@@ -60,13 +64,13 @@ def median_ms(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure(length: int, layers: int, repeats: int) -> dict:
+def measure(length: int, layers: int, repeats: int, kind: str) -> dict:
     from rangeswa_ext.integrations.transformers import attention, enable
 
-    model, cache = model_with_cache(layers, length)
+    model, cache = model_with_cache(layers, length, kind)
     token = torch.tensor([[7]])
     position = torch.tensor([[length]])
-    row = {"L": length}
+    row = {"L": length, "cache": kind}
     for name in IMPLEMENTATIONS:
         if name == "sdpa":
             model.set_attn_implementation("sdpa")
@@ -82,7 +86,7 @@ def measure(length: int, layers: int, repeats: int) -> dict:
     # The attention function alone on layer 0's L cached rows, q the last one (q and k rotated, as
     # transformers hands them over).
     layer = model.model.layers[0].self_attn
-    k, v = cache.layers[0].keys, cache.layers[0].values
+    k, v = cache.layers[0].keys[:, :, :length], cache.layers[0].values[:, :, :length]
     q = torch.randn(1, HEADS, 1, HIDDEN // HEADS)
     for name in IMPLEMENTATIONS:
         if name == "sdpa":
@@ -105,6 +109,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", default="2048,8192", help="comma-separated cache lengths L (> T = 1024)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--caches", default="dynamic,static", help="comma-separated KV cache kinds of transformers")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args(argv)
@@ -112,11 +117,12 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     rows = []
     for length in (int(x) for x in args.lengths.split(",")):
-        row = measure(length, args.layers, args.repeats)
-        rows.append(row)
-        print(json.dumps(row))
-    header = ["L"] + [f"{n} step ms (x SDPA)" for n in IMPLEMENTATIONS] + [f"{n} stateless attention ms" for n in IMPLEMENTATIONS]
-    table = [[str(r["L"])] + [f"{r[f'{n}_step_ms']:.1f} ({r[f'{n}_step_ms'] / r['sdpa_step_ms']:.2f}x)"
+        for kind in args.caches.split(","):
+            row = measure(length, args.layers, args.repeats, kind)
+            rows.append(row)
+            print(json.dumps(row))
+    header = ["L", "cache"] + [f"{n} step ms (x SDPA)" for n in IMPLEMENTATIONS] + [f"{n} stateless attention ms" for n in IMPLEMENTATIONS]
+    table = [[str(r["L"]), r["cache"]] + [f"{r[f'{n}_step_ms']:.1f} ({r[f'{n}_step_ms'] / r['sdpa_step_ms']:.2f}x)"
                               for n in IMPLEMENTATIONS] + [f"{r[f'{n}_attention_ms']:.2f}" for n in IMPLEMENTATIONS]
              for r in rows]
     date = datetime.date.today().isoformat()

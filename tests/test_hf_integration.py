@@ -323,3 +323,16 @@ def test_a_decode_step_prepares_only_its_new_rows(method):
     with torch.no_grad():
         model(prompt, use_cache=False)
     assert not any(layer.self_attn in integration._DECODE for layer in model.model.layers)  # state freed
+
+
+@pytest.mark.parametrize("method", NAMES)
+def test_a_static_cache_decodes_as_a_dynamic_one(method):
+    """A static cache hands the attention all of its preallocated rows (those past the step empty); the
+    integration keeps the rows up to the step's query, so greedy decoding gives the dynamic cache's logits."""
+    model = enable(decoder("llama"), method)
+    prompt = ids(T + 40, batch=2)
+    with torch.no_grad():
+        runs = [model.generate(prompt, max_new_tokens=6, do_sample=False, use_cache=True, output_logits=True,
+                               return_dict_in_generate=True, **extra) for extra in ({}, dict(cache_implementation="static"))]
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    assert torch.equal(torch.stack(runs[0].logits), torch.stack(runs[1].logits))

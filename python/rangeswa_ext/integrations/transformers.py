@@ -31,7 +31,9 @@ How a call runs (``attention``):
   a decode step un-rotates and prepares only its new rows (from their key block on), which a first-entry
   mark of every row checks against the cache, so a cropped, reordered or replaced cache is prepared again
   from its first changed row. That state costs a copy of the keys plus the prepared arrays per layer; a
-  call without a cache frees it. The answers are those of preparing the whole cache at every step.
+  call without a cache frees it. The answers are those of preparing the whole cache at every step. A static
+  cache (``cache_implementation="static"``) hands over all its preallocated rows: a causal call reads those
+  up to its last query (its position ids), the rest are empty.
 - Sliding-window layers (the ``sliding_window`` a layer passes: Mistral v0.1, Qwen2's upper layers, the
   local layers of mixed models) keep the model's own windowed attention at every length; the global
   layers run the method.
@@ -151,6 +153,8 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     settings = _settings(config)
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else bool(causal)
+    given = kwargs.get("position_ids")
+    key, value = _visible_rows(key, value, given, causal, query.shape[2])
     Lq, L = query.shape[2], key.shape[2]
     scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     T = _train_length(settings, config)
@@ -159,7 +163,6 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         return _native(query, key, value, causal, scale, window), None
 
     positions = torch.arange(L, device=query.device)
-    given = kwargs.get("position_ids")
     if given is not None and not torch.equal(given.to(positions.device), positions[L - Lq:].expand_as(given)):
         raise ValueError(f"rangeswa attention needs each row at positions 0 .. L-1 (this call's queries at "
                          f"{L - Lq} .. {L - 1}); got other position ids: padded or packed batches are not supported")
@@ -216,6 +219,17 @@ class _DecodeState:
         self.marks[:, stable:L] = marks[:, stable:]
         self.length = L
         return self.keys[:, :, :L], stable
+
+
+def _visible_rows(key, value, position_ids, causal: bool, Lq: int):
+    """A causal call's keys up to its last query: a static cache (``cache_implementation="static"``) hands
+    over all of its preallocated rows, those past the queries empty and never seen by a causal query."""
+    if not causal or position_ids is None:
+        return key, value
+    end = int(position_ids[..., -1].max()) + 1
+    if Lq <= end < key.shape[2]:
+        return key[:, :, :end], value[:, :, :end]
+    return key, value
 
 
 def _native(query, key, value, causal: bool, scale: float, window: Optional[int]) -> torch.Tensor:
