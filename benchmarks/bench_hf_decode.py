@@ -2,10 +2,11 @@
 
 A Llama with random weights (hidden 768, 12 heads of 64, MLP 2048, ``--layers`` layers, fp32, T =
 ``max_position_embeddings`` = 1024) holds a KV cache of L random rotated keys and values per layer (the
-step's time does not depend on their values); one step feeds the next token at position L and is timed, then
-the cache is cropped back to L. Two caches of transformers (``--caches``): ``dynamic`` appends by a ``cat`` of
-the whole cache at every step, a copy that every implementation pays and that dominates a long step on a CPU;
-``static`` preallocates L + 1 rows and writes the step's row in place (SDPA attends over all of them under
+step's time does not depend on their values). The steps feed one token each at positions L, L + 1, ...,
+as ``generate`` does (every step a new length), are timed one by one, and the cache is then cropped back to
+L for the next implementation. Two caches of transformers (``--caches``): ``dynamic`` appends by a ``cat``
+of the whole cache at every step, a copy that every implementation pays and that dominates a long step on a
+CPU; ``static`` preallocates its rows and writes the step's row in place (SDPA attends over all of them under
 transformers' mask, the integration over the rows up to the query). Implementations: ``sdpa``
 (transformers' own), ``rangeswa`` and ``rangeswa_lite`` (`rangeswa_ext.integrations.transformers`, late
 stage). The step's time includes the MLPs and the LM head; the integration keeps its decode state (pre-RoPE
@@ -16,7 +17,7 @@ before the integration kept it).
     python benchmarks/bench_hf_decode.py [--lengths 2048,8192] [--caches dynamic,static] [--layers 2]
                                          [--repeats 5] [--threads N]
 
-Results: benchmarks/results/hf_decode_<date>.{json,md}. Medians of ``--repeats`` runs after one warm-up.
+Results: benchmarks/results/hf_decode_<date>.{json,md}. Medians of ``--repeats`` steps after one warm-up step.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ IMPLEMENTATIONS = ("sdpa", "rangeswa", "rangeswa_lite")
 HIDDEN, HEADS, T, VOCAB = 768, 12, 1024, 1000
 
 
-def model_with_cache(layers: int, length: int, kind: str = "dynamic"):
+def model_with_cache(layers: int, length: int, kind: str = "dynamic", steps: int = 0):
     import transformers
     from transformers import DynamicCache, StaticCache
 
@@ -46,7 +47,7 @@ def model_with_cache(layers: int, length: int, kind: str = "dynamic"):
                                       max_position_embeddings=T)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
-    cache = DynamicCache(config=config) if kind == "dynamic" else StaticCache(config=config, max_cache_len=length + 1)
+    cache = DynamicCache(config=config) if kind == "dynamic" else StaticCache(config=config, max_cache_len=length + 1 + steps)
     generator = torch.Generator().manual_seed(1)
     for layer in range(layers):
         k, v = (torch.randn(1, HEADS, length, HIDDEN // HEADS, generator=generator) for _ in "kv")
@@ -64,11 +65,23 @@ def median_ms(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def decode_ms(model, cache, length: int, repeats: int) -> float:
+    """The median time of ``repeats`` decode steps at lengths L + 1 .. L + repeats, after one at L."""
+    times = []
+    with torch.no_grad():
+        for s in range(repeats + 1):
+            start = time.perf_counter()
+            model(torch.tensor([[7 + s]]), past_key_values=cache, position_ids=torch.tensor([[length + s]]),
+                  use_cache=True)
+            times.append((time.perf_counter() - start) * 1e3)
+    cache.crop(-(repeats + 1))  # the cache holds its L rows again
+    return statistics.median(times[1:])
+
+
 def measure(length: int, layers: int, repeats: int, kind: str) -> dict:
     from rangeswa_ext.integrations.transformers import attention, enable
 
-    model, cache = model_with_cache(layers, length, kind)
-    token = torch.tensor([[7]])
+    model, cache = model_with_cache(layers, length, kind, repeats + 1)
     position = torch.tensor([[length]])
     row = {"L": length, "cache": kind}
     for name in IMPLEMENTATIONS:
@@ -76,13 +89,7 @@ def measure(length: int, layers: int, repeats: int, kind: str) -> dict:
             model.set_attn_implementation("sdpa")
         else:
             enable(model, name)
-
-        def step():
-            with torch.no_grad():
-                model(token, past_key_values=cache, position_ids=position, use_cache=True)
-            cache.crop(-1)  # drop the step's row: the cache holds L rows again
-
-        row[f"{name}_step_ms"] = median_ms(step, repeats)
+        row[f"{name}_step_ms"] = decode_ms(model, cache, length, repeats)
     # The attention function alone on layer 0's L cached rows, q the last one (q and k rotated, as
     # transformers hands them over).
     layer = model.model.layers[0].self_attn

@@ -195,6 +195,19 @@ def test_rope_tables_kept_between_calls_are_found_by_positions_theta_and_dim():
         assert rel_err(got, ref.rotate(x.double(), positions, theta, rd, "interleaved")) < 1e-6
 
 
+def test_attn_rope_tables_kept_for_a_longer_call_serve_shorter_and_growing_ones():
+    """attn's tables of positions 0, 1, 2, ... are kept and serve any call up to their length (decoding
+    makes each call one row longer; a table grows by doubling): calls at growing, shrinking and regrown
+    lengths (grouped positions included, past T) each equal the float64 reference."""
+    cfg = preset("rangeswa", train_length=256)
+    q, k, v = make_qkv(1, 2, 1, 700, 64, seed=16)
+    for L in (520, 521, 522, 600, 300, 700, 523):
+        got = ops.attn(q[:, :, L - 3:L], k[:, :, :L], v[:, :, :L], cfg, causal_block=1)
+        expected, _ = ref.attention(q[:, :, L - 3:L].double(), k[:, :, :L].double(), v[:, :, :L].double(), cfg, 0,
+                                    "late", causal_block=1)
+        assert rel_err(got, expected) < 1e-5, L
+
+
 @pytest.mark.parametrize("sample", opcheck_samples(), ids=lambda s: s[0])
 def test_opcheck(sample):
     _, op, args, kwargs = sample

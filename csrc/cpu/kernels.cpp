@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 
@@ -25,9 +26,34 @@ RopeTable::RopeTable(const RopeParams& rope, const double* positions, int64_t co
 }
 
 std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, double first, double step, int64_t count) {
-  std::vector<double> positions(count);
-  for (int64_t s = 0; s < count; ++s) positions[s] = first + double(s) * step;
-  return rope_table(rope, std::move(positions));
+  // A table of first + s * step serves every count up to its own: a decode step's L is one more than the
+  // last call's, so a table is found by (theta, rotary dim, first, step) and rebuilt only when it is too
+  // short, then with room for twice the rows (O(log L) builds over a generation instead of one per step).
+  struct Entry {
+    double theta, first, step;
+    int64_t rotary_dim, count;
+    std::shared_ptr<const RopeTable> table;
+  };
+  static std::mutex mutex;
+  static std::vector<Entry> recent;  // newest last
+  constexpr size_t kKeep = 8;
+  std::lock_guard<std::mutex> lock(mutex);
+  int64_t grown = count;
+  for (auto entry = recent.begin(); entry != recent.end(); ++entry) {
+    if (entry->theta != rope.theta || entry->rotary_dim != rope.rotary_dim || entry->first != first ||
+        entry->step != step)
+      continue;
+    if (entry->count >= count) return entry->table;
+    grown = std::max(count, 2 * entry->count);
+    recent.erase(entry);
+    break;
+  }
+  std::vector<double> positions(grown);
+  for (int64_t s = 0; s < grown; ++s) positions[s] = first + double(s) * step;
+  auto table = std::make_shared<const RopeTable>(rope, positions.data(), grown);
+  if (recent.size() == kKeep) recent.erase(recent.begin());
+  recent.push_back(Entry{rope.theta, first, step, rope.rotary_dim, grown, table});
+  return table;
 }
 
 std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, std::vector<double> positions) {
