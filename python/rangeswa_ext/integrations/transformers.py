@@ -44,10 +44,18 @@ How a call runs (``attention``):
   (OLMo2) and 0.2 (Qwen3); RangeSWA-Lite's were rounding (1e-7). Within T the model's own attention runs,
   so cached and recomputed agree there.
 
+- Padded batches (``attention_mask`` with zeros, left or right padding: each row's real tokens one run):
+  the mask function hands the attention the [B, L] mask of real tokens, and each sample is computed as if
+  its padding were absent (the op's ``attention_mask``, docs/spec_decisions.md 17), so a padded row's
+  logits are those of the same sequence alone: keys are un-rotated at the positions the model gave them
+  (``generate``'s count of real tokens, or 0 .. L-1), and a sample that fits T alone runs the model's own
+  attention as it would alone. A padded batch keeps its pre-RoPE keys across decode steps but no prepared
+  context (the op takes none with a mask).
+
 T is the model config's ``max_position_embeddings`` unless ``enable`` gives ``train_length``: many
 configs state more than the length the model was trained at, so give it when you know it. Not
-supported (each a ValueError naming it): padded or packed batches (the op has no per-row positions:
-run one unpadded sequence per row), attention dropout while training, soft-capped logits, and RoPE other
+supported (each a ValueError naming it): packed batches (several sequences in one row) and custom 4-d
+masks, attention dropout while training, soft-capped logits, and RoPE other
 than transformers' ``default`` type (llama3, yarn, ... scale the frequencies themselves; the op
 re-applies plain RoPE). Tested with transformers 5.x on Llama, Qwen2, Mistral, Qwen3 and OLMo2 models.
 """
@@ -125,25 +133,30 @@ def register() -> None:
     """Register every name of `NAMES` with transformers (done on import; registering again is harmless)."""
     for name in NAMES:
         AttentionInterface.register(name, functools.partial(attention, method=name))
-        AttentionMaskInterface.register(name, unpadded_mask)
+        AttentionMaskInterface.register(name, padding_mask)
 
 
-def unpadded_mask(*args, attention_mask: Optional[torch.Tensor] = None, **kwargs) -> None:
-    """The mask function of `NAMES`: none, the op decides who sees whom; a padded batch is refused."""
-    if attention_mask is not None and not bool(attention_mask.all()):
-        raise ValueError("rangeswa attention does not take padded batches (the attention mask has zeros): run one "
-                         "sequence per row without padding")
-    return None
+def padding_mask(*args, attention_mask: Optional[torch.Tensor] = None, kv_length: Optional[int] = None,
+                 **kwargs) -> Optional[torch.Tensor]:
+    """The mask function of `NAMES`: the op decides who sees whom, so a batch without padding gets None and a
+    padded one its [B, rows] bool mask of real tokens (the rows the cache has seen, as FlashAttention's mask
+    function hands them; the last ``kv_length`` for a sliding-window cache that keeps fewer)."""
+    if attention_mask is None:
+        return None
+    mask = attention_mask.bool()
+    if kv_length is not None and mask.shape[1] > kv_length:
+        mask = mask[:, -kv_length:]
+    return None if bool(mask.all()) else mask
 
 
 def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None, *,
               method: str, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: q [B, Hq, Lq, D], k and v [B, Hkv, L, D], q and k
-    rotated by the model; returns ([B, Lq, Hq, D], None)."""
-    if attention_mask is not None:
-        raise ValueError("rangeswa attention takes no attention mask (padding or a custom mask): run one unpadded "
-                         "sequence per row")
+    rotated by the model; returns ([B, Lq, Hq, D], None). ``attention_mask``: `padding_mask`'s."""
+    if attention_mask is not None and (attention_mask.dim() != 2 or attention_mask.dtype != torch.bool):
+        raise ValueError(f"rangeswa attention takes a padded batch's [B, L] mask of real tokens, not a custom "
+                         f"{attention_mask.dim()}-d {attention_mask.dtype} mask")
     if dropout:
         raise ValueError(f"rangeswa attention has no attention dropout (got {dropout}); call model.eval()")
     if kwargs.get("softcap") is not None:
@@ -154,33 +167,38 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else bool(causal)
     given = kwargs.get("position_ids")
-    key, value = _visible_rows(key, value, given, causal, query.shape[2])
+    key, value = _visible_rows(key, value, attention_mask, given, causal, query.shape[2])
     Lq, L = query.shape[2], key.shape[2]
+    if attention_mask is not None and attention_mask.shape[1] != L:
+        raise ValueError(f"the attention mask covers {attention_mask.shape[1]} rows but the call has {L} keys")
     scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     T = _train_length(settings, config)
     window = kwargs.get("sliding_window")
     if window is not None or (L <= T and settings.native_within_train_length):
-        return _native(query, key, value, causal, scale, window), None
+        return _native(query, key, value, causal, scale, window, attention_mask), None
 
-    positions = torch.arange(L, device=query.device)
-    if given is not None and not torch.equal(given.to(positions.device), positions[L - Lq:].expand_as(given)):
-        raise ValueError(f"rangeswa attention needs each row at positions 0 .. L-1 (this call's queries at "
-                         f"{L - Lq} .. {L - 1}); got other position ids: padded or packed batches are not supported")
+    positions = _key_positions(attention_mask, given, L, Lq, query.device)
     rotary = _rotary_embedding(module)
-    cos, sin = rotary(query, positions[None, L - Lq:])
+    cos, sin = rotary(query, positions[:, L - Lq:])
     q = _unrotate(query, cos, sin)
     D, rd = query.shape[-1], cos.shape[-1]
     run = _method(method, settings, _theta(config), None if rd == D else rd, D, T, scale)
     stage = kwargs.get("rangeswa_stage") or settings.stage
     if kwargs.get("use_cache"):  # the model keeps a KV cache: keep what its rows give beside it
         state = _DECODE.setdefault(module, _DecodeState())
-        k, stable = state.update(key, value, rotary)
-        extra = dict(context=state.context, stable=stable)
+        k, stable = state.update(key, value, rotary, positions)
+        # ops.attn takes no prepared context with a mask: a padded batch keeps only the pre-RoPE keys.
+        extra = dict(context=state.context, stable=stable) if attention_mask is None else {}
     else:
         _DECODE.pop(module, None)
-        k, extra = _unrotate(key, *rotary(key, positions[None])), {}
-    out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0, **extra)
-    return out.transpose(1, 2).contiguous(), None
+        k, extra = _unrotate(key, *rotary(key, positions)), {}
+    out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0,
+              attention_mask=attention_mask, **extra).transpose(1, 2).contiguous()
+    if attention_mask is not None and settings.native_within_train_length:
+        short = attention_mask.sum(1) <= T  # samples that fit T alone run the model's own attention, as alone
+        if bool(short.any()):
+            out[short] = _native(query[short], key[short], value[short], causal, scale, None, attention_mask[short])
+    return out, None
 
 
 class _DecodeState:
@@ -197,8 +215,9 @@ class _DecodeState:
         self.length = 0
         self.context = PreparedCache()
 
-    def update(self, key: torch.Tensor, value: torch.Tensor, rotary) -> tuple[torch.Tensor, int]:
-        """(the pre-RoPE keys of the call's L rows, the leading rows unchanged since the previous call)."""
+    def update(self, key: torch.Tensor, value: torch.Tensor, rotary, positions: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(the pre-RoPE keys of the call's L rows, the leading rows unchanged since the previous call);
+        ``positions`` [1 or B, L]: those the model rotated the keys with (`_key_positions`)."""
         L = key.shape[2]
         marks = torch.stack([key[:, 0, :, 0], value[:, 0, :, 0]], dim=-1)
         held = self.keys is not None and self.keys.shape[:2] == key.shape[:2] and self.keys.dtype == key.dtype \
@@ -214,37 +233,65 @@ class _DecodeState:
             old, self.marks = self.marks, marks.new_empty((key.shape[0], capacity, 2))
             if stable:
                 self.keys[:, :, :stable], self.marks[:, :stable] = keys[:, :, :stable], old[:, :stable]
-        cos, sin = rotary(key, torch.arange(stable, L, device=key.device)[None])
+        cos, sin = rotary(key, positions[:, stable:])
         self.keys[:, :, stable:L] = _unrotate(key[:, :, stable:], cos, sin)
         self.marks[:, stable:L] = marks[:, stable:]
         self.length = L
         return self.keys[:, :, :L], stable
 
 
-def _visible_rows(key, value, position_ids, causal: bool, Lq: int):
+def _visible_rows(key, value, padding: Optional[torch.Tensor], position_ids, causal: bool, Lq: int):
     """A causal call's keys up to its last query: a static cache (``cache_implementation="static"``) hands
-    over all of its preallocated rows, those past the queries empty and never seen by a causal query."""
-    if not causal or position_ids is None:
+    over all of its preallocated rows, those past the queries empty and never seen by a causal query. The
+    rows seen so far are the padding mask's (with padding, positions are not row indices), else the last
+    query's position + 1."""
+    if not causal or (padding is None and position_ids is None):
         return key, value
-    end = int(position_ids[..., -1].max()) + 1
+    end = padding.shape[1] if padding is not None else int(position_ids[..., -1].max()) + 1
     if Lq <= end < key.shape[2]:
         return key[:, :, :end], value[:, :, :end]
     return key, value
 
 
-def _native(query, key, value, causal: bool, scale: float, window: Optional[int]) -> torch.Tensor:
+def _key_positions(padding: Optional[torch.Tensor], given, L: int, Lq: int, device) -> torch.Tensor:
+    """The positions the model rotated the call's L keys with, [1 or B, L]: 0 .. L-1, or with padding each
+    sample's count of real tokens before the row (``generate``'s position ids: cumsum(mask) - 1); the call's
+    position ids (those of its last Lq rows, real rows compared) tell which, and any other is refused."""
+    plain = torch.arange(L, device=device)[None]
+    candidates = [plain] if padding is None else [(padding.long().cumsum(1) - 1).clamp(min=0), plain]
+    if given is None:
+        return candidates[0]
+    given = given.to(device).expand(len(padding) if padding is not None else given.shape[0], Lq)
+    real = torch.ones_like(given, dtype=torch.bool) if padding is None else padding[:, L - Lq:]
+    for positions in candidates:
+        if bool(((given == positions[:, L - Lq:]) | ~real).all()):
+            return positions
+    raise ValueError(f"rangeswa attention needs the keys at positions 0 .. L-1, or counted over each row's real "
+                     f"tokens in a padded batch (this call's queries at {L - Lq} .. {L - 1}); got other position "
+                     f"ids: packed sequences are not supported")
+
+
+def _native(query, key, value, causal: bool, scale: float, window: Optional[int],
+            padding: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The model's own attention on its rotated q and k, [B, Lq, Hq, D]: the queries are the last Lq of the
     L keys' positions; a sliding-window layer's query i sees the keys j with i - window < j (causal, as
-    transformers' sliding_window_overlay) or |i - j| <= window (bidirectional)."""
+    transformers' sliding_window_overlay) or |i - j| <= window (bidirectional). With a padding mask no
+    padded key is seen and padded query rows come back as zeros (as the op gives them)."""
     Lq, L = query.shape[2], key.shape[2]
-    mask = causal_mask(0, L, Lq, 1, query.device) if causal and Lq < L else None
+    mask = causal_mask(0, L, Lq, 1, query.device) if causal and (Lq < L or padding is not None) else None
     if window is not None:
         i = torch.arange(L - Lq, L, device=query.device)[:, None]
         j = torch.arange(L, device=query.device)[None, :]
         mask = (j <= i) & (i - j < window) if causal else (i - j).abs() <= window
+    if padding is not None:
+        real = padding[:, None, L - Lq:, None]
+        seen = padding[:, None, None, :] if mask is None else mask & padding[:, None, None, :]
+        mask = seen | ~real  # a padded row sees every key (finite; zeroed below)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale,
                                          is_causal=causal and Lq == L and mask is None,
                                          enable_gqa=query.shape[1] != key.shape[1])
+    if padding is not None:
+        out = out * real
     return out.transpose(1, 2).contiguous()
 
 
