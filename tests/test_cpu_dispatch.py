@@ -57,6 +57,11 @@ def outputs() -> list:
         q, k, v = causal_inputs(case)
         results += ops.attn(q, k, v, causal_config(case), case["C"], case["stage"], return_lse=True,
                             causal_block=case["cb"])
+    for case in CAUSAL_GRID[:4]:  # decode calls: one and two query rows (their scores are dotted, not packed)
+        q, k, v = causal_inputs(case)
+        for rows in (1, 2):
+            results += ops.attn(q[:, :, q.shape[2] - rows:], k, v, causal_config(case), 0, case["stage"],
+                                return_lse=True, causal_block=max(case["cb"], 1))
     x, y = (torch.randn(2, 3, 77, 80, generator=torch.Generator().manual_seed(seed)) for seed in (1, 2))
     results.append(ops.rope(x, torch.arange(77, dtype=torch.float64) * 1.5, rotary_dim=48, rope_style="half"))
     results += ops.block_summary(x, y, torch.arange(77, dtype=torch.float64), summary_block=16)

@@ -112,8 +112,26 @@ void pack_transposed(const float* B, int64_t ldb, int64_t cols, int64_t k, float
     }
 }
 
+// C[i, j] = A[i] . B[j] for the m <= kDotRows rows of a decode call's query: each row of B is read once
+// and dotted with them; packing B for so few rows of A would cost more than the product itself.
+constexpr int64_t kDotRows = 2;
+
+void dot_rows(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+              int64_t ldc) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* b = B + j * ldb;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* a = A + i * lda;
+      Vec acc = Vec::zero();
+      for (int64_t p = 0; p < k; p += kLanes) acc = fma(Vec::load(a + p, k - p), Vec::load(b + p, k - p), acc);
+      C[i * ldc + j] = acc.sum();
+    }
+  }
+}
+
 void gemm_nt(int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
              int64_t ldc) {
+  if (m <= kDotRows) return dot_rows(m, n, k, A, lda, B, ldb, C, ldc);
   thread_local std::vector<float> panel;  // up to kPanel rows of B, transposed
   const int64_t depth = (k + kLanes - 1) / kLanes * kLanes;
   if (panel.size() < size_t(depth * kPanel)) panel.resize(depth * kPanel);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
 namespace rangeswa::cpu::RANGESWA_ISA {
 
@@ -23,6 +24,17 @@ struct Vec {
   // The first n lanes from p (none for n <= 0, all for n >= kLanes), zeros after them.
   static Vec load(const float* p, int64_t n) { return {_mm512_maskz_loadu_ps(mask(n), p)}; }
   void store(float* p, int64_t n) const { _mm512_mask_storeu_ps(p, mask(n), v); }
+  // The sum of the lanes: halves, quarters, ... swapped and added (by permutex2var: GCC 12 warns of an
+  // uninitialized operand inside reduce_add, shuffle_f32x4 and permute_ps).
+  float sum() const {
+    const __m512i half = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512i quarter = _mm512_setr_epi32(4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+    const __m512i pair = _mm512_setr_epi32(2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1);
+    const __m512i lane = _mm512_setr_epi32(1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
+    __m512 s = v;
+    for (const __m512i& swap : {half, quarter, pair, lane}) s = _mm512_add_ps(s, _mm512_permutex2var_ps(s, swap, s));
+    return _mm512_cvtss_f32(s);
+  }
 };
 
 inline Vec operator*(Vec a, Vec b) { return {_mm512_mul_ps(a.v, b.v)}; }
@@ -91,6 +103,11 @@ struct Vec {
     if (n >= kLanes) _mm256_storeu_ps(p, v);
     else _mm256_maskstore_ps(p, mask(n), v);
   }
+  float sum() const {  // of the lanes
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
 };
 
 inline Vec operator*(Vec a, Vec b) { return {_mm256_mul_ps(a.v, b.v)}; }
@@ -144,6 +161,7 @@ struct Vec {
     else
       for (int64_t i = 0; i < n; ++i) p[i] = v[i];
   }
+  float sum() const { return (v[0] + v[2]) + (v[1] + v[3]); }  // of the lanes
 };
 
 inline Vec operator*(Vec a, Vec b) { return {a.v * b.v}; }

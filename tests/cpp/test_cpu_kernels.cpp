@@ -59,7 +59,7 @@ static void check_product(const char* what, const KernelTable& t, int64_t m, int
 }
 
 static void test_gemm_nt(const KernelTable& t) {
-  for (int64_t m : {1, 5, 6, 7, 13, 64})
+  for (int64_t m : {1, 2, 3, 5, 6, 7, 13, 64})  // 1 and 2: the decode rows dotted without packing
     for (int64_t n : {1, 7, 8, 16, 17, 63, 64, 65, 130})
       for (int64_t k : {2, 6, 16, 40, 64, 72, 96}) {
         const int64_t lda = k + 3, ldb = k + 5, ldc = n + 4;
