@@ -211,7 +211,7 @@ class _DecodeState:
 
     def __init__(self):
         self.keys: Optional[torch.Tensor] = None  # [B, H_kv, capacity, D]
-        self.marks: Optional[torch.Tensor] = None  # [B, capacity, 2]
+        self.marks: Optional[torch.Tensor] = None  # [2, B, capacity]: key and value marks
         self.length = 0
         self.context = PreparedCache()
 
@@ -219,23 +219,22 @@ class _DecodeState:
         """(the pre-RoPE keys of the call's L rows, the leading rows unchanged since the previous call);
         ``positions`` [1 or B, L]: those the model rotated the keys with (`_key_positions`)."""
         L = key.shape[2]
-        marks = torch.stack([key[:, 0, :, 0], value[:, 0, :, 0]], dim=-1)
         held = self.keys is not None and self.keys.shape[:2] == key.shape[:2] and self.keys.dtype == key.dtype \
             and self.keys.device == key.device
         stable = 0
         if held:
             n = min(self.length, L)
-            same = (marks[:, :n] == self.marks[:, :n]).all(-1).all(0)
-            stable = int(same.int().cumprod(0).sum())
+            changed = ((key[:, 0, :n, 0] != self.marks[0, :, :n]) | (value[:, 0, :n, 0] != self.marks[1, :, :n])).any(0)
+            stable = int(changed.int().argmax()) if bool(changed.any()) else n
         if not held or self.keys.shape[2] < L:  # grow by doubling, keeping the unchanged rows
             capacity = max(L, 2 * self.keys.shape[2] if held else 0)
             keys, self.keys = self.keys, key.new_empty((*key.shape[:2], capacity, key.shape[3]))
-            old, self.marks = self.marks, marks.new_empty((key.shape[0], capacity, 2))
+            marks, self.marks = self.marks, key.new_empty((2, key.shape[0], capacity))
             if stable:
-                self.keys[:, :, :stable], self.marks[:, :stable] = keys[:, :, :stable], old[:, :stable]
+                self.keys[:, :, :stable], self.marks[:, :, :stable] = keys[:, :, :stable], marks[:, :, :stable]
         cos, sin = rotary(key, positions[:, stable:])
         self.keys[:, :, stable:L] = _unrotate(key[:, :, stable:], cos, sin)
-        self.marks[:, stable:L] = marks[:, stable:]
+        self.marks[0, :, stable:L], self.marks[1, :, stable:L] = key[:, 0, stable:, 0], value[:, 0, stable:, 0]
         self.length = L
         return self.keys[:, :, :L], stable
 
