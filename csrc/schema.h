@@ -68,6 +68,22 @@ inline constexpr const char* kTopkBlocks =
   X(int64_t, topk, "int", "8")                                \
   X(int64_t, first_key, "int", "0")
 
+// Variable-length (packed) calls, issue 31: the arguments that follow attn's prepared context and prepare's
+// options, at the very end of both schemas. With cu_seqlens_q / cu_seqlens_k (int32 or int64 [S + 1], 0 first,
+// non-decreasing, last = the packed row count) q is [1, H_q, total_q, D] and k, v are [1, H_kv, total_k, D]:
+// sequence s holds q rows [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and k / v rows [cu_seqlens_k[s],
+// cu_seqlens_k[s + 1]), each its C_s control rows first, and every rule of SPEC sections 1-4 and 7 applies
+// to each sequence on its own (its own L, blocks, retrieval, position maps; q may hold the last Lq_s body rows
+// of a sequence, a cached call per sequence). control_counts (int [S]) gives C_s; None gives every sequence
+// control_tokens. prepare takes cu_seqlens_k and control_counts (csrc/varlen.h: the packed context's layout).
+#define RSWA_VARLEN_ATTN_OPTIONS(X)                                  \
+  X(const std::optional<at::Tensor>&, cu_seqlens_q, "Tensor?", "None") \
+  X(const std::optional<at::Tensor>&, cu_seqlens_k, "Tensor?", "None") \
+  X(const std::optional<at::Tensor>&, control_counts, "Tensor?", "None")
+#define RSWA_VARLEN_PREPARE_OPTIONS(X)                               \
+  X(const std::optional<at::Tensor>&, cu_seqlens_k, "Tensor?", "None") \
+  X(const std::optional<at::Tensor>&, control_counts, "Tensor?", "None")
+
 // One entry as the schema writes it, as a C++ parameter, and as a forwarded argument.
 #define RSWA_SCHEMA_ARG(type, name, schema_type, schema_default) ", " schema_type " " #name "=" schema_default
 #define RSWA_OPTION_PARAM(type, name, schema_type, schema_default) , type name
@@ -79,15 +95,21 @@ inline constexpr const char* kTopkBlocks =
   const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &retrieved \
       RSWA_ATTN_OPTIONS(RSWA_OPTION_PARAM)
 #define RSWA_ATTN_ARGS q, k, v, retrieved RSWA_ATTN_OPTIONS(RSWA_OPTION_ARG)
+// The varlen arguments after prepared (a leading comma included), as parameters and as forwarded arguments.
+#define RSWA_VARLEN_ATTN_PARAMS RSWA_VARLEN_ATTN_OPTIONS(RSWA_OPTION_PARAM)
+#define RSWA_VARLEN_ATTN_ARGS RSWA_VARLEN_ATTN_OPTIONS(RSWA_OPTION_ARG)
+#define RSWA_VARLEN_PREPARE_PARAMS RSWA_VARLEN_PREPARE_OPTIONS(RSWA_OPTION_PARAM)
+#define RSWA_VARLEN_PREPARE_ARGS RSWA_VARLEN_PREPARE_OPTIONS(RSWA_OPTION_ARG)
 #define RSWA_PREPARE_PARAMS const at::Tensor &k, const at::Tensor &v RSWA_PREPARE_OPTIONS(RSWA_OPTION_PARAM)
 #define RSWA_PREPARE_ARGS k, v RSWA_PREPARE_OPTIONS(RSWA_OPTION_ARG)
 
 inline constexpr const char* kAttn = "attn(Tensor q, Tensor k, Tensor v, Tensor? retrieved=None" RSWA_ATTN_OPTIONS(
-    RSWA_SCHEMA_ARG) ", Tensor[]? prepared=None) -> (Tensor, Tensor)";
+    RSWA_SCHEMA_ARG) ", Tensor[]? prepared=None" RSWA_VARLEN_ATTN_OPTIONS(RSWA_SCHEMA_ARG) ") -> (Tensor, Tensor)";
 
 // What attn computes from k and v alone, once: rotated keys under every position map, block summaries,
 // prefix sums, retrieval key means (csrc/prepared.h lists the returned tensors). first_key > 0 returns the
 // rows from first_key on (block-aligned), for a cache that grows by appending.
-inline constexpr const char* kPrepare = "prepare(Tensor k, Tensor v" RSWA_PREPARE_OPTIONS(RSWA_SCHEMA_ARG) ") -> Tensor[]";
+inline constexpr const char* kPrepare = "prepare(Tensor k, Tensor v" RSWA_PREPARE_OPTIONS(RSWA_SCHEMA_ARG)
+    RSWA_VARLEN_PREPARE_OPTIONS(RSWA_SCHEMA_ARG) ") -> Tensor[]";
 
 }  // namespace rangeswa::schema

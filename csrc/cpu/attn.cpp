@@ -32,6 +32,7 @@
 
 #include "cpu/kernels.h"
 #include "prepared.h"
+#include "varlen.h"
 
 namespace rangeswa::cpu {
 namespace {
@@ -89,8 +90,9 @@ struct Call {
   const float* k;  // float [B, Hkv, N, D], rows at ks.at(b, h, n)
   const float* v;
   RowStrides qs, ks, vs;
-  float* out;      // float [B, Hq, N, D]
-  float* lse;      // float [B, Hq, N]
+  float* out;      // float [B, Hq, out_rows, D]: row n of head (b, h) at (b * Hq + h) * out_rows + n
+  float* lse;      // float [B, Hq, out_rows]
+  int64_t out_rows;  // Nq; a packed call's total q rows (out and lse point at the sequence's first row)
   const int32_t* retrieved;  // [B, Hkv, nQb, K'] or null
   int64_t retrieved_k;
   std::shared_ptr<const RopeTable> native, grouped, cond;  // positions j; j/g - c .. ; j*T/L
@@ -528,7 +530,7 @@ void body_tile(const Call& c, int64_t b, int64_t h, const Tile& t, Workspace& ws
   const int64_t D = p.D, hkv = h / (p.Hq / p.Hkv);
   const KvView kv = c.view(b, hkv);
   // q and the output hold body row i at row C + i - first_row (section 7's suffix calls).
-  const int64_t n0 = p.C + t.i0 - p.first_row, row0 = (b * p.Hq + h) * p.Nq + n0;
+  const int64_t n0 = p.C + t.i0 - p.first_row, row0 = (b * p.Hq + h) * c.out_rows + n0;
   rotate_queries(c, c.q + c.qs.at(b, h, n0), t, ws);
   ws.softmax.reset(t.n, D);
 
@@ -574,7 +576,7 @@ void control_rows(const Call& c, int64_t b, int64_t h, Workspace& ws) {
   const AttnParams& p = c.p;
   const int64_t D = p.D, hkv = h / (p.Hq / p.Hkv), lds = c.chunk_tokens();
   const KvView kv = c.view(b, hkv);
-  const int64_t row0 = (b * p.Hq + h) * p.Nq;  // of the contiguous output
+  const int64_t row0 = (b * p.Hq + h) * c.out_rows;  // of the contiguous output
   const float scale = float(p.scale);
   const float* qrows = c.q + c.qs.at(b, h, 0);
   for (int64_t r = 0; r < p.C; ++r)
@@ -674,32 +676,38 @@ void rope_tables(Call& c) {
   if (conditioned(R, p.C)) c.cond = rope_table(p.rope, 0.0, p.control_position_scale, p.L);
 }
 
-std::tuple<at::Tensor, at::Tensor> attn_cpu(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
-  Call c{};
-  c.p = check_attn(RSWA_ATTN_ARGS);
+// One sequence of a call (the whole call, or one sequence of a packed call): its Call, its tiles, and what
+// they read kept alive.
+struct Sequence {
+  Call c;
+  std::vector<Tile> tiles;
+  bool prepared = false;            // reads a prepared context (one pass over all its KV heads)
+  int64_t buffer_heads = 0;         // KV heads its pass buffers hold (0: not allocated)
+  at::Tensor blocks;                // its retrieved blocks
+  std::vector<at::Tensor> context;  // its prepared context (views of a packed one)
+};
+
+// Everything of sq.c but the key buffers, for a checked call: qf, kf, vf are its float rows (views of the
+// inputs), out / lse its first output row of `out_rows` per head.
+void setup_sequence(Sequence& sq, const at::Tensor& qf, const at::Tensor& kf, const at::Tensor& vf, float* out,
+                    float* lse, int64_t out_rows, const std::optional<at::Tensor>& retrieved,
+                    const std::optional<at::TensorList>& prepared) {
+  Call& c = sq.c;
   const AttnParams& p = c.p;
   const Rules& R = p.rules;
-  if (prepared.has_value()) check_prepared(*prepared, p, k, at::kFloat, /*prefix_sums=*/false, p.D);
-  // fp32 inputs are read in place through their strides (views of a fused qkv projection included).
-  at::Tensor qf = with_contiguous_rows(q.to(at::kFloat)), kf = with_contiguous_rows(k.to(at::kFloat)),
-             vf = with_contiguous_rows(v.to(at::kFloat));
-  at::Tensor out = at::empty({p.B, p.Hq, p.Nq, p.D}, qf.options());
-  at::Tensor lse = at::empty({p.B, p.Hq, p.Nq}, qf.options());
-  if (p.Nq == 0 || p.B == 0 || p.Hq == 0) return {out.to(q.scalar_type()), lse};
   c.q = qf.data_ptr<float>();
   c.k = kf.data_ptr<float>();
   c.v = vf.data_ptr<float>();
   c.qs = row_strides(qf);
   c.ks = row_strides(kf);
   c.vs = row_strides(vf);
-  c.out = out.data_ptr<float>();
-  c.lse = lse.data_ptr<float>();
-
-  at::Tensor blocks;
+  c.out = out;
+  c.lse = lse;
+  c.out_rows = out_rows;
   if (R.method == Method::kRangeSwa && p.L > 0) {
     if (retrieved.has_value()) {
-      blocks = retrieved->contiguous();
-      check_retrieved_values(blocks, R);
+      sq.blocks = retrieved->contiguous();
+      check_retrieved_values(sq.blocks, R);
     } else if (R.topk > 0) {
       const bool means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
       if (means)
@@ -710,29 +718,25 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(RSWA_ATTN_PARAMS, std::optional<at::
                           (*prepared)[kKeyMeans].sizes());
       Rules retrieval = R;  // columns past the key block count would only hold -1
       retrieval.topk = std::min(R.topk, R.num_key_blocks());
-      blocks = topk_blocks_float(qf, kf, p.C, retrieval, means ? (*prepared)[kKeyMeans] : at::Tensor());
+      sq.blocks = topk_blocks_float(qf, kf, p.C, retrieval, means ? (*prepared)[kKeyMeans] : at::Tensor());
     }
   }
-  if (blocks.defined() && blocks.size(3) > 0) {
-    c.retrieved = blocks.data_ptr<int32_t>();
-    c.retrieved_k = blocks.size(3);
+  if (sq.blocks.defined() && sq.blocks.size(3) > 0) {
+    c.retrieved = sq.blocks.data_ptr<int32_t>();
+    c.retrieved_k = sq.blocks.size(3);
   }
 
   rope_tables(c);
   for (int64_t blk = 0; blk < R.num_summary_blocks(); ++blk) c.log_block_size.push_back(std::log(float(R.block_size(blk))));
 
   // Tiles of the body rows q holds, first_row .. L - 1, each inside one query block.
-  std::vector<Tile> tiles;
   for (int64_t qb = p.first_row / R.Qb; qb < R.num_query_blocks(); ++qb) {
     const int64_t end = std::min(p.L, qb * R.Qb + R.Qb);
     for (int64_t i0 = std::max(qb * R.Qb, p.first_row); i0 < end; i0 += kTileRows)
-      tiles.push_back({i0, std::min(kTileRows, end - i0), qb});
+      sq.tiles.push_back({i0, std::min(kTileRows, end - i0), qb});
   }
-  // Query heads of KV pair kv are kv * per_kv .. kv * per_kv + per_kv - 1 (as b * Hq + h).
-  const int64_t n_tiles = int64_t(tiles.size()), per_kv = p.Hq / p.Hkv, kv_pairs = p.B * p.Hkv;
-  // A prepared context holds every KV head: one pass. Otherwise a few heads a pass, prepared here.
-  const int64_t pass = prepared.has_value() ? kv_pairs : heads_per_pass(p, per_kv * (n_tiles + (p.C > 0 ? 1 : 0)));
-  if (prepared.has_value()) {
+  sq.prepared = prepared.has_value();
+  if (sq.prepared) {
     const at::TensorList& ctx = *prepared;
     c.k_native = HeadRows::of(ctx[kKeysNat]);
     c.k_grouped = R.grouping() ? HeadRows::of(ctx[kKeysGrp]) : HeadRows{};
@@ -742,36 +746,169 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu(RSWA_ATTN_PARAMS, std::optional<at::
       c.sv = HeadRows::of(ctx[kSumValues]);
       c.sk_grouped = R.grouping() ? HeadRows::of(ctx[kSumKeysGrp]) : HeadRows{};
     }
-  } else {
-    allocate_keys(c, pass);
   }
-  for (int64_t first = 0; first < kv_pairs; first += pass) {
-    const int64_t count = std::min(pass, kv_pairs - first);
-    if (!prepared.has_value()) {
-      c.start_pass(first);
-      prepare_keys(c, first, count);
+}
+
+// Runs the sequences' tiles and control rows. Work comes in units of a few KV heads of one sequence (as many
+// as fit in kPassBytes of rotated keys, heads_per_pass); consecutive units whose buffers fit in kPassBytes
+// together form a pass: their keys are prepared, then every task of the pass (sequences x heads x tiles) runs
+// in one parallel region, so short sequences share the threads instead of running one after another.
+void run_sequences(std::vector<Sequence>& seqs) {
+  struct Unit {
+    Sequence* sq;
+    int64_t first, count, tasks;
+    bool last;  // the sequence's last unit: its buffers go after the pass
+  };
+  std::vector<std::vector<Unit>> passes;
+  int64_t bytes = 0;
+  for (Sequence& sq : seqs) {
+    const AttnParams& p = sq.c.p;
+    const int64_t per_kv = p.Hq / p.Hkv, n_tiles = int64_t(sq.tiles.size()), kv_pairs = p.B * p.Hkv;
+    const int64_t tasks_per_kv = per_kv * (n_tiles + (p.C > 0 ? 1 : 0));
+    if (tasks_per_kv == 0 || kv_pairs == 0) continue;
+    // A prepared context holds every KV head: one unit. Otherwise a few heads a unit, prepared in its pass.
+    const int64_t chunk = sq.prepared ? kv_pairs : heads_per_pass(p, tasks_per_kv);
+    const int64_t kinds = 1 + (p.rules.grouping() ? 1 : 0) + (conditioned(p.rules, p.C) ? 1 : 0);
+    const int64_t per_head = sq.prepared ? 0 : p.L * p.D * int64_t(sizeof(float)) * kinds;
+    for (int64_t first = 0; first < kv_pairs; first += chunk) {
+      const int64_t count = std::min(chunk, kv_pairs - first);
+      const bool same = !passes.empty() && !passes.back().empty() && passes.back().back().sq == &sq;
+      if (passes.empty() || same || (bytes > 0 && bytes + count * per_head > kPassBytes)) {
+        passes.emplace_back();
+        bytes = 0;
+      }
+      passes.back().push_back({&sq, first, count, count * tasks_per_kv, first + count >= kv_pairs});
+      bytes += count * per_head;
     }
-    const int64_t heads = count * per_kv, head0 = first * per_kv;
-    const int64_t control_tasks = p.C > 0 ? heads : 0;
-    at::parallel_for(0, heads * n_tiles + control_tasks, 1, [&](int64_t begin, int64_t end) {
-      Workspace ws(c);
+  }
+  for (std::vector<Unit>& pass : passes) {
+    std::vector<int64_t> offsets;
+    int64_t total = 0;
+    for (const Unit& u : pass) {
+      Sequence& sq = *u.sq;
+      if (!sq.prepared) {
+        if (sq.buffer_heads == 0) {  // allocated once per sequence, reused by its later units
+          sq.buffer_heads = u.count;  // the first unit is the largest
+          allocate_keys(sq.c, sq.buffer_heads);
+        }
+        sq.c.start_pass(u.first);
+        prepare_keys(sq.c, u.first, u.count);
+      }
+      offsets.push_back(total);
+      total += u.tasks;
+    }
+    at::parallel_for(0, total, 1, [&](int64_t begin, int64_t end) {
+      std::unique_ptr<Workspace> ws;
+      const Call* ws_for = nullptr;
       for (int64_t task = begin; task < end; ++task) {
-        if (task < heads * n_tiles) {
-          const int64_t bh = head0 + task / n_tiles;
-          body_tile(c, bh / p.Hq, bh % p.Hq, tiles[task % n_tiles], ws);
+        const size_t x = size_t(std::upper_bound(offsets.begin(), offsets.end(), task) - offsets.begin()) - 1;
+        const Unit& u = pass[x];
+        const Call& c = u.sq->c;
+        const AttnParams& p = c.p;
+        if (ws_for != &c) {
+          ws = std::make_unique<Workspace>(c);
+          ws_for = &c;
+        }
+        const int64_t local = task - offsets[x], per_kv = p.Hq / p.Hkv, n_tiles = int64_t(u.sq->tiles.size());
+        const int64_t heads = u.count * per_kv, head0 = u.first * per_kv;
+        if (local < heads * n_tiles) {
+          const int64_t bh = head0 + local / n_tiles;
+          body_tile(c, bh / p.Hq, bh % p.Hq, u.sq->tiles[local % n_tiles], *ws);
         } else {
-          const int64_t bh = head0 + task - heads * n_tiles;
-          control_rows(c, bh / p.Hq, bh % p.Hq, ws);
+          const int64_t bh = head0 + local - heads * n_tiles;
+          control_rows(c, bh / p.Hq, bh % p.Hq, *ws);
         }
       }
     });
+    for (const Unit& u : pass)
+      if (u.last && !u.sq->prepared) {
+        u.sq->c.buffers.clear();
+        u.sq->buffer_heads = 0;
+      }
   }
+}
+
+// A packed call (csrc/varlen.h): each sequence checked as the call attn(q_s, k_s, v_s, control_tokens = C_s)
+// would be, then all of them run together (run_sequences).
+std::tuple<at::Tensor, at::Tensor> attn_cpu_packed(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
+                                                       RSWA_VARLEN_ATTN_PARAMS) {
+  TORCH_CHECK_VALUE(!retrieved.has_value(), "retrieved cannot be combined with cu_seqlens: each sequence retrieves "
+                    "over its own length; leave retrieved=None");
+  const Packed pk = check_packed(&q, k, cu_seqlens_q, cu_seqlens_k, control_counts, control_tokens);
+  check_bhnd(v, "v");
+  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
+  TORCH_CHECK_VALUE(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(),
+                    "q, k and v must have the same dtype, got ", q.scalar_type(), ", ", k.scalar_type(), " and ",
+                    v.scalar_type());
+  TORCH_CHECK_VALUE(q.size(3) == k.size(3), "q and k must have the same head dim, got ", q.size(3), " and ", k.size(3));
+  // Each sequence's checks, exactly as its own call makes them (the lambda's q, k, v, control_tokens are its own).
+  auto check_one = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    return check_attn(RSWA_ATTN_ARGS);
+  };
+  std::vector<Sequence> seqs;
+  std::vector<int64_t> index;
+  for (int64_t s = 0; s < pk.S; ++s) {
+    if (pk.nq[s] == 0) continue;  // no query rows: nothing to compute
+    seqs.emplace_back();
+    index.push_back(s);
+    for_sequence(s, [&] {
+      seqs.back().c.p = check_one(q.narrow(2, pk.q0[s], pk.nq[s]), k.narrow(2, pk.k0[s], pk.nk[s]),
+                                  v.narrow(2, pk.k0[s], pk.nk[s]), pk.C[s]);
+      return 0;
+    });
+  }
+  if (prepared.has_value()) {
+    const std::vector<SequenceRows> rows = sequence_rows(pk, summary_block, retrieval_block);
+    for (size_t x = 0; x < seqs.size(); ++x) {
+      const int64_t s = index[x];
+      for_sequence(s, [&] {
+        seqs[x].context = sequence_context(*prepared, pk, rows, s, k.size(2), summary_block, retrieval_block);
+        check_prepared(seqs[x].context, seqs[x].c.p, k.narrow(2, pk.k0[s], pk.nk[s]), at::kFloat,
+                       /*prefix_sums=*/false, q.size(3));
+        return 0;
+      });
+    }
+  }
+  at::Tensor qf = with_contiguous_rows(q.to(at::kFloat)), kf = with_contiguous_rows(k.to(at::kFloat)),
+             vf = with_contiguous_rows(v.to(at::kFloat));
+  const int64_t total_q = q.size(2), D = q.size(3);
+  at::Tensor out = at::empty({1, q.size(1), total_q, D}, qf.options());
+  at::Tensor lse = at::empty({1, q.size(1), total_q}, qf.options());
+  for (size_t x = 0; x < seqs.size(); ++x) {
+    const int64_t s = index[x];
+    std::optional<at::TensorList> ctx;
+    if (prepared.has_value()) ctx = at::TensorList(seqs[x].context);
+    setup_sequence(seqs[x], qf.narrow(2, pk.q0[s], pk.nq[s]), kf.narrow(2, pk.k0[s], pk.nk[s]),
+                   vf.narrow(2, pk.k0[s], pk.nk[s]), out.data_ptr<float>() + pk.q0[s] * D,
+                   lse.data_ptr<float>() + pk.q0[s], total_q, std::nullopt, ctx);
+  }
+  run_sequences(seqs);
+  return {out.to(q.scalar_type()), lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> attn_cpu(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
+                                                RSWA_VARLEN_ATTN_PARAMS) {
+  if (is_packed(cu_seqlens_q, cu_seqlens_k, control_counts))
+    return attn_cpu_packed(RSWA_ATTN_ARGS, prepared RSWA_VARLEN_ATTN_ARGS);
+  std::vector<Sequence> seqs(1);
+  Sequence& sq = seqs[0];
+  sq.c.p = check_attn(RSWA_ATTN_ARGS);
+  const AttnParams& p = sq.c.p;
+  if (prepared.has_value()) check_prepared(*prepared, p, k, at::kFloat, /*prefix_sums=*/false, p.D);
+  // fp32 inputs are read in place through their strides (views of a fused qkv projection included).
+  at::Tensor qf = with_contiguous_rows(q.to(at::kFloat)), kf = with_contiguous_rows(k.to(at::kFloat)),
+             vf = with_contiguous_rows(v.to(at::kFloat));
+  at::Tensor out = at::empty({p.B, p.Hq, p.Nq, p.D}, qf.options());
+  at::Tensor lse = at::empty({p.B, p.Hq, p.Nq}, qf.options());
+  if (p.Nq == 0 || p.B == 0 || p.Hq == 0) return {out.to(q.scalar_type()), lse};
+  setup_sequence(sq, qf, kf, vf, out.data_ptr<float>(), lse.data_ptr<float>(), p.Nq, retrieved, prepared);
+  run_sequences(seqs);
   return {out.to(q.scalar_type()), lse};
 }
 
 // The prepared context of k and v (csrc/prepared.h): what attn_cpu's passes compute, for every KV head,
 // rows from first_key on. Prefix sums are CUDA's (the CPU kernel sums straddling blocks from the keys).
-std::vector<at::Tensor> prepare_cpu(RSWA_PREPARE_PARAMS) {
+std::vector<at::Tensor> prepare_one(RSWA_PREPARE_PARAMS) {
   const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
   const Rules& R = cp.rules;
   Call c{};
@@ -813,6 +950,23 @@ std::vector<at::Tensor> prepare_cpu(RSWA_PREPARE_PARAMS) {
   const std::vector<double> sig = context_signature(R, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
   out[kSignature] = at::tensor(at::ArrayRef<double>(sig), at::TensorOptions().dtype(at::kDouble));
   return out;
+}
+
+// prepare, packed (csrc/varlen.h: each sequence's context, its rows packed) or not.
+std::vector<at::Tensor> prepare_cpu(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
+  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_one(RSWA_PREPARE_ARGS);
+  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
+  // The lambdas' k, v, control_tokens and first_key are one sequence's (or the whole packed k's, for `longest`).
+  auto check_longest = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens, int64_t first_key) {
+    return check_prepare(RSWA_PREPARE_ARGS);
+  };
+  const ContextParams longest = check_longest(k, v, 0, 0);
+  auto one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    const int64_t first_key = 0;
+    return prepare_one(RSWA_PREPARE_ARGS);
+  };
+  return prepare_sequences(k, v, pk, longest, control_counts.has_value() || control_tokens > 0, /*prefix=*/false,
+                           first_key, one);
 }
 
 }  // namespace

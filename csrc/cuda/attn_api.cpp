@@ -22,6 +22,7 @@
 #include "cuda/launch.h"
 #include "cuda/selection.h"
 #include "prepared.h"
+#include "varlen.h"
 
 namespace rangeswa::cuda {
 namespace {
@@ -240,7 +241,7 @@ size_t attn_smem_for(const AttnKernelParams& p, int64_t D) {
                                                              : attn_smem_bytes<Element, 128>(p);
 }
 
-std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
+std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   // Every check first: arguments, what the CUDA kernel runs, the values of given blocks, shared memory.
   const AttnParams ap = check_attn(RSWA_ATTN_ARGS);
   const Rules& R = ap.rules;
@@ -373,7 +374,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at:
 
 // The prepared context (csrc/prepared.h) on the device: the arrays the attn kernel reads, rows padded to
 // its head dim (returned as [B, H_kv, rows, D] views of [.., Dp] storage), rows from first_key on.
-std::vector<at::Tensor> prepare_cuda(RSWA_PREPARE_PARAMS) {
+std::vector<at::Tensor> prepare_cuda_one(RSWA_PREPARE_PARAMS) {
   const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
   TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
   TORCH_CHECK_VALUE(cp.N < kMaxPlanTokens, "prepare on CUDA takes sequences of fewer than 2^29 tokens");
@@ -411,6 +412,39 @@ std::vector<at::Tensor> prepare_cuda(RSWA_PREPARE_PARAMS) {
 }
 
 }  // namespace
+
+// Packed calls (csrc/varlen.h) on CUDA run one launch sequence per sequence (attn_sequences: the offsets are
+// copied to the host, one sync, and each sequence is the ordinary call on its rows); one launch for all
+// sequences is not written yet (docs/cuda.md, "Packed calls").
+std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
+                                                 RSWA_VARLEN_ATTN_PARAMS) {
+  if (!is_packed(cu_seqlens_q, cu_seqlens_k, control_counts)) return attn_cuda_one(RSWA_ATTN_ARGS, prepared);
+  TORCH_CHECK_VALUE(!retrieved.has_value(), "retrieved cannot be combined with cu_seqlens: each sequence retrieves "
+                    "over its own length; leave retrieved=None");
+  const Packed pk = check_packed(&q, k, cu_seqlens_q, cu_seqlens_k, control_counts, control_tokens);
+  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
+  TORCH_CHECK_VALUE(summary_block >= 1 && retrieval_block >= 1, "summary_block and retrieval_block must be >= 1");
+  return attn_sequences(q, k, v, prepared, pk, summary_block, retrieval_block,
+                        [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t control_tokens,
+                            const std::optional<at::TensorList>& prepared) {
+                          return attn_cuda_one(RSWA_ATTN_ARGS, prepared);
+                        });
+}
+
+std::vector<at::Tensor> prepare_cuda(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
+  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_cuda_one(RSWA_PREPARE_ARGS);
+  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
+  auto check_longest = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens, int64_t first_key) {
+    return check_prepare(RSWA_PREPARE_ARGS);
+  };
+  const ContextParams longest = check_longest(k, v, 0, 0);
+  auto one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    const int64_t first_key = 0;
+    return prepare_cuda_one(RSWA_PREPARE_ARGS);
+  };
+  return prepare_sequences(k, v, pk, longest, control_counts.has_value() || control_tokens > 0, /*prefix=*/true,
+                           first_key, one);
+}
 
 TORCH_LIBRARY_IMPL(rangeswa, CUDA, m) {
   m.impl("prepare", &prepare_cuda);

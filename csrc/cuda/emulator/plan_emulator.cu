@@ -15,6 +15,7 @@
 
 #include "checks.h"
 #include "schema.h"
+#include "varlen.h"
 #include "cuda/attn_params.h"
 #include "cuda/attn_setup.h"
 #include "cuda/kernel_traits.h"
@@ -65,7 +66,9 @@ CtaRecords cta_records(const AttnKernelParams& p, const QueryTile& t, int32_t bh
 // summed over rows (columns it sees, straddling blocks included), straddling blocks scored per row,
 // query-slot fills, masked tiles, tiles with column fix-ups, masked warp-tiles by key set, direct tiles,
 // window tiles with summaries, Hn band tiles, warp-tiles that take the logit path (masked or fixed up).
-at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
+at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared RSWA_VARLEN_ATTN_PARAMS) {
+  TORCH_CHECK_VALUE(!cu_seqlens_q.has_value() && !cu_seqlens_k.has_value() && !control_counts.has_value(),
+                    "plan_stats takes one sequence (its census is per call); call it on each sequence's rows");
   HostCall hc;
   hc.ap = checked(RSWA_ATTN_ARGS, prepared);
   build(hc, q, k, v, retrieved, prepared, HostLanes{});
@@ -181,9 +184,25 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) 
 
 // The prepare op with the CUDA op's layout and its preparation (prepare_unit, one lane per unit), on CPU
 // tensors; the retrieval key means are ATen's float64 block means (host_call.h HostLanes::key_means).
-std::vector<at::Tensor> prepare_emulated(RSWA_PREPARE_PARAMS) {
+std::vector<at::Tensor> prepare_emulated_one(RSWA_PREPARE_PARAMS) {
   const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
   return prepare_call(k, v, cp, first_key, HostLanes{});
+}
+
+// Packed as the CUDA op prepares it (attn_api.cpp prepare_cuda).
+std::vector<at::Tensor> prepare_emulated(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
+  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_emulated_one(RSWA_PREPARE_ARGS);
+  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
+  auto check_longest = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens, int64_t first_key) {
+    return check_prepare(RSWA_PREPARE_ARGS);
+  };
+  const ContextParams longest = check_longest(k, v, 0, 0);
+  auto one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    const int64_t first_key = 0;
+    return prepare_emulated_one(RSWA_PREPARE_ARGS);
+  };
+  return prepare_sequences(k, v, pk, longest, control_counts.has_value() || control_tokens > 0, /*prefix=*/true,
+                           first_key, one);
 }
 
 }  // namespace
