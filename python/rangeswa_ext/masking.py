@@ -10,13 +10,17 @@ its body indices restart at 0 at ``s``, every rule of SPEC sections 2-4 and 7 (w
 retrieval, summaries, position maps, the training-length switch, causal blocks) applies to that body of
 ``e - s`` tokens, and no padded key is ever seen. Control tokens are never padding. Padded query rows
 are outputs of nothing: they come back as zeros (and a log-sum-exp of -inf); so does a sample without any
-real token (allowed without control tokens: a batch row that takes no part in a cached call). `per_sample` implements
-this by slicing each sample's run out of q, k and v, grouping samples with equal runs so that they
-share one call, and scattering the results back.
+real token (allowed without control tokens: a batch row that takes no part in a cached call).
+
+The fused op computes a padded batch in one packed call (`pack`: each sample's control rows and run of real
+rows, packed along the rows with ``cu_seqlens``; `Packed.unpack` scatters the result back). `per_sample`
+does the same for any other attention (the dense methods) by slicing each sample's run out of q, k and v,
+grouping samples with equal runs so that they share one call, and scattering the results back.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
@@ -108,3 +112,78 @@ def per_sample(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, control_tokens
         if return_lse:
             lse[index[:, None], :, rows_out[None, :]] = part_lse.transpose(1, 2)
     return (out, lse) if return_lse else out
+
+
+@dataclass
+class Packed:
+    """A padded batch packed for the op's variable-length layout (`pack`)."""
+
+    q: Optional[torch.Tensor]  # [1, H_q, total_q, D] (None when packed for prepare only)
+    k: torch.Tensor  # [1, H_kv, total_k, D]
+    v: torch.Tensor
+    cu_seqlens_q: Optional[torch.Tensor]  # int32 [B + 1]
+    cu_seqlens_k: torch.Tensor  # int32 [B + 1]
+    q_rows: Optional[torch.Tensor]  # int64 [total_q]: each packed q row's row in q viewed as [B * Nq]
+    shape: tuple  # q's shape [B, H_q, Nq, D]
+
+    def unpack(self, out: torch.Tensor, lse: Optional[torch.Tensor] = None):
+        """The packed output [1, H_q, total_q, D] (and log-sum-exp) back in q's padded shape: padded rows zero
+        (log-sum-exp -inf)."""
+        B, Hq, Nq, D = self.shape
+        full = out.new_zeros((Hq, B * Nq, D))
+        full.index_copy_(1, self.q_rows, out[0])
+        result = full.view(Hq, B, Nq, D).permute(1, 0, 2, 3).contiguous()
+        if lse is None:
+            return result
+        full_lse = lse.new_full((Hq, B * Nq), float("-inf"))
+        full_lse.index_copy_(1, self.q_rows, lse[0])
+        return result, full_lse.view(Hq, B, Nq).permute(1, 0, 2).contiguous()
+
+
+def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows ``index`` of x [B, H, N, D] viewed as [H, B * N, D], as [1, H, len(index), D]."""
+    B, H, N, D = x.shape
+    return x.transpose(0, 1).reshape(H, B * N, D).index_select(1, index).unsqueeze(0)
+
+
+def pack(q: Optional[torch.Tensor], k: torch.Tensor, v: torch.Tensor, control_tokens: int,
+         ranges: list[tuple[int, int]]) -> Packed:
+    """Each sample's C control rows and its run ``ranges[b] = (s, e)`` of real body rows, packed along the rows
+    (sample b is sequence b; the module docstring's semantics). k and v keep every sample (a sample without a
+    real token is a sequence of its C control rows); q, when given (q holds the last Lq body rows, SPEC section
+    7), keeps the control rows and the real rows among its body rows, none for a sample with no real row in q
+    (an error with control tokens, whose rows would have no call to be computed in)."""
+    C = control_tokens
+    B, N = k.shape[0], k.shape[2]
+    L = N - C
+    device = k.device
+    control = torch.arange(C)
+    k_index, k_offsets = [], [0]
+    q_index, q_offsets = [], [0]
+    Nq = q.shape[2] if q is not None else N
+    first = L - (Nq - C)  # body index of q's first body row
+    for b, (s, e) in enumerate(ranges):
+        rows = torch.cat([control, torch.arange(C + s, C + e)]) + b * N
+        k_index.append(rows)
+        k_offsets.append(k_offsets[-1] + rows.numel())
+        if q is None:
+            continue
+        lo = max(s, first)
+        if lo >= e:
+            if C:
+                raise ValueError(f"attention_mask: sample {b} has no real token among q's {Nq - C} body rows, so its "
+                                 f"control rows have no call to be computed in")
+            q_offsets.append(q_offsets[-1])
+            continue
+        rows = torch.cat([control, torch.arange(C + lo - first, C + e - first)]) + b * Nq
+        q_index.append(rows)
+        q_offsets.append(q_offsets[-1] + rows.numel())
+    k_rows = torch.cat(k_index).to(device)
+    packed_q = q_rows = cu_q = None
+    if q is not None:
+        q_rows = (torch.cat(q_index) if q_index else torch.zeros(0, dtype=torch.int64)).to(device)
+        packed_q = _rows(q, q_rows)
+        cu_q = torch.tensor(q_offsets, dtype=torch.int32, device=device)
+    return Packed(packed_q, _rows(k, k_rows), _rows(v, k_rows), cu_q,
+                  torch.tensor(k_offsets, dtype=torch.int32, device=device), q_rows,
+                  tuple(q.shape) if q is not None else tuple(k.shape))

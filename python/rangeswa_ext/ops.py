@@ -16,7 +16,7 @@ import torch
 
 from . import _C  # noqa: F401  (loads the library that registers torch.ops.rangeswa)
 from .config import RangeSWAConfig
-from .masking import check_call, per_sample
+from .masking import check_call, pack, valid_ranges
 
 
 def _ceil_div(a, b):
@@ -168,7 +168,8 @@ def _topk_blocks_fake(q, k, control_tokens=0, window=256, summary_block=16, retr
 def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = None,
          control_tokens: int = 0, stage: str = "late", retrieved: Optional[torch.Tensor] = None,
          return_lse: bool = False, causal_block: int = 0, attention_mask: Optional[torch.Tensor] = None,
-         prepared: Optional[list] = None):
+         prepared: Optional[list] = None, cu_seqlens_q: Optional[torch.Tensor] = None,
+         cu_seqlens_k: Optional[torch.Tensor] = None, control_counts: Optional[torch.Tensor] = None):
     """The fused single-softmax attention of SPEC sections 1-4 and 7.
 
     Args:
@@ -188,32 +189,42 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
         attention_mask: optional [B, L] bool over the body tokens (True = real token), one run of real
             tokens per sample: each sample is computed as if its padding were absent, padded keys are
             never seen and padded query rows come back as zeros (`masking`, docs/spec_decisions.md 17).
-            Not combinable with ``retrieved`` (block indices depend on each sample's own length).
+            The batch runs as one packed call (`masking.pack`). Not combinable with ``retrieved`` (block
+            indices depend on each sample's own length).
         prepared: the prepared context of k and v under this configuration (`prepare`, or a
             `prepared.PreparedCache` that keeps it across calls): the op then reads the rotated keys,
-            summaries and key means from it instead of computing them; the result is the same.
-            Not combinable with ``attention_mask``.
+            summaries and key means from it instead of computing them; the result is the same. With
+            ``attention_mask``, prepare with the same mask (`prepare(..., attention_mask=)`).
+        cu_seqlens_q, cu_seqlens_k: the packed (variable-length) layout: q [1, H_q, total_q, D], k and v
+            [1, H_kv, total_k, D], sequence s in q rows ``cu_seqlens_q[s]:cu_seqlens_q[s + 1]`` and k / v rows
+            ``cu_seqlens_k[s]:cu_seqlens_k[s + 1]`` (int32 or int64 [S + 1]), its control rows first; every rule
+            applies per sequence, q may hold the control rows and the last body rows of a sequence (a cached call
+            per sequence), and a sequence without q rows has no output (docs/spec_decisions.md 25).
+        control_counts: per-sequence control rows C_s (int [S]) of a packed call; None: ``control_tokens``
+            for every sequence.
     Returns:
         [B, H_q, Nq, D] in q's dtype (and the log-sum-exp when asked).
     """
     require_kernels(q.device)
     arguments = attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage, causal_block)
-    if attention_mask is None:
-        out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved, **arguments, prepared=prepared)
+    packed = dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, control_counts=control_counts)
+    ranges = None
+    if attention_mask is not None:
+        if cu_seqlens_q is not None or cu_seqlens_k is not None or control_counts is not None:
+            raise ValueError("attention_mask cannot be combined with cu_seqlens / control_counts: give the padded "
+                             "batch with its mask, or the packed rows with their offsets")
+        if retrieved is not None:
+            raise ValueError("retrieved cannot be combined with attention_mask: each sample retrieves over its own "
+                             "unpadded length; leave retrieved=None")
+        check_call(q, k, control_tokens, causal_block)
+        ranges = valid_ranges(attention_mask, q.shape[0], k.shape[2] - control_tokens, allow_empty=True)
+    if ranges is None:
+        out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved, **arguments, prepared=prepared, **packed)
         return (out, lse) if return_lse else out
-    if prepared is not None:
-        raise ValueError("prepared cannot be combined with attention_mask: each sample is computed on its own "
-                         "unpadded rows; leave prepared=None")
-    if retrieved is not None:
-        raise ValueError("retrieved cannot be combined with attention_mask: each sample retrieves over its own "
-                         "unpadded length; leave retrieved=None")
-    check_call(q, k, control_tokens, causal_block)
-
-    def call(q, k, v):
-        out, lse = torch.ops.rangeswa.attn.default(q, k, v, None, **arguments)
-        return (out, lse) if return_lse else out
-
-    return per_sample(q, k, v, control_tokens, attention_mask, call, return_lse)
+    p = pack(q, k, v, control_tokens, ranges)
+    out, lse = torch.ops.rangeswa.attn.default(p.q, p.k, p.v, None, **arguments, prepared=prepared,
+                                               cu_seqlens_q=p.cu_seqlens_q, cu_seqlens_k=p.cu_seqlens_k)
+    return p.unpack(out, lse) if return_lse else p.unpack(out)
 
 
 @torch.library.register_fake("rangeswa::attn")
@@ -236,7 +247,8 @@ def prepare_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, first_key: i
 
 
 def prepare(k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = None, control_tokens: int = 0,
-            first_key: int = 0) -> list:
+            first_key: int = 0, attention_mask: Optional[torch.Tensor] = None,
+            cu_seqlens_k: Optional[torch.Tensor] = None, control_counts: Optional[torch.Tensor] = None) -> list:
     """What `attn` computes from k and v alone under ``cfg``, as plain tensors (csrc/prepared.h): rotated
     keys under every position map the configuration uses, G-block summaries, prefix sums (CUDA), retrieval
     key means, and a signature ``attn(..., prepared=)`` checks against the call. Independent of the
@@ -247,22 +259,39 @@ def prepare(k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = No
         k, v: [B, H_kv, N, D] before RoPE, N = C + L.
         first_key: return the rows from this body index on (a multiple of the retrieval block): the
             part of the context that changes when a cache appends tokens (`prepared.PreparedCache`).
+        attention_mask: [B, L] as for `attn`: the context of the padded batch's packed keys, for
+            ``attn(..., attention_mask=, prepared=)`` with the same mask.
+        cu_seqlens_k, control_counts: the packed layout of `attn` (k, v [1, H_kv, total_k, D]): each sequence's
+            context, its rows packed (csrc/varlen.h: body arrays [1, H_kv, total_k, D], summaries and key means
+            packed per sequence, a signature row per sequence); first_key must be 0.
     Returns:
         A list of `PREPARED_SLOTS` tensors: [B, H_kv, rows, D] arrays (float32 on the CPU, k's dtype on
         CUDA; empty when the configuration needs none), the key means in float64 and the signature.
     """
     require_kernels(k.device)
-    return torch.ops.rangeswa.prepare.default(k, v, **prepare_arguments(cfg or RangeSWAConfig(), control_tokens,
-                                                                         first_key))
+    arguments = prepare_arguments(cfg or RangeSWAConfig(), control_tokens, first_key)
+    if attention_mask is not None:
+        if cu_seqlens_k is not None or control_counts is not None:
+            raise ValueError("attention_mask cannot be combined with cu_seqlens_k / control_counts")
+        ranges = valid_ranges(attention_mask, k.shape[0], k.shape[2] - control_tokens, allow_empty=True)
+        if ranges is not None:  # the keys as attn(..., attention_mask=) packs them
+            p = pack(None, k, v, control_tokens, ranges)
+            return torch.ops.rangeswa.prepare.default(p.k, p.v, **arguments, cu_seqlens_k=p.cu_seqlens_k)
+    return torch.ops.rangeswa.prepare.default(k, v, **arguments, cu_seqlens_k=cu_seqlens_k,
+                                              control_counts=control_counts)
 
 
 @torch.library.register_fake("rangeswa::prepare")
 def _prepare_fake(k, v, method="rangeswa", control_tokens=0, summary_block=16, near_range=512, retrieval_block=64,
                   train_length=1024, far_summaries=True, theta=10000.0, rotary_dim=None, rope_style="interleaved",
-                  cond_correction=True, summaries=True, topk=8, first_key=0):
+                  cond_correction=True, summaries=True, topk=8, first_key=0, cu_seqlens_k=None, control_counts=None):
     from .reference import positions
 
     B, H, N, D = k.shape
+    if cu_seqlens_k is not None:  # csrc/varlen.h: shapes from k's and S alone
+        return _prepare_packed_fake(k, cu_seqlens_k.shape[0] - 1, method, control_tokens > 0 or control_counts is not None,
+                                    summary_block, near_range, retrieval_block, train_length, far_summaries,
+                                    cond_correction, summaries, topk)
     L = N - control_tokens
     G = summary_block
     nG, nKb = _ceil_div(L, G), _ceil_div(L, retrieval_block)
@@ -281,4 +310,30 @@ def _prepare_fake(k, v, method="rangeswa", control_tokens=0, summary_block=16, n
     out.append(k.new_empty((B, H, nKb - first_key // retrieval_block, D), dtype=torch.float64) if means
                else k.new_empty((0,)))
     out.append(torch.empty(14, dtype=torch.float64, device="cpu"))
+    return out
+
+
+def _prepare_packed_fake(k, S, method, controls, G, near_range, Rb, T, far_summaries, cond_correction, summaries, topk):
+    """The shapes of a packed context (csrc/varlen.h packed_slots): an array is there when a sequence of at most
+    total_k body tokens could read it; body arrays have the packed rows, summaries and key means S-padded rows."""
+    from .reference import positions
+
+    _, H, total, D = k.shape
+    body = total > 0
+    grouped = body and positions.corrects_positions(method, total, T) and near_range < T
+    cond = body and positions.corrects_positions(method, total, T) and cond_correction and controls
+    sums = body and method == "rangeswa" and summaries
+    cuda = k.device.type != "cpu"
+    has = dict(keys_nat=body, keys_grp=grouped, keys_cond=cond, sum_keys=sums, sum_keys_grp=sums and grouped,
+               sum_values=sums, prefix_nat=cuda and sums and grouped and far_summaries,
+               prefix_grp=cuda and sums and grouped and far_summaries)
+    dtype = torch.float32 if not cuda else k.dtype
+    out = []
+    for name in PREPARED_SLOTS[:8]:
+        rows = (total + S * (G - 1)) // G if name.startswith("sum") else total
+        out.append(k.new_empty((1, H, rows, D), dtype=dtype) if has[name] else k.new_empty((0,), dtype=dtype))
+    means = body and method == "rangeswa" and topk > 0
+    out.append(k.new_empty((1, H, (total + S * (Rb - 1)) // Rb, D), dtype=torch.float64) if means
+               else k.new_empty((0,), dtype=torch.float64))
+    out.append(torch.empty((S, 14), dtype=torch.float64, device="cpu"))
     return out

@@ -4,12 +4,12 @@ Modules follow SPEC sections: `rope` (section 1), `positions` (section 3), `sele
 `attention` (everything together in one dense softmax).
 """
 
-from .attention import attention, block_summary, sdpa_with_rope
+from .attention import attention, attention_packed, block_summary, sdpa_with_rope
 from .positions import body_relative_positions, group_size, relative_positions
 from .rope import relative_scores, rotate
 from .selection import retrieved_blocks
 
 __all__ = [
-    "attention", "block_summary", "sdpa_with_rope", "body_relative_positions", "group_size",
+    "attention", "attention_packed", "block_summary", "sdpa_with_rope", "body_relative_positions", "group_size",
     "relative_positions", "relative_scores", "rotate", "retrieved_blocks",
 ]

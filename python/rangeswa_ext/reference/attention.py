@@ -104,6 +104,35 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWACo
     return out, lse.to(torch.float32)
 
 
+def attention_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig,
+                     cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, control_tokens: int = 0,
+                     control_counts: torch.Tensor | None = None, stage: str = "late",
+                     causal_block: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A packed (variable-length) call, the oracle of the op's ``cu_seqlens`` path: q [1, H_q, total_q, D], k and v
+    [1, H_kv, total_k, D]; sequence s is q rows ``cu_seqlens_q[s]:cu_seqlens_q[s + 1]`` and k / v rows
+    ``cu_seqlens_k[s]:cu_seqlens_k[s + 1]``, its C_s control rows first (``control_counts[s]``, or
+    ``control_tokens`` for every sequence), and is computed as `attention` computes it alone (docs/spec_decisions.md
+    item 25). A sequence without q rows has no output. Returns the packed output and log-sum-exp."""
+    if q.dim() != 4 or k.dim() != 4 or q.shape[0] != 1 or k.shape[0] != 1:
+        raise ValueError("a packed call takes q [1, H_q, total_q, D] and k, v [1, H_kv, total_k, D]")
+    oq, ok = [int(x) for x in cu_seqlens_q], [int(x) for x in cu_seqlens_k]
+    if len(oq) != len(ok) or len(ok) < 2 or oq[0] != 0 or ok[0] != 0 or oq[-1] != q.shape[2] or ok[-1] != k.shape[2] \
+            or any(b < a for a, b in zip(oq, oq[1:])) or any(b < a for a, b in zip(ok, ok[1:])):
+        raise ValueError("cu_seqlens_q / cu_seqlens_k must be S + 1 non-decreasing offsets from 0 to the packed rows")
+    S = len(ok) - 1
+    counts = [control_tokens] * S if control_counts is None else [int(x) for x in control_counts]
+    out = q.new_zeros(q.shape)
+    lse = torch.zeros(q.shape[:3], dtype=torch.float32)
+    for s in range(S):
+        if oq[s + 1] == oq[s]:
+            continue
+        o, l = attention(q[:, :, oq[s]:oq[s + 1]], k[:, :, ok[s]:ok[s + 1]], v[:, :, ok[s]:ok[s + 1]], cfg, counts[s],
+                         stage, causal_block=causal_block)
+        out[:, :, oq[s]:oq[s + 1]] = o
+        lse[:, :, oq[s]:oq[s + 1]] = l
+    return out, lse
+
+
 def sdpa_with_rope(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig,
                    control_tokens: int) -> torch.Tensor:
     """Plain full attention with native RoPE (control tokens unrotated) through
