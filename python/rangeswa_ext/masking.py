@@ -123,27 +123,19 @@ class Packed:
     v: torch.Tensor
     cu_seqlens_q: Optional[torch.Tensor]  # int32 [B + 1]
     cu_seqlens_k: torch.Tensor  # int32 [B + 1]
-    q_rows: Optional[torch.Tensor]  # int64 [total_q]: each packed q row's row in q viewed as [B * Nq]
+    q_runs: list  # (sample, first q row, rows, first packed row): where each run of packed q rows came from
     shape: tuple  # q's shape [B, H_q, Nq, D]
 
     def unpack(self, out: torch.Tensor, lse: Optional[torch.Tensor] = None):
         """The packed output [1, H_q, total_q, D] (and log-sum-exp) back in q's padded shape: padded rows zero
         (log-sum-exp -inf)."""
-        B, Hq, Nq, D = self.shape
-        full = out.new_zeros((Hq, B * Nq, D))
-        full.index_copy_(1, self.q_rows, out[0])
-        result = full.view(Hq, B, Nq, D).permute(1, 0, 2, 3).contiguous()
-        if lse is None:
-            return result
-        full_lse = lse.new_full((Hq, B * Nq), float("-inf"))
-        full_lse.index_copy_(1, self.q_rows, lse[0])
-        return result, full_lse.view(Hq, B, Nq).permute(1, 0, 2).contiguous()
-
-
-def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Rows ``index`` of x [B, H, N, D] viewed as [H, B * N, D], as [1, H, len(index), D]."""
-    B, H, N, D = x.shape
-    return x.transpose(0, 1).reshape(H, B * N, D).index_select(1, index).unsqueeze(0)
+        result = out.new_zeros(self.shape)
+        full_lse = None if lse is None else lse.new_full(self.shape[:3], float("-inf"))
+        for b, row, rows, at in self.q_runs:
+            result[b, :, row:row + rows] = out[0, :, at:at + rows]
+            if lse is not None:
+                full_lse[b, :, row:row + rows] = lse[0, :, at:at + rows]
+        return result if lse is None else (result, full_lse)
 
 
 def pack(q: Optional[torch.Tensor], k: torch.Tensor, v: torch.Tensor, control_tokens: int,
@@ -152,20 +144,21 @@ def pack(q: Optional[torch.Tensor], k: torch.Tensor, v: torch.Tensor, control_to
     (sample b is sequence b; the module docstring's semantics). k and v keep every sample (a sample without a
     real token is a sequence of its C control rows); q, when given (q holds the last Lq body rows, SPEC section
     7), keeps the control rows and the real rows among its body rows, none for a sample with no real row in q
-    (an error with control tokens, whose rows would have no call to be computed in)."""
+    (an error with control tokens, whose rows would have no call to be computed in). Only the real rows are
+    copied (slices of each sample, concatenated)."""
     C = control_tokens
-    B, N = k.shape[0], k.shape[2]
-    L = N - C
-    device = k.device
-    control = torch.arange(C)
-    k_index, k_offsets = [], [0]
-    q_index, q_offsets = [], [0]
-    Nq = q.shape[2] if q is not None else N
+    L = k.shape[2] - C
+    Nq = q.shape[2] if q is not None else k.shape[2]
     first = L - (Nq - C)  # body index of q's first body row
+    k_parts, k_offsets, q_parts, q_offsets, q_runs = [], [0], [], [0], []
+
+    def runs(x, b, spans):
+        return [x[b:b + 1, :, a:a + n] for a, n in spans if n > 0]
+
     for b, (s, e) in enumerate(ranges):
-        rows = torch.cat([control, torch.arange(C + s, C + e)]) + b * N
-        k_index.append(rows)
-        k_offsets.append(k_offsets[-1] + rows.numel())
+        spans = [(0, C), (C + s, e - s)]
+        k_parts.append(spans)
+        k_offsets.append(k_offsets[-1] + C + e - s)
         if q is None:
             continue
         lo = max(s, first)
@@ -175,15 +168,25 @@ def pack(q: Optional[torch.Tensor], k: torch.Tensor, v: torch.Tensor, control_to
                                  f"control rows have no call to be computed in")
             q_offsets.append(q_offsets[-1])
             continue
-        rows = torch.cat([control, torch.arange(C + lo - first, C + e - first)]) + b * Nq
-        q_index.append(rows)
-        q_offsets.append(q_offsets[-1] + rows.numel())
-    k_rows = torch.cat(k_index).to(device)
-    packed_q = q_rows = cu_q = None
+        spans = [(0, C), (C + lo - first, e - lo)]
+        at = q_offsets[-1]
+        for a, n in spans:
+            if n > 0:
+                q_runs.append((b, a, n, at))
+            at += n
+        q_parts.append((b, spans))
+        q_offsets.append(q_offsets[-1] + C + e - lo)
+
+    def gather(x, parts):
+        pieces = [piece for b, spans in parts for piece in runs(x, b, spans)]
+        return torch.cat(pieces, dim=2) if pieces else x[:1, :, :0]
+
+    device = k.device
+    indexed = list(enumerate(k_parts))
+    packed_q = cu_q = None
     if q is not None:
-        q_rows = (torch.cat(q_index) if q_index else torch.zeros(0, dtype=torch.int64)).to(device)
-        packed_q = _rows(q, q_rows)
+        packed_q = gather(q, q_parts)
         cu_q = torch.tensor(q_offsets, dtype=torch.int32, device=device)
-    return Packed(packed_q, _rows(k, k_rows), _rows(v, k_rows), cu_q,
-                  torch.tensor(k_offsets, dtype=torch.int32, device=device), q_rows,
+    return Packed(packed_q, gather(k, indexed), gather(v, indexed), cu_q,
+                  torch.tensor(k_offsets, dtype=torch.int32, device=device), q_runs,
                   tuple(q.shape) if q is not None else tuple(k.shape))
