@@ -2,7 +2,7 @@
 ``torch.ops.rangeswa.attn`` and ``prepare``, and the padded-batch paths built on them (``ops.attn(...,
 attention_mask=)``, ``ops.prepare(..., attention_mask=)``).
 
-The rule (docs/spec_decisions.md item 25): a packed call equals each sequence's own call. So the tests check
+The rule (docs/spec_decisions.md item 28): a packed call equals each sequence's own call. So the tests check
 the packed CPU kernel against the float64 reference run per sequence (`reference.attention_packed`), and bit
 for bit against the op called on each sequence alone; a prepared packed context gives the same bits; the
 padded-batch path gives the bits of the per-sample loop it replaced; bad offsets get clear errors.
