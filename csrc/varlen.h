@@ -6,7 +6,7 @@
 // Layout (csrc/schema.h): q [1, H_q, total_q, D], k and v [1, H_kv, total_k, D]; sequence s holds q rows
 // [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and k / v rows [cu_seqlens_k[s], cu_seqlens_k[s + 1]), its C_s control
 // rows first. The output and log-sum-exp have q's packed rows. Each sequence is exactly the call
-// attn(q_s, k_s, v_s, control_tokens = C_s) on its own rows (docs/spec_decisions.md item 25).
+// attn(q_s, k_s, v_s, control_tokens = C_s) on its own rows (docs/spec_decisions.md item 28).
 //
 // A packed prepared context (prepare with cu_seqlens_k) is the list of csrc/prepared.h with every array's rows
 // packed, so that its shapes follow from k's shape and S alone (the fake kernels need no values):
@@ -238,16 +238,18 @@ std::vector<at::Tensor> prepare_sequences(const at::Tensor& k, const at::Tensor&
   std::vector<at::Tensor> out;
   for (int slot = 0; slot < kSignature; ++slot) {
     const bool body = is_body_slot(slot), sums = is_sum_slot(slot);
-    const at::ScalarType type = slot == kKeyMeans ? at::kDouble : (k.is_cpu() ? at::kFloat : k.scalar_type());
+    at::ScalarType type = slot == kKeyMeans ? at::kDouble : (k.is_cpu() ? at::kFloat : k.scalar_type());
     if (!has[slot]) {
       out.push_back(at::empty({0}, k.options().dtype(type)));
       continue;
     }
-    // The row stride of the device's arrays (CUDA pads rows to its head dim): the first sequence's that has one.
+    // The dtype and row stride of the device's arrays (CUDA pads rows to its head dim, and its host emulation
+    // keeps the input dtype on the CPU): the first sequence's that has the array.
     int64_t width = D;
     for (const auto& part : parts)
       if (part[slot].numel() > 0) {
         width = part[slot].stride(2);
+        type = part[slot].scalar_type();
         break;
       }
     const int64_t packed = body ? total : packed_sum_rows(total, pk.S, sums ? R.G : R.Rb);

@@ -343,3 +343,50 @@ def test_torch_compile_runs_a_padded_batch():
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k), f(p.q, p.k, p.v, p.cu_seqlens_q,
                                                                                  p.cu_seqlens_k))
+
+
+# ------------------------------------------------------------------- the CUDA op's packed path, emulated
+# attn_cuda / prepare_cuda run a packed call sequence by sequence (csrc/varlen.h attn_sequences /
+# prepare_sequences over the ordinary launches, docs/cuda.md "Packed calls"); the SIMT emulation registers the
+# same path over the kernels' own sources.
+
+SIMT_SEQUENCES = [(150, None, 0), (37, None, 4), (290, 20, 3), (5, 1, 2)]
+
+
+@pytest.fixture(scope="module")
+def simt():
+    from cuda_emulator import simt_ops
+
+    return simt_ops()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_simt_packed_call_is_each_sequence_alone_and_the_cpu_op(simt, dtype):
+    cfg = _cfg("rangeswa")
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_SEQUENCES, Hq=2, Hkv=1, seed=20, dtype=dtype)
+    args = ops.attn_arguments(cfg)
+    out, lse = simt.attn(q, k, v, None, **args, cu_seqlens_q=cq, cu_seqlens_k=ck, control_counts=counts)
+    for s, (qs, ks, vs, C) in enumerate(parts):
+        o, l = simt.attn(qs, ks, vs, None, **ops.attn_arguments(cfg, C))
+        assert torch.equal(out[:, :, cq[s]:cq[s + 1]], o) and torch.equal(lse[:, :, cq[s]:cq[s + 1]], l), s
+    if dtype == torch.float32:
+        expect, expect_lse = _packed_call(q, k, v, cfg, cq, ck, counts)
+        assert rel_err(out, expect) < FP32_TOL
+        assert (lse - expect_lse).abs().max().item() < LSE_TOL
+
+
+def test_simt_packed_prepare_and_attn_with_it(simt):
+    cfg = _cfg("rangeswa")
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_SEQUENCES, Hq=2, Hkv=1, seed=21, dtype=torch.bfloat16)
+    ctx = simt.prepare(k, v, **ops.prepare_arguments(cfg), cu_seqlens_k=ck, control_counts=counts)
+    assert [tuple(t.shape) for t in ctx] == [tuple(t.shape) for t in ops._prepare_packed_fake(
+        k.to("meta"), len(parts), "rangeswa", True, cfg.summary_block, cfg.near_range, cfg.retrieval_block,
+        cfg.train_length, cfg.far_summaries, cfg.cond_correction, cfg.summaries, cfg.topk)]
+    for s, (_, ks, vs, C) in enumerate(parts):
+        own = simt.prepare(ks, vs, **ops.prepare_arguments(cfg, C))
+        assert torch.equal(ctx[-1][s], own[-1])
+        assert torch.equal(ctx[0][:, :, int(ck[s]) + C:int(ck[s + 1])], own[0])
+    args = dict(ops.attn_arguments(cfg), cu_seqlens_q=cq, cu_seqlens_k=ck, control_counts=counts)
+    plain = simt.attn(q, k, v, None, **args)
+    with_ctx = simt.attn(q, k, v, None, **args, prepared=ctx)
+    assert torch.equal(plain[0], with_ctx[0]) and torch.equal(plain[1], with_ctx[1])

@@ -199,7 +199,7 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
             [1, H_kv, total_k, D], sequence s in q rows ``cu_seqlens_q[s]:cu_seqlens_q[s + 1]`` and k / v rows
             ``cu_seqlens_k[s]:cu_seqlens_k[s + 1]`` (int32 or int64 [S + 1]), its control rows first; every rule
             applies per sequence, q may hold the control rows and the last body rows of a sequence (a cached call
-            per sequence), and a sequence without q rows has no output (docs/spec_decisions.md 25).
+            per sequence), and a sequence without q rows has no output (docs/spec_decisions.md 28).
         control_counts: per-sequence control rows C_s (int [S]) of a packed call; None: ``control_tokens``
             for every sequence.
     Returns:

@@ -112,7 +112,7 @@ def attention_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Ran
     [1, H_kv, total_k, D]; sequence s is q rows ``cu_seqlens_q[s]:cu_seqlens_q[s + 1]`` and k / v rows
     ``cu_seqlens_k[s]:cu_seqlens_k[s + 1]``, its C_s control rows first (``control_counts[s]``, or
     ``control_tokens`` for every sequence), and is computed as `attention` computes it alone (docs/spec_decisions.md
-    item 25). A sequence without q rows has no output. Returns the packed output and log-sum-exp."""
+    item 28). A sequence without q rows has no output. Returns the packed output and log-sum-exp."""
     if q.dim() != 4 or k.dim() != 4 or q.shape[0] != 1 or k.shape[0] != 1:
         raise ValueError("a packed call takes q [1, H_q, total_q, D] and k, v [1, H_kv, total_k, D]")
     oq, ok = [int(x) for x in cu_seqlens_q], [int(x) for x in cu_seqlens_k]
