@@ -390,3 +390,29 @@ def test_simt_packed_prepare_and_attn_with_it(simt):
     plain = simt.attn(q, k, v, None, **args)
     with_ctx = simt.attn(q, k, v, None, **args, prepared=ctx)
     assert torch.equal(plain[0], with_ctx[0]) and torch.equal(plain[1], with_ctx[1])
+
+
+def test_emulated_cuda_prepare_packs_each_sequences_context():
+    """The CUDA op's prepare compiled for the host by nvcc (rangeswa_emulator.prepare): a packed context is each
+    sequence's own context, rows padded to the kernel's head dim, in the packed layout."""
+    from cuda_emulator import emulator_ops
+
+    emulator = emulator_ops()
+    cfg = _cfg("rangeswa")
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SEQUENCES, Hq=2, Hkv=2, D=80, seed=22, dtype=torch.float16)
+    ctx = emulator.prepare(k, v, **ops.prepare_arguments(cfg), cu_seqlens_k=ck, control_counts=counts)
+    names = {n for n, t in zip(ops.PREPARED_SLOTS, ctx) if t.numel() > 0}
+    assert {"keys_grp", "keys_cond", "prefix_nat", "prefix_grp"} <= names
+    G = cfg.summary_block
+    sums = 0
+    for s, (_, ks, vs, C) in enumerate(parts):
+        own = emulator.prepare(ks, vs, **ops.prepare_arguments(cfg, C))
+        L = ks.shape[2] - C
+        assert torch.equal(ctx[-1][s], own[-1])
+        for slot, name in enumerate(ops.PREPARED_SLOTS[:8]):
+            if own[slot].numel() == 0:
+                continue
+            assert ctx[slot].stride(2) == own[slot].stride(2)  # the kernel's padded rows
+            start, rows = (sums, -(-L // G)) if name.startswith("sum") else (int(ck[s]) + C, L)
+            assert torch.equal(ctx[slot][:, :, start:start + rows], own[slot]), (s, name)
+        sums += -(-L // G)
