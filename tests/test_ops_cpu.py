@@ -66,10 +66,13 @@ def test_schema_defaults_are_the_papers_rangeswa():
     schema = torch.ops.rangeswa.attn.default._schema
     defaults = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
     expected = {"retrieved": None, **ops.attn_arguments(RangeSWAConfig(), 0, "late"), "prepared": None}
-    assert defaults == expected
+    packed = dict(cu_seqlens_q=None, cu_seqlens_k=None, control_counts=None)  # issue 31, at the very end
+    assert defaults == {**expected, **packed}
+    assert [a.name for a in schema.arguments][-3:] == list(packed)
     prepare_defaults = {a.name: a.default_value for a in torch.ops.rangeswa.prepare.default._schema.arguments
                         if a.has_default_value()}
-    assert prepare_defaults == ops.prepare_arguments(RangeSWAConfig(), 0, 0)
+    assert prepare_defaults == {**ops.prepare_arguments(RangeSWAConfig(), 0, 0), "cu_seqlens_k": None,
+                                "control_counts": None}
     topk_defaults = {a.name: a.default_value for a in torch.ops.rangeswa.topk_blocks.default._schema.arguments
                      if a.has_default_value()}
     assert topk_defaults == ops.topk_arguments(RangeSWAConfig(), 0, "late")

@@ -857,7 +857,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cpu_packed(RSWA_ATTN_PARAMS, std::option
       return 0;
     });
   }
-  if (prepared.has_value()) {
+  if (prepared.has_value() && !seqs.empty()) {  // the sequences' checks passed: G and Rb are valid
     const std::vector<SequenceRows> rows = sequence_rows(pk, summary_block, retrieval_block);
     for (size_t x = 0; x < seqs.size(); ++x) {
       const int64_t s = index[x];

@@ -57,17 +57,19 @@ def valid_ranges(attention_mask: torch.Tensor, batch: int, length: int,
     real = attention_mask.cpu()
     if bool(real.all()):
         return None
-    counts = real.sum(dim=1)
-    first = real.int().argmax(dim=1)
+    counts = real.sum(dim=1).tolist()
+    first = real.int().argmax(dim=1).tolist()
+    # Runs of real tokens per row: the starts of runs (a real token after padding or at the row's start).
+    runs = (real[:, :1].int() + (real[:, 1:] & ~real[:, :-1]).sum(dim=1, keepdim=True)).flatten().tolist()
     ranges = []
     for b in range(batch):
-        n, s = int(counts[b]), int(first[b])
+        n, s = counts[b], first[b]
         if n == 0 and allow_empty:
             ranges.append((0, 0))
             continue
         if n == 0:
             raise ValueError(f"attention_mask row {b} has no real token; every sample needs at least one")
-        if not bool(real[b, s:s + n].all()):
+        if runs[b] != 1:
             raise ValueError(f"attention_mask row {b} has its real tokens in more than one run; padding may only "
                              f"stand before and after a sample's tokens (left or right padding)")
         ranges.append((s, s + n))
@@ -129,12 +131,23 @@ class Packed:
     def unpack(self, out: torch.Tensor, lse: Optional[torch.Tensor] = None):
         """The packed output [1, H_q, total_q, D] (and log-sum-exp) back in q's padded shape: padded rows zero
         (log-sum-exp -inf)."""
-        result = out.new_zeros(self.shape)
-        full_lse = None if lse is None else lse.new_full(self.shape[:3], float("-inf"))
+        B, Nq = self.shape[0], self.shape[2]
+        result = out.new_empty(self.shape)
+        full_lse = None if lse is None else lse.new_empty(self.shape[:3])
+        covered = [[] for _ in range(B)]
         for b, row, rows, at in self.q_runs:
             result[b, :, row:row + rows] = out[0, :, at:at + rows]
             if lse is not None:
                 full_lse[b, :, row:row + rows] = lse[0, :, at:at + rows]
+            covered[b].append((row, row + rows))
+        for b in range(B):  # only the padded rows are written twice: zeros (log-sum-exp -inf)
+            edge = 0
+            for start, end in sorted(covered[b]) + [(Nq, Nq)]:
+                if start > edge:
+                    result[b, :, edge:start] = 0
+                    if lse is not None:
+                        full_lse[b, :, edge:start] = float("-inf")
+                edge = max(edge, end)
         return result if lse is None else (result, full_lse)
 
 
