@@ -152,8 +152,14 @@ def test_a_context_that_does_not_fit_the_call_is_refused():
     wide.copy_(context[0])
     with pytest.raises(ValueError, match="rows 64 elements apart"):
         ops.attn(q, k, v, cfg, 12, prepared=[wide, *context[1:]])
-    with pytest.raises(ValueError, match="attention_mask"):
-        ops.attn(q, k, v, cfg, 12, prepared=context, attention_mask=torch.ones(1, 700, dtype=torch.bool))
+    # A padded batch takes the context of its packed keys (ops.prepare with the same mask), not the padded one's;
+    # a mask without padding is no mask.
+    padded = torch.ones(1, 700, dtype=torch.bool)
+    assert torch.equal(ops.attn(q, k, v, cfg, 12, prepared=context, attention_mask=padded),
+                       ops.attn(q, k, v, cfg, 12, prepared=context))
+    padded[0, :40] = False
+    with pytest.raises(ValueError, match=r"prepare with cu_seqlens_k"):
+        ops.attn(q, k, v, cfg, 12, prepared=context, attention_mask=padded)
 
 
 def test_cola_cache_keeps_each_layers_context():
