@@ -22,6 +22,9 @@
 // every pair past the row's visible end is dropped after the rules above decide; a summary block the
 // row sees only in part (possible only when cb is not a multiple of G) is averaged over its visible
 // tokens, logit and value, and folded into that row alone.
+// Packed calls (cu_seqlens, csrc/varlen.h): every sequence gets its own Call (its own L, rules, rope tables,
+// retrieved blocks, tiles), checked as its own call would be, and run_sequences runs the passes of all of
+// them, units of several sequences sharing one parallel region (docs/cpu.md, "Packed calls").
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
