@@ -3,6 +3,7 @@
 #include "prepared.h"
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -27,7 +28,8 @@ Method parse_method(c10::string_view method) {
 }
 
 RopeParams check_rope(int64_t head_dim, double theta, std::optional<int64_t> rotary_dim_arg,
-                      c10::string_view rope_style) {
+                      c10::string_view rope_style, const std::optional<at::Tensor>& inv_freq,
+                      const at::Device& device) {
   TORCH_CHECK_VALUE(rope_style == "interleaved" || rope_style == "half",
                     "rope_style must be 'interleaved' or 'half', got '", std::string(rope_style), "'");
   TORCH_CHECK_VALUE(rotary_dim_arg.has_value() || head_dim % 2 == 0, "rotary_dim None rotates the whole head dim, "
@@ -36,7 +38,33 @@ RopeParams check_rope(int64_t head_dim, double theta, std::optional<int64_t> rot
   TORCH_CHECK_VALUE(rotary_dim >= 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim,
                     "rotary_dim must be even and in [0, head dim = ", head_dim, "], got ", rotary_dim);
   TORCH_CHECK_VALUE(std::isfinite(theta) && theta > 0, "theta must be a finite number > 0, got ", theta);
-  return RopeParams{theta, rotary_dim, rope_style == "interleaved"};
+  RopeParams rope{theta, rotary_dim, rope_style == "interleaved", {}};
+  if (inv_freq.has_value()) {
+    const at::Tensor& f = *inv_freq;
+    TORCH_CHECK_VALUE(f.scalar_type() == at::kFloat || f.scalar_type() == at::kDouble,
+                      "inv_freq must be a float32 or float64 tensor, got ", f.scalar_type());
+    TORCH_CHECK_VALUE(f.device() == device, "inv_freq must be on the device of the inputs (", device, "), got ",
+                      f.device());
+    TORCH_CHECK_VALUE(f.dim() == 1 && f.size(0) == rotary_dim / 2, "inv_freq must be a 1-D tensor of rotary_dim / 2 = ",
+                      rotary_dim / 2, " frequencies (rotary_dim ", rotary_dim, "), got shape ", f.sizes());
+    const at::Tensor host = f.detach().to(at::kCPU, at::kDouble).contiguous();
+    rope.inv_freq.assign(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+    for (size_t k = 0; k < rope.inv_freq.size(); ++k)
+      TORCH_CHECK_VALUE(std::isfinite(rope.inv_freq[k]), "inv_freq must hold finite numbers, got ", rope.inv_freq[k],
+                        " at index ", k);
+  }
+  return rope;
+}
+
+double RopeParams::frequency_key() const {
+  if (inv_freq.empty()) return theta;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes of the doubles
+  for (double f : inv_freq) {
+    unsigned char bytes[sizeof(double)];
+    std::memcpy(bytes, &f, sizeof(double));
+    for (unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
+  }
+  return -double((h >> 12) | 1);  // 52 bits: exact in a double, never 0
 }
 
 void check_bhnd(const at::Tensor& t, const char* name) {
@@ -56,7 +84,8 @@ void check_positions(const at::Tensor& positions, int64_t n, const at::Tensor& l
 }
 
 RopeParams check_block_summary(const at::Tensor& k, const at::Tensor& v, int64_t summary_block, double theta,
-                               std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
+                               std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                               const std::optional<at::Tensor>& inv_freq) {
   check_bhnd(k, "k");
   check_bhnd(v, "v");
   TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
@@ -65,8 +94,7 @@ RopeParams check_block_summary(const at::Tensor& k, const at::Tensor& v, int64_t
   TORCH_CHECK_VALUE(k.device() == v.device(), "k and v must be on the same device");
   TORCH_CHECK_VALUE(summary_block >= 1, "summary_block must be >= 1, got ", summary_block);
   check_at_most_max(summary_block, "summary_block");
-  RopeParams rope = check_rope(k.size(3), theta, rotary_dim, rope_style);
-  return rope;
+  return check_rope(k.size(3), theta, rotary_dim, rope_style, inv_freq, k.device());
 }
 
 at::Tensor with_contiguous_rows(const at::Tensor& t) {
@@ -159,7 +187,7 @@ AttnParams check_attn(RSWA_ATTN_PARAMS) {
   p.first_row = p.L - p.Lq;
   p.D = q.size(3);
   p.scale = softmax_scale;
-  p.rope = check_rope(p.D, theta, rotary_dim, rope_style);
+  p.rope = check_rope(p.D, theta, rotary_dim, rope_style, inv_freq, q.device());
   p.rules = make_rules(m, p.L, window, summary_block, near_range, topk, retrieval_block, query_block,
                        train_length, sinks, far_summaries, causal_block, cond_correction, summaries);
   const bool conditioning = conditioned(p.rules, p.C);
@@ -230,7 +258,7 @@ ContextParams check_prepare(RSWA_PREPARE_PARAMS) {
                     "first_key must be a multiple of retrieval_block (", retrieval_block, ") in [0, L = ", c.L,
                     "], got ", first_key);
   c.first_key = first_key;
-  c.rope = check_rope(c.D, theta, rotary_dim, rope_style);
+  c.rope = check_rope(c.D, theta, rotary_dim, rope_style, inv_freq, k.device());
   // The window, K's use, Qb and the causal block are the call's, not the context's.
   c.rules = make_rules(m, c.L, /*window=*/1, summary_block, near_range, topk, retrieval_block, /*Qb=*/1, train_length,
                        /*sinks=*/0, far_summaries, /*causal_block=*/0, cond_correction, summaries);
@@ -246,7 +274,7 @@ ContextParams check_prepare(RSWA_PREPARE_PARAMS) {
 std::vector<double> context_signature(const Rules& rules, const RopeParams& rope, int64_t B, int64_t Hkv, int64_t C,
                                       int64_t D) {
   const bool cond = conditioned(rules, C);
-  return {kPreparedVersion, double(B), double(Hkv), double(rules.L), double(C), double(D), rope.theta,
+  return {kPreparedVersion, double(B), double(Hkv), double(rules.L), double(C), double(D), rope.frequency_key(),
           double(rope.rotary_dim), rope.interleaved ? 1.0 : 0.0, double(rules.grouping() ? rules.g : 0),
           double(rules.grouping() ? rules.group_offset : 0), cond ? double(rules.T) : 0.0, double(rules.G),
           double(rules.Rb)};

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <vector>
 
 #include "layout.h"
@@ -16,6 +17,20 @@ struct RopeParams {
   double theta;
   int64_t rotary_dim;
   bool interleaved;  // pairs (2k, 2k+1); otherwise (k, k + rotary_dim/2)
+  // The op's inv_freq argument as doubles (rotary_dim / 2 entries), in place of theta's frequencies; empty
+  // when not given.
+  std::vector<double> inv_freq;
+
+  // The frequency of pair k: inv_freq[k] when given, else theta^(-2k / rotary_dim).
+  double frequency(int64_t k) const {
+    return inv_freq.empty() ? std::pow(theta, -2.0 * double(k) / double(rotary_dim)) : inv_freq[k];
+  }
+  // The given frequencies, or null (the device and emulated kernels then use theta).
+  const double* given_frequencies() const { return inv_freq.empty() ? nullptr : inv_freq.data(); }
+  // One number that names the frequencies, for caches and a prepared context's signature: theta (> 0) when
+  // no inv_freq is given, else minus a 52-bit hash of the given values (< 0, so never a theta).
+  double frequency_key() const;
+  bool same_frequencies(const RopeParams& o) const { return theta == o.theta && inv_freq == o.inv_freq; }
 };
 
 // Everything one attention call needs, filled once from the op arguments.
@@ -35,11 +50,15 @@ struct AttnParams {
 
 // block_summary's arguments: k and v alike [B, H, L, D], summary_block >= 1, valid RoPE numbers.
 RopeParams check_block_summary(const at::Tensor& k, const at::Tensor& v, int64_t summary_block, double theta,
-                               std::optional<int64_t> rotary_dim, c10::string_view rope_style);
+                               std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                               const std::optional<at::Tensor>& inv_freq);
 
 Method parse_method(c10::string_view method);
-// rotary_dim None rotates the whole head dim.
-RopeParams check_rope(int64_t head_dim, double theta, std::optional<int64_t> rotary_dim, c10::string_view rope_style);
+// rotary_dim None rotates the whole head dim. inv_freq, when given: a 1-D float32 / float64 tensor of
+// rotary_dim / 2 finite entries on `device` (the inputs'), read here into RopeParams::inv_freq (on CUDA one
+// small device-to-host copy).
+RopeParams check_rope(int64_t head_dim, double theta, std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                      const std::optional<at::Tensor>& inv_freq, const at::Device& device);
 void check_bhnd(const at::Tensor& t, const char* name);
 // `positions` of the rope and block_summary ops: 1-D floating, n entries, on the device of `like`.
 void check_positions(const at::Tensor& positions, int64_t n, const at::Tensor& like, const char* what);

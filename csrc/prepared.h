@@ -27,7 +27,8 @@ enum PreparedSlot : int {
 
 // The signature's entries, in order (names for error messages).
 inline constexpr const char* kSignatureNames[] = {
-    "version", "batch", "KV heads", "body tokens L", "control tokens", "head dim", "theta", "rotary_dim",
+    "version", "batch", "KV heads", "body tokens L", "control tokens", "head dim",
+    "RoPE frequencies (theta, or minus a hash of inv_freq)", "rotary_dim",
     "rope_style", "group size g", "group offset", "train_length (conditioning positions)", "summary_block",
     "retrieval_block"};
 inline constexpr int kSignatureSize = sizeof(kSignatureNames) / sizeof(kSignatureNames[0]);

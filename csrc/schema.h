@@ -4,7 +4,8 @@
 //
 // Defaults are the paper's RangeSWA in its late denoising stage (SPEC sections 2-4): W = 256, G = 16,
 // Hn = 512, K = 8 blocks of Rb = 64 per query block of Qb = 128, T = 1024, no control tokens, RoPE base
-// 10^4 on every dim (rotary_dim None), interleaved pairs, scale None = 1/sqrt(D), bidirectional
+// 10^4 on every dim (rotary_dim None; inv_freq None: the frequencies theta^(-2k / rotary_dim), else the given
+// [rotary_dim / 2] float32 / float64 frequencies in place of theta's), interleaved pairs, scale None = 1/sqrt(D), bidirectional
 // (causal_block 0), with the conditioning correction and the block summaries of rule 4 (both can be
 // switched off for the paper's ablations), no prepared context. SPEC section 7's cached calls need no argument:
 // q may hold the C control rows and only the last Lq body rows of k and v. So
@@ -16,12 +17,12 @@
 namespace rangeswa::schema {
 
 inline constexpr const char* kRope =
-    "rope(Tensor x, Tensor positions, float theta=10000.0, int? rotary_dim=None, str rope_style=\"interleaved\") "
-    "-> Tensor";
+    "rope(Tensor x, Tensor positions, float theta=10000.0, int? rotary_dim=None, str rope_style=\"interleaved\", "
+    "Tensor? inv_freq=None) -> Tensor";
 
 inline constexpr const char* kBlockSummary =
     "block_summary(Tensor k, Tensor v, Tensor? positions=None, int summary_block=16, float theta=10000.0, "
-    "int? rotary_dim=None, str rope_style=\"interleaved\") -> (Tensor, Tensor)";
+    "int? rotary_dim=None, str rope_style=\"interleaved\", Tensor? inv_freq=None) -> (Tensor, Tensor)";
 
 inline constexpr const char* kTopkBlocks =
     "topk_blocks(Tensor q, Tensor k, int control_tokens=0, int window=256, int summary_block=16, "
@@ -46,6 +47,7 @@ inline constexpr const char* kTopkBlocks =
   X(double, theta, "float", "10000.0")                        \
   X(std::optional<int64_t>, rotary_dim, "int?", "None")       \
   X(c10::string_view, rope_style, "str", "\"interleaved\"")   \
+  X(const std::optional<at::Tensor>&, inv_freq, "Tensor?", "None") \
   X(std::optional<double>, scale, "float?", "None")           \
   X(int64_t, causal_block, "int", "0")                        \
   X(bool, cond_correction, "bool", "True")                    \
@@ -63,6 +65,7 @@ inline constexpr const char* kTopkBlocks =
   X(double, theta, "float", "10000.0")                        \
   X(std::optional<int64_t>, rotary_dim, "int?", "None")       \
   X(c10::string_view, rope_style, "str", "\"interleaved\"")   \
+  X(const std::optional<at::Tensor>&, inv_freq, "Tensor?", "None") \
   X(bool, cond_correction, "bool", "True")                    \
   X(bool, summaries, "bool", "True")                          \
   X(int64_t, topk, "int", "8")                                \

@@ -13,7 +13,7 @@ RopeTable::RopeTable(const RopeParams& rope, const double* positions, int64_t co
   cos_.resize(count * half_);
   sin_.resize(count * half_);
   std::vector<double> inv_freq(half_);
-  for (int64_t k = 0; k < half_; ++k) inv_freq[k] = std::pow(rope.theta, -2.0 * double(k) / double(rope.rotary_dim));
+  for (int64_t k = 0; k < half_; ++k) inv_freq[k] = rope.frequency(k);
   at::parallel_for(0, count, 1024, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       for (int64_t k = 0; k < half_; ++k) {
@@ -27,11 +27,12 @@ RopeTable::RopeTable(const RopeParams& rope, const double* positions, int64_t co
 
 std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, double first, double step, int64_t count) {
   // A table of first + s * step serves every count up to its own: a decode step's L is one more than the
-  // last call's, so a table is found by (theta, rotary dim, first, step) and rebuilt only when it is too
-  // short, then with room for twice the rows (O(log L) builds over a generation instead of one per step).
+  // last call's, so a table is found by (frequencies, rotary dim, first, step) and rebuilt only when it is
+  // too short, then with room for twice the rows (O(log L) builds over a generation instead of one per step).
   struct Entry {
-    double theta, first, step;
-    int64_t rotary_dim, count;
+    RopeParams rope;  // its theta, rotary dim and given frequencies (the pairing does not enter the table)
+    double first, step;
+    int64_t count;
     std::shared_ptr<const RopeTable> table;
   };
   static std::mutex mutex;
@@ -40,7 +41,7 @@ std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, double first
   std::lock_guard<std::mutex> lock(mutex);
   int64_t grown = count;
   for (auto entry = recent.begin(); entry != recent.end(); ++entry) {
-    if (entry->theta != rope.theta || entry->rotary_dim != rope.rotary_dim || entry->first != first ||
+    if (!entry->rope.same_frequencies(rope) || entry->rope.rotary_dim != rope.rotary_dim || entry->first != first ||
         entry->step != step)
       continue;
     if (entry->count >= count) return entry->table;
@@ -52,18 +53,17 @@ std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, double first
   for (int64_t s = 0; s < grown; ++s) positions[s] = first + double(s) * step;
   auto table = std::make_shared<const RopeTable>(rope, positions.data(), grown);
   if (recent.size() == kKeep) recent.erase(recent.begin());
-  recent.push_back(Entry{rope.theta, first, step, rope.rotary_dim, grown, table});
+  recent.push_back(Entry{rope, first, step, grown, table});
   return table;
 }
 
 std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, std::vector<double> positions) {
   struct Entry {
-    double theta;
-    int64_t rotary_dim;
+    RopeParams rope;  // its theta, rotary dim and given frequencies (the pairing does not enter the table)
     std::vector<double> positions;
     std::shared_ptr<const RopeTable> table;
     bool holds(const RopeParams& r, const std::vector<double>& p) const {
-      return theta == r.theta && rotary_dim == r.rotary_dim && positions == p;
+      return rope.same_frequencies(r) && rope.rotary_dim == r.rotary_dim && positions == p;
     }
   };
   static std::mutex mutex;
@@ -77,7 +77,7 @@ std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, std::vector<
   auto table = std::make_shared<const RopeTable>(rope, positions.data(), int64_t(positions.size()));
   std::lock_guard<std::mutex> lock(mutex);
   if (recent.size() == kKeep) recent.erase(recent.begin());
-  recent.push_back(Entry{rope.theta, rope.rotary_dim, std::move(positions), table});
+  recent.push_back(Entry{rope, std::move(positions), table});
   return table;
 }
 

@@ -26,9 +26,9 @@ class RopeTable {
 
 // The table of positions first + s * step, s < count (it may hold more rows), or of the given positions,
 // shared between calls: a model calls the ops with the same positions in every layer, so the few most
-// recent tables are kept (found by their progression or exact positions, theta and rotary dim) and each
-// is built once per network call at most; a progression's table also serves later, longer calls, as
-// decoding makes them, and grows by doubling.
+// recent tables are kept (found by their progression or exact positions, frequencies (theta or inv_freq)
+// and rotary dim) and each is built once per network call at most; a progression's table also serves
+// later, longer calls, as decoding makes them, and grows by doubling.
 std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, double first, double step, int64_t count);
 std::shared_ptr<const RopeTable> rope_table(const RopeParams& rope, std::vector<double> positions);
 

@@ -29,9 +29,9 @@ void rotate_all(const at::Tensor& x, float* out, const RopeTable& table, const R
 }
 
 at::Tensor rope_cpu(const at::Tensor& x, const at::Tensor& positions, double theta, std::optional<int64_t> rotary_dim,
-                    c10::string_view rope_style) {
+                    c10::string_view rope_style, const std::optional<at::Tensor>& inv_freq) {
   check_bhnd(x, "x");
-  RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style);
+  RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style, inv_freq, x.device());
   check_positions(positions, x.size(2), x, "token of x");
   const auto table = rope_table(rope, positions_as_double(positions));
   at::Tensor xf = with_contiguous_rows(x.to(at::kFloat));
@@ -43,8 +43,9 @@ at::Tensor rope_cpu(const at::Tensor& x, const at::Tensor& positions, double the
 std::tuple<at::Tensor, at::Tensor> block_summary_cpu(const at::Tensor& k, const at::Tensor& v,
                                                      const std::optional<at::Tensor>& positions,
                                                      int64_t summary_block, double theta,
-                                                     std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
-  RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style);
+                                                     std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                                                     const std::optional<at::Tensor>& inv_freq) {
+  RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style, inv_freq);
   const int64_t BH = k.size(0) * k.size(1), L = k.size(2), D = k.size(3);
   const int64_t nG = (L + summary_block - 1) / summary_block;
   at::Tensor kf = with_contiguous_rows(k.to(at::kFloat)), vf = with_contiguous_rows(v.to(at::kFloat));

@@ -57,29 +57,40 @@ void check_positions_on(const at::Tensor& positions, int64_t n, const char* what
                     positions.scalar_type());
 }
 
+// The given frequencies (the op's inv_freq argument) as float64 on `device`, or undefined when none was given
+// (the kernels then use theta's). Copied from the checked host values; the caching allocator keeps the memory
+// for the stream's launches that read it.
+at::Tensor device_frequencies(const RopeParams& rope, const at::Device& device) {
+  if (rope.inv_freq.empty()) return at::Tensor();
+  return at::tensor(at::ArrayRef<double>(rope.inv_freq), at::kDouble).to(device);
+}
+
 // cos/sin [count, rotary_dim / 2] (float) of positions first + s * step, or `positions`.
 std::pair<at::Tensor, at::Tensor> rope_table(const RopeParams& rope, int64_t count, double first, double step,
                                              const double* positions, const at::Device& device, cudaStream_t stream) {
   const int64_t half = rope.rotary_dim / 2;
   const auto opts = at::TensorOptions().device(device).dtype(at::kFloat);
   at::Tensor c = at::empty({count, half}, opts), s = at::empty_like(c);
-  check_launch(launch_rope_table(c.data_ptr<float>(), s.data_ptr<float>(), count, int(half), rope.theta, first, step,
-                                 positions, stream),
+  const at::Tensor freqs = device_frequencies(rope, device);
+  check_launch(launch_rope_table(c.data_ptr<float>(), s.data_ptr<float>(), count, int(half), rope.theta,
+                                 freqs.defined() ? freqs.data_ptr<double>() : nullptr, first, step, positions, stream),
                "rope table");
   return {c, s};
 }
 
 // The rope tables of attn, built once per shape and configuration and kept (issue: a model calls the op
 // with the same positions in every layer): the integer positions 0.. (grown by doubling) per (device,
-// theta, rotary_dim), and the conditioning positions i T / L per (device, theta, rotary_dim, L, step).
+// frequencies, rotary_dim), and the conditioning positions i T / L per (device, frequencies, rotary_dim, L,
+// step); the frequencies are theta's or the given inv_freq (RopeParams::same_frequencies).
 // A table built on another stream is waited for through the event recorded after its build, and recorded
 // as used on the calling stream (record_stream) so its eviction cannot free it under a pending kernel.
 class TableCache {
  public:
   struct Entry {
     int device;
-    double theta, step;
-    int64_t rotary_dim, rows;
+    RopeParams rope;  // theta, rotary_dim and the given frequencies
+    double step;
+    int64_t rows;
     bool integer;
     at::Tensor cos, sin;
     std::shared_ptr<at::cuda::CUDAEvent> built;
@@ -91,8 +102,8 @@ class TableCache {
     std::lock_guard<std::mutex> lock(mutex_);
     cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index());
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      const bool same = it->device == device.index() && it->theta == rope.theta &&
-                        it->rotary_dim == rope.rotary_dim && it->integer == integer &&
+      const bool same = it->device == device.index() && it->rope.same_frequencies(rope) &&
+                        it->rope.rotary_dim == rope.rotary_dim && it->integer == integer &&
                         (integer ? it->rows >= rows : it->rows == rows && it->step == step);
       if (!same) continue;
       if (it->stream != stream) {
@@ -111,12 +122,13 @@ class TableCache {
     int64_t size = rows;
     if (integer)
       for (const Entry& e : entries_)
-        if (e.device == device.index() && e.integer && e.theta == rope.theta && e.rotary_dim == rope.rotary_dim)
+        if (e.device == device.index() && e.integer && e.rope.same_frequencies(rope) &&
+            e.rope.rotary_dim == rope.rotary_dim)
           size = std::max(rows, 2 * e.rows);
     auto table = rope_table(rope, size, 0.0, integer ? 1.0 : step, nullptr, device, stream);
     auto event = std::make_shared<at::cuda::CUDAEvent>();
     event->record(at::cuda::getCurrentCUDAStream(device.index()));
-    entries_.push_front(Entry{device.index(), rope.theta, step, rope.rotary_dim, size, integer, table.first,
+    entries_.push_front(Entry{device.index(), rope, step, size, integer, table.first,
                               table.second, event, stream});
     if (entries_.size() > kEntries) entries_.pop_back();
     return table;
@@ -141,9 +153,10 @@ T* ptr_or_null(const at::Tensor& t) {
 // ---------------------------------------------------------------------------------------------- rope
 
 at::Tensor rope_cuda(const at::Tensor& x, const at::Tensor& positions, double theta,
-                     std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
+                     std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                     const std::optional<at::Tensor>& inv_freq) {
   check_bhnd(x, "x");
-  const RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style);
+  const RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style, inv_freq, x.device());
   check_positions_on(positions, x.size(2), "token of x", x.device());
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor pos = positions.to(at::kDouble).contiguous();
@@ -151,11 +164,13 @@ at::Tensor rope_cuda(const at::Tensor& x, const at::Tensor& positions, double th
   at::Tensor out = at::empty_like(xc);
   const int64_t rows = xc.numel() / std::max<int64_t>(1, xc.size(3));
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor freqs = device_frequencies(rope, x.device());
   dispatch_dtype(xc.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     check_launch(launch_rope<T>(static_cast<const T*>(xc.data_ptr()), pos.data_ptr<double>(),
                                 static_cast<T*>(out.data_ptr()), rows, xc.size(2), xc.size(3), int(rope.rotary_dim),
-                                rope.theta, rope.interleaved, stream),
+                                rope.theta, freqs.defined() ? freqs.data_ptr<double>() : nullptr, rope.interleaved,
+                                stream),
                  "rope");
   });
   return out;
@@ -166,8 +181,9 @@ at::Tensor rope_cuda(const at::Tensor& x, const at::Tensor& positions, double th
 std::tuple<at::Tensor, at::Tensor> block_summary_cuda(const at::Tensor& k, const at::Tensor& v,
                                                       const std::optional<at::Tensor>& positions,
                                                       int64_t summary_block, double theta,
-                                                      std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
-  const RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style);
+                                                      std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                                                      const std::optional<at::Tensor>& inv_freq) {
+  const RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style, inv_freq);
   if (positions.has_value()) check_positions_on(*positions, k.size(2), "body key", k.device());
   const c10::cuda::CUDAGuard guard(k.device());
   const int64_t BH = k.size(0) * k.size(1), L = k.size(2), D = k.size(3);

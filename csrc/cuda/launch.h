@@ -30,7 +30,8 @@ size_t attn_smem_bytes(const AttnKernelParams& p);
 // out[r] = R(positions[r % n]) x[r] for the rows of x [rows, D] (rotary_dim dims rotated): rope.cu.
 template <typename Element>
 cudaError_t launch_rope(const Element* x, const double* positions, Element* out, int64_t rows, int64_t n, int64_t D,
-                        int rotary_dim, double theta, bool interleaved, cudaStream_t stream);
+                        int rotary_dim, double theta, const double* inv_freq, bool interleaved,
+                        cudaStream_t stream);
 
 // Rule 4's block means: ks[bh, b] = mean over G-block b of R(pos_j) k[bh, j] (no rotation when cos is
 // null; cos/sin [L, rotary_half] from launch_rope_table), vs[bh, b] = mean of v; sums in double:

@@ -14,13 +14,13 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void rope_table_kernel(float* cos_out, float* sin_out, int64_t count, int half, double theta,
-                                  double first, double step, const double* positions) {
+                                  const double* inv_freq, double first, double step, const double* positions) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= count * half) return;
   const int64_t s = idx / half;
   const int k = int(idx % half);
   const double pos = positions != nullptr ? positions[s] : first + double(s) * step;
-  rope_cos_sin(pos, k, 2 * half, theta, cos_out + idx, sin_out + idx);
+  rope_cos_sin(pos, k, 2 * half, theta, inv_freq, cos_out + idx, sin_out + idx);
 }
 
 // One warp per unit (prepare.h): 4 units per CTA, units of all KV heads in one flat grid.
@@ -47,12 +47,13 @@ __global__ void __launch_bounds__(kThreads) prepare_vector_kernel(const PrepareP
 }  // namespace
 
 cudaError_t launch_rope_table(float* cos_out, float* sin_out, int64_t count, int rotary_half, double theta,
-                              double first, double step, const double* positions, cudaStream_t stream) {
+                              const double* inv_freq, double first, double step, const double* positions,
+                              cudaStream_t stream) {
   const int64_t n = count * rotary_half;
   if (n == 0) return cudaSuccess;
   const int threads = 256;
   return RSWA_LAUNCH(rope_table_kernel, unsigned((n + threads - 1) / threads), threads, 0, stream, cos_out, sin_out,
-                     count, rotary_half, theta, first, step, positions);
+                     count, rotary_half, theta, inv_freq, first, step, positions);
 }
 
 template <typename Element>

@@ -20,9 +20,10 @@
 namespace rangeswa::cuda {
 
 // cos/sin [count, rotary_half] (float) of positions first + s * step, or positions[s] (double) when
-// `positions` is given; angles in double.
+// `positions` is given; angles in double; frequencies inv_freq[k] (rotary_half doubles) when given, else theta's.
 cudaError_t launch_rope_table(float* cos_out, float* sin_out, int64_t count, int rotary_half, double theta,
-                              double first, double step, const double* positions, cudaStream_t stream);
+                              const double* inv_freq, double first, double step, const double* positions,
+                              cudaStream_t stream);
 
 struct PrepareParams {
   const void* k;  // [B, Hkv, N, D]: C control rows, then L body rows; rows at k_strides.at(b, h, n)

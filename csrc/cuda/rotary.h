@@ -9,10 +9,12 @@
 
 namespace rangeswa::cuda {
 
-// cos/sin of position * inv_freq[k], inv_freq[k] = theta^(-2k / rotary_dim), in double, as float.
-RSWA_HD void rope_cos_sin(double position, int k, int rotary_dim, double theta, float* c,
-                                             float* s) {
-  const double inv_freq = ::pow(theta, -2.0 * double(k) / double(rotary_dim));
+// cos/sin of position * inv_freq[k] in double, as float: inv_freq[k] = given[k] when the op's inv_freq was
+// given (`given`: its rotary_dim / 2 entries as doubles, in the memory the caller runs in), else
+// theta^(-2k / rotary_dim).
+RSWA_HD void rope_cos_sin(double position, int k, int rotary_dim, double theta, const double* given, float* c,
+                          float* s) {
+  const double inv_freq = given != nullptr ? given[k] : ::pow(theta, -2.0 * double(k) / double(rotary_dim));
   double sd, cd;
   ::sincos(position * inv_freq, &sd, &cd);
   *c = float(cd);

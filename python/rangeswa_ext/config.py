@@ -44,6 +44,10 @@ class RangeSWAConfig:
         theta: RoPE base.
         rotary_dim: rotated dims (even); ``None`` rotates the whole head dim.
         rope_style: ``interleaved`` (pairs (0,1),(2,3),...) or ``half`` (pairs (k, k + rotary_dim/2)).
+        inv_freq: the RoPE frequencies themselves, ``rotary_dim / 2`` finite numbers (a tuple of floats; a
+            list or a 1-D tensor given here is turned into one), in place of theta's
+            ``theta^(-2k / rotary_dim)``: RoPE variants that rescale the frequencies (Llama 3, YaRN, linear,
+            dynamic NTK, LongRoPE) or a model's own ``inv_freq`` buffer. ``None``: theta's.
         scale: softmax scale; ``None`` means ``1/sqrt(head_dim)``.
         summaries: rule 4's block summaries at all; off only for the ablation "without summaries"
             (paper Tables 4 and 8; ``far_summaries`` keeps the near ones, as RangeSWA-Lite does).
@@ -68,6 +72,7 @@ class RangeSWAConfig:
     theta: float = 10000.0
     rotary_dim: Optional[int] = None
     rope_style: str = "interleaved"
+    inv_freq: Optional[tuple] = None
     scale: Optional[float] = None
     cond_correction: bool = True
     summaries: bool = True
@@ -92,6 +97,11 @@ class RangeSWAConfig:
             if self.rotary_dim % 2:
                 raise ValueError(f"rotary_dim must be even and >= 0, got {self.rotary_dim}")
         check_theta(self.theta)
+        if self.inv_freq is not None:
+            object.__setattr__(self, "inv_freq", check_inv_freq(self.inv_freq))
+            if self.rotary_dim is not None and len(self.inv_freq) != self.rotary_dim // 2:
+                raise ValueError(f"inv_freq must hold rotary_dim / 2 = {self.rotary_dim // 2} frequencies, got "
+                                 f"{len(self.inv_freq)}")
         if self.scale is not None and not _finite_number(self.scale, lo=0.0, lo_open=True):
             raise ValueError(f"scale must be a finite number > 0 (or None for 1/sqrt(head_dim)), got {self.scale!r}")
         if not _finite_number(self.switch_time, lo=0.0, hi=1.0):
@@ -149,6 +159,21 @@ class RangeSWAConfig:
             raise ValueError(f"rotary_dim ({rotary_dim}) must be <= the head dim ({head_dim})")
         return rotary_dim
 
+    def frequencies(self, head_dim: int):
+        """The RoPE frequencies at this head dim as a float64 CPU tensor [rotary_dim / 2]: ``inv_freq`` when
+        given (a ValueError unless it holds rotary_dim / 2 entries), else theta's."""
+        import torch
+
+        from .reference.rope import inv_freq
+
+        rotary_dim = self.resolved_rotary_dim(head_dim)
+        if self.inv_freq is None:
+            return inv_freq(self.theta, rotary_dim)
+        if len(self.inv_freq) != rotary_dim // 2:
+            raise ValueError(f"inv_freq must hold rotary_dim / 2 = {rotary_dim // 2} frequencies (head dim "
+                             f"{head_dim}), got {len(self.inv_freq)}")
+        return torch.tensor(self.inv_freq, dtype=torch.float64)
+
     def resolved_scale(self, head_dim: int) -> float:
         return head_dim ** -0.5 if self.scale is None else float(self.scale)
 
@@ -176,6 +201,22 @@ def check_theta(theta) -> None:
     """A ValueError unless the RoPE base is a finite number > 0 (the op's check, csrc/checks.cpp)."""
     if not _finite_number(theta, lo=0.0, lo_open=True):
         raise ValueError(f"theta must be a finite number > 0, got {theta!r}")
+
+
+def check_inv_freq(values) -> tuple:
+    """``values`` (a sequence of numbers or a 1-D tensor) as a tuple of floats; a ValueError unless it is 1-D
+    and every entry is a finite real number."""
+    if hasattr(values, "tolist"):  # a tensor or an array
+        if getattr(values, "ndim", 1) != 1:
+            raise ValueError(f"inv_freq must be 1-D, got shape {tuple(values.shape)}")
+        values = values.tolist()
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"inv_freq must be a sequence of numbers, got {values!r}")
+    values = tuple(values)
+    for value in values:
+        if not _finite_number(value, lo=-math.inf):
+            raise ValueError(f"inv_freq must hold finite numbers, got {value!r}")
+    return tuple(float(value) for value in values)
 
 
 #: The training length the paper's numbers (SPEC section 2 defaults) are stated for.

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import functools
+
 import torch
 
 from . import _C  # noqa: F401  (loads the library that registers torch.ops.rangeswa)
@@ -54,19 +56,36 @@ def cpu_capability() -> str:
     return _C.cpu_capability()
 
 
-def attn_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late", causal_block: int = 0) -> dict:
+@functools.lru_cache(maxsize=32)
+def _frequency_tensor(values: tuple, device: str) -> torch.Tensor:
+    # A config's inv_freq as the op takes it (float64 on the inputs' device), made once per (values, device).
+    return torch.tensor(values, dtype=torch.float64, device=device)
+
+
+def frequency_argument(cfg: RangeSWAConfig, device=None) -> Optional[torch.Tensor]:
+    """The op's ``inv_freq`` argument for ``cfg``: None when the config has none (theta's frequencies), else
+    its frequencies as a float64 tensor on ``device`` (the inputs'; default the CPU)."""
+    if cfg.inv_freq is None:
+        return None
+    return _frequency_tensor(cfg.inv_freq, str(torch.device("cpu" if device is None else device)))
+
+
+def attn_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late", causal_block: int = 0,
+                   device=None) -> dict:
     """The arguments of ``torch.ops.rangeswa.attn`` after ``q, k, v, retrieved``, by schema name and in
     schema order, for the method ``cfg`` in ``stage`` (which picks the window) with C control tokens
     and SPEC section 7's causal block (0: bidirectional; a backbone's property, not the method's).
 
     ``rotary_dim`` and ``scale`` stay None when the config leaves them open (the op resolves them to
-    the head dim and 1/sqrt(D)). ``RangeSWAConfig()`` gives exactly the schema's defaults.
+    the head dim and 1/sqrt(D)); ``inv_freq`` is None or the config's frequencies on ``device`` (the
+    inputs' device; default the CPU). ``RangeSWAConfig()`` gives exactly the schema's defaults.
     """
     return dict(method=cfg.method, control_tokens=int(control_tokens), window=cfg.window_for(stage),
                 summary_block=cfg.summary_block, near_range=cfg.near_range, topk=cfg.topk,
                 retrieval_block=cfg.retrieval_block, query_block=cfg.query_block, train_length=cfg.train_length,
                 sinks=cfg.sinks, far_summaries=cfg.far_summaries, theta=float(cfg.theta), rotary_dim=cfg.rotary_dim,
-                rope_style=cfg.rope_style, scale=None if cfg.scale is None else float(cfg.scale),
+                rope_style=cfg.rope_style, inv_freq=frequency_argument(cfg, device),
+                scale=None if cfg.scale is None else float(cfg.scale),
                 causal_block=int(causal_block), cond_correction=cfg.cond_correction, summaries=cfg.summaries)
 
 
@@ -78,7 +97,7 @@ def topk_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "l
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0, rotary_dim: Optional[int] = None,
-         rope_style: str = "interleaved") -> torch.Tensor:
+         rope_style: str = "interleaved", inv_freq: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Rotary embedding R(p) x at arbitrary (fractional) positions.
 
     Args:
@@ -87,11 +106,13 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0, rotar
         theta: RoPE base; ``inv_freq[k] = theta^(-2k/rotary_dim)``.
         rotary_dim: even number of rotated dims (default: all of D); later dims pass through.
         rope_style: ``interleaved`` pairs (2k, 2k+1) or ``half`` pairs (k, k + rotary_dim/2).
+        inv_freq: optional [rotary_dim/2] float32/float64 frequencies on x's device, in place of theta's
+            (used in float64; they get no gradient).
     Returns:
         [B, H, N, D] in x's dtype, contiguous.
     """
     require_kernels(x.device)
-    return torch.ops.rangeswa.rope.default(x, positions, float(theta), rotary_dim, rope_style)
+    return torch.ops.rangeswa.rope.default(x, positions, float(theta), rotary_dim, rope_style, inv_freq)
 
 
 @torch.library.register_fake("rangeswa::rope")
@@ -100,38 +121,43 @@ def _rope_fake(x, positions, *args, **kwargs):
 
 
 def _rope_setup_context(ctx, inputs, output):
-    _, positions, theta, rotary_dim, rope_style = (list(inputs) + [10000.0, None, "interleaved"])[:5]
+    _, positions, theta, rotary_dim, rope_style, inv_freq = (list(inputs) + [10000.0, None, "interleaved", None])[:6]
+    if inv_freq is not None and inv_freq.requires_grad:
+        raise RuntimeError("rope gives no gradient for inv_freq, which requires grad: detach it")
     ctx.save_for_backward(positions)
-    ctx.rope = (theta, rotary_dim, rope_style)
+    ctx.rope = (theta, rotary_dim, rope_style, inv_freq)
 
 
 def _rope_backward(ctx, grad):
     # R(p) is a rotation: its gradient is the transposed rotation R(p)^T g = R(-p) g.
     (positions,) = ctx.saved_tensors
-    theta, rotary_dim, rope_style = ctx.rope
-    return torch.ops.rangeswa.rope.default(grad.contiguous(), -positions, theta, rotary_dim, rope_style), None, None, None, None
+    theta, rotary_dim, rope_style, inv_freq = ctx.rope
+    return (torch.ops.rangeswa.rope.default(grad.contiguous(), -positions, theta, rotary_dim, rope_style, inv_freq),
+            None, None, None, None, None)
 
 
-# The rotation is differentiable in x (positions get no gradient), so models train through the dense
-# baselines (the miniature's training uses `full`).
+# The rotation is differentiable in x (positions and inv_freq get no gradient), so models train through the
+# dense baselines (the miniature's training uses `full`).
 torch.library.register_autograd("rangeswa::rope", _rope_backward, setup_context=_rope_setup_context)
 
 
 def block_summary(k: torch.Tensor, v: torch.Tensor, positions: Optional[torch.Tensor] = None,
                   summary_block: int = 16, theta: float = 10000.0, rotary_dim: Optional[int] = None,
-                  rope_style: str = "interleaved") -> tuple[torch.Tensor, torch.Tensor]:
+                  rope_style: str = "interleaved",
+                  inv_freq: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-block means of body keys (rotated to `positions` first, if given) and of values.
 
     Args:
         k, v: [B, H, L, D] body keys and values (no control tokens).
         positions: optional [L] positions for the keys' rotation; None leaves them unrotated.
         summary_block: G, tokens per block; a ragged last block averages the tokens it has.
+        theta, rotary_dim, rope_style, inv_freq: the keys' RoPE, as `rope` takes it.
     Returns:
         (k_summary, v_summary), each [B, H, ceil(L/G), D] in the input dtype.
     """
     require_kernels(k.device)
     return torch.ops.rangeswa.block_summary.default(k, v, positions, summary_block, float(theta), rotary_dim,
-                                                    rope_style)
+                                                    rope_style, inv_freq)
 
 
 @torch.library.register_fake("rangeswa::block_summary")
@@ -206,7 +232,7 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
         [B, H_q, Nq, D] in q's dtype (and the log-sum-exp when asked).
     """
     require_kernels(q.device)
-    arguments = attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage, causal_block)
+    arguments = attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage, causal_block, q.device)
     packed = dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, control_counts=control_counts)
     ranges = None
     if attention_mask is not None:
@@ -237,12 +263,14 @@ PREPARED_SLOTS = ("keys_nat", "keys_grp", "keys_cond", "sum_keys", "sum_keys_grp
                   "prefix_grp", "key_means", "signature")
 
 
-def prepare_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, first_key: int = 0) -> dict:
-    """The arguments of ``torch.ops.rangeswa.prepare`` after ``k, v``, by schema name, for ``cfg``."""
+def prepare_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, first_key: int = 0, device=None) -> dict:
+    """The arguments of ``torch.ops.rangeswa.prepare`` after ``k, v``, by schema name, for ``cfg`` (its
+    ``inv_freq`` on ``device``, the inputs', as in `attn_arguments`)."""
     return dict(method=cfg.method, control_tokens=int(control_tokens), summary_block=cfg.summary_block,
                 near_range=cfg.near_range, retrieval_block=cfg.retrieval_block, train_length=cfg.train_length,
                 far_summaries=cfg.far_summaries, theta=float(cfg.theta), rotary_dim=cfg.rotary_dim,
-                rope_style=cfg.rope_style, cond_correction=cfg.cond_correction, summaries=cfg.summaries,
+                rope_style=cfg.rope_style, inv_freq=frequency_argument(cfg, device),
+                cond_correction=cfg.cond_correction, summaries=cfg.summaries,
                 topk=cfg.topk, first_key=int(first_key))
 
 
@@ -269,7 +297,7 @@ def prepare(k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = No
         CUDA; empty when the configuration needs none), the key means in float64 and the signature.
     """
     require_kernels(k.device)
-    arguments = prepare_arguments(cfg or RangeSWAConfig(), control_tokens, first_key)
+    arguments = prepare_arguments(cfg or RangeSWAConfig(), control_tokens, first_key, k.device)
     if attention_mask is not None:
         if cu_seqlens_k is not None or control_counts is not None:
             raise ValueError("attention_mask cannot be combined with cu_seqlens_k / control_counts")
@@ -284,7 +312,8 @@ def prepare(k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = No
 @torch.library.register_fake("rangeswa::prepare")
 def _prepare_fake(k, v, method="rangeswa", control_tokens=0, summary_block=16, near_range=512, retrieval_block=64,
                   train_length=1024, far_summaries=True, theta=10000.0, rotary_dim=None, rope_style="interleaved",
-                  cond_correction=True, summaries=True, topk=8, first_key=0, cu_seqlens_k=None, control_counts=None):
+                  inv_freq=None, cond_correction=True, summaries=True, topk=8, first_key=0, cu_seqlens_k=None,
+                  control_counts=None):
     from .reference import positions
 
     B, H, N, D = k.shape

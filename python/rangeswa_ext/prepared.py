@@ -65,7 +65,7 @@ class PreparedCache:
         C = control_tokens
         L = k.shape[2] - C
         key = (cfg.method, cfg.summary_block, cfg.near_range, cfg.retrieval_block, cfg.train_length,
-               cfg.far_summaries, float(cfg.theta), cfg.rotary_dim, cfg.rope_style, cfg.cond_correction,
+               cfg.far_summaries, float(cfg.theta), cfg.inv_freq, cfg.rotary_dim, cfg.rope_style, cfg.cond_correction,
                cfg.summaries, cfg.topk > 0, C, tuple(k.shape[:2]), k.shape[3], k.dtype, k.device)
         start = 0
         if key == self._key and self._signature is not None:

@@ -73,8 +73,8 @@ inline at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
   float* s = c + t.size(1) * t.size(2);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t kk = 0; kk < half; ++kk)
-      rope_cos_sin(double(i) * step, int(kk), int(ap.rope.rotary_dim), ap.rope.theta, c + i * half + kk,
-                   s + i * half + kk);
+      rope_cos_sin(double(i) * step, int(kk), int(ap.rope.rotary_dim), ap.rope.theta, ap.rope.given_frequencies(),
+                   c + i * half + kk, s + i * half + kk);
   return t;
 }
 

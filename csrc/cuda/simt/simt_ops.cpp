@@ -143,8 +143,8 @@ struct SimtLaunches final : CallKernels {
       const int64_t half = ap.rope.rotary_dim / 2;
       at::Tensor t = at::full({2, std::max<int64_t>(rows, 1), std::max<int64_t>(half, 1)}, NAN, at::kFloat);
       float* c = t.data_ptr<float>();
-      check_launch(launch_rope_table(c, c + t.size(1) * t.size(2), rows, int(half), ap.rope.theta, 0.0, step, nullptr,
-                                     nullptr), "rope table");
+      check_launch(launch_rope_table(c, c + t.size(1) * t.size(2), rows, int(half), ap.rope.theta,
+                                     ap.rope.given_frequencies(), 0.0, step, nullptr, nullptr), "rope table");
       return t;
     });
   }
@@ -264,9 +264,9 @@ at::Tensor topk_blocks_simt(const at::Tensor& q, const at::Tensor& k, int64_t co
 
 // rope and block_summary as attn_api.cpp launches them (the positions as doubles, x and k with contiguous rows).
 at::Tensor rope_simt(const at::Tensor& x, const at::Tensor& positions, double theta, std::optional<int64_t> rotary_dim,
-                     c10::string_view rope_style) {
+                     c10::string_view rope_style, const std::optional<at::Tensor>& inv_freq) {
   check_bhnd(x, "x");
-  const RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style);
+  const RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style, inv_freq, x.device());
   check_positions(positions, x.size(2), x, "token of x");
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
   const at::Tensor pos = positions.to(at::kDouble).contiguous(), xc = x.contiguous();
@@ -277,7 +277,7 @@ at::Tensor rope_simt(const at::Tensor& x, const at::Tensor& positions, double th
       using T = decltype(tag);
       check_launch(launch_rope<T>(static_cast<const T*>(xc.data_ptr()), pos.data_ptr<double>(),
                                   static_cast<T*>(out.data_ptr()), rows, xc.size(2), xc.size(3), int(rope.rotary_dim),
-                                  rope.theta, rope.interleaved, nullptr),
+                                  rope.theta, rope.given_frequencies(), rope.interleaved, nullptr),
                    "rope");
     });
     return 0;
@@ -288,8 +288,9 @@ at::Tensor rope_simt(const at::Tensor& x, const at::Tensor& positions, double th
 std::tuple<at::Tensor, at::Tensor> block_summary_simt(const at::Tensor& k, const at::Tensor& v,
                                                       const std::optional<at::Tensor>& positions,
                                                       int64_t summary_block, double theta,
-                                                      std::optional<int64_t> rotary_dim, c10::string_view rope_style) {
-  const RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style);
+                                                      std::optional<int64_t> rotary_dim, c10::string_view rope_style,
+                                                      const std::optional<at::Tensor>& inv_freq) {
+  const RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style, inv_freq);
   if (positions.has_value()) check_positions(*positions, k.size(2), k, "body key");
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
   const int64_t BH = k.size(0) * k.size(1), L = k.size(2), D = k.size(3), half = rope.rotary_dim / 2;
@@ -302,7 +303,8 @@ std::tuple<at::Tensor, at::Tensor> block_summary_simt(const at::Tensor& k, const
       const at::Tensor pos = positions->to(at::kDouble).contiguous();
       table = at::full({2, L, half}, NAN, at::kFloat);
       check_launch(launch_rope_table(table[0].data_ptr<float>(), table[1].data_ptr<float>(), L, int(half), rope.theta,
-                                     0.0, 0.0, pos.data_ptr<double>(), nullptr), "rope table");
+                                     rope.given_frequencies(), 0.0, 0.0, pos.data_ptr<double>(), nullptr),
+                   "rope table");
     }
     const float* cos_t = table.defined() && L > 0 ? table[0].data_ptr<float>() : nullptr;
     const float* sin_t = table.defined() && L > 0 ? table[1].data_ptr<float>() : nullptr;

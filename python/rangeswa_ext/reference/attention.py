@@ -31,7 +31,7 @@ def block_summary(k: torch.Tensor, v: torch.Tensor, positions_: torch.Tensor | N
     `positions_` (no rotation when None) and mean of the values; [B, H, ceil(L/G), D] each."""
     if positions_ is not None:
         rd = cfg.resolved_rotary_dim(k.shape[-1])
-        k = rope.rotate(k, positions_, cfg.theta, rd, cfg.rope_style)
+        k = rope.rotate(k, positions_, cfg.theta, rd, cfg.rope_style, cfg.frequencies(k.shape[-1]))
     return selection.block_means(k, cfg.summary_block), selection.block_means(v, cfg.summary_block)
 
 
@@ -66,7 +66,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWACo
     # Section 3: positions and conditioning bias of every pair, then every exact logit.
     d, bias = positions.relative_positions(L, C, cfg)
     ke, ve = _expand_kv(k, Hq), _expand_kv(v, Hq)
-    logits = rope.relative_scores(q, ke, d[rows], cfg.theta, rd, cfg.rope_style) * scale + bias[rows].to(q.dtype)
+    logits = rope.relative_scores(q, ke, d[rows], cfg.theta, rd, cfg.rope_style, cfg.frequencies(D)) * scale \
+        + bias[rows].to(q.dtype)
 
     # Section 2: exact keys and summarised blocks of body rows (control rows see everything); then
     # section 7 drops the pairs a causal block hides.
@@ -140,7 +141,8 @@ def sdpa_with_rope(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Range
     N, D = q.shape[2], q.shape[3]
     rd = cfg.resolved_rotary_dim(D)
     pos = torch.clamp(torch.arange(N, dtype=torch.float64) - control_tokens, min=0)
-    qr = rope.rotate(q, pos, cfg.theta, rd, cfg.rope_style)
-    kr = rope.rotate(k, pos, cfg.theta, rd, cfg.rope_style)
+    freqs = cfg.frequencies(D)
+    qr = rope.rotate(q, pos, cfg.theta, rd, cfg.rope_style, freqs)
+    kr = rope.rotate(k, pos, cfg.theta, rd, cfg.rope_style, freqs)
     return torch.nn.functional.scaled_dot_product_attention(
         qr, _expand_kv(kr, q.shape[1]), _expand_kv(v, q.shape[1]), scale=cfg.resolved_scale(D))

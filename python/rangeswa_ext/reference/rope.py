@@ -37,6 +37,8 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float, rotary_dim: i
     """
     a, b = pair_indices(rotary_dim, style)
     freqs = inv_freq(theta, rotary_dim) if freqs is None else freqs.to(torch.float64).cpu()
+    if freqs.shape != (rotary_dim // 2,):
+        raise ValueError(f"inv_freq must hold rotary_dim / 2 = {rotary_dim // 2} frequencies, got {tuple(freqs.shape)}")
     angle = positions.to(torch.float64).cpu()[:, None] * freqs[None, :]
     cos, sin = angle.cos().to(x.device, x.dtype), angle.sin().to(x.device, x.dtype)
     out = x.clone()
@@ -47,15 +49,18 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float, rotary_dim: i
 
 
 def relative_scores(q: torch.Tensor, k: torch.Tensor, d: torch.Tensor, theta: float, rotary_dim: int,
-                    style: str) -> torch.Tensor:
+                    style: str, freqs: torch.Tensor | None = None) -> torch.Tensor:
     """q_i . R(d_ij) k_j for every pair: q [B, H, N, D], k [B, H, M, D], d [N, M] -> [B, H, N, M].
 
     Per rotated pair, R(p_q) q . R(p_k) k = (qa ka + qb kb) cos(d w) + (qa kb - qb ka) sin(d w) with
     d = p_q - p_k; unrotated dims add a plain dot product. Computed in q's dtype, one frequency at a time.
+    `freqs` replaces theta's inv_freq (the op's inv_freq argument).
     """
     a, b = pair_indices(rotary_dim, style)
     out = q[..., rotary_dim:] @ k[..., rotary_dim:].transpose(-1, -2)
-    freqs = inv_freq(theta, rotary_dim)
+    freqs = inv_freq(theta, rotary_dim) if freqs is None else freqs.to(torch.float64).cpu()
+    if freqs.shape != (rotary_dim // 2,):
+        raise ValueError(f"inv_freq must hold rotary_dim / 2 = {rotary_dim // 2} frequencies, got {tuple(freqs.shape)}")
     d = d.to(torch.float64)
     for n in range(rotary_dim // 2):
         angle = d * freqs[n]
