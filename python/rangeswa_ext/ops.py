@@ -70,6 +70,13 @@ def frequency_argument(cfg: RangeSWAConfig, device=None) -> Optional[torch.Tenso
     return _frequency_tensor(cfg.inv_freq, str(torch.device("cpu" if device is None else device)))
 
 
+def check_frequency_device(inv_freq: Optional[torch.Tensor], like: torch.Tensor) -> None:
+    """A ValueError for an ``inv_freq`` on another device than the inputs (before the dispatcher, which would
+    pick a kernel by the devices of all tensor arguments together)."""
+    if inv_freq is not None and inv_freq.device != like.device:
+        raise ValueError(f"inv_freq must be on the device of the inputs ({like.device}), got {inv_freq.device}")
+
+
 def attn_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, stage: str = "late", causal_block: int = 0,
                    device=None) -> dict:
     """The arguments of ``torch.ops.rangeswa.attn`` after ``q, k, v, retrieved``, by schema name and in
@@ -112,6 +119,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0, rotar
         [B, H, N, D] in x's dtype, contiguous.
     """
     require_kernels(x.device)
+    check_frequency_device(inv_freq, x)
     return torch.ops.rangeswa.rope.default(x, positions, float(theta), rotary_dim, rope_style, inv_freq)
 
 
@@ -156,6 +164,7 @@ def block_summary(k: torch.Tensor, v: torch.Tensor, positions: Optional[torch.Te
         (k_summary, v_summary), each [B, H, ceil(L/G), D] in the input dtype.
     """
     require_kernels(k.device)
+    check_frequency_device(inv_freq, k)
     return torch.ops.rangeswa.block_summary.default(k, v, positions, summary_block, float(theta), rotary_dim,
                                                     rope_style, inv_freq)
 
