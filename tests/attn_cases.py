@@ -175,6 +175,8 @@ def opcheck_samples():
     pos = torch.arange(150, dtype=torch.float64)
     retrieved = ops.topk_blocks(q, k, cfg, 4)
     swa = preset("swa", train_length=64, late_window=32, rotary_dim=32, rope_style="half")
+    freqs = torch.rand(16, generator=g, dtype=torch.float64) * 0.5  # inv_freq for rotary_dim 32
+    scaled = cfg.replace(rotary_dim=32, rope_style="half", inv_freq=tuple(freqs.tolist()))
     return [
         ("attn_rangeswa", torch.ops.rangeswa.attn.default, (q, k, v, retrieved), ops.attn_arguments(cfg, 4)),
         ("attn_swa", torch.ops.rangeswa.attn.default, (q, k, v, None), ops.attn_arguments(swa, 4)),
@@ -184,6 +186,13 @@ def opcheck_samples():
         ("block_summary", torch.ops.rangeswa.block_summary.default, (k[:, :, 4:], v[:, :, 4:], None), {}),
         ("rope", torch.ops.rangeswa.rope.default, (q, torch.arange(154, dtype=torch.float64)),
          dict(rotary_dim=32, rope_style="half")),
+        # inv_freq (a tensor argument: positional here, so that the CUDA opcheck moves it with the inputs)
+        ("attn_inv_freq", torch.ops.rangeswa.attn.default,
+         (q, k, v, None, *ops.attn_arguments(scaled, 4).values()), {}),
+        ("block_summary_inv_freq", torch.ops.rangeswa.block_summary.default,
+         (k[:, :, 4:], v[:, :, 4:], pos, 16, 1e4, 32, "half", freqs.float()), {}),
+        ("rope_inv_freq", torch.ops.rangeswa.rope.default, (q, torch.arange(154, dtype=torch.float64), 1e4, 32,
+                                                             "half", freqs), {}),
     ]
 
 

@@ -13,8 +13,16 @@ How a call runs (``attention``):
   takes them before RoPE and rotates each key range by its own position map (SPEC section 3). The
   rotation is undone here with the model's own cos and sin: the model's rotary-embedding class, built on
   its config, at the positions of the call (q at the call's position ids, k at 0 .. L-1), gives exactly
-  the values the model rotated with. The op then applies RoPE again with the model's theta, the
-  ``half`` pairing of transformers and its rotary dims (partial rotary included).
+  the values the model rotated with. The op then applies RoPE again with the model's own frequencies
+  (the rotary embedding's ``inv_freq``, passed as the op's ``inv_freq``), the ``half`` pairing of
+  transformers and its rotary dims (partial rotary included). So every RoPE type whose cos and sin are
+  ``cos(p inv_freq)`` and ``sin(p inv_freq)`` times a constant runs: ``default``, ``linear``, ``llama3``,
+  ``yarn``, ``longrope`` and ``dynamic`` (whose frequencies move with the length: each call takes the
+  rotary embedding's current ones, which a call of the model at that length would use), and a model whose
+  cos and sin are anything else is refused. The constant (the attention scaling of ``yarn`` and
+  ``longrope``, m) multiplies both q and k, so their logits by m^2: with RoPE on every head dim it goes into
+  the logit scale (scale m^2, q and k un-rotated exactly); with partial rotary it stays on q's and k's
+  rotated dims (un-rotated with cos / m and sin / m), which the unrotated dims do not carry.
 - Causal models (the attention module's ``is_causal``, or an ``is_causal`` argument of the call) run the
   op with ``causal_block=1``: token-causal attention (SPEC section 7); bidirectional ones (``is_causal``
   False, as diffusion LMs set it) with ``causal_block=0``. A KV-cached call, whose q holds the last Lq
@@ -31,9 +39,7 @@ How a call runs (``attention``):
   a decode step un-rotates and prepares only its new rows (from their key block on), which a first-entry
   mark of every row checks against the cache, so a cropped, reordered or replaced cache is prepared again
   from its first changed row. That state costs a copy of the keys plus the prepared arrays per layer; a
-  call without a cache frees it. The answers are those of preparing the whole cache at every step. A static
-  cache (``cache_implementation="static"``) hands over all its preallocated rows: a causal call reads those
-  up to its last query (its position ids), the rest are empty.
+  call without a cache frees it. The answers are those of preparing the whole cache at every step.
 - Sliding-window layers (the ``sliding_window`` a layer passes: Mistral v0.1, Qwen2's upper layers, the
   local layers of mixed models) keep the model's own windowed attention at every length; the global
   layers run the method.
@@ -44,20 +50,15 @@ How a call runs (``attention``):
   (OLMo2) and 0.2 (Qwen3); RangeSWA-Lite's were rounding (1e-7). Within T the model's own attention runs,
   so cached and recomputed agree there.
 
-- Padded batches (``attention_mask`` with zeros, left or right padding: each row's real tokens one run):
-  the mask function hands the attention the [B, L] mask of real tokens, and each sample is computed as if
-  its padding were absent (the op's ``attention_mask``, docs/spec_decisions.md 17), so a padded row's
-  logits are those of the same sequence alone: keys are un-rotated at the positions the model gave them
-  (``generate``'s count of real tokens, or 0 .. L-1), and a sample that fits T alone runs the model's own
-  attention as it would alone. A padded batch keeps its pre-RoPE keys across decode steps but no prepared
-  context (the op takes none with a mask).
-
 T is the model config's ``max_position_embeddings`` unless ``enable`` gives ``train_length``: many
-configs state more than the length the model was trained at, so give it when you know it. Not
-supported (each a ValueError naming it): packed batches (several sequences in one row) and custom 4-d
-masks, attention dropout while training, soft-capped logits, and RoPE other
-than transformers' ``default`` type (llama3, yarn, ... scale the frequencies themselves; the op
-re-applies plain RoPE). Tested with transformers 5.x on Llama, Qwen2, Mistral, Qwen3 and OLMo2 models.
+configs state more than the length the model was trained at, so give it when you know it (a ``yarn`` or
+``longrope`` model's own training length is its ``original_max_position_embeddings``). Not supported (each a
+ValueError naming it): padded or packed batches (the op has no per-row positions: run one unpadded sequence
+per row), attention dropout while training, soft-capped logits (Gemma 2's ``attn_logit_softcapping``: the
+op's softmax takes the logits as they are), and rotary embeddings whose cos and sin are not those of their
+``inv_freq``. Tested with transformers 5.x on random tiny Llama (``default``, ``llama3``, ``linear``,
+``dynamic``, ``yarn``), Qwen2, Qwen3, Mistral, Gemma, OLMo2, Granite and Phi-3 (fused qkv, partial rotary,
+``longrope``) models (tests/test_hf_integration.py).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def enable(model, method: str = "rangeswa", *, train_length: Optional[int] = Non
                         tuple(sorted(overrides.items())))
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    _method(method, settings, _theta(config), None, head_dim, _train_length(settings, config), None)
+    _method(method, settings, _theta(config), None, None, head_dim, _train_length(settings, config), None)
     setattr(config, CONFIG_KEY, dataclasses.asdict(settings) | {"overrides": dict(settings.overrides)})
     model.set_attn_implementation(method)
     return model
@@ -133,30 +134,25 @@ def register() -> None:
     """Register every name of `NAMES` with transformers (done on import; registering again is harmless)."""
     for name in NAMES:
         AttentionInterface.register(name, functools.partial(attention, method=name))
-        AttentionMaskInterface.register(name, padding_mask)
+        AttentionMaskInterface.register(name, unpadded_mask)
 
 
-def padding_mask(*args, attention_mask: Optional[torch.Tensor] = None, kv_length: Optional[int] = None,
-                 **kwargs) -> Optional[torch.Tensor]:
-    """The mask function of `NAMES`: the op decides who sees whom, so a batch without padding gets None and a
-    padded one its [B, rows] bool mask of real tokens (the rows the cache has seen, as FlashAttention's mask
-    function hands them; the last ``kv_length`` for a sliding-window cache that keeps fewer)."""
-    if attention_mask is None:
-        return None
-    mask = attention_mask.bool()
-    if kv_length is not None and mask.shape[1] > kv_length:
-        mask = mask[:, -kv_length:]
-    return None if bool(mask.all()) else mask
+def unpadded_mask(*args, attention_mask: Optional[torch.Tensor] = None, **kwargs) -> None:
+    """The mask function of `NAMES`: none, the op decides who sees whom; a padded batch is refused."""
+    if attention_mask is not None and not bool(attention_mask.all()):
+        raise ValueError("rangeswa attention does not take padded batches (the attention mask has zeros): run one "
+                         "sequence per row without padding")
+    return None
 
 
 def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None, *,
               method: str, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: q [B, Hq, Lq, D], k and v [B, Hkv, L, D], q and k
-    rotated by the model; returns ([B, Lq, Hq, D], None). ``attention_mask``: `padding_mask`'s."""
-    if attention_mask is not None and (attention_mask.dim() != 2 or attention_mask.dtype != torch.bool):
-        raise ValueError(f"rangeswa attention takes a padded batch's [B, L] mask of real tokens, not a custom "
-                         f"{attention_mask.dim()}-d {attention_mask.dtype} mask")
+    rotated by the model; returns ([B, Lq, Hq, D], None)."""
+    if attention_mask is not None:
+        raise ValueError("rangeswa attention takes no attention mask (padding or a custom mask): run one unpadded "
+                         "sequence per row")
     if dropout:
         raise ValueError(f"rangeswa attention has no attention dropout (got {dropout}); call model.eval()")
     if kwargs.get("softcap") is not None:
@@ -166,39 +162,36 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     settings = _settings(config)
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else bool(causal)
-    given = kwargs.get("position_ids")
-    key, value = _visible_rows(key, value, attention_mask, given, causal, query.shape[2])
     Lq, L = query.shape[2], key.shape[2]
-    if attention_mask is not None and attention_mask.shape[1] != L:
-        raise ValueError(f"the attention mask covers {attention_mask.shape[1]} rows but the call has {L} keys")
     scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     T = _train_length(settings, config)
     window = kwargs.get("sliding_window")
-    if window is not None or (L <= T and settings.native_within_train_length):
-        return _native(query, key, value, causal, scale, window, attention_mask), None
+    positions = torch.arange(L, device=query.device)
+    native = window is not None or (L <= T and settings.native_within_train_length)
+    rope = _rope(module)
+    if rope.moves and native:  # dynamic / longrope: the rotary embedding follows every call's length
+        rope.rotary(query[:, :1, :1], positions[None, L - 1:])
+    if native:
+        return _native(query, key, value, causal, scale, window), None
 
-    positions = _key_positions(attention_mask, given, L, Lq, query.device)
-    rotary = _rotary_embedding(module)
-    cos, sin = rotary(query, positions[:, L - Lq:])
-    q = _unrotate(query, cos, sin)
-    D, rd = query.shape[-1], cos.shape[-1]
-    run = _method(method, settings, _theta(config), None if rd == D else rd, D, T, scale)
+    given = kwargs.get("position_ids")
+    if given is not None and not torch.equal(given.to(positions.device), positions[L - Lq:].expand_as(given)):
+        raise ValueError(f"rangeswa attention needs each row at positions 0 .. L-1 (this call's queries at "
+                         f"{L - Lq} .. {L - 1}); got other position ids: padded or packed batches are not supported")
+    q = rope.unrotate(query, positions[L - Lq:])  # first: a dynamic RoPE takes this call's frequencies here
+    D, rd = query.shape[-1], rope.rotary_dim
+    run = _method(method, settings, _theta(config), rope.frequencies(), None if rd == D else rd, D, T,
+                  scale * rope.logit_factor)
     stage = kwargs.get("rangeswa_stage") or settings.stage
     if kwargs.get("use_cache"):  # the model keeps a KV cache: keep what its rows give beside it
         state = _DECODE.setdefault(module, _DecodeState())
-        k, stable = state.update(key, value, rotary, positions)
-        # ops.attn takes no prepared context with a mask: a padded batch keeps only the pre-RoPE keys.
-        extra = dict(context=state.context, stable=stable) if attention_mask is None else {}
+        k, stable = state.update(key, value, rope)
+        extra = dict(context=state.context, stable=stable)
     else:
         _DECODE.pop(module, None)
-        k, extra = _unrotate(key, *rotary(key, positions)), {}
-    out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0,
-              attention_mask=attention_mask, **extra).transpose(1, 2).contiguous()
-    if attention_mask is not None and settings.native_within_train_length:
-        short = attention_mask.sum(1) <= T  # samples that fit T alone run the model's own attention, as alone
-        if bool(short.any()):
-            out[short] = _native(query[short], key[short], value[short], causal, scale, None, attention_mask[short])
-    return out, None
+        k, extra = rope.unrotate(key, positions), {}
+    out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0, **extra)
+    return out.transpose(1, 2).contiguous(), None
 
 
 class _DecodeState:
@@ -211,86 +204,46 @@ class _DecodeState:
 
     def __init__(self):
         self.keys: Optional[torch.Tensor] = None  # [B, H_kv, capacity, D]
-        self.marks: Optional[torch.Tensor] = None  # [2, B, capacity]: key and value marks
+        self.marks: Optional[torch.Tensor] = None  # [B, capacity, 2]
         self.length = 0
         self.context = PreparedCache()
 
-    def update(self, key: torch.Tensor, value: torch.Tensor, rotary, positions: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """(the pre-RoPE keys of the call's L rows, the leading rows unchanged since the previous call);
-        ``positions`` [1 or B, L]: those the model rotated the keys with (`_key_positions`)."""
+    def update(self, key: torch.Tensor, value: torch.Tensor, rope: "_Rope") -> tuple[torch.Tensor, int]:
+        """(the pre-RoPE keys of the call's L rows, the leading rows unchanged since the previous call)."""
         L = key.shape[2]
+        marks = torch.stack([key[:, 0, :, 0], value[:, 0, :, 0]], dim=-1)
         held = self.keys is not None and self.keys.shape[:2] == key.shape[:2] and self.keys.dtype == key.dtype \
             and self.keys.device == key.device
         stable = 0
         if held:
             n = min(self.length, L)
-            changed = ((key[:, 0, :n, 0] != self.marks[0, :, :n]) | (value[:, 0, :n, 0] != self.marks[1, :, :n])).any(0)
-            stable = int(changed.int().argmax()) if bool(changed.any()) else n
+            same = (marks[:, :n] == self.marks[:, :n]).all(-1).all(0)
+            stable = int(same.int().cumprod(0).sum())
         if not held or self.keys.shape[2] < L:  # grow by doubling, keeping the unchanged rows
             capacity = max(L, 2 * self.keys.shape[2] if held else 0)
             keys, self.keys = self.keys, key.new_empty((*key.shape[:2], capacity, key.shape[3]))
-            marks, self.marks = self.marks, key.new_empty((2, key.shape[0], capacity))
+            old, self.marks = self.marks, marks.new_empty((key.shape[0], capacity, 2))
             if stable:
-                self.keys[:, :, :stable], self.marks[:, :, :stable] = keys[:, :, :stable], marks[:, :, :stable]
-        cos, sin = rotary(key, positions[:, stable:])
-        self.keys[:, :, stable:L] = _unrotate(key[:, :, stable:], cos, sin)
-        self.marks[0, :, stable:L], self.marks[1, :, stable:L] = key[:, 0, stable:, 0], value[:, 0, stable:, 0]
+                self.keys[:, :, :stable], self.marks[:, :stable] = keys[:, :, :stable], old[:, :stable]
+        self.keys[:, :, stable:L] = rope.unrotate(key[:, :, stable:], torch.arange(stable, L, device=key.device))
+        self.marks[:, stable:L] = marks[:, stable:]
         self.length = L
         return self.keys[:, :, :L], stable
 
 
-def _visible_rows(key, value, padding: Optional[torch.Tensor], position_ids, causal: bool, Lq: int):
-    """A causal call's keys up to its last query: a static cache (``cache_implementation="static"``) hands
-    over all of its preallocated rows, those past the queries empty and never seen by a causal query. The
-    rows seen so far are the padding mask's (with padding, positions are not row indices), else the last
-    query's position + 1."""
-    if not causal or (padding is None and position_ids is None):
-        return key, value
-    end = padding.shape[1] if padding is not None else int(position_ids[..., -1].max()) + 1
-    if Lq <= end < key.shape[2]:
-        return key[:, :, :end], value[:, :, :end]
-    return key, value
-
-
-def _key_positions(padding: Optional[torch.Tensor], given, L: int, Lq: int, device) -> torch.Tensor:
-    """The positions the model rotated the call's L keys with, [1 or B, L]: 0 .. L-1, or with padding each
-    sample's count of real tokens before the row (``generate``'s position ids: cumsum(mask) - 1); the call's
-    position ids (those of its last Lq rows, real rows compared) tell which, and any other is refused."""
-    plain = torch.arange(L, device=device)[None]
-    candidates = [plain] if padding is None else [(padding.long().cumsum(1) - 1).clamp(min=0), plain]
-    if given is None:
-        return candidates[0]
-    given = given.to(device).expand(len(padding) if padding is not None else given.shape[0], Lq)
-    real = torch.ones_like(given, dtype=torch.bool) if padding is None else padding[:, L - Lq:]
-    for positions in candidates:
-        if bool(((given == positions[:, L - Lq:]) | ~real).all()):
-            return positions
-    raise ValueError(f"rangeswa attention needs the keys at positions 0 .. L-1, or counted over each row's real "
-                     f"tokens in a padded batch (this call's queries at {L - Lq} .. {L - 1}); got other position "
-                     f"ids: packed sequences are not supported")
-
-
-def _native(query, key, value, causal: bool, scale: float, window: Optional[int],
-            padding: Optional[torch.Tensor] = None) -> torch.Tensor:
+def _native(query, key, value, causal: bool, scale: float, window: Optional[int]) -> torch.Tensor:
     """The model's own attention on its rotated q and k, [B, Lq, Hq, D]: the queries are the last Lq of the
     L keys' positions; a sliding-window layer's query i sees the keys j with i - window < j (causal, as
-    transformers' sliding_window_overlay) or |i - j| <= window (bidirectional). With a padding mask no
-    padded key is seen and padded query rows come back as zeros (as the op gives them)."""
+    transformers' sliding_window_overlay) or |i - j| <= window (bidirectional)."""
     Lq, L = query.shape[2], key.shape[2]
-    mask = causal_mask(0, L, Lq, 1, query.device) if causal and (Lq < L or padding is not None) else None
+    mask = causal_mask(0, L, Lq, 1, query.device) if causal and Lq < L else None
     if window is not None:
         i = torch.arange(L - Lq, L, device=query.device)[:, None]
         j = torch.arange(L, device=query.device)[None, :]
         mask = (j <= i) & (i - j < window) if causal else (i - j).abs() <= window
-    if padding is not None:
-        real = padding[:, None, L - Lq:, None]
-        seen = padding[:, None, None, :] if mask is None else mask & padding[:, None, None, :]
-        mask = seen | ~real  # a padded row sees every key (finite; zeroed below)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale,
                                          is_causal=causal and Lq == L and mask is None,
                                          enable_gqa=query.shape[1] != key.shape[1])
-    if padding is not None:
-        out = out * real
     return out.transpose(1, 2).contiguous()
 
 
@@ -304,64 +257,119 @@ def _train_length(settings: Settings, config) -> int:
 
 
 def _theta(config) -> float:
-    """The RoPE base of a config with transformers' ``default`` RoPE; ValueError for any other kind."""
+    """The RoPE base a config states (10^4 when it states none). The op rotates with the rotary embedding's own
+    frequencies (its ``inv_freq`` argument); theta only names the configuration."""
     parameters = getattr(config, "rope_parameters", None) or {}
-    kind = parameters.get("rope_type") or (getattr(config, "rope_scaling", None) or {}).get("rope_type", "default")
-    if kind != "default":
-        raise ValueError(f"rangeswa attention re-applies plain RoPE (theta only), but this model's RoPE is "
-                         f"rope_type {kind!r}")
+    if isinstance(parameters, dict) and isinstance(parameters.get("full_attention"), dict):
+        parameters = parameters["full_attention"]  # per layer type (mixed models): the global layers'
     theta = parameters.get("rope_theta", getattr(config, "rope_theta", None))
-    if theta is None:
-        raise ValueError(f"the model config ({type(config).__name__}) states no rope_theta")
-    return float(theta)
+    return 10000.0 if theta is None else float(theta)
 
 
 @functools.lru_cache(maxsize=64)
-def _method(method: str, settings: Settings, theta: float, rotary_dim: Optional[int], head_dim: int,
-            train_length: int, scale: Optional[float]):
+def _method(method: str, settings: Settings, theta: float, inv_freq: Optional[tuple], rotary_dim: Optional[int],
+            head_dim: int, train_length: int, scale: Optional[float]):
     """The project's attention method (`methods.make_attention`, the seam every backbone uses) for a
-    model's RoPE (``half`` pairs, ``rotary_dim`` None = the whole head), T and softmax scale."""
+    model's RoPE (``half`` pairs, its frequencies, ``rotary_dim`` None = the whole head), T and softmax scale."""
     overrides = dict(settings.overrides)
     if scale is not None:
         overrides["scale"] = scale
+    if inv_freq is not None:
+        overrides["inv_freq"] = inv_freq
     return make_attention(method, head_dim=head_dim, theta=theta, rope_style="half", rotary_dim=rotary_dim,
                           train_length=train_length, scale_windows=settings.scale_windows, **overrides)
 
 
-#: Each attention module's rotary embedding, built once (kept outside the module: not its weight, not moved).
-_ROTARY: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+#: Each attention module's `_Rope`: its rotary embedding, built once (kept outside the module: not its weight, not
+#: moved).
+_ROTARY: "weakref.WeakKeyDictionary[torch.nn.Module, _Rope]" = weakref.WeakKeyDictionary()
 #: Each attention module's `_DecodeState` while its calls keep a KV cache (dropped by a call without one).
 _DECODE: "weakref.WeakKeyDictionary[torch.nn.Module, _DecodeState]" = weakref.WeakKeyDictionary()
 
 
-def _rotary_embedding(module) -> torch.nn.Module:
-    """The rotary-embedding class of the attention module's own modeling file, built on its config: the
-    cos and sin it returns are those the model rotated q and k with."""
-    if module not in _ROTARY:
+class _Rope:
+    """An attention module's RoPE as the model applies it: the rotary-embedding class of the module's own
+    modeling file, built on its config (the cos and sin it returns are those the model rotated q and k with:
+    ``cos(p inv_freq) m`` and ``sin(p inv_freq) m``, m its attention scaling), and what the op needs of it."""
+
+    #: RoPE types whose frequencies move with the length of a call (transformers' dynamic_rope_update).
+    MOVING = ("dynamic", "longrope")
+
+    def __init__(self, module):
         source = sys.modules[type(module).__module__]
         found = [c for name, c in vars(source).items()
                  if name.endswith("RotaryEmbedding") and isinstance(c, type) and issubclass(c, torch.nn.Module)]
         if len(found) != 1:
             raise ValueError(f"rangeswa attention undoes the model's RoPE with its rotary-embedding class, but "
                              f"{source.__name__} defines {len(found)} (*RotaryEmbedding)")
-        _ROTARY[module] = found[0](config=module.config)
-    rotary = _ROTARY[module]
-    if getattr(rotary, "attention_scaling", 1.0) != 1.0:
-        raise ValueError(f"this model's RoPE scales cos and sin by {rotary.attention_scaling}; rangeswa attention "
-                         f"re-applies plain RoPE")
-    return rotary
+        self.rotary = found[0](config=module.config)
+        kind = getattr(self.rotary, "rope_type", "default")
+        self.moves = isinstance(kind, str) and any(name in kind for name in self.MOVING)
+        self.rotary_dim, self._full = 0, True  # set by the first `unrotate`
+        self._frequencies: tuple = (None, None)  # ((buffer id, version), frequencies)
+
+    @property
+    def scaling(self) -> float:
+        """m: the factor of the model's cos and sin (read per call: a dynamic RoPE may set it anew)."""
+        return float(getattr(self.rotary, "attention_scaling", 1.0))
+
+    @property
+    def logit_factor(self) -> float:
+        """What the logit scale takes of m: m^2 when every head dim rotates (q and k are un-rotated exactly),
+        1 with partial rotary (m stays on the rotated dims, `unrotate`)."""
+        return self.scaling ** 2 if self._full else 1.0
+
+    def frequencies(self) -> tuple:
+        """The rotary embedding's current ``inv_freq`` as a tuple of floats (read again only when the buffer
+        changed: a dynamic RoPE replaces it, longrope copies into it)."""
+        buffer = self.rotary.inv_freq
+        key = (id(buffer), buffer._version)
+        if self._frequencies[0] != key:
+            self._frequencies = (key, tuple(buffer.detach().double().cpu().tolist()))
+        return self._frequencies[1]
+
+    def unrotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The rows of x [B, H, N, D] (rotated by the model at `positions` [N]) before RoPE, in float32 at least
+        and back in x's dtype: R(-p) with the model's cos and sin over m^2 (every dim rotated: x itself) or over
+        m (partial rotary: m kept on the rotated dims). Checks that the cos and sin are those of inv_freq."""
+        if positions.numel() == 0:  # no rows (a cache whose rows are all kept): nothing to ask the rotary embedding
+            return x
+        cos, sin = self.rotary(x, positions[None])
+        rd = cos.shape[-1]
+        if self.rotary_dim != rd:
+            self.rotary_dim, self._full = rd, rd == x.shape[-1]
+        m = self.scaling
+        self._check(cos, sin, positions, m)
+        divide = m * m if self._full else m
+        work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        cos, sin = (t[:, None].to(work.dtype) / divide for t in (cos, sin))
+        y = work[..., :rd]
+        first, second = y.chunk(2, dim=-1)
+        plain = y * cos + torch.cat([second, -first], dim=-1) * sin
+        return torch.cat([plain, work[..., rd:]], dim=-1).to(x.dtype)
+
+    def _check(self, cos, sin, positions, m: float) -> None:
+        """A ValueError unless the rotary embedding's cos and sin at `positions` are m cos(p inv_freq) and
+        m sin(p inv_freq) with its inv_freq over the first half of the rotated dims and again over the second
+        (transformers' rotate_half layout), to the rounding of its dtype (the same float32 product the model forms)."""
+        rd, freqs = cos.shape[-1], self.rotary.inv_freq
+        if freqs.dim() != 1 or 2 * freqs.shape[0] != rd:
+            raise ValueError(f"rangeswa attention re-applies RoPE from the rotary embedding's inv_freq, but it holds "
+                             f"{tuple(freqs.shape)} frequencies for {rd} rotated dims")
+        angle = positions.to(torch.float32)[:, None] * freqs.to(positions.device, torch.float32)[None]
+        want = torch.cat([angle, angle], dim=-1)
+        tol = 2 * torch.finfo(cos.dtype).eps * max(1.0, abs(m))
+        for got, f in ((cos, torch.cos), (sin, torch.sin)):
+            if (got[0].float() - f(want) * m).abs().max() > tol:
+                raise ValueError("rangeswa attention re-applies RoPE from the rotary embedding's inv_freq, but this "
+                                 "model's cos and sin are not cos(p inv_freq) and sin(p inv_freq) times a constant "
+                                 f"(rope type {getattr(self.rotary, 'rope_type', '?')!r})")
 
 
-def _unrotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """R(-p) x for transformers' ``rotate_half`` RoPE (pairs (k, k + rd/2), rd = cos's width), in float32 at
-    least; dims past rd pass through. cos, sin: [B or 1, N, rd] from the model's rotary embedding."""
-    rd = cos.shape[-1]
-    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-    cos, sin = cos[:, None].to(work.dtype), sin[:, None].to(work.dtype)
-    y = work[..., :rd]
-    first, second = y.chunk(2, dim=-1)
-    plain = y * cos + torch.cat([second, -first], dim=-1) * sin
-    return torch.cat([plain, work[..., rd:]], dim=-1).to(x.dtype)
+def _rope(module) -> _Rope:
+    if module not in _ROTARY:
+        _ROTARY[module] = _Rope(module)
+    return _ROTARY[module]
 
 
 register()
