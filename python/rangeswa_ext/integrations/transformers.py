@@ -157,7 +157,9 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         raise ValueError(f"rangeswa attention has no attention dropout (got {dropout}); call model.eval()")
     if kwargs.get("softcap") is not None:
         raise ValueError(f"rangeswa attention does not take soft-capped logits (this layer has softcap "
-                         f"{kwargs['softcap']})")
+                         f"{kwargs['softcap']}): the op's one softmax takes the logits as they are, and its block "
+                         f"summaries average logits, which a cap would not keep; run this model with its own "
+                         f"attention (attn_implementation='sdpa' or 'eager')")
     config = module.config
     settings = _settings(config)
     causal = kwargs.get("is_causal")
