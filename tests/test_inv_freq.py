@@ -255,3 +255,25 @@ def test_emulated_cuda_attn_with_frequencies_matches_the_cpu_op(simt, case):
     with pytest.raises(ValueError, match="RoPE frequencies"):
         simt.attn(q, k, v, None, **ops.attn_arguments(cfg.replace(inv_freq=None), C, "late", causal_block=cb),
                   prepared=context)
+
+
+def test_the_host_emulation_of_prepare_takes_the_frequencies(simt):
+    """The CUDA prepare's host emulation (csrc/cuda/emulator, nvcc for the host: its rope tables from the given
+    frequencies, one lane per unit) writes what the launched kernels write, bit for bit, and its signature
+    names the frequencies."""
+    from cuda_emulator import emulator_ops
+
+    case = CASES[1]
+    cfg = case_config(case, case_frequencies(case, seed=11))
+    k, v = case_inputs(case, seed=12)[1:]
+    args = ops.prepare_arguments(cfg, 12)
+    got = dict(zip(ops.PREPARED_SLOTS, simt.prepare(k, v, **args)))
+    host = dict(zip(ops.PREPARED_SLOTS, emulator_ops().prepare(k, v, **args)))
+    for name in ops.PREPARED_SLOTS:
+        if name == "key_means":
+            torch.testing.assert_close(got[name], host[name], rtol=1e-12, atol=1e-12)
+        else:
+            assert torch.equal(got[name], host[name]), name
+    theta_only = emulator_ops().prepare(k, v, **ops.prepare_arguments(cfg.replace(inv_freq=None), 12))
+    assert not torch.equal(theta_only[0], host["keys_nat"])
+    assert host["signature"][6] < 0 and theta_only[-1][6] == cfg.theta  # minus a hash of inv_freq, or theta
