@@ -277,3 +277,26 @@ def test_the_host_emulation_of_prepare_takes_the_frequencies(simt):
     theta_only = emulator_ops().prepare(k, v, **ops.prepare_arguments(cfg.replace(inv_freq=None), 12))
     assert not torch.equal(theta_only[0], host["keys_nat"])
     assert host["signature"][6] < 0 and theta_only[-1][6] == cfg.theta  # minus a hash of inv_freq, or theta
+
+
+# ------------------------------------------------------------------------------------------ on a GPU, if any
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and ops.CUDA_KERNELS), reason="no CUDA device or kernels")
+@pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[3]], ids=case_ids)
+def test_cuda_attn_with_frequencies_matches_the_cpu_op(case):
+    method, C, L, cb, Lq, D, rd, style = case
+    cfg = case_config(case, case_frequencies(case, seed=13))
+    q, k, v = case_inputs(case, seed=14)
+    out = ops.attn(q.cuda(), k.cuda(), v.cuda(), cfg, C, "late", causal_block=cb)
+    assert rel_err(out.cpu(), ops.attn(q, k, v, cfg, C, "late", causal_block=cb)) < 1e-5
+    context = ops.prepare(k.cuda(), v.cuda(), cfg, C)
+    assert torch.equal(ops.attn(q.cuda(), k.cuda(), v.cuda(), cfg, C, "late", causal_block=cb, prepared=context), out)
+    freqs = ops.frequency_argument(cfg)  # on the CPU: refused by the CUDA kernel's checks
+    with pytest.raises(ValueError, match="inv_freq must be on the device of the inputs"):
+        torch.ops.rangeswa.attn(q.cuda(), k.cuda(), v.cuda(), None,
+                                **{**ops.attn_arguments(cfg, C, "late", cb), "inv_freq": freqs})
+    x = q.cuda()
+    pos = torch.arange(q.shape[2], dtype=torch.float64, device="cuda") * 7.5
+    got = ops.rope(x, pos, 1e4, rd, style, inv_freq=freqs.float().cuda())
+    assert rel_err(got.cpu(), ops.rope(q, pos.cpu(), 1e4, rd, style, inv_freq=freqs.float())) < 1e-6
