@@ -308,6 +308,9 @@ class _Rope:
             raise ValueError(f"rangeswa attention undoes the model's RoPE with its rotary-embedding class, but "
                              f"{source.__name__} defines {len(found)} (*RotaryEmbedding)")
         self.rotary = found[0](config=module.config)
+        if not isinstance(getattr(self.rotary, "inv_freq", None), torch.Tensor):
+            raise ValueError(f"rangeswa attention re-applies RoPE from the rotary embedding's inv_freq, but "
+                             f"{found[0].__name__} keeps none (one per layer type, as Gemma 3's, is not supported)")
         kind = getattr(self.rotary, "rope_type", "default")
         self.moves = isinstance(kind, str) and any(name in kind for name in self.MOVING)
         self.rotary_dim, self._full = 0, True  # set by the first `unrotate`
