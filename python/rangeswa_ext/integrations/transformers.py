@@ -59,9 +59,9 @@ configs state more than the length the model was trained at, so give it when you
 ValueError naming it): padded or packed batches (the op has no per-row positions: run one unpadded sequence
 per row), attention dropout while training, soft-capped logits (Gemma 2's ``attn_logit_softcapping``: the
 op's softmax takes the logits as they are), and rotary embeddings whose cos and sin are not those of their
-``inv_freq`` or that keep one per layer type (Gemma 3). Tested with transformers 5.x on random tiny Llama (``default``, ``llama3``, ``linear``,
-``dynamic``, ``yarn``), Qwen2, Qwen3, Mistral, Gemma, OLMo2, Granite and Phi-3 (fused qkv, partial rotary,
-``longrope``) models (tests/test_hf_integration.py).
+``inv_freq`` or that keep one per layer type (Gemma 3). Tested with transformers 5.x on random tiny Llama
+(``default``, ``llama3``, ``linear``, ``dynamic``), Qwen2 (``default``, ``yarn``), Qwen3, Mistral, Gemma, OLMo2,
+Granite and Phi-3 (fused qkv, partial rotary, also ``longrope``) models (tests/test_hf_integration.py).
 """
 
 from __future__ import annotations
