@@ -172,12 +172,15 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     T = _train_length(settings, config)
     window = kwargs.get("sliding_window")
     positions = torch.arange(L, device=query.device)
-    native = window is not None or (L <= T and settings.native_within_train_length)
-    rope = _rope(module)
-    if rope.moves and native:  # dynamic / longrope: the rotary embedding follows every call's length
-        rope.rotary(query[:, :1, :1], positions[None, L - 1:])
-    if native:
+    if window is not None or (L <= T and settings.native_within_train_length):
+        try:
+            rope = _rope(module)
+        except ValueError:  # a RoPE the method cannot re-apply: refused past T, not on the model's own attention
+            rope = None
+        if rope is not None and rope.moves:  # dynamic / longrope: the rotary embedding follows every call's length
+            rope.rotary(query[:, :1, :1], positions[None, L - 1:])
         return _native(query, key, value, causal, scale, window), None
+    rope = _rope(module)
 
     given = kwargs.get("position_ids")
     if given is not None and not torch.equal(given.to(positions.device), positions[L - Lq:].expand_as(given)):
