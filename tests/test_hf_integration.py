@@ -170,11 +170,11 @@ def test_what_it_refuses():
     model.set_attn_implementation("rangeswa")
     tokens = ids(T + 8)
     with torch.no_grad():
-        padded = torch.ones_like(tokens)
-        padded[0, :3] = 0
-        with pytest.raises(ValueError, match="does not take padded batches"):
-            model(tokens, attention_mask=padded)
-        with pytest.raises(ValueError, match="needs each row at positions 0 .. L-1"):
+        holes = torch.ones_like(tokens)
+        holes[0, 5] = 0
+        with pytest.raises(ValueError, match="more than one run"):
+            model(tokens, attention_mask=holes)
+        with pytest.raises(ValueError, match="needs the keys at positions 0 .. L-1"):
             model(tokens, position_ids=torch.arange(tokens.shape[1])[None] + 5)
     # RoPE whose cos and sin are not those of the rotary embedding's inv_freq (here: shifted by one position)
     from rangeswa_ext.integrations import transformers as integration
@@ -481,3 +481,64 @@ def test_a_rotary_embedding_per_layer_type_is_refused():
         assert model(ids(T - 16, batch=1)).logits.isfinite().all()  # within T: the model's own attention
         with pytest.raises(ValueError, match="keeps none \\(one per layer type"):
             model(ids(T + 16, batch=1))
+
+
+@pytest.mark.parametrize("method", NAMES)
+def test_a_static_cache_decodes_as_a_dynamic_one(method):
+    """A static cache hands the attention all of its preallocated rows (those past the step empty); the
+    integration keeps the rows up to the step's query, so greedy decoding gives the dynamic cache's logits."""
+    model = enable(decoder("llama"), method)
+    prompt = ids(T + 40, batch=2)
+    with torch.no_grad():
+        runs = [model.generate(prompt, max_new_tokens=6, do_sample=False, use_cache=True, output_logits=True,
+                               return_dict_in_generate=True, **extra) for extra in ({}, dict(cache_implementation="static"))]
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    assert torch.equal(torch.stack(runs[0].logits), torch.stack(runs[1].logits))
+
+
+def padded_batch(sequences: list, side: str) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """(tokens [B, N], mask [B, N], each sequence's slice) with the sequences padded on ``side`` by token 0."""
+    N = max(len(x) for x in sequences)
+    tokens, mask = torch.zeros(len(sequences), N, dtype=torch.long), torch.zeros(len(sequences), N, dtype=torch.long)
+    places = [slice(N - len(x), N) if side == "left" else slice(0, len(x)) for x in sequences]
+    for b, (x, place) in enumerate(zip(sequences, places)):
+        tokens[b, place], mask[b, place] = x, 1
+    return tokens, mask, places
+
+
+@pytest.mark.parametrize("method", NAMES)
+@pytest.mark.parametrize("family", MODELS)
+def test_a_padded_batch_gives_each_sequence_s_logits_alone(family, method):
+    """Padded rows (left padding on every family, right padding too on Llama; position ids counted over the
+    real tokens as generate counts them, or 0 .. N-1) give the logits of the same sequence alone: both past T,
+    both within T, and one past and one within T (each sample runs the method or the model's own attention
+    as it would alone). A dynamic or LongRoPE model's own rotary embedding takes its frequencies from the
+    batch's longest row, so there the rows are both past T or both within it."""
+    model = enable(decoder(family), method)
+    moving = family in ("dynamic", "phi3_longrope")
+    combos = ((T + 40, T + 10), (T - 10, T - 30)) + (() if moving else ((T + 40, T - 30),))
+    for lengths, side in [(n, "left") for n in combos] + ([((T + 40, T - 30), "right")] if family == "llama" else []):
+        sequences = [ids(n, seed=3 + i, batch=1)[0] for i, n in enumerate(lengths)]
+        tokens, mask, places = padded_batch(sequences, side)
+        with torch.no_grad():
+            for positions in ((mask.cumsum(1) - 1).clamp(min=0), None):
+                out = model(tokens, attention_mask=mask, position_ids=positions, use_cache=False).logits
+                for b, (x, place) in enumerate(zip(sequences, places)):
+                    alone = model(x[None], use_cache=False).logits[0]
+                    assert rel_err(out[b, place], alone) < 1e-5, (lengths, b)
+
+
+@pytest.mark.parametrize("method", NAMES)
+def test_generate_on_a_left_padded_batch_decodes_each_sequence_as_alone(method):
+    """generate() with left padding and a KV cache picks, for each row, the tokens and logits of the same
+    sequence generated alone (the integration keeps each row's pre-RoPE keys at its own positions)."""
+    model = enable(decoder("llama"), method)
+    sequences = [ids(n, seed=3 + i, batch=1)[0] for i, n in enumerate((T + 40, T + 10))]
+    tokens, mask, _ = padded_batch(sequences, "left")
+    options = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        batch = model.generate(tokens, attention_mask=mask, **options)
+        for b, x in enumerate(sequences):
+            alone = model.generate(x[None], attention_mask=torch.ones(1, len(x), dtype=torch.long), **options)
+            assert torch.equal(alone.sequences[0, -6:], batch.sequences[b, -6:])
+            assert max(rel_err(one[0], many[b]) for one, many in zip(alone.logits, batch.logits)) < 1e-5

@@ -12,7 +12,8 @@ How a call runs (``attention``):
 - transformers hands the attention function q and k already rotated by the model's RoPE, while the op
   takes them before RoPE and rotates each key range by its own position map (SPEC section 3). The
   rotation is undone here with the model's own cos and sin: the model's rotary-embedding class, built on
-  its config, at the positions of the call (q at the call's position ids, k at 0 .. L-1), gives exactly
+  its config, at the positions of the call (q at the call's position ids, k at 0 .. L-1 or, padded, at
+  their counts of real tokens), gives exactly
   the values the model rotated with. The op then applies RoPE again with the model's own frequencies
   (the rotary embedding's ``inv_freq``, passed as the op's ``inv_freq``), the ``half`` pairing of
   transformers and its rotary dims (partial rotary included). So every RoPE type whose cos and sin are
@@ -39,7 +40,16 @@ How a call runs (``attention``):
   a decode step un-rotates and prepares only its new rows (from their key block on), which a first-entry
   mark of every row checks against the cache, so a cropped, reordered or replaced cache is prepared again
   from its first changed row. That state costs a copy of the keys plus the prepared arrays per layer; a
-  call without a cache frees it. The answers are those of preparing the whole cache at every step.
+  call without a cache frees it. The answers are those of preparing the whole cache at every step. A static
+  cache (``cache_implementation="static"``) hands over all its preallocated rows: a causal call reads those
+  up to its last query (its position ids, or the padding mask's length), the rest are empty.
+- Padded batches (``attention_mask`` with zeros, left or right padding: each row's real tokens one run):
+  the mask function hands the attention the [B, L] mask of real tokens, and each sample is computed as if
+  its padding were absent (the op's ``attention_mask``: one packed call, docs/spec_decisions.md 17 and 28),
+  so a padded row's logits are those of the same sequence alone: keys are un-rotated at the positions the
+  model gave them (``generate``'s count of real tokens, or 0 .. L-1), and a sample that fits T alone runs
+  the model's own attention as it would alone. A padded batch keeps its pre-RoPE keys across decode steps
+  but no prepared context (`prepared.PreparedCache` keeps unpacked contexts only).
 - Sliding-window layers (the ``sliding_window`` a layer passes: Mistral v0.1, Qwen2's upper layers, the
   local layers of mixed models) keep the model's own windowed attention at every length; the global
   layers run the method.
@@ -56,8 +66,8 @@ How a call runs (``attention``):
 T is the model config's ``max_position_embeddings`` unless ``enable`` gives ``train_length``: many
 configs state more than the length the model was trained at, so give it when you know it (a ``yarn`` or
 ``longrope`` model's own training length is its ``original_max_position_embeddings``). Not supported (each a
-ValueError naming it): padded or packed batches (the op has no per-row positions: run one unpadded sequence
-per row), attention dropout while training, soft-capped logits (Gemma 2's ``attn_logit_softcapping``: the
+ValueError naming it): packed sequences (several in one row) and custom 4-d masks, attention dropout while
+training, soft-capped logits (Gemma 2's ``attn_logit_softcapping``: the
 op's softmax takes the logits as they are), and rotary embeddings whose cos and sin are not those of their
 ``inv_freq`` or that keep one per layer type (Gemma 3). Tested with transformers 5.x on random tiny Llama
 (``default``, ``llama3``, ``linear``, ``dynamic``), Qwen2 (``default``, ``yarn``), Qwen3, Mistral, Gemma, OLMo2,
@@ -137,25 +147,30 @@ def register() -> None:
     """Register every name of `NAMES` with transformers (done on import; registering again is harmless)."""
     for name in NAMES:
         AttentionInterface.register(name, functools.partial(attention, method=name))
-        AttentionMaskInterface.register(name, unpadded_mask)
+        AttentionMaskInterface.register(name, padding_mask)
 
 
-def unpadded_mask(*args, attention_mask: Optional[torch.Tensor] = None, **kwargs) -> None:
-    """The mask function of `NAMES`: none, the op decides who sees whom; a padded batch is refused."""
-    if attention_mask is not None and not bool(attention_mask.all()):
-        raise ValueError("rangeswa attention does not take padded batches (the attention mask has zeros): run one "
-                         "sequence per row without padding")
-    return None
+def padding_mask(*args, attention_mask: Optional[torch.Tensor] = None, kv_length: Optional[int] = None,
+                 **kwargs) -> Optional[torch.Tensor]:
+    """The mask function of `NAMES`: the op decides who sees whom, so a batch without padding gets None and a
+    padded one its [B, rows] bool mask of real tokens (the rows the cache has seen, as FlashAttention's mask
+    function hands them; the last ``kv_length`` for a sliding-window cache that keeps fewer)."""
+    if attention_mask is None:
+        return None
+    mask = attention_mask.bool()
+    if kv_length is not None and mask.shape[1] > kv_length:
+        mask = mask[:, -kv_length:]
+    return None if bool(mask.all()) else mask
 
 
 def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None, *,
               method: str, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: q [B, Hq, Lq, D], k and v [B, Hkv, L, D], q and k
-    rotated by the model; returns ([B, Lq, Hq, D], None)."""
-    if attention_mask is not None:
-        raise ValueError("rangeswa attention takes no attention mask (padding or a custom mask): run one unpadded "
-                         "sequence per row")
+    rotated by the model; returns ([B, Lq, Hq, D], None). ``attention_mask``: `padding_mask`'s."""
+    if attention_mask is not None and (attention_mask.dim() != 2 or attention_mask.dtype != torch.bool):
+        raise ValueError(f"rangeswa attention takes a padded batch's [B, L] mask of real tokens, not a custom "
+                         f"{attention_mask.dim()}-d {attention_mask.dtype} mask")
     if dropout:
         raise ValueError(f"rangeswa attention has no attention dropout (got {dropout}); call model.eval()")
     if kwargs.get("softcap") is not None:
@@ -167,39 +182,45 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     settings = _settings(config)
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else bool(causal)
+    given = kwargs.get("position_ids")
+    key, value = _visible_rows(key, value, attention_mask, given, causal, query.shape[2])
     Lq, L = query.shape[2], key.shape[2]
+    if attention_mask is not None and attention_mask.shape[1] != L:
+        raise ValueError(f"the attention mask covers {attention_mask.shape[1]} rows but the call has {L} keys")
     scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     T = _train_length(settings, config)
     window = kwargs.get("sliding_window")
-    positions = torch.arange(L, device=query.device)
     if window is not None or (L <= T and settings.native_within_train_length):
         try:
             rope = _rope(module)
         except ValueError:  # a RoPE the method cannot re-apply: refused past T, not on the model's own attention
             rope = None
         if rope is not None and rope.moves:  # dynamic / longrope: the rotary embedding follows every call's length
-            rope.rotary(query[:, :1, :1], positions[None, L - 1:])
-        return _native(query, key, value, causal, scale, window), None
+            last = given[..., -1:] if given is not None else torch.tensor([[L - 1]])
+            rope.rotary(query[:, :1, :1], last.to(query.device))
+        return _native(query, key, value, causal, scale, window, attention_mask), None
+    positions = _key_positions(attention_mask, given, L, Lq, query.device)
     rope = _rope(module)
-
-    given = kwargs.get("position_ids")
-    if given is not None and not torch.equal(given.to(positions.device), positions[L - Lq:].expand_as(given)):
-        raise ValueError(f"rangeswa attention needs each row at positions 0 .. L-1 (this call's queries at "
-                         f"{L - Lq} .. {L - 1}); got other position ids: padded or packed batches are not supported")
-    q = rope.unrotate(query, positions[L - Lq:])  # first: a dynamic RoPE takes this call's frequencies here
+    q = rope.unrotate(query, positions[:, L - Lq:])  # first: a dynamic RoPE takes this call's frequencies here
     D, rd = query.shape[-1], rope.rotary_dim
     run = _method(method, settings, _theta(config), rope.frequencies(), None if rd == D else rd, D, T,
                   scale * rope.logit_factor)
     stage = kwargs.get("rangeswa_stage") or settings.stage
     if kwargs.get("use_cache"):  # the model keeps a KV cache: keep what its rows give beside it
         state = _DECODE.setdefault(module, _DecodeState())
-        k, stable = state.update(key, value, rope)
-        extra = dict(context=state.context, stable=stable)
+        k, stable = state.update(key, value, rope, positions)
+        # PreparedCache keeps unpacked contexts only: a padded batch keeps its pre-RoPE keys, not a context.
+        extra = dict(context=state.context, stable=stable) if attention_mask is None else {}
     else:
         _DECODE.pop(module, None)
         k, extra = rope.unrotate(key, positions), {}
-    out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0, **extra)
-    return out.transpose(1, 2).contiguous(), None
+    out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0,
+              attention_mask=attention_mask, **extra).transpose(1, 2).contiguous()
+    if attention_mask is not None and settings.native_within_train_length:
+        short = attention_mask.sum(1) <= T  # samples that fit T alone run the model's own attention, as alone
+        if bool(short.any()):
+            out[short] = _native(query[short], key[short], value[short], causal, scale, None, attention_mask[short])
+    return out, None
 
 
 class _DecodeState:
@@ -212,46 +233,85 @@ class _DecodeState:
 
     def __init__(self):
         self.keys: Optional[torch.Tensor] = None  # [B, H_kv, capacity, D]
-        self.marks: Optional[torch.Tensor] = None  # [B, capacity, 2]
+        self.marks: Optional[torch.Tensor] = None  # [2, B, capacity]: key and value marks
         self.length = 0
         self.context = PreparedCache()
 
-    def update(self, key: torch.Tensor, value: torch.Tensor, rope: "_Rope") -> tuple[torch.Tensor, int]:
-        """(the pre-RoPE keys of the call's L rows, the leading rows unchanged since the previous call)."""
+    def update(self, key: torch.Tensor, value: torch.Tensor, rope: "_Rope", positions: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(the pre-RoPE keys of the call's L rows, the leading rows unchanged since the previous call);
+        ``positions`` [1 or B, L]: those the model rotated the keys with (`_key_positions`)."""
         L = key.shape[2]
-        marks = torch.stack([key[:, 0, :, 0], value[:, 0, :, 0]], dim=-1)
         held = self.keys is not None and self.keys.shape[:2] == key.shape[:2] and self.keys.dtype == key.dtype \
             and self.keys.device == key.device
         stable = 0
         if held:
             n = min(self.length, L)
-            same = (marks[:, :n] == self.marks[:, :n]).all(-1).all(0)
-            stable = int(same.int().cumprod(0).sum())
+            changed = ((key[:, 0, :n, 0] != self.marks[0, :, :n]) | (value[:, 0, :n, 0] != self.marks[1, :, :n])).any(0)
+            stable = int(changed.int().argmax()) if bool(changed.any()) else n
         if not held or self.keys.shape[2] < L:  # grow by doubling, keeping the unchanged rows
             capacity = max(L, 2 * self.keys.shape[2] if held else 0)
             keys, self.keys = self.keys, key.new_empty((*key.shape[:2], capacity, key.shape[3]))
-            old, self.marks = self.marks, marks.new_empty((key.shape[0], capacity, 2))
+            marks, self.marks = self.marks, key.new_empty((2, key.shape[0], capacity))
             if stable:
-                self.keys[:, :, :stable], self.marks[:, :stable] = keys[:, :, :stable], old[:, :stable]
-        self.keys[:, :, stable:L] = rope.unrotate(key[:, :, stable:], torch.arange(stable, L, device=key.device))
-        self.marks[:, stable:L] = marks[:, stable:]
+                self.keys[:, :, :stable], self.marks[:, :, :stable] = keys[:, :, :stable], marks[:, :, :stable]
+        self.keys[:, :, stable:L] = rope.unrotate(key[:, :, stable:], positions[:, stable:])
+        self.marks[0, :, stable:L], self.marks[1, :, stable:L] = key[:, 0, stable:, 0], value[:, 0, stable:, 0]
         self.length = L
         return self.keys[:, :, :L], stable
 
 
-def _native(query, key, value, causal: bool, scale: float, window: Optional[int]) -> torch.Tensor:
+def _visible_rows(key, value, padding: Optional[torch.Tensor], position_ids, causal: bool, Lq: int):
+    """A causal call's keys up to its last query: a static cache (``cache_implementation="static"``) hands
+    over all of its preallocated rows, those past the queries empty and never seen by a causal query. The
+    rows seen so far are the padding mask's (with padding, positions are not row indices), else the last
+    query's position + 1."""
+    if not causal or (padding is None and position_ids is None):
+        return key, value
+    end = padding.shape[1] if padding is not None else int(position_ids[..., -1].max()) + 1
+    if Lq <= end < key.shape[2]:
+        return key[:, :, :end], value[:, :, :end]
+    return key, value
+
+
+def _key_positions(padding: Optional[torch.Tensor], given, L: int, Lq: int, device) -> torch.Tensor:
+    """The positions the model rotated the call's L keys with, [1 or B, L]: 0 .. L-1, or with padding each
+    sample's count of real tokens before the row (``generate``'s position ids: cumsum(mask) - 1); the call's
+    position ids (those of its last Lq rows, real rows compared) tell which, and any other is refused."""
+    plain = torch.arange(L, device=device)[None]
+    candidates = [plain] if padding is None else [(padding.long().cumsum(1) - 1).clamp(min=0), plain]
+    if given is None:
+        return candidates[0]
+    given = given.to(device).expand(len(padding) if padding is not None else given.shape[0], Lq)
+    real = torch.ones_like(given, dtype=torch.bool) if padding is None else padding[:, L - Lq:]
+    for positions in candidates:
+        if bool(((given == positions[:, L - Lq:]) | ~real).all()):
+            return positions
+    raise ValueError(f"rangeswa attention needs the keys at positions 0 .. L-1, or counted over each row's real "
+                     f"tokens in a padded batch (this call's queries at {L - Lq} .. {L - 1}); got other position "
+                     f"ids: packed sequences are not supported")
+
+
+def _native(query, key, value, causal: bool, scale: float, window: Optional[int],
+            padding: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The model's own attention on its rotated q and k, [B, Lq, Hq, D]: the queries are the last Lq of the
     L keys' positions; a sliding-window layer's query i sees the keys j with i - window < j (causal, as
-    transformers' sliding_window_overlay) or |i - j| <= window (bidirectional)."""
+    transformers' sliding_window_overlay) or |i - j| <= window (bidirectional). With a padding mask no
+    padded key is seen and padded query rows come back as zeros (as the op gives them)."""
     Lq, L = query.shape[2], key.shape[2]
-    mask = causal_mask(0, L, Lq, 1, query.device) if causal and Lq < L else None
+    mask = causal_mask(0, L, Lq, 1, query.device) if causal and (Lq < L or padding is not None) else None
     if window is not None:
         i = torch.arange(L - Lq, L, device=query.device)[:, None]
         j = torch.arange(L, device=query.device)[None, :]
         mask = (j <= i) & (i - j < window) if causal else (i - j).abs() <= window
+    if padding is not None:
+        real = padding[:, None, L - Lq:, None]
+        seen = padding[:, None, None, :] if mask is None else mask & padding[:, None, None, :]
+        mask = seen | ~real  # a padded row sees every key (finite; zeroed below)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale,
                                          is_causal=causal and Lq == L and mask is None,
                                          enable_gqa=query.shape[1] != key.shape[1])
+    if padding is not None:
+        out = out * real
     return out.transpose(1, 2).contiguous()
 
 
@@ -345,12 +405,13 @@ class _Rope:
         m (partial rotary: m kept on the rotated dims). Checks that the cos and sin are those of inv_freq."""
         if positions.numel() == 0:  # no rows (a cache whose rows are all kept): nothing to ask the rotary embedding
             return x
-        cos, sin = self.rotary(x, positions[None])
+        positions = positions if positions.dim() == 2 else positions[None]  # [B or 1, N]: a padded batch's per row
+        cos, sin = self.rotary(x, positions)
         rd = cos.shape[-1]
         if self.rotary_dim != rd:
             self.rotary_dim, self._full = rd, rd == x.shape[-1]
         m = self.scaling
-        self._check(cos, sin, positions, m)
+        self._check(cos[:1], sin[:1], positions[0], m)
         divide = m * m if self._full else m
         work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         cos, sin = (t[:, None].to(work.dtype) / divide for t in (cos, sin))
