@@ -269,4 +269,39 @@ std::vector<at::Tensor> prepare_sequences(const at::Tensor& k, const at::Tensor&
   return out;
 }
 
+
+// A backend's prepare, packed or not: `one_call(RSWA_PREPARE_ARGS)` prepares one call; a packed one runs it on
+// each sequence (prepare_sequences). `prefix`: the backend's contexts hold prefix sums (CUDA and its emulations).
+template <typename One>
+std::vector<at::Tensor> prepare_packed_or_one(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS, bool prefix, One&& one_call) {
+  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return one_call(RSWA_PREPARE_ARGS);
+  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
+  // The lambdas' k, v, control_tokens and first_key are one sequence's (or the whole packed k's, for `longest`).
+  auto check_longest = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens, int64_t first_key) {
+    return check_prepare(RSWA_PREPARE_ARGS);
+  };
+  const ContextParams longest = check_longest(k, v, 0, 0);
+  auto one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    const int64_t first_key = 0;
+    return one_call(RSWA_PREPARE_ARGS);
+  };
+  return prepare_sequences(k, v, pk, longest, control_counts.has_value() || control_tokens > 0, prefix, first_key, one);
+}
+
+// A backend's attn, packed or not, for backends that run a packed call sequence by sequence (the CUDA op and
+// its emulations; the CPU kernel runs all sequences in shared passes): `one_call(RSWA_ATTN_ARGS, prepared)`.
+template <typename One>
+std::tuple<at::Tensor, at::Tensor> attn_packed_or_one(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
+                                                          RSWA_VARLEN_ATTN_PARAMS, One&& one_call) {
+  if (!is_packed(cu_seqlens_q, cu_seqlens_k, control_counts)) return one_call(RSWA_ATTN_ARGS, prepared);
+  TORCH_CHECK_VALUE(!retrieved.has_value(), "retrieved cannot be combined with cu_seqlens: each sequence retrieves "
+                    "over its own length; leave retrieved=None");
+  const Packed pk = check_packed(&q, k, cu_seqlens_q, cu_seqlens_k, control_counts, control_tokens);
+  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
+  TORCH_CHECK_VALUE(summary_block >= 1 && retrieval_block >= 1, "summary_block and retrieval_block must be >= 1");
+  return attn_sequences(q, k, v, prepared, pk, summary_block, retrieval_block,
+                        [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t control_tokens,
+                            const std::optional<at::TensorList>& prepared) { return one_call(RSWA_ATTN_ARGS, prepared); });
+}
+
 }  // namespace rangeswa

@@ -191,18 +191,8 @@ std::vector<at::Tensor> prepare_emulated_one(RSWA_PREPARE_PARAMS) {
 
 // Packed as the CUDA op prepares it (attn_api.cpp prepare_cuda).
 std::vector<at::Tensor> prepare_emulated(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
-  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_emulated_one(RSWA_PREPARE_ARGS);
-  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
-  auto check_longest = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens, int64_t first_key) {
-    return check_prepare(RSWA_PREPARE_ARGS);
-  };
-  const ContextParams longest = check_longest(k, v, 0, 0);
-  auto one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
-    const int64_t first_key = 0;
-    return prepare_emulated_one(RSWA_PREPARE_ARGS);
-  };
-  return prepare_sequences(k, v, pk, longest, control_counts.has_value() || control_tokens > 0, /*prefix=*/true,
-                           first_key, one);
+  return prepare_packed_or_one(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, /*prefix=*/true,
+                               [](RSWA_PREPARE_PARAMS) { return prepare_emulated_one(RSWA_PREPARE_ARGS); });
 }
 
 }  // namespace

@@ -224,32 +224,15 @@ std::vector<at::Tensor> prepare_simt_one(RSWA_PREPARE_PARAMS) {
 // the kernels above), so the SIMT emulation covers the CUDA op's packed path.
 std::tuple<at::Tensor, at::Tensor> attn_simt(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
                                                  RSWA_VARLEN_ATTN_PARAMS) {
-  if (!is_packed(cu_seqlens_q, cu_seqlens_k, control_counts)) return attn_simt_one(RSWA_ATTN_ARGS, prepared);
-  TORCH_CHECK_VALUE(!retrieved.has_value(), "retrieved cannot be combined with cu_seqlens: each sequence retrieves "
-                    "over its own length; leave retrieved=None");
-  const Packed pk = check_packed(&q, k, cu_seqlens_q, cu_seqlens_k, control_counts, control_tokens);
-  TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
-  TORCH_CHECK_VALUE(summary_block >= 1 && retrieval_block >= 1, "summary_block and retrieval_block must be >= 1");
-  return attn_sequences(q, k, v, prepared, pk, summary_block, retrieval_block,
-                        [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t control_tokens,
-                            const std::optional<at::TensorList>& prepared) {
-                          return attn_simt_one(RSWA_ATTN_ARGS, prepared);
-                        });
+  return attn_packed_or_one(RSWA_ATTN_ARGS, prepared RSWA_VARLEN_ATTN_ARGS,
+                            [](RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prepared) {
+                              return attn_simt_one(RSWA_ATTN_ARGS, prepared);
+                            });
 }
 
 std::vector<at::Tensor> prepare_simt(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
-  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_simt_one(RSWA_PREPARE_ARGS);
-  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
-  auto check_longest = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens, int64_t first_key) {
-    return check_prepare(RSWA_PREPARE_ARGS);
-  };
-  const ContextParams longest = check_longest(k, v, 0, 0);
-  auto one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
-    const int64_t first_key = 0;
-    return prepare_simt_one(RSWA_PREPARE_ARGS);
-  };
-  return prepare_sequences(k, v, pk, longest, control_counts.has_value() || control_tokens > 0, /*prefix=*/true,
-                           first_key, one);
+  return prepare_packed_or_one(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, /*prefix=*/true,
+                               [](RSWA_PREPARE_PARAMS) { return prepare_simt_one(RSWA_PREPARE_ARGS); });
 }
 
 at::Tensor topk_blocks_simt(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
