@@ -257,6 +257,52 @@ size_t attn_smem_for(const AttnKernelParams& p, int64_t D) {
                                                              : attn_smem_bytes<Element, 128>(p);
 }
 
+// The warp-specialized sm_90a body kernel (16-bit elements; hopper/body_launch.h): its launch, whether the
+// build holds its code for this device, its shared memory per CTA.
+template <typename Element>
+void run_attn_hopper_for(const AttnKernelParams& p, int64_t D, cudaStream_t stream) {
+  if (D <= 64) check_launch(run_attn_hopper<Element, 64>(p, stream), "attn (sm_90a)");
+  else if (D <= 80) check_launch(run_attn_hopper<Element, 80>(p, stream), "attn (sm_90a)");
+  else check_launch(run_attn_hopper<Element, 128>(p, stream), "attn (sm_90a)");
+}
+
+template <typename Element>
+bool hopper_built_for(int64_t D) {
+  return D <= 64 ? hopper_kernel_built<Element, 64>() : D <= 80 ? hopper_kernel_built<Element, 80>()
+                                                                : hopper_kernel_built<Element, 128>();
+}
+
+template <typename Element>
+size_t hopper_smem_for(const AttnKernelParams& p, int64_t D) {
+  return D <= 64 ? hopper_smem_bytes<Element, 64>(p) : D <= 80 ? hopper_smem_bytes<Element, 80>(p)
+                                                               : hopper_smem_bytes<Element, 128>(p);
+}
+
+// Whether the call's body tiles run on the Hopper kernel (attn_setup.h body_kernel_forced): on compute
+// capability 9.0, for bf16 / fp16, where the build holds its sm_90a code and its shared memory fits, unless
+// RANGESWA_CUDA_KERNEL=mma; RANGESWA_CUDA_KERNEL=hopper where it cannot is an error.
+bool use_hopper_kernel(const at::Tensor& q, const AttnKernelParams& probe, int64_t D) {
+  const BodyKernel forced = body_kernel_forced();
+  if (forced == BodyKernel::kMma) return false;
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
+  const bool sm90 = prop->major == 9 && prop->minor == 0;
+  bool built = false, fits = false;
+  if (q.scalar_type() != at::kFloat && sm90)
+    dispatch_dtype(q.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, float>) {
+        built = hopper_built_for<T>(D);
+        fits = hopper_smem_for<T>(probe, D) <= size_t(max_shared_memory(q.device()));
+      }
+    });
+  const bool ok = sm90 && built && fits;
+  if (forced == BodyKernel::kHopper)
+    TORCH_CHECK_VALUE(ok, "RANGESWA_CUDA_KERNEL=hopper: the sm_90a body kernel needs compute capability 9.0 (this "
+                      "device: ", prop->major, ".", prop->minor, "), bf16 or fp16 inputs, a build with the 90a "
+                      "target (RANGESWA_CUDA_ARCHS) and its shared memory within the device's opt-in limit");
+  return ok;
+}
+
 std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   // Every check first: arguments, what the CUDA kernel runs, the values of given blocks, shared memory.
   const AttnParams ap = check_attn(RSWA_ATTN_ARGS);
@@ -306,6 +352,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional
   probe.kv_stages = s.kv_stages;
   plan_edges(s, kv_tile_cols(q.scalar_type() != at::kFloat, Dp), band);
   const size_t smem = smem_for(band, s.kv_stages);
+  probe.geo.band_ok = s.geo.band_ok;
+  const bool hopper = use_hopper_kernel(q, probe, ap.D);
   TORCH_CHECK_VALUE(smem <= size_t(max_shared_memory(q.device())), "attn on CUDA with ", K,
                     " retrieved blocks per query block needs ", smem, " bytes of shared memory, more than this GPU's ",
                     max_shared_memory(q.device()), "; use a smaller topk");
@@ -380,7 +428,12 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional
     check_launch(
         launch_plan(p, R, buf.retrieved, buf.retrieved_sorted, buf.records, buf.record_count, s.plans(), stream),
         "attn plan");
-    run_attn_for<T>(p, ap.D, stream);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (hopper) run_attn_hopper_for<T>(p, ap.D, stream);
+      else run_attn_for<T>(p, ap.D, stream);
+    } else {
+      run_attn_for<T>(p, ap.D, stream);
+    }
     if (ap.C > 0) check_launch(launch_combine<T>(p, stream), "attn control rows");
   });
   return {out, lse};

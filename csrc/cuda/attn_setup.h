@@ -65,6 +65,19 @@ inline int32_t kv_stages_forced() {
   return std::atoi(env) == 3 ? 3 : 2;
 }
 
+// The body kernel RANGESWA_CUDA_KERNEL asks for: "mma" the mma.sync kernel on every device, "hopper" the
+// warp-specialized sm_90a kernel (hopper/body_kernel.h; an error where it cannot run), unset (or anything
+// else) the device's choice: the Hopper kernel on compute capability 9.0 for 16-bit elements where the build
+// holds its sm_90a code and its shared memory fits, the mma.sync kernel otherwise (attn_api.cpp). The SIMT
+// emulation has no device: it runs the mma.sync kernel unless told "hopper".
+enum class BodyKernel : int { kAuto = 0, kMma = 1, kHopper = 2 };
+inline BodyKernel body_kernel_forced() {
+  const char* env = std::getenv("RANGESWA_CUDA_KERNEL");
+  if (env == nullptr) return BodyKernel::kAuto;
+  const std::string v(env);
+  return v == "mma" ? BodyKernel::kMma : v == "hopper" ? BodyKernel::kHopper : BodyKernel::kAuto;
+}
+
 inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
   const Rules& R = ap.rules;
   AttnSetup s{};

@@ -15,6 +15,7 @@
 //   fence.proxy.async.shared::cta, fence.mbarrier_init 9.7.13.4 (membar / fence)
 //   cp.async.bulk.tensor.2d...mbarrier::complete_tx    9.7.9.25.5.1 (tensor map: cuTensorMapEncodeTiled)
 //   setmaxnreg.{inc,dec}.sync.aligned.u32              9.7.19.8 (values 24..256, multiples of 8)
+//   bar.sync / bar.red.or.pred with id and count      9.7.13.1 (named barriers)
 //
 // Fragment layouts (the SIMT emulation implements exactly these; tests/test_simt_hopper.py checks them):
 //   warpgroup thread t = 128 w' + 32 w + l (w the warp in its warpgroup), g = l / 4, q = l % 4.
@@ -171,6 +172,16 @@ RSWA_WGMMA_ASM(64,
                "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}",
                RSWA_SS64, RSWA_RS64, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24))
 
+// N = 80: 40 accumulators (the P V of head dim 80).
+#define RSWA_SS80(TY, DL) "setp.ne.b32 p, %42, 0;\nwgmma.mma_async.sync.aligned.m64n80k16.f32" TY TY " " DL \
+                          ", %40, %41, p, 1, 1, %43, %44;\n"
+#define RSWA_RS80(TY, DL) "setp.ne.b32 p, %45, 0;\nwgmma.mma_async.sync.aligned.m64n80k16.f32" TY TY " " DL \
+                          ", {%40, %41, %42, %43}, %44, p, 1, 1, %46;\n"
+RSWA_WGMMA_ASM(80,
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}",
+               RSWA_SS80, RSWA_RS80, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24), RSWA_F8(32))
+
 // N = 128: 64 accumulators.
 #define RSWA_SS128(TY, DL) "setp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32" TY TY " " DL \
                            ", %64, %65, p, 1, 1, %67, %68;\n"
@@ -192,6 +203,8 @@ RSWA_WGMMA_ASM(128,
 #undef RSWA_RS32
 #undef RSWA_SS64
 #undef RSWA_RS64
+#undef RSWA_SS80
+#undef RSWA_RS80
 #undef RSWA_SS128
 #undef RSWA_RS128
 }  // namespace detail
@@ -256,6 +269,23 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
           smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
       : "memory");
+}
+
+// Named CTA barriers (bar.sync / bar.red with a barrier id and a thread count, PTX 9.7.13.1): the `count`
+// threads (a multiple of 32, whole warps) that use barrier `id` (1..15; 0 is __syncthreads') wait for each
+// other; the warp-specialized kernel's consumer warpgroups synchronise without the producer this way.
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+// The same, returning whether `pred` was true in any of the `count` threads (bar.red.or.pred).
+__device__ __forceinline__ bool named_barrier_or(int id, int count, bool pred) {
+  uint32_t out;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 q, %2, 0;\nbar.red.or.pred p, %1, %3, q;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(out)
+      : "r"(id), "r"(uint32_t(pred)), "r"(count)
+      : "memory");
+  return out != 0;
 }
 
 template <int kRegs>

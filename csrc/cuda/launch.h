@@ -27,6 +27,16 @@ cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream);
 template <typename Element, int kHeadDim>
 size_t attn_smem_bytes(const AttnKernelParams& p);
 
+// The warp-specialized sm_90a body kernel (hopper/body_kernel.h) with the control CTAs on the mma.sync one:
+// attn_hopper_<dtype>.cu (16-bit elements). hopper_kernel_built: whether the build holds its sm_90a code for
+// the current device.
+template <typename Element, int kHeadDim>
+cudaError_t run_attn_hopper(const AttnKernelParams& p, cudaStream_t stream);
+template <typename Element, int kHeadDim>
+size_t hopper_smem_bytes(const AttnKernelParams& p);
+template <typename Element, int kHeadDim>
+bool hopper_kernel_built();
+
 // out[r] = R(positions[r % n]) x[r] for the rows of x [rows, D] (rotary_dim dims rotated): rope.cu.
 template <typename Element>
 cudaError_t launch_rope(const Element* x, const double* positions, Element* out, int64_t rows, int64_t n, int64_t D,

@@ -224,7 +224,16 @@ RSWA_HD void store_elements(Element* dst, const float (&x)[N]) {
 // y = 2u + 4 (pairs (x0, x1), (x2, x3), (y0, y1), (y2, y3)); half split x = u, y = u + half (pairs (x_e,
 // y_e)). Every load of a step is issued before any is used: a fill costs half / 4 dependent round trips
 // per thread (8 at head dim 64), where one element pair at a time cost two per pair.
-template <typename Traits>
+// The element offset of dim d within a query-slot row: rows in plain order (the mma.sync kernel), or, kCore,
+// as the core matrices of a wgmma operand (hopper/body_layout.h: 8-element chunks of a row 64 elements apart,
+// the row's place in its 8-row group added by the caller).
+template <bool kCore>
+RSWA_HD int slot_col(int d) {
+  if constexpr (kCore) return (d / 8) * 64 + d % 8;
+  else return d;
+}
+
+template <typename Traits, bool kCore = false>
 __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, const typename Traits::Element* row,
                                                 const float* cs, const float* sn, float sign, int half, int D,
                                                 bool interleaved) {
@@ -261,8 +270,8 @@ __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, c
           b[e] = pb[e];
         }
       }
-      store_elements<Element, 4>(dst + x, a);
-      store_elements<Element, 4>(dst + y, b);
+      store_elements<Element, 4>(dst + slot_col<kCore>(x), a);
+      store_elements<Element, 4>(dst + slot_col<kCore>(y), b);
     }
   }
   // The rest (every dim when there is no rotation): copied, zero past D and on padding rows.
@@ -270,7 +279,8 @@ __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, c
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 1
   for (int d = cs != nullptr ? 2 * half : 0; d < Traits::kHeadDim; d += kChunk)
-    *reinterpret_cast<uint4*>(dst + d) = row != nullptr && d < D ? *reinterpret_cast<const uint4*>(row + d) : zero;
+    *reinterpret_cast<uint4*>(dst + slot_col<kCore>(d)) =
+        row != nullptr && d < D ? *reinterpret_cast<const uint4*>(row + d) : zero;
 }
 
 // Whether the query slot's rows take fill_row_vector: D, the rotary half and the row stride whole 16-byte
@@ -286,13 +296,13 @@ __device__ __forceinline__ bool slot_rows_in_chunks(const AttnKernelParams& p, c
 // null); rotated by the table rows cs / sn (null: not rotated) with sign -1 for a negative position. Rows
 // in 16-byte chunks (slot_rows_in_chunks) take fill_row_vector, others element pairs u (dims da, db): a
 // rotated pair (interleaved (2u, 2u+1), half (u, u + half)) or two dims past the rotary ones.
-template <typename Traits>
+template <typename Traits, bool kCore = false>
 __device__ __forceinline__ void fill_row(typename Traits::Element* dst, const typename Traits::Element* row,
                                          const float* cs, const float* sn, float sign, int half, int D,
                                          bool interleaved, bool chunks) {
   using Element = typename Traits::Element;
   if (chunks) {
-    fill_row_vector<Traits>(dst, row, cs, sn, sign, half, D, interleaved);
+    fill_row_vector<Traits, kCore>(dst, row, cs, sn, sign, half, D, interleaved);
     return;
   }
 #pragma unroll 1
@@ -307,8 +317,8 @@ __device__ __forceinline__ void fill_row(typename Traits::Element* dst, const ty
       b = a * se + b * c;
       a = ra;
     }
-    dst[da] = from_float<Element>(a);
-    dst[db] = from_float<Element>(b);
+    dst[slot_col<kCore>(da)] = from_float<Element>(a);
+    dst[slot_col<kCore>(db)] = from_float<Element>(b);
   }
 }
 
@@ -377,13 +387,31 @@ struct WarpTile {
   float scale_log2, bias, last_bias;  // base 2: the scale, the record's bias, the ragged block's
 };
 
-// One KV tile of kCols columns for one warp: scores, logits, softmax, PV. In a window tile with its
-// edges' summaries, a row's keys outside its bounds take their G-block's mean score. kLogits = false: the
-// unmasked loop's tile (full, no column fix-up), with no logit code at all.
-template <typename Traits, int kCols, bool kLogits = true>
-__device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::kHeadDim / 8][4],
-                                          OnlineSoftmax<Traits::kMBlocks>& softmax,
-                                          const WarpTile<typename Traits::Element>& w) {
+// Raw scores given per row and column (WarpTile::given) in place of Q K^T, in the accumulator layout of
+// MB m16 blocks: s[mb][n][e] of the lane's rows row0 + 16 mb + 8 (e / 2), columns 8 n + 2 tq + e % 2.
+template <int MB, int NT>
+__device__ __forceinline__ void given_scores(float (&s)[MB][NT][4], const float* given, int given_rows,
+                                             int given_cols, int row0, int tq) {
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float* r = given + (row0 + mb * 16 + (e / 2) * 8) * given_rows + (2 * tq + e % 2) * given_cols;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) s[mb][n][e] = r[n * 8 * given_cols];
+    }
+}
+
+// The logits of one warp's scores on a KV tile of kCols columns (MB m16 blocks of rows), for the softmax's
+// FFMA a x + b (a = the scale, b = the record's bias): a full tile without column fix-ups (the steady state
+// of a record, warp-uniform) takes the scores as they are; a masked or fixed-up tile first replaces the
+// scores of the columns a row does not see: -inf, or in a window record with its edges' summaries (plan.h
+// window_sums, G = 16; bias 0) the mean score of the key's G-block over the tile's keys (spread over the
+// block's n_b columns it weighs n_b 2^mean: rule 4's log n_b). In the one tile holding the ragged last
+// G-block's summary, that column's score is shifted by (its bias - the record's) / the scale, so that a x + b
+// carries its own bias. Both kernels' warps call it (mainloop.h, hopper/body_kernel.h).
+template <int MB, int kCols, typename Element>
+__device__ __forceinline__ void tile_logits(float (&s)[MB][kCols / 8][4], const WarpTile<Element>& w) {
   const KvTile& t = w.tile;
   const int lane = w.lane, row0 = w.row0;
   const TileWork work = w.work;
@@ -391,103 +419,94 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
   const int32_t ragged = w.ragged;
   const int32_t *lo = w.lo, *hi = w.hi;
   const float scale_log2 = w.scale_log2, bias = w.bias, last_bias = w.last_bias;
-  constexpr int MB = Traits::kMBlocks, NT = kCols / 8;
+  constexpr int NT = kCols / 8;
   // 64-key tiles are stored in tile_column order (lane tq holds the keys [16 tq, 16 tq + 16) of its rows),
   // others in plain order (columns 8n + 2tq + j).
   constexpr bool kPermuted = kCols == 64;
-  static_assert(!kPermuted || Traits::kBlockN == 64, "only full 64-key tiles are stored permuted");
   const int tq = lane % 4;
-  float s[MB][NT][4];
-  if (w.given == nullptr) {
-    WarpGemm<Traits>::template qk<kCols>(s, w.q, w.k, lane);
-  } else {
-    // Scores given per row and column: given[row * row_step + column * col_step].
+  if (work == TileWork::kFull && !fixups) return;
+  // This lane's columns: key base + off(n, j) of the tile, bit off(n, j) of a word (off < 32).
+  const int32_t base = kPermuted ? 2 * NT * tq : 2 * tq;
+  auto off = [](int n, int j) { return kPermuted ? 2 * n + j : 8 * n + j; };
+  static_assert(kPermuted ? 2 * NT <= 32 : 8 * NT <= 32, "a lane's columns fit one word");
+  // Bits [c0, c1) of the word, clamped to it.
+  auto bits = [](int32_t c0, int32_t c1) {
+    const int32_t from = imax(c0, 0);
+    return bit_range(uint32_t(from), uint32_t(imax(c1 - from, 0)));
+  };
+  // Columns the fix-ups leave, the same for every row: those within the keys, bar excluded G-blocks.
+  const uint32_t live = fixups ? bits(0, t.n - base) & ~uint32_t(t.excluded >> base) : ~0u;
+  // Window sums run on 64-key tiles (attn_setup.h plan_edges), where each lane holds one G-block.
+  constexpr bool kSums = kPermuted && NT == 8;
+  float inv = 0.f;  // 1 / the keys of this lane's block in the tile
+  if constexpr (kSums) inv = __fdividef(1.f, float(imax(1, imin(16, t.n - base))));
+  // Per row slot rr = 2 mb + h of the lane: the columns it sees.
+  uint32_t seen[2 * MB];
 #pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float* r = w.given + (row0 + mb * 16 + (e / 2) * 8) * w.given_rows + (2 * tq + e % 2) * w.given_cols;
-#pragma unroll
-        for (int n = 0; n < NT; ++n) s[mb][n][e] = r[n * 8 * w.given_cols];
-      }
+  for (int rr = 0; rr < 2 * MB; ++rr) {
+    const int row = row0 + (rr / 2) * 16 + (rr % 2) * 8;
+    const int32_t first = t.a + base;  // the key of bit 0
+    const uint32_t bounds = bits(lo[row] - first, hi[row] - first);  // read on every such tile
+    seen[rr] = (work == TileWork::kMasked ? bounds : ~0u) & live;
   }
-  // The logits, a x + b for the softmax's FFMA (a = the scale, b = the record's bias). A full tile without
-  // column fix-ups (the steady state of a record, warp-uniform) takes the scores as they are; a masked or
-  // fixed-up tile first replaces the scores of the columns a row does not see: -inf, or in a window record
-  // with its edges' summaries (plan.h window_sums, G = 16; bias 0) the mean score of the key's G-block over
-  // the tile's keys (spread over the block's n_b columns it weighs n_b 2^mean: rule 4's log n_b). In the one
-  // tile holding the ragged last G-block's summary, that column's score is shifted by (its bias - the
-  // record's) / the scale, so that a x + b carries its own bias.
-  float a = scale_log2, b = bias;
-  if (kLogits && (work != TileWork::kFull || fixups)) {
-    // This lane's columns: key base + off(n, j) of the tile, bit off(n, j) of a word (off < 32).
-    const int32_t base = kPermuted ? 2 * NT * tq : 2 * tq;
-    auto off = [](int n, int j) { return kPermuted ? 2 * n + j : 8 * n + j; };
-    static_assert(kPermuted ? 2 * NT <= 32 : 8 * NT <= 32, "a lane's columns fit one word");
-    // Bits [c0, c1) of the word, clamped to it.
-    auto bits = [](int32_t c0, int32_t c1) {
-      const int32_t from = imax(c0, 0);
-      return bit_range(uint32_t(from), uint32_t(imax(c1 - from, 0)));
-    };
-    // Columns the fix-ups leave, the same for every row: those within the keys, bar excluded G-blocks.
-    const uint32_t live = fixups ? bits(0, t.n - base) & ~uint32_t(t.excluded >> base) : ~0u;
-    // Window sums run on 64-key tiles (attn_setup.h plan_edges), where each lane holds one G-block.
-    constexpr bool kSums = kPermuted && NT == 8;
-    float inv = 0.f;  // 1 / the keys of this lane's block in the tile
-    if constexpr (kSums) inv = __fdividef(1.f, float(imax(1, imin(16, t.n - base))));
-    // Per row slot rr = 2 mb + h of the lane: the columns it sees.
-    uint32_t seen[2 * MB];
+  if (kSums && sums) {  // warp-uniform: a window tile with its edges' summaries
 #pragma unroll
     for (int rr = 0; rr < 2 * MB; ++rr) {
-      const int row = row0 + (rr / 2) * 16 + (rr % 2) * 8;
-      const int32_t first = t.a + base;  // the key of bit 0
-      const uint32_t bounds = bits(lo[row] - first, hi[row] - first);  // read on every such tile
-      seen[rr] = (work == TileWork::kMasked ? bounds : ~0u) & live;
+      const int mb = rr / 2, h = rr % 2;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) sum += s[mb][n][2 * h] + s[mb][n][2 * h + 1];
+      const float mean = sum * inv;
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {  // a column past the keys is no block's: -inf
+          float& x = s[mb][n][2 * h + j];
+          x = ((seen[rr] >> off(n, j)) & 1u) ? x : (((live >> off(n, j)) & 1u) ? mean : -INFINITY);
+        }
     }
-    if (kSums && sums) {  // warp-uniform: a window tile with its edges' summaries
+  } else {
 #pragma unroll
-      for (int rr = 0; rr < 2 * MB; ++rr) {
-        const int mb = rr / 2, h = rr % 2;
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < NT; ++n) sum += s[mb][n][2 * h] + s[mb][n][2 * h + 1];
-        const float mean = sum * inv;
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {  // a column past the keys is no block's: -inf
-            float& x = s[mb][n][2 * h + j];
-            x = ((seen[rr] >> off(n, j)) & 1u) ? x : (((live >> off(n, j)) & 1u) ? mean : -INFINITY);
-          }
-      }
-    } else {
-#pragma unroll
-      for (int rr = 0; rr < 2 * MB; ++rr)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            float& x = s[rr / 2][n][2 * (rr % 2) + j];
-            x = ((seen[rr] >> off(n, j)) & 1u) ? x : -INFINITY;
-          }
-    }
-    if (ragged >= 0) {  // warp-uniform, one tile a call: the ragged block's column gets its own bias
-      const int32_t last = ragged - base;  // its bit in the lane's word, when the lane holds it
-      const float delta = __fdividef(last_bias - bias, scale_log2);  // so that a x + b has last_bias
+    for (int rr = 0; rr < 2 * MB; ++rr)
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const float d = off(n, j) == last ? delta : 0.f;
-#pragma unroll
-          for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) s[mb][n][2 * h + j] += d;
+          float& x = s[rr / 2][n][2 * (rr % 2) + j];
+          x = ((seen[rr] >> off(n, j)) & 1u) ? x : -INFINITY;
         }
-    }
   }
-  softmax.template update<NT, Traits::kHeadDim / 8>(s, o, a, b);
-  WarpGemm<Traits>::template pv<kCols>(o, s, w.v, lane);
+  if (ragged >= 0) {  // warp-uniform, one tile a call: the ragged block's column gets its own bias
+    const int32_t last = ragged - base;  // its bit in the lane's word, when the lane holds it
+    const float delta = __fdividef(last_bias - bias, scale_log2);  // so that a x + b has last_bias
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float d = off(n, j) == last ? delta : 0.f;
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) s[mb][n][2 * h + j] += d;
+      }
+  }
+}
+
+// One KV tile of kCols columns for one warp: scores, logits, softmax, PV. In a window tile with its
+// edges' summaries, a row's keys outside its bounds take their G-block's mean score. kLogits = false: the
+// unmasked loop's tile (full, no column fix-up), with no logit code at all.
+template <typename Traits, int kCols, bool kLogits = true>
+__device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::kHeadDim / 8][4],
+                                          OnlineSoftmax<Traits::kMBlocks>& softmax,
+                                          const WarpTile<typename Traits::Element>& w) {
+  constexpr int MB = Traits::kMBlocks, NT = kCols / 8;
+  static_assert(kCols != 64 || Traits::kBlockN == 64, "only full 64-key tiles are stored permuted");
+  float s[MB][NT][4];
+  if (w.given == nullptr) WarpGemm<Traits>::template qk<kCols>(s, w.q, w.k, w.lane);
+  else given_scores<MB, NT>(s, w.given, w.given_rows, w.given_cols, w.row0, w.lane % 4);
+  if constexpr (kLogits) tile_logits<MB, kCols>(s, w);
+  softmax.template update<NT, Traits::kHeadDim / 8>(s, o, w.scale_log2, w.bias);
+  WarpGemm<Traits>::template pv<kCols>(o, s, w.v, w.lane);
 }
 
 // A control CTA's walk over its chunk (plan.h plan_control_tile's records; the slot holds its rows, filled
@@ -596,6 +615,83 @@ struct BodyCta {
   bool q_chunks;       // slot_rows_in_chunks
 };
 
+// Row r of a body tile under query variant v into its slot row dst (kCore: a wgmma operand's layout,
+// slot_col): rotated from q with the rope tables, zero on padding rows.
+template <typename Traits, bool kCore = false>
+__device__ __forceinline__ void fill_slot_row(const AttnKernelParams& p, const BodyCta& cta, QVar v, int r,
+                                              typename Traits::Element* dst) {
+  using Element = typename Traits::Element;
+  const Geometry& g = p.geo;
+  const int half = p.rotary_half;
+  const bool in = r < cta.nrows;
+  const float *cs = nullptr, *sn = nullptr;  // this row's table rows (null: no rotation)
+  float sign = 1.f;
+  if (in && v != QVar::kPlain && half > 0) {  // padding rows read no table row (past L)
+    const int32_t pos = v == QVar::kCond ? cta.i0 + r : variant_position(g, v, cta.i0 + r);
+    const int64_t at = int64_t(pos < 0 ? -pos : pos) * half;
+    cs = (v == QVar::kCond ? p.cos_cond : p.cos_int) + at;
+    sn = (v == QVar::kCond ? p.sin_cond : p.sin_int) + at;
+    sign = pos < 0 ? -1.f : 1.f;
+  }
+  const Element* row = in ? static_cast<const Element*>(cta.q_rows) + int64_t(r) * p.q_strides.row : nullptr;
+  fill_row<Traits, kCore>(dst, row, cs, sn, sign, half, p.D, p.interleaved, cta.q_chunks);
+}
+
+// Straddling blocks (plan.h mixed_block): the parts of row r's logits that variant v gives, as (array, row,
+// target, sign) terms, from its slot row qr (kCore: slot_col's layout); sMixA / sMixB [2][M] per side and row.
+template <typename Traits, bool kCore = false>
+__device__ __forceinline__ void straddling_dots(const AttnKernelParams& p, const BodyCta& cta, QVar v, int r,
+                                                const typename Traits::Element* qr, const RowGeometry* sRow,
+                                                float* sMixA, float* sMixB) {
+  using Element = typename Traits::Element;
+  constexpr int M = Traits::kBlockM, Dp = Traits::kHeadDim;
+  if (r >= cta.nrows) return;
+  const PreparedArrays& a = p.kv;
+  const int32_t bh = cta.bh;
+  const RowGeometry& mine = sRow[r];  // read back from shared memory: no registers held across the walk
+  const int32_t lb = mine.mix[0], lm = mine.mix_m[0], rb = mine.mix[1], rm = mine.mix_m[1];
+#pragma unroll 1
+  for (int term = 0; term < 3; ++term) {
+    const void* base = nullptr;
+    int64_t row = 0;
+    float* target = nullptr;
+    float sign = 1.f;
+    if (v == QVar::kNat) {
+      if (term == 0 && lb >= 0) { base = a.s_nat; row = int64_t(lb) * Dp; target = sMixA + r; }
+      if (term == 1 && lb >= 0) { base = a.p_nat; row = int64_t(lm) * Dp; target = sMixB + r; sign = -1.f; }
+      if (term == 2 && rb >= 0) { base = a.p_nat; row = int64_t(rm) * Dp; target = sMixB + M + r; }
+    } else if (v == QVar::kLeft) {
+      if (term == 0 && lb >= 0) { base = a.p_grp; row = int64_t(lm) * Dp; target = sMixB + r; }
+    } else if (v == QVar::kRight) {
+      if (term == 0 && rb >= 0) { base = a.s_grp; row = int64_t(rb) * Dp; target = sMixA + M + r; }
+      if (term == 1 && rb >= 0) { base = a.p_grp; row = int64_t(rm) * Dp; target = sMixB + M + r; sign = -1.f; }
+    }
+    if (target == nullptr) continue;
+    const bool summary = base == a.s_nat || base == a.s_grp;
+    const Element* x = static_cast<const Element*>(base) + bh * (summary ? a.sum_stride : a.key_stride) + row;
+    // 16-byte loads, two issued before either is used (4 round trips per term at head dim 64 in bf16, was
+    // 8 of 2-byte loads; prepared rows are 16-byte aligned), summed in dim order.
+    constexpr int kChunk = 16 / int(sizeof(Element)), kStep = 2;
+    float acc = 0.f;
+#pragma unroll 1
+    for (int d0 = 0; d0 < Dp; d0 += kStep * kChunk) {
+      uint4 raw[kStep];
+#pragma unroll
+      for (int c = 0; c < kStep; ++c) raw[c] = *reinterpret_cast<const uint4*>(x + d0 + c * kChunk);
+#pragma unroll
+      for (int c = 0; c < kStep; ++c) {
+        Element xe[kChunk], qe[kChunk];
+        memcpy(xe, &raw[c], 16);
+        const uint4 qraw = *reinterpret_cast<const uint4*>(qr + slot_col<kCore>(d0 + c * kChunk));
+        memcpy(qe, &qraw, 16);
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) acc += to_float(qe[e]) * to_float(xe[e]);
+      }
+    }
+    *target += sign * acc;
+  }
+}
+
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_constant__ AttnKernelParams p) {
   using Element = typename Traits::Element;
@@ -690,71 +786,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
     cta = BodyCta{q_rows, int64_t(head) * p.Nq + n0, t.i0, t.nrows, bh, needed, slot_rows_in_chunks<Traits>(p, q_rows)};
   }
   __syncthreads();  // cta is published
-  // The tile's rows under variant v (thread r fills row r).
-  auto fill = [&](QVar v) {
-    const int half = p.rotary_half;
-    const bool in = tid < cta.nrows;
-    const float *cs = nullptr, *sn = nullptr;  // this row's table rows (null: no rotation)
-    float sign = 1.f;
-    if (in && v != QVar::kPlain && half > 0) {  // padding rows read no table row (past L)
-      const int32_t pos = v == QVar::kCond ? cta.i0 + tid : variant_position(g, v, cta.i0 + tid);
-      const int64_t at = int64_t(pos < 0 ? -pos : pos) * half;
-      cs = (v == QVar::kCond ? p.cos_cond : p.cos_int) + at;
-      sn = (v == QVar::kCond ? p.sin_cond : p.sin_int) + at;
-      sign = pos < 0 ? -1.f : 1.f;
-    }
-    const Element* row = in ? static_cast<const Element*>(cta.q_rows) + int64_t(tid) * p.q_strides.row : nullptr;
-    fill_row<Traits>(sQ + tid * Traits::kStride, row, cs, sn, sign, half, p.D, p.interleaved, cta.q_chunks);
-  };
-  // Straddling blocks (plan.h mixed_block): the parts of this thread's row's logits that variant v gives,
-  // as (array, row, target, sign) terms.
+  // The tile's rows under variant v (thread r fills row r), and the straddling blocks' parts it gives.
+  auto fill = [&](QVar v) { fill_slot_row<Traits>(p, cta, v, tid, sQ + tid * Traits::kStride); };
   auto mixed_dots = [&](QVar v) {
-    if (tid >= cta.nrows) return;
-    const PreparedArrays& a = p.kv;
-    const int32_t bh = cta.bh;
-    const RowGeometry& mine = sRow[tid];  // read back from shared memory: no registers held across the walk
-    const int32_t lb = mine.mix[0], lm = mine.mix_m[0], rb = mine.mix[1], rm = mine.mix_m[1];
-#pragma unroll 1
-    for (int term = 0; term < 3; ++term) {
-      const void* base = nullptr;
-      int64_t row = 0;
-      float* target = nullptr;
-      float sign = 1.f;
-      if (v == QVar::kNat) {
-        if (term == 0 && lb >= 0) { base = a.s_nat; row = int64_t(lb) * Dp; target = sMixA + tid; }
-        if (term == 1 && lb >= 0) { base = a.p_nat; row = int64_t(lm) * Dp; target = sMixB + tid; sign = -1.f; }
-        if (term == 2 && rb >= 0) { base = a.p_nat; row = int64_t(rm) * Dp; target = sMixB + M + tid; }
-      } else if (v == QVar::kLeft) {
-        if (term == 0 && lb >= 0) { base = a.p_grp; row = int64_t(lm) * Dp; target = sMixB + tid; }
-      } else if (v == QVar::kRight) {
-        if (term == 0 && rb >= 0) { base = a.s_grp; row = int64_t(rb) * Dp; target = sMixA + M + tid; }
-        if (term == 1 && rb >= 0) { base = a.p_grp; row = int64_t(rm) * Dp; target = sMixB + M + tid; sign = -1.f; }
-      }
-      if (target == nullptr) continue;
-      const bool summary = base == a.s_nat || base == a.s_grp;
-      const Element* x = static_cast<const Element*>(base) + bh * (summary ? a.sum_stride : a.key_stride) + row;
-      const Element* qr = sQ + tid * Traits::kStride;
-      // 16-byte loads, two issued before either is used (4 round trips per term at head dim 64 in bf16, was
-      // 8 of 2-byte loads; prepared rows are 16-byte aligned), summed in dim order.
-      constexpr int kChunk = 16 / int(sizeof(Element)), kStep = 2;
-      float acc = 0.f;
-#pragma unroll 1
-      for (int d0 = 0; d0 < Dp; d0 += kStep * kChunk) {
-        uint4 raw[kStep];
-#pragma unroll
-        for (int c = 0; c < kStep; ++c) raw[c] = *reinterpret_cast<const uint4*>(x + d0 + c * kChunk);
-#pragma unroll
-        for (int c = 0; c < kStep; ++c) {
-          Element xe[kChunk], qe[kChunk];
-          memcpy(xe, &raw[c], 16);
-          const uint4 qraw = *reinterpret_cast<const uint4*>(qr + d0 + c * kChunk);
-          memcpy(qe, &qraw, 16);
-#pragma unroll
-          for (int e = 0; e < kChunk; ++e) acc += to_float(qe[e]) * to_float(xe[e]);
-        }
-      }
-      *target += sign * acc;
-    }
+    straddling_dots<Traits>(p, cta, v, tid, sQ + tid * Traits::kStride, sRow, sMixA, sMixB);
   };
 
   // The Hn bands (plan.h hn_bands, band_columns): while the slot holds variant v, the band blocks of v's

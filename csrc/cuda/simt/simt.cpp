@@ -612,6 +612,7 @@ struct Worker {
       fail("simt: cp.async 16 at " + site.str() + " by " + who(f->tid) + ": destination " + where(dst) +
            " outside the CTA's shared memory");
     if (valid && src == nullptr) fail("simt: cp.async 16 at " + site.str() + " by " + who(f->tid) + " reads a null pointer");
+    ::simt::hopper::check_async_overwrite(dst, 16, site);  // a stage that a wgmma in flight still reads
     if (opts.check_races && in_dynamic(dst, 16)) {
       Chunk& c = shadow[(dst - dyn) / 16];
       if (c.inflight && c.inflight != f->tid + 1)

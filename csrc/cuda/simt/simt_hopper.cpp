@@ -45,6 +45,7 @@
 #include "cuda/simt/simt.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <map>
 #include <memory>
@@ -183,7 +184,16 @@ struct Tma {
   int tid;
 };
 
+// A named barrier (bar.sync / bar.red with an id): arrivals of the current round and its thread count.
+struct Named {
+  int arrived = 0, count = 0, acc = 0, result = 0;
+  bool reduce = false;
+  uint64_t gen = 0;
+  Site site{"", 0};
+};
+
 struct Cta {
+  std::array<Named, 16> named;
   unsigned char* dyn = nullptr;
   size_t dyn_size = 0;
   int nthreads = 0;
@@ -701,6 +711,65 @@ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* ba
     c.tmas.pop_back();
     land(c, t);
   }
+}
+
+int named_barrier(int id, int count, int pred, bool reduce, Site site) {
+  Cta& c = cta();
+  const int tid = thread_rank();
+  const char* name = reduce ? "bar.red.or" : "bar.sync";
+  if (id < 1 || id > 15)
+    throw Error(std::string(name) + " at " + site.str() + " by " + who(tid) + ": barrier id " + std::to_string(id) +
+                " (1..15 here; 0 is __syncthreads')");
+  if (count <= 0 || count % 32 || count > c.nthreads)
+    throw Error(std::string(name) + " at " + site.str() + " by " + who(tid) + ": thread count " +
+                std::to_string(count) + " (whole warps, at most the CTA's " + std::to_string(c.nthreads) + ")");
+  Named& b = c.named[size_t(id)];
+  if (b.arrived == 0) {
+    b.count = count;
+    b.reduce = reduce;
+    b.acc = 0;
+    b.site = site;
+  } else if (b.count != count || b.reduce != reduce) {
+    throw Error(std::string(name) + " " + std::to_string(id) + ", " + std::to_string(count) + " at " + site.str() +
+                " by " + who(tid) + " while " + std::to_string(b.arrived) + " threads wait at " +
+                (b.reduce ? "bar.red.or " : "bar.sync ") + std::to_string(id) + ", " + std::to_string(b.count) +
+                " at " + b.site.str() + " (one barrier, two thread counts or kinds)");
+  }
+  b.acc |= pred;
+  if (++b.arrived < count) {
+    const uint64_t gen = b.gen;
+    Named* nb = &b;
+    wait_until([nb, gen] { return nb->gen != gen; }, std::string(name) + " " + std::to_string(id) + ", " +
+               std::to_string(count), site);
+    return b.result;
+  }
+  b.arrived = 0;
+  b.result = b.acc;
+  ++b.gen;
+  return b.result;
+}
+
+void check_async_overwrite(const void* dst, size_t bytes, Site site) {
+  if (!t_cta) return;  // no Hopper primitive has run in this CTA
+  Cta& c = *t_cta;
+  const auto* p = static_cast<const unsigned char*>(dst);
+  if (p < c.dyn || p + bytes > c.dyn + c.dyn_size) return;
+  const int tid = thread_rank();
+  const uint32_t lo = to_shared(c, dst, bytes, "cp.async", site) / 16, hi = lo + uint32_t((bytes + 15) / 16);
+  auto overlaps = [&](const Op& op) {
+    return std::any_of(op.reads.begin(), op.reads.end(), [&](uint32_t ch) { return ch >= lo && ch < hi; });
+  };
+  for (int id : c.threads[size_t(tid)].hazards)
+    if (overlaps(*c.ops[size_t(id)]))
+      throw Error("cp.async at " + site.str() + " by " + who(tid) + " overwrites shared memory that the wgmma.mma_async "
+                  "at " + c.ops[size_t(id)]->site.str() + " reads, which was still in flight when its threads arrived "
+                  "on an mbarrier this thread has waited on since (release the stage after wgmma.wait_group)");
+  for (size_t wg = 0; wg < c.wgs.size(); ++wg)
+    for (const Op* op : pending_ops(c, int(wg)))
+      if (overlaps(*op))
+        throw Error("cp.async at " + site.str() + " by " + who(tid) + " overwrites shared memory that the "
+                    "wgmma.mma_async at " + op->site.str() + " (warpgroup " + std::to_string(wg) + ") reads and has "
+                    "not finished (no wgmma.wait_group retired it)");
 }
 
 void setmaxnreg(bool inc, int regs, Site site) {

@@ -14,6 +14,8 @@
 //                              on the mbarrier) only when no thread can run otherwise, as late as possible
 //   fence_proxy_async_shared,  counted; fence_barrier_init is a no-op
 //   setmaxnreg_inc / _dec      a warpgroup collective checking its value
+//   named_barrier_sync / _or   bar.sync / bar.red.or with an id (1..15) and a thread count: the first `count`
+//                              arrivals release each other (a different count at the same id is reported)
 //   encode_tensor_map_2d       the host's cuTensorMapEncodeTiled for rank 2 (its checks, an emulation map)
 #pragma once
 
@@ -43,6 +45,11 @@ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity, Site site);
 void fence_proxy_async(Site site);
 void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar, Site site);
 void setmaxnreg(bool inc, int regs, Site site);
+// bar.sync id, count (reduce false) or bar.red.or.pred (reduce true): returns the OR of pred over the threads.
+int named_barrier(int id, int count, int pred, bool reduce, Site site);
+// A write of generic-proxy data (cp.async) over [dst, dst + bytes) of shared memory: refused while a wgmma in
+// flight reads it, or one released early (arrive before its wait) that the writer has waited on.
+void check_async_overwrite(const void* dst, size_t bytes, Site site);
 CUresult encode_tensor_map_2d(CUtensorMap* map, CUtensorMapDataType type, void* global, uint64_t dim0, uint64_t dim1,
                               uint64_t stride1_bytes, uint32_t box0, uint32_t box1, CUtensorMapSwizzle swizzle,
                               CUtensorMapFloatOOBfill oob_fill);
@@ -87,13 +94,13 @@ constexpr ::simt::MmaType wgmma_type() {
 template <int N, typename E, int kTransA = 0, int kTransB = 0>
 inline void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d,
                      std::source_location site = RSWA_SIMT_HERE) {
-  static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma: N of 16, 32, 64 or 128");
+  static_assert(N == 16 || N == 32 || N == 64 || N == 80 || N == 128, "wgmma: N of 16, 32, 64, 80 or 128");
   ::simt::hopper::wgmma(N, detail::wgmma_type<E>(), kTransA, kTransB, d, nullptr, desc_a, desc_b, scale_d, site);
 }
 template <int N, typename E, int kTransB = 0>
 inline void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d,
                      std::source_location site = RSWA_SIMT_HERE) {
-  static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma: N of 16, 32, 64 or 128");
+  static_assert(N == 16 || N == 32 || N == 64 || N == 80 || N == 128, "wgmma: N of 16, 32, 64, 80 or 128");
   ::simt::hopper::wgmma(N, detail::wgmma_type<E>(), 0, kTransB, d, a, 0, desc_b, scale_d, site);
 }
 
@@ -120,6 +127,12 @@ inline void fence_proxy_async_shared(std::source_location site = RSWA_SIMT_HERE)
 inline void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar,
                         std::source_location site = RSWA_SIMT_HERE) {
   ::simt::hopper::tma_load_2d(dst, map, c0, c1, bar, site);
+}
+inline void named_barrier_sync(int id, int count, std::source_location site = RSWA_SIMT_HERE) {
+  ::simt::hopper::named_barrier(id, count, 0, false, site);
+}
+inline bool named_barrier_or(int id, int count, bool pred, std::source_location site = RSWA_SIMT_HERE) {
+  return ::simt::hopper::named_barrier(id, count, pred ? 1 : 0, true, site) != 0;
 }
 template <int kRegs>
 inline void setmaxnreg_inc(std::source_location site = RSWA_SIMT_HERE) {

@@ -201,9 +201,21 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional
     dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
       using Element = decltype(tag);
       const auto start = std::chrono::steady_clock::now();
-      if (hc.s.Dp == 64) g_smem_bytes = int64_t(simt_attn::run_attn<Element, 64>(hc.p));
-      else if (hc.s.Dp == 80) g_smem_bytes = int64_t(simt_attn::run_attn<Element, 80>(hc.p));
-      else g_smem_bytes = int64_t(simt_attn::run_attn<Element, 128>(hc.p));
+      // RANGESWA_CUDA_KERNEL=hopper: the sm_90a body kernel (16-bit elements; attn_setup.h body_kernel_forced).
+      bool hopper = false;
+      if constexpr (!std::is_same_v<Element, float>) {
+        hopper = body_kernel_forced() == BodyKernel::kHopper;
+        if (hopper) {
+          if (hc.s.Dp == 64) g_smem_bytes = int64_t(simt_attn::run_attn_hopper<Element, 64>(hc.p));
+          else if (hc.s.Dp == 80) g_smem_bytes = int64_t(simt_attn::run_attn_hopper<Element, 80>(hc.p));
+          else g_smem_bytes = int64_t(simt_attn::run_attn_hopper<Element, 128>(hc.p));
+        }
+      }
+      if (!hopper) {
+        if (hc.s.Dp == 64) g_smem_bytes = int64_t(simt_attn::run_attn<Element, 64>(hc.p));
+        else if (hc.s.Dp == 80) g_smem_bytes = int64_t(simt_attn::run_attn<Element, 80>(hc.p));
+        else g_smem_bytes = int64_t(simt_attn::run_attn<Element, 128>(hc.p));
+      }
       g_kernel_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (hc.ap.C > 0) kernels.combine(hc.p, hc.q.scalar_type());  // on the guarded arrays, as the op launches it
     });

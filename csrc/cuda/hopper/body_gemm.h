@@ -1,0 +1,70 @@
+// The body kernel's two products for one consumer warpgroup (64 query rows) on core-matrix tiles
+// (hopper/body_layout.h), as asynchronous wgmma: S = Q K^T with both operands in shared memory, O += P V with
+// P in registers. Each issues its instructions only (after wgmma.fence); the caller commits the group and
+// waits for it, so that a product can run while the warpgroup does other work (the softmax of the tile before).
+//
+// Accumulators are wgmma's m64nN fragment (hopper.h): d[4 n + e] is row 16 w + g + 8 (e / 2), column
+// 8 n + 2 q + e % 2 for warp w of the warpgroup, lane 4 g + q: per warp exactly mma.sync's m16n8 C fragments
+// of one m16 block, so the mma.sync kernel's logits and softmax (mainloop.h tile_logits, softmax.h) run on
+// them unchanged, viewed as [1][N / 8][4] (as_blocks).
+#pragma once
+
+#include <cstdint>
+
+#include "../hopper.h"
+#include "../utils.h"
+#include "body_layout.h"
+
+namespace rangeswa::cuda {
+
+// A wgmma accumulator of N / 2 floats viewed as the mma.sync kernel's [1][N / 8][4] fragments.
+template <int N>
+__device__ __forceinline__ float (&as_blocks(float (&d)[N / 2]))[1][N / 8][4] {
+  return *reinterpret_cast<float(*)[1][N / 8][4]>(&d);
+}
+
+// Descriptors of a core-matrix tile of Dp columns at shared address `addr` (body_layout.h).
+template <int Dp>
+__device__ __forceinline__ uint64_t kmajor_desc(uint32_t addr) {
+  return hopper::make_smem_desc(addr, 128, 16 * Dp, hopper::Swizzle::kNone);
+}
+template <int Dp>
+__device__ __forceinline__ uint64_t mnmajor_desc(uint32_t addr) {
+  return hopper::make_smem_desc(addr, 16 * Dp, 128, hopper::Swizzle::kNone);
+}
+
+// S (64 rows x kCols keys) = Q K^T over the head dim: q the warpgroup's first slot row, k the tile's first
+// key (shared addresses of core-matrix tiles).
+template <typename Traits, int kCols>
+__device__ __forceinline__ void qk_issue(float (&s)[kCols / 2], uint32_t q, uint32_t k) {
+  constexpr int Dp = Traits::kHeadDim;
+  hopper::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Dp / 16; ++ks)
+    hopper::wgmma_ss<kCols, typename Traits::Element>(s, kmajor_desc<Dp>(q + 256 * ks), kmajor_desc<Dp>(k + 256 * ks),
+                                                      ks > 0);
+}
+
+// P as wgmma's A fragments, one per key step (hopper.h: a[0] = (row g, keys 2q..2q+1), a[1] = (row g + 8, ..),
+// a[2] = (row g, keys 2q+8..), a[3] = (row g + 8, keys 2q+8..)), rounded to the element type.
+template <typename Traits, int kCols>
+__device__ __forceinline__ void pack_p(uint32_t (&a)[kCols / 16][4], const float (&p)[kCols / 2]) {
+  using Element = typename Traits::Element;
+#pragma unroll
+  for (int ks = 0; ks < kCols / 16; ++ks)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[ks][r] = pack2<Element>(p[8 * ks + 2 * r], p[8 * ks + 2 * r + 1]);
+}
+
+// O (64 rows x Dp) += P V over the tile's kCols keys: v the tile's first key (shared address).
+template <typename Traits, int kCols>
+__device__ __forceinline__ void pv_issue(float (&o)[Traits::kHeadDim / 2], const uint32_t (&a)[kCols / 16][4],
+                                         uint32_t v) {
+  constexpr int Dp = Traits::kHeadDim;
+  hopper::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kCols / 16; ++ks)
+    hopper::wgmma_rs<Dp, typename Traits::Element, 1>(o, a[ks], mnmajor_desc<Dp>(v + 32 * Dp * ks), 1);
+}
+
+}  // namespace rangeswa::cuda

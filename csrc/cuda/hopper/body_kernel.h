@@ -1,0 +1,541 @@
+// The warp-specialized body kernel for sm_90a (issue 30): the mma.sync kernel's body CTA (mainloop.h
+// attn_kernel) on Hopper's asynchronous machinery, from the same plan (records and tile spans), with the
+// same logits, softmax and epilogue. One CTA of 384 threads per body tile of 128 query rows:
+//
+//   all threads   the prologue: the plan, the retrieved blocks, each row's geometry (as attn_kernel's),
+//                 the ring's mbarriers; then the roles split (setmaxnreg: the producer's warpgroup gives
+//                 registers up, the consumers' take them)
+//   producer      warp 0 walks the tile spans (tile.h SpanCursor) and copies each tile's keys and values with
+//                 cp.async into the next of kStages stages (core-matrix layout, 64-key tiles in tile_column
+//                 order as the mma.sync kernel stores them), waiting on the stage's `empty` barrier first and
+//                 arriving on its `full` barrier once the copy landed (cp.async.wait_group, then the
+//                 async-proxy fence: wgmma reads it); one tile's copy stays in flight behind the next's issue
+//   consumers     warpgroups 1 and 2, 64 rows each (warp w of group c: rows 64 c + 16 w ..): the same walk
+//                 over the spans, filling the query slot per variant (with the straddling blocks' dots and the
+//                 Hn bands' products it gives) between named barriers of the 256 consumer threads; per tile:
+//                 wait on `full`, S = Q K^T by wgmma from shared memory, the logits (tile_logits) and the
+//                 online softmax per warp (softmax.h, one m16 block), O += P V by wgmma with P in registers,
+//                 then one arrival per warpgroup on `empty`
+//
+// The unmasked loop overlaps the softmax with the next tile's Q K^T: the next tile of the run is waited for
+// and its product issued before the current tile's softmax, and both groups retire together after P V. The
+// masked loop takes each tile alone: per warp the two votes of its rows (tile.h classify), per warpgroup a
+// bar.red.or of them (wgmma is a warpgroup's instruction: the group computes a tile when one of its warps
+// needs it; a warp whose rows see none of it then takes it masked, every score -inf, so it adds nothing).
+//
+// Control CTAs (their rows split a chunk's keys over the warps) stay on the mma.sync kernel: the launcher
+// (hopper/body_launch.h) runs them as a grid of their own before this one.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "../attn_params.h"
+#include "../hopper.h"
+#include "../mainloop.h"
+#include "../plan.h"
+#include "../softmax.h"
+#include "../tile.h"
+#include "../utils.h"
+#include "body_gemm.h"
+#include "body_layout.h"
+
+namespace rangeswa::cuda {
+
+// What the producer and the consumers share of a body CTA: its shared arrays and the plan's counts.
+template <typename Traits>
+struct HopperCta {
+  using Element = typename Traits::Element;
+  Element *sQ, *sK, *sV;
+  uint64_t *full, *empty;  // [kStages] each
+  const Record* sRec;
+  const TileSpan* sSpan;
+  const RecordArrays<Element>* sArrays;
+  const int32_t* sRet;
+  int32_t *sLo, *sHi;     // [M]
+  float *sMixA, *sMixB;   // [2][M]
+  float* sRaw;            // [M]
+  int32_t* sCurrent;      // per consumer warp
+  RowGeometry* sRow;      // [M]
+  Element* sBandK;        // [kBandBlocks][Dp], core-matrix layout
+  float* sBand;           // [2][M][kBandStride]
+  int32_t spans, k;
+};
+
+// A stage's position in the ring: the stage and the parity of its current use.
+template <int kStages>
+struct RingSlot {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// The producer warp's copy of KV tile t into a stage (core-matrix layout; a full 64-key tile in tile_column
+// order, as the mma.sync kernel's body tiles): 16-byte chunks round the warp's lanes, rows past t.n
+// zero-filled (P = 0 meets no garbage there, and window sums see scores of 0).
+template <typename Traits>
+__device__ __forceinline__ void copy_tile_core(typename Traits::Element* sk, typename Traits::Element* sv,
+                                               const RecordArrays<typename Traits::Element>& ra, const KvTile& t,
+                                               int lane) {
+  constexpr int Dp = Traits::kHeadDim, kChunks = Traits::kChunks;
+  const int32_t v_row = int32_t(ra.v_row);  // element offsets in one KV head fit 32 bits (attn_setup.h)
+  const auto* gk = ra.k + t.a * Dp;
+  const auto* gv = ra.v + t.a * v_row;
+  const bool permute = Traits::kBlockN == 64 && t.width == 64;
+#pragma unroll 1
+  for (int c = lane; c < t.width * kChunks; c += 32) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool valid = r < t.n;
+    const int at = core_offset<Dp>(permute ? tile_column(r) : r, col);
+    const int32_t src = valid ? r : 0;
+    cp_async_16(sk + at, gk + src * Dp + col, valid);
+    cp_async_16(sv + at, gv + src * v_row + col, valid);
+  }
+}
+
+// The producer (warp 0): every tile of the spans into the ring, in the consumers' order.
+template <typename Traits>
+__device__ __forceinline__ void produce(const HopperCta<Traits>& c, int lane) {
+  SpanCursor cursor;
+  KvTile t;
+  RingSlot<Traits::kStages> slot;
+  int landing = -1;  // the stage whose copy is in flight behind the one issued last
+#pragma unroll 1
+  while (cursor.advance(c.sSpan, c.spans, t)) {
+    hopper::mbarrier_wait_parity(&c.empty[slot.stage], slot.phase ^ 1u);  // its use one round ago is over
+    copy_tile_core<Traits>(c.sK + slot.stage * Traits::kKVElems, c.sV + slot.stage * Traits::kKVElems,
+                           c.sArrays[t.record], t, lane);
+    cp_async_commit();
+    if (landing >= 0) {
+      cp_async_wait_group<1>();             // the tile before landed (this one may be in flight)
+      hopper::fence_proxy_async_shared();   // generic-proxy writes, read next by wgmma (async proxy)
+      hopper::mbarrier_arrive(&c.full[landing]);
+    }
+    landing = slot.stage;
+    slot.advance();
+  }
+  if (landing >= 0) {
+    cp_async_wait_all();
+    hopper::fence_proxy_async_shared();
+    hopper::mbarrier_arrive(&c.full[landing]);
+  }
+}
+
+// One consumer warpgroup's walk (thread ct of the 256 consumer threads).
+template <typename Traits>
+struct Consumer {
+  using Element = typename Traits::Element;
+  static constexpr int M = Traits::kBlockM, N = Traits::kBlockN, Dp = Traits::kHeadDim, DT = Dp / 8;
+  static constexpr int kBandStride = HopperLayout<Traits>::kBandStride;
+
+  const AttnKernelParams& p;
+  const HopperCta<Traits>& c;
+  const BodyCta& cta;
+  const BandRecords& bands;
+  int ct, group, warp, lane, tq;  // warp: the consumer warp (0..7), 16 rows each
+  int row0;                       // the lane's first row (rows row0 and row0 + 8)
+  int my_row;                     // the row this lane keeps per-row state for (lanes 0..15)
+  bool owner;
+  uint32_t q_group;               // shared address of the group's first slot row
+  OnlineSoftmax<1> softmax;
+  float o[Dp / 2];
+  RingSlot<Traits::kStages> slot;
+
+  __device__ __forceinline__ Consumer(const AttnKernelParams& p_, const HopperCta<Traits>& c_, const BodyCta& cta_,
+                                      const BandRecords& bands_, int ct_)
+      : p(p_), c(c_), cta(cta_), bands(bands_), ct(ct_) {
+    group = ct / 128;
+    warp = ct / 32;
+    lane = ct % 32;
+    tq = lane % 4;
+    row0 = 16 * warp + lane / 4;
+    my_row = 16 * warp + (lane & 15);
+    owner = lane < 16;
+    q_group = hopper::smem_u32(c.sQ + core_row<Dp>(Traits::kGroupRows * group));
+    softmax.init();
+#pragma unroll
+    for (int i = 0; i < Dp / 2; ++i) o[i] = 0.f;
+  }
+
+  __device__ __forceinline__ void sync_consumers() const {
+    hopper::named_barrier_sync(kConsumersBarrier, Traits::kConsumerThreads);
+  }
+  __device__ __forceinline__ uint32_t stage_k(int stage) const {
+    return hopper::smem_u32(c.sK + stage * Traits::kKVElems);
+  }
+  __device__ __forceinline__ uint32_t stage_v(int stage) const {
+    return hopper::smem_u32(c.sV + stage * Traits::kKVElems);
+  }
+  // The group is done with the current stage (its wgmma retired): one arrival per warpgroup.
+  __device__ __forceinline__ void release() {
+    if (ct % 128 == 0) hopper::mbarrier_arrive(&c.empty[slot.stage]);
+    slot.advance();
+  }
+
+  // The Hn bands (plan.h hn_bands, band_columns) while the slot holds variant v: per side whose blocks v
+  // scores, the band's summary rows as a 16-key tile and a 64 x 16 product per group.
+  __device__ __forceinline__ void band_dots(QVar v) {
+    const PreparedArrays& a = p.kv;
+    const Element* src = static_cast<const Element*>(v == QVar::kNat ? a.s_nat : a.s_grp) + cta.bh * a.sum_stride;
+#pragma unroll 1
+    for (int side = 0; side < 2; ++side) {
+      if (!bands.uses(side, v)) continue;
+      const int32_t k0 = bands.first(side), nb = bands.blocks(side);
+#pragma unroll 1
+      for (int x = ct; x < kBandBlocks * Traits::kChunks; x += Traits::kConsumerThreads) {
+        const int r = x / Traits::kChunks, col = (x % Traits::kChunks) * 8;
+        uint4 val = make_uint4(0u, 0u, 0u, 0u);
+        if (r < nb) val = *reinterpret_cast<const uint4*>(src + int64_t(k0 + r) * Dp + col);
+        *reinterpret_cast<uint4*>(c.sBandK + core_offset<Dp>(r, col)) = val;
+      }
+      hopper::fence_proxy_async_shared();
+      sync_consumers();
+      float sc[kBandBlocks / 2];
+      qk_issue<Traits, kBandBlocks>(sc, q_group, hopper::smem_u32(c.sBandK));
+      hopper::wgmma_commit();
+      hopper::wgmma_wait<0>();
+      const BandEdge e = band_edge(side, v);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 8 * h;
+        const Bounds b = band_columns(e, reinterpret_cast<const int32_t*>(c.sRow + row)[e.field], k0, nb);
+        float* out = c.sBand + (side * M + row) * kBandStride;
+#pragma unroll
+        for (int n = 0; n < kBandBlocks / 8; ++n)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int col = n * 8 + 2 * tq + j;
+            if (uint32_t(col - b.lo) < uint32_t(b.hi - b.lo)) out[col] = sc[4 * n + 2 * h + j];
+          }
+      }
+      sync_consumers();  // both groups read the band tile (the next side or variant overwrites it)
+    }
+  }
+
+  // The slot's variants from fill slot `from` to `to` that the tile needs: after a barrier that ends every
+  // consumer's use of the slot (their wgmma retired), the fill (lanes 0..15 of each warp, a row each), the
+  // async-proxy fence (wgmma reads the slot), a barrier, the straddling blocks' dots and the bands.
+  __device__ __forceinline__ void fill_slots(int32_t from, int32_t to) {
+#pragma unroll 1
+    for (int32_t at = from; at <= to; ++at) {
+      const QVar v = variant_at(at);
+      if (!((cta.needed >> int(v)) & 1)) continue;
+      sync_consumers();
+      Element* row = c.sQ + core_row<Dp>(my_row);
+      if (owner) fill_slot_row<Traits, true>(p, cta, v, my_row, row);
+      hopper::fence_proxy_async_shared();
+      sync_consumers();
+      if (owner) straddling_dots<Traits, true>(p, cta, v, my_row, row, c.sRow, c.sMixA, c.sMixB);
+      band_dots(v);
+    }
+  }
+
+  __device__ __forceinline__ WarpTile<Element> warp_tile_of(const KvTile& t, TileWork work, float bias) const {
+    return WarpTile<Element>{nullptr, nullptr, nullptr, lane, row0, work, false, false, t, -1, c.sLo, c.sHi,
+                             nullptr, 0, 0, p.scale_log2, bias, 0.f};
+  }
+
+  // Logits and softmax of the group's scores s on a tile (tile_logits, OnlineSoftmax), P into a, then
+  // P V issued (not committed).
+  template <int kCols, bool kLogits>
+  __device__ __forceinline__ void softmax_pv(float (&s)[kCols / 2], uint32_t (&a)[kCols / 16][4],
+                                             const WarpTile<Element>& w, uint32_t v) {
+    auto& blocks = as_blocks<kCols>(s);
+    if constexpr (kLogits) tile_logits<1, kCols>(blocks, w);
+    softmax.template update<kCols / 8, DT>(blocks, as_blocks<Dp>(o), w.scale_log2, w.bias);
+    pack_p<Traits, kCols>(a, s);
+    pv_issue<Traits, kCols>(o, a, v);
+  }
+
+  // A masked-loop tile of kCols columns for the group: scores (Q K^T, or given), then softmax_pv; retired.
+  template <int kCols>
+  __device__ __forceinline__ void masked_tile(const WarpTile<Element>& w) {
+    float s[kCols / 2];
+    if (w.given == nullptr) {
+      qk_issue<Traits, kCols>(s, q_group, stage_k(slot.stage));
+      hopper::wgmma_commit();
+      hopper::wgmma_wait<0>();
+    } else {
+      given_scores<1, kCols / 8>(as_blocks<kCols>(s), w.given, w.given_rows, w.given_cols, w.row0, tq);
+    }
+    uint32_t a[kCols / 16][4];
+    softmax_pv<kCols, true>(s, a, w, stage_v(slot.stage));
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+  }
+
+  // The unmasked loop over a run (FlashAttention's: every row sees every key, no fix-up), the next tile's
+  // Q K^T in flight during the current tile's softmax. `cur` is the run's first tile; on return, the tile
+  // after the run.
+  __device__ __forceinline__ void unmasked_run(SpanCursor& cursor, KvTile& cur) {
+    float s[N / 2];
+    hopper::mbarrier_wait_parity(&c.full[slot.stage], slot.phase);
+    qk_issue<Traits, N>(s, q_group, stage_k(slot.stage));
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+#pragma unroll 1
+    for (;;) {
+      KvTile nxt;
+      cursor.advance(c.sSpan, c.spans, nxt);
+      const bool more = nxt.cont;  // the run goes on: the same slot, the next stage
+      RingSlot<Traits::kStages> next = slot;
+      next.advance();
+      float s_next[N / 2];
+      if (more) {
+        hopper::mbarrier_wait_parity(&c.full[next.stage], next.phase);
+        qk_issue<Traits, N>(s_next, q_group, stage_k(next.stage));
+        hopper::wgmma_commit();
+      }
+      uint32_t a[N / 16][4];
+      softmax_pv<N, false>(s, a, warp_tile_of(cur, TileWork::kFull, c.sRec[cur.record].bias_log2),
+                           stage_v(slot.stage));
+      hopper::wgmma_commit();
+      hopper::wgmma_wait<0>();  // the next tile's Q K^T and this tile's P V
+      release();
+      cur = nxt;
+      if (!more) return;
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) s[i] = s_next[i];
+    }
+  }
+
+  // The masked loop over a run: per record each row's bounds, per tile the warps' votes and the group's.
+  __device__ __forceinline__ void masked_run(SpanCursor& cursor, KvTile& cur) {
+    const Geometry& g = p.geo;
+    const bool valid = my_row < cta.nrows;
+#pragma unroll 1
+    do {
+      KvTile nxt;
+      cursor.advance(c.sSpan, c.spans, nxt);
+      hopper::mbarrier_wait_parity(&c.full[slot.stage], slot.phase);
+      const Record rec = c.sRec[cur.record];
+      if (__any_sync(0xffffffffu, cur.record != c.sCurrent[warp])) {  // a new record: each row's bounds
+        c.sCurrent[warp] = cur.record;  // every lane the same value, after every lane read it (the vote)
+        if (owner) {
+          const Bounds b = record_bounds(g, rec, c.sRow[my_row], cta.i0 + my_row);
+          c.sLo[my_row] = b.lo;
+          c.sHi[my_row] = b.hi;
+          const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
+          if (rec.flags & kRecBand) {  // this row's straddling block joins the band's scores
+            const int32_t blk = x == 0 ? c.sRow[my_row].mix[0] : c.sRow[my_row].mix[1];
+            if (valid && blk >= rec.k0 && blk < rec.k0 + rec.n)
+              c.sBand[(x * M + my_row) * kBandStride + blk - rec.k0] =
+                  straddling_score(g, blk, c.sMixA[x * M + my_row], c.sMixB[x * M + my_row]);
+          } else if (rec.flags & kRecDirect) {
+            c.sRaw[my_row] =
+                b.hi > b.lo ? straddling_score(g, b.lo, c.sMixA[x * M + my_row], c.sMixB[x * M + my_row]) : 0.f;
+          }
+        }
+        __syncwarp();  // the warp's rows' bounds are in shared memory
+      }
+      cur.excluded = (rec.flags & kRecExclude) ? exclusion_bits(g, c.sRet, c.k, cur.a, cur.n) : 0;
+      const Bounds mine{c.sLo[my_row], c.sHi[my_row]};
+      const bool row = owner && valid;  // lanes 16..31 hold the same rows: no vote of their own
+      TileWork work = classify(__all_sync(0xffffffffu, row_sees_all(mine, cur, row)),
+                               __any_sync(0xffffffffu, row_sees_any(mine, cur, row)), rec);
+      if (hopper::named_barrier_or(kGroupBarrier0 + group, 128, work != TileWork::kSkip)) {
+        if (work == TileWork::kSkip) work = TileWork::kMasked;  // no row of the warp sees a key: all -inf
+        const int32_t ragged = ragged_column(g, rec, cur);
+        WarpTile<Element> w = warp_tile_of(cur, work, rec.bias_log2);
+        w.fixups = has_column_fixups(cur, ragged);
+        w.sums = (rec.flags & kRecWindowSums) != 0;
+        w.ragged = ragged;
+        w.last_bias = g.log2_last_block;
+        if (cur.width == kCtrlCols) {  // control keys, a direct record or an Hn band: 16 columns
+          const bool band = (rec.flags & kRecBand) != 0;
+          w.given = band ? c.sBand + (Scope(rec.scope) == Scope::kMixedLeft ? 0 : M) * kBandStride
+                    : (rec.flags & kRecDirect) ? c.sRaw : nullptr;
+          w.given_rows = band ? kBandStride : 1;
+          w.given_cols = band ? 1 : 0;
+          w.sums = false;
+          masked_tile<kCtrlCols>(w);
+        } else {
+          masked_tile<N>(w);
+        }
+      }
+      release();
+      cur = nxt;
+    } while (cur.cont);
+  }
+
+  // The walk over the spans: per run, the slot's fills since the run before, then its loop; once the tiles
+  // are done, the variants straddling blocks may still need.
+  __device__ __forceinline__ void walk() {
+    SpanCursor cursor;
+    KvTile cur;
+    cursor.advance(c.sSpan, c.spans, cur);
+#pragma unroll 1
+    for (;;) {
+      int32_t kind, from;
+      cursor.run(c.sSpan, c.spans, kind, from);
+      fill_slots(from, kind >= 0 ? kind >> 1 : kVariantSlots - 1);
+      if (kind < 0) break;
+      if (!(kind & 1)) unmasked_run(cursor, cur);
+      else masked_run(cursor, cur);
+    }
+  }
+
+  // O / l in the element type, staged through the slot (rows of Dp elements) so that rows leave in 16-byte
+  // stores; the log-sum-exp per row.
+  __device__ __forceinline__ void epilogue() {
+    float row_sum[2];
+    softmax.finish(row_sum);
+    sync_consumers();  // every group is done with the slot
+    Element* staged = c.sQ;
+    const int64_t out0 = cta.row0;
+    const int32_t nrows = cta.nrows;
+    constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      const float inv = __fdividef(1.f, row_sum[h]);
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt)
+        store2(staged + row * Dp + dt * 8 + 2 * tq, o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+      if (tq == 0 && row < nrows) p.lse[out0 + row] = (softmax.m[h] + __log2f(row_sum[h])) * kLn2;
+    }
+    __syncwarp();
+    Element* out = static_cast<Element*>(p.out);
+    constexpr int kChunk = 8;
+    if (p.D % kChunk == 0) {  // rows of D elements stay 16-byte aligned
+#pragma unroll 1
+      for (int x = lane; x < 16 * Traits::kChunks; x += 32) {
+        const int row = 16 * warp + x / Traits::kChunks, col = (x % Traits::kChunks) * kChunk;
+        if (row < nrows && col < p.D)
+          *reinterpret_cast<uint4*>(out + (out0 + row) * p.D + col) =
+              *reinterpret_cast<const uint4*>(staged + row * Dp + col);
+      }
+    } else {
+#pragma unroll 1
+      for (int x = lane; x < 16 * Dp; x += 32) {
+        const int row = 16 * warp + x / Dp, col = x % Dp;
+        if (row < nrows && col < p.D) out[(out0 + row) * p.D + col] = staged[row * Dp + col];
+      }
+    }
+  }
+};
+
+// A body CTA: the prologue (every thread), then the roles.
+template <typename Traits>
+__device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
+  using Element = typename Traits::Element;
+  using Layout = HopperLayout<Traits>;
+  constexpr int M = Traits::kBlockM, kThreads = Traits::kThreads, kStages = Traits::kStages;
+  const Geometry& g = p.geo;
+
+  // This grid holds the body tiles only (the control CTAs run on the mma.sync kernel): tile index past them.
+  const int32_t control = p.control_tiles * p.control_chunks;
+  const int32_t head = p.by_ctas_per_head.div(int32_t(blockIdx.x));  // b * Hq + h
+  const QueryTile t = query_tile<M>(p, control + p.by_ctas_per_head.mod(int32_t(blockIdx.x)));
+  if (t.nrows <= 0) return;  // the whole CTA leaves before any barrier
+  const int32_t batch = p.by_Hq.div(head), h = p.by_Hq.mod(head);
+  const int32_t bh = batch * p.Hkv + p.by_group.div(h);
+
+  RSWA_DYNAMIC_SHARED(smem);
+  HopperCta<Traits> c;
+  c.sQ = reinterpret_cast<Element*>(smem);
+  c.sK = reinterpret_cast<Element*>(smem + Layout::kK);
+  c.sV = reinterpret_cast<Element*>(smem + Layout::kV);
+  c.full = reinterpret_cast<uint64_t*>(smem + Layout::kBars);
+  c.empty = c.full + kStages;
+  Record* sRec = reinterpret_cast<Record*>(smem + Layout::kRecords);
+  c.sRec = sRec;
+  c.sSpan = reinterpret_cast<const TileSpan*>(smem + uint32_t(Layout::spans(p.max_records)));
+  auto* sArrays = reinterpret_cast<RecordArrays<Element>*>(smem + uint32_t(Layout::arrays(p.max_records, p.retrieved_k)));
+  c.sArrays = sArrays;
+  int32_t* sRet = reinterpret_cast<int32_t*>(smem + uint32_t(Layout::retrieved(p.max_records, p.retrieved_k)));
+  c.sRet = sRet;
+  c.sLo = reinterpret_cast<int32_t*>(smem + Layout::kRows);
+  c.sHi = c.sLo + M;
+  c.sMixA = reinterpret_cast<float*>(c.sHi + M);
+  c.sMixB = c.sMixA + 2 * M;
+  c.sRaw = c.sMixB + 2 * M;
+  c.sCurrent = reinterpret_cast<int32_t*>(c.sRaw + M);
+  c.sRow = reinterpret_cast<RowGeometry*>(smem + Layout::kGeometry);
+  c.sBandK = reinterpret_cast<Element*>(smem + uint32_t(Layout::band_k(p.max_records, p.retrieved_k)));
+  c.sBand = reinterpret_cast<float*>(smem + uint32_t(Layout::band_logits(p.max_records, p.retrieved_k)));
+  RSWA_STATIC_SHARED(BandRecords, shared_bands);
+  RSWA_STATIC_SHARED(BodyCta, cta);
+
+  const int tid = threadIdx.x;
+  // ---- prologue: records and spans, retrieved blocks, rows (attn_kernel's, over 384 threads) ------------------
+  const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
+  const int32_t count = p.record_count[2 * plan];
+  c.spans = p.record_count[2 * plan + 1];
+  const int4* src = reinterpret_cast<const int4*>(records_of(p, p.records, plan));
+#pragma unroll 1
+  for (int x = tid; x < p.max_records + c.spans; x += kThreads) reinterpret_cast<int4*>(sRec)[x] = src[x];
+  c.k = p.retrieved != nullptr ? p.retrieved_k : 0;
+  const int32_t* given = c.k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * c.k : nullptr;
+#pragma unroll 1
+  for (int x = tid; x < c.k; x += kThreads) sRet[x] = given[x];
+  __syncthreads();
+#pragma unroll 1
+  for (int x = tid; x < count; x += kThreads) {
+    RecordArrays<Element> ra;
+    record_arrays<Element>(p.kv, KeySet(sRec[x].keys), bh, batch, bh - batch * p.Hkv, Traits::kHeadDim, ra);
+    sArrays[x] = ra;
+  }
+  const bool row_thread = tid < M;
+  RowGeometry me{};
+  if (row_thread) {
+    me = row_geometry(g, t.i0 + tid, sRet, c.k);
+    c.sRow[tid] = me;
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      c.sMixA[x * M + tid] = 0.f;
+      c.sMixB[x * M + tid] = 0.f;
+    }
+  }
+  if (tid < Traits::kConsumerThreads / 32) c.sCurrent[tid] = -1;
+  uint32_t any = 0;  // bit x: some row has a straddling block on side x
+#pragma unroll
+  for (int x = 0; x < 2; ++x)
+    any |= uint32_t(__syncthreads_or(row_thread && tid < t.nrows && me.mix[x] >= 0) != 0) << x;
+  const uint32_t needed = variants_needed(sRec, count, any & 1, any & 2);
+  const BandRecords bands = BandRecords::find(sRec, count);
+  if (bands.n[0] + bands.n[1] > 0)
+#pragma unroll 1
+    for (int x = tid; x < 2 * M * Layout::kBandStride; x += kThreads) c.sBand[x] = -INFINITY;
+  if (tid == 0) {
+    shared_bands = bands;
+    const int32_t n0 = g.C + t.i0 - p.first_row;  // q row of the tile's first row
+    const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, n0);
+    cta = BodyCta{q_rows, int64_t(head) * p.Nq + n0, t.i0, t.nrows, bh, needed, slot_rows_in_chunks<Traits>(p, q_rows)};
+#pragma unroll 1
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbarrier_init(&c.full[s], 32);                  // the producer warp's lanes
+      hopper::mbarrier_init(&c.empty[s], Traits::kConsumers);  // one arrival per consumer warpgroup
+    }
+    hopper::fence_barrier_init();
+  }
+  __syncthreads();  // the plan, the rows, cta and the barriers are published
+
+  // ---- the roles ------------------------------------------------------------------------------------------------
+  if (tid < 128) {
+    hopper::setmaxnreg_dec<Traits::kProducerRegs>();
+    if (tid < 32) produce<Traits>(c, tid);
+    return;
+  }
+  hopper::setmaxnreg_inc<Traits::kConsumerRegs>();
+  Consumer<Traits> consumer(p, c, cta, shared_bands, tid - 128);
+  consumer.walk();
+  consumer.epilogue();
+}
+
+// The kernel: its body only where wgmma and setmaxnreg exist (the sm_90a pass, and the host SIMT emulation);
+// other passes of the build (sm_80 SASS, its PTX) get an empty kernel that the host never launches
+// (hopper/body_launch.h hopper_kernel_built).
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1) hopper_attn_kernel(const __grid_constant__ AttnKernelParams p) {
+#if defined(RANGESWA_SIMT) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  hopper_body_cta<Traits>(p);
+#endif
+}
+
+}  // namespace rangeswa::cuda

@@ -1,0 +1,103 @@
+// The sm_90a body kernel's sizes and shared memory (hopper/body_kernel.h): the same plan as the mma.sync
+// kernel (128-row query tiles, KV tiles of kv_tile_cols keys, 16-column tiles for control keys, direct
+// records and Hn bands), three warpgroups (a producer, two consumers of 64 rows each: wgmma's M), and
+// every wgmma operand in shared memory in the canonical no-swizzle layout of core matrices (PTX ISA
+// 9.7.15.5.1.2: 8 rows of 16 bytes, 128 contiguous bytes each).
+//
+// Core-matrix layout of a tile of R rows x Dp 16-bit columns (the query slot, a K or V stage, the Hn band's
+// summary rows): element (row, d) at element offset (row / 8) 8 Dp + (d / 8) 64 + (row % 8) 8 + d % 8, i.e.
+// 8-row groups 16 Dp bytes apart, the 16-byte chunks of a group 128 bytes apart. Read by wgmma through
+//   K-major descriptors (the query slot as A, keys as B: mn = row, k = d): LBO = 128 (the next 8 d),
+//     SBO = 16 Dp (the next 8 rows); the k16 step ks starts 256 ks bytes in;
+//   MN-major descriptors (values as B of P V: mn = d, k = key): SBO = 128 (the next 8 d), LBO = 16 Dp (the
+//     next 8 keys); the key step ks starts 32 Dp ks bytes in.
+// A row's 16-byte chunks are whole, so the producer's cp.async copies and the slot's fills write 16 bytes at a
+// time (mainloop.h slot_col<true> is the column part of this offset).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "../kernel_traits.h"
+#include "../mainloop.h"
+#include "../plan.h"
+#include "../tile.h"
+
+namespace rangeswa::cuda {
+
+template <typename Element_, int kHeadDim_>
+struct HopperTraits {
+  using Element = Element_;
+  static_assert(!std::is_same_v<Element, float>, "wgmma takes 16-bit operands: fp32 stays on the mma.sync kernel");
+  static constexpr bool kTensorCores = true;
+  static constexpr int kHeadDim = kHeadDim_;  // padded
+  static constexpr int kBlockM = kAttnTileRows;                  // the plan's query tile
+  static constexpr int kBlockN = kv_tile_cols(true, kHeadDim);   // the plan's KV tile
+  static constexpr int kGroupRows = 64;                          // a consumer warpgroup's rows: wgmma's M
+  static constexpr int kConsumers = kBlockM / kGroupRows;        // consumer warpgroups
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = 128 + kConsumerThreads;        // warpgroup 0 produces
+  static constexpr int kStages = 4;                              // K/V stages of the mbarrier ring
+  // setmaxnreg: the producer gives registers up, the consumers take them (128 x 40 + 256 x 232 <= 64K).
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  static constexpr int kKVElems = kBlockN * kHeadDim;
+
+  static_assert(kConsumers == 2, "two consumer warpgroups");
+  static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "the register file");
+  static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "whole k16 steps");
+};
+
+// Element offset of (row, d) in a core-matrix tile of Dp columns (the header comment).
+template <int Dp>
+RSWA_HD int core_row(int row) {
+  return (row / 8) * 8 * Dp + (row % 8) * 8;
+}
+template <int Dp>
+RSWA_HD int core_offset(int row, int d) {
+  return core_row<Dp>(row) + slot_col<true>(d);
+}
+
+// Barrier ids of the consumers' named barriers (hopper.h named_barrier_*; 0 is __syncthreads'): both
+// consumer warpgroups, then one per warpgroup.
+inline constexpr int kConsumersBarrier = 1;
+inline constexpr int kGroupBarrier0 = 2;
+
+// Shared memory of the body kernel: the query slot, the K and V stages, the ring's mbarriers; per row its
+// bounds in the current record, its straddling blocks' parts and a direct record's score, and per consumer
+// warp the record whose bounds they hold; the rows' RowGeometry; the plan (records and spans), the records'
+// arrays and the retrieved blocks; the Hn bands' summary tile and logits.
+template <typename Traits>
+struct HopperLayout {
+  using Element = typename Traits::Element;
+  static constexpr int M = Traits::kBlockM, Dp = Traits::kHeadDim;
+  static constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+  static constexpr size_t kK = size_t(M) * Dp * sizeof(Element);
+  static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
+  static constexpr size_t kBars = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
+  static constexpr size_t kRows = kBars + align16(size_t(2) * Traits::kStages * sizeof(uint64_t));
+  static constexpr size_t kGeometry = kRows + size_t(M) * 7 * 4 + 4 * 8;
+  static constexpr size_t kRecords = align16(kGeometry + size_t(M) * sizeof(RowGeometry));
+  static constexpr size_t spans(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
+  static constexpr size_t arrays(int max_records, int k) {
+    return spans(max_records) + size_t(max_spans(k)) * sizeof(TileSpan);
+  }
+  static constexpr size_t retrieved(int max_records, int k) {
+    return arrays(max_records, k) + size_t(max_records) * sizeof(RecordArrays<Element>);
+  }
+  static constexpr int kBandStride = kBandBlocks + 1;
+  static constexpr size_t band_k(int max_records, int k) { return align16(retrieved(max_records, k) + size_t(k) * 4); }
+  static constexpr size_t band_logits(int max_records, int k) {
+    return band_k(max_records, k) + size_t(kBandBlocks) * Dp * sizeof(Element);
+  }
+  static constexpr size_t bytes(int max_records, int k, bool band) {
+    return band ? band_logits(max_records, k) + size_t(2) * M * kBandStride * sizeof(float)
+                : retrieved(max_records, k) + size_t(k) * 4;
+  }
+  static_assert(kK % 128 == 0 && kV % 128 == 0 && kBars % 16 == 0 && kRows % 16 == 0, "aligned tiles and barriers");
+  static_assert(Traits::kConsumers * 4 <= 8, "a record index per consumer warp");
+};
+
+}  // namespace rangeswa::cuda
