@@ -26,6 +26,12 @@ Every tensor-core source instantiates the kernel with two K/V stages and with th
 runs three where shared memory holds two CTAs per SM with it): both are held to every limit, the three-stage
 kernel's figures under 'stages3'.
 
+The sm_90a body kernel (hopper/body_kernel.h; attn_hopper_{bf16,fp16}.cu, issue 30) has limits of its own
+(HOPPER_LIMITS, hopper_gate): no spills / stack / local memory, no CALL, HGMMA present at a work share of at
+least 4% (each m64nNk16 counted as N / 8 m16n8k16), the register split per role read off its setmaxnreg
+instructions (producer 40, consumers 232) and honoured by ptxas, at most 12,000 static SASS instructions;
+tests/test_cuda_gates_hopper.py holds every head dim to them.
+
 tests/test_cuda_gates.py runs the same checks in the test suite; scripts/gpu_check.sh runs this script on
 the GPU machine's toolchain.
 """
@@ -522,6 +528,90 @@ def _measure_kernel(cubin: str, report: str, src: str, kernel: str) -> dict:
     return stats
 
 
+# ---- the sm_90a body kernel (hopper/body_kernel.h; issue 30) -------------------------------------------------
+HOPPER_SOURCES = ("csrc/cuda/attn_hopper_bf16.cu", "csrc/cuda/attn_hopper_fp16.cu")
+HOPPER_KERNEL = "hopper_attn_kernel"
+# Its limits: no spills, stack or local memory; no CALL (division or other); the register split of
+# hopper/body_layout.h HopperTraits (setmaxnreg: the producer warpgroup down to 40, the two consumer warpgroups
+# up to 232, within the 64K register file) present in the SASS; HGMMA present, at least 4% of the static SASS (the mma.sync kernel's HMMA limit);
+# at most 12,000 static SASS instructions per instantiation (one kernel holds the unmasked loop, the masked
+# loop with 16- and kBlockN-column tiles, the fills, the bands and the epilogue). The HGMMA share counts each
+# HGMMA m64nNk16 as the N / 8 m16n8k16 a warp does with it (hgmma_work_share; the plain count, hgmma_share, is
+# reported beside it): the same unit as the mma.sync kernel's HMMA share.
+HOPPER_LIMITS = dict(producer_regs=40, consumer_regs=232, consumer_threads=256, max_sass=12000, min_hgmma_share=0.04)
+HGMMA_SHAPE = re.compile(r"\bHGMMA\.(\d+x\d+x\d+)")
+SETMAXREG = re.compile(r"USETMAXREG\.(DEALLOC|TRY_ALLOC)\S*\s+(?:U?P\d+,\s*)?(0x[0-9a-f]+|\d+)")
+
+
+def hopper_kernel_name(head_dim: int) -> str:
+    """A substring of the mangled name of hopper_attn_kernel<HopperTraits<Element, head_dim>> (its last template
+    argument, then the parameter list), unique in an attn_hopper_<dtype>.cu cubin (it holds these kernels only)."""
+    return f"Li{head_dim}EEEEEvNS0_16AttnKernelParamsE"
+
+
+def register_roles(cubin: str, kernel: str) -> dict:
+    """The setmaxnreg values of a kernel's SASS: {'producer': [DEALLOC values], 'consumer': [TRY_ALLOC values]}."""
+    roles = dict(producer=[], consumer=[])
+    for _, _, line in function_sass(cubin, kernel):
+        m = SETMAXREG.search(line)
+        if m:
+            roles["producer" if m.group(1) == "DEALLOC" else "consumer"].append(int(m.group(2), 0))
+    return roles
+
+
+def hopper_failures(stats: dict) -> list[str]:
+    """The limits a compiled Hopper body kernel breaks (empty: it passes)."""
+    out, L = [], HOPPER_LIMITS
+    if stats["spill_stores"] or stats["spill_loads"] or stats["stack"] or stats["local"]:
+        out.append(f"spills / stack / local memory: {stats['spill_stores']} B stored, {stats['stack']} B stack, "
+                   f"{stats['local']} local instructions")
+    if stats["calls"]:
+        out.append(f"{len(stats['calls'])} CALLs ({len(stats['division_calls'])} into division subroutines)")
+    if stats["hgmma"] == 0 or stats["hgmma_work_share"] < L["min_hgmma_share"]:
+        out.append(f"HGMMA {stats['hgmma']} ({stats['hgmma_work_share']:.2%} of the SASS in m16n8k16 units) < "
+                   f"{L['min_hgmma_share']:.0%}")
+    if stats["instructions"] > L["max_sass"]:
+        out.append(f"static SASS {stats['instructions']} > {L['max_sass']}")
+    roles = stats["setmaxnreg"]
+    if set(roles["producer"]) != {L["producer_regs"]} or set(roles["consumer"]) != {L["consumer_regs"]}:
+        out.append(f"register split {roles} is not producer {L['producer_regs']} / consumers {L['consumer_regs']}")
+    if 128 * L["producer_regs"] + L["consumer_threads"] * L["consumer_regs"] > 65536:
+        out.append("the register split exceeds the 64K register file")
+    if stats["setmaxnreg_ignored"]:
+        out.append("ptxas ignored setmaxnreg (warning C7508)")
+    return out
+
+
+def hopper_gate(sources=HOPPER_SOURCES, head_dims=(64, 80, 128)) -> dict:
+    """Compiles the Hopper body kernel's sources for sm_90a and measures each head dim's instantiation:
+    {(source, head dim): stats with a 'failures' list}."""
+    if nvcc_path() is None or cuobjdump_path() is None:
+        raise FileNotFoundError("the gates need nvcc (CUDA_HOME) and cuobjdump (CUDA toolkit or the triton package)")
+    results = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for src in sources:
+            cubin, report = compile_kernel(src, "90a", workdir)
+            for d in head_dims:
+                name = hopper_kernel_name(d)
+                stats = dict(ptxas_stats(report, name), **sass_stats(cubin, name))
+                ops = [op for _, op, _ in function_sass(cubin, name)]
+                stats["hgmma"] = sum(op.startswith("HGMMA") for op in ops)
+                stats["hgmma_share"] = stats["hgmma"] / len(ops) if ops else 0.0
+                stats["hmma"] = sum(op.startswith("HMMA") for op in ops)
+                shapes = [m.group(1) for _, _, line in function_sass(cubin, name) for m in [HGMMA_SHAPE.search(line)] if m]
+                stats["hgmma_shapes"] = {sh: shapes.count(sh) for sh in sorted(set(shapes))}
+                # Each HGMMA m64nNk16 is a warp's N / 8 m16n8k16 (HMMA) of work: the share of the static SASS in
+                # those units, comparable with the mma.sync kernel's HMMA share.
+                equivalent = sum(int(sh.split("x")[1]) // 8 for sh in shapes)
+                stats["hgmma_hmma_equivalent"] = equivalent
+                stats["hgmma_work_share"] = equivalent / (len(ops) - len(shapes) + equivalent) if ops else 0.0
+                stats["setmaxnreg"] = register_roles(cubin, name)
+                stats["setmaxnreg_ignored"] = "C7508" in report
+                stats["failures"] = hopper_failures(stats)
+                results[(src, d)] = stats
+    return results
+
+
 def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dict:
     """Compiles and measures `src` per architecture: {arch: stats with a 'failures' list}."""
     if nvcc_path() is None or cuobjdump_path() is None:
@@ -561,7 +651,25 @@ def main(argv=None) -> int:
     except (FileNotFoundError, RuntimeError) as e:
         print(f"cuda_gates: {e}", file=sys.stderr)
         return 2
+    hopper = {}
+    if "90a" in tuple(args.arch or ("80", "90a")):
+        try:
+            hopper = hopper_gate()
+        except (FileNotFoundError, RuntimeError) as e:
+            print(f"cuda_gates: {e}", file=sys.stderr)
+            return 2
     ok = True
+    for (src, d), s in hopper.items():
+        roles = s["setmaxnreg"]
+        print(f"{Path(src).stem} D={d} sm_90a: registers {s['registers']} at entry (setmaxnreg: producer "
+              f"{sorted(set(roles['producer']))}, consumers {sorted(set(roles['consumer']))}), spills "
+              f"{s['spill_stores']} B, stack {s['stack']} B, local {s['local']}, SASS {s['instructions']}, HGMMA "
+              f"{s['hgmma']} ({s['hgmma_share']:.2%} of the instructions, {s['hgmma_work_share']:.2%} in m16n8k16 "
+              f"units; {s['hgmma_shapes']}), HMMA {s['hmma']}, CALLs "
+              f"{len(s['calls'])} (division {len(s['division_calls'])})")
+        for f in s["failures"]:
+            print(f"  FAIL {Path(src).stem} D={d} sm_90a: {f}")
+        ok = ok and not s["failures"]
     for (src, arch), s in spills.items():
         t = s.get("stages3", {})
         print(f"{Path(src).stem} sm_{arch}: registers {s['registers']}, spills {s['spill_stores']} B, stack {s['stack']} B; "
@@ -598,6 +706,7 @@ def main(argv=None) -> int:
         ok = ok and not s["failures"]
     if args.json:
         Path(args.json).write_text(json.dumps(dict(attn=results, prepare=prepare,
+                                                   hopper={f"{Path(k[0]).stem} D={k[1]}": v for k, v in hopper.items()},
                                                    spills={f"{Path(k[0]).stem} sm_{k[1]}": v for k, v in spills.items()}),
                                               indent=2))
     print("cuda_gates: PASS" if ok else "cuda_gates: FAIL")

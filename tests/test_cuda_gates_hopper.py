@@ -1,0 +1,81 @@
+"""Offline gates of the sm_90a body kernel (csrc/cuda/hopper/body_kernel.h, issue 30), no GPU needed: its
+bf16 and fp16 sources compiled by nvcc for sm_90a, ptxas's report and the SASS held to scripts/cuda_gates.py's
+HOPPER_LIMITS: no spills, stack or local memory; no CALL; HGMMA present at every product's shape (Q K^T at the
+KV tile's width and at 16 columns, P V at the head dim) and no HMMA; HGMMA's work share; the register split
+per role (setmaxnreg: the producer warpgroup at 40, the consumer warpgroups at 232) and ptxas honouring it;
+the static SASS size. One test per (source, head dim, limit).
+"""
+
+import os
+import re
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import cuda_gates  # noqa: E402
+
+HEAD_DIMS = (64, 80, 128)
+CASES = [(src, d) for src in cuda_gates.HOPPER_SOURCES for d in HEAD_DIMS]
+CASE_IDS = [f"{src.split('/')[-1][:-3]}-D{d}" for src, d in CASES]
+
+
+@pytest.fixture(scope="module")
+def measured():
+    if cuda_gates.nvcc_path() is None or cuda_gates.cuobjdump_path() is None:
+        pytest.skip("needs nvcc (CUDA_HOME) and cuobjdump (CUDA toolkit, or the triton package of torch's CUDA build)")
+    return cuda_gates.hopper_gate(head_dims=HEAD_DIMS)
+
+
+L = cuda_gates.HOPPER_LIMITS
+LIMIT_CHECKS = {
+    "no_spills_or_local_memory": lambda s: not (s["spill_stores"] or s["spill_loads"] or s["stack"] or s["local"]),
+    "no_calls": lambda s: not s["calls"] and not s["division_calls"],
+    "hgmma_share": lambda s: s["hgmma"] > 0 and s["hgmma_work_share"] >= L["min_hgmma_share"],
+    "static_sass": lambda s: s["instructions"] <= L["max_sass"],
+    "register_split": lambda s: (set(s["setmaxnreg"]["producer"]) == {L["producer_regs"]}
+                                 and set(s["setmaxnreg"]["consumer"]) == {L["consumer_regs"]}),
+    "setmaxnreg_honoured": lambda s: not s["setmaxnreg_ignored"],
+}
+
+
+@pytest.mark.parametrize("limit", sorted(LIMIT_CHECKS))
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_hopper_kernel_gate(measured, case, limit):
+    stats = measured[case]
+    assert LIMIT_CHECKS[limit](stats), f"{case} {limit}: {stats['failures']} ({stats})"
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_the_hopper_gate_sees_every_product(measured, case):
+    """The measured kernel is the wgmma one: Q K^T at the plan's KV tile width (64 keys, 32 at head dim 128)
+    and at 16 columns (control keys in body tiles, the Hn bands), P V at the head dim; no mma.sync in it (its
+    control CTAs run on the mma.sync kernel, another source)."""
+    _, d = case
+    stats = measured[case]
+    shapes = stats["hgmma_shapes"]
+    n = 64 if d <= 80 else 32
+    assert f"64x{n}x16" in shapes and "64x16x16" in shapes and f"64x{d}x16" in shapes, shapes
+    assert stats["hmma"] == 0
+    assert stats["hgmma_hmma_equivalent"] == sum(int(k.split("x")[1]) // 8 * v for k, v in shapes.items())
+
+
+def test_the_register_split_fits_the_register_file():
+    """The traits' split (hopper/body_layout.h) is the gate's, and 128 producer threads at its count plus 256
+    consumer threads at theirs fit a multiprocessor's 64K registers with the kernel alone on it."""
+    text = open(os.path.join(ROOT, "csrc", "cuda", "hopper", "body_layout.h")).read()
+    producer = int(re.search(r"kProducerRegs = (\d+)", text).group(1))
+    consumer = int(re.search(r"kConsumerRegs = (\d+)", text).group(1))
+    assert (producer, consumer) == (L["producer_regs"], L["consumer_regs"])
+    assert 128 * producer + L["consumer_threads"] * consumer <= 65536
+
+
+def test_the_register_role_parser_on_sass_lines():
+    """SETMAXREG reads both forms ptxas writes (the consumer's TRY_ALLOC with its predicate)."""
+    dealloc = "        /*0450*/                   USETMAXREG.DEALLOC.CTAPOOL 0x28 ;"
+    alloc = "        /*0c90*/                   USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8 ;"
+    m1, m2 = cuda_gates.SETMAXREG.search(dealloc), cuda_gates.SETMAXREG.search(alloc)
+    assert (m1.group(1), int(m1.group(2), 0)) == ("DEALLOC", 40)
+    assert (m2.group(1), int(m2.group(2), 0)) == ("TRY_ALLOC", 232)
+    assert cuda_gates.SETMAXREG.search("        /*0100*/   IMAD.MOV.U32 R1, RZ, RZ, 0x28 ;") is None
