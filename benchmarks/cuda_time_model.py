@@ -49,6 +49,7 @@ class Gpu:
     clock_hz: float
     hbm_bytes_s: float
     mma_sync_flops: float  # dense bf16 through mma.sync (Hopper's legacy path: about 2/3 of wgmma's peak)
+    wgmma_flops: float = 989e12  # dense bf16 through wgmma (the H100 / H200 SXM datasheet peak)
     latency_cycles: float = 500.0  # one dependent global round trip (L2 hits and HBM misses mixed)
     launch_gap_s: float = 4e-6  # between dependent kernel launches on one stream
     memory_efficiency: float = 0.85  # of the datasheet bandwidth that streaming kernels reach
@@ -82,10 +83,11 @@ class Phase:
     launches: int = 1
     efficiency: float | None = None  # None: the fitted attention-kernel efficiency
     fixed_s: float = 0.0  # a phase the model does not break down (named where used)
+    wgmma: bool = False  # its products run on wgmma (the sm_90a body kernel), not mma.sync
 
     def time(self, gpu: Gpu, efficiency: float) -> dict:
         eff = self.efficiency if self.efficiency is not None else efficiency
-        tensor = self.flops / gpu.mma_sync_flops
+        tensor = self.flops / (gpu.wgmma_flops if self.wgmma else gpu.mma_sync_flops)
         issue = self.ctas * self.warp_instructions / (gpu.sms * 4 * gpu.clock_hz * eff)
         memory = self.bytes / (gpu.hbm_bytes_s * gpu.memory_efficiency)
         waves = self.ctas / (gpu.sms * self.resident)
@@ -139,6 +141,13 @@ class Design:
     control_ctas_per_head: int = 8  # one per chunk of 1,024 keys at 8k (scaled with L)
     launches: int = 10
     sources: tuple[str, ...] = field(default_factory=tuple)
+    # The sm_90a body kernel (hopper/body_kernel.h): its products on wgmma, `warps` consumer warps of
+    # rows_per_cta / warps rows each, plus producer_warps warps that pay producer_tile per tile; `resident`
+    # CTAs per SM; its control CTAs in a launch of their own (the mma.sync kernel's, before the body's).
+    wgmma: bool = False
+    producer_warps: int = 0
+    producer_tile: float = 0.0
+    resident: int = 2
 
 
 # The first design (main c7e4b29), which ran. Static SASS counts by source line (DIAGNOSIS.md section 2:
@@ -232,6 +241,31 @@ SECOND_TARGETS = replace(
 )
 
 
+# The sm_90a body kernel (issue 30), as scripts/cuda_gates.py measures it (sm_90a, bf16, D = 64): a consumer
+# warp's (16 rows) cheapest trip around its unmasked loop with a whole tile's 8 HGMMA and the ring's mbarriers,
+# the same through the logit block, and a producer warp's trip that copies a whole tile (8 cp.async a thread).
+HOPPER_FULL_TILE_MEASURED = 321
+HOPPER_MASKED_TILE_MEASURED = 429
+HOPPER_PRODUCER_TILE_MEASURED = 180
+HOPPER = replace(
+    SECOND_NOW,
+    name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",
+    rows_per_cta=128, warps=8, wgmma=True, producer_warps=4, resident=1,
+    full_tile=HOPPER_FULL_TILE_MEASURED,
+    masked_extra=HOPPER_MASKED_TILE_MEASURED - HOPPER_FULL_TILE_MEASURED,
+    # A whole tile in the masked loop: the consumer's full tile plus the mma.sync kernel's vote overhead (its
+    # masked-loop whole tile less its full tile) and the group's bar.red (an estimate, not a measured trip).
+    masked_loop_full=HOPPER_FULL_TILE_MEASURED + (MASKED_LOOP_FULL_MEASURED - FULL_TILE_MEASURED) + 10,
+    producer_tile=HOPPER_PRODUCER_TILE_MEASURED,
+    # Per consumer warp: the prologue over 384 threads and the epilogue of 16 rows (the mma.sync kernel's
+    # estimate, unchanged); fills by 16 lanes a warp, the same round trips per fill.
+    sources=("consumer / producer tiles: the gate's SASS trips (sm_90a, hopper_tile_paths)",
+             "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 32-row warp (an upper bound "
+             "for 16-row warps)", "fills, prologue, straddling dots: the mma.sync kernel's figures",
+             "issue efficiency: the fit at 8 warps / SM, applied at 12"),
+)
+
+
 def _heads() -> int:
     return B * H
 
@@ -279,8 +313,10 @@ def body_phase(d: Design, census: dict, L: int, lite: bool) -> Phase:
     chain = (census["fills"] * d.fill_round_trips + (0 if lite else d.mixed_round_trips)) * H200.latency_cycles
     flops = 4.0 * census["cols_per_row"] * D * _heads() * L  # QK^T and PV, 2 flops a multiply-add
     kv_bytes = _heads() * L * D * ELEMENT_BYTES * (5 if not lite else 3)  # each prepared array read once
-    return Phase("body", ctas=ctas, warps_per_cta=d.warps, resident=2, warp_instructions=d.warps * per_warp,
-                 flops=flops, bytes=kv_bytes, chain_cycles=chain, launches=1)
+    producer = d.producer_warps * census["kv_tiles"] * d.producer_tile  # the Hopper kernel's copies
+    return Phase("body", ctas=ctas, warps_per_cta=d.warps + d.producer_warps, resident=d.resident,
+                 warp_instructions=d.warps * per_warp + producer, flops=flops, bytes=kv_bytes, chain_cycles=chain,
+                 launches=1, wgmma=d.wgmma)
 
 
 def control_phase(d: Design, L: int) -> Phase:
@@ -327,7 +363,10 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Ph
     census = dict(kv_tiles=e["kv_tiles"], masked=e["masked_tiles_per_cta"], logit=e["logit_path_tiles_per_warp"],
                   unmasked=e.get("unmasked_tiles", 0.0), fills=e["slot_fills"],
                   cols_per_row=e["cols_per_row"])
-    return [prepare_phase(d, L, case), selection_phase(L, case == "late"), plan_phase(L), control_phase(d, L),
+    control = control_phase(d, L)
+    if d.wgmma:  # hopper/body_launch.h: the control CTAs' grid before the body's
+        control = replace(control, launches=1)
+    return [prepare_phase(d, L, case), selection_phase(L, case == "late"), plan_phase(L), control,
             body_phase(d, census, L, case == "lite"), combine_phase(L)]
 
 
@@ -375,8 +414,8 @@ def main(argv=None) -> int:
     results = dict(date=datetime.date.today().isoformat(), issue_efficiency=eff,
                    first_design={k: dict(predicted_ms=v, measured_ms=FIRST_DESIGN_H200_MS[k]) for k, v in first.items()},
                    designs={})
-    ratios = {}
-    for d in (SECOND_REVIEWED, SECOND_NOW, SECOND_TARGETS):
+    ratios, hopper = {}, {}
+    for d in (SECOND_REVIEWED, SECOND_NOW, SECOND_TARGETS, HOPPER):
         print(f"\n{d.name}  [{'; '.join(d.sources)}]")
         print(f"  {'case':5s} {'L':>6s} | {'H200 ms':>8s} {'x SDPA':>7s} | {'H100 ms':>8s} | phases on the H200 (ms: the larger "
               "of t tensor, i issue, m memory, or f a fixed estimate; + exposed latency)")
@@ -392,8 +431,12 @@ def main(argv=None) -> int:
                                           phases={n: {k: v * 1e3 for k, v in r.items()} for n, r in rows})
                 if d is SECOND_NOW and L == 8192:
                     ratios[case] = x
+                if d is HOPPER:
+                    hopper[f"{case}|{L}"] = x
         results["designs"][d.name] = out
     Path(args.out).write_text(json.dumps(results, indent=1))
+    print(f"sm_90a body kernel, predicted: late {hopper['late|8192']:.1f}x / {hopper['late|32768']:.1f}x, lite "
+          f"{hopper['lite|8192']:.1f}x / {hopper['lite|32768']:.1f}x vs SDPA-flash at 8k / 32k")
     print(f"\npredicted 8k: late {ratios['late']:.1f}x, lite {ratios['lite']:.1f}x vs SDPA-flash; first design "
           f"{first['late']:.1f} ms / {first['lite']:.1f} ms predicted vs 65.4 / 16.7 measured")
     return 0

@@ -302,14 +302,17 @@ def masked_only_lines() -> dict[str, set[int]]:
     return out
 
 
-def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set | None = None) -> dict:
+def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set | None = None,
+              copy_ops: tuple[str, ...] = ("LDGSTS",), count_ops: tuple[str, ...] = ("HMMA", "HGMMA")) -> dict:
     """The cheapest trip around a tile loop that computes one whole KV tile: over the loops whose backward
     branch spans at least `mma_per_tile` MMAs, the trip with the fewest instructions from a loop's head back
     to it that issues at least `mma_per_tile` MMAs (Q K^T and P V of a 64-key tile: the path of a tile with
     no masking, no fix-ups and no query-slot fill) and issues the next tile's copy (an LDGSTS: the steady
     state, not the last tile). With `through` (addresses), the trip must also pass one of them (a masked
     tile's: the logit block). Predicated-off instructions count (they issue). Returns the trip's
-    instruction count and its opcodes' histogram."""
+    instruction count and its opcodes' histogram. copy_ops: the opcodes that stand for the next tile's copy
+    (the Hopper kernel's consumers copy nothing: their trip passes the ring's mbarriers, SYNCS, instead);
+    count_ops: the opcodes counted against `mma_per_tile` (the Hopper producer's trip counts its LDGSTS)."""
     # Every loop head whose backward branch spans enough MMAs: the compiler may rotate the tile loop and
     # enter it at more than one head, and lay other loops (the control walk) inside its span.
     heads = set()
@@ -317,22 +320,23 @@ def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set 
         t = BRANCH_TARGET.search(line)
         if op.startswith("BRA") and t and int(t.group(1), 16) <= address:
             head = int(t.group(1), 16)
-            if sum(o.startswith(("HMMA", "HGMMA")) for a, o, _ in sass if head <= a <= address) >= mma_per_tile:
+            if sum(o.startswith(count_ops) for a, o, _ in sass if head <= a <= address) >= mma_per_tile:
                 heads.add(head)
     graph = successors(sass)
-    trips = [_trip(sass, graph, head, mma_per_tile, through) for head in sorted(heads)]
+    trips = [_trip(sass, graph, head, mma_per_tile, through, copy_ops, count_ops) for head in sorted(heads)]
     trips = [t for t in trips if t["instructions"] is not None]
     return min(trips, key=lambda t: t["instructions"]) if trips else dict(instructions=None, mma=0, ops={})
 
 
 def _trip(sass: list[tuple[int, str, str]], graph: dict, best_head: int, mma_per_tile: int,
-          through: set | None) -> dict:
+          through: set | None, copy_ops: tuple[str, ...] = ("LDGSTS",),
+          count_ops: tuple[str, ...] = ("HMMA", "HGMMA")) -> dict:
     """tile_path's search from one loop head: the cheapest trip back to it (see tile_path)."""
     import heapq
 
     by_address = {a: (op, line) for a, op, line in sass}
-    is_mma = {a: op.startswith(("HMMA", "HGMMA")) for a, op, _ in sass}
-    is_copy = {a: op.startswith("LDGSTS") for a, op, _ in sass}
+    is_mma = {a: op.startswith(count_ops) for a, op, _ in sass}
+    is_copy = {a: op.startswith(copy_ops) for a, op, _ in sass}
     # seen: bit 0 the trip has issued a copy, bit 1 it has passed `through` (set from the start when there is
     # no such set); a trip ends at the head with both.
     need = through is not None
@@ -559,6 +563,30 @@ def register_roles(cubin: str, kernel: str) -> dict:
     return roles
 
 
+# HGMMA of one 64-key tile at head dim 64 for a consumer warpgroup: Q K^T 4 (m64n64k16 over 4 k16 steps) and
+# P V 4 (m64n64k16 over 4 key steps).
+HOPPER_TILE_HGMMA = 8
+# cp.async of one such tile per producer thread: 64 keys x 8 chunks over 128 threads, keys and values.
+HOPPER_TILE_COPIES = 8
+
+
+def hopper_tile_paths(cubin: str, kernel: str) -> dict:
+    """Per-warp trips of the Hopper kernel at head dim 64 (what the time model reads): a consumer warp's
+    cheapest trip around a tile loop with a whole tile's 8 HGMMA and the ring's mbarriers (its unmasked loop),
+    the same through the logit block (a masked tile), and a producer warp's trip around its span walk that
+    copies a whole tile (8 cp.async per thread) and passes the ring's mbarriers."""
+    sass = function_sass(cubin, kernel)
+    full = tile_path(sass, HOPPER_TILE_HGMMA, copy_ops=("SYNCS",))
+    lines = source_lines(cubin, kernel)
+    first, last = logit_block_lines()
+    block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    masked = tile_path(sass, HOPPER_TILE_HGMMA, through=block, copy_ops=("SYNCS",)) if block else dict(instructions=None)
+    copy = tile_path(sass, HOPPER_TILE_COPIES, copy_ops=("SYNCS",), count_ops=("LDGSTS",))
+    return dict(consumer_full_tile=full["instructions"], consumer_full_tile_hgmma=full.get("mma"),
+                consumer_full_tile_ops=full.get("ops", {}), consumer_masked_tile=masked["instructions"],
+                producer_tile=copy["instructions"], producer_tile_ops=copy.get("ops", {}))
+
+
 def hopper_failures(stats: dict) -> list[str]:
     """The limits a compiled Hopper body kernel breaks (empty: it passes)."""
     out, L = [], HOPPER_LIMITS
@@ -606,6 +634,8 @@ def hopper_gate(sources=HOPPER_SOURCES, head_dims=(64, 80, 128)) -> dict:
                 stats["hgmma_hmma_equivalent"] = equivalent
                 stats["hgmma_work_share"] = equivalent / (len(ops) - len(shapes) + equivalent) if ops else 0.0
                 stats["setmaxnreg"] = register_roles(cubin, name)
+                if d == 64:
+                    stats.update(hopper_tile_paths(cubin, name))
                 stats["setmaxnreg_ignored"] = "C7508" in report
                 stats["failures"] = hopper_failures(stats)
                 results[(src, d)] = stats

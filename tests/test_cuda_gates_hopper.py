@@ -79,3 +79,19 @@ def test_the_register_role_parser_on_sass_lines():
     assert (m1.group(1), int(m1.group(2), 0)) == ("DEALLOC", 40)
     assert (m2.group(1), int(m2.group(2), 0)) == ("TRY_ALLOC", 232)
     assert cuda_gates.SETMAXREG.search("        /*0100*/   IMAD.MOV.U32 R1, RZ, RZ, 0x28 ;") is None
+
+
+def test_the_time_model_reads_the_measured_hopper_tiles(measured):
+    """benchmarks/cuda_time_model.py's sm_90a design takes its consumer and producer tiles from this gate (bf16,
+    head dim 64: the model's case): they must be the counts measured on the source as it stands."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import cuda_time_model
+
+    s = measured[("csrc/cuda/attn_hopper_bf16.cu", 64)]
+    assert s["consumer_full_tile_hgmma"] == cuda_gates.HOPPER_TILE_HGMMA
+    assert s["producer_tile_ops"].get("LDGSTS", 0) >= cuda_gates.HOPPER_TILE_COPIES
+    assert cuda_time_model.HOPPER_FULL_TILE_MEASURED == s["consumer_full_tile"]
+    assert cuda_time_model.HOPPER_MASKED_TILE_MEASURED == s["consumer_masked_tile"]
+    assert cuda_time_model.HOPPER_PRODUCER_TILE_MEASURED == s["producer_tile"]
+    assert cuda_time_model.HOPPER.full_tile == s["consumer_full_tile"]
+    assert cuda_time_model.HOPPER.producer_tile == s["producer_tile"]

@@ -87,3 +87,23 @@ def test_prepare_reads_v_only_where_it_makes_value_arrays():
     elements = model.B * model.H * 8192 * model.D
     assert lite.bytes == elements * model.ELEMENT_BYTES * (1 + 2)
     assert late.bytes == elements * model.ELEMENT_BYTES * (2 + 5)
+
+
+def test_the_hopper_design_runs_its_products_at_the_wgmma_rate():
+    """The sm_90a body kernel's design (issue 30): its body's tensor term is the flops at wgmma's rate, its
+    issue term counts 8 consumer warps and the producer warps' copies per tile, one CTA per SM, and its
+    control CTAs take a launch of their own; the mma.sync design's body keeps the mma.sync rate."""
+    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
+    hop, now = model.HOPPER, model.SECOND_NOW
+    assert hop.wgmma and hop.warps == 8 and hop.producer_warps > 0 and hop.resident == 1
+    phases = dict((p.name, p) for p in model.second_design_phases(hop, entries, "late", 8192))
+    body = phases["body"]
+    assert body.wgmma and body.resident == 1 and body.warps_per_cta == 8 + hop.producer_warps
+    r = body.time(model.H200, 0.5)
+    assert math.isclose(r["tensor"], body.flops / model.H200.wgmma_flops)
+    mma_body = dict((p.name, p) for p in model.second_design_phases(now, entries, "late", 8192))["body"]
+    assert math.isclose(mma_body.time(model.H200, 0.5)["tensor"], mma_body.flops / model.H200.mma_sync_flops)
+    assert math.isclose(body.flops, mma_body.flops)  # the same columns, the same work
+    e = entries["rangeswa late|8192|64"]
+    assert body.warp_instructions > hop.producer_warps * e["kv_tiles"] * hop.producer_tile
+    assert phases["control"].launches == 1

@@ -5,8 +5,8 @@
 //   all threads   the prologue: the plan, the retrieved blocks, each row's geometry (as attn_kernel's),
 //                 the ring's mbarriers; then the roles split (setmaxnreg: the producer's warpgroup gives
 //                 registers up, the consumers' take them)
-//   producer      warp 0 walks the tile spans (tile.h SpanCursor) and copies each tile's keys and values with
-//                 cp.async into the next of kStages stages (core-matrix layout, 64-key tiles in tile_column
+//   producer      warpgroup 0 walks the tile spans (tile.h SpanCursor) and copies each tile's keys and values
+//                 with cp.async (16-byte chunks round its 128 threads) into the next of kStages stages (core-matrix layout, 64-key tiles in tile_column
 //                 order as the mma.sync kernel stores them), waiting on the stage's `empty` barrier first and
 //                 arriving on its `full` barrier once the copy landed (cp.async.wait_group, then the
 //                 async-proxy fence: wgmma reads it); one tile's copy stays in flight behind the next's issue
@@ -75,20 +75,25 @@ struct RingSlot {
   }
 };
 
-// The producer warp's copy of KV tile t into a stage (core-matrix layout; a full 64-key tile in tile_column
-// order, as the mma.sync kernel's body tiles): 16-byte chunks round the warp's lanes, rows past t.n
-// zero-filled (P = 0 meets no garbage there, and window sums see scores of 0).
+// The producer warpgroup's copy of KV tile t into a stage (core-matrix layout; a full 64-key tile in
+// tile_column order, as the mma.sync kernel's body tiles): 16-byte chunks round the warpgroup's 128 threads,
+// rows past t.n zero-filled (P = 0 meets no garbage there, and window sums see scores of 0). kPasses: the
+// passes a full tile takes (a 16-key tile stops early).
 template <typename Traits>
 __device__ __forceinline__ void copy_tile_core(typename Traits::Element* sk, typename Traits::Element* sv,
-                                               const RecordArrays<typename Traits::Element>& ra, const KvTile& t,
-                                               int lane) {
+                                               const RecordArrays<typename Traits::Element> ra, const KvTile& t,
+                                               int pt) {
   constexpr int Dp = Traits::kHeadDim, kChunks = Traits::kChunks;
+  constexpr int kPasses = (Traits::kBlockN * kChunks + 127) / 128;
   const int32_t v_row = int32_t(ra.v_row);  // element offsets in one KV head fit 32 bits (attn_setup.h)
   const auto* gk = ra.k + t.a * Dp;
   const auto* gv = ra.v + t.a * v_row;
   const bool permute = Traits::kBlockN == 64 && t.width == 64;
-#pragma unroll 1
-  for (int c = lane; c < t.width * kChunks; c += 32) {
+  const int chunks = t.width * kChunks;
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int c = pt + 128 * i;
+    if (c >= chunks) break;
     const int r = c / kChunks, col = (c % kChunks) * 8;
     const bool valid = r < t.n;
     const int at = core_offset<Dp>(permute ? tile_column(r) : r, col);
@@ -98,9 +103,9 @@ __device__ __forceinline__ void copy_tile_core(typename Traits::Element* sk, typ
   }
 }
 
-// The producer (warp 0): every tile of the spans into the ring, in the consumers' order.
+// The producer (warpgroup 0, thread pt): every tile of the spans into the ring, in the consumers' order.
 template <typename Traits>
-__device__ __forceinline__ void produce(const HopperCta<Traits>& c, int lane) {
+__device__ __forceinline__ void produce(const HopperCta<Traits>& c, int pt) {
   SpanCursor cursor;
   KvTile t;
   RingSlot<Traits::kStages> slot;
@@ -109,7 +114,7 @@ __device__ __forceinline__ void produce(const HopperCta<Traits>& c, int lane) {
   while (cursor.advance(c.sSpan, c.spans, t)) {
     hopper::mbarrier_wait_parity(&c.empty[slot.stage], slot.phase ^ 1u);  // its use one round ago is over
     copy_tile_core<Traits>(c.sK + slot.stage * Traits::kKVElems, c.sV + slot.stage * Traits::kKVElems,
-                           c.sArrays[t.record], t, lane);
+                           c.sArrays[t.record], t, pt);
     cp_async_commit();
     if (landing >= 0) {
       cp_async_wait_group<1>();             // the tile before landed (this one may be in flight)
@@ -509,7 +514,7 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
     cta = BodyCta{q_rows, int64_t(head) * p.Nq + n0, t.i0, t.nrows, bh, needed, slot_rows_in_chunks<Traits>(p, q_rows)};
 #pragma unroll 1
     for (int s = 0; s < kStages; ++s) {
-      hopper::mbarrier_init(&c.full[s], 32);                  // the producer warp's lanes
+      hopper::mbarrier_init(&c.full[s], 128);                 // the producer warpgroup's threads
       hopper::mbarrier_init(&c.empty[s], Traits::kConsumers);  // one arrival per consumer warpgroup
     }
     hopper::fence_barrier_init();
@@ -519,7 +524,7 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
   // ---- the roles ------------------------------------------------------------------------------------------------
   if (tid < 128) {
     hopper::setmaxnreg_dec<Traits::kProducerRegs>();
-    if (tid < 32) produce<Traits>(c, tid);
+    produce<Traits>(c, tid);
     return;
   }
   hopper::setmaxnreg_inc<Traits::kConsumerRegs>();
