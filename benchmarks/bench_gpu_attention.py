@@ -1,7 +1,7 @@
 """GPU benchmark of the fused RangeSWA op (issue 18).
 
     python benchmarks/bench_gpu_attention.py [--lengths 2048,...,32768] [--head-dims 64,128]
-        [--repeats 20] [--quick] [--budget-s 400] [--no-flex] [--out DIR]
+        [--repeats 20] [--quick] [--budget-s 400] [--no-flex] [--kernels mma,hopper] [--out DIR]
 
 Shapes: B = 16, H = 12, C = 12 control tokens, bf16, L body tokens. Per (head dim, L), each on the same
 tensors:
@@ -21,8 +21,10 @@ Times are medians of CUDA-event timings after warm-up; ratio = pre-rotated SDPA 
 figures: effective (4 D flops per (query row, key it really uses): `visited_keys`) and on the padded union
 of GEMM columns the kernel multiplies (the plan census, benchmarks/results/plan_census.json, made on the
 host by benchmarks/plan_census.py). At 8k and 32k (first head dim) the late-stage cases are also timed
-with RANGESWA_CUDA_EDGES=masked, the A/B of the plan's edge-free records. Writes bench.json and bench.md
-to --out.
+with RANGESWA_CUDA_EDGES=masked, the A/B of the plan's edge-free records. At every shape each body kernel
+of --kernels (RANGESWA_CUDA_KERNEL: the mma.sync kernel and the sm_90a warp-specialized one, issue 30) runs
+every case on the same inputs: its time and its output's largest difference from the first kernel's.
+Writes bench.json and bench.md to --out.
 """
 
 from __future__ import annotations
@@ -305,6 +307,40 @@ def edges_masked_ms(q, k, v, C: int, repeats: int) -> dict:
     return out
 
 
+def kernels_side_by_side(q, k, v, C: int, repeats: int, kernels: list) -> dict:
+    """Each body kernel (RANGESWA_CUDA_KERNEL: mma, the mma.sync kernel; hopper, the sm_90a warp-specialized
+    one, csrc/cuda/hopper/body_kernel.h) on every case of the same inputs: its time, and the largest difference
+    of its output from the first kernel's (both compute the same plan's answer). A kernel the device cannot
+    run records its error."""
+    out, first = {}, {}
+    saved = os.environ.get("RANGESWA_CUDA_KERNEL")
+    try:
+        for kernel in kernels:
+            os.environ["RANGESWA_CUDA_KERNEL"] = kernel
+            cells = {}
+            for label, name, stage in CASES:
+                cfg = preset(name)
+                try:
+                    result = ops.attn(q, k, v, cfg, C, stage).float()
+                    cell = dict(ms=median_ms(lambda: ops.attn(q, k, v, cfg, C, stage), repeats))
+                    if label in first:
+                        cell["max_abs_diff"] = (result - first[label]).abs().max().item()
+                        cell["speedup"] = out[kernels[0]][label]["ms"] / cell["ms"] if "ms" in out[kernels[0]][label] else None
+                    else:
+                        first[label] = result
+                except Exception as err:  # noqa: BLE001 (report and carry on)
+                    cell = dict(error=f"{type(err).__name__}: {err}"[:300])
+                cells[label] = cell
+            out[kernel] = cells
+    finally:
+        if saved is None:
+            os.environ.pop("RANGESWA_CUDA_KERNEL", None)
+        else:
+            os.environ["RANGESWA_CUDA_KERNEL"] = saved
+        first.clear()
+    return out
+
+
 def run(args) -> dict:
     dev = torch.device("cuda")
     B, H, C = args.batch, args.heads, args.control
@@ -345,6 +381,8 @@ def run(args) -> dict:
                 if cols is not None:  # body rows over their GEMM columns, control rows over every key
                     cell["union_tflops"] = 4.0 * D * B * H * (L * cols + C * N) / ms / 1e9
                 row[label] = cell
+            if len(args.kernels) > 1:  # the body kernels side by side (the same inputs)
+                row["kernels"] = kernels_side_by_side(q, k, v, C, repeats, args.kernels)
             if D == args.head_dims[0] and L in (8192, 32768):  # the plan's edge-free records, A/B
                 row["edges masked"] = edges_masked_ms(q, k, v, C, repeats)
             flex_lengths = (8192,) if args.quick else args.lengths
@@ -394,6 +432,22 @@ def markdown(result: dict) -> str:
                          f"{flex['op_speedup_building_masks']:.1f}x)")
         cells.append(f"{r['flash_attn_ms']:.2f}" if "flash_attn_ms" in r else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    sides = [r for r in result["rows"] if r.get("kernels")]
+    if sides:
+        lines += ["", "Body kernels side by side (RANGESWA_CUDA_KERNEL; the same inputs), ms, the speedup over the "
+                  "first and the largest difference from its output:", ""]
+        for r in sides:
+            parts = []
+            for kernel, cells in r["kernels"].items():
+                for label, c in cells.items():
+                    if "error" in c:
+                        parts.append(f"{kernel} {label}: {c['error'][:60]}")
+                    elif "max_abs_diff" in c:
+                        speed = f", {c['speedup']:.2f}x" if c.get("speedup") else ""
+                        parts.append(f"{kernel} {label} {c['ms']:.2f}{speed}, diff {c['max_abs_diff']:.2g}")
+                    else:
+                        parts.append(f"{kernel} {label} {c['ms']:.2f}")
+            lines.append(f"- D = {r['D']}, L = {r['L']}: " + "; ".join(parts))
     ab = [r for r in result["rows"] if r.get("edges masked")]
     if ab:
         lines += ["", "Edge-free records (window sums, Hn bands) against every edge masked "
@@ -416,10 +470,13 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="later head dims at 8k and 32k only; the flex peer at 8k only")
     p.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
     p.add_argument("--no-flex", dest="flex", action="store_false")
+    p.add_argument("--kernels", default="mma,hopper",
+                   help="body kernels timed side by side at every shape (RANGESWA_CUDA_KERNEL values; one: none)")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = p.parse_args(argv)
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.head_dims = [int(x) for x in args.head_dims.split(",")]
+    args.kernels = [x for x in args.kernels.split(",") if x]
     if not torch.cuda.is_available():
         print("bench_gpu_attention: no CUDA device", file=sys.stderr)
         return 2

@@ -14,10 +14,13 @@
 #     ValueError on the CPU and, on the GPU, the plan kernel's device-side assertion (checked on the
 #     device, no sync: a RuntimeError at the next synchronization, its message printed by the kernel);
 #  5. the CUDA tests (tests/test_ops_cuda.py without the host-emulator ones, tests/test_prepared.py,
-#     tests/test_build.py); a test that crashes the interpreter is deselected and the rest rerun;
+#     tests/test_build.py); a test that crashes the interpreter is deselected and the rest rerun; then the
+#     attn tests of tests/test_ops_cuda.py again on the sm_90a body kernel (RANGESWA_CUDA_KERNEL=hopper,
+#     csrc/cuda/hopper/body_kernel.h: the first run of its answers on the device);
 #  6. the attention benchmark (benchmarks/bench_gpu_attention.py --quick: D = 64 at 2k-32k, D = 128 at 8k
 #     and 32k, against SDPA-flash on pre-rotated inputs and FlexAttention at 8k; at 8k and 32k also the
-#     late stage with RANGESWA_CUDA_EDGES=masked, the A/B of the plan's edge-free records);
+#     late stage with RANGESWA_CUDA_EDGES=masked, the A/B of the plan's edge-free records; at every shape
+#     both body kernels side by side, RANGESWA_CUDA_KERNEL=mma and =hopper, with their outputs' difference);
 #  7. the profiler split of one call (benchmarks/profile_gpu_attention.py), and where the machine has Nsight
 #     Compute (`ncu` on PATH or under CUDA_HOME), the body kernel of one late-stage call at 8k: issue slots
 #     busy, tensor pipe, occupancy and stall reasons (benchmarks/ncu_attn_body.py; a machine that denies
@@ -72,7 +75,7 @@ BUILD_RC=$?
 BUILD_S=$(( $(date +%s) - B0 ))
 log "build exit $BUILD_RC after ${BUILD_S}s"
 
-GATES_RC=-1; PROBE=""; TESTS_RC=-1; BENCH_RC=-1; PROFILE_RC=-1; SAMPLING_RC=-1
+GATES_RC=-1; PROBE=""; TESTS_RC=-1; HOPPER_TESTS_RC=-1; BENCH_RC=-1; PROFILE_RC=-1; SAMPLING_RC=-1
 if [ $BUILD_RC -eq 0 ]; then
   # --- 3. offline gates on this toolchain ---------------------------------------------------------------
   (cd "$ROOT" && timeout 60 "$PY" scripts/cuda_gates.py --arch 90a --json "$OUT_DIR/gates.json") >"$WORK/gates.log" 2>&1
@@ -132,6 +135,14 @@ EOF
     done
   else
     log "pytest is not installed (put its wheels in .whl/); tests skipped"
+  fi
+
+  # --- 5b. the attn tests on the sm_90a body kernel ------------------------------------------------------
+  if "$PY" -c "import pytest" 2>/dev/null && [ "$(left 310)" -gt 20 ]; then
+    (cd "$ROOT" && RANGESWA_CUDA_KERNEL=hopper timeout "$(left 310)" "$PY" -X faulthandler -m pytest -q \
+        -p no:cacheprovider tests/test_ops_cuda.py -k "attn and not emulat") >"$WORK/tests_hopper.log" 2>&1
+    HOPPER_TESTS_RC=$?
+    log "attn tests on the sm_90a body kernel (RANGESWA_CUDA_KERNEL=hopper) exit $HOPPER_TESTS_RC: $(tail -1 "$WORK/tests_hopper.log")"
   fi
 
   # --- 6-8. benchmarks, each with what is left until its deadline ----------------------------------------
@@ -207,6 +218,7 @@ summary = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=
                build_ok=build_rc == 0, build_seconds=build_s, gates_exit=gates_rc,
                exception_probe={k: ("ValueError raised" if v == "0" else f"exit {v}") for k, v in probe.items()},
                tests_exit=tests_rc, tests=tests_line("tests_run*.log"),
+               hopper_attn_tests=tests_line("tests_hopper.log"),
                crashed_tests=open(os.path.join(work, "crashes.txt")).read().split("\n")[:-1]
                if os.path.exists(os.path.join(work, "crashes.txt")) else [],
                bench_exit=bench_rc, profile_exit=profile_rc, sampling_exit=sampling_rc, total_seconds=total_s)
@@ -222,6 +234,7 @@ open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines[:len(summary) + 4]))
 EOF
 tar -czf "$OUT_DIR/logs.tar.gz" -C "$WORK" . 2>/dev/null
-[ $BUILD_RC -eq 0 ] && [ $GATES_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $BENCH_RC -eq 0 ] && [ $PROFILE_RC -eq 0 ] \
+[ $BUILD_RC -eq 0 ] && [ $GATES_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $HOPPER_TESTS_RC -eq 0 ] && [ $BENCH_RC -eq 0 ] \
+  && [ $PROFILE_RC -eq 0 ] \
   && [ $SAMPLING_RC -eq 0 ] && exit 0
 exit 1

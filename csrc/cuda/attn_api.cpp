@@ -278,12 +278,13 @@ size_t hopper_smem_for(const AttnKernelParams& p, int64_t D) {
                                                                : hopper_smem_bytes<Element, 128>(p);
 }
 
-// Whether the call's body tiles run on the Hopper kernel (attn_setup.h body_kernel_forced): on compute
-// capability 9.0, for bf16 / fp16, where the build holds its sm_90a code and its shared memory fits, unless
-// RANGESWA_CUDA_KERNEL=mma; RANGESWA_CUDA_KERNEL=hopper where it cannot is an error.
+// Whether the call's body tiles run on the Hopper kernel (attn_setup.h body_kernel_forced): where it can run
+// (compute capability 9.0, bf16 / fp16, the build's sm_90a code, its shared memory within the device's) when
+// RANGESWA_CUDA_KERNEL=hopper, or unset / auto with kHopperByDefault; RANGESWA_CUDA_KERNEL=hopper where it
+// cannot run is an error.
 bool use_hopper_kernel(const at::Tensor& q, const AttnKernelParams& probe, int64_t D) {
   const BodyKernel forced = body_kernel_forced();
-  if (forced == BodyKernel::kMma) return false;
+  if (forced == BodyKernel::kMma || (forced == BodyKernel::kAuto && !kHopperByDefault)) return false;
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
   const bool sm90 = prop->major == 9 && prop->minor == 0;
   bool built = false, fits = false;

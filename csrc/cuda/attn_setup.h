@@ -66,11 +66,18 @@ inline int32_t kv_stages_forced() {
 }
 
 // The body kernel RANGESWA_CUDA_KERNEL asks for: "mma" the mma.sync kernel on every device, "hopper" the
-// warp-specialized sm_90a kernel (hopper/body_kernel.h; an error where it cannot run), unset (or anything
-// else) the device's choice: the Hopper kernel on compute capability 9.0 for 16-bit elements where the build
-// holds its sm_90a code and its shared memory fits, the mma.sync kernel otherwise (attn_api.cpp). The SIMT
-// emulation has no device: it runs the mma.sync kernel unless told "hopper".
+// warp-specialized sm_90a kernel (hopper/body_kernel.h; an error where it cannot run: compute capability 9.0,
+// 16-bit elements, a build with its sm_90a code, its shared memory within the device's), "auto" (or unset)
+// the device's choice (attn_api.cpp use_hopper_kernel: the Hopper kernel where it can run when
+// kHopperByDefault, else the mma.sync kernel). The SIMT emulation has no device: it runs the mma.sync kernel
+// unless told "hopper".
+//
+// kHopperByDefault is false until a GPU run has checked the Hopper kernel's answers and its time against the
+// mma.sync kernel's on the same calls (scripts/gpu_check.sh runs both): it has run only in the SIMT
+// emulation, and the offline time model (benchmarks/cuda_time_model.py) predicts it issue-bound behind the
+// mma.sync kernel at head dim 64 (docs/cuda.md, "The sm_90a body kernel").
 enum class BodyKernel : int { kAuto = 0, kMma = 1, kHopper = 2 };
+inline constexpr bool kHopperByDefault = false;
 inline BodyKernel body_kernel_forced() {
   const char* env = std::getenv("RANGESWA_CUDA_KERNEL");
   if (env == nullptr) return BodyKernel::kAuto;
