@@ -3,6 +3,7 @@ bf16 and fp16 sources compiled by nvcc for sm_90a, ptxas's report and the SASS h
 HOPPER_LIMITS: no spills, stack or local memory; no CALL; HGMMA present at every product's shape (Q K^T at the
 KV tile's width and at 16 columns, P V at the head dim) and no HMMA; HGMMA's work share; the register split
 per role (setmaxnreg: the producer warpgroup at 40, the consumer warpgroups at 232) and ptxas honouring it;
+the wgmma kept asynchronous (no C7515 serialization advisory);
 the static SASS size. One test per (source, head dim, limit).
 """
 
@@ -37,6 +38,7 @@ LIMIT_CHECKS = {
     "register_split": lambda s: (set(s["setmaxnreg"]["producer"]) == {L["producer_regs"]}
                                  and set(s["setmaxnreg"]["consumer"]) == {L["consumer_regs"]}),
     "setmaxnreg_honoured": lambda s: not s["setmaxnreg_ignored"],
+    "wgmma_not_serialized": lambda s: not s["wgmma_serialized"],
 }
 
 

@@ -313,7 +313,20 @@ MISUSE = [
     ("layout_rs_f16_64:6", r"changed its A fragment register a\[1\]"),
     ("mbarrier:0", r"no mbarrier.init at shared address"),
     ("mbarrier:1", r"deadlock: no thread can run; threads 0-31 wait at mbarrier.try_wait.parity 0"),
+    # the sm_90a body kernel's primitives (issue 30): named barriers, cp.async against wgmma operands
+    ("named:1", r"bar.sync 1, 128 at .* while 128 threads wait at bar.sync 1, 256 at .*one barrier, two thread counts"),
+    ("named:2", r"deadlock: no thread can run; threads 0-127 wait at bar.sync 1, 256"),
+    ("overwrite:1", r"cp.async at .* overwrites shared memory that the wgmma.mma_async at .* reads and has not finished"),
 ]
+
+
+def test_named_barriers_reduce_per_id_and_count(simt):
+    """bar.red.or per warpgroup (ids 2 and 3, 128 threads each) gives each warpgroup its own OR, then bar.sync
+    1, 256 meets all of them; a cp.async onto a wgmma's operand after its wait_group is allowed."""
+    out = simt.hopper_probe("named:0", torch.zeros(4096))
+    assert out[:128].eq(1).all() and out[128:256].eq(0).all()
+    out = simt.hopper_probe("overwrite:0", torch.zeros(4096))
+    assert out[:128].eq(1).all()
 
 
 @pytest.mark.parametrize("name,message", MISUSE, ids=[m[0] for m in MISUSE])

@@ -170,6 +170,49 @@ __global__ void tma_kernel(const __grid_constant__ CUtensorMap map, int c0, int 
   for (int x = threadIdx.x; x < bytes / 2; x += blockDim.x) out[x] = s[x];
 }
 
+// Named barriers (hopper.h named_barrier_sync / _or), 256 threads. mode 0: each warpgroup reduces its own
+// predicate with bar.red.or on barrier 2 + warpgroup (true in thread 5 of warpgroup 0 only), then all 256 meet
+// at bar.sync 1, 256; out[t] = the reduction thread t got. mode 1: warpgroup 0 at bar.sync 1, 256 while
+// warpgroup 1 comes to bar.sync 1, 128 (one barrier, two counts). mode 2: bar.sync 1, 256 with warpgroup 1 gone.
+__global__ void named_barrier_kernel(const float*, float* out, int mode) {
+  const int t = threadIdx.x, wg = t / 128;
+  if (mode == 1) {
+    named_barrier_sync(1, wg == 0 ? 256 : 128);
+    return;
+  }
+  if (mode == 2) {
+    if (wg == 1) return;
+    named_barrier_sync(1, 256);
+    return;
+  }
+  out[t] = named_barrier_or(2 + wg, 128, wg == 0 && t == 5) ? 1.f : 0.f;
+  named_barrier_sync(1, 256);
+}
+
+// A cp.async onto a wgmma's operand, 128 threads: one wgmma m64n16k16 (A and B from shared memory, K-major
+// without swizzle) in flight, then thread 0 copies 16 bytes onto B's first chunk: mode 0 after the
+// wgmma.wait_group (allowed), mode 1 before it (the emulation refuses: the wgmma reads those bytes later).
+__global__ void async_overwrite_kernel(const float* in, float* out, int mode) {
+  RSWA_DYNAMIC_SHARED(smem);
+  const uint32_t a = smem_u32(smem), b = smem_u32(smem + 2048);
+  float d[8];
+  wgmma_fence();
+  wgmma_ss<16, __half>(d, make_smem_desc(a, 128, 256, Swizzle::kNone), make_smem_desc(b, 128, 256, Swizzle::kNone), 0);
+  wgmma_commit();
+  if (mode == 1 && threadIdx.x == 0) {
+    cp_async_16(smem + 2048, in, true);
+    cp_async_commit();
+    cp_async_wait_all();
+  }
+  wgmma_wait<0>();
+  if (mode == 0 && threadIdx.x == 0) {
+    cp_async_16(smem + 2048, in, true);
+    cp_async_commit();
+    cp_async_wait_all();
+  }
+  out[threadIdx.x] = 1.f;
+}
+
 template <typename E, int N, int kForm>
 void layout(const std::vector<float>& in, std::vector<float>& out, int mode) {
   ::simt::launch(dim3(1), dim3(128), 1024 + 2048 + 4096, layout_kernel<E, N, kForm>, in.data(), out.data(), mode);
@@ -222,6 +265,8 @@ std::vector<float> probe(const std::string& name, const std::vector<float>& in_)
   else if (base == "layout_rs_bf16_16") layout<__nv_bfloat16, 16, 1>(in, out, mode);
   else if (base == "chain") ::simt::launch(dim3(1), dim3(128), 1024 + 2048 + 512, chain_kernel, in.data(), out.data(), 0);
   else if (base == "mbarrier") ::simt::launch(dim3(1), dim3(32), 2048, mbarrier_misuse_kernel, in.data(), out.data(), mode);
+  else if (base == "named") ::simt::launch(dim3(1), dim3(256), 0, named_barrier_kernel, in.data(), out.data(), mode);
+  else if (base == "overwrite") ::simt::launch(dim3(1), dim3(128), 4096, async_overwrite_kernel, in.data(), out.data(), mode);
   else throw ::simt::Error("no hopper probe named " + name);
   return out;
 }
