@@ -46,6 +46,10 @@ struct HopperTraits {
   static constexpr int kKVElems = kBlockN * kHeadDim;
 
   static_assert(kConsumers == 2, "two consumer warpgroups");
+  // The unmasked loop waits for tile n + 1 while it holds tile n's stage, and the producer arrives on tile
+  // n + 1's full barrier only once it has issued tile n + 2, into the stage of tile n + 2 - kStages: that tile
+  // must be one the consumers have released (n - 1 or earlier), so at least three stages.
+  static_assert(kStages >= 3, "the ring needs three stages or more (the overlap holds one while waiting on the next)");
   static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "the register file");
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "whole k16 steps");
 };
