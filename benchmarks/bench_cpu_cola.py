@@ -28,18 +28,16 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 from rangeswa_ext import backbones
-from rangeswa_ext.bench import markdown_table
+from rangeswa_ext.bench import markdown_table, write_result
 from rangeswa_ext.methods import make_attention
 from rangeswa_ext.models import linear
 from rangeswa_ext.models.cola import Cola, ColaConfig
@@ -206,12 +204,8 @@ def main(argv=None) -> int:
                   op_repeats=args.repeats, call_repeats=args.call_repeats, load_before=load_before,
                   load_after=[round(x, 2) for x in os.getloadavg()], op=op, call=call,
                   command=" ".join(["python", "benchmarks/bench_cpu_cola.py", *(argv if argv is not None else sys.argv[1:])]))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"cpu_cola_{result['date']}" if not args.threads else out / f"cpu_cola_{result['date']}_{args.threads}thread"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    name = f"cpu_cola_{result['date']}" + (f"_{args.threads}thread" if args.threads else "")
+    write_result(args.out, name, result, markdown(result))
     return 0
 
 

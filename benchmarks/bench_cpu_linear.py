@@ -18,19 +18,17 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
-import json
 import os
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from rangeswa_ext.bench import markdown_table
+from rangeswa_ext.bench import markdown_table, write_result
 from rangeswa_ext.models import linear
 from rangeswa_ext.models.cola import Cola, ColaConfig
 from rangeswa_ext.models.elf import ELF, ELFConfig
@@ -114,12 +112,7 @@ def main(argv=None) -> int:
         ["rows", "model", "layers", "F.linear (MKL) ms", "models.linear ms", "speed-up"],
         [[str(r["rows"]), r["model"], str(r["layers"]), f"{r['aten_ms']:.1f}", f"{r['default_ms']:.1f}",
           f"{r['speedup']:.2f}x"] for r in table])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"cpu_linear_{result['date']}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_result(args.out, f"cpu_linear_{result['date']}", result, "\n".join(lines))
     return 0
 
 

@@ -18,16 +18,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import json
 import os
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-from rangeswa_ext.bench import markdown_table
+from rangeswa_ext.bench import markdown_table, write_result
 from rangeswa_ext.methods import make_attention
 
 H, D, T, THETA = 32, 128, 4096, 500000.0
@@ -119,12 +117,8 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     result = run(lengths, args.repeats, device, DTYPES[args.dtype],
                  {L: args.full_repeats_32k for L in lengths if L >= 32768}, args.budget_s)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{'gpu' if device.type == 'cuda' else 'cpu'}_llada_layer_{result['date']}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    write_result(args.out, f"{'gpu' if device.type == 'cuda' else 'cpu'}_llada_layer_{result['date']}", result,
+                 markdown(result))
     return 0
 
 

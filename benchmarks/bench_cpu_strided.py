@@ -11,14 +11,13 @@ method so that q, k and v are made contiguous before the op (exactly the copies 
 
 import argparse
 import datetime
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
 from rangeswa_ext import backbones
+from rangeswa_ext.bench import write_result
 
 
 class Copying:
@@ -72,12 +71,7 @@ def main(argv=None) -> int:
             f"{result['copies_ms']} |\n| read in place through strides | {result['in_place_ms']} |\n\n"
             f"strided inputs per call (all layers): {strided}; time of their copies, now gone: "
             f"{result['copy_time_ms']} ms per call\n")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"cpu_{args.model}_strided_{result['date']}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(text)
-    print(text)
+    write_result(args.out, f"cpu_{args.model}_strided_{result['date']}", result, text)
     return 0
 
 

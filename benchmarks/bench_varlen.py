@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 from rangeswa_ext import ops, preset
-from rangeswa_ext.bench import markdown_table
+from rangeswa_ext.bench import markdown_table, write_result
 from rangeswa_ext.masking import pack, per_sample, valid_ranges
 
 LENGTHS = (512, 8192, 1024, 3072, 768, 6144, 2048, 4096)
@@ -133,12 +131,7 @@ def main(argv=None) -> int:
         [[str(sum(lengths)), r["method"], f"{r['per_sequence_sum_ms']:.1f}", f"{r['packed_op_ms']:.1f}",
           f"{r['packed_op_ratio']:.2f}x", f"{r['padded_batch_ms']:.1f}", f"{r['padded_batch_ratio']:.2f}x",
           f"{r['mask_loop_ms']:.1f}", f"{r['mask_loop_ratio']:.2f}x"] for r in rows])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{device.type}_varlen_{result['date']}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_result(args.out, f"{device.type}_varlen_{result['date']}", result, "\n".join(lines))
     return 0
 
 

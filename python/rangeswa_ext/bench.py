@@ -215,14 +215,22 @@ def to_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save(result: dict, out_dir: str | Path) -> Path:
+def write_result(out_dir: str | Path, name: str, result: dict, text: str) -> Path:
+    """A benchmark's result as ``<out_dir>/<name>.json`` and its table as ``<name>.md``; prints the table and
+    returns the path without suffix."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = "".join(f"_{path}" for path in result.get("capabilities") or [])
-    stem = out_dir / f"cpu_attention_{result['date']}{paths}"
+    stem = out_dir / name
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(to_markdown(result))
+    text = text if text.endswith("\n") else text + "\n"
+    stem.with_suffix(".md").write_text(text)
+    print(text, end="")
     return stem
+
+
+def save(result: dict, out_dir: str | Path) -> Path:
+    paths = "".join(f"_{path}" for path in result.get("capabilities") or [])
+    return write_result(out_dir, f"cpu_attention_{result['date']}{paths}", result, to_markdown(result))
 
 
 MODEL_CASES = (  # (label, method, stage)
@@ -306,12 +314,7 @@ def run_bench(args) -> int:
     lengths = tuple(args.lengths or default)
     if args.model:
         result = run_model_benchmark(lengths, model=args.model, repeats=args.repeats)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        stem = out / f"cpu_{result['model']}_call_{result['date']}"
-        stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-        stem.with_suffix(".md").write_text(model_markdown(result))
-        print(model_markdown(result))
+        stem = write_result(args.out, f"cpu_{result['model']}_call_{result['date']}", result, model_markdown(result))
         print(f"saved {stem}.json and {stem}.md")
         return 0
     if args.cpu_capabilities:
@@ -322,6 +325,5 @@ def run_bench(args) -> int:
     if args.memory_length:
         result["memory"] = peak_memory_above_inputs(args.memory_length, H=args.heads, D=args.head_dim)
     stem = save(result, args.out)
-    print(to_markdown(result))
     print(f"saved {stem}.json and {stem}.md")
     return 0
