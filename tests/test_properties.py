@@ -189,15 +189,40 @@ def simt():
 def test_attn_cuda_kernels_with_their_own_selection_match_reference(simt, call):
     """The CUDA path end to end, emulated: a call that retrieves gives no blocks, so the device's selection
     kernels choose them; the output is held to the reference on the reference's blocks."""
+    check_simt_call(simt, call)
+
+
+@profile("simt")
+@given(call=attn_calls(head_dims=(16, 64, 66, 80, 128), max_length=min(EXAMPLES["max_length"], 300)))
+def test_attn_hopper_body_kernel_matches_reference(simt, call):
+    """The same with the sm_90a body kernel (RANGESWA_CUDA_KERNEL=hopper, read at every call: bf16 and fp16
+    calls run it, fp32 ones stay on the mma.sync kernel), held to the same bound."""
+    saved = os.environ.get("RANGESWA_CUDA_KERNEL")
+    os.environ["RANGESWA_CUDA_KERNEL"] = "hopper"
+    try:
+        simt.hopper_stats()  # reset
+        ran = check_simt_call(simt, call)
+        wgmma = simt.hopper_stats()[0]
+        assert (wgmma > 0) == (ran and call["dtype"] != torch.float32 and call["Lq"] > 0), (wgmma, describe(call))
+    finally:
+        if saved is None:
+            del os.environ["RANGESWA_CUDA_KERNEL"]
+        else:
+            os.environ["RANGESWA_CUDA_KERNEL"] = saved
+
+
+def check_simt_call(simt, call) -> bool:
+    """One emulated call held to the bound; False when the CUDA op refuses it (as it must)."""
     q, k, v = attn_inputs(call)
     blocks = reference_blocks(q, k, call)
     args = ops.attn_arguments(call["cfg"], call["C"], call["stage"], call["cb"])
     if cuda_refuses(call):
         with pytest.raises(ValueError, match="causal_block and summary_block to divide one another"):
             simt.attn(q, k, v, None, **args)
-        return
+        return False
     out, lse = simt.attn(q, k, v, None, **args)
     assert_within_bound(out, lse, q, k, v, call, blocks, q.dtype)
+    return True
 
 
 @profile("topk")
