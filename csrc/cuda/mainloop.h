@@ -49,26 +49,17 @@ struct RecordArrays {
   int64_t v_row;
 };
 
-// Shared memory: the query slot, two or three K and V stages (Traits::kStages); per row (at offsets fixed at compile time, so the
-// walk addresses them from one register) its bounds in the current record, the parts of its straddling
-// blocks' logits, a direct record's score, and its RowGeometry (per warp, the record of those bounds); then
-// the plan (records and tile spans), the records' arrays and the retrieved blocks; the Hn bands' buffers.
-template <typename Traits>
-struct SharedLayout {
-  using Element = typename Traits::Element;
-  static constexpr int M = Traits::kBlockM;
-  static constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
-  static constexpr size_t kK = size_t(Traits::kQElems) * sizeof(Element);
-  static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
-  // Per row: bounds (2), straddling parts (4), direct score (1), int32 each; then per warp the record whose
-  // bounds they hold (the masked loop's).
-  static constexpr size_t kRows = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
-  static constexpr size_t kGeometry = kRows + size_t(M) * 7 * 4 + 16;
-  static_assert(Traits::kWarps * 4 <= 16, "a record index per warp");
-  // The plan as the plan kernel wrote it (records, then the tile spans: attn_params.h records_of /
-  // spans_of); then per record its keys and values arrays for the CTA's KV head (RecordArrays), found once
-  // in the prologue.
-  static constexpr size_t kRecords = align16(kGeometry + size_t(M) * sizeof(RowGeometry));
+// The part of a body CTA's shared memory that both body kernels (this one and the sm_90a one,
+// hopper/body_layout.h) lay out alike after their per-row words, which end at byte kGeometry: the rows'
+// RowGeometry; the plan as the plan kernel wrote it (records, then the tile spans: attn_params.h records_of /
+// spans_of); per record its keys and values arrays for the CTA's KV head (RecordArrays), found once in the
+// prologue; the retrieved blocks; the Hn bands (plan.h hn_bands), when the call has them (geo.band_ok): one
+// band's summary rows as a 16-row K tile of kBandRowBytes a row, and per side and row the logits of its
+// blocks (kBandStride floats a row: one bank apart).
+template <typename Element, int M, size_t kGeometry, size_t kBandRowBytes>
+struct PlanRegion {
+  static constexpr size_t up16(size_t x) { return (x + 15) / 16 * 16; }
+  static constexpr size_t kRecords = up16(kGeometry + size_t(M) * sizeof(RowGeometry));
   static constexpr size_t spans(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
   static constexpr size_t arrays(int max_records, int k) {
     return spans(max_records) + size_t(max_spans(k)) * sizeof(TileSpan);
@@ -76,19 +67,39 @@ struct SharedLayout {
   static constexpr size_t retrieved(int max_records, int k) {
     return arrays(max_records, k) + size_t(max_records) * sizeof(RecordArrays<Element>);
   }
-  // The Hn bands (plan.h hn_bands), when the call has them (geo.band_ok): one band's summary rows as a
-  // 16-row K tile, and per side and row the logits of its blocks (kBandStride floats a row: one bank apart).
   static constexpr int kBandStride = kBandBlocks + 1;
-  static constexpr size_t band_k(int max_records, int k) { return align16(retrieved(max_records, k) + size_t(k) * 4); }
+  static constexpr size_t band_k(int max_records, int k) { return up16(retrieved(max_records, k) + size_t(k) * 4); }
   static constexpr size_t band_logits(int max_records, int k) {
-    return band_k(max_records, k) + size_t(kBandBlocks) * Traits::kStride * sizeof(Element);
+    return band_k(max_records, k) + size_t(kBandBlocks) * kBandRowBytes;
   }
   static constexpr size_t bytes(int max_records, int k, bool band) {
     return band ? band_logits(max_records, k) + size_t(2) * M * kBandStride * sizeof(float)
                 : retrieved(max_records, k) + size_t(k) * 4;
   }
+};
+
+// Shared memory: the query slot, two or three K and V stages (Traits::kStages); per row (at offsets fixed at
+// compile time, so the walk addresses them from one register) its bounds in the current record, the parts
+// of its straddling blocks' logits, a direct record's score, and per warp the record of those bounds; then
+// the PlanRegion.
+template <typename Traits>
+struct SharedRows {
+  using Element = typename Traits::Element;
+  static constexpr size_t kK = size_t(Traits::kQElems) * sizeof(Element);
+  static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
+  // Per row: bounds (2), straddling parts (4), direct score (1), int32 each; then per warp the record whose
+  // bounds they hold (the masked loop's).
+  static constexpr size_t kRows = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
+  static constexpr size_t kGeometry = kRows + size_t(Traits::kBlockM) * 7 * 4 + 16;
+  static_assert(Traits::kWarps * 4 <= 16, "a record index per warp");
   static_assert(kK % 16 == 0 && kV % 16 == 0 && kRows % 16 == 0 && kGeometry % 16 == 0, "16-byte aligned");
 };
+
+template <typename Traits>
+struct SharedLayout
+    : SharedRows<Traits>,
+      PlanRegion<typename Traits::Element, Traits::kBlockM, SharedRows<Traits>::kGeometry,
+                 size_t(Traits::kStride) * sizeof(typename Traits::Element)> {};
 
 // The shared-memory row, and so the column of S and P, of key r of a 64-key tile: lane t of a quad owns
 // the columns 8n + 2t + j (n < 8, j < 2) of its rows in the MMA accumulators, and key 16t + 2n + j lands

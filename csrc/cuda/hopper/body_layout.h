@@ -71,37 +71,24 @@ inline constexpr int kGroupBarrier0 = 2;
 
 // Shared memory of the body kernel: the query slot, the K and V stages, the ring's mbarriers; per row its
 // bounds in the current record, its straddling blocks' parts and a direct record's score, and per consumer
-// warp the record whose bounds they hold; the rows' RowGeometry; the plan (records and spans), the records'
-// arrays and the retrieved blocks; the Hn bands' summary tile and logits.
+// warp the record whose bounds they hold; then the PlanRegion both body kernels share (mainloop.h).
 template <typename Traits>
-struct HopperLayout {
+struct HopperRows {
   using Element = typename Traits::Element;
   static constexpr int M = Traits::kBlockM, Dp = Traits::kHeadDim;
-  static constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
   static constexpr size_t kK = size_t(M) * Dp * sizeof(Element);
   static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
   static constexpr size_t kBars = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
-  static constexpr size_t kRows = kBars + align16(size_t(2) * Traits::kStages * sizeof(uint64_t));
+  static constexpr size_t kRows = kBars + (size_t(2) * Traits::kStages * sizeof(uint64_t) + 15) / 16 * 16;
   static constexpr size_t kGeometry = kRows + size_t(M) * 7 * 4 + 4 * 8;
-  static constexpr size_t kRecords = align16(kGeometry + size_t(M) * sizeof(RowGeometry));
-  static constexpr size_t spans(int max_records) { return kRecords + size_t(max_records) * sizeof(Record); }
-  static constexpr size_t arrays(int max_records, int k) {
-    return spans(max_records) + size_t(max_spans(k)) * sizeof(TileSpan);
-  }
-  static constexpr size_t retrieved(int max_records, int k) {
-    return arrays(max_records, k) + size_t(max_records) * sizeof(RecordArrays<Element>);
-  }
-  static constexpr int kBandStride = kBandBlocks + 1;
-  static constexpr size_t band_k(int max_records, int k) { return align16(retrieved(max_records, k) + size_t(k) * 4); }
-  static constexpr size_t band_logits(int max_records, int k) {
-    return band_k(max_records, k) + size_t(kBandBlocks) * Dp * sizeof(Element);
-  }
-  static constexpr size_t bytes(int max_records, int k, bool band) {
-    return band ? band_logits(max_records, k) + size_t(2) * M * kBandStride * sizeof(float)
-                : retrieved(max_records, k) + size_t(k) * 4;
-  }
   static_assert(kK % 128 == 0 && kV % 128 == 0 && kBars % 16 == 0 && kRows % 16 == 0, "aligned tiles and barriers");
   static_assert(Traits::kConsumers * 4 <= 8, "a record index per consumer warp");
 };
+
+template <typename Traits>
+struct HopperLayout
+    : HopperRows<Traits>,
+      PlanRegion<typename Traits::Element, Traits::kBlockM, HopperRows<Traits>::kGeometry,
+                 size_t(Traits::kHeadDim) * sizeof(typename Traits::Element)> {};
 
 }  // namespace rangeswa::cuda
