@@ -531,13 +531,20 @@ def test_a_padded_batch_gives_each_sequence_s_logits_alone(family, method):
 @pytest.mark.parametrize("method", NAMES)
 def test_generate_on_a_left_padded_batch_decodes_each_sequence_as_alone(method):
     """generate() with left padding and a KV cache picks, for each row, the tokens and logits of the same
-    sequence generated alone (the integration keeps each row's pre-RoPE keys at its own positions)."""
+    sequence generated alone (the integration keeps each row's pre-RoPE keys at its own positions), and a
+    decode step prepares each row's new row only (the padded batch's per-sample contexts)."""
+    from rangeswa_ext.integrations import transformers as integration
+
     model = enable(decoder("llama"), method)
     sequences = [ids(n, seed=3 + i, batch=1)[0] for i, n in enumerate((T + 40, T + 10))]
     tokens, mask, _ = padded_batch(sequences, "left")
     options = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
         batch = model.generate(tokens, attention_mask=mask, **options)
+        states = [integration._DECODE[layer.self_attn].context for layer in model.model.layers]
+        block = states[0]._samples[0]._cfg.retrieval_block
+        real = 2 * T + 50  # the prompts' real rows, prepared once; then at most a key block per row and step
+        assert all(real <= s.prepared_rows <= real + 5 * 2 * block for s in states), [s.prepared_rows for s in states]
         for b, x in enumerate(sequences):
             alone = model.generate(x[None], attention_mask=torch.ones(1, len(x), dtype=torch.long), **options)
             assert torch.equal(alone.sequences[0, -6:], batch.sequences[b, -6:])

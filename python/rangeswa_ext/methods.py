@@ -203,14 +203,15 @@ class OpAttention:
         self.name, self.config = name, config
 
     #: Takes ``context=`` (a `prepared.PreparedCache`) and ``stable=``: cached backbones pass their KV
-    #: cache's context so the keys computed from k and v alone are prepared once per row, not per call.
+    #: cache's context so the keys computed from k and v alone are prepared once per row, not per call
+    #: (a padded batch's too: the cache packs its samples' contexts for the mask).
     supports_context = True
 
     def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0,
                  attention_mask: Optional[torch.Tensor] = None, context=None, stable: int = 0) -> torch.Tensor:
         prepared = None
-        if context is not None and attention_mask is None:
-            prepared = context.update(k, v, self.config, control_tokens, stable)
+        if context is not None:
+            prepared = context.update(k, v, self.config, control_tokens, stable, attention_mask=attention_mask)
         return ops.attn(q, k, v, self.config, control_tokens, stage, causal_block=causal_block,
                         attention_mask=attention_mask, prepared=prepared)
 

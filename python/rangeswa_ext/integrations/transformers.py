@@ -48,8 +48,8 @@ How a call runs (``attention``):
   its padding were absent (the op's ``attention_mask``: one packed call, docs/spec_decisions.md 17 and 28),
   so a padded row's logits are those of the same sequence alone: keys are un-rotated at the positions the
   model gave them (``generate``'s count of real tokens, or 0 .. L-1), and a sample that fits T alone runs
-  the model's own attention as it would alone. A padded batch keeps its pre-RoPE keys across decode steps
-  but no prepared context (`prepared.PreparedCache` keeps unpacked contexts only).
+  the model's own attention as it would alone. A padded batch keeps its pre-RoPE keys and a prepared
+  context per sample across decode steps (`prepared.PreparedCache` packs them for the mask).
 - Sliding-window layers (the ``sliding_window`` a layer passes: Mistral v0.1, Qwen2's upper layers, the
   local layers of mixed models) keep the model's own windowed attention at every length; the global
   layers run the method.
@@ -209,8 +209,7 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     if kwargs.get("use_cache"):  # the model keeps a KV cache: keep what its rows give beside it
         state = _DECODE.setdefault(module, _DecodeState())
         k, stable = state.update(key, value, rope, positions)
-        # PreparedCache keeps unpacked contexts only: a padded batch keeps its pre-RoPE keys, not a context.
-        extra = dict(context=state.context, stable=stable) if attention_mask is None else {}
+        extra = dict(context=state.context, stable=stable)
     else:
         _DECODE.pop(module, None)
         k, extra = rope.unrotate(key, positions), {}

@@ -220,7 +220,7 @@ class PriorAttention(nn.Module):
         if cache is not None:
             stable = cache.length  # committed tokens: unchanged since the previous call
             k, v = cache.extend(layer, k, v)
-            if getattr(attention, "supports_context", False) and padding.get("attention_mask") is None:
+            if getattr(attention, "supports_context", False):
                 context = dict(context=cache.context(layer), stable=stable)
         out = attention(q, k, v, control_tokens=0, stage=stage, causal_block=causal_block, **padding, **context)
         if out.shape != q.shape:
