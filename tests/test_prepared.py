@@ -120,6 +120,23 @@ def test_a_growing_cache_prepares_only_its_new_rows_and_equals_preparing_from_sc
     assert cache.capacity <= 2 * L
 
 
+def test_the_step_after_a_long_prefill_keeps_the_buffers():
+    """A new buffer holds an eighth more rows than asked: the decode steps after a prefill of L rows write
+    into the same buffers (no copy of the whole context at step 2), which double only once they are full."""
+    cfg = preset("rangeswa", **SMALL)
+    k, v = make_qkv(1, 2, 2, 700, 64, seed=4)[1:]
+    cache = PreparedCache()
+    cache.update(k[:, :, :600], v[:, :, :600], cfg)
+    buffers = {name: buffer.data_ptr() for name, buffer in cache._buffers.items()}
+    assert cache.capacity == 600 + 600 // 8
+    for L in range(601, 673):  # summaries and key means (blocks of 16 and 32) have room to 42 x 16 and 21 x 32
+        context = cache.update(k[:, :, :L], v[:, :, :L], cfg, stable=L - 1)
+        assert {name: buffer.data_ptr() for name, buffer in cache._buffers.items()} == buffers, L
+    assert all(torch.equal(a, b) for a, b in zip(context, ops.prepare(k[:, :, :L], v[:, :, :L], cfg)))
+    cache.update(k[:, :, :676], v[:, :, :676], cfg, stable=675)
+    assert cache.capacity == 2 * 675
+
+
 def test_control_tokens_past_t_prepare_whole_and_stay_exact():
     """With control tokens and L > T the conditioning positions j T / L move with every L: each update
     prepares from scratch, and the context still equals preparing from scratch."""

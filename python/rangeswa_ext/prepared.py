@@ -41,6 +41,13 @@ _BODY = ("keys_nat", "keys_grp", "keys_cond", "prefix_nat", "prefix_grp")
 _SUMS = ("sum_keys", "sum_keys_grp", "sum_values")
 
 
+def grown(rows: int, held: int = 0) -> int:
+    """The capacity of a buffer that must hold ``rows`` and holds ``held`` (0: a new buffer): twice what it
+    held, and at least an eighth more rows than asked, so that the decode step after a long prefill does not
+    double the buffers at once."""
+    return max(rows + rows // 8, 2 * held)
+
+
 def _kind(name: str) -> str:
     return "body" if name in _BODY else "sums" if name in _SUMS else "means"
 
@@ -126,7 +133,7 @@ class PreparedCache:
         N, held = k.shape[2], self._rotated
         first = min(stable, self._rotated_rows, N) if key == self._rotated_key else 0
         if held is None or first == 0 or held.shape[2] < N:
-            capacity = max(N, 2 * held.shape[2] if first else 0)
+            capacity = grown(N, held.shape[2] if first else 0)
             self._rotated = k.new_empty((*k.shape[:2], capacity, k.shape[3]))
             self._rotated[:, :, :first] = held[:, :, :first] if first else self._rotated[:, :, :0]
         self._rotated[:, :, first:N] = rotate(first)
@@ -189,14 +196,14 @@ class PreparedCache:
 
             kept = all(fits(name) for name in names)
             capacity = min(self._buffers[name].shape[2] for name in names) if kept else 0
-            if not kept or capacity < rows:  # grow the kind's arrays together by doubling, keeping rows before `first`
-                capacity = max(rows, 2 * capacity)
+            if not kept or capacity < rows:  # grow the kind's arrays together (`grown`), keeping rows before `first`
+                capacity = grown(rows, capacity)
                 for name in names:
                     part = parts[name]
-                    grown = part.new_zeros((*part.shape[:2], capacity, width))
+                    buffer = part.new_zeros((*part.shape[:2], capacity, width))
                     if kept and first > 0:
-                        grown[:, :, :first] = self._buffers[name][:, :, :first]
-                    self._buffers[name] = grown
+                        buffer[:, :, :first] = self._buffers[name][:, :, :first]
+                    self._buffers[name] = buffer
             for name in names:
                 self._buffers[name][:, :, first:rows, : parts[name].shape[3]] = parts[name]
 

@@ -89,7 +89,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from ..config import STAGES
 from ..methods import causal_mask, make_attention
-from ..prepared import PreparedCache
+from ..prepared import PreparedCache, grown
 
 #: The attention implementations this module registers.
 NAMES = ("rangeswa", "rangeswa_lite")
@@ -248,7 +248,7 @@ class _DecodeState:
             changed = ((key[:, 0, :n, 0] != self.marks[0, :, :n]) | (value[:, 0, :n, 0] != self.marks[1, :, :n])).any(0)
             stable = int(changed.int().argmax()) if bool(changed.any()) else n
         if not held or self.keys.shape[2] < L:  # grow by doubling, keeping the unchanged rows
-            capacity = max(L, 2 * self.keys.shape[2] if held else 0)
+            capacity = grown(L, self.keys.shape[2] if held else 0)
             keys, self.keys = self.keys, key.new_empty((*key.shape[:2], capacity, key.shape[3]))
             marks, self.marks = self.marks, key.new_empty((2, key.shape[0], capacity))
             if stable:
