@@ -76,13 +76,23 @@ def valid_ranges(attention_mask: torch.Tensor, batch: int, length: int,
     return ranges
 
 
+def _cut(x: torch.Tensor, rows: list[int], C: int, first: int, n: int) -> torch.Tensor:
+    """Samples ``rows`` of x [B, H, C + ..., D]: their C control rows and n rows from body row ``first``
+    (a view for one sample without control rows)."""
+    part = x[rows[0]:rows[0] + 1] if len(rows) == 1 else x.index_select(0, torch.tensor(rows, device=x.device))
+    body = part[:, :, C + first:C + first + n]
+    return body if C == 0 else torch.cat([part[:, :, :C], body], dim=2)
+
+
 def per_sample(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, control_tokens: int,
-               attention_mask: Optional[torch.Tensor], compute: Callable, return_lse: bool = False):
+               attention_mask: Optional[torch.Tensor], compute: Callable, return_lse: bool = False,
+               each: bool = False):
     """``compute(q, k, v)`` with each sample computed as if its padding were absent (module docstring).
 
     ``compute`` takes q, k, v of a sub-batch whose samples share one run of real tokens (cut to it, control
     rows kept) and returns the output, or ``(output, lse)`` when ``return_lse``. Without padding it is
-    called once on the inputs as they are.
+    called once on the inputs as they are. ``each``: every sample in a call of its own,
+    ``compute(q, k, v, b)``. A sample without control rows is handed views of its rows (no copy).
     """
     C = control_tokens
     B, L, Lq = q.shape[0], k.shape[2] - C, q.shape[2] - C
@@ -92,10 +102,10 @@ def per_sample(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, control_tokens
     out = q.new_zeros(q.shape)
     lse = torch.full(q.shape[:3], float("-inf"), dtype=torch.float32, device=q.device) if return_lse else None
     first = L - Lq  # body index of q's first body row
-    groups: dict[tuple[int, int], list[int]] = {}
+    groups: dict[tuple, list[int]] = {}
     for b, run in enumerate(ranges):
-        groups.setdefault(run, []).append(b)
-    for (s, e), rows in groups.items():
+        groups.setdefault((*run, b) if each else run, []).append(b)
+    for (s, e, *_), rows in groups.items():
         lo = max(s, first)
         if lo >= e:  # none of q's body rows is a real token of these samples
             if C:
@@ -103,11 +113,9 @@ def per_sample(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, control_tokens
                                  f"so their control rows have no call to be computed in")
             continue
         index = torch.tensor(rows, device=q.device)
-        qs, ks, vs = q.index_select(0, index), k.index_select(0, index), v.index_select(0, index)
-        qg = torch.cat([qs[:, :, :C], qs[:, :, C + lo - first:C + e - first]], dim=2)
-        kg = torch.cat([ks[:, :, :C], ks[:, :, C + s:C + e]], dim=2)
-        vg = torch.cat([vs[:, :, :C], vs[:, :, C + s:C + e]], dim=2)
-        result = compute(qg, kg, vg)
+        qg = _cut(q, rows, C, lo - first, e - lo)
+        kg, vg = _cut(k, rows, C, s, e - s), _cut(v, rows, C, s, e - s)
+        result = compute(qg, kg, vg, rows[0]) if each else compute(qg, kg, vg)
         part, part_lse = result if return_lse else (result, None)
         rows_out = torch.cat([torch.arange(C), torch.arange(C + lo - first, C + e - first)]).to(q.device)
         out[index[:, None], :, rows_out[None, :]] = part.transpose(1, 2).to(out.dtype)

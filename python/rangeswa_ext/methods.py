@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from . import ops
 from .config import ROPE_STYLES, RangeSWAConfig, check_size, check_theta, preset
-from .masking import check_call, per_sample
+from .masking import check_call, per_sample, valid_ranges
 from .reference.rope import inv_freq, rotate
 
 DENSE_METHODS = ("full", "pi", "ntk", "yarn", "longllada")
@@ -203,17 +203,32 @@ class OpAttention:
         self.name, self.config = name, config
 
     #: Takes ``context=`` (a `prepared.PreparedCache`) and ``stable=``: cached backbones pass their KV
-    #: cache's context so the keys computed from k and v alone are prepared once per row, not per call
-    #: (a padded batch's too: the cache packs its samples' contexts for the mask).
+    #: cache's context so the keys computed from k and v alone are prepared once per row, not per call. A
+    #: padded batch with a context runs sample by sample on views of its rows, each with its own context
+    #: (`PreparedCache.sample_update`): one packed call would copy every cached row at every step.
     supports_context = True
 
     def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0,
                  attention_mask: Optional[torch.Tensor] = None, context=None, stable: int = 0) -> torch.Tensor:
-        prepared = None
-        if context is not None:
-            prepared = context.update(k, v, self.config, control_tokens, stable, attention_mask=attention_mask)
-        return ops.attn(q, k, v, self.config, control_tokens, stage, causal_block=causal_block,
-                        attention_mask=attention_mask, prepared=prepared)
+        C, B = control_tokens, k.shape[0]
+        if context is not None and attention_mask is not None \
+                and valid_ranges(attention_mask, B, k.shape[2] - C, allow_empty=True) is not None:
+            computed = set()
+
+            def one(qb, kb, vb, b):
+                computed.add(b)
+                start = int(attention_mask[b].int().argmax())
+                prepared = context.sample_update(b, B, start, kb, vb, self.config, C, stable)
+                return ops.attn(qb, kb, vb, self.config, C, stage, causal_block=causal_block, prepared=prepared)
+
+            check_call(q, k, C, causal_block)
+            out = per_sample(q, k, v, C, attention_mask, one, each=True)
+            for b in set(range(B)) - computed:
+                context.sample_update(b, B, None, k, v, self.config)
+            return out
+        prepared = None if context is None else context.update(k, v, self.config, C, stable)
+        return ops.attn(q, k, v, self.config, C, stage, causal_block=causal_block, attention_mask=attention_mask,
+                        prepared=prepared)
 
 
 def _check_formula_domain(name: str, rope: RopeSpec, rotary_dim: int, T: int) -> None:

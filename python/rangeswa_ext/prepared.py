@@ -17,10 +17,10 @@ Two parts depend on L itself and are prepared whole when it changes them (docs/s
 Everything else is prepared once per row. The context equals `ops.prepare` on the whole cache bit for
 bit (tests/test_prepared.py), so `attn` with it equals `attn` without it.
 
-A padded batch (``update(..., attention_mask=)``, issue 31) keeps one such cache per sample, over the sample's
-control rows and run of real rows, and packs their contexts as `ops.prepare(..., attention_mask=)` lays one
-out (csrc/varlen.h): a step prepares each sample's new rows and copies the packed arrays, where preparing the
-packed keys whole would rotate and sum every row again.
+A padded batch (issue 31) keeps one such cache per sample (`sample_update`), over the sample's control rows
+and run of real rows: a cached padded call attends sample by sample on views of the cache's rows, each with
+its own context (`methods.OpAttention`), so a step prepares each sample's new rows and copies nothing of the
+cache (a packed call would copy every row of k, v and the context at every step).
 
 The dense methods (`methods.DenseRopeAttention`: full attention and the RoPE baselines) keep their rotated
 keys in the same object (`rotated_keys`): rotated once per row while the rotation does not move with L.
@@ -34,7 +34,6 @@ import torch
 
 from . import ops
 from .config import RangeSWAConfig
-from .masking import valid_ranges
 from .reference import positions
 
 _BODY = ("keys_nat", "keys_grp", "keys_cond", "prefix_nat", "prefix_grp")
@@ -58,8 +57,7 @@ class PreparedCache:
     ``context = cache.update(k, v, cfg, control_tokens, stable)`` with the cache's current keys and values
     ([B, H_kv, C + L, D], before RoPE) and the number of body tokens ``stable`` that have not changed since
     the previous update (a cache's committed tokens); returns the list `ops.attn(..., prepared=)` takes.
-    With ``attention_mask`` ([B, L], a padded batch), the packed context for `ops.attn(..., attention_mask=,
-    prepared=)` with the same mask.
+    A padded batch's samples each have a context of their own (`sample_update`).
     """
 
     def __init__(self):
@@ -75,17 +73,12 @@ class PreparedCache:
         self._rotated_key: Optional[tuple] = None
         self._rotated_rows = 0
         self._samples: list[PreparedCache] = []  # a padded batch's caches, one per sample
-        self._runs: list[tuple[int, int]] = []  # each sample's run of real rows at the last update
+        self._starts: list[Optional[int]] = []  # where each sample's run of real rows started at its last update
 
     def update(self, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig, control_tokens: int = 0,
-               stable: int = 0, attention_mask: Optional[torch.Tensor] = None) -> list:
+               stable: int = 0) -> list:
         C = control_tokens
-        runs = None if attention_mask is None else valid_ranges(attention_mask, k.shape[0], k.shape[2] - C,
-                                                                allow_empty=True)
-        if runs is not None:
-            self._key = None  # the unpacked buffers no longer follow the cache
-            return self._update_packed(k, v, cfg, C, stable, runs)
-        self._samples, self._runs = [], []
+        self._samples, self._starts = [], []
         L = k.shape[2] - C
         key = (cfg.method, cfg.summary_block, cfg.near_range, cfg.retrieval_block, cfg.train_length,
                cfg.far_summaries, float(cfg.theta), cfg.inv_freq, cfg.rotary_dim, cfg.rope_style, cfg.cond_correction,
@@ -108,22 +101,23 @@ class PreparedCache:
         self.prepared_rows += L - start
         return self.context(L)
 
-    def _update_packed(self, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig, C: int, stable: int,
-                       runs: list[tuple[int, int]]) -> list:
-        """A padded batch's packed context: sample b's cache updated on its control rows and real run [s, e)
-        (its rows before ``stable`` unchanged when its run still starts at s), the contexts packed as
-        csrc/varlen.h's prepare_sequences packs them."""
-        if len(self._samples) != len(runs):
-            self._samples, self._runs = [PreparedCache() for _ in runs], []
-        parts, before = [], sum(cache.prepared_rows for cache in self._samples)
-        for b, (s, e) in enumerate(runs):
-            kept = max(0, stable - s) if b < len(self._runs) and self._runs[b][0] == s else 0
-            rows = [x[b:b + 1, :, C + s:C + e] if C == 0 else torch.cat([x[b:b + 1, :, :C], x[b:b + 1, :, C + s:C + e]], 2)
-                    for x in (k, v)]
-            parts.append(self._samples[b].update(*rows, cfg, C, kept))
-        self._runs = list(runs)
-        self.prepared_rows += sum(cache.prepared_rows for cache in self._samples) - before
-        return _pack_contexts(parts, [C + e - s for s, e in runs], k, cfg, C)
+    def sample_update(self, b: int, batch: int, start: Optional[int], k: torch.Tensor, v: torch.Tensor,
+                      cfg: RangeSWAConfig, control_tokens: int = 0, stable: int = 0) -> list:
+        """Sample b's context in a padded batch of ``batch`` samples: k and v [1, H_kv, C + L_b, D] are its
+        control rows and its run of real rows, which starts at the batch's body row ``start`` (None: the
+        sample is not computed in this call, so its context no longer follows the cache). Rows before the
+        batch's ``stable`` are unchanged when the run still starts where it did."""
+        self._key = None  # the batch's own buffers no longer follow the cache
+        if len(self._samples) != batch:
+            self._samples, self._starts = [PreparedCache() for _ in range(batch)], [None] * batch
+        kept = max(0, stable - start) if start is not None and self._starts[b] == start else 0
+        self._starts[b] = start
+        if start is None:
+            return []
+        before = self._samples[b].prepared_rows
+        context = self._samples[b].update(k, v, cfg, control_tokens, kept)
+        self.prepared_rows += self._samples[b].prepared_rows - before
+        return context
 
     def rotated_keys(self, k: torch.Tensor, stable: int, rotate, key: tuple) -> torch.Tensor:
         """A dense method's rotated keys (`methods.DenseRopeAttention`): all N rows of k [B, H_kv, N, D], the
@@ -207,31 +201,3 @@ class PreparedCache:
             for name in names:
                 self._buffers[name][:, :, first:rows, : parts[name].shape[3]] = parts[name]
 
-
-def _pack_contexts(parts: list, rows: list[int], k: torch.Tensor, cfg: RangeSWAConfig, C: int) -> list:
-    """Sequence contexts (``parts[s]``, batch 1, ``rows[s]`` = C + L_s rows) as one packed context, laid out as
-    `ops.prepare` with ``cu_seqlens_k`` lays it out (csrc/varlen.h): which arrays are there and their rows from
-    the packed call's shapes (`ops.prepare`'s fake), each sequence's rows at its offset, zeros elsewhere."""
-    total, H, D = sum(rows), k.shape[1], k.shape[3]
-    shapes = ops._prepare_packed_fake(k.new_empty(()).expand(1, H, total, D), len(parts), cfg.method, C > 0,
-                                      cfg.summary_block, cfg.near_range, cfg.retrieval_block, cfg.train_length,
-                                      cfg.far_summaries, cfg.cond_correction, cfg.summaries, cfg.topk)
-    out = []
-    for slot, (name, shape) in enumerate(zip(ops.PREPARED_SLOTS[:-1], shapes[:-1])):
-        if shape.numel() == 0:
-            out.append(shape)
-            continue
-        per = 1 if _kind(name) == "body" else cfg.summary_block if _kind(name) == "sums" else cfg.retrieval_block
-        have = [part[slot] for part in parts if part[slot].numel() > 0]
-        width = have[0].stride(2) if have else D  # the device's row stride (CUDA pads rows to its head dim)
-        dtype = have[0].dtype if have else shape.dtype
-        packed = k.new_zeros((1, H, shape.shape[2], width), dtype=dtype)[..., :D]
-        at = 0
-        for part, n in zip(parts, rows):
-            first = at + C if per == 1 else at
-            if part[slot].numel() > 0:
-                packed[:, :, first:first + part[slot].shape[2]] = part[slot]
-            at += n if per == 1 else -(-(n - C) // per)
-        out.append(packed)
-    out.append(torch.stack([part[-1] for part in parts]))
-    return out

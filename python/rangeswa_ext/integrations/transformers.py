@@ -49,7 +49,8 @@ How a call runs (``attention``):
   so a padded row's logits are those of the same sequence alone: keys are un-rotated at the positions the
   model gave them (``generate``'s count of real tokens, or 0 .. L-1), and a sample that fits T alone runs
   the model's own attention as it would alone. A padded batch keeps its pre-RoPE keys and a prepared
-  context per sample across decode steps (`prepared.PreparedCache` packs them for the mask).
+  context per sample across decode steps, and a cached step attends sample by sample on views of the
+  cache (no copy of its rows).
 - Sliding-window layers (the ``sliding_window`` a layer passes: Mistral v0.1, Qwen2's upper layers, the
   local layers of mixed models) keep the model's own windowed attention at every length; the global
   layers run the method.
