@@ -477,3 +477,36 @@ def test_simt_packed_call_on_the_hopper_body_kernel_runs_it_per_sequence(simt, m
     sequences = [(150, None, 0), (37, None, 4), (5, 1, 2)]
     parts, q, k, v, cq, ck, counts = _packed_inputs(sequences, Hq=2, Hkv=1, seed=26, dtype=torch.bfloat16)
     assert _simt_packed_is_each_sequence(simt, cfg, parts, q, k, v, cq, ck, counts)[2] == len(sequences)
+
+
+def test_simt_packed_prepare_is_each_sequences_context_in_its_rows(simt):
+    """The packed prepare's shared launches (one preparation per kernel variant, one key-means launch) write each
+    sequence's own context, bit for bit, into its rows of the packed arrays; the rest stays zero."""
+    cfg = _cfg("rangeswa")
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_MIXED, Hq=2, Hkv=2, D=80, seed=27, dtype=torch.float16)
+    ctx = simt.prepare(k, v, **ops.prepare_arguments(cfg), cu_seqlens_k=ck, control_counts=counts)
+    names = {n for n, t in zip(ops.PREPARED_SLOTS, ctx) if t.numel() > 0}
+    assert {"keys_grp", "keys_cond", "prefix_nat", "prefix_grp", "key_means"} <= names
+    G, Rb = cfg.summary_block, cfg.retrieval_block
+    sums = means = 0
+    written = [torch.zeros(t.shape[2], dtype=torch.bool) for t in ctx[:-1]]
+    for s, (_, ks, vs, C) in enumerate(parts):
+        own = simt.prepare(ks, vs, **ops.prepare_arguments(cfg, C))
+        L = ks.shape[2] - C
+        assert torch.equal(ctx[-1][s], own[-1])
+        for slot, name in enumerate(ops.PREPARED_SLOTS[:-1]):
+            if own[slot].numel() == 0:
+                continue
+            if name == "key_means":
+                start, rows = means, -(-L // Rb)
+            elif name.startswith("sum"):
+                start, rows = sums, -(-L // G)
+            else:
+                start, rows = int(ck[s]) + C, L
+            assert torch.equal(ctx[slot][:, :, start:start + rows], own[slot]), (s, name)
+            written[slot][start:start + rows] = True
+        sums += -(-L // G)
+        means += -(-L // Rb)
+    for slot, t in enumerate(ctx[:-1]):
+        if t.numel() > 0:
+            assert (t[:, :, ~written[slot]] == 0).all(), ops.PREPARED_SLOTS[slot]

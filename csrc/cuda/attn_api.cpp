@@ -377,6 +377,8 @@ CallCheck check_call(RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prep
 struct CallState {
   AttnKernelParams p;
   PrepareParams pp;      // its preparation's parameters (prepare_ready'd)
+  TopkParams topk;       // a packed call's sequence: its selection (when `selects`), launched with the others'
+  bool selects;
   const int32_t* given;  // the blocks the sort kernel reads (null: no retrieval)
   std::vector<at::Tensor> keep;
 };
@@ -394,7 +396,15 @@ CallState stage_call(const CallCheck& c, RSWA_ATTN_PARAMS, const std::optional<a
   at::Tensor blocks;
   if (c.given) blocks = retrieved->contiguous();
   const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
-  if (c.computes) blocks = topk_blocks_device(qc, kc, ap.C, R, given_means ? (*prepared)[kKeyMeans] : at::Tensor());
+  const at::Tensor means = given_means ? (*prepared)[kKeyMeans] : at::Tensor();
+  if (c.computes && !packed) blocks = topk_blocks_device(qc, kc, ap.C, R, means);
+  if (c.computes && packed) {  // its workspaces and output now, its launches with the other sequences'
+    Selection sel = selection(qc, kc, ap.C, R, means);
+    blocks = sel.out;
+    st.topk = sel.p;
+    st.selects = sel.launch;
+    keep.insert(keep.end(), {sel.q_means, sel.k_means});
+  }
   if (blocks.defined()) keep.push_back(blocks);
 
   const auto opts = qc.options();
@@ -491,9 +501,9 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional
 }
 
 // A packed call (csrc/varlen.h) in shared launches (docs/cuda.md "Packed calls"): every sequence checked as its
-// own call first; then per sequence its retrieval (topk_blocks' launches) and rope tables (cached across calls),
-// and for all sequences at once the preparation (one launch per kernel variant the sequences use, prepare.h
-// prepare_variant), the sort, the plan, the attention kernel (mainloop.h attn_packed_kernel: one launch per K/V
+// own call first; then per sequence its arrays and rope tables (cached across calls), and for all sequences at
+// once the retrieval (block means, then top-K selection: topk_blocks.h PackedTopk), the preparation (one launch
+// per kernel variant the sequences use, prepare.h prepare_variant), the sort, the plan, the attention kernel (mainloop.h attn_packed_kernel: one launch per K/V
 // stage count the sequences use, one in practice) and the combine. A sequence whose body runs on the sm_90a kernel
 // (RANGESWA_CUDA_KERNEL=hopper) has its body and control CTAs launched on its own.
 std::tuple<at::Tensor, at::Tensor> attn_cuda_packed(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
@@ -525,7 +535,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_packed(RSWA_ATTN_PARAMS, std::optio
       return stage_call(c, RSWA_ATTN_ARGS, prepared, out, lse, pk.q0[sq.s], total_q, true, stream);
     };
     states.push_back(stage(sq.q, sq.k, sq.v, sq.C, sq.context()));
-    calls.add(states.back().p, states.back().pp, c.ap.rules, states.back().given, !c.hopper, c.smem);
+    const CallState& st = states.back();
+    calls.add(st.p, st.pp, st.selects ? &st.topk : nullptr, c.ap.rules, st.given, !c.hopper, c.smem);
   }
   TORCH_CHECK(calls.prepare_fits, "attn on CUDA: a sequence's preparation has more work items than a launch indexes");
   // The sequences' parameters and work offsets on the device (one copy).
@@ -537,6 +548,11 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_packed(RSWA_ATTN_PARAMS, std::optio
   const int64_t D = q.size(3);
   dispatch_dtype(q.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
+    check_launch(launch_topk_blocks_packed<T>(calls.topk_launch(base, PackedCalls::kMeans),
+                                              calls.total(PackedCalls::kMeans),
+                                              calls.topk_launch(base, PackedCalls::kSelect),
+                                              calls.total(PackedCalls::kSelect), k.size(1), calls.select_smem, stream),
+                 "topk_blocks");
     for (int x = 0; x < kPrepareVariants; ++x)
       check_launch(launch_prepare_packed<T>(calls.prepare_launch(base, x), x, calls.total(PackedCalls::kPrepare + x),
                                             stream),
@@ -612,6 +628,81 @@ std::vector<at::Tensor> prepare_cuda_one(RSWA_PREPARE_PARAMS) {
   return out;
 }
 
+// A packed prepare (csrc/varlen.h, cu_seqlens_k) in shared launches: every sequence checked as its own prepare,
+// the packed arrays allocated once with every sequence's rows written in place (context.h
+// packed_context_layout), then per sequence its rope tables (cached across calls), and for all sequences at once
+// the preparation (one launch per kernel variant they use) and the key means (one launch).
+std::vector<at::Tensor> prepare_cuda_packed(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
+  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
+  TORCH_CHECK_VALUE(first_key == 0, "first_key must be 0 with cu_seqlens_k (a packed context is prepared whole), "
+                    "got ", first_key);
+  // The checks of the whole packed k (no control rows: packed_slots), then of each sequence as its own prepare.
+  auto check_longest = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    return check_prepare(RSWA_PREPARE_ARGS);
+  };
+  auto check_one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
+    TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
+    TORCH_CHECK_VALUE(cp.N < kMaxPlanTokens, "prepare on CUDA takes sequences of fewer than 2^29 tokens");
+    TORCH_CHECK_VALUE(head_offsets_fit(cp.N, cp.D), "prepare on CUDA takes fewer than 2^31 elements per KV head and "
+                      "array: (C + L) x the head dim padded to 64, 80 or 128 (16M tokens at head dim 128, 33M at 64)");
+    return cp;
+  };
+  const ContextParams longest = check_longest(k, v, 0);
+  std::vector<ContextParams> cps;
+  for (int64_t s = 0; s < pk.S; ++s)
+    cps.push_back(for_sequence(s, [&] {
+      return check_one(k.narrow(2, pk.k0[s], pk.nk[s]), v.narrow(2, pk.k0[s], pk.nk[s]), pk.C[s]);
+    }));
+  const Rules& R = longest.rules;
+  const c10::cuda::CUDAGuard guard(k.device());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
+  const bool controls = control_counts.has_value() || control_tokens > 0;
+  PackedContextLayout c = packed_context_layout(kc, vc, pk, cps, packed_slots(longest, controls, /*prefix=*/true),
+                                                R.G, R.Rb);
+  std::vector<at::Tensor> keep;
+  PackedPrepares calls;
+  for (int64_t s = 0; s < pk.S; ++s) {
+    ContextLayout& cs = c.seqs[s];
+    const AttnSetup& st = cs.s;
+    std::pair<at::Tensor, at::Tensor> ints, cond;
+    if (st.int_rows > 0) ints = tables().get(cs.ap.rope, true, st.int_rows, 1.0, k.device());
+    if (st.cond_rows > 0) cond = tables().get(cs.ap.rope, false, st.cond_rows, st.cond_step, k.device());
+    keep.insert(keep.end(), {ints.first, ints.second, cond.first, cond.second});
+    cs.buf.cos_int = ptr_or_null<const float>(ints.first);
+    cs.buf.sin_int = ptr_or_null<const float>(ints.second);
+    cs.buf.cos_cond = ptr_or_null<const float>(cond.first);
+    cs.buf.sin_cond = ptr_or_null<const float>(cond.second);
+    PrepareParams pp{};
+    dispatch_dtype(kc.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(c.prepare_params(s)); });
+    const KeyMeansJob job{key_means_params(kc.narrow(2, pk.k0[s], pk.nk[s]), cps[s]), c.key_means(s), c.mean_rows};
+    calls.add(pp, cps[s].L > 0, job, cps[s].means && cps[s].L > 0 && job.out != nullptr);
+  }
+  TORCH_CHECK(calls.fits, "prepare on CUDA: a sequence has more work items than a launch indexes");
+  at::Tensor host = at::empty({int64_t(calls.bytes())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  calls.write(reinterpret_cast<char*>(host.data_ptr()));
+  at::Tensor table = at::empty_like(host, k.options().dtype(at::kByte));
+  table.copy_(host, /*non_blocking=*/true);
+  const char* base = reinterpret_cast<const char*>(table.data_ptr());
+  dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    for (int x = 0; x < kPrepareVariants; ++x)
+      check_launch(launch_prepare_packed<T>(calls.prepare_launch(base, x), x, calls.total(x), stream), "prepare");
+    check_launch(launch_key_means_packed<T>(calls.means_launch(base), calls.total(PackedPrepares::kMeans), k.size(1),
+                                            stream),
+                 "prepare key means");
+  });
+  at::Tensor sig = at::empty({pk.S, kSignatureSize}, at::TensorOptions().dtype(at::kDouble));
+  for (int64_t s = 0; s < pk.S; ++s) {
+    const ContextParams& cp = cps[s];
+    const std::vector<double> row = context_signature(cp.rules, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
+    sig[s].copy_(at::tensor(at::ArrayRef<double>(row), at::TensorOptions().dtype(at::kDouble)));
+  }
+  c.out[kSignature] = sig;
+  return c.out;
+}
+
 }  // namespace
 
 // Packed calls (csrc/varlen.h): the offsets are copied to the host (one sync), each sequence is checked as its
@@ -624,8 +715,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at:
 }
 
 std::vector<at::Tensor> prepare_cuda(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
-  return prepare_packed_or_one(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, /*prefix=*/true,
-                               [](RSWA_PREPARE_PARAMS) { return prepare_cuda_one(RSWA_PREPARE_ARGS); });
+  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_cuda_one(RSWA_PREPARE_ARGS);
+  return prepare_cuda_packed(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS);
 }
 
 TORCH_LIBRARY_IMPL(rangeswa, CUDA, m) {

@@ -182,6 +182,33 @@ struct SimtLaunches final : CallKernels {
   }
 };
 
+// A packed call's sequence (attn_simt_packed): the small kernels as SimtLaunches runs them, except that its
+// selection only sets up its arrays (topk, kept in `keep`), launched with the other sequences'.
+struct SimtPackedSequence final : CallKernels {
+  SimtLaunches launches;
+  mutable TopkParams topk{};
+  mutable bool selects = false;
+  mutable std::vector<at::Tensor> keep;
+  void tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& k) const override {
+    launches.tables(ap, s, b, k);
+  }
+  void prepare(const PrepareParams& pp, int64_t BH, at::ScalarType type) const override {
+    launches.prepare(pp, BH, type);
+  }
+  at::Tensor select(const HostCall& hc, const std::optional<at::TensorList>& prepared) const override {
+    const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
+    Selection sel = selection(hc.q, hc.k, hc.ap.C, hc.ap.rules, given_means ? (*prepared)[kKeyMeans] : at::Tensor());
+    topk = sel.p;
+    selects = sel.launch;
+    keep = {sel.q_means, sel.k_means, sel.out};
+    return sel.out;
+  }
+  void plan(HostCall& hc) const override { launches.plan(hc); }
+  at::Tensor key_means(const at::Tensor& kc, const ContextParams& cp, int64_t first_block) const override {
+    return launches.key_means(kc, cp, first_block);
+  }
+};
+
 std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   HostCall hc;
   hc.ap = checked(RSWA_ATTN_ARGS, prepared);
@@ -269,16 +296,17 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
   // Never read by a correct kernel: NaN shows rows the kernels forgot to write.
   at::Tensor out = at::full(q.sizes(), NAN, q.options()), lse = at::full({1, q.size(1), total_q}, NAN, q.options().dtype(at::kFloat));
-  const SimtLaunches kernels;
   const bool hopper = q.scalar_type() != at::kFloat && body_kernel_forced() == BodyKernel::kHopper;
   std::vector<std::unique_ptr<HostCall>> calls;
+  std::vector<std::unique_ptr<SimtPackedSequence>> kernels;
   PackedCalls table;
   simt_errors_as_runtime_errors([&] {
     for (size_t x = 0; x < seqs.size(); ++x) {
       calls.push_back(std::make_unique<HostCall>());
       HostCall& hc = *calls.back();
       hc.ap = aps[x];
-      build(hc, seqs[x].q, seqs[x].k, seqs[x].v, std::nullopt, seqs[x].context(), kernels, /*packed=*/true);
+      kernels.push_back(std::make_unique<SimtPackedSequence>());
+      build(hc, seqs[x].q, seqs[x].k, seqs[x].v, std::nullopt, seqs[x].context(), *kernels.back(), /*packed=*/true);
       // Its rows of the packed output (B = 1): q rows per head are the packed rows.
       hc.p.out = static_cast<char*>(out.data_ptr()) + pk.q0[seqs[x].s] * D * int64_t(out.element_size());
       hc.p.lse = lse.data_ptr<float>() + pk.q0[seqs[x].s];
@@ -286,14 +314,22 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
       std::fill(hc.record_count.begin(), hc.record_count.end(), -1);  // a plan the kernel forgets shows
       PrepareParams pp{};
       dispatch_dtype(q.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(hc.pp); });
-      table.add(hc.p, pp, hc.ap.rules, hc.buf.retrieved, !hopper, attn_smem_of(hc.p, q.scalar_type()));
+      const SimtPackedSequence& kx = *kernels.back();
+      table.add(hc.p, pp, kx.selects ? &kx.topk : nullptr, hc.ap.rules, hc.buf.retrieved, !hopper,
+                attn_smem_of(hc.p, q.scalar_type()));
     }
     TORCH_CHECK(table.prepare_fits, "attn on CUDA: a sequence's preparation has more work items than a launch indexes");
-    // The preparation (per kernel variant), the sort and the plan of every sequence: one launch each.
+    // The selection (block means, top K), the preparation (per kernel variant), the sort and the plan of every
+    // sequence: one launch each.
     std::vector<char> buffer(table.bytes());
     const char* base = buffer.data();
     table.write(buffer.data());
     dispatch_dtype(q.scalar_type(), [&](auto tag) {
+      check_launch(launch_topk_blocks_packed<decltype(tag)>(
+                       table.topk_launch(base, PackedCalls::kMeans), table.total(PackedCalls::kMeans),
+                       table.topk_launch(base, PackedCalls::kSelect), table.total(PackedCalls::kSelect), k.size(1),
+                       table.select_smem, nullptr),
+                   "topk_blocks");
       for (int x = 0; x < kPrepareVariants; ++x)
         check_launch(launch_prepare_packed<decltype(tag)>(table.prepare_launch(base, x), x,
                                                           table.total(PackedCalls::kPrepare + x), nullptr),
@@ -377,9 +413,69 @@ std::tuple<at::Tensor, at::Tensor> attn_simt(RSWA_ATTN_PARAMS, std::optional<at:
   return attn_simt_packed(RSWA_ATTN_ARGS, prepared RSWA_VARLEN_ATTN_ARGS);
 }
 
+// A packed prepare as the CUDA op runs it (attn_api.cpp prepare_cuda_packed): each sequence checked as its own
+// prepare, its rows of the packed arrays written in place by one preparation launch per kernel variant and one
+// key-means launch for every sequence.
+std::vector<at::Tensor> prepare_simt_packed(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
+  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
+  TORCH_CHECK_VALUE(first_key == 0, "first_key must be 0 with cu_seqlens_k (a packed context is prepared whole), "
+                    "got ", first_key);
+  auto check_one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
+    TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
+    return cp;
+  };
+  const ContextParams longest = check_prepare(k, v RSWA_PREPARE_OPTIONS(RSWA_OPTION_ARG));
+  std::vector<ContextParams> cps;
+  for (int64_t s = 0; s < pk.S; ++s)
+    cps.push_back(for_sequence(s, [&] {
+      return check_one(k.narrow(2, pk.k0[s], pk.nk[s]), v.narrow(2, pk.k0[s], pk.nk[s]), pk.C[s]);
+    }));
+  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  const Rules& R = longest.rules;
+  const at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
+  const bool controls = control_counts.has_value() || control_tokens > 0;
+  PackedContextLayout c = packed_context_layout(kc, vc, pk, cps, packed_slots(longest, controls, /*prefix=*/true),
+                                                R.G, R.Rb);
+  const SimtLaunches launches;
+  std::vector<at::Tensor> keep;
+  PackedPrepares calls;
+  for (int64_t s = 0; s < pk.S; ++s) {
+    ContextLayout& cs = c.seqs[s];
+    launches.tables(cs.ap, cs.s, cs.buf, keep);
+    PrepareParams pp{};
+    dispatch_dtype(kc.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(c.prepare_params(s)); });
+    const KeyMeansJob job{key_means_params(kc.narrow(2, pk.k0[s], pk.nk[s]), cps[s]), c.key_means(s), c.mean_rows};
+    calls.add(pp, cps[s].L > 0, job, cps[s].means && cps[s].L > 0 && job.out != nullptr);
+  }
+  TORCH_CHECK(calls.fits, "prepare on CUDA: a sequence has more work items than a launch indexes");
+  std::vector<char> buffer(calls.bytes());
+  calls.write(buffer.data());
+  const char* base = buffer.data();
+  simt_errors_as_runtime_errors([&] {
+    dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      for (int x = 0; x < kPrepareVariants; ++x)
+        check_launch(launch_prepare_packed<T>(calls.prepare_launch(base, x), x, calls.total(x), nullptr), "prepare");
+      check_launch(launch_key_means_packed<T>(calls.means_launch(base), calls.total(PackedPrepares::kMeans),
+                                              k.size(1), nullptr),
+                   "key means");
+    });
+    return 0;
+  });
+  at::Tensor sig = at::empty({pk.S, kSignatureSize}, at::TensorOptions().dtype(at::kDouble));
+  for (int64_t s = 0; s < pk.S; ++s) {
+    const ContextParams& cp = cps[s];
+    const std::vector<double> row = context_signature(cp.rules, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
+    sig[s].copy_(at::tensor(at::ArrayRef<double>(row), at::TensorOptions().dtype(at::kDouble)));
+  }
+  c.out[kSignature] = sig;
+  return c.out;
+}
+
 std::vector<at::Tensor> prepare_simt(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
-  return prepare_packed_or_one(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, /*prefix=*/true,
-                               [](RSWA_PREPARE_PARAMS) { return prepare_simt_one(RSWA_PREPARE_ARGS); });
+  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_simt_one(RSWA_PREPARE_ARGS);
+  return prepare_simt_packed(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS);
 }
 
 at::Tensor topk_blocks_simt(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
