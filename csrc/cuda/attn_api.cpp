@@ -536,13 +536,15 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_packed(RSWA_ATTN_PARAMS, std::optio
     };
     states.push_back(stage(sq.q, sq.k, sq.v, sq.C, sq.context()));
     const CallState& st = states.back();
-    calls.add(st.p, st.pp, st.selects ? &st.topk : nullptr, c.ap.rules, st.given, !c.hopper, c.smem);
+    size_t smem = 0;  // the mma.sync kernel's shared memory per CTA for its parameters (run_attn's)
+    dispatch_dtype(q.scalar_type(), [&](auto tag) { smem = attn_smem_for<decltype(tag)>(st.p, c.ap.D); });
+    calls.add(st.p, st.pp, st.selects ? &st.topk : nullptr, c.ap.rules, st.given, !c.hopper, smem);
   }
   TORCH_CHECK(calls.prepare_fits, "attn on CUDA: a sequence's preparation has more work items than a launch indexes");
   // The sequences' parameters and work offsets on the device (one copy).
   at::Tensor host = at::empty({int64_t(calls.bytes())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
   calls.write(reinterpret_cast<char*>(host.data_ptr()));
-  at::Tensor table = at::empty_like(host, q.options().dtype(at::kByte));
+  at::Tensor table = at::empty({int64_t(calls.bytes())}, q.options().dtype(at::kByte));
   table.copy_(host, /*non_blocking=*/true);
   const char* base = reinterpret_cast<const char*>(table.data_ptr());
   const int64_t D = q.size(3);
@@ -682,7 +684,7 @@ std::vector<at::Tensor> prepare_cuda_packed(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREP
   TORCH_CHECK(calls.fits, "prepare on CUDA: a sequence has more work items than a launch indexes");
   at::Tensor host = at::empty({int64_t(calls.bytes())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
   calls.write(reinterpret_cast<char*>(host.data_ptr()));
-  at::Tensor table = at::empty_like(host, k.options().dtype(at::kByte));
+  at::Tensor table = at::empty({int64_t(calls.bytes())}, k.options().dtype(at::kByte));
   table.copy_(host, /*non_blocking=*/true);
   const char* base = reinterpret_cast<const char*>(table.data_ptr());
   dispatch_dtype(kc.scalar_type(), [&](auto tag) {
