@@ -2,8 +2,9 @@
 // control_counts, the layout of a packed prepared context, a packed attn call's sequences as views (the CUDA op
 // and its SIMT emulation check each as its own call, then run them all in shared launches: attn_api.cpp
 // attn_cuda_packed; the CPU kernel runs all sequences in one parallel region, csrc/cpu/attn.cpp), and the
-// per-sequence loop of a packed prepare that the CUDA op and its emulations run. Header-only, so that every
-// build that compiles checks.cpp needs nothing more.
+// per-sequence loop of the CPU kernel's packed prepare (the CUDA op writes every sequence in place in shared
+// launches: cuda/context.h packed_prepare). Header-only, so that every build that compiles checks.cpp needs
+// nothing more.
 //
 // Layout (csrc/schema.h): q [1, H_q, total_q, D], k and v [1, H_kv, total_k, D]; sequence s holds q rows
 // [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and k / v rows [cu_seqlens_k[s], cu_seqlens_k[s + 1]), its C_s control

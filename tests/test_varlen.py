@@ -348,8 +348,9 @@ def test_torch_compile_runs_a_padded_batch():
 # ------------------------------------------------------------------- the CUDA op's packed path, emulated
 # attn_cuda runs a packed call's sequences in shared launches (attn_api.cpp attn_cuda_packed: one launch of the
 # preparation per kernel variant, of the sort, the plan, the attention kernel and the combine; docs/cuda.md
-# "Packed calls"); prepare_cuda prepares sequence by sequence (csrc/varlen.h prepare_sequences). The SIMT
-# emulation registers the same paths over the kernels' own sources and launchers.
+# "Packed calls"); prepare_cuda writes every sequence's rows of the packed arrays in place, in one launch per
+# preparation kernel variant and one key-means launch (context.h packed_prepare). The SIMT emulation registers
+# the same paths over the kernels' own sources and launchers; the plan emulator's host prepare the same layout.
 
 SIMT_SEQUENCES = [(150, None, 0), (37, None, 4), (290, 20, 3), (5, 1, 2)]
 

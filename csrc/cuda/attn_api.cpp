@@ -635,13 +635,6 @@ std::vector<at::Tensor> prepare_cuda_one(RSWA_PREPARE_PARAMS) {
 // packed_context_layout), then per sequence its rope tables (cached across calls), and for all sequences at once
 // the preparation (one launch per kernel variant they use) and the key means (one launch).
 std::vector<at::Tensor> prepare_cuda_packed(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
-  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
-  TORCH_CHECK_VALUE(first_key == 0, "first_key must be 0 with cu_seqlens_k (a packed context is prepared whole), "
-                    "got ", first_key);
-  // The checks of the whole packed k (no control rows: packed_slots), then of each sequence as its own prepare.
-  auto check_longest = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
-    return check_prepare(RSWA_PREPARE_ARGS);
-  };
   auto check_one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
     const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
     TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
@@ -650,59 +643,43 @@ std::vector<at::Tensor> prepare_cuda_packed(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREP
                       "array: (C + L) x the head dim padded to 64, 80 or 128 (16M tokens at head dim 128, 33M at 64)");
     return cp;
   };
-  const ContextParams longest = check_longest(k, v, 0);
-  std::vector<ContextParams> cps;
-  for (int64_t s = 0; s < pk.S; ++s)
-    cps.push_back(for_sequence(s, [&] {
-      return check_one(k.narrow(2, pk.k0[s], pk.nk[s]), v.narrow(2, pk.k0[s], pk.nk[s]), pk.C[s]);
-    }));
-  const Rules& R = longest.rules;
   const c10::cuda::CUDAGuard guard(k.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
-  const bool controls = control_counts.has_value() || control_tokens > 0;
-  PackedContextLayout c = packed_context_layout(kc, vc, pk, cps, packed_slots(longest, controls, /*prefix=*/true),
-                                                R.G, R.Rb);
   std::vector<at::Tensor> keep;
-  PackedPrepares calls;
-  for (int64_t s = 0; s < pk.S; ++s) {
-    ContextLayout& cs = c.seqs[s];
-    const AttnSetup& st = cs.s;
-    std::pair<at::Tensor, at::Tensor> ints, cond;
-    if (st.int_rows > 0) ints = tables().get(cs.ap.rope, true, st.int_rows, 1.0, k.device());
-    if (st.cond_rows > 0) cond = tables().get(cs.ap.rope, false, st.cond_rows, st.cond_step, k.device());
-    keep.insert(keep.end(), {ints.first, ints.second, cond.first, cond.second});
-    cs.buf.cos_int = ptr_or_null<const float>(ints.first);
-    cs.buf.sin_int = ptr_or_null<const float>(ints.second);
-    cs.buf.cos_cond = ptr_or_null<const float>(cond.first);
-    cs.buf.sin_cond = ptr_or_null<const float>(cond.second);
-    PrepareParams pp{};
-    dispatch_dtype(kc.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(c.prepare_params(s)); });
-    const KeyMeansJob job{key_means_params(kc.narrow(2, pk.k0[s], pk.nk[s]), cps[s]), c.key_means(s), c.mean_rows};
-    calls.add(pp, cps[s].L > 0, job, cps[s].means && cps[s].L > 0 && job.out != nullptr);
-  }
-  TORCH_CHECK(calls.fits, "prepare on CUDA: a sequence has more work items than a launch indexes");
-  at::Tensor host = at::empty({int64_t(calls.bytes())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-  calls.write(reinterpret_cast<char*>(host.data_ptr()));
-  at::Tensor table = at::empty({int64_t(calls.bytes())}, k.options().dtype(at::kByte));
-  table.copy_(host, /*non_blocking=*/true);
-  const char* base = reinterpret_cast<const char*>(table.data_ptr());
-  dispatch_dtype(kc.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    for (int x = 0; x < kPrepareVariants; ++x)
-      check_launch(launch_prepare_packed<T>(calls.prepare_launch(base, x), x, calls.total(x), stream), "prepare");
-    check_launch(launch_key_means_packed<T>(calls.means_launch(base), calls.total(PackedPrepares::kMeans), k.size(1),
-                                            stream),
-                 "prepare key means");
-  });
-  at::Tensor sig = at::empty({pk.S, kSignatureSize}, at::TensorOptions().dtype(at::kDouble));
-  for (int64_t s = 0; s < pk.S; ++s) {
-    const ContextParams& cp = cps[s];
-    const std::vector<double> row = context_signature(cp.rules, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
-    sig[s].copy_(at::tensor(at::ArrayRef<double>(row), at::TensorOptions().dtype(at::kDouble)));
-  }
-  c.out[kSignature] = sig;
-  return c.out;
+  auto run = [&](PackedContextLayout& c, const std::vector<ContextParams>& cps, const at::Tensor& kc, const Packed& pk) {
+    PackedPrepares calls;
+    for (int64_t s = 0; s < pk.S; ++s) {
+      ContextLayout& cs = c.seqs[s];
+      const AttnSetup& st = cs.s;
+      std::pair<at::Tensor, at::Tensor> ints, cond;
+      if (st.int_rows > 0) ints = tables().get(cs.ap.rope, true, st.int_rows, 1.0, k.device());
+      if (st.cond_rows > 0) cond = tables().get(cs.ap.rope, false, st.cond_rows, st.cond_step, k.device());
+      keep.insert(keep.end(), {ints.first, ints.second, cond.first, cond.second});
+      cs.buf.cos_int = ptr_or_null<const float>(ints.first);
+      cs.buf.sin_int = ptr_or_null<const float>(ints.second);
+      cs.buf.cos_cond = ptr_or_null<const float>(cond.first);
+      cs.buf.sin_cond = ptr_or_null<const float>(cond.second);
+      PrepareParams pp{};
+      dispatch_dtype(kc.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(c.prepare_params(s)); });
+      const KeyMeansJob job{key_means_params(kc.narrow(2, pk.k0[s], pk.nk[s]), cps[s]), c.key_means(s), c.mean_rows};
+      calls.add(pp, cps[s].L > 0, job, cps[s].means && cps[s].L > 0 && job.out != nullptr);
+    }
+    TORCH_CHECK(calls.fits, "prepare on CUDA: a sequence has more work items than a launch indexes");
+    at::Tensor host = at::empty({int64_t(calls.bytes())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    calls.write(reinterpret_cast<char*>(host.data_ptr()));
+    at::Tensor table = at::empty({int64_t(calls.bytes())}, k.options().dtype(at::kByte));
+    table.copy_(host, /*non_blocking=*/true);
+    const char* base = reinterpret_cast<const char*>(table.data_ptr());
+    dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      for (int x = 0; x < kPrepareVariants; ++x)
+        check_launch(launch_prepare_packed<T>(calls.prepare_launch(base, x), x, calls.total(x), stream), "prepare");
+      check_launch(launch_key_means_packed<T>(calls.means_launch(base), calls.total(PackedPrepares::kMeans),
+                                              k.size(1), stream),
+                   "prepare key means");
+    });
+  };
+  return packed_prepare(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, check_one, run);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "cuda/attn_setup.h"
 #include "cuda/prepare.h"
 #include "prepared.h"
+#include "schema.h"
 #include "varlen.h"
 
 namespace rangeswa::cuda {
@@ -228,6 +229,41 @@ inline PackedContextLayout packed_context_layout(const at::Tensor& kc, const at:
     }));
   }
   return c;
+}
+
+// A packed prepare op, its host side shared by the op (attn_api.cpp) and its emulations: the layout's checks
+// (first_key 0, varlen.h check_packed, check_prepare of the whole packed k for packed_slots), each sequence
+// checked as its own prepare by `check_one(k_s, v_s, C_s)` (a ContextParams; errors name the sequence), the
+// packed layout, then `run(c, cps, kc)` writes every sequence's arrays (the op: its shared launches), and the
+// signature rows. Returns the packed list.
+template <typename CheckOne, typename Run>
+std::vector<at::Tensor> packed_prepare(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS, const CheckOne& check_one,
+                                       const Run& run) {
+  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
+  TORCH_CHECK_VALUE(first_key == 0, "first_key must be 0 with cu_seqlens_k (a packed context is prepared whole), "
+                    "got ", first_key);
+  const ContextParams longest = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    return check_prepare(RSWA_PREPARE_ARGS);
+  }(k, v, 0);
+  std::vector<ContextParams> cps;
+  for (int64_t s = 0; s < pk.S; ++s)
+    cps.push_back(for_sequence(s, [&] {
+      return check_one(k.narrow(2, pk.k0[s], pk.nk[s]), v.narrow(2, pk.k0[s], pk.nk[s]), pk.C[s]);
+    }));
+  const Rules& R = longest.rules;
+  const at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
+  const bool controls = control_counts.has_value() || control_tokens > 0;
+  PackedContextLayout c = packed_context_layout(kc, vc, pk, cps, packed_slots(longest, controls, /*prefix=*/true),
+                                                R.G, R.Rb);
+  run(c, cps, kc, pk);
+  at::Tensor sig = at::empty({pk.S, kSignatureSize}, at::TensorOptions().dtype(at::kDouble));
+  for (int64_t s = 0; s < pk.S; ++s) {
+    const ContextParams& cp = cps[s];
+    const std::vector<double> row = context_signature(cp.rules, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
+    sig[s].copy_(at::tensor(at::ArrayRef<double>(row), at::TensorOptions().dtype(at::kDouble)));
+  }
+  c.out[kSignature] = sig;
+  return c.out;
 }
 
 }  // namespace rangeswa::cuda

@@ -417,60 +417,41 @@ std::tuple<at::Tensor, at::Tensor> attn_simt(RSWA_ATTN_PARAMS, std::optional<at:
 // prepare, its rows of the packed arrays written in place by one preparation launch per kernel variant and one
 // key-means launch for every sequence.
 std::vector<at::Tensor> prepare_simt_packed(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
-  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
-  TORCH_CHECK_VALUE(first_key == 0, "first_key must be 0 with cu_seqlens_k (a packed context is prepared whole), "
-                    "got ", first_key);
   auto check_one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
     const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
     TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
     return cp;
   };
-  const ContextParams longest = check_prepare(k, v RSWA_PREPARE_OPTIONS(RSWA_OPTION_ARG));
-  std::vector<ContextParams> cps;
-  for (int64_t s = 0; s < pk.S; ++s)
-    cps.push_back(for_sequence(s, [&] {
-      return check_one(k.narrow(2, pk.k0[s], pk.nk[s]), v.narrow(2, pk.k0[s], pk.nk[s]), pk.C[s]);
-    }));
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
-  const Rules& R = longest.rules;
-  const at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
-  const bool controls = control_counts.has_value() || control_tokens > 0;
-  PackedContextLayout c = packed_context_layout(kc, vc, pk, cps, packed_slots(longest, controls, /*prefix=*/true),
-                                                R.G, R.Rb);
   const SimtLaunches launches;
   std::vector<at::Tensor> keep;
-  PackedPrepares calls;
-  for (int64_t s = 0; s < pk.S; ++s) {
-    ContextLayout& cs = c.seqs[s];
-    launches.tables(cs.ap, cs.s, cs.buf, keep);
-    PrepareParams pp{};
-    dispatch_dtype(kc.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(c.prepare_params(s)); });
-    const KeyMeansJob job{key_means_params(kc.narrow(2, pk.k0[s], pk.nk[s]), cps[s]), c.key_means(s), c.mean_rows};
-    calls.add(pp, cps[s].L > 0, job, cps[s].means && cps[s].L > 0 && job.out != nullptr);
-  }
-  TORCH_CHECK(calls.fits, "prepare on CUDA: a sequence has more work items than a launch indexes");
-  std::vector<char> buffer(calls.bytes());
-  calls.write(buffer.data());
-  const char* base = buffer.data();
-  simt_errors_as_runtime_errors([&] {
-    dispatch_dtype(kc.scalar_type(), [&](auto tag) {
-      using T = decltype(tag);
-      for (int x = 0; x < kPrepareVariants; ++x)
-        check_launch(launch_prepare_packed<T>(calls.prepare_launch(base, x), x, calls.total(x), nullptr), "prepare");
-      check_launch(launch_key_means_packed<T>(calls.means_launch(base), calls.total(PackedPrepares::kMeans),
-                                              k.size(1), nullptr),
-                   "key means");
+  auto run = [&](PackedContextLayout& c, const std::vector<ContextParams>& cps, const at::Tensor& kc, const Packed& pk) {
+    PackedPrepares calls;
+    for (int64_t s = 0; s < pk.S; ++s) {
+      ContextLayout& cs = c.seqs[s];
+      launches.tables(cs.ap, cs.s, cs.buf, keep);
+      PrepareParams pp{};
+      dispatch_dtype(kc.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(c.prepare_params(s)); });
+      const KeyMeansJob job{key_means_params(kc.narrow(2, pk.k0[s], pk.nk[s]), cps[s]), c.key_means(s), c.mean_rows};
+      calls.add(pp, cps[s].L > 0, job, cps[s].means && cps[s].L > 0 && job.out != nullptr);
+    }
+    TORCH_CHECK(calls.fits, "prepare on CUDA: a sequence has more work items than a launch indexes");
+    std::vector<char> buffer(calls.bytes());
+    calls.write(buffer.data());
+    const char* base = buffer.data();
+    simt_errors_as_runtime_errors([&] {
+      dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+        using T = decltype(tag);
+        for (int x = 0; x < kPrepareVariants; ++x)
+          check_launch(launch_prepare_packed<T>(calls.prepare_launch(base, x), x, calls.total(x), nullptr), "prepare");
+        check_launch(launch_key_means_packed<T>(calls.means_launch(base), calls.total(PackedPrepares::kMeans),
+                                                k.size(1), nullptr),
+                     "key means");
+      });
+      return 0;
     });
-    return 0;
-  });
-  at::Tensor sig = at::empty({pk.S, kSignatureSize}, at::TensorOptions().dtype(at::kDouble));
-  for (int64_t s = 0; s < pk.S; ++s) {
-    const ContextParams& cp = cps[s];
-    const std::vector<double> row = context_signature(cp.rules, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
-    sig[s].copy_(at::tensor(at::ArrayRef<double>(row), at::TensorOptions().dtype(at::kDouble)));
-  }
-  c.out[kSignature] = sig;
-  return c.out;
+  };
+  return packed_prepare(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, check_one, run);
 }
 
 std::vector<at::Tensor> prepare_simt(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
