@@ -1,7 +1,10 @@
 // Variable-length (packed) calls of attn and prepare (issue 31): the checks of cu_seqlens_q / cu_seqlens_k /
-// control_counts, the layout of a packed prepared context, and the per-sequence loop that the CUDA op and the
-// host emulations of the CUDA kernels run (the CPU kernel runs all sequences in one parallel region instead,
-// csrc/cpu/attn.cpp). Header-only, so that every build that compiles checks.cpp needs nothing more.
+// control_counts, the layout of a packed prepared context, a packed attn call's sequences as views (the CUDA op
+// and its SIMT emulation check each as its own call, then run them all in shared launches: attn_api.cpp
+// attn_cuda_packed; the CPU kernel runs all sequences in one parallel region, csrc/cpu/attn.cpp), and the
+// per-sequence loop of the CPU kernel's packed prepare (the CUDA op writes every sequence in place in shared
+// launches: cuda/context.h packed_prepare). Header-only, so that every build that compiles checks.cpp needs
+// nothing more.
 //
 // Layout (csrc/schema.h): q [1, H_q, total_q, D], k and v [1, H_kv, total_k, D]; sequence s holds q rows
 // [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and k / v rows [cu_seqlens_k[s], cu_seqlens_k[s + 1]), its C_s control
@@ -195,32 +198,6 @@ inline std::vector<at::Tensor> sequence_context(const at::TensorList& prepared, 
   return out;
 }
 
-// The per-sequence loop of a packed attn call: fn(q_s, k_s, v_s, C_s, context_s) returns the sequence's
-// (output, lse), copied into the packed output. The CUDA op's and the emulators' packed path.
-template <typename Fn>
-std::tuple<at::Tensor, at::Tensor> attn_sequences(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                  const std::optional<at::TensorList>& prepared, const Packed& pk,
-                                                  int64_t G, int64_t Rb, Fn&& fn) {
-  at::Tensor out = at::zeros(q.sizes(), q.options());
-  at::Tensor lse = at::zeros({1, q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
-  const std::vector<SequenceRows> rows = sequence_rows(pk, G, Rb);
-  for (int64_t s = 0; s < pk.S; ++s) {
-    if (pk.nq[s] == 0) continue;  // a sequence without query rows has no output
-    for_sequence(s, [&] {
-      std::optional<std::vector<at::Tensor>> ctx;
-      if (prepared.has_value()) ctx = sequence_context(*prepared, pk, rows, s, k.size(2), G, Rb);
-      std::optional<at::TensorList> ctx_list;
-      if (ctx.has_value()) ctx_list = at::TensorList(*ctx);
-      auto [o, l] = fn(q.narrow(2, pk.q0[s], pk.nq[s]), k.narrow(2, pk.k0[s], pk.nk[s]),
-                       v.narrow(2, pk.k0[s], pk.nk[s]), pk.C[s], ctx_list);
-      out.narrow(2, pk.q0[s], pk.nq[s]).copy_(o);
-      lse.narrow(2, pk.q0[s], pk.nq[s]).copy_(l);
-      return 0;
-    });
-  }
-  return {out, lse};
-}
-
 // The per-sequence loop of a packed prepare: fn(k_s, v_s, C_s) returns the sequence's context, copied into the
 // packed arrays (v has k's shape: the caller checks it). `longest` is check_prepare on the whole packed k with no control rows (packed_slots).
 template <typename Fn>
@@ -288,20 +265,48 @@ std::vector<at::Tensor> prepare_packed_or_one(RSWA_PREPARE_PARAMS RSWA_VARLEN_PR
   return prepare_sequences(k, v, pk, longest, control_counts.has_value() || control_tokens > 0, prefix, first_key, one);
 }
 
-// A backend's attn, packed or not, for backends that run a packed call sequence by sequence (the CUDA op and
-// its emulations; the CPU kernel runs all sequences in shared passes): `one_call(RSWA_ATTN_ARGS, prepared)`.
-template <typename One>
-std::tuple<at::Tensor, at::Tensor> attn_packed_or_one(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
-                                                          RSWA_VARLEN_ATTN_PARAMS, One&& one_call) {
-  if (!is_packed(cu_seqlens_q, cu_seqlens_k, control_counts)) return one_call(RSWA_ATTN_ARGS, prepared);
+// The checks of a packed attn call's layout (before any per-sequence check): its sequences.
+inline Packed check_packed_attn(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const std::optional<at::Tensor>& retrieved, const std::optional<at::Tensor>& cu_seqlens_q,
+                                const std::optional<at::Tensor>& cu_seqlens_k,
+                                const std::optional<at::Tensor>& control_counts, int64_t control_tokens,
+                                int64_t summary_block, int64_t retrieval_block) {
   TORCH_CHECK_VALUE(!retrieved.has_value(), "retrieved cannot be combined with cu_seqlens: each sequence retrieves "
                     "over its own length; leave retrieved=None");
   const Packed pk = check_packed(&q, k, cu_seqlens_q, cu_seqlens_k, control_counts, control_tokens);
   TORCH_CHECK_VALUE(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
   TORCH_CHECK_VALUE(summary_block >= 1 && retrieval_block >= 1, "summary_block and retrieval_block must be >= 1");
-  return attn_sequences(q, k, v, prepared, pk, summary_block, retrieval_block,
-                        [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t control_tokens,
-                            const std::optional<at::TensorList>& prepared) { return one_call(RSWA_ATTN_ARGS, prepared); });
+  return pk;
+}
+
+// One sequence of a packed attn call with query rows: its index, its rows of q, k, v (views), its control rows
+// and its part of a packed prepared context (sequence_context).
+struct PackedSequence {
+  int64_t s;
+  at::Tensor q, k, v;
+  int64_t C;
+  std::optional<std::vector<at::Tensor>> ctx;
+  std::optional<at::TensorList> context() const {
+    if (!ctx.has_value()) return std::nullopt;
+    return at::TensorList(*ctx);
+  }
+};
+
+// The sequences of a packed call that have query rows (a sequence without any has no output), in order.
+inline std::vector<PackedSequence> packed_sequences(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                    const std::optional<at::TensorList>& prepared, const Packed& pk,
+                                                    int64_t G, int64_t Rb) {
+  const std::vector<SequenceRows> rows = sequence_rows(pk, G, Rb);
+  std::vector<PackedSequence> out;
+  for (int64_t s = 0; s < pk.S; ++s) {
+    if (pk.nq[s] == 0) continue;
+    PackedSequence x{s, q.narrow(2, pk.q0[s], pk.nq[s]), k.narrow(2, pk.k0[s], pk.nk[s]),
+                     v.narrow(2, pk.k0[s], pk.nk[s]), pk.C[s], std::nullopt};
+    if (prepared.has_value())
+      x.ctx = for_sequence(s, [&] { return sequence_context(*prepared, pk, rows, s, k.size(2), G, Rb); });
+    out.push_back(std::move(x));
+  }
+  return out;
 }
 
 }  // namespace rangeswa

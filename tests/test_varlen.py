@@ -346,9 +346,11 @@ def test_torch_compile_runs_a_padded_batch():
 
 
 # ------------------------------------------------------------------- the CUDA op's packed path, emulated
-# attn_cuda / prepare_cuda run a packed call sequence by sequence (csrc/varlen.h attn_sequences /
-# prepare_sequences over the ordinary launches, docs/cuda.md "Packed calls"); the SIMT emulation registers the
-# same path over the kernels' own sources.
+# attn_cuda runs a packed call's sequences in shared launches (attn_api.cpp attn_cuda_packed: one launch of the
+# preparation per kernel variant, of the sort, the plan, the attention kernel and the combine; docs/cuda.md
+# "Packed calls"); prepare_cuda writes every sequence's rows of the packed arrays in place, in one launch per
+# preparation kernel variant and one key-means launch (context.h packed_prepare). The SIMT emulation registers
+# the same paths over the kernels' own sources and launchers; the plan emulator's host prepare the same layout.
 
 SIMT_SEQUENCES = [(150, None, 0), (37, None, 4), (290, 20, 3), (5, 1, 2)]
 
@@ -416,3 +418,96 @@ def test_emulated_cuda_prepare_packs_each_sequences_context():
             start, rows = (sums, -(-L // G)) if name.startswith("sum") else (int(ck[s]) + C, L)
             assert torch.equal(ctx[slot][:, :, start:start + rows], own[slot]), (s, name)
         sums += -(-L // G)
+
+
+# Mixed lengths (L <= T = 128 and L > T), control counts, a cached query suffix, one body row,
+# a short suffix, one without query rows and an empty one.
+SIMT_MIXED = [(150, None, 0), (37, None, 4), (290, 20, 3), (5, 1, 2), (70, 3, 2), (60, 0, 0), (0, None, 0)]
+ATTN_LAUNCHES = 10  # torch.ops.rangeswa_simt.stats(): the attention kernels' launches of the last attn call
+
+
+def _simt_packed_is_each_sequence(simt, cfg, parts, q, k, v, cq, ck, counts, prepared=None, own_contexts=None):
+    args = ops.attn_arguments(cfg)
+    out, lse = simt.attn(q, k, v, None, **args, cu_seqlens_q=cq, cu_seqlens_k=ck, control_counts=counts,
+                         prepared=prepared)
+    launches = simt.stats()[ATTN_LAUNCHES]
+    for s, (qs, ks, vs, C) in enumerate(parts):
+        if qs.shape[2] == 0:
+            continue
+        ctx = None if own_contexts is None else own_contexts[s]
+        o, l = simt.attn(qs, ks, vs, None, **ops.attn_arguments(cfg, C), prepared=ctx)
+        assert torch.equal(out[:, :, cq[s]:cq[s + 1]], o) and torch.equal(lse[:, :, cq[s]:cq[s + 1]], l), s
+    return out, lse, launches
+
+
+@pytest.mark.parametrize("name,dtype", [("rangeswa", torch.float16), ("rangeswa_lite", torch.bfloat16),
+                                        ("swa", torch.float32)])
+def test_simt_packed_call_is_one_launch_with_each_sequences_bits(simt, name, dtype):
+    """One launch of the attention kernel for every sequence (mixed lengths, control counts, a cached suffix,
+    sequences without query rows, an empty one), each sequence's rows bit for bit its own call's."""
+    cfg = _cfg(name)
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_MIXED, Hq=2, Hkv=1, seed=23, dtype=dtype)
+    out, lse, launches = _simt_packed_is_each_sequence(simt, cfg, parts, q, k, v, cq, ck, counts)
+    assert launches == 1
+    assert not out.isnan().any() and not lse.isnan().any()
+
+
+def test_simt_packed_call_with_three_kv_stages(simt, monkeypatch):
+    """RANGESWA_CUDA_STAGES=3: the packed launch runs the three-stage kernel, each sequence's bits its own."""
+    monkeypatch.setenv("RANGESWA_CUDA_STAGES", "3")
+    cfg = _cfg("rangeswa")
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_SEQUENCES, Hq=2, Hkv=1, seed=24, dtype=torch.bfloat16)
+    assert _simt_packed_is_each_sequence(simt, cfg, parts, q, k, v, cq, ck, counts)[2] == 1
+
+
+def test_simt_packed_call_with_a_packed_context_is_each_sequence_with_its_own(simt):
+    """A packed prepared context: the packed call (one launch) equals each sequence's call with its own context."""
+    cfg = _cfg("rangeswa")
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_MIXED, Hq=2, Hkv=1, seed=25, dtype=torch.bfloat16)
+    ctx = simt.prepare(k, v, **ops.prepare_arguments(cfg), cu_seqlens_k=ck, control_counts=counts)
+    own = [simt.prepare(ks, vs, **ops.prepare_arguments(cfg, C)) for _, ks, vs, C in parts]
+    assert _simt_packed_is_each_sequence(simt, cfg, parts, q, k, v, cq, ck, counts, prepared=ctx,
+                                         own_contexts=own)[2] == 1
+
+
+def test_simt_packed_call_on_the_hopper_body_kernel_runs_it_per_sequence(simt, monkeypatch):
+    """RANGESWA_CUDA_KERNEL=hopper: the sm_90a body kernel takes a packed call's sequences one launch each (its
+    fallback), with the shared preparation, plan and combine; each sequence's bits its own call's."""
+    monkeypatch.setenv("RANGESWA_CUDA_KERNEL", "hopper")
+    cfg = _cfg("rangeswa")
+    sequences = [(150, None, 0), (37, None, 4), (5, 1, 2)]
+    parts, q, k, v, cq, ck, counts = _packed_inputs(sequences, Hq=2, Hkv=1, seed=26, dtype=torch.bfloat16)
+    assert _simt_packed_is_each_sequence(simt, cfg, parts, q, k, v, cq, ck, counts)[2] == len(sequences)
+
+
+def test_simt_packed_prepare_is_each_sequences_context_in_its_rows(simt):
+    """The packed prepare's shared launches (one preparation per kernel variant, one key-means launch) write each
+    sequence's own context, bit for bit, into its rows of the packed arrays; the rest stays zero."""
+    cfg = _cfg("rangeswa")
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_MIXED, Hq=2, Hkv=2, D=80, seed=27, dtype=torch.float16)
+    ctx = simt.prepare(k, v, **ops.prepare_arguments(cfg), cu_seqlens_k=ck, control_counts=counts)
+    names = {n for n, t in zip(ops.PREPARED_SLOTS, ctx) if t.numel() > 0}
+    assert {"keys_grp", "keys_cond", "prefix_nat", "prefix_grp", "key_means"} <= names
+    G, Rb = cfg.summary_block, cfg.retrieval_block
+    sums = means = 0
+    written = [torch.zeros(t.shape[2], dtype=torch.bool) for t in ctx[:-1]]
+    for s, (_, ks, vs, C) in enumerate(parts):
+        own = simt.prepare(ks, vs, **ops.prepare_arguments(cfg, C))
+        L = ks.shape[2] - C
+        assert torch.equal(ctx[-1][s], own[-1])
+        for slot, name in enumerate(ops.PREPARED_SLOTS[:-1]):
+            if own[slot].numel() == 0:
+                continue
+            if name == "key_means":
+                start, rows = means, -(-L // Rb)
+            elif name.startswith("sum"):
+                start, rows = sums, -(-L // G)
+            else:
+                start, rows = int(ck[s]) + C, L
+            assert torch.equal(ctx[slot][:, :, start:start + rows], own[slot]), (s, name)
+            written[slot][start:start + rows] = True
+        sums += -(-L // G)
+        means += -(-L // Rb)
+    for slot, t in enumerate(ctx[:-1]):
+        if t.numel() > 0:
+            assert (t[:, :, ~written[slot]] == 0).all(), ops.PREPARED_SLOTS[slot]

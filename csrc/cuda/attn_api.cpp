@@ -20,6 +20,7 @@
 #include "cuda/context.h"
 #include "cuda/kernel_traits.h"
 #include "cuda/launch.h"
+#include "cuda/packed.h"
 #include "cuda/selection.h"
 #include "prepared.h"
 #include "varlen.h"
@@ -304,7 +305,15 @@ bool use_hopper_kernel(const at::Tensor& q, const AttnKernelParams& probe, int64
   return ok;
 }
 
-std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
+// One call's checked configuration: every check of attn, before any device work.
+struct CallCheck {
+  AttnParams ap;
+  AttnSetup s;
+  bool given, computes, hopper;
+  size_t smem;  // the mma.sync kernel's dynamic shared memory per CTA
+};
+
+CallCheck check_call(RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prepared) {
   // Every check first: arguments, what the CUDA kernel runs, the values of given blocks, shared memory.
   const AttnParams ap = check_attn(RSWA_ATTN_ARGS);
   const Rules& R = ap.rules;
@@ -358,22 +367,47 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional
   TORCH_CHECK_VALUE(smem <= size_t(max_shared_memory(q.device())), "attn on CUDA with ", K,
                     " retrieved blocks per query block needs ", smem, " bytes of shared memory, more than this GPU's ",
                     max_shared_memory(q.device()), "; use a smaller topk");
+  return CallCheck{ap, s, given, computes, hopper, smem};
+}
 
-  // Device work.
-  const c10::cuda::CUDAGuard guard(q.device());
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+// One call's device work before its attention kernel: retrieval, rope tables and, unless `packed`, the
+// preparation, sort and plan launches (a packed call launches those for all its sequences at once). Its output
+// rows are out / lse's from q row `row0` on, `rows` q rows per head apart (a packed call's sequence: its rows of
+// the packed output; B = 1 there). `keep` holds its arrays.
+struct CallState {
+  AttnKernelParams p;
+  PrepareParams pp;      // its preparation's parameters (prepare_ready'd)
+  TopkParams topk;       // a packed call's sequence: its selection (when `selects`), launched with the others'
+  bool selects;
+  const int32_t* given;  // the blocks the sort kernel reads (null: no retrieval)
+  std::vector<at::Tensor> keep;
+};
+
+CallState stage_call(const CallCheck& c, RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prepared,
+                     const at::Tensor& out, const at::Tensor& lse, int64_t row0, int64_t rows, bool packed,
+                     cudaStream_t stream) {
+  const AttnParams& ap = c.ap;
+  const AttnSetup& s = c.s;
+  const Rules& R = ap.rules;
+  CallState st{};
+  std::vector<at::Tensor>& keep = st.keep;
   at::Tensor qc = with_contiguous_rows(q), kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
-  at::Tensor out = at::empty(q.sizes(), qc.options());
-  at::Tensor lse = at::empty({ap.B, ap.Hq, ap.Nq}, qc.options().dtype(at::kFloat));
-  if (ap.Nq == 0 || ap.B == 0 || ap.Hq == 0) return {out, lse};
-
+  keep.insert(keep.end(), {qc, kc, vc});
   at::Tensor blocks;
-  if (given) blocks = retrieved->contiguous();
+  if (c.given) blocks = retrieved->contiguous();
   const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
-  if (computes) blocks = topk_blocks_device(qc, kc, ap.C, R, given_means ? (*prepared)[kKeyMeans] : at::Tensor());
+  const at::Tensor means = given_means ? (*prepared)[kKeyMeans] : at::Tensor();
+  if (c.computes && !packed) blocks = topk_blocks_device(qc, kc, ap.C, R, means);
+  if (c.computes && packed) {  // its workspaces and output now, its launches with the other sequences'
+    Selection sel = selection(qc, kc, ap.C, R, means);
+    blocks = sel.out;
+    st.topk = sel.p;
+    st.selects = sel.launch;
+    keep.insert(keep.end(), {sel.q_means, sel.k_means});
+  }
+  if (blocks.defined()) keep.push_back(blocks);
 
   const auto opts = qc.options();
-  std::vector<at::Tensor> keep;
   auto array = [&](bool needed, int64_t rows) -> void* {
     if (!needed) return nullptr;
     keep.push_back(at::empty({s.BH, rows, s.Dp}, opts));
@@ -386,8 +420,8 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional
   buf.q_strides = row_strides(qc);
   buf.k_strides = row_strides(kc);
   buf.v_strides = row_strides(vc);
-  buf.out = out.data_ptr();
-  buf.lse = lse.data_ptr<float>();
+  buf.out = static_cast<char*>(out.data_ptr()) + row0 * ap.D * int64_t(out.element_size());
+  buf.lse = lse.data_ptr<float>() + row0;
   // A prepared context gives every array computed from k alone; the call copies its control rows, and its
   // body values unless the kernel reads them in place (attn_setup.h values_in_place).
   const bool context = prepared.has_value();
@@ -399,44 +433,159 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional
   std::pair<at::Tensor, at::Tensor> ints, cond;
   if (s.int_rows > 0) ints = tables().get(ap.rope, true, s.int_rows, 1.0, q.device());
   if (s.cond_rows > 0) cond = tables().get(ap.rope, false, s.cond_rows, s.cond_step, q.device());
+  keep.insert(keep.end(), {ints.first, ints.second, cond.first, cond.second});
   buf.cos_int = ptr_or_null<const float>(ints.first);
   buf.sin_int = ptr_or_null<const float>(ints.second);
   buf.cos_cond = ptr_or_null<const float>(cond.first);
   buf.sin_cond = ptr_or_null<const float>(cond.second);
-  at::Tensor sorted, records, counts, ctrl_o, ctrl_lse;
   if (s.retrieved_k > 0) {
     buf.retrieved = blocks.data_ptr<int32_t>();
-    sorted = at::empty_like(blocks);
-    buf.retrieved_sorted = sorted.data_ptr<int32_t>();
+    keep.push_back(at::empty_like(blocks));
+    buf.retrieved_sorted = keep.back().data_ptr<int32_t>();
   }
-  records = at::empty({std::max<int64_t>(1, s.plans() * s.plan_entries()), 4}, opts.dtype(at::kInt));
-  counts = at::empty({std::max<int64_t>(1, 2 * s.plans())}, opts.dtype(at::kInt));
-  buf.records = reinterpret_cast<Record*>(records.data_ptr<int32_t>());
-  buf.record_count = counts.data_ptr<int32_t>();
+  keep.push_back(at::empty({std::max<int64_t>(1, s.plans() * s.plan_entries()), 4}, opts.dtype(at::kInt)));
+  buf.records = reinterpret_cast<Record*>(keep.back().data_ptr<int32_t>());
+  keep.push_back(at::empty({std::max<int64_t>(1, 2 * s.plans())}, opts.dtype(at::kInt)));
+  buf.record_count = keep.back().data_ptr<int32_t>();
   if (ap.C > 0) {
-    ctrl_o = at::empty({s.control_chunks * kControlSplit, ap.B * ap.Hq, ap.C, s.Dp}, opts.dtype(at::kFloat));
-    ctrl_lse = at::empty({s.control_chunks * kControlSplit, ap.B * ap.Hq, ap.C}, opts.dtype(at::kFloat));
-    buf.ctrl_o = ctrl_o.data_ptr<float>();
-    buf.ctrl_lse = ctrl_lse.data_ptr<float>();
+    keep.push_back(at::empty({s.control_chunks * kControlSplit, ap.B * ap.Hq, ap.C, s.Dp}, opts.dtype(at::kFloat)));
+    buf.ctrl_o = keep.back().data_ptr<float>();
+    keep.push_back(at::empty({s.control_chunks * kControlSplit, ap.B * ap.Hq, ap.C}, opts.dtype(at::kFloat)));
+    buf.ctrl_lse = keep.back().data_ptr<float>();
   }
 
   PrepareParams pp = prepare_params(ap, s, buf);
   if (context) prepare_call_rows_only(pp);  // everything else is the context's
-  const AttnKernelParams p = kernel_params(ap, s, buf);
+  st.p = kernel_params(ap, s, buf);
+  st.p.Nq = int32_t(rows);  // q rows per head of the output (the packed rows in a packed call)
+  st.given = buf.retrieved;
   dispatch_dtype(qc.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
+    st.pp = prepare_ready<T>(pp);
+    if (packed) return;
     check_launch(launch_prepare<T>(pp, stream), "attn key preparation");
-    check_launch(
-        launch_plan(p, R, buf.retrieved, buf.retrieved_sorted, buf.records, buf.record_count, s.plans(), stream),
-        "attn plan");
-    if constexpr (!std::is_same_v<T, float>) {
-      if (hopper) run_attn_hopper_for<T>(p, ap.D, stream);
-      else run_attn_for<T>(p, ap.D, stream);
-    } else {
-      run_attn_for<T>(p, ap.D, stream);
-    }
-    if (ap.C > 0) check_launch(launch_combine<T>(p, stream), "attn control rows");
+    check_launch(launch_plan(st.p, R, buf.retrieved, buf.retrieved_sorted, buf.records, buf.record_count,
+                             s.plans(), stream),
+                 "attn plan");
   });
+  return st;
+}
+
+// The call's body and control kernels (the sm_90a body kernel where check_call chose it); combine: the control
+// rows' combine too.
+void body_call(const CallCheck& c, const AttnKernelParams& p, at::ScalarType type, bool combine, cudaStream_t stream) {
+  dispatch_dtype(type, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (c.hopper) run_attn_hopper_for<T>(p, c.ap.D, stream);
+      else run_attn_for<T>(p, c.ap.D, stream);
+    } else {
+      run_attn_for<T>(p, c.ap.D, stream);
+    }
+    if (combine && c.ap.C > 0) check_launch(launch_combine<T>(p, stream), "attn control rows");
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
+  const CallCheck c = check_call(RSWA_ATTN_ARGS, prepared);
+  const AttnParams& ap = c.ap;
+  // Device work.
+  const c10::cuda::CUDAGuard guard(q.device());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({ap.B, ap.Hq, ap.Nq}, q.options().dtype(at::kFloat));
+  if (ap.Nq == 0 || ap.B == 0 || ap.Hq == 0) return {out, lse};
+  const CallState st = stage_call(c, RSWA_ATTN_ARGS, prepared, out, lse, 0, ap.Nq, false, stream);
+  body_call(c, st.p, q.scalar_type(), true, stream);
+  return {out, lse};
+}
+
+// A packed call (csrc/varlen.h) in shared launches (docs/cuda.md "Packed calls"): every sequence checked as its
+// own call first; then per sequence its arrays and rope tables (cached across calls), and for all sequences at
+// once the retrieval (block means, then top-K selection: topk_blocks.h PackedTopk), the preparation (one launch
+// per kernel variant the sequences use, prepare.h prepare_variant), the sort, the plan, the attention kernel (mainloop.h attn_packed_kernel: one launch per K/V
+// stage count the sequences use, one in practice) and the combine. A sequence whose body runs on the sm_90a kernel
+// (RANGESWA_CUDA_KERNEL=hopper) has its body and control CTAs launched on its own.
+std::tuple<at::Tensor, at::Tensor> attn_cuda_packed(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
+                                                        RSWA_VARLEN_ATTN_PARAMS) {
+  const Packed pk = check_packed_attn(q, k, v, retrieved, cu_seqlens_q, cu_seqlens_k, control_counts, control_tokens,
+                                      summary_block, retrieval_block);
+  const std::vector<PackedSequence> seqs = packed_sequences(q, k, v, prepared, pk, summary_block, retrieval_block);
+  std::vector<CallCheck> checks;
+  for (const PackedSequence& x : seqs)
+    checks.push_back(for_sequence(x.s, [&] {
+      auto one = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t control_tokens,
+                     const std::optional<at::TensorList>& prepared) { return check_call(RSWA_ATTN_ARGS, prepared); };
+      return one(x.q, x.k, x.v, x.C, x.context());
+    }));
+
+  const c10::cuda::CUDAGuard guard(q.device());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({1, q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+  if (q.size(1) == 0 || seqs.empty()) return {out, lse};
+  const int64_t total_q = q.size(2);
+  std::vector<CallState> states;
+  PackedCalls calls;
+  for (size_t x = 0; x < seqs.size(); ++x) {
+    const PackedSequence& sq = seqs[x];
+    const CallCheck& c = checks[x];
+    auto stage = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t control_tokens,
+                     const std::optional<at::TensorList>& prepared) {
+      return stage_call(c, RSWA_ATTN_ARGS, prepared, out, lse, pk.q0[sq.s], total_q, true, stream);
+    };
+    states.push_back(stage(sq.q, sq.k, sq.v, sq.C, sq.context()));
+    const CallState& st = states.back();
+    size_t smem = 0;  // the mma.sync kernel's shared memory per CTA for its parameters (run_attn's)
+    dispatch_dtype(q.scalar_type(), [&](auto tag) { smem = attn_smem_for<decltype(tag)>(st.p, c.ap.D); });
+    calls.add(st.p, st.pp, st.selects ? &st.topk : nullptr, c.ap.rules, st.given, !c.hopper, smem);
+  }
+  TORCH_CHECK(calls.prepare_fits, "attn on CUDA: a sequence's preparation has more work items than a launch indexes");
+  // The sequences' parameters and work offsets on the device (one copy).
+  at::Tensor host = at::empty({int64_t(calls.bytes())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  calls.write(reinterpret_cast<char*>(host.data_ptr()));
+  at::Tensor table = at::empty({int64_t(calls.bytes())}, q.options().dtype(at::kByte));
+  table.copy_(host, /*non_blocking=*/true);
+  const char* base = reinterpret_cast<const char*>(table.data_ptr());
+  const int64_t D = q.size(3);
+  dispatch_dtype(q.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    check_launch(launch_topk_blocks_packed<T>(calls.topk_launch(base, PackedCalls::kMeans),
+                                              calls.total(PackedCalls::kMeans),
+                                              calls.topk_launch(base, PackedCalls::kSelect),
+                                              calls.total(PackedCalls::kSelect), k.size(1), calls.select_smem, stream),
+                 "topk_blocks");
+    for (int x = 0; x < kPrepareVariants; ++x)
+      check_launch(launch_prepare_packed<T>(calls.prepare_launch(base, x), x, calls.total(PackedCalls::kPrepare + x),
+                                            stream),
+                   "attn key preparation");
+  });
+  check_launch(launch_sort_packed(calls.launch(base, PackedCalls::kSort), calls.jobs_in(base),
+                                  calls.total(PackedCalls::kSort), stream),
+               "attn plan (sort)");
+  check_launch(launch_plan_packed(calls.launch(base, PackedCalls::kPlan), calls.total(PackedCalls::kPlan), stream),
+               "attn plan");
+  dispatch_dtype(q.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    for (int x = 0; x < 2; ++x) {
+      const int64_t ctas = calls.total(PackedCalls::kAttn + x);
+      if (ctas == 0) continue;
+      const PackedLaunch launch = calls.launch(base, PackedCalls::kAttn + x);
+      const size_t smem = calls.smem[x];
+      if (D <= 64) check_launch(run_attn_packed<T, 64>(launch, ctas, x + 2, smem, stream), "attn");
+      else if (D <= 80) check_launch(run_attn_packed<T, 80>(launch, ctas, x + 2, smem, stream), "attn");
+      else check_launch(run_attn_packed<T, 128>(launch, ctas, x + 2, smem, stream), "attn");
+    }
+  });
+  for (size_t x = 0; x < seqs.size(); ++x)  // the sm_90a body kernel: per sequence
+    if (checks[x].hopper) body_call(checks[x], states[x].p, q.scalar_type(), false, stream);
+  dispatch_dtype(q.scalar_type(), [&](auto tag) {
+    check_launch(launch_combine_packed<decltype(tag)>(calls.launch(base, PackedCalls::kCombine),
+                                                      calls.total(PackedCalls::kCombine), stream),
+                 "attn control rows");
+  });
+  // Freed here, the pinned buffer is kept by the caching host allocator until its copy is done (copy_ records
+  // the stream's event), and the device arrays are reused only by later work on this stream.
   return {out, lse};
 }
 
@@ -481,22 +630,72 @@ std::vector<at::Tensor> prepare_cuda_one(RSWA_PREPARE_PARAMS) {
   return out;
 }
 
+// A packed prepare (csrc/varlen.h, cu_seqlens_k) in shared launches: every sequence checked as its own prepare,
+// the packed arrays allocated once with every sequence's rows written in place (context.h
+// packed_context_layout), then per sequence its rope tables (cached across calls), and for all sequences at once
+// the preparation (one launch per kernel variant they use) and the key means (one launch).
+std::vector<at::Tensor> prepare_cuda_packed(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
+  auto check_one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
+    TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
+    TORCH_CHECK_VALUE(cp.N < kMaxPlanTokens, "prepare on CUDA takes sequences of fewer than 2^29 tokens");
+    TORCH_CHECK_VALUE(head_offsets_fit(cp.N, cp.D), "prepare on CUDA takes fewer than 2^31 elements per KV head and "
+                      "array: (C + L) x the head dim padded to 64, 80 or 128 (16M tokens at head dim 128, 33M at 64)");
+    return cp;
+  };
+  const c10::cuda::CUDAGuard guard(k.device());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  std::vector<at::Tensor> keep;
+  auto run = [&](PackedContextLayout& c, const std::vector<ContextParams>& cps, const at::Tensor& kc, const Packed& pk) {
+    PackedPrepares calls;
+    for (int64_t s = 0; s < pk.S; ++s) {
+      ContextLayout& cs = c.seqs[s];
+      const AttnSetup& st = cs.s;
+      std::pair<at::Tensor, at::Tensor> ints, cond;
+      if (st.int_rows > 0) ints = tables().get(cs.ap.rope, true, st.int_rows, 1.0, k.device());
+      if (st.cond_rows > 0) cond = tables().get(cs.ap.rope, false, st.cond_rows, st.cond_step, k.device());
+      keep.insert(keep.end(), {ints.first, ints.second, cond.first, cond.second});
+      cs.buf.cos_int = ptr_or_null<const float>(ints.first);
+      cs.buf.sin_int = ptr_or_null<const float>(ints.second);
+      cs.buf.cos_cond = ptr_or_null<const float>(cond.first);
+      cs.buf.sin_cond = ptr_or_null<const float>(cond.second);
+      PrepareParams pp{};
+      dispatch_dtype(kc.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(c.prepare_params(s)); });
+      const KeyMeansJob job{key_means_params(kc.narrow(2, pk.k0[s], pk.nk[s]), cps[s]), c.key_means(s), c.mean_rows};
+      calls.add(pp, cps[s].L > 0, job, cps[s].means && cps[s].L > 0 && job.out != nullptr);
+    }
+    TORCH_CHECK(calls.fits, "prepare on CUDA: a sequence has more work items than a launch indexes");
+    at::Tensor host = at::empty({int64_t(calls.bytes())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    calls.write(reinterpret_cast<char*>(host.data_ptr()));
+    at::Tensor table = at::empty({int64_t(calls.bytes())}, k.options().dtype(at::kByte));
+    table.copy_(host, /*non_blocking=*/true);
+    const char* base = reinterpret_cast<const char*>(table.data_ptr());
+    dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      for (int x = 0; x < kPrepareVariants; ++x)
+        check_launch(launch_prepare_packed<T>(calls.prepare_launch(base, x), x, calls.total(x), stream), "prepare");
+      check_launch(launch_key_means_packed<T>(calls.means_launch(base), calls.total(PackedPrepares::kMeans),
+                                              k.size(1), stream),
+                   "prepare key means");
+    });
+  };
+  return packed_prepare(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, check_one, run);
+}
+
 }  // namespace
 
-// Packed calls (csrc/varlen.h) on CUDA run one launch sequence per sequence (attn_sequences: the offsets are
-// copied to the host, one sync, and each sequence is the ordinary call on its rows); one launch for all
-// sequences is not written yet (docs/cuda.md, "Packed calls").
+// Packed calls (csrc/varlen.h): the offsets are copied to the host (one sync), each sequence is checked as its
+// own call, and the sequences share the launches of the sort, plan, attention and combine kernels
+// (attn_cuda_packed; docs/cuda.md, "Packed calls").
 std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
                                                  RSWA_VARLEN_ATTN_PARAMS) {
-  return attn_packed_or_one(RSWA_ATTN_ARGS, prepared RSWA_VARLEN_ATTN_ARGS,
-                            [](RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prepared) {
-                              return attn_cuda_one(RSWA_ATTN_ARGS, prepared);
-                            });
+  if (!is_packed(cu_seqlens_q, cu_seqlens_k, control_counts)) return attn_cuda_one(RSWA_ATTN_ARGS, prepared);
+  return attn_cuda_packed(RSWA_ATTN_ARGS, prepared RSWA_VARLEN_ATTN_ARGS);
 }
 
 std::vector<at::Tensor> prepare_cuda(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
-  return prepare_packed_or_one(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, /*prefix=*/true,
-                               [](RSWA_PREPARE_PARAMS) { return prepare_cuda_one(RSWA_PREPARE_ARGS); });
+  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_cuda_one(RSWA_PREPARE_ARGS);
+  return prepare_cuda_packed(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS);
 }
 
 TORCH_LIBRARY_IMPL(rangeswa, CUDA, m) {

@@ -47,10 +47,33 @@ cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
   });
 }
 
+// One launch for every sequence of a packed call (attn_params.h PackedLaunch; mainloop.h attn_packed_kernel):
+// `blocks` CTAs (the sum of the sequences' own grids), `smem` bytes per CTA (the largest of the sequences'
+// attn_smem_bytes), the traits of `kv_stages` (every sequence's p.kv_stages; attn_api.cpp groups them).
+template <typename Element, int kHeadDim>
+cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem,
+                            cudaStream_t stream) {
+  AttnKernelParams probe{};
+  probe.kv_stages = kv_stages;
+  return with_traits<Element, kHeadDim>(probe, [&](auto traits) -> cudaError_t {
+    using Traits = decltype(traits);
+    auto kernel = attn_packed_kernel<Traits>;
+    if (smem > 48 * 1024) {
+      const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
+      if (err != cudaSuccess) return err;
+    }
+    if (blocks == 0) return cudaSuccess;
+    if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+    return RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, pk);
+  });
+}
+
 }  // namespace rangeswa::cuda
 
 // One instantiation per attn_hdim<D>_<dtype>.cu.
 #define RANGESWA_INSTANTIATE_ATTN(Element, D)                                                             \
   template cudaError_t rangeswa::cuda::run_attn<Element, D>(const rangeswa::cuda::AttnKernelParams&,       \
                                                             cudaStream_t);                                \
-  template size_t rangeswa::cuda::attn_smem_bytes<Element, D>(const rangeswa::cuda::AttnKernelParams&);
+  template size_t rangeswa::cuda::attn_smem_bytes<Element, D>(const rangeswa::cuda::AttnKernelParams&);       \
+  template cudaError_t rangeswa::cuda::run_attn_packed<Element, D>(const rangeswa::cuda::PackedLaunch&, int64_t, \
+                                                                   int32_t, size_t, cudaStream_t);

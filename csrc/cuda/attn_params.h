@@ -88,6 +88,29 @@ struct AttnKernelParams {
   float* ctrl_lse;  // [control_partials, B * Hq, C] their log-sum-exp (base 2; -inf: the part saw no key)
 };
 
+// A packed call's sequences in one launch (csrc/varlen.h; docs/cuda.md "Packed calls"): each sequence's own
+// call's kernel parameters (attn_setup.h kernel_params of the sequence alone, with out / lse pointing at its
+// first packed row and Nq the packed rows per head, so its rows land in the packed output), and the first work
+// item of each sequence in the launch: sequence s takes items [first[s], first[s + 1]) (CTAs of the attention
+// kernel, threads of the plan or combine kernels), item x of the launch being item x - first[s] of its own
+// call's launch. Sequences with no work have first[s] == first[s + 1]. Device memory, as the kernels read it.
+struct PackedLaunch {
+  const AttnKernelParams* seq;  // [S]
+  const int64_t* first;         // [S + 1], first[0] = 0, nondecreasing
+  int32_t S;
+};
+
+// The sequence of work item x (first[s] <= x < first[s + 1]): a binary search over the offsets.
+RSWA_HD int32_t packed_sequence(const PackedLaunch& pk, int64_t x) {
+  int32_t lo = 0, hi = pk.S - 1;  // the last s with first[s] <= x
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    if (pk.first[mid] <= x) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 // The control rows' partial results: one per chunk of body keys and warp of its CTA (kControlSplit).
 RSWA_HD int32_t control_partials(const AttnKernelParams& p) { return p.control_chunks * kControlSplit; }
 

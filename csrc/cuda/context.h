@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "cuda/attn_setup.h"
 #include "cuda/prepare.h"
 #include "prepared.h"
+#include "schema.h"
+#include "varlen.h"
 
 namespace rangeswa::cuda {
 
@@ -116,8 +119,11 @@ struct ContextLayout {
   }
 };
 
-inline ContextLayout context_layout(const ContextParams& cp, const at::Tensor& kc, const at::Tensor& vc,
-                                    int64_t first_key) {
+// The layout with its arrays from `array(c, slot, needed, rows)` (a pointer to `rows` rows of Dp elements per KV
+// head, null when not needed; it sets c.out[slot]).
+template <typename Array>
+inline ContextLayout context_layout_with(const ContextParams& cp, const at::Tensor& kc, const at::Tensor& vc,
+                                         int64_t first_key, const Array& array_of) {
   ContextLayout c{};
   AttnParams& ap = c.ap;
   ap.rules = cp.rules;
@@ -137,9 +143,7 @@ inline ContextLayout context_layout(const ContextParams& cp, const at::Tensor& k
   for (int slot = 0; slot < kPreparedSlots; ++slot) c.out.push_back(at::empty({0}, kc.options()));
   auto array = [&](int slot, bool needed, int64_t rows) -> void* {
     if (!needed || rows == 0) return nullptr;
-    at::Tensor storage = at::zeros({cp.B, cp.Hkv, rows, s.Dp}, kc.options());
-    c.out[slot] = storage.narrow(3, 0, cp.D);
-    return storage.data_ptr();
+    return array_of(c, slot, needed, rows);
   };
   AttnBuffers& buf = c.buf;
   buf.k = kc.data_ptr();
@@ -155,6 +159,111 @@ inline ContextLayout context_layout(const ContextParams& cp, const at::Tensor& k
   buf.p_nat = array(kPrefixNat, s.prefix, L - row0);
   buf.p_grp = array(kPrefixGrp, s.prefix, L - row0);
   return c;
+}
+
+inline ContextLayout context_layout(const ContextParams& cp, const at::Tensor& kc, const at::Tensor& vc,
+                                    int64_t first_key) {
+  return context_layout_with(cp, kc, vc, first_key, [&](ContextLayout& c, int slot, bool, int64_t rows) -> void* {
+    at::Tensor storage = at::zeros({cp.B, cp.Hkv, rows, c.s.Dp}, kc.options());
+    c.out[slot] = storage.narrow(3, 0, cp.D);
+    return storage.data_ptr();
+  });
+}
+
+// A packed prepare op (csrc/varlen.h, cu_seqlens_k) in shared launches: the packed arrays (zeroed, rows Dp
+// wide, those of packed_slots) and every sequence's layout writing straight into its rows of them, so that one
+// preparation launch (per kernel variant) and one key-means launch serve every sequence (docs/cuda.md "Packed
+// calls"). A sequence's PrepareParams step the packed arrays' head strides.
+struct PackedContextLayout {
+  std::vector<at::Tensor> out;      // the packed list, its signature not yet set
+  std::vector<ContextLayout> seqs;  // per sequence, in order
+  std::vector<SequenceRows> rows;
+  int64_t body_rows = 0, sum_rows = 0, mean_rows = 0, Dp = 0;
+
+  PrepareParams prepare_params(size_t s) const {
+    PrepareParams pp = seqs[s].prepare_params();
+    pp.body_stride = body_rows * Dp;
+    pp.sum_stride = sum_rows * Dp;
+    return pp;
+  }
+  // Sequence s's key means: its first row of the packed array (rows of D float64), and the rows per KV head.
+  double* key_means(size_t s) const {
+    return out[kKeyMeans].numel() > 0 ? out[kKeyMeans].data_ptr<double>() + rows[s].means0 * out[kKeyMeans].size(3)
+                                      : nullptr;
+  }
+};
+
+// kc, vc: the packed k and v with contiguous rows; cps: each sequence's checked prepare (its rows, its C_s);
+// has: the packed arrays (varlen.h packed_slots).
+inline PackedContextLayout packed_context_layout(const at::Tensor& kc, const at::Tensor& vc, const Packed& pk,
+                                                 const std::vector<ContextParams>& cps,
+                                                 const std::array<bool, kPreparedSlots>& has, int64_t G, int64_t Rb) {
+  PackedContextLayout c;
+  const int64_t total = kc.size(2), Hkv = kc.size(1), D = kc.size(3);
+  c.Dp = padded_head_dim(D);
+  c.rows = sequence_rows(pk, G, Rb);
+  c.body_rows = total;
+  c.sum_rows = packed_sum_rows(total, pk.S, G);
+  c.mean_rows = packed_sum_rows(total, pk.S, Rb);
+  for (int slot = 0; slot < kSignature; ++slot) {
+    const bool body = is_body_slot(slot);
+    if (!has[slot]) {
+      // (as varlen.h prepare_sequences leaves an array no sequence has)
+      const at::ScalarType type = slot == kKeyMeans ? at::kDouble : kc.is_cpu() ? at::kFloat : kc.scalar_type();
+      c.out.push_back(at::empty({0}, kc.options().dtype(type)));
+    } else if (slot == kKeyMeans) {
+      c.out.push_back(at::zeros({1, Hkv, c.mean_rows, D}, kc.options().dtype(at::kDouble)));
+    } else {
+      c.out.push_back(at::zeros({1, Hkv, body ? c.body_rows : c.sum_rows, c.Dp}, kc.options()).narrow(3, 0, D));
+    }
+  }
+  c.out.push_back(at::Tensor());  // the signature
+  for (int64_t s = 0; s < pk.S; ++s) {
+    const SequenceRows& r = c.rows[s];
+    const at::Tensor ks = kc.narrow(2, pk.k0[s], pk.nk[s]), vs = vc.narrow(2, pk.k0[s], pk.nk[s]);
+    c.seqs.push_back(context_layout_with(cps[s], ks, vs, 0, [&](ContextLayout& own, int slot, bool, int64_t) -> void* {
+      TORCH_CHECK(has[slot], "prepare: sequence ", s, " writes array ", slot, ", which the packed context lacks");
+      own.out[slot] = c.out[slot];
+      const int64_t row = is_body_slot(slot) ? r.body0 : r.sums0;
+      return static_cast<char*>(c.out[slot].data_ptr()) + row * c.Dp * int64_t(c.out[slot].element_size());
+    }));
+  }
+  return c;
+}
+
+// A packed prepare op, its host side shared by the op (attn_api.cpp) and its emulations: the layout's checks
+// (first_key 0, varlen.h check_packed, check_prepare of the whole packed k for packed_slots), each sequence
+// checked as its own prepare by `check_one(k_s, v_s, C_s)` (a ContextParams; errors name the sequence), the
+// packed layout, then `run(c, cps, kc)` writes every sequence's arrays (the op: its shared launches), and the
+// signature rows. Returns the packed list.
+template <typename CheckOne, typename Run>
+std::vector<at::Tensor> packed_prepare(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS, const CheckOne& check_one,
+                                       const Run& run) {
+  const Packed pk = check_packed(nullptr, k, std::nullopt, cu_seqlens_k, control_counts, control_tokens);
+  TORCH_CHECK_VALUE(first_key == 0, "first_key must be 0 with cu_seqlens_k (a packed context is prepared whole), "
+                    "got ", first_key);
+  const ContextParams longest = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    return check_prepare(RSWA_PREPARE_ARGS);
+  }(k, v, 0);
+  std::vector<ContextParams> cps;
+  for (int64_t s = 0; s < pk.S; ++s)
+    cps.push_back(for_sequence(s, [&] {
+      return check_one(k.narrow(2, pk.k0[s], pk.nk[s]), v.narrow(2, pk.k0[s], pk.nk[s]), pk.C[s]);
+    }));
+  const Rules& R = longest.rules;
+  const at::Tensor kc = with_contiguous_rows(k), vc = with_contiguous_rows(v);
+  const bool controls = control_counts.has_value() || control_tokens > 0;
+  PackedContextLayout c = packed_context_layout(kc, vc, pk, cps, packed_slots(longest, controls, /*prefix=*/true),
+                                                R.G, R.Rb);
+  run(c, cps, kc, pk);
+  at::Tensor sig = at::empty({pk.S, kSignatureSize}, at::TensorOptions().dtype(at::kDouble));
+  for (int64_t s = 0; s < pk.S; ++s) {
+    const ContextParams& cp = cps[s];
+    const std::vector<double> row = context_signature(cp.rules, cp.rope, cp.B, cp.Hkv, cp.C, cp.D);
+    sig[s].copy_(at::tensor(at::ArrayRef<double>(row), at::TensorOptions().dtype(at::kDouble)));
+  }
+  c.out[kSignature] = sig;
+  return c.out;
 }
 
 }  // namespace rangeswa::cuda

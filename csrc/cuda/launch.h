@@ -21,11 +21,29 @@ cudaError_t launch_plan(const AttnKernelParams& p, const Rules& rules, const int
 template <typename Element>
 cudaError_t launch_combine(const AttnKernelParams& p, cudaStream_t stream);
 
+// A packed call's sequences in one launch each (attn_params.h PackedLaunch; pk.first counts each kernel's
+// own work items, attn_api.cpp packed_first): the retrieved blocks of every sequence sorted and checked (one
+// job per sequence: its rules, its selection's blocks, pk.seq[s].retrieved the sorted rows; first[s] its
+// first (KV head, query block) row), the plans of every body tile (first: plan threads), the control rows'
+// combine (first: items Hq x C x (D + 1)).
+struct SortJob {
+  Rules rules;
+  const int32_t* given;
+};
+cudaError_t launch_sort_packed(const PackedLaunch& pk, const SortJob* jobs, int64_t rows, cudaStream_t stream);
+cudaError_t launch_plan_packed(const PackedLaunch& pk, int64_t plans, cudaStream_t stream);
+template <typename Element>
+cudaError_t launch_combine_packed(const PackedLaunch& pk, int64_t items, cudaStream_t stream);
+
 // The fused attention kernel of one (element type, padded head dim): attn_hdim<D>_<dtype>.cu.
 template <typename Element, int kHeadDim>
 cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream);
 template <typename Element, int kHeadDim>
 size_t attn_smem_bytes(const AttnKernelParams& p);
+// ... and for every sequence of a packed call in one launch (attn_launch.h run_attn_packed).
+template <typename Element, int kHeadDim>
+cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem,
+                            cudaStream_t stream);
 
 // The warp-specialized sm_90a body kernel (hopper/body_kernel.h) with the control CTAs on the mma.sync one:
 // attn_hopper_<dtype>.cu (16-bit elements). hopper_kernel_built: whether the build holds its sm_90a code for

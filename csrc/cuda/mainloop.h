@@ -703,8 +703,10 @@ __device__ __forceinline__ void straddling_dots(const AttnKernelParams& p, const
   }
 }
 
+// CTA `cta_index` of one call's launch (p: the call's parameters): attn_kernel's body, and the packed launch's per
+// sequence (attn_packed_kernel).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_constant__ AttnKernelParams p) {
+__device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_index) {
   using Element = typename Traits::Element;
   using Layout = SharedLayout<Traits>;
   constexpr int M = Traits::kBlockM, N = Traits::kBlockN, Dp = Traits::kHeadDim, MB = Traits::kMBlocks;
@@ -712,8 +714,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
   static_assert(M == Traits::kThreads, "one thread per query row: its bounds, its straddling blocks");
   const Geometry& g = p.geo;
 
-  const int32_t head = p.by_ctas_per_head.div(int32_t(blockIdx.x));  // b * Hq + h
-  const QueryTile t = query_tile<M>(p, p.by_ctas_per_head.mod(int32_t(blockIdx.x)));
+  const int32_t head = p.by_ctas_per_head.div(cta_index);  // b * Hq + h
+  const QueryTile t = query_tile<M>(p, p.by_ctas_per_head.mod(cta_index));
   if (t.nrows <= 0) return;  // the whole CTA leaves before any barrier
   const int32_t batch = p.by_Hq.div(head), h = p.by_Hq.mod(head);
   const int32_t bh = batch * p.Hkv + p.by_group.div(h);
@@ -1018,6 +1020,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_
       if (row < nrows && col < p.D) out[(row0 + row) * p.D + col] = sQ[row * Traits::kStride + col];
     }
   }
+}
+
+// One launch of the fused kernel for one call: per head, its control CTAs, then its body CTAs.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_constant__ AttnKernelParams p) {
+  attn_cta<Traits>(p, int32_t(blockIdx.x));
+}
+
+// One launch for every sequence of a packed call (attn_params.h PackedLaunch): CTA x is CTA x - first[s] of
+// sequence s's own launch, run on its own parameters (read from global memory). The same CTA code as
+// attn_kernel's; the one-call kernel is unchanged by it.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 2) attn_packed_kernel(const __grid_constant__ PackedLaunch pk) {
+  const int32_t s = packed_sequence(pk, int64_t(blockIdx.x));
+  attn_cta<Traits>(pk.seq[s], int32_t(int64_t(blockIdx.x) - pk.first[s]));
 }
 
 }  // namespace rangeswa::cuda

@@ -44,6 +44,40 @@ __global__ void __launch_bounds__(kThreads) prepare_vector_kernel(const PrepareP
   prepare_range<Element, kInterleaved, kLean>(p, bh, x - bh * p.by_units.d, w);
 }
 
+// Packed calls (prepare.h PackedPrepare): CTA x is CTA x - first[s] of sequence s's own launch, on its parameters.
+__device__ __forceinline__ int32_t prepare_sequence(const PackedPrepare& pk, int64_t x) {
+  int32_t lo = 0, hi = pk.S - 1;  // the last s with first[s] <= x
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    if (pk.first[mid] <= x) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+template <typename Element>
+__global__ void __launch_bounds__(kThreads) prepare_packed_kernel(const __grid_constant__ PackedPrepare pk) {
+  const int32_t s = prepare_sequence(pk, int64_t(blockIdx.x));
+  const PrepareParams& p = pk.seq[s];
+  const int32_t units = prepare_units(p);
+  const int64_t x = (int64_t(blockIdx.x) - pk.first[s]) * kUnitsPerCta + threadIdx.x / 32;
+  if (x >= int64_t(units) * p.BH) return;
+  prepare_unit<Element>(p, int32_t(x / units), int32_t(x % units), int(threadIdx.x % 32), 32);
+}
+
+template <typename Element, bool kInterleaved, bool kLean>
+__global__ void __launch_bounds__(kThreads) prepare_vector_packed_kernel(const __grid_constant__ PackedPrepare pk) {
+  const int32_t s = prepare_sequence(pk, int64_t(blockIdx.x));
+  const PrepareParams& p = pk.seq[s];
+  const int32_t total = prepare_units(p) * p.BH, cta = int32_t(int64_t(blockIdx.x) - pk.first[s]);
+  const int lane = int(threadIdx.x % 32), per = prepare_dim_units(p), slots = p.by_dim_units.div(32);
+  const int slot = p.by_dim_units.div(lane), w = lane - slot * per;
+  const int32_t x = (cta * kUnitsPerCta + int32_t(threadIdx.x / 32)) * slots + slot;
+  if (slot >= slots || x >= total) return;
+  const int32_t bh = p.by_units.div(x);
+  prepare_range<Element, kInterleaved, kLean>(p, bh, x - bh * p.by_units.d, w);
+}
+
 }  // namespace
 
 cudaError_t launch_rope_table(float* cos_out, float* sin_out, int64_t count, int rotary_half, double theta,
@@ -77,6 +111,21 @@ cudaError_t launch_prepare(const PrepareParams& given, cudaStream_t stream) {
   return RSWA_LAUNCH(prepare_kernel<Element>, unsigned(ctas), kThreads, 0, stream, p, units);
 }
 
+template <typename Element>
+cudaError_t launch_prepare_packed(const PackedPrepare& pk, int variant, int64_t ctas, cudaStream_t stream) {
+  if (ctas == 0) return cudaSuccess;
+  if (ctas > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  auto kernel = variant == 1 ? prepare_vector_packed_kernel<Element, false, false>
+                : variant == 2 ? prepare_vector_packed_kernel<Element, false, true>
+                : variant == 3 ? prepare_vector_packed_kernel<Element, true, false>
+                : variant == 4 ? prepare_vector_packed_kernel<Element, true, true>
+                               : prepare_packed_kernel<Element>;
+  return RSWA_LAUNCH(kernel, unsigned(ctas), kThreads, 0, stream, pk);
+}
+
+template cudaError_t launch_prepare_packed<float>(const PackedPrepare&, int, int64_t, cudaStream_t);
+template cudaError_t launch_prepare_packed<__nv_bfloat16>(const PackedPrepare&, int, int64_t, cudaStream_t);
+template cudaError_t launch_prepare_packed<__half>(const PackedPrepare&, int, int64_t, cudaStream_t);
 template cudaError_t launch_prepare<float>(const PrepareParams&, cudaStream_t);
 template cudaError_t launch_prepare<__nv_bfloat16>(const PrepareParams&, cudaStream_t);
 template cudaError_t launch_prepare<__half>(const PrepareParams&, cudaStream_t);

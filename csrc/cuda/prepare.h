@@ -327,4 +327,35 @@ RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int
 template <typename Element>
 cudaError_t launch_prepare(const PrepareParams& p, cudaStream_t stream);
 
+// A packed call's preparations in shared launches (docs/cuda.md "Packed calls"): each sequence's own call's
+// parameters (prepare_ready'd) and the first CTA of each in the launch (sequence s takes CTAs [first[s],
+// first[s + 1]), CTA x being CTA x - first[s] of its own launch_prepare). Device memory. The sequences of one
+// launch share its kernel (prepare_variant): the op launches once per variant they use.
+struct PackedPrepare {
+  const PrepareParams* seq;  // [S]
+  const int64_t* first;      // [S + 1]
+  int32_t S;
+};
+
+// The kernel launch_prepare runs for (readied) p: 0 the unit kernel, 1 + 2 interleaved + lean the vector one;
+// and its CTAs (-1: more work items than a launch indexes in 32 bits).
+inline constexpr int kPrepareVariants = 5;
+inline int prepare_variant(const PrepareParams& p) {
+  return p.vector ? 1 + (p.interleaved ? 2 : 0) + (p.lean() ? 1 : 0) : 0;
+}
+inline int64_t prepare_ctas(const PrepareParams& p) {
+  constexpr int64_t kUnitsPerCta = 4;  // prepare.cu: 128 threads, one unit (or 32 / (Dp / 8) of them) per warp
+  const int64_t total = int64_t(prepare_units(p)) * p.BH;
+  if (p.vector) {
+    if (total > int64_t(0x7fffffff)) return -1;
+    const int64_t per_warp = 32 / prepare_dim_units(p);
+    return (total + per_warp * kUnitsPerCta - 1) / (per_warp * kUnitsPerCta);
+  }
+  const int64_t ctas = (total + kUnitsPerCta - 1) / kUnitsPerCta;
+  return ctas > int64_t(0x7fffffff) ? -1 : ctas;
+}
+
+template <typename Element>
+cudaError_t launch_prepare_packed(const PackedPrepare& pk, int variant, int64_t ctas, cudaStream_t stream);
+
 }  // namespace rangeswa::cuda

@@ -43,11 +43,12 @@ __global__ void key_means_kernel(const TopkParams p, int64_t first_block, double
           key_block_mean<Element>(p, bkv / p.Hkv, bkv % p.Hkv, kb, d);
 }
 
+// Block x of the launch (query blocks, then key blocks) of KV head bkv.
 template <typename Element>
-__device__ void block_means_of_head(const TopkParams& p, int64_t bkv) {
+__device__ void block_means_of_head(const TopkParams& p, int64_t bkv, int64_t x) {
   const Rules& R = p.rules;
   const int64_t nQb = R.num_query_blocks(), nKb = R.num_key_blocks(), D = p.D;
-  const int64_t x = blockIdx.x, b = bkv / p.Hkv, hkv = bkv % p.Hkv, group = p.Hq / p.Hkv;
+  const int64_t b = bkv / p.Hkv, hkv = bkv % p.Hkv, group = p.Hq / p.Hkv;
   const Element* q = static_cast<const Element*>(p.q);
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     double acc = 0.0;
@@ -64,7 +65,7 @@ __device__ void block_means_of_head(const TopkParams& p, int64_t bkv) {
 
 template <typename Element>
 __global__ void block_means_kernel(const TopkParams p) {
-  for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y) block_means_of_head<Element>(p, bkv);
+  for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y) block_means_of_head<Element>(p, bkv, blockIdx.x);
 }
 
 // a ranks before b: higher score, then lower block.
@@ -74,12 +75,12 @@ __device__ __forceinline__ bool better(double sa, int ka, double sb, int kb) {
 
 __host__ __device__ inline int64_t kept(const Rules& R) { return min64(R.topk, R.num_key_blocks()); }
 
-// The top K of the CTA's query blocks of KV head bkv.
-__device__ void select_of_head(const TopkParams& p, int64_t bkv) {
+// The top K of the CTA's query blocks (group `group` of kQueryGroup) of KV head bkv.
+__device__ void select_of_head(const TopkParams& p, int64_t bkv, int64_t group) {
   const Rules& R = p.rules;
   const int64_t nQb = R.num_query_blocks(), nKb = R.num_key_blocks(), D = p.D, K = R.topk;
   const int Kc = int(kept(R));
-  const int64_t qb0 = int64_t(blockIdx.x) * kQueryGroup;
+  const int64_t qb0 = group * kQueryGroup;
   const int tid = threadIdx.x;
 
   // Shared: the chunk's scores and blocks (-1 = not a contender), then two sorted lists per query block.
@@ -158,8 +159,49 @@ __device__ void select_of_head(const TopkParams& p, int64_t bkv) {
 
 __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(const TopkParams p) {
   for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y) {  // uniform across the CTA
-    select_of_head(p, bkv);
+    select_of_head(p, bkv, blockIdx.x);
     __syncthreads();  // the lists are read out before the next head writes them
+  }
+}
+
+// Packed calls (topk_blocks.h PackedTopk): CTA (x, y) is CTA (x - first[s], y) of sequence s's own launch.
+__device__ __forceinline__ int32_t topk_sequence(const PackedTopk& pk, int64_t x) {
+  int32_t lo = 0, hi = pk.S - 1;  // the last s with first[s] <= x
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    if (pk.first[mid] <= x) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+template <typename Element>
+__global__ void key_means_packed_kernel(const __grid_constant__ PackedKeyMeans pk) {
+  const PackedTopk at{nullptr, pk.first, pk.S};
+  const int32_t s = topk_sequence(at, blockIdx.x);
+  const KeyMeansJob& job = pk.seq[s];
+  const TopkParams& p = job.p;
+  const int64_t kb = int64_t(blockIdx.x) - pk.first[s];
+  for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y)  // utils.h grid_rows
+    for (int64_t d = threadIdx.x; d < p.D; d += blockDim.x)
+      job.out[(bkv * job.head_rows + kb) * p.D + d] = key_block_mean<Element>(p, bkv / p.Hkv, bkv % p.Hkv, kb, d);
+}
+
+template <typename Element>
+__global__ void block_means_packed_kernel(const __grid_constant__ PackedTopk pk) {
+  const int32_t s = topk_sequence(pk, blockIdx.x);
+  const TopkParams& p = pk.seq[s];
+  const int64_t x = int64_t(blockIdx.x) - pk.first[s];
+  for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y) block_means_of_head<Element>(p, bkv, x);
+}
+
+__global__ void __launch_bounds__(kSelectThreads) topk_select_packed_kernel(const __grid_constant__ PackedTopk pk) {
+  const int32_t s = topk_sequence(pk, blockIdx.x);
+  const TopkParams& p = pk.seq[s];
+  const int64_t x = int64_t(blockIdx.x) - pk.first[s];
+  for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y) {  // uniform across the CTA
+    select_of_head(p, bkv, x);
+    __syncthreads();
   }
 }
 
@@ -189,6 +231,43 @@ cudaError_t launch_topk_blocks(const TopkParams& p, cudaStream_t stream) {
   return RSWA_LAUNCH(topk_select_kernel, dim3(groups, grid_rows(BH)), kSelectThreads, smem, stream, p);
 }
 
+int64_t topk_mean_ctas(const TopkParams& p) {
+  const Rules& R = p.rules;
+  if (R.topk == 0 || R.L == 0 || p.B * p.Hkv == 0) return 0;
+  return R.num_query_blocks() + (p.k_means_given ? 0 : R.num_key_blocks());
+}
+int64_t topk_select_ctas(const TopkParams& p) {
+  const Rules& R = p.rules;
+  if (R.topk == 0 || R.L == 0 || p.B * p.Hkv == 0) return 0;
+  return (R.num_query_blocks() + kQueryGroup - 1) / kQueryGroup;
+}
+
+template <typename Element>
+cudaError_t launch_topk_blocks_packed(const PackedTopk& means, int64_t mean_ctas, const PackedTopk& select,
+                                      int64_t select_ctas, int64_t BH, size_t smem, cudaStream_t stream) {
+  if (BH == 0) return cudaSuccess;
+  if (mean_ctas > int64_t(0x7fffffff) || select_ctas > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  if (mean_ctas > 0) {
+    const cudaError_t err = RSWA_LAUNCH(block_means_packed_kernel<Element>, dim3(unsigned(mean_ctas), grid_rows(BH)),
+                                        kMeanThreads, 0, stream, means);
+    if (err != cudaSuccess) return err;
+  }
+  if (select_ctas == 0) return cudaSuccess;
+  if (smem > 48 * 1024) {
+    const cudaError_t err = RSWA_OPT_IN_SMEM(topk_select_packed_kernel, smem);
+    if (err != cudaSuccess) return err;
+  }
+  return RSWA_LAUNCH(topk_select_packed_kernel, dim3(unsigned(select_ctas), grid_rows(BH)), kSelectThreads, smem,
+                     stream, select);
+}
+
+template cudaError_t launch_topk_blocks_packed<float>(const PackedTopk&, int64_t, const PackedTopk&, int64_t, int64_t,
+                                                      size_t, cudaStream_t);
+template cudaError_t launch_topk_blocks_packed<__nv_bfloat16>(const PackedTopk&, int64_t, const PackedTopk&, int64_t,
+                                                              int64_t, size_t, cudaStream_t);
+template cudaError_t launch_topk_blocks_packed<__half>(const PackedTopk&, int64_t, const PackedTopk&, int64_t, int64_t,
+                                                       size_t, cudaStream_t);
+
 template <typename Element>
 cudaError_t launch_key_means(const TopkParams& p, int64_t first_block, double* out, cudaStream_t stream) {
   const int64_t blocks = p.rules.num_key_blocks() - first_block, BH = p.B * p.Hkv;
@@ -198,6 +277,17 @@ cudaError_t launch_key_means(const TopkParams& p, int64_t first_block, double* o
                      first_block, out);
 }
 
+template <typename Element>
+cudaError_t launch_key_means_packed(const PackedKeyMeans& pk, int64_t ctas, int64_t BH, cudaStream_t stream) {
+  if (ctas <= 0 || BH == 0) return cudaSuccess;
+  if (ctas > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+  return RSWA_LAUNCH(key_means_packed_kernel<Element>, dim3(unsigned(ctas), grid_rows(BH)), kMeanThreads, 0, stream,
+                     pk);
+}
+
+template cudaError_t launch_key_means_packed<float>(const PackedKeyMeans&, int64_t, int64_t, cudaStream_t);
+template cudaError_t launch_key_means_packed<__nv_bfloat16>(const PackedKeyMeans&, int64_t, int64_t, cudaStream_t);
+template cudaError_t launch_key_means_packed<__half>(const PackedKeyMeans&, int64_t, int64_t, cudaStream_t);
 template cudaError_t launch_key_means<float>(const TopkParams&, int64_t, double*, cudaStream_t);
 template cudaError_t launch_key_means<__nv_bfloat16>(const TopkParams&, int64_t, double*, cudaStream_t);
 template cudaError_t launch_key_means<__half>(const TopkParams&, int64_t, double*, cudaStream_t);

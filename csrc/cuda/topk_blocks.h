@@ -31,6 +31,37 @@ size_t topk_blocks_smem_bytes(const TopkParams& p);
 template <typename Element>
 cudaError_t launch_topk_blocks(const TopkParams& p, cudaStream_t stream);
 
+// A packed call's selections in shared launches (docs/cuda.md "Packed calls"): each sequence's own
+// TopkParams and the first CTA (grid x) of each in a launch: sequence s takes [first[s], first[s + 1]), its
+// own launch's CTAs topk_mean_ctas(p) (block means) and topk_select_ctas(p) (selection); 0 for a sequence
+// that selects nothing. Device memory. The selection launch takes the largest shared memory of the sequences.
+struct PackedTopk {
+  const TopkParams* seq;  // [S]
+  const int64_t* first;   // [S + 1]
+  int32_t S;
+};
+int64_t topk_mean_ctas(const TopkParams& p);
+int64_t topk_select_ctas(const TopkParams& p);
+template <typename Element>
+cudaError_t launch_topk_blocks_packed(const PackedTopk& means, int64_t mean_ctas, const PackedTopk& select,
+                                      int64_t select_ctas, int64_t BH, size_t smem, cudaStream_t stream);
+
+// A packed prepare op's key means in one launch: per sequence its parameters (key_means_params of its rows),
+// its output (rows of D float64: KV head bkv's block kb at out[(bkv * head_rows + kb) * D]) and the first CTA
+// (grid x) of each sequence (its own launch_key_means' blocks; 0 for a sequence without key means).
+struct KeyMeansJob {
+  TopkParams p;
+  double* out;
+  int64_t head_rows;
+};
+struct PackedKeyMeans {
+  const KeyMeansJob* seq;  // [S]
+  const int64_t* first;    // [S + 1]
+  int32_t S;
+};
+template <typename Element>
+cudaError_t launch_key_means_packed(const PackedKeyMeans& pk, int64_t ctas, int64_t BH, cudaStream_t stream);
+
 // The key-block means of the prepare op: out [B * Hkv, nKb - first_block, D] (row-major, float64) for key
 // blocks [first_block, nKb), the arithmetic of the select kernel's means (p.q is not read).
 template <typename Element>

@@ -64,6 +64,7 @@ struct HostCall {
   std::vector<Record> records;
   AttnBuffers buf{};
   AttnKernelParams p{};
+  PrepareParams pp{};  // its preparation's parameters (before prepare_ready)
 };
 
 inline at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
@@ -114,10 +115,12 @@ inline void prepare_on_host(const PrepareParams& given, int64_t BH, at::ScalarTy
 }
 
 // Setup, preparation, selection and plan of a call, exactly as the op does them on the device; with a
-// prepared context (checked by `checked`), its arrays as the op takes them (context.h use_context).
+// prepared context (checked by `checked`), its arrays as the op takes them (context.h use_context). A sequence
+// of a packed call (`packed`) is set up and selects its blocks here, and leaves its preparation (hc.pp) and plan
+// to the packed call's shared launches (simt_ops.cpp, as attn_api.cpp attn_cuda_packed).
 inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const std::optional<at::Tensor>& retrieved, const std::optional<at::TensorList>& prepared,
-                  const CallKernels& kernels) {
+                  const CallKernels& kernels, bool packed = false) {
   const AttnParams& ap = hc.ap;
   hc.q = with_contiguous_rows(q);
   hc.k = with_contiguous_rows(k);
@@ -164,7 +167,8 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   kernels.tables(ap, s, b, hc.keep);
   PrepareParams pp = prepare_params(ap, s, b);
   if (prepared.has_value()) prepare_call_rows_only(pp);
-  kernels.prepare(pp, s.BH, hc.q.scalar_type());
+  hc.pp = pp;
+  if (!packed) kernels.prepare(pp, s.BH, hc.q.scalar_type());
 
   if (given.defined()) {
     hc.retrieved_sorted.resize(given.numel());
@@ -181,7 +185,7 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   hc.keep.push_back(at::zeros({s.control_chunks * kControlSplit, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1)}, at::kFloat));
   b.ctrl_lse = hc.keep.back().data_ptr<float>();
   hc.p = kernel_params(ap, s, b);
-  kernels.plan(hc);
+  if (!packed) kernels.plan(hc);
 }
 
 // The plan emulator's kernels: per-unit functions on the host, one lane each; no selection.

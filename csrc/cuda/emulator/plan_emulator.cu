@@ -189,10 +189,30 @@ std::vector<at::Tensor> prepare_emulated_one(RSWA_PREPARE_PARAMS) {
   return prepare_call(k, v, cp, first_key, HostLanes{});
 }
 
-// Packed as the CUDA op prepares it (attn_api.cpp prepare_cuda).
+// Packed as the CUDA op prepares it (attn_api.cpp prepare_cuda_packed): the same checks and packed layout
+// (context.h packed_prepare), each sequence's units prepared in place by host lanes and its key means (ATen's)
+// copied into its rows.
 std::vector<at::Tensor> prepare_emulated(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
-  return prepare_packed_or_one(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, /*prefix=*/true,
-                               [](RSWA_PREPARE_PARAMS) { return prepare_emulated_one(RSWA_PREPARE_ARGS); });
+  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_emulated_one(RSWA_PREPARE_ARGS);
+  auto check_one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
+    TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
+    return cp;
+  };
+  const HostLanes lanes;
+  std::vector<at::Tensor> keep;
+  auto run = [&](PackedContextLayout& c, const std::vector<ContextParams>& cps, const at::Tensor& kc, const Packed& pk) {
+    for (int64_t s = 0; s < pk.S; ++s) {
+      ContextLayout& cs = c.seqs[s];
+      if (cps[s].L == 0) continue;
+      lanes.tables(cs.ap, cs.s, cs.buf, keep);
+      lanes.prepare(c.prepare_params(s), cs.s.BH, kc.scalar_type());
+      if (cps[s].means && c.out[kKeyMeans].numel() > 0)
+        c.out[kKeyMeans].narrow(2, c.rows[s].means0, c.rows[s].nKb)
+            .copy_(lanes.key_means(kc.narrow(2, pk.k0[s], pk.nk[s]), cps[s], 0));
+    }
+  };
+  return packed_prepare(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, check_one, run);
 }
 
 }  // namespace

@@ -13,6 +13,13 @@ namespace rangeswa::cuda::simt_attn {
 template <typename Element, int kHeadDim>
 size_t run_attn(const AttnKernelParams& p);
 
+// A packed call's sequences in one launch (attn_launch.h run_attn_packed: attn_packed_kernel), emulated;
+// attn_smem: the dynamic shared memory per CTA of one call (attn_launch.h attn_smem_bytes).
+template <typename Element, int kHeadDim>
+void run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem);
+template <typename Element, int kHeadDim>
+size_t attn_smem(const AttnKernelParams& p);
+
 // The sm_90a path (hopper/body_launch.h run_attn_hopper): the control CTAs on attn_kernel, the body tiles on
 // hopper_attn_kernel<HopperTraits<Element, kHeadDim>> (384 threads), emulated; returns the body kernel's
 // dynamic shared memory bytes per CTA. bf16 / fp16 (attn_simt_hopper_<dtype>.cpp).

@@ -16,9 +16,26 @@ size_t run_attn(const AttnKernelParams& p) {
   return attn_smem_bytes<Element, kHeadDim>(p);
 }
 
+template <typename Element, int kHeadDim>
+void run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem) {
+  const cudaError_t err = cuda::run_attn_packed<Element, kHeadDim>(pk, blocks, kv_stages, smem, nullptr);
+  if (err != cudaSuccess) throw ::simt::Error("simt: the packed attn launcher refused the launch (cudaError " +
+                                              std::to_string(int(err)) + ")");
+}
+
+template <typename Element, int kHeadDim>
+size_t attn_smem(const AttnKernelParams& p) {
+  return attn_smem_bytes<Element, kHeadDim>(p);
+}
+
 }  // namespace rangeswa::cuda::simt_attn
 
-#define RANGESWA_SIMT_INSTANTIATE(Element)                                                          \
-  template size_t rangeswa::cuda::simt_attn::run_attn<Element, 64>(const rangeswa::cuda::AttnKernelParams&); \
-  template size_t rangeswa::cuda::simt_attn::run_attn<Element, 80>(const rangeswa::cuda::AttnKernelParams&); \
-  template size_t rangeswa::cuda::simt_attn::run_attn<Element, 128>(const rangeswa::cuda::AttnKernelParams&);
+#define RANGESWA_SIMT_INSTANTIATE_D(Element, D)                                                             \
+  template size_t rangeswa::cuda::simt_attn::run_attn<Element, D>(const rangeswa::cuda::AttnKernelParams&);   \
+  template size_t rangeswa::cuda::simt_attn::attn_smem<Element, D>(const rangeswa::cuda::AttnKernelParams&);  \
+  template void rangeswa::cuda::simt_attn::run_attn_packed<Element, D>(const rangeswa::cuda::PackedLaunch&,   \
+                                                                        int64_t, int32_t, size_t);
+#define RANGESWA_SIMT_INSTANTIATE(Element)  \
+  RANGESWA_SIMT_INSTANTIATE_D(Element, 64)  \
+  RANGESWA_SIMT_INSTANTIATE_D(Element, 80)  \
+  RANGESWA_SIMT_INSTANTIATE_D(Element, 128)

@@ -18,6 +18,7 @@
 #include "varlen.h"
 #include "cuda/emulator/host_call.h"
 #include "cuda/launch.h"
+#include "cuda/packed.h"
 #include "cuda/selection.h"
 #include "cuda/simt/attn_simt.h"
 #include "cuda/simt/simt.h"
@@ -31,6 +32,7 @@ double g_kernel_seconds = 0.0;
 int64_t g_smem_bytes = 0;
 int64_t g_values_in_place = 0;  // whether the last attn call read its body values from v itself
 int g_plan_fault = 0;            // plan_fault below
+int64_t g_attn_launches = 0;     // launches of the attention kernels in the last attn call (a packed call: one)
 
 // The kernel's arrays as guarded copies (simt::GuardedCopy): every array the kernel parameters point into is
 // copied so that it ends at an inaccessible page (the two rope tables of a table tensor separately), the
@@ -180,6 +182,33 @@ struct SimtLaunches final : CallKernels {
   }
 };
 
+// A packed call's sequence (attn_simt_packed): the small kernels as SimtLaunches runs them, except that its
+// selection only sets up its arrays (topk, kept in `keep`), launched with the other sequences'.
+struct SimtPackedSequence final : CallKernels {
+  SimtLaunches launches;
+  mutable TopkParams topk{};
+  mutable bool selects = false;
+  mutable std::vector<at::Tensor> keep;
+  void tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& k) const override {
+    launches.tables(ap, s, b, k);
+  }
+  void prepare(const PrepareParams& pp, int64_t BH, at::ScalarType type) const override {
+    launches.prepare(pp, BH, type);
+  }
+  at::Tensor select(const HostCall& hc, const std::optional<at::TensorList>& prepared) const override {
+    const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
+    Selection sel = selection(hc.q, hc.k, hc.ap.C, hc.ap.rules, given_means ? (*prepared)[kKeyMeans] : at::Tensor());
+    topk = sel.p;
+    selects = sel.launch;
+    keep = {sel.q_means, sel.k_means, sel.out};
+    return sel.out;
+  }
+  void plan(HostCall& hc) const override { launches.plan(hc); }
+  at::Tensor key_means(const at::Tensor& kc, const ContextParams& cp, int64_t first_block) const override {
+    return launches.key_means(kc, cp, first_block);
+  }
+};
+
 std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   HostCall hc;
   hc.ap = checked(RSWA_ATTN_ARGS, prepared);
@@ -196,6 +225,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional
   hc.lse.fill_(NAN);
   GuardedArrays guarded;
   g_values_in_place = hc.buf.values_in_place;
+  g_attn_launches = 1;
   if (::simt::options().guard_global) guard(hc, guarded);
   simt_errors_as_runtime_errors([&] {
     dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
@@ -232,19 +262,201 @@ std::vector<at::Tensor> prepare_simt_one(RSWA_PREPARE_PARAMS) {
   return simt_errors_as_runtime_errors([&] { return prepare_call(k, v, cp, first_key, SimtLaunches{}); });
 }
 
-// Packed calls as the CUDA op runs them (attn_api.cpp attn_cuda: the per-sequence loop of csrc/varlen.h over
-// the kernels above), so the SIMT emulation covers the CUDA op's packed path.
+// The attention kernel's dynamic shared memory per CTA for one call.
+size_t attn_smem_of(const AttnKernelParams& p, at::ScalarType type) {
+  size_t bytes = 0;
+  dispatch_dtype(type, [&](auto tag) {
+    using Element = decltype(tag);
+    bytes = p.Dp == 64 ? simt_attn::attn_smem<Element, 64>(p) : p.Dp == 80 ? simt_attn::attn_smem<Element, 80>(p)
+                                                                            : simt_attn::attn_smem<Element, 128>(p);
+  });
+  return bytes;
+}
+
+// A packed call as the CUDA op runs it (attn_api.cpp attn_cuda_packed): every sequence checked as its own call,
+// then per sequence its tables, preparation and selection (host_call.h build, without the plan), and for all
+// sequences at once the sort, the plan, the attention kernel (attn_packed_kernel) and the combine, through the
+// same launchers and the same table of per-sequence parameters (packed.h). RANGESWA_CUDA_KERNEL=hopper runs each
+// sequence's body on the sm_90a kernel on its own, as the op does.
+std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
+                                                        RSWA_VARLEN_ATTN_PARAMS) {
+  const Packed pk = check_packed_attn(q, k, v, retrieved, cu_seqlens_q, cu_seqlens_k, control_counts, control_tokens,
+                                      summary_block, retrieval_block);
+  const std::vector<PackedSequence> seqs = packed_sequences(q, k, v, prepared, pk, summary_block, retrieval_block);
+  std::vector<AttnParams> aps;
+  for (const PackedSequence& x : seqs)
+    aps.push_back(for_sequence(x.s, [&] {
+      auto one = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t control_tokens,
+                     const std::optional<at::TensorList>& prepared) { return checked(RSWA_ATTN_ARGS, prepared); };
+      return one(x.q, x.k, x.v, x.C, x.context());
+    }));
+  const int64_t total_q = q.size(2), D = q.size(3);
+  if (q.size(1) == 0 || seqs.empty())
+    return {at::zeros(q.sizes(), q.options()), at::zeros({1, q.size(1), total_q}, q.options().dtype(at::kFloat))};
+  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  // Never read by a correct kernel: NaN shows rows the kernels forgot to write.
+  at::Tensor out = at::full(q.sizes(), NAN, q.options()), lse = at::full({1, q.size(1), total_q}, NAN, q.options().dtype(at::kFloat));
+  const bool hopper = q.scalar_type() != at::kFloat && body_kernel_forced() == BodyKernel::kHopper;
+  std::vector<std::unique_ptr<HostCall>> calls;
+  std::vector<std::unique_ptr<SimtPackedSequence>> kernels;
+  PackedCalls table;
+  simt_errors_as_runtime_errors([&] {
+    for (size_t x = 0; x < seqs.size(); ++x) {
+      calls.push_back(std::make_unique<HostCall>());
+      HostCall& hc = *calls.back();
+      hc.ap = aps[x];
+      kernels.push_back(std::make_unique<SimtPackedSequence>());
+      build(hc, seqs[x].q, seqs[x].k, seqs[x].v, std::nullopt, seqs[x].context(), *kernels.back(), /*packed=*/true);
+      // Its rows of the packed output (B = 1): q rows per head are the packed rows.
+      hc.p.out = static_cast<char*>(out.data_ptr()) + pk.q0[seqs[x].s] * D * int64_t(out.element_size());
+      hc.p.lse = lse.data_ptr<float>() + pk.q0[seqs[x].s];
+      hc.p.Nq = int32_t(total_q);
+      std::fill(hc.record_count.begin(), hc.record_count.end(), -1);  // a plan the kernel forgets shows
+      PrepareParams pp{};
+      dispatch_dtype(q.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(hc.pp); });
+      const SimtPackedSequence& kx = *kernels.back();
+      table.add(hc.p, pp, kx.selects ? &kx.topk : nullptr, hc.ap.rules, hc.buf.retrieved, !hopper,
+                attn_smem_of(hc.p, q.scalar_type()));
+    }
+    TORCH_CHECK(table.prepare_fits, "attn on CUDA: a sequence's preparation has more work items than a launch indexes");
+    // The selection (block means, top K), the preparation (per kernel variant), the sort and the plan of every
+    // sequence: one launch each.
+    std::vector<char> buffer(table.bytes());
+    const char* base = buffer.data();
+    table.write(buffer.data());
+    dispatch_dtype(q.scalar_type(), [&](auto tag) {
+      check_launch(launch_topk_blocks_packed<decltype(tag)>(
+                       table.topk_launch(base, PackedCalls::kMeans), table.total(PackedCalls::kMeans),
+                       table.topk_launch(base, PackedCalls::kSelect), table.total(PackedCalls::kSelect), k.size(1),
+                       table.select_smem, nullptr),
+                   "topk_blocks");
+      for (int x = 0; x < kPrepareVariants; ++x)
+        check_launch(launch_prepare_packed<decltype(tag)>(table.prepare_launch(base, x), x,
+                                                          table.total(PackedCalls::kPrepare + x), nullptr),
+                     "prepare");
+    });
+    check_launch(launch_sort_packed(table.launch(base, PackedCalls::kSort), table.jobs_in(base),
+                                    table.total(PackedCalls::kSort), nullptr), "sort");
+    check_launch(launch_plan_packed(table.launch(base, PackedCalls::kPlan), table.total(PackedCalls::kPlan), nullptr),
+                 "plan");
+    return 0;
+  });
+  if (g_plan_fault == 1)  // every masked span of KV tiles to the unmasked loop (plan_fault)
+    for (auto& hc : calls)
+      for (int64_t x = 0; x < hc->s.plans(); ++x) {
+        TileSpan* spans = spans_of(hc->p, hc->records.data(), x);
+        for (int32_t y = 0; y < hc->record_count[2 * x + 1]; ++y)
+          if (spans[y].width == hc->p.geo.tile_cols) spans[y].kind &= ~1;
+      }
+  // Guarded copies: the packed tensors first, so that each sequence's pointers into them map into one copy.
+  GuardedArrays guarded;
+  g_values_in_place = calls.front()->buf.values_in_place;
+  if (::simt::options().guard_global) {
+    guarded.add(with_contiguous_rows(q));
+    guarded.add(with_contiguous_rows(v));
+    guarded.add(out);
+    guarded.add(lse);
+    if (prepared.has_value())
+      for (const at::Tensor& t : *prepared) guarded.add(t);
+    for (size_t x = 0; x < calls.size(); ++x) {
+      guard(*calls[x], guarded);
+      table.seq[x] = calls[x]->p;
+    }
+  }
+  std::vector<char> buffer(table.bytes());
+  table.write(buffer.data());
+  simt_errors_as_runtime_errors([&] {
+    dispatch_dtype(q.scalar_type(), [&](auto tag) {
+      using Element = decltype(tag);
+      const auto start = std::chrono::steady_clock::now();
+      g_smem_bytes = 0;
+      g_attn_launches = 0;
+      for (int x = 0; x < 2; ++x) {
+        const int64_t ctas = table.total(PackedCalls::kAttn + x);
+        if (ctas == 0) continue;
+        const PackedLaunch launch = table.launch(buffer.data(), PackedCalls::kAttn + x);
+        const size_t smem = table.smem[x];
+        g_smem_bytes = std::max(g_smem_bytes, int64_t(smem));
+        ++g_attn_launches;
+        if (D <= 64) simt_attn::run_attn_packed<Element, 64>(launch, ctas, x + 2, smem);
+        else if (D <= 80) simt_attn::run_attn_packed<Element, 80>(launch, ctas, x + 2, smem);
+        else simt_attn::run_attn_packed<Element, 128>(launch, ctas, x + 2, smem);
+      }
+      if constexpr (!std::is_same_v<Element, float>) {
+        if (hopper)  // the sm_90a body kernel: per sequence
+          for (size_t x = 0; x < calls.size(); ++x) {
+            const AttnKernelParams& p = table.seq[x];
+            const int64_t bytes = int64_t(D <= 64    ? simt_attn::run_attn_hopper<Element, 64>(p)
+                                          : D <= 80 ? simt_attn::run_attn_hopper<Element, 80>(p)
+                                                    : simt_attn::run_attn_hopper<Element, 128>(p));
+            g_smem_bytes = std::max(g_smem_bytes, bytes);
+            ++g_attn_launches;
+          }
+      }
+      g_kernel_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      check_launch(launch_combine_packed<Element>(table.launch(buffer.data(), PackedCalls::kCombine),
+                                                  table.total(PackedCalls::kCombine), nullptr),
+                   "combine");
+    });
+    return 0;
+  });
+  guarded.copy_back(out.data_ptr());
+  guarded.copy_back(lse.data_ptr());
+  return {out, lse};
+}
+
+// Packed calls as the CUDA op runs them (attn_api.cpp attn_cuda), so the SIMT emulation covers the CUDA op's
+// packed path.
 std::tuple<at::Tensor, at::Tensor> attn_simt(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
                                                  RSWA_VARLEN_ATTN_PARAMS) {
-  return attn_packed_or_one(RSWA_ATTN_ARGS, prepared RSWA_VARLEN_ATTN_ARGS,
-                            [](RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prepared) {
-                              return attn_simt_one(RSWA_ATTN_ARGS, prepared);
-                            });
+  if (!is_packed(cu_seqlens_q, cu_seqlens_k, control_counts)) return attn_simt_one(RSWA_ATTN_ARGS, prepared);
+  return attn_simt_packed(RSWA_ATTN_ARGS, prepared RSWA_VARLEN_ATTN_ARGS);
+}
+
+// A packed prepare as the CUDA op runs it (attn_api.cpp prepare_cuda_packed): each sequence checked as its own
+// prepare, its rows of the packed arrays written in place by one preparation launch per kernel variant and one
+// key-means launch for every sequence.
+std::vector<at::Tensor> prepare_simt_packed(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
+  auto check_one = [&](const at::Tensor& k, const at::Tensor& v, int64_t control_tokens) {
+    const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
+    TORCH_CHECK_VALUE(padded_head_dim(cp.D) > 0, "prepare on CUDA supports head dims up to 128, got ", cp.D);
+    return cp;
+  };
+  if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
+  const SimtLaunches launches;
+  std::vector<at::Tensor> keep;
+  auto run = [&](PackedContextLayout& c, const std::vector<ContextParams>& cps, const at::Tensor& kc, const Packed& pk) {
+    PackedPrepares calls;
+    for (int64_t s = 0; s < pk.S; ++s) {
+      ContextLayout& cs = c.seqs[s];
+      launches.tables(cs.ap, cs.s, cs.buf, keep);
+      PrepareParams pp{};
+      dispatch_dtype(kc.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(c.prepare_params(s)); });
+      const KeyMeansJob job{key_means_params(kc.narrow(2, pk.k0[s], pk.nk[s]), cps[s]), c.key_means(s), c.mean_rows};
+      calls.add(pp, cps[s].L > 0, job, cps[s].means && cps[s].L > 0 && job.out != nullptr);
+    }
+    TORCH_CHECK(calls.fits, "prepare on CUDA: a sequence has more work items than a launch indexes");
+    std::vector<char> buffer(calls.bytes());
+    calls.write(buffer.data());
+    const char* base = buffer.data();
+    simt_errors_as_runtime_errors([&] {
+      dispatch_dtype(kc.scalar_type(), [&](auto tag) {
+        using T = decltype(tag);
+        for (int x = 0; x < kPrepareVariants; ++x)
+          check_launch(launch_prepare_packed<T>(calls.prepare_launch(base, x), x, calls.total(x), nullptr), "prepare");
+        check_launch(launch_key_means_packed<T>(calls.means_launch(base), calls.total(PackedPrepares::kMeans),
+                                                k.size(1), nullptr),
+                     "key means");
+      });
+      return 0;
+    });
+  };
+  return packed_prepare(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, check_one, run);
 }
 
 std::vector<at::Tensor> prepare_simt(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
-  return prepare_packed_or_one(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS, /*prefix=*/true,
-                               [](RSWA_PREPARE_PARAMS) { return prepare_simt_one(RSWA_PREPARE_ARGS); });
+  if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_simt_one(RSWA_PREPARE_ARGS);
+  return prepare_simt_packed(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS);
 }
 
 at::Tensor topk_blocks_simt(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, int64_t window,
@@ -372,11 +584,12 @@ int64_t plan_fault(int64_t fault) {
 }
 
 // The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
-// of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place.
+// of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place, and how
+// many launches of the attention kernels it made (a packed call on the mma.sync kernel: one).
 std::vector<int64_t> stats() {
   const ::simt::Stats s = ::simt::last_stats();
   return {s.ctas, s.switches, s.warp_collectives, s.barriers, s.mmas, s.ldmatrix, s.cp_async,
-          int64_t(g_kernel_seconds * 1e6), g_smem_bytes, g_values_in_place};
+          int64_t(g_kernel_seconds * 1e6), g_smem_bytes, g_values_in_place, g_attn_launches};
 }
 
 }  // namespace
