@@ -244,9 +244,13 @@ SECOND_TARGETS = replace(
 # The sm_90a body kernel (issue 30), as scripts/cuda_gates.py measures it (sm_90a, bf16, D = 64): a consumer
 # warp's (16 rows) cheapest trip around its unmasked loop with a whole tile's 8 HGMMA and the ring's mbarriers,
 # the same through the logit block, and a producer warp's trip that copies a whole tile (8 cp.async a thread).
-HOPPER_FULL_TILE_MEASURED = 321
-HOPPER_MASKED_TILE_MEASURED = 429
-HOPPER_PRODUCER_TILE_MEASURED = 180
+# 321 / 429 / 180 before the unmasked loop took FlashAttention-3's order (P V of a tile in flight during the
+# next tile's softmax: no copy of the next scores between tiles, 32 moves), the wgmma descriptors became one add
+# a k step (body_gemm.h kmajor_lo) and the producer's lanes kept their shared offsets for the CTA
+# (body_kernel.h ProducerLanes).
+HOPPER_FULL_TILE_MEASURED = 263
+HOPPER_MASKED_TILE_MEASURED = 411
+HOPPER_PRODUCER_TILE_MEASURED = 140
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",

@@ -640,8 +640,10 @@ def hopper_gate(sources=HOPPER_SOURCES, head_dims=(64, 80, 128)) -> dict:
                 if d == 64:
                     stats.update(hopper_tile_paths(cubin, name))
                 stats["setmaxnreg_ignored"] = "C7508" in report
-                # ptxas's advisory when it cannot keep wgmma asynchronous (it waits after each one instead).
-                stats["wgmma_serialized"] = "C7515" in report or "wgmma.mma_async instructions are serialized" in report
+                # ptxas's advisories when it cannot keep wgmma asynchronous (it waits after each one instead): C7515
+                # (non-wgmma instructions defining accumulators in flight), C7514 (... reading them).
+                stats["wgmma_serialized"] = ("C7515" in report or "C7514" in report
+                                             or "wgmma.mma_async instructions are serialized" in report)
                 stats["failures"] = hopper_failures(stats)
                 results[(src, d)] = stats
     return results
