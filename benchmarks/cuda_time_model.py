@@ -247,10 +247,11 @@ SECOND_TARGETS = replace(
 # 321 / 429 / 180 before the unmasked loop took FlashAttention-3's order (P V of a tile in flight during the
 # next tile's softmax: no copy of the next scores between tiles, 32 moves), the wgmma descriptors became one add
 # a k step (body_gemm.h kmajor_lo) and the producer's lanes kept their shared offsets for the CTA
-# (body_kernel.h ProducerLanes).
-HOPPER_FULL_TILE_MEASURED = 263
-HOPPER_MASKED_TILE_MEASURED = 411
-HOPPER_PRODUCER_TILE_MEASURED = 140
+# (body_kernel.h ProducerLanes): 263 / 411 / 140; then 264 / 412 / 131 with the wider fills and dots (the
+# same loops, laid out again).
+HOPPER_FULL_TILE_MEASURED = 264
+HOPPER_MASKED_TILE_MEASURED = 412
+HOPPER_PRODUCER_TILE_MEASURED = 131
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",
@@ -262,10 +263,17 @@ HOPPER = replace(
     masked_loop_full=HOPPER_FULL_TILE_MEASURED + (MASKED_LOOP_FULL_MEASURED - FULL_TILE_MEASURED) + 10,
     producer_tile=HOPPER_PRODUCER_TILE_MEASURED,
     # Per consumer warp: the prologue over 384 threads and the epilogue of 16 rows (the mma.sync kernel's
-    # estimate, unchanged); fills by 16 lanes a warp, the same round trips per fill.
+    # estimate, unchanged); fills by 16 lanes a warp, the mma.sync kernel's instructions per fill (estimate).
+    # Round trips (the source's load structure, HopperTraits): a fill step loads 16 rotated pairs before using
+    # any (kFillPairs; mainloop.h fill_row_vector), half / 16 = 2 round trips a fill at head dim 64 (the
+    # mma.sync kernel's 4 pairs: 8); a straddling dot loads its whole row of 8 chunks first (kDotChunks;
+    # straddling_dots), one round trip a term, 6 terms a late row (the mma.sync kernel's 2 chunks: 24). With
+    # one CTA a multiprocessor nothing hides these (the chain term's 1 / resident).
+    fill_round_trips=2, mixed_round_trips=6,
     sources=("consumer / producer tiles: the gate's SASS trips (sm_90a, hopper_tile_paths)",
              "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 32-row warp (an upper bound "
-             "for 16-row warps)", "fills, prologue, straddling dots: the mma.sync kernel's figures",
+             "for 16-row warps)", "prologue and fill instructions: the mma.sync kernel's figures",
+             "fill and straddling-dot round trips: the loads the source issues before use (kFillPairs, kDotChunks)",
              "issue efficiency: the fit at 8 warps / SM, applied at 12"),
 )
 
@@ -368,8 +376,8 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Ph
                   unmasked=e.get("unmasked_tiles", 0.0), fills=e["slot_fills"],
                   cols_per_row=e["cols_per_row"])
     control = control_phase(d, L)
-    if d.wgmma:  # hopper/body_launch.h: the control CTAs' grid before the body's
-        control = replace(control, launches=1)
+    if d.wgmma:  # hopper/body_launch.h: the control CTAs' grid before the body's, on the mma.sync kernel
+        control = replace(control_phase(SECOND_NOW, L), launches=1)
     return [prepare_phase(d, L, case), selection_phase(L, case == "late"), plan_phase(L), control,
             body_phase(d, census, L, case == "lite"), combine_phase(L)]
 

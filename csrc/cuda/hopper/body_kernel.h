@@ -277,10 +277,11 @@ struct Consumer {
       if (!((cta.needed >> int(v)) & 1)) continue;
       sync_consumers();
       Element* row = c.sQ + core_row<Dp>(my_row);
-      if (owner) fill_slot_row<Traits, true>(p, cta, v, my_row, row);
+      if (owner) fill_slot_row<Traits, true, Traits::kFillPairs>(p, cta, v, my_row, row);
       hopper::fence_proxy_async_shared();
       sync_consumers();
-      if (owner) straddling_dots<Traits, true>(p, cta, v, my_row, row, c.sRow, c.sMixA, c.sMixB);
+      if (owner)
+        straddling_dots<Traits, true, Traits::kDotChunks>(p, cta, v, my_row, row, c.sRow, c.sMixA, c.sMixB);
       band_dots(v);
     }
   }
