@@ -247,11 +247,12 @@ SECOND_TARGETS = replace(
 # 321 / 429 / 180 before the unmasked loop took FlashAttention-3's order (P V of a tile in flight during the
 # next tile's softmax: no copy of the next scores between tiles, 32 moves), the wgmma descriptors became one add
 # a k step (body_gemm.h kmajor_lo) and the producer's lanes kept their shared offsets for the CTA
-# (body_kernel.h ProducerLanes): 263 / 411 / 140; then 264 / 412 / 131 with the wider fills and dots (the
-# same loops, laid out again).
-HOPPER_FULL_TILE_MEASURED = 264
-HOPPER_MASKED_TILE_MEASURED = 412
-HOPPER_PRODUCER_TILE_MEASURED = 131
+# (body_kernel.h ProducerLanes): 263 / 411 / 140; 264 / 412 / 131 with the wider fills and dots (the same
+# loops, laid out again); the producer's whole tiles without per-pass checks, one shared and one global address
+# a tile plus constant steps (copy_tile_core): 263 / 411 / 84.
+HOPPER_FULL_TILE_MEASURED = 263
+HOPPER_MASKED_TILE_MEASURED = 411
+HOPPER_PRODUCER_TILE_MEASURED = 84
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",

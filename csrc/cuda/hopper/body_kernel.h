@@ -120,6 +120,23 @@ __device__ __forceinline__ void copy_tile_core(typename Traits::Element* sk, typ
     // Element offsets from the tile's first row: row r0 + kStep i of the lane's column, or the column of row 0
     // (a valid address: nothing is read there) past the tile's keys.
     const int32_t k0 = lanes.r0 * Dp + lanes.col, v0 = lanes.r0 * v_row + lanes.col;
+    if (t.n == Traits::kBlockN && t.width == Traits::kBlockN) {  // a whole tile (the steady state): no checks
+      // Pass i's shared offset is the first's plus a constant: 8-row groups apart in plain order; in
+      // tile_column order rows r0 + 16 i land at tile_column(r0) + 2 i, in r0's 8-row group (r0 < 16).
+      constexpr int kShared = Lanes::kPermuted ? 16 : (kStep / 8) * 8 * Dp;
+      static_assert(!Lanes::kPermuted || (kStep == 16 && kPasses <= 4), "tile_column's passes in one 8-row group");
+      auto* dk = sk + (Lanes::kPermuted ? lanes.at_perm[0] : lanes.at_plain);
+      auto* dv = sv + (Lanes::kPermuted ? lanes.at_perm[0] : lanes.at_plain);
+      const auto* pk = gk + k0;
+      const auto* pv = gv + v0;
+      const int32_t v_step = kStep * v_row;
+#pragma unroll
+      for (int i = 0; i < kPasses; ++i) {
+        cp_async_16(dk + kShared * i, pk + kStep * Dp * i, true);
+        cp_async_16(dv + kShared * i, pv + v_step * i, true);
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int r = lanes.r0 + kStep * i;
