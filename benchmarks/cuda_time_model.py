@@ -264,13 +264,16 @@ HOPPER = replace(
     masked_loop_full=HOPPER_FULL_TILE_MEASURED + (MASKED_LOOP_FULL_MEASURED - FULL_TILE_MEASURED) + 10,
     producer_tile=HOPPER_PRODUCER_TILE_MEASURED,
     # Per consumer warp: the prologue over 384 threads and the epilogue of 16 rows (the mma.sync kernel's
-    # estimate, unchanged); fills by 16 lanes a warp, the mma.sync kernel's instructions per fill (estimate).
-    # Round trips (the source's load structure, HopperTraits): a fill step loads 16 rotated pairs before using
-    # any (kFillPairs; mainloop.h fill_row_vector), half / 16 = 2 round trips a fill at head dim 64 (the
-    # mma.sync kernel's 4 pairs: 8); a straddling dot loads its whole row of 8 chunks first (kDotChunks;
-    # straddling_dots), one round trip a term, 6 terms a late row (the mma.sync kernel's 2 chunks: 24). With
-    # one CTA a multiprocessor nothing hides these (the chain term's 1 / resident).
-    fill_round_trips=2, mixed_round_trips=6,
+    # estimate, unchanged). Fills: every lane of a warp, two a row (fill_row_vector's kSplit), each rotating
+    # half the row's 32 pairs (head dim 64) in one step of 16 (kFillPairs): the mma.sync kernel's estimate
+    # of 60 warp instructions a 4-pair step, i.e. 15 a pair, times 16 pairs = 240 a warp and fill (its 32 lanes
+    # each rotate all 32 pairs of their row: 480). Round trips (the source's loads, HopperTraits): one step a
+    # lane, every load issued first, 1 a fill (the mma.sync kernel's 4-pair steps: 8); a straddling dot loads
+    # its whole row of 8 chunks first (kDotChunks), one round trip a term, a row's terms split over its two
+    # lanes (even / odd): 2 + 1 + 1 for the natural, left and right variants of a late row (the mma.sync
+    # kernel's 2 chunks a load, 6 terms in a row: 24). With one CTA a multiprocessor nothing hides these (the
+    # chain term's 1 / resident).
+    fill_instructions=16 * 15, fill_round_trips=1, mixed_round_trips=4,
     sources=("consumer / producer tiles: the gate's SASS trips (sm_90a, hopper_tile_paths)",
              "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 32-row warp (an upper bound "
              "for 16-row warps)", "prologue and fill instructions: the mma.sync kernel's figures",

@@ -285,8 +285,9 @@ struct Consumer {
   }
 
   // The slot's variants from fill slot `from` to `to` that the tile needs: after a barrier that ends every
-  // consumer's use of the slot (their wgmma retired), the fill (lanes 0..15 of each warp, a row each), the
-  // async-proxy fence (wgmma reads the slot), a barrier, the straddling blocks' dots and the bands.
+  // consumer's use of the slot (their wgmma retired), the fill (each warp's 16 rows, two lanes a row: lanes
+  // l and l + 16 each rotate half its pairs, fill_row_vector's kSplit), the async-proxy fence (wgmma reads the
+  // slot), a barrier, the straddling blocks' dots (the row's terms split over the same two lanes) and the bands.
   __device__ __forceinline__ void fill_slots(int32_t from, int32_t to) {
 #pragma unroll 1
     for (int32_t at = from; at <= to; ++at) {
@@ -294,11 +295,11 @@ struct Consumer {
       if (!((cta.needed >> int(v)) & 1)) continue;
       sync_consumers();
       Element* row = c.sQ + core_row<Dp>(my_row);
-      if (owner) fill_slot_row<Traits, true, Traits::kFillPairs>(p, cta, v, my_row, row);
+      fill_slot_row<Traits, true, Traits::kFillPairs, true>(p, cta, v, my_row, row, lane / 16);
       hopper::fence_proxy_async_shared();
       sync_consumers();
-      if (owner)
-        straddling_dots<Traits, true, Traits::kDotChunks>(p, cta, v, my_row, row, c.sRow, c.sMixA, c.sMixB);
+      straddling_dots<Traits, true, Traits::kDotChunks, true>(p, cta, v, my_row, row, c.sRow, c.sMixA, c.sMixB,
+                                                              lane / 16);
       band_dots(v);
     }
   }
