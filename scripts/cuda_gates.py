@@ -538,7 +538,7 @@ HOPPER_KERNEL = "hopper_attn_kernel"
 # Its limits: no spills, stack or local memory; no CALL (division or other); the register split of
 # hopper/body_layout.h HopperTraits (setmaxnreg: the producer warpgroup down to 40, the two consumer warpgroups
 # up to 232, within the 64K register file) present in the SASS; HGMMA present, at least 4% of the static SASS (the mma.sync kernel's HMMA limit);
-# ptxas neither ignoring setmaxnreg (C7508) nor serializing the wgmma (C7515); at most 12,000 static SASS
+# ptxas neither ignoring setmaxnreg (C7508) nor serializing the wgmma (C7514 / C7515); at most 12,000 static SASS
 # instructions per instantiation (one kernel holds the unmasked loop, the masked
 # loop with 16- and kBlockN-column tiles, the fills, the bands and the epilogue). The HGMMA share counts each
 # HGMMA m64nNk16 as the N / 8 m16n8k16 a warp does with it (hgmma_work_share; the plain count, hgmma_share, is
@@ -609,7 +609,7 @@ def hopper_failures(stats: dict) -> list[str]:
     if stats["setmaxnreg_ignored"]:
         out.append("ptxas ignored setmaxnreg (warning C7508)")
     if stats["wgmma_serialized"]:
-        out.append("ptxas serialized the wgmma (advisory C7515)")
+        out.append("ptxas serialized the wgmma (advisory C7514 / C7515)")
     return out
 
 
