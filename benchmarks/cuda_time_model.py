@@ -249,9 +249,11 @@ SECOND_TARGETS = replace(
 # a k step (body_gemm.h kmajor_lo) and the producer's lanes kept their shared offsets for the CTA
 # (body_kernel.h ProducerLanes): 263 / 411 / 140; 264 / 412 / 131 with the wider fills and dots (the same
 # loops, laid out again); the producer's whole tiles without per-pass checks, one shared and one global address
-# a tile plus constant steps (copy_tile_core): 263 / 411 / 84.
-HOPPER_FULL_TILE_MEASURED = 263
-HOPPER_MASKED_TILE_MEASURED = 411
+# a tile plus constant steps (copy_tile_core): 263 / 411 / 84; the stage and the group's slot row read from
+# lane 0 (__shfl_sync: warp-uniform to the compiler, the descriptors built in uniform registers, 24 R2UR a tile
+# to 3): 250 / 395 / 84.
+HOPPER_FULL_TILE_MEASURED = 250
+HOPPER_MASKED_TILE_MEASURED = 395
 HOPPER_PRODUCER_TILE_MEASURED = 84
 HOPPER = replace(
     SECOND_NOW,

@@ -223,7 +223,7 @@ struct Consumer {
     row0 = 16 * warp + lane / 4;
     my_row = 16 * warp + (lane & 15);
     owner = lane < 16;
-    q_lo = kmajor_lo<Dp>(hopper::smem_u32(c.sQ + core_row<Dp>(Traits::kGroupRows * group)));
+    q_lo = __shfl_sync(0xffffffffu, kmajor_lo<Dp>(hopper::smem_u32(c.sQ + core_row<Dp>(Traits::kGroupRows * group))), 0);
     k_lo = kmajor_lo<Dp>(hopper::smem_u32(c.sK));
     v_lo = mnmajor_lo<Dp>(hopper::smem_u32(c.sV));
     softmax.init();
@@ -236,8 +236,14 @@ struct Consumer {
   }
   // A stage's tiles' low descriptor words: stage 0's plus the stage's bytes / 16.
   static constexpr uint32_t kStageLo = uint32_t(Traits::kKVElems * sizeof(Element) / 16);
-  __device__ __forceinline__ uint32_t stage_k(int stage) const { return k_lo + uint32_t(stage) * kStageLo; }
-  __device__ __forceinline__ uint32_t stage_v(int stage) const { return v_lo + uint32_t(stage) * kStageLo; }
+  // The stage comes from lane 0 (every lane holds the same): a value the compiler then knows warp-uniform, so
+  // the descriptors stay in uniform registers (CUTLASS's canonical_warp_idx_sync does the same).
+  __device__ __forceinline__ uint32_t stage_k(int stage) const {
+    return k_lo + uint32_t(__shfl_sync(0xffffffffu, stage, 0)) * kStageLo;
+  }
+  __device__ __forceinline__ uint32_t stage_v(int stage) const {
+    return v_lo + uint32_t(__shfl_sync(0xffffffffu, stage, 0)) * kStageLo;
+  }
   // The group is done with the current stage (its wgmma retired): one arrival per warpgroup.
   __device__ __forceinline__ void release() {
     if (ct % 128 == 0) hopper::mbarrier_arrive(&c.empty[slot.stage]);
