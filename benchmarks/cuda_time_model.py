@@ -244,9 +244,17 @@ SECOND_TARGETS = replace(
 # The sm_90a body kernel (issue 30), as scripts/cuda_gates.py measures it (sm_90a, bf16, D = 64): a consumer
 # warp's (16 rows) cheapest trip around its unmasked loop with a whole tile's 8 HGMMA and the ring's mbarriers,
 # the same through the logit block, and a producer warp's trip that copies a whole tile (8 cp.async a thread).
-HOPPER_FULL_TILE_MEASURED = 321
-HOPPER_MASKED_TILE_MEASURED = 429
-HOPPER_PRODUCER_TILE_MEASURED = 180
+# 321 / 429 / 180 before the unmasked loop took FlashAttention-3's order (P V of a tile in flight during the
+# next tile's softmax: no copy of the next scores between tiles, 32 moves), the wgmma descriptors became one add
+# a k step (body_gemm.h kmajor_lo) and the producer's lanes kept their shared offsets for the CTA
+# (body_kernel.h ProducerLanes): 263 / 411 / 140; 264 / 412 / 131 with the wider fills and dots (the same
+# loops, laid out again); the producer's whole tiles without per-pass checks, one shared and one global address
+# a tile plus constant steps (copy_tile_core): 263 / 411 / 84; the stage and the group's slot row read from
+# lane 0 (__shfl_sync: warp-uniform to the compiler, the descriptors built in uniform registers, 24 R2UR a tile
+# to 3): 250 / 395 / 84.
+HOPPER_FULL_TILE_MEASURED = 250
+HOPPER_MASKED_TILE_MEASURED = 395
+HOPPER_PRODUCER_TILE_MEASURED = 84
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",
@@ -258,10 +266,20 @@ HOPPER = replace(
     masked_loop_full=HOPPER_FULL_TILE_MEASURED + (MASKED_LOOP_FULL_MEASURED - FULL_TILE_MEASURED) + 10,
     producer_tile=HOPPER_PRODUCER_TILE_MEASURED,
     # Per consumer warp: the prologue over 384 threads and the epilogue of 16 rows (the mma.sync kernel's
-    # estimate, unchanged); fills by 16 lanes a warp, the same round trips per fill.
+    # estimate, unchanged). Fills: every lane of a warp, two a row (fill_row_vector's kSplit), each rotating
+    # half the row's 32 pairs (head dim 64) in one step of 16 (kFillPairs): the mma.sync kernel's estimate
+    # of 60 warp instructions a 4-pair step, i.e. 15 a pair, times 16 pairs = 240 a warp and fill (its 32 lanes
+    # each rotate all 32 pairs of their row: 480). Round trips (the source's loads, HopperTraits): one step a
+    # lane, every load issued first, 1 a fill (the mma.sync kernel's 4-pair steps: 8); a straddling dot loads
+    # its whole row of 8 chunks first (kDotChunks), one round trip a term, a row's terms split over its two
+    # lanes (even / odd): 2 + 1 + 1 for the natural, left and right variants of a late row (the mma.sync
+    # kernel's 2 chunks a load, 6 terms in a row: 24). With one CTA a multiprocessor nothing hides these (the
+    # chain term's 1 / resident).
+    fill_instructions=16 * 15, fill_round_trips=1, mixed_round_trips=4,
     sources=("consumer / producer tiles: the gate's SASS trips (sm_90a, hopper_tile_paths)",
              "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 32-row warp (an upper bound "
-             "for 16-row warps)", "fills, prologue, straddling dots: the mma.sync kernel's figures",
+             "for 16-row warps)", "prologue and fill instructions: the mma.sync kernel's figures",
+             "fill and straddling-dot round trips: the loads the source issues before use (kFillPairs, kDotChunks)",
              "issue efficiency: the fit at 8 warps / SM, applied at 12"),
 )
 
@@ -364,8 +382,8 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Ph
                   unmasked=e.get("unmasked_tiles", 0.0), fills=e["slot_fills"],
                   cols_per_row=e["cols_per_row"])
     control = control_phase(d, L)
-    if d.wgmma:  # hopper/body_launch.h: the control CTAs' grid before the body's
-        control = replace(control, launches=1)
+    if d.wgmma:  # hopper/body_launch.h: the control CTAs' grid before the body's, on the mma.sync kernel
+        control = replace(control_phase(SECOND_NOW, L), launches=1)
     return [prepare_phase(d, L, case), selection_phase(L, case == "late"), plan_phase(L), control,
             body_phase(d, census, L, case == "lite"), combine_phase(L)]
 

@@ -538,7 +538,7 @@ HOPPER_KERNEL = "hopper_attn_kernel"
 # Its limits: no spills, stack or local memory; no CALL (division or other); the register split of
 # hopper/body_layout.h HopperTraits (setmaxnreg: the producer warpgroup down to 40, the two consumer warpgroups
 # up to 232, within the 64K register file) present in the SASS; HGMMA present, at least 4% of the static SASS (the mma.sync kernel's HMMA limit);
-# ptxas neither ignoring setmaxnreg (C7508) nor serializing the wgmma (C7515); at most 12,000 static SASS
+# ptxas neither ignoring setmaxnreg (C7508) nor serializing the wgmma (C7514 / C7515); at most 12,000 static SASS
 # instructions per instantiation (one kernel holds the unmasked loop, the masked
 # loop with 16- and kBlockN-column tiles, the fills, the bands and the epilogue). The HGMMA share counts each
 # HGMMA m64nNk16 as the N / 8 m16n8k16 a warp does with it (hgmma_work_share; the plain count, hgmma_share, is
@@ -609,7 +609,7 @@ def hopper_failures(stats: dict) -> list[str]:
     if stats["setmaxnreg_ignored"]:
         out.append("ptxas ignored setmaxnreg (warning C7508)")
     if stats["wgmma_serialized"]:
-        out.append("ptxas serialized the wgmma (advisory C7515)")
+        out.append("ptxas serialized the wgmma (advisory C7514 / C7515)")
     return out
 
 
@@ -640,8 +640,10 @@ def hopper_gate(sources=HOPPER_SOURCES, head_dims=(64, 80, 128)) -> dict:
                 if d == 64:
                     stats.update(hopper_tile_paths(cubin, name))
                 stats["setmaxnreg_ignored"] = "C7508" in report
-                # ptxas's advisory when it cannot keep wgmma asynchronous (it waits after each one instead).
-                stats["wgmma_serialized"] = "C7515" in report or "wgmma.mma_async instructions are serialized" in report
+                # ptxas's advisories when it cannot keep wgmma asynchronous (it waits after each one instead): C7515
+                # (non-wgmma instructions defining accumulators in flight), C7514 (... reading them).
+                stats["wgmma_serialized"] = ("C7515" in report or "C7514" in report
+                                             or "wgmma.mma_async instructions are serialized" in report)
                 stats["failures"] = hopper_failures(stats)
                 results[(src, d)] = stats
     return results

@@ -3,7 +3,7 @@ bf16 and fp16 sources compiled by nvcc for sm_90a, ptxas's report and the SASS h
 HOPPER_LIMITS: no spills, stack or local memory; no CALL; HGMMA present at every product's shape (Q K^T at the
 KV tile's width and at 16 columns, P V at the head dim) and no HMMA; HGMMA's work share; the register split
 per role (setmaxnreg: the producer warpgroup at 40, the consumer warpgroups at 232) and ptxas honouring it;
-the wgmma kept asynchronous (no C7515 serialization advisory);
+the wgmma kept asynchronous (no C7514 / C7515 serialization advisory);
 the static SASS size. One test per (source, head dim, limit).
 """
 

@@ -244,52 +244,99 @@ RSWA_HD int slot_col(int d) {
   else return d;
 }
 
-template <typename Traits, bool kCore = false>
+// N elements of a slot row from dim x on: one store up to a 16-byte chunk (whole chunks stay contiguous in
+// slot_col's layouts), chunk by chunk past it (the core-matrix layout puts a row's chunks 128 bytes apart).
+template <typename Element, bool kCore, int N>
+__device__ __forceinline__ void store_slot(Element* dst, int x, const float (&v)[N]) {
+  constexpr int kChunk = 16 / int(sizeof(Element));
+  if constexpr (N <= kChunk) {
+    store_elements<Element, N>(dst + slot_col<kCore>(x), v);
+  } else {
+#pragma unroll
+    for (int c = 0; c < N; c += kChunk) {
+      float part[kChunk];
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) part[e] = v[c + e];
+      store_elements<Element, kChunk>(dst + slot_col<kCore>(x + c), part);
+    }
+  }
+}
+
+// One step of fill_row_vector's rotation: kPairs rotated pairs from pair u on (the half layout's dims u.. and
+// u + half.., the interleaved layout's 2u..2u + 2 kPairs - 1), every load issued before any is used.
+template <typename Traits, bool kCore, int kPairs>
+__device__ __forceinline__ void rotate_pairs(typename Traits::Element* dst, const typename Traits::Element* row,
+                                             const float* cs, const float* sn, float sign, int half, int u,
+                                             bool interleaved) {
+  using Element = typename Traits::Element;
+  constexpr int P = kPairs, P2 = kPairs / 2;
+  const int x = interleaved ? 2 * u : u, y = interleaved ? 2 * u + P : u + half;
+  float a[P], b[P], c[P], s[P];
+  load_elements<Element, P>(row + x, a);
+  load_elements<Element, P>(row + y, b);
+  load_floats<P>(cs + u, c);
+  load_floats<P>(sn + u, s);
+  // pair e: (p[e], q[e]) of the two layouts
+  float pa[P], pb[P];
+#pragma unroll
+  for (int e = 0; e < P; ++e) {
+    const float* first = e < P2 ? a : b;
+    pa[e] = interleaved ? first[2 * (e % P2)] : a[e];
+    pb[e] = interleaved ? first[2 * (e % P2) + 1] : b[e];
+    const float se = s[e] * sign;
+    const float ra = pa[e] * c[e] - pb[e] * se, rb = pa[e] * se + pb[e] * c[e];
+    pa[e] = ra;
+    pb[e] = rb;
+  }
+#pragma unroll
+  for (int e = 0; e < P; ++e) {
+    float* first = e < P2 ? a : b;
+    if (interleaved) {
+      first[2 * (e % P2)] = pa[e];
+      first[2 * (e % P2) + 1] = pb[e];
+    } else {
+      a[e] = pa[e];
+      b[e] = pb[e];
+    }
+  }
+  store_slot<Element, kCore, P>(dst, x, a);
+  store_slot<Element, kCore, P>(dst, y, b);
+}
+
+// kPairs: the rotated pairs a step loads before using any (one global round trip a step): 4 (the mma.sync
+// kernel's), or 8 / 16 (the sm_90a kernel's: half / 16 round trips a fill), the rest of the rotary half by 4.
+// kSplit: two threads fill the row, `part` 0 and 1: each rotates half the pairs (when the rotary half is a
+// multiple of 16: whole aligned steps; else part 0 all of them) and copies every other 16-byte chunk of the rest.
+template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false>
 __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, const typename Traits::Element* row,
                                                 const float* cs, const float* sn, float sign, int half, int D,
-                                                bool interleaved) {
+                                                bool interleaved, int part = 0) {
   using Element = typename Traits::Element;
+  static_assert(kPairs == 4 || kPairs == 8 || kPairs == 16, "4, 8 or 16 pairs a step");
   if (cs != nullptr) {
-#pragma unroll 1
-    for (int u = 0; u < half; u += 4) {
-      const int x = interleaved ? 2 * u : u, y = interleaved ? 2 * u + 4 : u + half;
-      float a[4], b[4], c[4], s[4];
-      load_elements<Element, 4>(row + x, a);
-      load_elements<Element, 4>(row + y, b);
-      load_floats<4>(cs + u, c);
-      load_floats<4>(sn + u, s);
-      // pair e: (p[e], q[e]) of the two layouts
-      float pa[4], pb[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float* first = e < 2 ? a : b;
-        pa[e] = interleaved ? first[2 * (e % 2)] : a[e];
-        pb[e] = interleaved ? first[2 * (e % 2) + 1] : b[e];
-        const float se = s[e] * sign;
-        const float ra = pa[e] * c[e] - pb[e] * se, rb = pa[e] * se + pb[e] * c[e];
-        pa[e] = ra;
-        pb[e] = rb;
+    int u = 0, end = half;
+    if constexpr (kSplit) {
+      if (half % 16 == 0) {
+        u = part * (half / 2);
+        end = u + half / 2;
+      } else if (part != 0) {
+        u = end;
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float* first = e < 2 ? a : b;
-        if (interleaved) {
-          first[2 * (e % 2)] = pa[e];
-          first[2 * (e % 2) + 1] = pb[e];
-        } else {
-          a[e] = pa[e];
-          b[e] = pb[e];
-        }
-      }
-      store_elements<Element, 4>(dst + slot_col<kCore>(x), a);
-      store_elements<Element, 4>(dst + slot_col<kCore>(y), b);
     }
+    if constexpr (kPairs > 4) {
+#pragma unroll 1
+      for (; u + kPairs <= end; u += kPairs)
+        rotate_pairs<Traits, kCore, kPairs>(dst, row, cs, sn, sign, half, u, interleaved);
+    }
+#pragma unroll 1
+    for (; u < end; u += 4) rotate_pairs<Traits, kCore, 4>(dst, row, cs, sn, sign, half, u, interleaved);
   }
   // The rest (every dim when there is no rotation): copied, zero past D and on padding rows.
   constexpr int kChunk = 16 / int(sizeof(Element));
+  constexpr int kStride = kSplit ? 2 * kChunk : kChunk;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 1
-  for (int d = cs != nullptr ? 2 * half : 0; d < Traits::kHeadDim; d += kChunk)
+  for (int d = (cs != nullptr ? 2 * half : 0) + (kSplit ? part * kChunk : 0); d < Traits::kHeadDim; d += kStride)
     *reinterpret_cast<uint4*>(dst + slot_col<kCore>(d)) =
         row != nullptr && d < D ? *reinterpret_cast<const uint4*>(row + d) : zero;
 }
@@ -307,15 +354,16 @@ __device__ __forceinline__ bool slot_rows_in_chunks(const AttnKernelParams& p, c
 // null); rotated by the table rows cs / sn (null: not rotated) with sign -1 for a negative position. Rows
 // in 16-byte chunks (slot_rows_in_chunks) take fill_row_vector, others element pairs u (dims da, db): a
 // rotated pair (interleaved (2u, 2u+1), half (u, u + half)) or two dims past the rotary ones.
-template <typename Traits, bool kCore = false>
+template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false>
 __device__ __forceinline__ void fill_row(typename Traits::Element* dst, const typename Traits::Element* row,
                                          const float* cs, const float* sn, float sign, int half, int D,
-                                         bool interleaved, bool chunks) {
+                                         bool interleaved, bool chunks, int part = 0) {
   using Element = typename Traits::Element;
   if (chunks) {
-    fill_row_vector<Traits, kCore>(dst, row, cs, sn, sign, half, D, interleaved);
+    fill_row_vector<Traits, kCore, kPairs, kSplit>(dst, row, cs, sn, sign, half, D, interleaved, part);
     return;
   }
+  if (kSplit && part != 0) return;  // element pairs: part 0 fills the whole row
 #pragma unroll 1
   for (int u = 0; u < Traits::kHeadDim / 2; ++u) {
     const int da = u < half ? (interleaved ? 2 * u : u) : 2 * u;
@@ -627,10 +675,10 @@ struct BodyCta {
 };
 
 // Row r of a body tile under query variant v into its slot row dst (kCore: a wgmma operand's layout,
-// slot_col): rotated from q with the rope tables, zero on padding rows.
-template <typename Traits, bool kCore = false>
+// slot_col): rotated from q with the rope tables, zero on padding rows. kPairs, kSplit, part: fill_row_vector's.
+template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false>
 __device__ __forceinline__ void fill_slot_row(const AttnKernelParams& p, const BodyCta& cta, QVar v, int r,
-                                              typename Traits::Element* dst) {
+                                              typename Traits::Element* dst, int part = 0) {
   using Element = typename Traits::Element;
   const Geometry& g = p.geo;
   const int half = p.rotary_half;
@@ -645,15 +693,18 @@ __device__ __forceinline__ void fill_slot_row(const AttnKernelParams& p, const B
     sign = pos < 0 ? -1.f : 1.f;
   }
   const Element* row = in ? static_cast<const Element*>(cta.q_rows) + int64_t(r) * p.q_strides.row : nullptr;
-  fill_row<Traits, kCore>(dst, row, cs, sn, sign, half, p.D, p.interleaved, cta.q_chunks);
+  fill_row<Traits, kCore, kPairs, kSplit>(dst, row, cs, sn, sign, half, p.D, p.interleaved, cta.q_chunks, part);
 }
 
 // Straddling blocks (plan.h mixed_block): the parts of row r's logits that variant v gives, as (array, row,
 // target, sign) terms, from its slot row qr (kCore: slot_col's layout); sMixA / sMixB [2][M] per side and row.
-template <typename Traits, bool kCore = false>
+// kStep: the 16-byte loads of a term issued before any is used (2: the mma.sync kernel's; the sm_90a kernel's
+// whole row, one round trip a term at head dims 64 and 80). kSplit: two threads take the row's terms, `part` 0
+// the even ones and 1 the odd (a variant's terms add into distinct targets: the same sums in the same order).
+template <typename Traits, bool kCore = false, int kStep = 2, bool kSplit = false>
 __device__ __forceinline__ void straddling_dots(const AttnKernelParams& p, const BodyCta& cta, QVar v, int r,
                                                 const typename Traits::Element* qr, const RowGeometry* sRow,
-                                                float* sMixA, float* sMixB) {
+                                                float* sMixA, float* sMixB, int part = 0) {
   using Element = typename Traits::Element;
   constexpr int M = Traits::kBlockM, Dp = Traits::kHeadDim;
   if (r >= cta.nrows) return;
@@ -677,12 +728,13 @@ __device__ __forceinline__ void straddling_dots(const AttnKernelParams& p, const
       if (term == 0 && rb >= 0) { base = a.s_grp; row = int64_t(rb) * Dp; target = sMixA + M + r; }
       if (term == 1 && rb >= 0) { base = a.p_grp; row = int64_t(rm) * Dp; target = sMixB + M + r; sign = -1.f; }
     }
-    if (target == nullptr) continue;
+    if (target == nullptr || (kSplit && term % 2 != part)) continue;
     const bool summary = base == a.s_nat || base == a.s_grp;
     const Element* x = static_cast<const Element*>(base) + bh * (summary ? a.sum_stride : a.key_stride) + row;
-    // 16-byte loads, two issued before either is used (4 round trips per term at head dim 64 in bf16, was
-    // 8 of 2-byte loads; prepared rows are 16-byte aligned), summed in dim order.
-    constexpr int kChunk = 16 / int(sizeof(Element)), kStep = 2;
+    // 16-byte loads, kStep issued before any is used (4 round trips per term at head dim 64 in bf16 with 2,
+    // was 8 of 2-byte loads; prepared rows are 16-byte aligned), summed in dim order.
+    constexpr int kChunk = 16 / int(sizeof(Element));
+    static_assert(Dp % (kStep * kChunk) == 0, "whole steps");
     float acc = 0.f;
 #pragma unroll 1
     for (int d0 = 0; d0 < Dp; d0 += kStep * kChunk) {

@@ -33,16 +33,36 @@ __device__ __forceinline__ uint64_t mnmajor_desc(uint32_t addr) {
   return hopper::make_smem_desc(addr, 16 * Dp, 128, hopper::Swizzle::kNone);
 }
 
-// S (64 rows x kCols keys) = Q K^T over the head dim: q the warpgroup's first slot row, k the tile's first
-// key (shared addresses of core-matrix tiles).
+// The descriptors' two 32-bit words: the low one holds the start address (bits 0-13, the byte address / 16)
+// and LBO, the high one SBO and the swizzle mode, a constant. A k step, a stage or a slot moves a tile's start
+// by a multiple of 16 bytes within shared memory (below 256 KB: the 14-bit field never carries), so the low
+// word of a moved start is the low word of the first plus the bytes / 16: one add a wgmma instead of the
+// whole encoding from the address.
+template <int Dp>
+__device__ __forceinline__ uint32_t kmajor_lo(uint32_t addr) {
+  return uint32_t(kmajor_desc<Dp>(addr));
+}
+template <int Dp>
+__device__ __forceinline__ uint32_t mnmajor_lo(uint32_t addr) {
+  return uint32_t(mnmajor_desc<Dp>(addr));
+}
+template <int Dp>
+inline constexpr uint32_t kKmajorHi = uint32_t(hopper::make_smem_desc(0, 128, 16 * Dp, hopper::Swizzle::kNone) >> 32);
+template <int Dp>
+inline constexpr uint32_t kMnmajorHi = uint32_t(hopper::make_smem_desc(0, 16 * Dp, 128, hopper::Swizzle::kNone) >> 32);
+__device__ __forceinline__ uint64_t desc_words(uint32_t lo, uint32_t hi) { return uint64_t(hi) << 32 | lo; }
+
+// S (64 rows x kCols keys) = Q K^T over the head dim: q_lo and k_lo the low descriptor words (kmajor_lo) of
+// the warpgroup's first slot row and of the tile's first key (core-matrix tiles); the k16 step ks starts
+// 256 ks bytes in.
 template <typename Traits, int kCols>
-__device__ __forceinline__ void qk_issue(float (&s)[kCols / 2], uint32_t q, uint32_t k) {
+__device__ __forceinline__ void qk_issue(float (&s)[kCols / 2], uint32_t q_lo, uint32_t k_lo) {
   constexpr int Dp = Traits::kHeadDim;
   hopper::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < Dp / 16; ++ks)
-    hopper::wgmma_ss<kCols, typename Traits::Element>(s, kmajor_desc<Dp>(q + 256 * ks), kmajor_desc<Dp>(k + 256 * ks),
-                                                      ks > 0);
+    hopper::wgmma_ss<kCols, typename Traits::Element>(s, desc_words(q_lo + 16 * ks, kKmajorHi<Dp>),
+                                                      desc_words(k_lo + 16 * ks, kKmajorHi<Dp>), ks > 0);
 }
 
 // P as wgmma's A fragments, one per key step (hopper.h: a[0] = (row g, keys 2q..2q+1), a[1] = (row g + 8, ..),
@@ -56,15 +76,16 @@ __device__ __forceinline__ void pack_p(uint32_t (&a)[kCols / 16][4], const float
     for (int r = 0; r < 4; ++r) a[ks][r] = pack2<Element>(p[8 * ks + 2 * r], p[8 * ks + 2 * r + 1]);
 }
 
-// O (64 rows x Dp) += P V over the tile's kCols keys: v the tile's first key (shared address).
+// O (64 rows x Dp) += P V over the tile's kCols keys: v_lo the low descriptor word (mnmajor_lo) of the tile's
+// first key; the key step ks starts 32 Dp ks bytes in.
 template <typename Traits, int kCols>
 __device__ __forceinline__ void pv_issue(float (&o)[Traits::kHeadDim / 2], const uint32_t (&a)[kCols / 16][4],
-                                         uint32_t v) {
+                                         uint32_t v_lo) {
   constexpr int Dp = Traits::kHeadDim;
   hopper::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < kCols / 16; ++ks)
-    hopper::wgmma_rs<Dp, typename Traits::Element, 1>(o, a[ks], mnmajor_desc<Dp>(v + 32 * Dp * ks), 1);
+    hopper::wgmma_rs<Dp, typename Traits::Element, 1>(o, a[ks], desc_words(v_lo + 2 * Dp * ks, kMnmajorHi<Dp>), 1);
 }
 
 }  // namespace rangeswa::cuda

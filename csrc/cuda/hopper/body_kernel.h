@@ -78,28 +78,88 @@ struct RingSlot {
 // The producer warpgroup's copy of KV tile t into a stage (core-matrix layout; a full 64-key tile in
 // tile_column order, as the mma.sync kernel's body tiles): 16-byte chunks round the warpgroup's 128 threads,
 // rows past t.n zero-filled (P = 0 meets no garbage there, and window sums see scores of 0). kPasses: the
-// passes a full tile takes (a 16-key tile stops early).
+// passes a full tile takes (a 16-key tile stops early). Where a pass is whole rows (128 threads a multiple of
+// the row's chunks: head dims 64 and 128) a thread copies one 16-byte column of rows r0 + kStep i: its
+// shared offsets are fixed for the CTA (ProducerLanes, computed once) and its global addresses are one
+// pointer a tile plus constant steps, so a copy costs a few instructions; other head dims (80) compute each
+// chunk's place.
+template <typename Traits>
+struct ProducerLanes {
+  static constexpr int Dp = Traits::kHeadDim, kChunks = Traits::kChunks;
+  static constexpr int kPasses = (Traits::kBlockN * kChunks + 127) / 128;
+  static constexpr bool kWholeRows = 128 % kChunks == 0;
+  static constexpr int kStep = kWholeRows ? 128 / kChunks : 1;  // rows a pass
+  static constexpr bool kPermuted = Traits::kBlockN == 64;
+  int r0, col;
+  int at_plain;                         // core_offset(r0, col): pass i adds whole 8-row groups
+  int at_perm[kPermuted ? kPasses : 1];  // core_offset(tile_column(r0 + kStep i), col)
+
+  __device__ __forceinline__ explicit ProducerLanes(int pt) {
+    r0 = pt / kChunks;
+    col = (pt % kChunks) * 8;
+    at_plain = core_offset<Dp>(r0, col);
+#pragma unroll
+    for (int i = 0; i < (kPermuted ? kPasses : 1); ++i)
+      at_perm[i] = kPermuted ? core_offset<Dp>(tile_column(r0 + kStep * i), col) : 0;
+  }
+};
+
 template <typename Traits>
 __device__ __forceinline__ void copy_tile_core(typename Traits::Element* sk, typename Traits::Element* sv,
                                                const RecordArrays<typename Traits::Element> ra, const KvTile& t,
-                                               int pt) {
-  constexpr int Dp = Traits::kHeadDim, kChunks = Traits::kChunks;
-  constexpr int kPasses = (Traits::kBlockN * kChunks + 127) / 128;
+                                               int pt, const ProducerLanes<Traits>& lanes) {
+  using Lanes = ProducerLanes<Traits>;
+  constexpr int Dp = Traits::kHeadDim, kChunks = Traits::kChunks, kPasses = Lanes::kPasses;
   const int32_t v_row = int32_t(ra.v_row);  // element offsets in one KV head fit 32 bits (attn_setup.h)
   const auto* gk = ra.k + t.a * Dp;
   const auto* gv = ra.v + t.a * v_row;
   const bool permute = Traits::kBlockN == 64 && t.width == 64;
-  const int chunks = t.width * kChunks;
+  if constexpr (Lanes::kWholeRows) {
+    constexpr int kStep = Lanes::kStep;
+    static_assert(kStep % 8 == 0, "a pass is whole 8-row groups");
+    // Element offsets from the tile's first row: row r0 + kStep i of the lane's column, or the column of row 0
+    // (a valid address: nothing is read there) past the tile's keys.
+    const int32_t k0 = lanes.r0 * Dp + lanes.col, v0 = lanes.r0 * v_row + lanes.col;
+    if (t.n == Traits::kBlockN && t.width == Traits::kBlockN) {  // a whole tile (the steady state): no checks
+      // Pass i's shared offset is the first's plus a constant: 8-row groups apart in plain order; in
+      // tile_column order rows r0 + 16 i land at tile_column(r0) + 2 i, in r0's 8-row group (r0 < 16).
+      constexpr int kShared = Lanes::kPermuted ? 16 : (kStep / 8) * 8 * Dp;
+      static_assert(!Lanes::kPermuted || (kStep == 16 && kPasses <= 4), "tile_column's passes in one 8-row group");
+      auto* dk = sk + (Lanes::kPermuted ? lanes.at_perm[0] : lanes.at_plain);
+      auto* dv = sv + (Lanes::kPermuted ? lanes.at_perm[0] : lanes.at_plain);
+      const auto* pk = gk + k0;
+      const auto* pv = gv + v0;
+      const int32_t v_step = kStep * v_row;
 #pragma unroll
-  for (int i = 0; i < kPasses; ++i) {
-    const int c = pt + 128 * i;
-    if (c >= chunks) break;
-    const int r = c / kChunks, col = (c % kChunks) * 8;
-    const bool valid = r < t.n;
-    const int at = core_offset<Dp>(permute ? tile_column(r) : r, col);
-    const int32_t src = valid ? r : 0;
-    cp_async_16(sk + at, gk + src * Dp + col, valid);
-    cp_async_16(sv + at, gv + src * v_row + col, valid);
+      for (int i = 0; i < kPasses; ++i) {
+        cp_async_16(dk + kShared * i, pk + kStep * Dp * i, true);
+        cp_async_16(dv + kShared * i, pv + v_step * i, true);
+      }
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = lanes.r0 + kStep * i;
+      if (r >= t.width) break;
+      const bool valid = r < t.n;
+      int at = lanes.at_plain + (kStep / 8) * 8 * Dp * i;
+      if constexpr (Lanes::kPermuted) at = permute ? lanes.at_perm[i] : at;
+      cp_async_16(sk + at, gk + (valid ? k0 + kStep * Dp * i : lanes.col), valid);
+      cp_async_16(sv + at, gv + (valid ? v0 + kStep * i * v_row : lanes.col), valid);
+    }
+  } else {
+    const int chunks = t.width * kChunks;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int c = pt + 128 * i;
+      if (c >= chunks) break;
+      const int r = c / kChunks, col = (c % kChunks) * 8;
+      const bool valid = r < t.n;
+      const int at = core_offset<Dp>(permute ? tile_column(r) : r, col);
+      const int32_t src = valid ? r : 0;
+      cp_async_16(sk + at, gk + src * Dp + col, valid);
+      cp_async_16(sv + at, gv + src * v_row + col, valid);
+    }
   }
 }
 
@@ -110,11 +170,12 @@ __device__ __forceinline__ void produce(const HopperCta<Traits>& c, int pt) {
   KvTile t;
   RingSlot<Traits::kStages> slot;
   int landing = -1;  // the stage whose copy is in flight behind the one issued last
+  const ProducerLanes<Traits> lanes(pt);
 #pragma unroll 1
   while (cursor.advance(c.sSpan, c.spans, t)) {
     hopper::mbarrier_wait_parity(&c.empty[slot.stage], slot.phase ^ 1u);  // its use one round ago is over
     copy_tile_core<Traits>(c.sK + slot.stage * Traits::kKVElems, c.sV + slot.stage * Traits::kKVElems,
-                           c.sArrays[t.record], t, pt);
+                           c.sArrays[t.record], t, pt, lanes);
     cp_async_commit();
     if (landing >= 0) {
       cp_async_wait_group<1>();             // the tile before landed (this one may be in flight)
@@ -146,7 +207,8 @@ struct Consumer {
   int row0;                       // the lane's first row (rows row0 and row0 + 8)
   int my_row;                     // the row this lane keeps per-row state for (lanes 0..15)
   bool owner;
-  uint32_t q_group;               // shared address of the group's first slot row
+  uint32_t q_lo;                  // the low descriptor word of the group's first slot row (body_gemm.h)
+  uint32_t k_lo, v_lo;            // ... of stage 0's keys and values (a stage adds kStageLo)
   OnlineSoftmax<1> softmax;
   float o[Dp / 2];
   RingSlot<Traits::kStages> slot;
@@ -161,7 +223,9 @@ struct Consumer {
     row0 = 16 * warp + lane / 4;
     my_row = 16 * warp + (lane & 15);
     owner = lane < 16;
-    q_group = hopper::smem_u32(c.sQ + core_row<Dp>(Traits::kGroupRows * group));
+    q_lo = __shfl_sync(0xffffffffu, kmajor_lo<Dp>(hopper::smem_u32(c.sQ + core_row<Dp>(Traits::kGroupRows * group))), 0);
+    k_lo = kmajor_lo<Dp>(hopper::smem_u32(c.sK));
+    v_lo = mnmajor_lo<Dp>(hopper::smem_u32(c.sV));
     softmax.init();
 #pragma unroll
     for (int i = 0; i < Dp / 2; ++i) o[i] = 0.f;
@@ -170,11 +234,15 @@ struct Consumer {
   __device__ __forceinline__ void sync_consumers() const {
     hopper::named_barrier_sync(kConsumersBarrier, Traits::kConsumerThreads);
   }
+  // A stage's tiles' low descriptor words: stage 0's plus the stage's bytes / 16.
+  static constexpr uint32_t kStageLo = uint32_t(Traits::kKVElems * sizeof(Element) / 16);
+  // The stage comes from lane 0 (every lane holds the same): a value the compiler then knows warp-uniform, so
+  // the descriptors stay in uniform registers (CUTLASS's canonical_warp_idx_sync does the same).
   __device__ __forceinline__ uint32_t stage_k(int stage) const {
-    return hopper::smem_u32(c.sK + stage * Traits::kKVElems);
+    return k_lo + uint32_t(__shfl_sync(0xffffffffu, stage, 0)) * kStageLo;
   }
   __device__ __forceinline__ uint32_t stage_v(int stage) const {
-    return hopper::smem_u32(c.sV + stage * Traits::kKVElems);
+    return v_lo + uint32_t(__shfl_sync(0xffffffffu, stage, 0)) * kStageLo;
   }
   // The group is done with the current stage (its wgmma retired): one arrival per warpgroup.
   __device__ __forceinline__ void release() {
@@ -201,7 +269,7 @@ struct Consumer {
       hopper::fence_proxy_async_shared();
       sync_consumers();
       float sc[kBandBlocks / 2];
-      qk_issue<Traits, kBandBlocks>(sc, q_group, hopper::smem_u32(c.sBandK));
+      qk_issue<Traits, kBandBlocks>(sc, q_lo, kmajor_lo<Dp>(hopper::smem_u32(c.sBandK)));
       hopper::wgmma_commit();
       hopper::wgmma_wait<0>();
       const BandEdge e = band_edge(side, v);
@@ -223,8 +291,9 @@ struct Consumer {
   }
 
   // The slot's variants from fill slot `from` to `to` that the tile needs: after a barrier that ends every
-  // consumer's use of the slot (their wgmma retired), the fill (lanes 0..15 of each warp, a row each), the
-  // async-proxy fence (wgmma reads the slot), a barrier, the straddling blocks' dots and the bands.
+  // consumer's use of the slot (their wgmma retired), the fill (each warp's 16 rows, two lanes a row: lanes
+  // l and l + 16 each rotate half its pairs, fill_row_vector's kSplit), the async-proxy fence (wgmma reads the
+  // slot), a barrier, the straddling blocks' dots (the row's terms split over the same two lanes) and the bands.
   __device__ __forceinline__ void fill_slots(int32_t from, int32_t to) {
 #pragma unroll 1
     for (int32_t at = from; at <= to; ++at) {
@@ -232,10 +301,11 @@ struct Consumer {
       if (!((cta.needed >> int(v)) & 1)) continue;
       sync_consumers();
       Element* row = c.sQ + core_row<Dp>(my_row);
-      if (owner) fill_slot_row<Traits, true>(p, cta, v, my_row, row);
+      fill_slot_row<Traits, true, Traits::kFillPairs, true>(p, cta, v, my_row, row, lane / 16);
       hopper::fence_proxy_async_shared();
       sync_consumers();
-      if (owner) straddling_dots<Traits, true>(p, cta, v, my_row, row, c.sRow, c.sMixA, c.sMixB);
+      straddling_dots<Traits, true, Traits::kDotChunks, true>(p, cta, v, my_row, row, c.sRow, c.sMixA, c.sMixB,
+                                                              lane / 16);
       band_dots(v);
     }
   }
@@ -262,7 +332,7 @@ struct Consumer {
   __device__ __forceinline__ void masked_tile(const WarpTile<Element>& w) {
     float s[kCols / 2];
     if (w.given == nullptr) {
-      qk_issue<Traits, kCols>(s, q_group, stage_k(slot.stage));
+      qk_issue<Traits, kCols>(s, q_lo, stage_k(slot.stage));
       hopper::wgmma_commit();
       hopper::wgmma_wait<0>();
     } else {
@@ -274,39 +344,49 @@ struct Consumer {
     hopper::wgmma_wait<0>();
   }
 
-  // The unmasked loop over a run (FlashAttention's: every row sees every key, no fix-up), the next tile's
-  // Q K^T in flight during the current tile's softmax. `cur` is the run's first tile; on return, the tile
-  // after the run.
+  // The unmasked loop over a run (FlashAttention's: every row sees every key, no fix-up), in
+  // FlashAttention-3's order within a warpgroup: per tile, the next tile's Q K^T and this tile's P V are
+  // issued together (P already in registers), the softmax of the next tile's scores runs while this tile's
+  // P V is in flight (softmax fold(): the output, P V's accumulator, is rescaled once P V retired), then the
+  // next tile's P is packed. The scores have one buffer (P V reads P from its own registers) and nothing is
+  // copied between tiles. `cur` is the run's first tile; on return, the tile after the run.
   __device__ __forceinline__ void unmasked_run(SpanCursor& cursor, KvTile& cur) {
     float s[N / 2];
+    uint32_t a[N / 16][4];
+    float alpha[2];
     hopper::mbarrier_wait_parity(&c.full[slot.stage], slot.phase);
-    qk_issue<Traits, N>(s, q_group, stage_k(slot.stage));
+    qk_issue<Traits, N>(s, q_lo, stage_k(slot.stage));
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
+    if (softmax.template fold<N / 8>(as_blocks<N>(s), p.scale_log2, c.sRec[cur.record].bias_log2, alpha))
+      softmax.template rescale<DT>(as_blocks<Dp>(o), alpha);
+    pack_p<Traits, N>(a, s);
+    KvTile nxt;
 #pragma unroll 1
     for (;;) {
-      KvTile nxt;
       cursor.advance(c.sSpan, c.spans, nxt);
-      const bool more = nxt.cont;  // the run goes on: the same slot, the next stage
+      if (!nxt.cont) break;  // the run goes on: the same slot, the next stage
       RingSlot<Traits::kStages> next = slot;
       next.advance();
-      float s_next[N / 2];
-      if (more) {
-        hopper::mbarrier_wait_parity(&c.full[next.stage], next.phase);
-        qk_issue<Traits, N>(s_next, q_group, stage_k(next.stage));
-        hopper::wgmma_commit();
-      }
-      uint32_t a[N / 16][4];
-      softmax_pv<N, false>(s, a, warp_tile_of(cur, TileWork::kFull, c.sRec[cur.record].bias_log2),
-                           stage_v(slot.stage));
+      hopper::mbarrier_wait_parity(&c.full[next.stage], next.phase);
+      qk_issue<Traits, N>(s, q_lo, stage_k(next.stage));
       hopper::wgmma_commit();
-      hopper::wgmma_wait<0>();  // the next tile's Q K^T and this tile's P V
+      pv_issue<Traits, N>(o, a, stage_v(slot.stage));
+      hopper::wgmma_commit();
+      hopper::wgmma_wait<1>();  // the next tile's Q K^T (this tile's P V, committed after it, may run on)
+      const bool raised =
+          softmax.template fold<N / 8>(as_blocks<N>(s), p.scale_log2, c.sRec[nxt.record].bias_log2, alpha);
+      hopper::wgmma_wait<0>();  // this tile's P V: its stage is free, the output may be rescaled
       release();
+      if (raised) softmax.template rescale<DT>(as_blocks<Dp>(o), alpha);
+      pack_p<Traits, N>(a, s);
       cur = nxt;
-      if (!more) return;
-#pragma unroll
-      for (int i = 0; i < N / 2; ++i) s[i] = s_next[i];
     }
+    pv_issue<Traits, N>(o, a, stage_v(slot.stage));  // the run's last tile
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    release();
+    cur = nxt;
   }
 
   // The masked loop over a run: per record each row's bounds, per tile the warps' votes and the group's.

@@ -43,6 +43,12 @@ struct HopperTraits {
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  // The query slot's fills and the straddling blocks' dots issue more loads before using any than the
+  // mma.sync kernel's (one CTA a multiprocessor: nothing else issues while the consumers wait on them): 16
+  // rotated pairs a step (mainloop.h fill_row_vector: half / 16 round trips a fill, 2 at head dim 64), a whole
+  // row of 16-byte chunks a term (straddling_dots: one round trip a term; two at head dim 128).
+  static constexpr int kFillPairs = 16;
+  static constexpr int kDotChunks = kChunks <= 10 ? kChunks : kChunks / 2;
   static constexpr int kKVElems = kBlockN * kHeadDim;
 
   static_assert(kConsumers == 2, "two consumer warpgroups");
