@@ -73,6 +73,21 @@ def subcommand(subparsers, name: str, run: Callable[[argparse.Namespace], int], 
     return parser
 
 
+def add_compute_options(parser: argparse.ArgumentParser, *, kernels: bool = True, device_default: Optional[str] = None,
+                        dtypes: tuple = (), dtype_default: str = "auto", dtype_help: str = "",
+                        progress: bool = True) -> None:
+    """The options every command that computes shares: ``--device`` (`device`; with ``kernels``, a CUDA device
+    also needs this build's kernels), ``--dtype`` (one of ``dtypes``, where given) and ``--no-progress``."""
+    where = device_default or "cuda when available; under torchrun each process's own GPU"
+    parser.add_argument("--device", type=device(kernels), default=device_default,
+                        help=f"cpu, cuda, cuda:1, ... (default {where})")
+    if dtypes:
+        parser.add_argument("--dtype", choices=dtypes, default=dtype_default,
+                            help=f"{dtype_help} (default {dtype_default})")
+    if progress:
+        parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
 def integer(least: Optional[int] = None, most: Optional[int] = None, even: bool = False) -> Callable[[str], int]:
     """An argparse type: an integer in ``[least, most]`` (either bound optional), even if asked."""
     def parse(text: str) -> int:

@@ -38,7 +38,7 @@ from ..generate import resolve_dtype
 from ..jsonl import json_objects
 from .judge_model import HFJudge, read_prompt
 from .judge_table import RESAMPLES, aggregate, cells_json, outcome, table17
-from ..arguments import device, integer, integers, subcommand
+from ..arguments import add_compute_options, integer, integers, subcommand
 
 SAMPLE_KEYS = {"index": int, "model": str, "method": str, "length": int, "seed": int, "text": str}
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -75,12 +75,10 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class JudgeResult:
-    """What a `judge` call did: pairs judged now, pairs already judged, the output folder, the Table 17 cells."""
+class JudgeResult(resumable.RunResult):
+    """What a `judge` call did (`resumable.RunResult`: ``written`` counts the pairs judged now) and the Table 17
+    cells."""
 
-    out: Path
-    judged: int
-    already_done: int
     cells: list
 
 
@@ -341,12 +339,10 @@ def add_judge_parser(subparsers) -> argparse.ArgumentParser:
                                                     "rangeswa_ext/eval/data/judge_prompt.txt)")
     parser.add_argument("--context", type=integer(16), help="judge tokens per input (default: the judge's maximum positions)")
     parser.add_argument("--batch-size", type=integer(1), default=8, help="pairs per judge call, two inputs each (default 8)")
-    parser.add_argument("--device", type=device(kernels=False), help="cpu, cuda, ... (default cuda when available; under torchrun each rank's GPU)")
-    parser.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
-                        help="judge weights: auto = bf16 on a GPU, fp32 on the CPU (default auto)")
     parser.add_argument("--bootstrap", type=integer(100), default=RESAMPLES,
                         help=f"bootstrap resamples per interval (default {RESAMPLES})")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_compute_options(parser, kernels=False, dtypes=("auto", "fp32", "bf16"),
+                        dtype_help="judge weights: auto = bf16 on a GPU, fp32 on the CPU")
     return parser
 
 
@@ -358,7 +354,7 @@ def run_judge(args: argparse.Namespace) -> int:
                    progress=not args.no_progress)
     if distributed.launched_world().main:
         print((result.out / "judge.md").read_text(encoding="utf-8"))
-        print(f"{result.out}: judged {result.judged} pair(s) now, {result.already_done} were already judged; "
+        print(f"{result.out}: judged {result.written} pair(s) now, {result.already_done} were already judged; "
               f"wrote judge.md and judge.json")
     return 0
 

@@ -54,7 +54,7 @@ import torch
 from tqdm import tqdm
 
 from .. import backbones, distributed, resumable
-from ..arguments import device, integer, integers, number, output_folder, require, subcommand
+from ..arguments import add_compute_options, integer, integers, number, output_folder, require, subcommand
 from ..generate import DTYPES, resolve_dtype
 from ..jsonl import json_objects
 from ..methods import METHODS, OP_PRESETS
@@ -272,12 +272,9 @@ def check_grid(lengths: Sequence[int], depths: Sequence[int], needles: int, repe
 
 # -------------------------------------------------------------------------------------------- run
 @dataclasses.dataclass(frozen=True)
-class NiahResult:
-    """What a run did: samples it wrote, samples already there, and the summary (method -> overall score)."""
+class NiahResult(resumable.RunResult):
+    """What a run did (`resumable.RunResult`) and its summary, method -> overall score."""
 
-    out: Path
-    written: int
-    already_done: int
     overall: dict
 
 
@@ -529,11 +526,9 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--cfg-scale", type=number(0), help="classifier-free guidance scale (default 0)")
     parser.add_argument("--remasking", choices=("low_confidence", "random"), help="remasking (default low_confidence)")
     parser.add_argument("--seed", type=integer(), default=0, help="run seed (matters only with temperature > 0)")
-    parser.add_argument("--device", type=device(), help="cpu, cuda, cuda:1, ... (default cuda when available)")
-    parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
-                        help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU (default auto)")
     parser.add_argument("--dpi", type=integer(1), default=300, help="PNG resolution (default 300, as the original)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_compute_options(parser, dtypes=("auto", *DTYPES),
+                        dtype_help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU")
     return parser
 
 
@@ -551,7 +546,7 @@ def run_niah(args: argparse.Namespace) -> int:
                   steps=args.steps, block_length=args.block_length, temperature=args.temperature,
                   cfg_scale=args.cfg_scale, remasking=args.remasking)
     if distributed.launched_world().main:
-        print(f"{result.out}: wrote {result.written} sample(s); {result.already_done} were already there")
+        print(result.summary())
         for method, value in result.overall.items():
             print(f"  {method}: overall score {'-' if value is None else f'{value:.2f}'}")
     return 0

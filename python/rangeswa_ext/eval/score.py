@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .. import distributed, resumable
-from ..arguments import device, integer, output_file, require, subcommand
+from ..arguments import add_compute_options, integer, output_file, require, subcommand
 from ..jsonl import json_objects
 from .genppl import (
     DTYPES,
@@ -190,21 +190,13 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--scorer", type=Path, help="local folder of the causal LM for Gen. PPL (e.g. GPT-2 Large)")
     parser.add_argument("--out", type=output_file,
                         help="result JSON (default: <samples>.scores.json beside the samples)")
-    parser.add_argument(
-        "--metrics",
-        type=lambda value: [m.strip() for m in value.split(",") if m.strip()],
-        help=f"comma-separated subset of {','.join(METRICS)} (default: all; ppl only with --scorer)",
-    )
+    parser.add_argument("--metrics", type=lambda value: [m.strip() for m in value.split(",") if m.strip()],
+                        help=f"comma-separated subset of {','.join(METRICS)} (default: all; ppl only with --scorer)")
     parser.add_argument("--batch-size", type=integer(1), default=8, help="chunks per scorer forward pass (default 8)")
     parser.add_argument("--chunk-size", type=integer(2),
                         help="scorer tokens per chunk (default min(1024, max positions))")
-    parser.add_argument(
-        "--device",
-        default="cpu",
-        type=device(kernels=False),
-        help="scorer device, e.g. cpu or cuda (default cpu; under torchrun cuda is each process's own GPU)",
-    )
-    parser.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="scorer dtype (default fp32)")
+    add_compute_options(parser, kernels=False, device_default="cpu", dtypes=tuple(DTYPES), dtype_default="fp32",
+                        dtype_help="scorer dtype", progress=False)
     return parser
 
 
@@ -213,16 +205,8 @@ def run_score(args: argparse.Namespace) -> int:
     names = resolve_metrics(args.metrics, args.scorer)
     require("rangeswa score", "eval", tuple(m for n, m in (("ppl", "transformers"), ("c2", "sklearn")) if n in names))
     out = default_output(args.samples) if args.out is None else args.out
-    result = score_file(
-        args.samples,
-        scorer=args.scorer,
-        out=out,
-        metrics=args.metrics,
-        batch_size=args.batch_size,
-        device=args.device,
-        dtype=args.dtype,
-        chunk_size=args.chunk_size,
-    )
+    result = score_file(args.samples, scorer=args.scorer, out=out, metrics=args.metrics, batch_size=args.batch_size,
+                        device=args.device, dtype=args.dtype, chunk_size=args.chunk_size)
     if not distributed.launched_world().main:
         return 0
     for name, value in result.items():

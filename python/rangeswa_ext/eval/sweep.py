@@ -222,10 +222,12 @@ def check_inputs(config: SweepConfig) -> None:
     """Every file the sweep reads exists: checkpoints, tokenizer folders, prompts files and, for Gen. PPL, the
     scorer folder."""
     for model in config.models:
-        backbones.backbone_for(model.preset).find_checkpoint(model.checkpoint)
-        if not model.tokenizer.is_dir():
-            raise FileNotFoundError(f"{config.source}: tokenizer folder {model.tokenizer} of [models.{model.name}] "
-                                    f"does not exist")
+        backbone = backbones.backbone_for(model.preset)
+        backbone.find_checkpoint(model.checkpoint)
+        try:
+            backbone.tokenizer_folder(model.tokenizer, model.preset)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{config.source}, [models.{model.name}]: {e}") from None
         if model.prompts is not None and not model.prompts.is_file():
             raise FileNotFoundError(f"{config.source}: prompts file {model.prompts} of [models.{model.name}] does "
                                     f"not exist")
