@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -66,9 +67,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def subcommand(subparsers, name: str, run: Callable[[argparse.Namespace], int], **options) -> argparse.ArgumentParser:
-    """Register the ``name`` subcommand (``options``: ``help``, ``description``, ... of ``add_parser``), whose handler
-    ``args.func(args)`` is ``run``; its options are added to the parser this returns."""
-    parser = subparsers.add_parser(name, **options)
+    """Register the ``name`` subcommand, whose handler ``args.func(args)`` is ``run``; its options are added to the
+    parser this returns. Its ``help`` line and ``description`` are, unless ``options`` (of ``add_parser``) give
+    them, the first paragraph of ``run``'s docstring and the rest (argparse reflows both)."""
+    summary, _, rest = inspect.cleandoc(run.__doc__ or "").partition("\n\n")
+    parser = subparsers.add_parser(name, **{"help": summary, "description": rest or None, **options})
     parser.set_defaults(func=run)
     return parser
 

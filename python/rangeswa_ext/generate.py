@@ -189,11 +189,7 @@ def _write_batches(lines: resumable.LineFile, batches: list[range], missing: set
 
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `generate` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "generate", run_generate,
-        help="generate samples of any backbone at any length with an attention method (resumable JSON lines)",
-        description="Generate samples into a JSON-lines file; rerunning the same command resumes it. Under "
-                    "torchrun the batches are split over the processes and merged into the same file.")
+    parser = subcommand(subparsers, "generate", run_generate)
     families = backbones.backbones()
     parser.add_argument("--model", default="elf-b", choices=backbones.model_names(), metavar="MODEL",
                         help="model the checkpoint must be; picks the backbone and the sampler defaults: "
@@ -261,7 +257,10 @@ def sampler_options_of(args: argparse.Namespace) -> dict:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa generate`: generate, print what was done, return 0."""
+    """generate samples of any backbone at any length with an attention method (resumable JSON lines)
+
+    Generate samples into a JSON-lines file; rerunning the same command resumes it. Under torchrun the batches are
+    split over the processes and merged into the same file."""
     options = {k: getattr(args, k) for k in (*WINDOWS, "switch_time", "scale_windows") if getattr(args, k) is not None}
     result = generate(checkpoint=args.checkpoint, tokenizer=args.tokenizer, out=args.out, model=args.model,
                       method=args.method, length=args.length, num_samples=args.num_samples,

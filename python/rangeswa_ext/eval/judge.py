@@ -318,12 +318,7 @@ def _pairs(text: str) -> list[tuple[str, str]]:
 
 def add_judge_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `judge` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "judge", run_judge,
-        help="judge two methods' samples pairwise with a local causal LM (both orders), the paper's Table 17",
-        description="Pair two methods' samples by (model, length, seed, index), ask a judge LM which text is "
-                    "better in both orders, and write win / tie / loss per length with the position bias and a "
-                    "bootstrap 95% interval (judge.md, judge.json). Rerun to resume; runs under torchrun.")
+    parser = subcommand(subparsers, "judge", run_judge)
     parser.add_argument("sources", nargs="+",
                         help="rangeswa generate files (.jsonl) or sweep/demo output folders; LABEL=PATH names a "
                              "source's method")
@@ -347,7 +342,11 @@ def add_judge_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_judge(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa judge`: judge, print Table 17 and what was done (rank 0), return 0."""
+    """judge two methods' samples pairwise with a local causal LM (both orders), the paper's Table 17
+
+    Pair two methods' samples by (model, length, seed, index), ask a judge LM which text is better in both orders,
+    and write win / tie / loss per length with the position bias and a bootstrap 95% interval (judge.md,
+    judge.json). Rerun to resume; runs under torchrun."""
     result = judge(args.sources, judge_path=args.judge_path, out=args.out, pairs=args.pairs, lengths=args.lengths,
                    num_samples=args.num_samples, prompt=args.prompt, context=args.context,
                    batch_size=args.batch_size, device=args.device, dtype=args.dtype, resamples=args.bootstrap,

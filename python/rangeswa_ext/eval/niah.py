@@ -487,12 +487,7 @@ def _names(text: str) -> list[str]:
 
 def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `niah` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "niah", run_niah,
-        help="needle in a haystack on LLaDA, every attention method in one run (LongLLaDA's protocol)",
-        description="Needle-in-a-haystack grid (lengths x depths) for each attention method: resumable JSON lines "
-                    "per method, heatmaps (PNG, SVG), the per-cell table (CSV, JSON) and the overall scores. Under "
-                    "torchrun the samples are split over the processes.")
+    parser = subcommand(subparsers, "niah", run_niah)
     parser.add_argument("--model", default="llada-8b", help="LLaDA preset (default llada-8b)")
     parser.add_argument("--checkpoint", type=Path, required=True,
                         help="Hugging Face folder of the model (config.json, safetensors shards)")
@@ -533,7 +528,11 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_niah(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa niah`."""
+    """needle in a haystack on LLaDA, every attention method in one run (LongLLaDA's protocol)
+
+    Needle-in-a-haystack grid (lengths x depths) for each attention method: resumable JSON lines per method,
+    heatmaps (PNG, SVG), the per-cell table (CSV, JSON) and the overall scores. Under torchrun the samples are split
+    over the processes."""
     require("rangeswa niah", "eval", ("transformers", "safetensors", "matplotlib"))
     lengths = args.lengths or [L for L in LENGTHS if args.max_length is None or L <= args.max_length]
     if args.max_length is not None and args.lengths:

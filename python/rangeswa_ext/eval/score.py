@@ -182,10 +182,7 @@ def sharded_perplexity(texts: Sequence[str], model, tokenizer, world: distribute
 
 def add_score_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `score` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "score", run_score,
-        help="score a samples.jsonl file (Gen. PPL, H, R4, C2)",
-        description="Compute the metrics of a samples.jsonl file and write them as JSON beside it (or to --out).")
+    parser = subcommand(subparsers, "score", run_score)
     parser.add_argument("samples", type=Path, help="JSON-lines file, one object with 'ids' and 'text' per line")
     parser.add_argument("--scorer", type=Path, help="local folder of the causal LM for Gen. PPL (e.g. GPT-2 Large)")
     parser.add_argument("--out", type=output_file,
@@ -201,7 +198,9 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa score`: score the file, print one `name: value` line per result key, return 0."""
+    """score a samples.jsonl file (Gen. PPL, H, R4, C2)
+
+    Compute the metrics of a samples.jsonl file and write them as JSON beside it (or to --out)."""
     names = resolve_metrics(args.metrics, args.scorer)
     require("rangeswa score", "eval", tuple(m for n, m in (("ppl", "transformers"), ("c2", "sklearn")) if n in names))
     out = default_output(args.samples) if args.out is None else args.out

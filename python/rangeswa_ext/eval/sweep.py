@@ -461,12 +461,7 @@ class _Checker:
 
 def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `sweep` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "sweep", run_sweep,
-        help="generate and score a grid of models x lengths x methods x seeds, then render tables and plots",
-        description="Run every configuration of a sweep file (TOML) that is not finished yet, then write the "
-                    "paper's tables (markdown), CSV, JSON and figures to its output folder. Rerun to resume; "
-                    "run under torchrun to split every configuration over the processes.")
+    parser = subcommand(subparsers, "sweep", run_sweep)
     parser.add_argument("config", type=Path, help="sweep file (TOML); see examples/sweep_tiny.toml")
     parser.add_argument("--render-only", action="store_true",
                         help="run nothing: render the tables and figures of the finished configurations")
@@ -475,7 +470,11 @@ def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa sweep`: run the sweep, print what was done (rank 0), return 0."""
+    """generate and score a grid of models x lengths x methods x seeds, then render tables and plots
+
+    Run every configuration of a sweep file (TOML) that is not finished yet, then write the paper's tables
+    (markdown), CSV, JSON and figures to its output folder. Rerun to resume; run under torchrun to split every
+    configuration over the processes."""
     require("rangeswa sweep", "eval", ("transformers", "matplotlib"))
     done = sweep(args.config, render_only=args.render_only, progress=not args.no_progress)
     if distributed.launched_world().main:
