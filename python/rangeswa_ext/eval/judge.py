@@ -38,6 +38,7 @@ from ..generate import resolve_dtype
 from ..jsonl import json_objects
 from .judge_model import HFJudge, read_prompt
 from .judge_table import RESAMPLES, aggregate, cells_json, outcome, table17
+from .tables import configuration_name
 from ..arguments import add_compute_options, integer, integers, subcommand
 
 SAMPLE_KEYS = {"index": int, "model": str, "method": str, "length": int, "seed": int, "text": str}
@@ -58,7 +59,7 @@ class Comparison:
 
     @property
     def name(self) -> str:
-        return f"{self.model}/{self.a}_vs_{self.b}_L{self.length}_seed{self.seed}"
+        return configuration_name(self.model, f"{self.a}_vs_{self.b}", self.length, self.seed)
 
     def path(self, out: Path) -> Path:
         return out / "verdicts" / f"{self.name}.jsonl"

@@ -37,7 +37,8 @@ from ..methods import METHODS
 from .genppl import DTYPES as SCORER_DTYPES
 from .plots import plot_model
 from .score import resolve_metrics, score_file
-from .tables import Result, results_csv, results_json, results_table, seeds_csv, seeds_table, summarize
+from .tables import (Result, configuration_name, results_csv, results_json, results_table, seeds_csv, seeds_table,
+                     summarize)
 
 try:
     import tomllib
@@ -115,7 +116,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return f"{self.model.name}/{self.method}_L{self.length}_seed{self.seed}"
+        return configuration_name(self.model.name, self.method, self.length, self.seed)
 
     def samples_path(self, output: Path) -> Path:
         return output / "samples" / f"{self.name}.jsonl"
