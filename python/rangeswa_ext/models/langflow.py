@@ -31,8 +31,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .elf import ScalarEmbedder, _per_example
-from .kit import (AttentionSeam, Presets, WeightedNorm, at_least, attend, checked_input, existing_path,
-                  load_local_tokenizer)
+from .kit import (AttentionSeam, Presets, WeightedNorm, at_least, attend, check_heads, checked_input,
+                  existing_path, load_local_tokenizer)
 from .linear import Linear, linear
 from .strict import check_state_dict, read_json_object, require_keys
 
@@ -92,11 +92,7 @@ class LangFlowConfig(Presets):
     def __post_init__(self):
         at_least(self, ("n_blocks", "hidden_size", "n_heads", "cond_dim", "vocab_size", "train_length",
                         "frequency_dim", "mlp_ratio"))
-        if self.hidden_size % self.n_heads:
-            raise ValueError(f"LangFlowConfig.hidden_size ({self.hidden_size}) must be a multiple of "
-                             f"n_heads ({self.n_heads})")
-        if self.head_dim % 2:
-            raise ValueError(f"head dim hidden_size / n_heads = {self.head_dim} must be even (RoPE rotates pairs)")
+        check_heads(self, "hidden_size", "n_heads")
         if self.frequency_dim % 2:
             raise ValueError(f"LangFlowConfig.frequency_dim must be even (cos and sin halves), got {self.frequency_dim}")
         if self.gumbel_scale <= 0:

@@ -25,7 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..masking import valid_ranges
-from .kit import AttentionSeam, Presets, WeightedNorm, at_least, attend, existing_path, load_local_tokenizer
+from .kit import (AttentionSeam, Presets, WeightedNorm, at_least, attend, check_heads, existing_path,
+                  load_local_tokenizer)
 from .linear import Linear
 from .strict import (INDEX_FILE, assign_parameter, check_state_dict, read_json_object, read_tensors, require_keys,
                      save_shards, shard_shapes, weight_files)
@@ -75,10 +76,7 @@ class LLaDAConfig(Presets):
 
     def __post_init__(self):
         at_least(self, ("n_layer", "dim", "n_head", "mlp_dim", "vocab_size", "train_length"))
-        if self.dim % self.n_head:
-            raise ValueError(f"LLaDAConfig.dim ({self.dim}) must be a multiple of n_head ({self.n_head})")
-        if self.head_dim % 2:
-            raise ValueError(f"head dim dim / n_head = {self.head_dim} must be even (RoPE rotates pairs)")
+        check_heads(self)
         for name in ("mask_id", "eos_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
                 raise ValueError(f"LLaDAConfig.{name} = {getattr(self, name)} must be a token id below "
