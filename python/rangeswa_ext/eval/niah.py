@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import io
 import json
 import random
 import re
@@ -59,6 +58,7 @@ from ..jsonl import json_objects
 from ..methods import METHODS, OP_PRESETS
 from ..mini.corpus import kjv_path
 from ..samplers.llada_sampler import SamplerConfig, generate
+from .plots import save_figure
 
 #: LongLLaDA's grid (needlebench_single.py:57, 63) and buffer (line 77).
 LENGTHS = (2000, 4000, 8000, 16000, 24000, 32000)
@@ -423,7 +423,7 @@ def plot_heatmap(cells: dict[tuple[int, int], tuple[float, int]], stem: Path, dp
     from 0 to 100, the per-length mean over depths as a white line, the overall score as the title; written
     as ``<stem>.png`` and ``<stem>.svg``."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401
     except ImportError as e:
         raise ImportError("the heatmaps need matplotlib (pip install 'rangeswa[eval]'); the samples are kept, "
                           "rerun the same command once it is installed") from e
@@ -461,16 +461,7 @@ def plot_heatmap(cells: dict[tuple[int, int], tuple[float, int]], stem: Path, dp
     twin.legend(fontsize=24)
     figure.tight_layout()
     figure.subplots_adjust(right=1.04)
-
-    written = []
-    with matplotlib.rc_context({"svg.hashsalt": "rangeswa", "svg.fonttype": "path"}):
-        for fmt in ("png", "svg"):
-            buffer = io.BytesIO()
-            figure.savefig(buffer, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
-            path = stem.with_name(f"{stem.name}.{fmt}")
-            distributed.write_atomic(path, buffer.getvalue())
-            written.append(path)
-    return written
+    return save_figure(figure, stem)
 
 
 # -------------------------------------------------------------------------------------------- CLI
