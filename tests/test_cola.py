@@ -554,7 +554,7 @@ def test_rope_frequency_buffers(fixture, tmp_path, official_model):
 @pytest.mark.parametrize("part, change, message", [
     ("dit", dict(emb_dim=48), r"emb_dim=48 != txt_dim=32"),
     ("dit", dict(patch_size=2), r"patch_size=2 \(expected 1\)"),
-    ("dit", dict(model_type="llada"), r"model_type 'llada'; expected 'cola_dit'"),
+    ("dit", dict(model_type="llada"), r"model_type 'llada'; a CoLa prior config has 'cola_dit'"),
     ("vae", dict(act="gelu"), r"VAE this implementation does not compute: act='gelu'"),
     ("vae", dict(shared_heads_kv=2), r"shared_heads_kv=2 \(expected 1\)"),
 ], ids=["emb_dim", "patch", "model_type", "vae_act", "vae_gqa"])

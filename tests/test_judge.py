@@ -85,8 +85,8 @@ def test_pairs_by_length_seed_and_index_in_both_orders(tmp_path):
     b = write_samples(tmp_path / "full.jsonl", "full", seeds=(1, 2))
     stub = StubJudge(quality)
     result = judge([a, b], out=tmp_path / "out", judge_model=stub, batch_size=4, progress=False)
-    assert result.judged == 2 * 2 * 6 and result.already_done == 0
-    assert len(stub.seen) == 2 * result.judged
+    assert result.written == 2 * 2 * 6 and result.already_done == 0
+    assert len(stub.seen) == 2 * result.written
     for first, second in zip(stub.seen[::2], stub.seen[1::2]):
         assert second == (first[1], first[0])  # order ba is order ab swapped
         name_a, name_b = first[0].split()[:4], first[1].split()[:4]
@@ -178,13 +178,13 @@ def test_resume_after_a_cut_keeps_finished_verdicts_and_equals_an_uninterrupted_
         file.write('{"index": 6, "model": "elf-ti')  # a line cut by the kill
     again = StubJudge(quality, 0.3)
     result = judge([a, b], out=tmp_path / "cut", judge_model=again, batch_size=3, progress=False)
-    assert (result.judged, result.already_done) == (4, 6)
+    assert (result.written, result.already_done) == (4, 6)
     assert len(again.seen) == 2 * 4  # batches [6, 7, 8] and [9]
     whole = tmp_path / "whole" / "verdicts" / "elf-tiny" / "rangeswa_vs_full_L64_seed1.jsonl"
     assert verdicts.read_bytes() == whole.read_bytes()
     assert (tmp_path / "cut" / "judge.json").read_bytes() == (tmp_path / "whole" / "judge.json").read_bytes()
     rerun = StubJudge(quality, 0.3)
-    assert judge([a, b], out=tmp_path / "cut", judge_model=rerun, progress=False).judged == 0 and not rerun.seen
+    assert judge([a, b], out=tmp_path / "cut", judge_model=rerun, progress=False).written == 0 and not rerun.seen
 
 
 def test_verdicts_on_changed_samples_are_refused(tmp_path):
@@ -367,7 +367,7 @@ def test_shipped_gpt2_judge_without_chat_template_and_its_resume(tmp_path):
     judge([a, b], out=tmp_path / "out", judge_model=judge_model, num_samples=2, batch_size=1, progress=False)
     first = verdict_lines(tmp_path / "out")
     again = judge([a, b], judge_path=folder, out=tmp_path / "out", batch_size=1, progress=False, resamples=100)
-    assert (again.judged, again.already_done) == (2, 2)
+    assert (again.written, again.already_done) == (2, 2)
     assert verdict_lines(tmp_path / "out")[:2] == first
 
 

@@ -8,8 +8,8 @@ import torch
 
 from rangeswa_ext import backbones
 from rangeswa_ext.models.cola import ColaPrior
-from rangeswa_ext.models.kit import (AttentionSeam, Presets, SamplerPresets, at_least, canonical, existing_path,
-                                     tokenizer_folder)
+from rangeswa_ext.models.kit import (AttentionSeam, Presets, SamplerPresets, at_least, attend, canonical,
+                                     checked_input, existing_path, tokenizer_folder)
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "backbones.md"
 
@@ -91,6 +91,21 @@ def test_the_attention_seam(toy):
     model.set_attention(lambda q, k, v, **kw: v)
     assert model.require_attention() is model.attention
     assert not any("attention" in key for key in model.state_dict())  # the method holds no weights
+    model.set_attention(lambda q, k, v, **kw: v[:, :1])
+    with pytest.raises(ValueError, match=r"the attention method returned shape \(1, 1, 4, 16\); expected \[B, H, N, D\] = "
+                                         r"\(1, 2, 4, 16\)"):
+        model(torch.zeros(1, 4, dtype=torch.long))
+
+
+def test_attend_and_checked_input():
+    q, kv = torch.ones(1, 2, 3, 4), torch.ones(1, 2, 5, 4)  # k and v longer than q: a cache
+    assert attend(lambda q, k, v, scale: q * scale, q, kv, kv, scale=2.0).eq(2).all()
+    z = torch.ones(2, 3, 8)
+    assert checked_input(z, None, 8).eq(0).all() and checked_input(z, z, 8) is z
+    with pytest.raises(ValueError, match=r"^z must be \[B, L, 8\] with L >= 1, got \(2, 0, 8\)$"):
+        checked_input(z[:, :0], None, 8)
+    with pytest.raises(ValueError, match=r"^self_cond must have z's shape \(2, 3, 8\), got \(2, 3, 4\)$"):
+        checked_input(z, z[..., :4], 8)
 
 
 def test_paths_and_names(tmp_path):

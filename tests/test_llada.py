@@ -403,7 +403,7 @@ def test_loader_errors_name_the_problem(tiny_assets, tmp_path):
     with pytest.raises(ValueError, match="lacks the key.* rope_theta"):
         config_from_hf(folder)
     (folder / "config.json").write_text(json.dumps({**hf, "model_type": "llama"}))
-    with pytest.raises(ValueError, match="model_type 'llama'; this loader reads LLaDA"):
+    with pytest.raises(ValueError, match="model_type 'llama'; a LLaDA config has 'llada'"):
         config_from_hf(folder)
 
     # One tensor renamed, one reshaped: both named in one error, before any weight is read.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -66,11 +67,28 @@ class Parser(argparse.ArgumentParser):
 
 
 def subcommand(subparsers, name: str, run: Callable[[argparse.Namespace], int], **options) -> argparse.ArgumentParser:
-    """Register the ``name`` subcommand (``options``: ``help``, ``description``, ... of ``add_parser``), whose handler
-    ``args.func(args)`` is ``run``; its options are added to the parser this returns."""
-    parser = subparsers.add_parser(name, **options)
+    """Register the ``name`` subcommand, whose handler ``args.func(args)`` is ``run``; its options are added to the
+    parser this returns. Its ``help`` line and ``description`` are, unless ``options`` (of ``add_parser``) give
+    them, the first paragraph of ``run``'s docstring and the rest (argparse reflows both)."""
+    summary, _, rest = inspect.cleandoc(run.__doc__ or "").partition("\n\n")
+    parser = subparsers.add_parser(name, **{"help": summary, "description": rest or None, **options})
     parser.set_defaults(func=run)
     return parser
+
+
+def add_compute_options(parser: argparse.ArgumentParser, *, kernels: bool = True, device_default: Optional[str] = None,
+                        dtypes: tuple = (), dtype_default: str = "auto", dtype_help: str = "",
+                        progress: bool = True) -> None:
+    """The options every command that computes shares: ``--device`` (`device`; with ``kernels``, a CUDA device
+    also needs this build's kernels), ``--dtype`` (one of ``dtypes``, where given) and ``--no-progress``."""
+    where = device_default or "cuda when available; under torchrun each process's own GPU"
+    parser.add_argument("--device", type=device(kernels), default=device_default,
+                        help=f"cpu, cuda, cuda:1, ... (default {where})")
+    if dtypes:
+        parser.add_argument("--dtype", choices=dtypes, default=dtype_default,
+                            help=f"{dtype_help} (default {dtype_default})")
+    if progress:
+        parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def integer(least: Optional[int] = None, most: Optional[int] = None, even: bool = False) -> Callable[[str], int]:

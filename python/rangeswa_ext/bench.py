@@ -130,12 +130,7 @@ def run_paths_benchmark(capabilities=("avx512", "avx2"), lengths=(4096, 8192, 16
         for path in capabilities:
             env = dict(os.environ, **PATH_ENVIRONMENT[path], PYTHONPATH=python_path)
             arguments = json.dumps(dict(lengths=[L], H=H, D=D, repeats=repeats))
-            done = subprocess.run([sys.executable, "-c", _PATH_RUN, arguments], env=env, capture_output=True,
-                                  text=True)
-            if done.returncode:
-                last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-                raise ValueError(f"the {path} run at L = {L} failed (exit {done.returncode}: {last})")
-            result = json.loads(done.stdout.strip().splitlines()[-1])
+            result = json.loads(_python(_PATH_RUN, [arguments], f"the {path} run at L = {L}", env=env).splitlines()[-1])
             ran = (result["cpu_capability"], result["aten_capability"].lower())
             if ran != (path, path):
                 raise ValueError(f"the {path} run at L = {L} ran the op's kernels as {ran[0]} and ATen's as {ran[1]}: "
@@ -144,6 +139,16 @@ def run_paths_benchmark(capabilities=("avx512", "avx2"), lengths=(4096, 8192, 16
             bar.update()
     bar.close()
     return dict(result, cpu_capability=None, aten_capability=None, capabilities=list(capabilities), rows=rows)
+
+
+def _python(script: str, arguments: list[str], what: str, env: dict | None = None, advice: str = "") -> str:
+    """The standard output of ``script`` run by this Python in a fresh process; ValueError naming ``what``, the
+    exit status and the last line of its errors when it fails."""
+    done = subprocess.run([sys.executable, "-c", script, *arguments], env=env, capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ValueError(f"{what} failed (exit {done.returncode}: {last}){advice}")
+    return done.stdout.strip()
 
 
 _MEMORY_PROBE = r"""
@@ -165,13 +170,9 @@ print(before, max(peak, peak_before))
 def peak_memory_above_inputs(L=65536, H=12, D=64, C=12) -> dict:
     """Runs the late-stage op once at length L in a subprocess; peak RSS above the inputs, in MiB."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(L), str(H), str(D), str(C)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise ValueError(f"the peak-memory probe at L = {L} failed (exit {done.returncode}: {last}); a smaller "
-                         f"--memory-length, or 0 to skip it")
-    before, peak = (int(x) for x in done.stdout.split())
+    output = _python(_MEMORY_PROBE, [str(L), str(H), str(D), str(C)], f"the peak-memory probe at L = {L}",
+                     advice="; a smaller --memory-length, or 0 to skip it")
+    before, peak = (int(x) for x in output.split())
     inputs_mib = 3 * H * (C + L) * D * 4 / 2 ** 20
     return dict(L=L, H=H, D=D, C=C, inputs_mib=round(inputs_mib, 1),
                 peak_above_inputs_mib=round((peak - before) / 1024, 1),

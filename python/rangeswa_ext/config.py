@@ -92,10 +92,7 @@ class RangeSWAConfig:
                              f"summary_block ({self.summary_block})")
         if self.sinks and self.method != "swa":
             raise ValueError(f"sinks are a swa baseline feature; method {self.method!r} needs sinks=0")
-        if self.rotary_dim is not None:
-            check_size("rotary_dim", self.rotary_dim, 0)
-            if self.rotary_dim % 2:
-                raise ValueError(f"rotary_dim must be even and >= 0, got {self.rotary_dim}")
+        check_rotary_dim(self.rotary_dim)
         check_theta(self.theta)
         if self.inv_freq is not None:
             object.__setattr__(self, "inv_freq", check_inv_freq(self.inv_freq))
@@ -195,6 +192,14 @@ def _finite_number(value, lo: float, hi: float = math.inf, lo_open: bool = False
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         return False
     return (value > lo if lo_open else value >= lo) and value <= hi
+
+
+def check_rotary_dim(rotary_dim) -> None:
+    """A ValueError unless ``rotary_dim`` is None (every head dim) or an even integer >= 0 (`check_size`)."""
+    if rotary_dim is not None:
+        check_size("rotary_dim", rotary_dim, 0)
+        if rotary_dim % 2:
+            raise ValueError(f"rotary_dim must be even and >= 0, got {rotary_dim}")
 
 
 def check_theta(theta) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import backbones, outputs
-from .arguments import device, integer, integers, output_folder, require, subcommand
+from .arguments import add_compute_options, integer, integers, output_folder, require, subcommand
 from .config import preset
 from .eval import sweep as sweep_module
 from .eval.genppl import generative_perplexity, load_scorer
@@ -287,8 +287,7 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--methods", help=f"comma-separated methods (default {','.join(DEFAULT_METHODS)})")
     parser.add_argument("--steps", type=integer(1), help="sampling steps (default 32; --quick 8)")
     parser.add_argument("--batch-size", type=integer(1), default=16, help="samples per batch (default 16)")
-    parser.add_argument("--device", default="cpu", type=device(), help="cpu (default) or cuda")
     parser.add_argument("--assets", help="a miniature folder to use instead of the shipped one (rangeswa train-mini --export)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_compute_options(parser, device_default="cpu")
     return parser
 

@@ -30,8 +30,7 @@ import torch
 from tqdm import tqdm
 
 from . import backbones, distributed, outputs, resumable
-from .arguments import device as device_type
-from .arguments import integer, number, output_file, subcommand
+from .arguments import add_compute_options, integer, number, output_file, subcommand
 from .config import RangeSWAConfig
 from .jsonl import json_objects
 from .methods import METHODS, OP_PRESETS
@@ -50,20 +49,11 @@ METHOD_OPTION_EXAMPLES = {**{k: getattr(RangeSWAConfig(), k) for k in METHOD_OPT
 WINDOWS = ("early_window", "late_window", "decode_window")
 
 
-@dataclasses.dataclass(frozen=True)
-class GenerateResult:
-    """What a `generate` call did: samples it wrote, requested samples already in the file, the file."""
-
-    out: Path
-    written: int
-    already_done: int
-
-
 def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = "rangeswa", length: int = 1024,
              num_samples: int = 1000, batch_size: int = 16, seed: int = 0, start_index: int = 0,
              method_options: Optional[dict] = None, device: Optional[str] = None, dtype: str = "auto",
              prompts=None, prompt_tokens: Optional[int] = None, progress: bool = True,
-             **sampler_options) -> GenerateResult:
+             **sampler_options) -> resumable.RunResult:
     """Generate samples ``start_index .. start_index + num_samples - 1`` into the JSON-lines file ``out``.
 
     Args:
@@ -130,7 +120,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         if batches:
             _write_batches(lines, batches, missing, backbone, sampler_config, checkpoint_file, tokenizer_folder,
                            device, progress and world.main, prompt_texts)
-        return GenerateResult(out, written=lines.finish(), already_done=num_samples - len(missing))
+        return resumable.RunResult(out, written=lines.finish(), already_done=num_samples - len(missing))
 
 
 def sampler_config_for(backbone: backbones.Backbone, model: str, options: dict):
@@ -199,11 +189,7 @@ def _write_batches(lines: resumable.LineFile, batches: list[range], missing: set
 
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `generate` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "generate", run_generate,
-        help="generate samples of any backbone at any length with an attention method (resumable JSON lines)",
-        description="Generate samples into a JSON-lines file; rerunning the same command resumes it. Under "
-                    "torchrun the batches are split over the processes and merged into the same file.")
+    parser = subcommand(subparsers, "generate", run_generate)
     families = backbones.backbones()
     parser.add_argument("--model", default="elf-b", choices=backbones.model_names(), metavar="MODEL",
                         help="model the checkpoint must be; picks the backbone and the sampler defaults: "
@@ -240,10 +226,8 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--scale-windows", action="store_true", default=None,
                         help="scale the method's windows, blocks and near range from the paper's T = 1024 to the "
                              "model's training length (RangeSWAConfig.scaled_to; e.g. LLaDA's 4096)")
-    parser.add_argument("--device", type=device_type(), help="cpu, cuda, cuda:1, ... (default cuda when available)")
-    parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
-                        help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU (default auto)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_compute_options(parser, dtypes=("auto", *DTYPES),
+                        dtype_help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU")
     return parser
 
 
@@ -273,7 +257,10 @@ def sampler_options_of(args: argparse.Namespace) -> dict:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa generate`: generate, print what was done, return 0."""
+    """generate samples of any backbone at any length with an attention method (resumable JSON lines)
+
+    Generate samples into a JSON-lines file; rerunning the same command resumes it. Under torchrun the batches are
+    split over the processes and merged into the same file."""
     options = {k: getattr(args, k) for k in (*WINDOWS, "switch_time", "scale_windows") if getattr(args, k) is not None}
     result = generate(checkpoint=args.checkpoint, tokenizer=args.tokenizer, out=args.out, model=args.model,
                       method=args.method, length=args.length, num_samples=args.num_samples,
@@ -281,7 +268,7 @@ def run_generate(args: argparse.Namespace) -> int:
                       method_options=options, device=args.device, dtype=args.dtype, prompts=args.prompts,
                       prompt_tokens=args.prompt_tokens, progress=not args.no_progress, **sampler_options_of(args))
     if distributed.launched_world().main:
-        print(f"{result.out}: wrote {result.written} sample(s); {result.already_done} were already there")
+        print(result.summary())
     return 0
 
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
-from .config import ROPE_STYLES, RangeSWAConfig, check_size, check_theta, preset
+from .config import ROPE_STYLES, RangeSWAConfig, check_rotary_dim, check_size, check_theta, preset
 from .masking import check_call, per_sample, valid_ranges
 from .reference.rope import inv_freq, rotate
 
@@ -44,10 +44,7 @@ class RopeSpec:
         check_theta(self.theta)
         if self.style not in ROPE_STYLES:
             raise ValueError(f"rope_style must be one of {ROPE_STYLES}, got {self.style!r}")
-        if self.rotary_dim is not None:
-            check_size("rotary_dim", self.rotary_dim, 0)
-            if self.rotary_dim % 2:
-                raise ValueError(f"rotary_dim must be even and >= 0, got {self.rotary_dim}")
+        check_rotary_dim(self.rotary_dim)
 
     def dim(self, head_dim: int) -> int:
         rotary_dim = head_dim if self.rotary_dim is None else self.rotary_dim

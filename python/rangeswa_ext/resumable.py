@@ -42,6 +42,20 @@ def session(device: torch.device, out=None, *, folder: bool = False):
         yield world
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """What a resumable run did: its output (file or folder), the items it wrote now and those already there.
+    niah and judge add what they rendered."""
+
+    out: Path
+    written: int
+    already_done: int
+
+    def summary(self, items: str = "sample(s)") -> str:
+        """``<out>: wrote 3 sample(s); 2 were already there``: the line the commands print."""
+        return f"{self.out}: wrote {self.written} {items}; {self.already_done} were already there"
+
+
 @dataclass
 class LineFile:
     """One JSON-lines output of a resumable run, as this rank writes it: lines ``{"index", **settings, ...}``.

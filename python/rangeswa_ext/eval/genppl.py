@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from .. import distributed
+
 # Appendix B.1: long texts are scored in blocks of at most 1024 GPT-2 tokens.
 MAX_CHUNK_TOKENS = 1024
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -125,20 +127,18 @@ def batch_nll(model, chunks: Sequence[Sequence[int]], contexts: Sequence[int] | 
     return float((nll.double() * scored).sum()), int(scored.sum())
 
 
-def generative_perplexity(
-    texts: Sequence[str],
-    model,
-    tokenizer,
-    chunk_size: int | None = None,
-    batch_size: int = 8,
-    progress: bool = True,
-    prompts: Sequence[str | None] | None = None,
-) -> Perplexity:
+def generative_perplexity(texts: Sequence[str], model, tokenizer, chunk_size: int | None = None, batch_size: int = 8,
+                          progress: bool = True, prompts: Sequence[str | None] | None = None,
+                          world: distributed.World | None = None) -> Perplexity:
     """Gen. PPL of `texts` under an already loaded causal LM and its tokenizer (see the module docstring).
 
     chunk_size defaults to `default_chunk_size(model)`; chunks of all texts are batched together,
     longest first, `batch_size` per forward pass, on the model's device and dtype. ``prompts[i]`` (None:
     none) makes text i a continuation scored after its prompt (conditional Gen. PPL).
+
+    With a torchrun ``world`` every rank forms the same batches and scores its share, dealt round-robin; the
+    per-batch totals are gathered and added in batch order, so the result is a one-process run's bit for bit
+    on the same kind of device. Every rank must call it alike.
     """
     chunk_size = default_chunk_size(model) if chunk_size is None else chunk_size
     if chunk_size < 2:
@@ -155,10 +155,14 @@ def generative_perplexity(
         raise ValueError("Gen. PPL has nothing to score: every text has fewer than 2 scorer tokens.")
 
     model.eval()
-    batches = [windows[start : start + batch_size] for start in range(0, len(windows), batch_size)]
+    batches = list(enumerate(windows[start : start + batch_size] for start in range(0, len(windows), batch_size)))
+    mine = batches if world is None else distributed.deal(batches, world)
+    totals = [(number, *batch_nll(model, *zip(*batch)))
+              for number, batch in tqdm(mine, desc="Gen. PPL", unit="batch", disable=not progress)]
+    if world is not None:
+        totals = sorted(total for part in distributed.all_gather(totals) for total in part)
     nll, scored = 0.0, 0
-    for batch in tqdm(batches, desc="Gen. PPL", unit="batch", disable=not progress):
-        batch_total, batch_scored = batch_nll(model, *zip(*batch))
+    for _, batch_total, batch_scored in totals:
         nll += batch_total
         scored += batch_scored
     return Perplexity(ppl=math.exp(nll / scored), nll=nll, scored_tokens=scored)
@@ -217,16 +221,9 @@ def load_scorer(path: str | Path, device: str = "cpu", dtype: str = "fp32", role
     return model.to(device=device, dtype=DTYPES[dtype]).eval(), tokenizer
 
 
-def generative_perplexity_from_path(
-    texts: Sequence[str],
-    path: str | Path,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    chunk_size: int | None = None,
-    batch_size: int = 8,
-    progress: bool = True,
-    prompts: Sequence[str | None] | None = None,
-) -> Perplexity:
+def generative_perplexity_from_path(texts: Sequence[str], path: str | Path, device: str = "cpu", dtype: str = "fp32",
+                                    chunk_size: int | None = None, batch_size: int = 8, progress: bool = True,
+                                    prompts: Sequence[str | None] | None = None) -> Perplexity:
     """`generative_perplexity` with the scorer loaded from a local folder by `load_scorer`."""
     model, tokenizer = load_scorer(path, device=device, dtype=dtype)
     return generative_perplexity(texts, model, tokenizer, chunk_size=chunk_size, batch_size=batch_size, progress=progress,

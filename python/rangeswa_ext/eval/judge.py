@@ -38,7 +38,8 @@ from ..generate import resolve_dtype
 from ..jsonl import json_objects
 from .judge_model import HFJudge, read_prompt
 from .judge_table import RESAMPLES, aggregate, cells_json, outcome, table17
-from ..arguments import device, integer, integers, subcommand
+from .tables import configuration_name
+from ..arguments import add_compute_options, integer, integers, subcommand
 
 SAMPLE_KEYS = {"index": int, "model": str, "method": str, "length": int, "seed": int, "text": str}
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -58,7 +59,7 @@ class Comparison:
 
     @property
     def name(self) -> str:
-        return f"{self.model}/{self.a}_vs_{self.b}_L{self.length}_seed{self.seed}"
+        return configuration_name(self.model, f"{self.a}_vs_{self.b}", self.length, self.seed)
 
     def path(self, out: Path) -> Path:
         return out / "verdicts" / f"{self.name}.jsonl"
@@ -75,12 +76,10 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class JudgeResult:
-    """What a `judge` call did: pairs judged now, pairs already judged, the output folder, the Table 17 cells."""
+class JudgeResult(resumable.RunResult):
+    """What a `judge` call did (`resumable.RunResult`: ``written`` counts the pairs judged now) and the Table 17
+    cells."""
 
-    out: Path
-    judged: int
-    already_done: int
     cells: list
 
 
@@ -320,12 +319,7 @@ def _pairs(text: str) -> list[tuple[str, str]]:
 
 def add_judge_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `judge` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "judge", run_judge,
-        help="judge two methods' samples pairwise with a local causal LM (both orders), the paper's Table 17",
-        description="Pair two methods' samples by (model, length, seed, index), ask a judge LM which text is "
-                    "better in both orders, and write win / tie / loss per length with the position bias and a "
-                    "bootstrap 95% interval (judge.md, judge.json). Rerun to resume; runs under torchrun.")
+    parser = subcommand(subparsers, "judge", run_judge)
     parser.add_argument("sources", nargs="+",
                         help="rangeswa generate files (.jsonl) or sweep/demo output folders; LABEL=PATH names a "
                              "source's method")
@@ -341,24 +335,26 @@ def add_judge_parser(subparsers) -> argparse.ArgumentParser:
                                                     "rangeswa_ext/eval/data/judge_prompt.txt)")
     parser.add_argument("--context", type=integer(16), help="judge tokens per input (default: the judge's maximum positions)")
     parser.add_argument("--batch-size", type=integer(1), default=8, help="pairs per judge call, two inputs each (default 8)")
-    parser.add_argument("--device", type=device(kernels=False), help="cpu, cuda, ... (default cuda when available; under torchrun each rank's GPU)")
-    parser.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto",
-                        help="judge weights: auto = bf16 on a GPU, fp32 on the CPU (default auto)")
     parser.add_argument("--bootstrap", type=integer(100), default=RESAMPLES,
                         help=f"bootstrap resamples per interval (default {RESAMPLES})")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_compute_options(parser, kernels=False, dtypes=("auto", "fp32", "bf16"),
+                        dtype_help="judge weights: auto = bf16 on a GPU, fp32 on the CPU")
     return parser
 
 
 def run_judge(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa judge`: judge, print Table 17 and what was done (rank 0), return 0."""
+    """judge two methods' samples pairwise with a local causal LM (both orders), the paper's Table 17
+
+    Pair two methods' samples by (model, length, seed, index), ask a judge LM which text is better in both orders,
+    and write win / tie / loss per length with the position bias and a bootstrap 95% interval (judge.md,
+    judge.json). Rerun to resume; runs under torchrun."""
     result = judge(args.sources, judge_path=args.judge_path, out=args.out, pairs=args.pairs, lengths=args.lengths,
                    num_samples=args.num_samples, prompt=args.prompt, context=args.context,
                    batch_size=args.batch_size, device=args.device, dtype=args.dtype, resamples=args.bootstrap,
                    progress=not args.no_progress)
     if distributed.launched_world().main:
         print((result.out / "judge.md").read_text(encoding="utf-8"))
-        print(f"{result.out}: judged {result.judged} pair(s) now, {result.already_done} were already judged; "
+        print(f"{result.out}: judged {result.written} pair(s) now, {result.already_done} were already judged; "
               f"wrote judge.md and judge.json")
     return 0
 

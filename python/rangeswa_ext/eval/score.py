@@ -7,31 +7,19 @@ a continuation, and its Gen. PPL scores the text after that prompt (conditional 
 docstring); H, R4 and C2 read "ids" and "text", the continuation alone.
 
 Under torchrun (``WORLD_SIZE > 1``) the Gen. PPL scorer batches are dealt over the ranks
-(`sharded_perplexity`); the cheap text metrics run on every rank and rank 0 writes the result.
+(`genppl.generative_perplexity` with the world); the cheap text metrics run on every rank and rank 0 writes the result.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from tqdm import tqdm
-
 from .. import distributed, resumable
-from ..arguments import device, integer, output_file, require, subcommand
+from ..arguments import add_compute_options, integer, output_file, require, subcommand
 from ..jsonl import json_objects
-from .genppl import (
-    DTYPES,
-    Perplexity,
-    batch_nll,
-    default_chunk_size,
-    generative_perplexity_from_path,
-    load_scorer,
-    max_positions,
-    scoring_windows,
-)
+from .genppl import DTYPES, generative_perplexity, load_scorer
 from .metrics import lexical_continuity, low_diversity, mean_four_gram_repetition, mean_unigram_entropy
 
 METRICS = ("ppl", "h", "r4", "c2")
@@ -97,17 +85,9 @@ def default_output(path: str | Path) -> Path:
     return path.with_name(path.name.removesuffix(".jsonl") + ".scores.json")
 
 
-def score_file(
-    path: str | Path,
-    scorer: str | Path | None = None,
-    out: str | Path | None = None,
-    metrics: Sequence[str] | None = None,
-    batch_size: int = 8,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    chunk_size: int | None = None,
-    progress: bool = True,
-) -> dict:
+def score_file(path: str | Path, scorer: str | Path | None = None, out: str | Path | None = None,
+               metrics: Sequence[str] | None = None, batch_size: int = 8, device: str = "cpu", dtype: str = "fp32",
+               chunk_size: int | None = None, progress: bool = True) -> dict:
     """Every requested metric over all samples of a JSON-lines file, also written as JSON to `out`.
 
     Keys of the result: "file", "samples", then per metric
@@ -124,14 +104,10 @@ def score_file(
     device = distributed.device_for(device)
     with resumable.session(device) as world:
         if "ppl" in names:
-            if world.size > 1:
-                model, tokenizer = load_scorer(scorer, device=device, dtype=dtype)
-                ppl = sharded_perplexity(texts, model, tokenizer, world, chunk_size=chunk_size, batch_size=batch_size,
-                                         progress=progress and world.main, prompts=prompts)
-            else:
-                ppl = generative_perplexity_from_path(texts, scorer, device=str(device), dtype=dtype,
-                                                      chunk_size=chunk_size, batch_size=batch_size, progress=progress,
-                                                      prompts=prompts)
+            model, tokenizer = load_scorer(scorer, device=str(device), dtype=dtype)
+            ppl = generative_perplexity(texts, model, tokenizer, chunk_size=chunk_size, batch_size=batch_size,
+                                        progress=progress and world.main, prompts=prompts,
+                                        world=world if world.size > 1 else None)
             result.update(ppl=ppl.ppl, ppl_scored_tokens=ppl.scored_tokens, scorer=str(scorer))
         if "h" in names:
             h = mean_unigram_entropy([s["ids"] for s in samples])
@@ -148,81 +124,32 @@ def score_file(
     return result
 
 
-def sharded_perplexity(texts: Sequence[str], model, tokenizer, world: distributed.World, chunk_size: int | None = None,
-                       batch_size: int = 8, progress: bool = True,
-                       prompts: Sequence[str | None] | None = None) -> Perplexity:
-    """`genppl.generative_perplexity` with its scorer batches dealt round-robin over the ranks of `world`.
-
-    Every rank forms the same batches (all windows of all texts, longest first, `batch_size` each) and
-    scores its share; the per-batch totals are gathered and added in batch order, so the result is a
-    one-process run's bit for bit on the same kind of device. Every rank must call it alike.
-    """
-    chunk_size = default_chunk_size(model) if chunk_size is None else chunk_size
-    limit = max_positions(model)
-    if chunk_size < 2 or (limit is not None and chunk_size > limit):
-        raise ValueError(f"chunk_size={chunk_size} must be at least 2 and at most the scorer's maximum positions "
-                         f"({limit}).")
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size} must be at least 1.")
-    windows = scoring_windows(tokenizer, texts, chunk_size, prompts)
-    if not windows:
-        raise ValueError("Gen. PPL has nothing to score: every text has fewer than 2 scorer tokens.")
-    model.eval()
-    numbered = list(enumerate(windows[start : start + batch_size] for start in range(0, len(windows), batch_size)))
-    mine = distributed.deal(numbered, world)
-    totals = [(number, *batch_nll(model, *zip(*batch)))
-              for number, batch in tqdm(mine, desc="Gen. PPL", unit="batch", disable=not progress)]
-    ordered = sorted(total for part in distributed.all_gather(totals) for total in part)
-    nll, scored = 0.0, 0
-    for _, batch_total, batch_scored in ordered:
-        nll += batch_total
-        scored += batch_scored
-    return Perplexity(ppl=math.exp(nll / scored), nll=nll, scored_tokens=scored)
-
-
 def add_score_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `score` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "score", run_score,
-        help="score a samples.jsonl file (Gen. PPL, H, R4, C2)",
-        description="Compute the metrics of a samples.jsonl file and write them as JSON beside it (or to --out).")
+    parser = subcommand(subparsers, "score", run_score)
     parser.add_argument("samples", type=Path, help="JSON-lines file, one object with 'ids' and 'text' per line")
     parser.add_argument("--scorer", type=Path, help="local folder of the causal LM for Gen. PPL (e.g. GPT-2 Large)")
     parser.add_argument("--out", type=output_file,
                         help="result JSON (default: <samples>.scores.json beside the samples)")
-    parser.add_argument(
-        "--metrics",
-        type=lambda value: [m.strip() for m in value.split(",") if m.strip()],
-        help=f"comma-separated subset of {','.join(METRICS)} (default: all; ppl only with --scorer)",
-    )
+    parser.add_argument("--metrics", type=lambda value: [m.strip() for m in value.split(",") if m.strip()],
+                        help=f"comma-separated subset of {','.join(METRICS)} (default: all; ppl only with --scorer)")
     parser.add_argument("--batch-size", type=integer(1), default=8, help="chunks per scorer forward pass (default 8)")
     parser.add_argument("--chunk-size", type=integer(2),
                         help="scorer tokens per chunk (default min(1024, max positions))")
-    parser.add_argument(
-        "--device",
-        default="cpu",
-        type=device(kernels=False),
-        help="scorer device, e.g. cpu or cuda (default cpu; under torchrun cuda is each process's own GPU)",
-    )
-    parser.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="scorer dtype (default fp32)")
+    add_compute_options(parser, kernels=False, device_default="cpu", dtypes=tuple(DTYPES), dtype_default="fp32",
+                        dtype_help="scorer dtype", progress=False)
     return parser
 
 
 def run_score(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa score`: score the file, print one `name: value` line per result key, return 0."""
+    """score a samples.jsonl file (Gen. PPL, H, R4, C2)
+
+    Compute the metrics of a samples.jsonl file and write them as JSON beside it (or to --out)."""
     names = resolve_metrics(args.metrics, args.scorer)
     require("rangeswa score", "eval", tuple(m for n, m in (("ppl", "transformers"), ("c2", "sklearn")) if n in names))
     out = default_output(args.samples) if args.out is None else args.out
-    result = score_file(
-        args.samples,
-        scorer=args.scorer,
-        out=out,
-        metrics=args.metrics,
-        batch_size=args.batch_size,
-        device=args.device,
-        dtype=args.dtype,
-        chunk_size=args.chunk_size,
-    )
+    result = score_file(args.samples, scorer=args.scorer, out=out, metrics=args.metrics, batch_size=args.batch_size,
+                        device=args.device, dtype=args.dtype, chunk_size=args.chunk_size)
     if not distributed.launched_world().main:
         return 0
     for name, value in result.items():

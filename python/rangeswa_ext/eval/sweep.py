@@ -37,7 +37,8 @@ from ..methods import METHODS
 from .genppl import DTYPES as SCORER_DTYPES
 from .plots import plot_model
 from .score import resolve_metrics, score_file
-from .tables import Result, results_csv, results_json, results_table, seeds_csv, seeds_table, summarize
+from .tables import (Result, configuration_name, results_csv, results_json, results_table, seeds_csv, seeds_table,
+                     summarize)
 
 try:
     import tomllib
@@ -115,7 +116,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return f"{self.model.name}/{self.method}_L{self.length}_seed{self.seed}"
+        return configuration_name(self.model.name, self.method, self.length, self.seed)
 
     def samples_path(self, output: Path) -> Path:
         return output / "samples" / f"{self.name}.jsonl"
@@ -222,10 +223,12 @@ def check_inputs(config: SweepConfig) -> None:
     """Every file the sweep reads exists: checkpoints, tokenizer folders, prompts files and, for Gen. PPL, the
     scorer folder."""
     for model in config.models:
-        backbones.backbone_for(model.preset).find_checkpoint(model.checkpoint)
-        if not model.tokenizer.is_dir():
-            raise FileNotFoundError(f"{config.source}: tokenizer folder {model.tokenizer} of [models.{model.name}] "
-                                    f"does not exist")
+        backbone = backbones.backbone_for(model.preset)
+        backbone.find_checkpoint(model.checkpoint)
+        try:
+            backbone.tokenizer_folder(model.tokenizer, model.preset)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{config.source}, [models.{model.name}]: {e}") from None
         if model.prompts is not None and not model.prompts.is_file():
             raise FileNotFoundError(f"{config.source}: prompts file {model.prompts} of [models.{model.name}] does "
                                     f"not exist")
@@ -459,12 +462,7 @@ class _Checker:
 
 def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `sweep` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "sweep", run_sweep,
-        help="generate and score a grid of models x lengths x methods x seeds, then render tables and plots",
-        description="Run every configuration of a sweep file (TOML) that is not finished yet, then write the "
-                    "paper's tables (markdown), CSV, JSON and figures to its output folder. Rerun to resume; "
-                    "run under torchrun to split every configuration over the processes.")
+    parser = subcommand(subparsers, "sweep", run_sweep)
     parser.add_argument("config", type=Path, help="sweep file (TOML); see examples/sweep_tiny.toml")
     parser.add_argument("--render-only", action="store_true",
                         help="run nothing: render the tables and figures of the finished configurations")
@@ -473,7 +471,11 @@ def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa sweep`: run the sweep, print what was done (rank 0), return 0."""
+    """generate and score a grid of models x lengths x methods x seeds, then render tables and plots
+
+    Run every configuration of a sweep file (TOML) that is not finished yet, then write the paper's tables
+    (markdown), CSV, JSON and figures to its output folder. Rerun to resume; run under torchrun to split every
+    configuration over the processes."""
     require("rangeswa sweep", "eval", ("transformers", "matplotlib"))
     done = sweep(args.config, render_only=args.render_only, progress=not args.no_progress)
     if distributed.launched_world().main:

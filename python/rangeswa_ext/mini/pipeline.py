@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from .. import outputs
-from ..arguments import device, integer, number, output_folder, require, subcommand
+from ..arguments import add_compute_options, integer, number, output_folder, require, subcommand
 from ..models.elf import ELF_CONFIGS, ELFConfig
 from ..models.elf_checkpoint import find_checkpoint, read_checkpoint, save_checkpoint
 from . import corpus as corpus_module
@@ -105,10 +105,9 @@ def add_train_mini_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--train-length", type=integer(1), default=None,
                         help="ELF-mini's training length T (default: the preset's, 128)")
     parser.add_argument("--seed", type=integer(), default=0, help="seed of the data order and initialisation")
-    parser.add_argument("--device", type=device(), default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--export", type=output_folder, default=None,
                         help="write the shipped files here (python/rangeswa_ext/mini/data to replace the package's)")
-    parser.add_argument("--no-progress", action="store_true")
+    add_compute_options(parser)
     return parser
 
 

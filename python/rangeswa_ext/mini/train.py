@@ -73,6 +73,30 @@ def learning_rate(config: TrainConfig, step: int) -> float:
     return config.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def resume(file: Path, settings: dict, device, model, optimizer, generator: torch.Generator) -> tuple[int, dict]:
+    """The step a training run continues from (0 for a new one) and its saved state, after restoring the model,
+    optimizer and data generator from ``file``; a file of other settings is refused (ELF-mini and the judge)."""
+    if not file.exists():
+        return 0, {}
+    state = torch.load(file, map_location=device, weights_only=False)
+    if state["settings"] != settings:
+        raise ValueError(f"{file} belongs to a run with other settings; use another --out folder")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    generator.set_state(state["generator"])
+    return state["step"], state
+
+
+def optimize(model, optimizer, loss: torch.Tensor, lr: float) -> None:
+    """One step at learning rate ``lr`` on ``loss``, gradients clipped to norm 1 (ELF-mini and the judge)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
 def random_windows(ids: torch.Tensor, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
     """``batch`` random windows of ``length`` consecutive corpus tokens, [batch, length]."""
     if ids.numel() <= length:
@@ -130,32 +154,19 @@ def train_elf(ids: torch.Tensor, table: torch.Tensor, model_config: ELFConfig, c
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
-    step = 0
     state_file = out / "training_state.pt"
     settings = dict(model=dataclasses.asdict(model_config), train=dataclasses.asdict(config))
-    if state_file.exists():
-        state = torch.load(state_file, map_location=device, weights_only=False)
-        if state["settings"] != settings:
-            raise ValueError(f"{state_file} belongs to a run with other settings; use another --out folder")
-        model.load_state_dict(state["model"])
-        ema = state["ema"]
-        optimizer.load_state_dict(state["optimizer"])
-        generator.set_state(state["generator"])
-        step = state["step"]
+    step, saved = resume(state_file, settings, device, model, optimizer, generator)
+    ema = saved.get("ema", ema)
     table = table.to(device)
     ids = ids.cpu()
     last = out / f"checkpoint_{step}"
     bar = tqdm(total=config.steps, initial=step, desc="train elf-mini", unit="step", disable=not progress)
     end = config.steps if stop_at is None else min(config.steps, stop_at)
     while step < end:
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(config, step)
         tokens = random_windows(ids, config.batch_size, model_config.train_length, generator)
         loss, branch = elf_loss(model, table, tokens, config, generator)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        optimize(model, optimizer, loss, learning_rate(config, step))
         with torch.no_grad():
             for k, v in model.state_dict().items():
                 ema[k].lerp_(v, 1 - config.ema)
@@ -193,28 +204,15 @@ def train_judge(ids: torch.Tensor, vocab_size: int, config: TrainConfig, out: st
     model = GPT2LMHeadModel(judge_config(vocab_size, positions)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.01)
     generator = torch.Generator().manual_seed(config.seed + 1)
-    step = 0
     state_file = out / "judge_state.pt"
     settings = dict(vocab=vocab_size, positions=positions, train=dataclasses.asdict(config))
-    if state_file.exists():
-        state = torch.load(state_file, map_location=device, weights_only=False)
-        if state["settings"] != settings:
-            raise ValueError(f"{state_file} belongs to a run with other settings; use another --out folder")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        generator.set_state(state["generator"])
-        step = state["step"]
+    step, _ = resume(state_file, settings, device, model, optimizer, generator)
     bar = tqdm(total=config.steps, initial=step, desc="train judge", unit="step", disable=not progress)
     model.train()
     while step < config.steps:
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(config, step)
         tokens = random_windows(ids.cpu(), config.batch_size, positions, generator).to(device)
         loss = model(input_ids=tokens, labels=tokens).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        optimize(model, optimizer, loss, learning_rate(config, step))
         step += 1
         bar.update(1)
         bar.set_postfix_str(f"loss {loss.item():.3f}")

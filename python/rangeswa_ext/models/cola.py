@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from ..reference.rope import inv_freq
 from .cola_cache import KVCache, attention_padding
 from .cola_vae import ColaVAE, ColaVAEConfig
-from .kit import AttentionSeam, at_least, lookup
+from .kit import AttentionSeam, at_least, attend, lookup
 from .linear import Linear
 
 
@@ -222,9 +222,7 @@ class PriorAttention(nn.Module):
             k, v = cache.extend(layer, k, v)
             if getattr(attention, "supports_context", False):
                 context = dict(context=cache.context(layer), stable=stable)
-        out = attention(q, k, v, control_tokens=0, stage=stage, causal_block=causal_block, **padding, **context)
-        if out.shape != q.shape:
-            raise ValueError(f"the attention method returned shape {tuple(out.shape)}; expected q's {tuple(q.shape)}")
+        out = attend(attention, q, k, v, control_tokens=0, stage=stage, causal_block=causal_block, **padding, **context)
         return self.proj_out(out.transpose(1, 2).reshape(B, Lq, self.n_head * self.head_dim))
 
 

@@ -19,8 +19,8 @@ from ..reference.rope import inv_freq
 from .cola import Cola, ColaConfig, ColaPrior, ColaPriorConfig
 from .cola_vae import ColaVAEConfig
 from .kit import existing_path
-from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, read_json_object, require_keys,
-                     safetensors_shapes, shard_shapes)
+from .strict import (assign_parameter, check_state_dict, read_json_object, read_tensors, require_keys, save_shards,
+                     shard_shapes, weight_files)
 
 PathLike = Union[str, Path]
 
@@ -69,18 +69,11 @@ def find_checkpoint(path: PathLike) -> Path:
     return folder
 
 
-def _read_json(file: Path, model_type: str) -> dict:
-    config = read_json_object(file)
-    if config.get("model_type", model_type) != model_type:
-        raise ValueError(f"{file} has model_type {config.get('model_type')!r}; expected {model_type!r}")
-    return config
-
-
 def prior_config_from_hf(file: PathLike) -> ColaPriorConfig:
     """The prior config of a ``cola_dit/config.json`` (official keys; `PRIOR_REQUIRED` must be there, the others
     take the official defaults; the training length from `TRAIN_LENGTH_KEYS` when present, else 2048)."""
     file = Path(file)
-    raw = _read_json(file, "cola_dit")
+    raw = read_json_object(file, "cola_dit", "CoLa prior")
     require_keys(raw, PRIOR_REQUIRED, file, "CoLa prior")
     hf = {**PRIOR_DEFAULTS, **raw}
     wrong = []
@@ -106,7 +99,7 @@ def vae_config_from_hf(file: PathLike) -> ColaVAEConfig:
     """The VAE config of a ``cola_vae/config.json`` (official keys; `VAE_REQUIRED_KEYS` must be there, the others
     take the official defaults)."""
     file = Path(file)
-    raw = _read_json(file, "cola_text_vae")
+    raw = read_json_object(file, "cola_text_vae", "CoLa VAE")
     require_keys(raw, VAE_REQUIRED_KEYS, file, "CoLa VAE")
     wrong = [f"{k}={raw[k]!r} (expected {v!r})" for k, v in VAE_REQUIRED.items() if k in raw and raw[k] != v]
     if wrong:
@@ -124,29 +117,11 @@ def vae_config_from_hf(file: PathLike) -> ColaVAEConfig:
         raise ValueError(f"{file}: {e}") from e
 
 
-def weight_files(folder: Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file holding it: from ``model.safetensors.index.json`` when present
-    (every listed shard checked to exist), else from every ``*.safetensors`` of the folder."""
-    files = indexed_shards(folder)
-    if files is not None:
-        return files
-    files = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        for name in safetensors_shapes(file):
-            if name in files:
-                raise ValueError(f"tensor {name} is in both {files[name].name} and {file.name} of {folder}, and there "
-                                 f"is no {INDEX_FILE} to say which to use")
-            files[name] = file
-    return files
-
-
 def _load_part(module: nn.Module, folder: Path, name: str, device: torch.device) -> None:
     """Stream ``folder``'s safetensors into ``module`` (built on meta), fp32, after a strict key check.
 
     The prior's ``*.rope.rope.freqs`` buffers follow from theta: when the checkpoint holds none of them they
     are computed; when it holds them they must equal theta's frequencies."""
-    from safetensors import safe_open
-
     files = weight_files(folder)
     shapes = shard_shapes(files, folder)
     buffers = {k: tuple(b.shape) for k, b in module.named_buffers()}
@@ -154,19 +129,14 @@ def _load_part(module: nn.Module, folder: Path, name: str, device: torch.device)
     check_state_dict(module, {k: torch.empty(s, device="meta") for k, s in {**shapes, **computed}.items()},
                      str(folder), name)
 
-    for file in sorted(set(files.values())):
-        with safe_open(str(file), framework="pt", device="cpu") as shard:
-            for key in shard.keys():
-                if files.get(key) != file:
-                    continue
-                tensor = shard.get_tensor(key).to(device=device, dtype=torch.float32)
-                if key in buffers:
-                    if not torch.allclose(tensor, _rope_freqs(module, device), rtol=1e-6, atol=0):
-                        raise ValueError(f"{file}: {key} holds RoPE frequencies other than theta = "
-                                         f"{module.config.rope_theta}'s over {module.config.rotary_dim} dims")
-                    _assign_buffer(module, key, tensor)
-                else:
-                    assign_parameter(module, key, nn.Parameter(tensor, requires_grad=False))
+    for file, key, tensor in read_tensors(files, device, torch.float32):
+        if key not in buffers:
+            assign_parameter(module, key, nn.Parameter(tensor, requires_grad=False))
+            continue
+        if not torch.allclose(tensor, _rope_freqs(module, device), rtol=1e-6, atol=0):
+            raise ValueError(f"{file}: {key} holds RoPE frequencies other than theta = "
+                             f"{module.config.rope_theta}'s over {module.config.rotary_dim} dims")
+        _assign_buffer(module, key, tensor)
     for key in computed:
         _assign_buffer(module, key, _rope_freqs(module, device))
 
@@ -224,16 +194,8 @@ def save_cola(model: Cola, folder: PathLike, prior_shards: int = 1) -> Path:
         state = {k: t.detach().cpu().contiguous() for k, t in module.state_dict().items()}
         if shards == 1:
             save_file(state, str(sub / "model.safetensors"), metadata={"format": "pt"})
-            continue
-        names, weight_map = list(state), {}
-        for number in range(1, shards + 1):
-            file = f"model-{number:05d}-of-{shards:05d}.safetensors"
-            group = names[number - 1::shards]
-            save_file({k: state[k] for k in group}, str(sub / file), metadata={"format": "pt"})
-            weight_map.update({k: file for k in group})
-        total = sum(t.numel() * t.element_size() for t in state.values())
-        (sub / INDEX_FILE).write_text(json.dumps(dict(metadata=dict(total_size=total), weight_map=weight_map),
-                                                 indent=2) + "\n", encoding="utf-8")
+        else:
+            save_shards(state, sub, shards)
     return folder
 
 

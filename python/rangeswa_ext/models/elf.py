@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kit import AttentionSeam, Presets, WeightedNorm, at_least
+from .kit import AttentionSeam, Presets, WeightedNorm, at_least, attend, check_heads, checked_input
 from .linear import Linear
 
 Scalar = Union[float, torch.Tensor]
@@ -85,10 +85,7 @@ class ELFConfig(Presets):
     def __post_init__(self):
         at_least(self, ("n_layer", "dim", "n_head", "encoder_dim", "bottleneck_dim", "vocab_size", "time_tokens",
                         "guidance_tokens", "mode_tokens", "frequency_dim", "train_length"))
-        if self.dim % self.n_head:
-            raise ValueError(f"ELFConfig.dim ({self.dim}) must be a multiple of n_head ({self.n_head})")
-        if self.head_dim % 2:
-            raise ValueError(f"head dim dim / n_head = {self.head_dim} must be even (RoPE rotates pairs)")
+        check_heads(self)
         if self.frequency_dim % 2:
             raise ValueError(f"ELFConfig.frequency_dim must be even (cos and sin halves), got {self.frequency_dim}")
 
@@ -166,10 +163,7 @@ class Attention(nn.Module):
         B, N, C = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = self.q_norm(q), self.k_norm(k)
-        out = attention(q, k, v, control_tokens=control_tokens, stage=stage)
-        if out.shape != v.shape:
-            raise ValueError(f"the attention method returned shape {tuple(out.shape)}; "
-                             f"expected [B, H, N, D] = {tuple(v.shape)}")
+        out = attend(attention, q, k, v, control_tokens=control_tokens, stage=stage)
         return self.proj(out.transpose(1, 2).reshape(B, N, C))
 
 
@@ -269,12 +263,7 @@ class ELF(AttentionSeam, nn.Module):
             the x-prediction [B, L, encoder_dim], or with ``decode`` fp32 logits [B, L, vocab_size].
         """
         attention = self.require_attention()
-        if z.dim() != 3 or z.shape[-1] != self.config.encoder_dim or z.shape[1] < 1:
-            raise ValueError(f"z must be [B, L, {self.config.encoder_dim}] with L >= 1, got {tuple(z.shape)}")
-        if self_cond is None:
-            self_cond = torch.zeros_like(z)
-        elif self_cond.shape != z.shape:
-            raise ValueError(f"self_cond must have z's shape {tuple(z.shape)}, got {tuple(self_cond.shape)}")
+        self_cond = checked_input(z, self_cond, self.config.encoder_dim)
         B = z.shape[0]
         t = _per_example(t, B, z.device, "t")
         guidance = _per_example(guidance, B, z.device, "guidance")

@@ -4,7 +4,9 @@
 - `Presets`: a model config's named presets (``Config.from_name``) and its ``replace``.
 - `SamplerPresets`: a sampler config's settings per model (``SamplerConfig.for_model``) and its ``replace``.
 - `at_least`: a config's whole-number fields checked against a floor, one message.
+- `check_heads`: a config's width split into heads of an even size, one message.
 - `AttentionSeam`: the attention method a model calls in every layer, held outside ``state_dict``.
+- `attend`, `checked_input`: an attention call's output and a denoiser's input, checked (one message each).
 - `WeightedNorm`: a normalisation layer's eps and weight (each backbone's norm computes its own way).
 - `existing_path`: a checkpoint or tokenizer path that must exist, one message.
 - `load_local_tokenizer`: a tokenizer saved in a local folder (no download), one message per failure.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import ClassVar, Mapping, Union
+from typing import ClassVar, Mapping, Optional, Union
 
 import torch
 import torch.nn as nn
@@ -80,6 +82,15 @@ def at_least(config, names: tuple, least: int = 1) -> None:
             raise ValueError(f"{type(config).__name__}.{name} must be >= {least}, got {value}")
 
 
+def check_heads(config, dim: str = "dim", heads: str = "n_head") -> None:
+    """ValueError unless the field ``dim`` splits into ``heads`` heads of an even size (RoPE rotates pairs)."""
+    width, count = getattr(config, dim), getattr(config, heads)
+    if width % count:
+        raise ValueError(f"{type(config).__name__}.{dim} ({width}) must be a multiple of {heads} ({count})")
+    if width // count % 2:
+        raise ValueError(f"head dim {dim} / {heads} = {width // count} must be even (RoPE rotates pairs)")
+
+
 class AttentionSeam:
     """Mixin of a model (before ``nn.Module`` in its bases) whose every layer calls one attention method.
 
@@ -107,6 +118,27 @@ class AttentionSeam:
             raise RuntimeError(f"{type(self).__name__} has no attention method; pass attention= or call "
                                f"set_attention({self.ATTENTION_EXAMPLE})")
         return self.attention
+
+
+def attend(attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **call) -> torch.Tensor:
+    """``attention(q, k, v, **call)``, checked to be [B, H, N, D] in q's shape (k and v may be longer: a cache)."""
+    out = attention(q, k, v, **call)
+    if out.shape != q.shape:
+        raise ValueError(f"the attention method returned shape {tuple(out.shape)}; expected [B, H, N, D] = "
+                         f"{tuple(q.shape)}")
+    return out
+
+
+def checked_input(z: torch.Tensor, self_cond: Optional[torch.Tensor], width: int) -> torch.Tensor:
+    """The self-conditioning input of a denoiser call on ``z`` [B, L, width] (L >= 1): ``self_cond`` checked
+    to have z's shape, or zeros for None (the first call). ValueError for a z or self_cond of another shape."""
+    if z.dim() != 3 or z.shape[-1] != width or z.shape[1] < 1:
+        raise ValueError(f"z must be [B, L, {width}] with L >= 1, got {tuple(z.shape)}")
+    if self_cond is None:
+        return torch.zeros_like(z)
+    if self_cond.shape != z.shape:
+        raise ValueError(f"self_cond must have z's shape {tuple(z.shape)}, got {tuple(self_cond.shape)}")
+    return self_cond
 
 
 class WeightedNorm(nn.Module):

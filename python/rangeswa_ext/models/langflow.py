@@ -31,9 +31,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .elf import ScalarEmbedder, _per_example
-from .kit import AttentionSeam, Presets, WeightedNorm, at_least, existing_path, load_local_tokenizer
+from .kit import (AttentionSeam, Presets, WeightedNorm, at_least, attend, check_heads, checked_input,
+                  existing_path, load_local_tokenizer)
 from .linear import Linear, linear
-from .strict import check_state_dict, require_keys
+from .strict import check_state_dict, read_json_object, require_keys
 
 Scalar = Union[float, torch.Tensor]
 PathLike = Union[str, Path]
@@ -91,11 +92,7 @@ class LangFlowConfig(Presets):
     def __post_init__(self):
         at_least(self, ("n_blocks", "hidden_size", "n_heads", "cond_dim", "vocab_size", "train_length",
                         "frequency_dim", "mlp_ratio"))
-        if self.hidden_size % self.n_heads:
-            raise ValueError(f"LangFlowConfig.hidden_size ({self.hidden_size}) must be a multiple of "
-                             f"n_heads ({self.n_heads})")
-        if self.head_dim % 2:
-            raise ValueError(f"head dim hidden_size / n_heads = {self.head_dim} must be even (RoPE rotates pairs)")
+        check_heads(self, "hidden_size", "n_heads")
         if self.frequency_dim % 2:
             raise ValueError(f"LangFlowConfig.frequency_dim must be even (cos and sin halves), got {self.frequency_dim}")
         if self.gumbel_scale <= 0:
@@ -171,10 +168,7 @@ class DDiTBlock(nn.Module):
         h = modulate(self.norm1(x), shift_msa, scale_msa)
         # Views of the one projection: the op reads these strided rows in place.
         q, k, v = self.attn_qkv(h).view(B, N, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        out = attention(q, k, v, control_tokens=0, stage=stage)
-        if out.shape != v.shape:
-            raise ValueError(f"the attention method returned shape {tuple(out.shape)}; "
-                             f"expected [B, H, N, D] = {tuple(v.shape)}")
+        out = attend(attention, q, k, v, control_tokens=0, stage=stage)
         x = x + gate_msa * self.attn_out(out.transpose(1, 2).reshape(B, N, D))
         return x + gate_mlp * self.mlp(modulate(self.norm2(x), shift_mlp, scale_mlp))
 
@@ -355,13 +349,7 @@ class LangFlow(AttentionSeam, nn.Module):
     def _network(self, z, gamma, self_cond, stage) -> tuple[torch.Tensor, torch.Tensor]:
         """(the DiT's logits, gamma as [B] fp32), after checking the inputs."""
         self.require_attention()
-        D = self.config.hidden_size
-        if z.dim() != 3 or z.shape[-1] != D or z.shape[1] < 1:
-            raise ValueError(f"z must be [B, L, {D}] with L >= 1, got {tuple(z.shape)}")
-        if self_cond is None:
-            self_cond = torch.zeros_like(z)
-        elif self_cond.shape != z.shape:
-            raise ValueError(f"self_cond must have z's shape {tuple(z.shape)}, got {tuple(self_cond.shape)}")
+        self_cond = checked_input(z, self_cond, self.config.hidden_size)
         gamma = _per_example(gamma, z.shape[0], z.device, "gamma")
         return self.backbone(z, gamma, self_cond, self.attention, stage), gamma
 
@@ -420,14 +408,7 @@ def read_config(path: PathLike) -> LangFlowConfig:
     architecture switch (``use_bias``, ``self_conditioning``, ``use_normalized_embedding``) that is off.
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object of LangFlow settings, got {type(data).__name__}")
-    if data.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-        raise ValueError(f"{path} has model_type {data['model_type']!r}; a LangFlow config has {MODEL_TYPE!r}")
+    data = read_json_object(path, MODEL_TYPE, "LangFlow")
     known = (*CONFIG_KEYS, *ARCHITECTURE_FLAGS, *IGNORED_KEYS)
     unknown = sorted(set(data) - set(known))
     if unknown:

@@ -25,10 +25,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..masking import valid_ranges
-from .kit import AttentionSeam, Presets, WeightedNorm, at_least, existing_path, load_local_tokenizer
+from .kit import (AttentionSeam, Presets, WeightedNorm, at_least, attend, check_heads, existing_path,
+                  load_local_tokenizer)
 from .linear import Linear
-from .strict import (INDEX_FILE, assign_parameter, check_state_dict, indexed_shards, read_json_object, require_keys,
-                     safetensors_shapes, shard_shapes)
+from .strict import (INDEX_FILE, assign_parameter, check_state_dict, read_json_object, read_tensors, require_keys,
+                     save_shards, shard_shapes, weight_files)
 
 PathLike = Union[str, Path]
 
@@ -75,10 +76,7 @@ class LLaDAConfig(Presets):
 
     def __post_init__(self):
         at_least(self, ("n_layer", "dim", "n_head", "mlp_dim", "vocab_size", "train_length"))
-        if self.dim % self.n_head:
-            raise ValueError(f"LLaDAConfig.dim ({self.dim}) must be a multiple of n_head ({self.n_head})")
-        if self.head_dim % 2:
-            raise ValueError(f"head dim dim / n_head = {self.head_dim} must be even (RoPE rotates pairs)")
+        check_heads(self)
         for name in ("mask_id", "eos_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
                 raise ValueError(f"LLaDAConfig.{name} = {getattr(self, name)} must be a token id below "
@@ -123,10 +121,7 @@ class Block(nn.Module):
         # Head n takes columns [n*D_h, (n+1)*D_h) of each projection; [B, H, N, D_h] views, no copies.
         q, k, v = (proj(h).view(B, N, self.n_head, self.head_dim).transpose(1, 2)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
-        out = attention(q, k, v, control_tokens=0, stage=stage, **padding)
-        if out.shape != v.shape:
-            raise ValueError(f"the attention method returned shape {tuple(out.shape)}; "
-                             f"expected [B, H, N, D] = {tuple(v.shape)}")
+        out = attend(attention, q, k, v, control_tokens=0, stage=stage, **padding)
         x = x + self.attn_out(out.transpose(1, 2).reshape(B, N, D))
         h = self.ff_norm(x)
         return x + self.ff_out(F.silu(self.ff_proj(h)) * self.up_proj(h))
@@ -239,9 +234,7 @@ def find_checkpoint(path: PathLike) -> Path:
 def config_from_hf(folder: PathLike) -> LLaDAConfig:
     """The LLaDAConfig of a Hugging Face folder's config.json, after checking it describes LLaDA's architecture."""
     file = find_checkpoint(folder) / "config.json"
-    hf = read_json_object(file)
-    if hf.get("model_type") != "llada":
-        raise ValueError(f"{file} has model_type {hf.get('model_type')!r}; this loader reads LLaDA ('llada') only")
+    hf = read_json_object(file, "llada", "LLaDA")
     require_keys(hf, _CONFIG_KEYS, file, "LLaDA")
     wrong = [f"{k}={hf.get(k)!r} (expected {v!r})" for k, v in _REQUIRED_CONFIG.items() if k in hf and hf[k] != v]
     kv_heads = hf.get("n_kv_heads")
@@ -255,16 +248,6 @@ def config_from_hf(folder: PathLike) -> LLaDAConfig:
         raise ValueError(f"{file}: {e}") from e
 
 
-def shard_map(folder: PathLike) -> dict[str, Path]:
-    """Tensor name -> the safetensors file holding it, from the index (or the single file), every file checked
-    to exist."""
-    folder = find_checkpoint(folder)
-    files = indexed_shards(folder)
-    if files is None:
-        return {name: folder / SINGLE_FILE for name in safetensors_shapes(folder / SINGLE_FILE)}
-    return files
-
-
 def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dtype: Optional[torch.dtype] = None,
                attention=None) -> LLaDA:
     """LLaDA from a local Hugging Face folder (config.json + safetensors shards), strictly checked.
@@ -275,34 +258,23 @@ def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dt
     bf16 on CUDA and fp32 elsewhere. Every missing, unexpected or mis-shaped tensor is named in one
     `CheckpointMismatchError` before any weight is read.
     """
-    from safetensors import safe_open
-
     folder = find_checkpoint(folder)
     device = torch.device(device)
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     config = config_from_hf(folder)
-    files = shard_map(folder)
+    files = weight_files(folder)
     with torch.device("meta"):
         model = LLaDA(config, attention=attention)
     shapes = shard_shapes(files, folder)
     check_state_dict(model, {k: torch.empty(s, device="meta") for k, s in shapes.items()}, str(folder), "LLaDA")
-
-    for file in sorted(set(files.values())):
-        with safe_open(str(file), framework="pt", device="cpu") as shard:
-            for name in shard.keys():
-                if files.get(name) != file:
-                    continue
-                tensor = shard.get_tensor(name).to(device=device, dtype=dtype)
-                assign_parameter(model, name, nn.Parameter(tensor, requires_grad=False))
-                del tensor
+    for _, name, tensor in read_tensors(files, device, dtype):
+        assign_parameter(model, name, nn.Parameter(tensor, requires_grad=False))
     return model.eval()
 
 
 def save_llada(model: LLaDA, folder: PathLike, shards: int = 1) -> Path:
     """Write ``model`` as a Hugging Face folder: config.json (LLaDA-8B's keys with this model's sizes) and its
     weights in ``shards`` safetensors files with an index (tests, and a converted or fine-tuned model)."""
-    from safetensors.torch import save_file
-
     folder = Path(folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     c = model.config
@@ -310,17 +282,7 @@ def save_llada(model: LLaDA, folder: PathLike, shards: int = 1) -> Path:
               **{key: getattr(c, field) for key, field in _CONFIG_KEYS.items()}, n_kv_heads=c.n_head,
               vocab_size=c.vocab_size, pad_token_id=c.eos_id, rope_full_precision=True, use_cache=False)
     (folder / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    names = list(state)
-    groups = [names[i::shards] for i in range(shards)]  # scattered, like the official shards
-    weight_map = {}
-    for number, group in enumerate(groups, start=1):
-        file = f"model-{number:05d}-of-{shards:05d}.safetensors"
-        save_file({k: state[k] for k in group}, str(folder / file), metadata={"format": "pt"})
-        weight_map.update({k: file for k in group})
-    total = sum(v.numel() * v.element_size() for v in state.values())
-    index = dict(metadata=dict(total_size=total), weight_map=weight_map)
-    (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    save_shards({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, folder, shards)
     return folder
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping, Optional
 
 import torch
 import torch.nn as nn
@@ -67,14 +67,17 @@ def safetensors_shapes(file: Path) -> dict[str, tuple]:
         raise ValueError(f"{file} is not a readable safetensors file: {e}") from e
 
 
-def read_json_object(file: Path) -> dict:
-    """The JSON object in ``file`` (a config.json); anything else is a ValueError naming the file."""
+def read_json_object(file: Path, model_type: Optional[str] = None, family: str = "") -> dict:
+    """The JSON object in ``file`` (a config.json) of a ``family`` model; anything else is a ValueError naming
+    the file. With ``model_type``, a ``model_type`` key must be that one (an absent key passes)."""
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{file} is not valid JSON: {e}") from e
     if not isinstance(data, dict):
-        raise ValueError(f"{file} must hold a JSON object, got {type(data).__name__}")
+        raise ValueError(f"{file} must hold a JSON object of {family} settings, got {type(data).__name__}")
+    if model_type is not None and data.get("model_type", model_type) != model_type:
+        raise ValueError(f"{file} has model_type {data['model_type']!r}; a {family} config has {model_type!r}")
     return data
 
 
@@ -94,6 +97,51 @@ def indexed_shards(folder: Path) -> dict[str, Path] | None:
         raise FileNotFoundError(f"{folder} lacks the shard(s) {', '.join(absent)} that {INDEX_FILE} lists; "
                                 f"the download is incomplete")
     return files
+
+
+def weight_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it: from ``model.safetensors.index.json`` when present
+    (every listed shard checked to exist), else from every ``*.safetensors`` of the folder."""
+    files = indexed_shards(folder)
+    if files is not None:
+        return files
+    files = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        for name in safetensors_shapes(file):
+            if name in files:
+                raise ValueError(f"tensor {name} is in both {files[name].name} and {file.name} of {folder}, and there "
+                                 f"is no {INDEX_FILE} to say which to use")
+            files[name] = file
+    return files
+
+
+def read_tensors(files: Mapping[str, Path], device, dtype: torch.dtype) -> Iterator[tuple[Path, str, torch.Tensor]]:
+    """(file, name, tensor) of every tensor of a shard map (tensor -> file), read one at a time, cast to
+    ``dtype`` and moved to ``device``: streamed into a model built on ``meta``, the host never holds more than
+    one tensor beyond the model."""
+    from safetensors import safe_open
+
+    for file in sorted(set(files.values())):
+        with safe_open(str(file), framework="pt", device="cpu") as shard:
+            for name in shard.keys():
+                if files.get(name) == file:
+                    yield file, name, shard.get_tensor(name).to(device=device, dtype=dtype)
+
+
+def save_shards(state: Mapping[str, torch.Tensor], folder: Path, shards: int) -> None:
+    """``state`` as ``shards`` files ``model-0000N-of-0000M.safetensors`` (tensors dealt round-robin: scattered,
+    like the official shards) and their ``model.safetensors.index.json``."""
+    from safetensors.torch import save_file
+
+    names, weight_map = list(state), {}
+    for number in range(1, shards + 1):
+        file = f"model-{number:05d}-of-{shards:05d}.safetensors"
+        group = names[number - 1::shards]
+        save_file({k: state[k] for k in group}, str(folder / file), metadata={"format": "pt"})
+        weight_map.update({k: file for k in group})
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    index = dict(metadata=dict(total_size=total), weight_map=weight_map)
+    (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
 
 
 def shard_shapes(files: Mapping[str, Path], folder: Path) -> dict[str, tuple]:

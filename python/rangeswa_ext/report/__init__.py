@@ -42,11 +42,7 @@ def build_report(runs, out: Optional[Path] = None, *, title: str = "rangeswa rep
 
 def add_report_parser(subparsers) -> argparse.ArgumentParser:
     """Register the `report` subcommand (`arguments.subcommand`) and its options."""
-    parser = subcommand(
-        subparsers, "report", run_report,
-        help="one self-contained HTML page of demo, sweep, score, judge and niah outputs",
-        description="Write one static HTML page (no network: styles, script and images inline) with the tables, "
-                    "length plots, judge and NIAH results, a sample browser and the runs' settings.")
+    parser = subcommand(subparsers, "report", run_report)
     parser.add_argument("runs", nargs="+", type=Path,
                         help="demo, sweep, judge or niah output folders, .scores.json files, samples .jsonl files")
     parser.add_argument("--out", type=Path, help="the HTML file (default: report.html in the first run's folder)")
@@ -57,7 +53,10 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """Handler of `rangeswa report`: write the page, print its path, return 0."""
+    """one self-contained HTML page of demo, sweep, score, judge and niah outputs
+
+    Write one static HTML page (no network: styles, script and images inline) with the tables, length plots, judge
+    and NIAH results, a sample browser and the runs' settings."""
     command = " ".join(shlex.quote(arg) for arg in ["rangeswa", "report", *map(str, args.runs)])
     path = build_report(args.runs, args.out, title=args.title, samples=args.samples, command=command)
     print(f"wrote {path}")

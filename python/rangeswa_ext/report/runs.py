@@ -158,16 +158,10 @@ def read_sweep(folder: Path) -> Sweep:
         known = settings.setdefault(model, dict(mine))
         for key in [k for k in known if mine.get(k) != known[k]]:
             known[key] = "(varies)"
-    figures = {}
-    for model in dict.fromkeys(r.model for r in results):
-        for suffix in ("svg", "png"):
-            if (folder / "figures" / f"{model}.{suffix}").is_file():
-                figures[model] = folder / "figures" / f"{model}.{suffix}"
-                break
-    demo_md = (folder / "demo.md").read_text(encoding="utf-8") if (folder / "demo.md").is_file() else None
-    config = (folder / "demo_sweep.toml").read_text(encoding="utf-8") if (folder / "demo_sweep.toml").is_file() else None
+    figures = _figures({model: folder / "figures" / model for model in dict.fromkeys(r.model for r in results)})
     files = sorted((folder / "samples").rglob("*.jsonl")) if (folder / "samples").is_dir() else []
-    return Sweep(folder, results, summaries, settings, presets, figures, files, demo_md, config)
+    return Sweep(folder, results, summaries, settings, presets, figures, files, _text(folder / "demo.md"),
+                 _text(folder / "demo_sweep.toml"))
 
 
 def read_judgement(folder: Path) -> Judgement:
@@ -187,12 +181,7 @@ def read_judgement(folder: Path) -> Judgement:
 def read_niah(folder: Path) -> Niah:
     """A niah folder: the summary, each method's heatmap and the settings of its samples."""
     summary = _json(folder / "niah_summary.json")
-    heatmaps = {}
-    for method in summary:
-        for suffix in ("svg", "png"):
-            if (folder / f"niah_{method}.{suffix}").is_file():
-                heatmaps[method] = folder / f"niah_{method}.{suffix}"
-                break
+    heatmaps = _figures({method: folder / f"niah_{method}" for method in summary})
     settings = {}
     for method in summary:
         path = folder / f"{method}.jsonl"
@@ -220,6 +209,20 @@ def samples_of(files, per_length: int) -> list[dict]:
         for group in groups.values():
             kept += sorted(group, key=lambda line: line["index"])[:per_length]
     return kept
+
+
+def _figures(stems: dict) -> dict[str, Path]:
+    """name -> the figure ``<stem>.svg``, else ``<stem>.png``, of each stem that has one."""
+    figures = {}
+    for name, stem in stems.items():
+        found = [p for p in (stem.with_name(f"{stem.name}.svg"), stem.with_name(f"{stem.name}.png")) if p.is_file()]
+        if found:
+            figures[name] = found[0]
+    return figures
+
+
+def _text(path: Path) -> Optional[str]:
+    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def _json(path: Path):
