@@ -100,17 +100,6 @@ struct PackedLaunch {
   int32_t S;
 };
 
-// The sequence of work item x (first[s] <= x < first[s + 1]): a binary search over the offsets.
-RSWA_HD int32_t packed_sequence(const PackedLaunch& pk, int64_t x) {
-  int32_t lo = 0, hi = pk.S - 1;  // the last s with first[s] <= x
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) / 2;
-    if (pk.first[mid] <= x) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 // The control rows' partial results: one per chunk of body keys and warp of its CTA (kControlSplit).
 RSWA_HD int32_t control_partials(const AttnKernelParams& p) { return p.control_chunks * kControlSplit; }
 

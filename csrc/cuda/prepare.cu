@@ -44,20 +44,12 @@ __global__ void __launch_bounds__(kThreads) prepare_vector_kernel(const PrepareP
   prepare_range<Element, kInterleaved, kLean>(p, bh, x - bh * p.by_units.d, w);
 }
 
-// Packed calls (prepare.h PackedPrepare): CTA x is CTA x - first[s] of sequence s's own launch, on its parameters.
-__device__ __forceinline__ int32_t prepare_sequence(const PackedPrepare& pk, int64_t x) {
-  int32_t lo = 0, hi = pk.S - 1;  // the last s with first[s] <= x
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) / 2;
-    if (pk.first[mid] <= x) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
+// Packed calls (prepare.h PackedPrepare): CTA x is CTA x - first[s] of sequence s's own launch, on its
+// parameters (s = layout.h packed_sequence).
 
 template <typename Element>
 __global__ void __launch_bounds__(kThreads) prepare_packed_kernel(const __grid_constant__ PackedPrepare pk) {
-  const int32_t s = prepare_sequence(pk, int64_t(blockIdx.x));
+  const int32_t s = packed_sequence(pk, int64_t(blockIdx.x));
   const PrepareParams& p = pk.seq[s];
   const int32_t units = prepare_units(p);
   const int64_t x = (int64_t(blockIdx.x) - pk.first[s]) * kUnitsPerCta + threadIdx.x / 32;
@@ -67,7 +59,7 @@ __global__ void __launch_bounds__(kThreads) prepare_packed_kernel(const __grid_c
 
 template <typename Element, bool kInterleaved, bool kLean>
 __global__ void __launch_bounds__(kThreads) prepare_vector_packed_kernel(const __grid_constant__ PackedPrepare pk) {
-  const int32_t s = prepare_sequence(pk, int64_t(blockIdx.x));
+  const int32_t s = packed_sequence(pk, int64_t(blockIdx.x));
   const PrepareParams& p = pk.seq[s];
   const int32_t total = prepare_units(p) * p.BH, cta = int32_t(int64_t(blockIdx.x) - pk.first[s]);
   const int lane = int(threadIdx.x % 32), per = prepare_dim_units(p), slots = p.by_dim_units.div(32);

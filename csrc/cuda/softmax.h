@@ -36,6 +36,15 @@ struct OnlineSoftmax {
   template <int NT, int DT>
   __device__ __forceinline__ void update(float (&x)[MB][NT][4], float (&o)[MB][DT][4], float a, float b) {
     float alpha[R];
+    if (fold(x, a, b, alpha)) rescale(o, alpha);
+  }
+
+  // update() in its two parts, also called apart by a kernel whose output accumulators are in flight while
+  // it folds the next tile's scores (the sm_90a body kernel: P V of one tile runs during the softmax of the
+  // next): fold() does the work on x and the state, leaving o alone, and returns the warp's vote on a raised
+  // max with the factors in alpha; rescale() applies them to o once o may be written.
+  template <int NT>
+  __device__ __forceinline__ bool fold(float (&x)[MB][NT][4], float a, float b, float (&alpha)[R]) {
     bool raised = false;
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
@@ -51,51 +60,6 @@ struct OnlineSoftmax {
         // A row that has seen nothing yet keeps m = -inf; shifting by 0 then turns every -inf into 0
         // instead of NaN. alpha = exp2(m_old - m_new): 0 from a row's first keys (m_old = -inf), exactly 1
         // when the max did not move (and for a row that has seen nothing: both -inf, shifted by 0).
-        const float shift = m_new == -INFINITY ? 0.f : m_new;
-        const float offset = b - shift;
-        raised |= m_new != m[rr];
-        alpha[rr] = exp2_approx(m[rr] - shift);
-        m[rr] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float p = exp2_approx(fmaf(x[mb][n][2 * h + c], a, offset));
-            x[mb][n][2 * h + c] = p;
-            sum += p;
-          }
-        l[rr] = l[rr] * alpha[rr] + sum;
-      }
-    if (__any_sync(0xffffffffu, raised)) {
-#pragma unroll
-      for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[mb][dt][e] *= alpha[2 * mb + e / 2];
-    }
-  }
-
-  // update() in two parts, for a kernel whose output accumulators are in flight while it folds the next
-  // tile's scores (the sm_90a body kernel: P V of one tile runs during the softmax of the next): fold() does
-  // update()'s work on x and the state, leaving o alone, and returns the warp's vote on a raised max with the
-  // factors in alpha; rescale() applies them to o once o may be written. The same operations in the same
-  // order as update(), so the same bits.
-  template <int NT>
-  __device__ __forceinline__ bool fold(float (&x)[MB][NT][4], float a, float b, float (&alpha)[R]) {
-    bool raised = false;
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int rr = 2 * mb + h;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(x[mb][n][2 * h], x[mb][n][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[rr], fmaf(mx, a, b));
         const float shift = m_new == -INFINITY ? 0.f : m_new;
         const float offset = b - shift;
         raised |= m_new != m[rr];

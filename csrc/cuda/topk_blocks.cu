@@ -164,21 +164,13 @@ __global__ void __launch_bounds__(kSelectThreads) topk_select_kernel(const TopkP
   }
 }
 
-// Packed calls (topk_blocks.h PackedTopk): CTA (x, y) is CTA (x - first[s], y) of sequence s's own launch.
-__device__ __forceinline__ int32_t topk_sequence(const PackedTopk& pk, int64_t x) {
-  int32_t lo = 0, hi = pk.S - 1;  // the last s with first[s] <= x
-  while (lo < hi) {
-    const int32_t mid = (lo + hi + 1) / 2;
-    if (pk.first[mid] <= x) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
+// Packed calls (topk_blocks.h PackedTopk): CTA (x, y) is CTA (x - first[s], y) of sequence s's own launch
+// (s = layout.h packed_sequence).
 
 template <typename Element>
 __global__ void key_means_packed_kernel(const __grid_constant__ PackedKeyMeans pk) {
   const PackedTopk at{nullptr, pk.first, pk.S};
-  const int32_t s = topk_sequence(at, blockIdx.x);
+  const int32_t s = packed_sequence(at, int64_t(blockIdx.x));
   const KeyMeansJob& job = pk.seq[s];
   const TopkParams& p = job.p;
   const int64_t kb = int64_t(blockIdx.x) - pk.first[s];
@@ -189,14 +181,14 @@ __global__ void key_means_packed_kernel(const __grid_constant__ PackedKeyMeans p
 
 template <typename Element>
 __global__ void block_means_packed_kernel(const __grid_constant__ PackedTopk pk) {
-  const int32_t s = topk_sequence(pk, blockIdx.x);
+  const int32_t s = packed_sequence(pk, int64_t(blockIdx.x));
   const TopkParams& p = pk.seq[s];
   const int64_t x = int64_t(blockIdx.x) - pk.first[s];
   for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y) block_means_of_head<Element>(p, bkv, x);
 }
 
 __global__ void __launch_bounds__(kSelectThreads) topk_select_packed_kernel(const __grid_constant__ PackedTopk pk) {
-  const int32_t s = topk_sequence(pk, blockIdx.x);
+  const int32_t s = packed_sequence(pk, int64_t(blockIdx.x));
   const TopkParams& p = pk.seq[s];
   const int64_t x = int64_t(blockIdx.x) - pk.first[s];
   for (int64_t bkv = blockIdx.y; bkv < p.B * p.Hkv; bkv += gridDim.y) {  // uniform across the CTA
