@@ -355,6 +355,32 @@ def test_torch_compile_runs_a_padded_batch():
 SIMT_SEQUENCES = [(150, None, 0), (37, None, 4), (290, 20, 3), (5, 1, 2)]
 
 
+needs_cuda = pytest.mark.skipif(not (torch.cuda.is_available() and ops.CUDA_KERNELS), reason="no CUDA device or kernels")
+
+
+@needs_cuda
+@pytest.mark.parametrize("kernel", ["mma", "hopper"])
+@pytest.mark.parametrize("name,dtype", [("rangeswa", torch.bfloat16), ("rangeswa_lite", torch.float16),
+                                        ("rangeswa", torch.float32), ("swa", torch.bfloat16)])
+def test_cuda_packed_call_is_each_sequence_alone_bit_for_bit(name, dtype, kernel, monkeypatch):
+    """On the GPU (scripts/gpu_check.sh): a packed call's shared launches give each sequence its own call's bits,
+    with a packed context too, on either body kernel; and the CPU op's answer within the dtype's tolerance."""
+    monkeypatch.setenv("RANGESWA_CUDA_KERNEL", kernel)
+    cfg = _cfg(name)
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SEQUENCES, seed=31, dtype=dtype)
+    parts = [tuple(x.cuda() if torch.is_tensor(x) else x for x in part) for part in parts]
+    q, k, v, cq, ck, counts = (x.cuda() for x in (q, k, v, cq, ck, counts))
+    context = torch.ops.rangeswa.prepare.default(k, v, **ops.prepare_arguments(cfg, device=k.device),
+                                                 cu_seqlens_k=ck, control_counts=counts)
+    for prepared in (None, context):
+        out, lse = _packed_call(q, k, v, cfg, cq, ck, counts, prepared=prepared)
+        for s, (qs, ks, vs, C) in enumerate(parts):
+            o, l = torch.ops.rangeswa.attn.default(qs, ks, vs, None, **ops.attn_arguments(cfg, C, device=qs.device))
+            assert torch.equal(out[:, :, cq[s]:cq[s + 1]], o) and torch.equal(lse[:, :, cq[s]:cq[s + 1]], l), s
+    cpu, _ = _packed_call(*(x.cpu().float() for x in (q, k, v)), cfg, cq.cpu(), ck.cpu(), counts.cpu())
+    assert rel_err(out.float().cpu(), cpu) < (1e-4 if dtype == torch.float32 else 2e-2)
+
+
 @pytest.fixture(scope="module")
 def simt():
     from cuda_emulator import simt_ops
