@@ -14,8 +14,8 @@
 #     ValueError on the CPU and, on the GPU, the plan kernel's device-side assertion (checked on the
 #     device, no sync: a RuntimeError at the next synchronization, its message printed by the kernel);
 #  5. the CUDA tests (tests/test_ops_cuda.py without the host-emulator ones, tests/test_prepared.py,
-#     tests/test_build.py, tests/test_varlen.py without its SIMT ones: packed calls); a test that crashes the interpreter is deselected and the rest rerun; then the
-#     attn tests of tests/test_ops_cuda.py again on the sm_90a body kernel (RANGESWA_CUDA_KERNEL=hopper,
+#     tests/test_build.py, tests/test_varlen.py without its SIMT ones: packed calls); a test that crashes
+#     the interpreter is deselected and the rest rerun; then the attn tests of tests/test_ops_cuda.py again on the sm_90a body kernel (RANGESWA_CUDA_KERNEL=hopper,
 #     csrc/cuda/hopper/body_kernel.h: the first run of its answers on the device);
 #  6. the attention benchmark (benchmarks/bench_gpu_attention.py --quick: D = 64 at 2k-32k, D = 128 at 8k
 #     and 32k, against SDPA-flash on pre-rotated inputs and FlexAttention at 8k; at 8k and 32k also the
