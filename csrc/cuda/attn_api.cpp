@@ -500,6 +500,17 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_one(RSWA_ATTN_PARAMS, std::optional
   return {out, lse};
 }
 
+// A packed call's table (packed.h: the sequences' parameters and work offsets) on the device of `like`: written
+// into pinned host memory and copied once, without a sync.
+template <typename Table>
+at::Tensor device_table(const Table& calls, const at::Tensor& like) {
+  at::Tensor host = at::empty({int64_t(calls.bytes())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  calls.write(reinterpret_cast<char*>(host.data_ptr()));
+  at::Tensor table = at::empty({int64_t(calls.bytes())}, like.options().dtype(at::kByte));
+  table.copy_(host, /*non_blocking=*/true);
+  return table;
+}
+
 // A packed call (csrc/varlen.h) in shared launches (docs/cuda.md "Packed calls"): every sequence checked as its
 // own call first; then per sequence its arrays and rope tables (cached across calls), and for all sequences at
 // once the retrieval (block means, then top-K selection: topk_blocks.h PackedTopk), the preparation (one launch
@@ -542,10 +553,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_packed(RSWA_ATTN_PARAMS, std::optio
   }
   TORCH_CHECK(calls.prepare_fits, "attn on CUDA: a sequence's preparation has more work items than a launch indexes");
   // The sequences' parameters and work offsets on the device (one copy).
-  at::Tensor host = at::empty({int64_t(calls.bytes())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-  calls.write(reinterpret_cast<char*>(host.data_ptr()));
-  at::Tensor table = at::empty({int64_t(calls.bytes())}, q.options().dtype(at::kByte));
-  table.copy_(host, /*non_blocking=*/true);
+  const at::Tensor table = device_table(calls, q);
   const char* base = reinterpret_cast<const char*>(table.data_ptr());
   const int64_t D = q.size(3);
   dispatch_dtype(q.scalar_type(), [&](auto tag) {
@@ -665,10 +673,7 @@ std::vector<at::Tensor> prepare_cuda_packed(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREP
       calls.add(pp, cps[s].L > 0, job, cps[s].means && cps[s].L > 0 && job.out != nullptr);
     }
     TORCH_CHECK(calls.fits, "prepare on CUDA: a sequence has more work items than a launch indexes");
-    at::Tensor host = at::empty({int64_t(calls.bytes())}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-    calls.write(reinterpret_cast<char*>(host.data_ptr()));
-    at::Tensor table = at::empty({int64_t(calls.bytes())}, k.options().dtype(at::kByte));
-    table.copy_(host, /*non_blocking=*/true);
+    const at::Tensor table = device_table(calls, k);
     const char* base = reinterpret_cast<const char*>(table.data_ptr());
     dispatch_dtype(kc.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
