@@ -255,3 +255,31 @@ def causal_inputs(case, dtype=torch.float32):
     C, L, Lq = case["C"], case["L"], case["Lq"]
     rows = torch.cat([torch.arange(C), C + torch.arange(L - Lq, L)])
     return q[:, :, rows].contiguous(), k, v
+
+
+def grid_index(**match) -> int:
+    """The index in GRID of the first case whose fields equal ``match``."""
+    return next(n for n, c in enumerate(GRID) if all(c[k] == v for k, v in match.items()))
+
+
+# A handful of the grid: every head dim, the three regimes, control rows on and off, the other methods.
+HANDFUL = [
+    (grid_index(D=64, regime="grouped_retrieval", C=0), torch.bfloat16),
+    (grid_index(D=64, regime="grouped_retrieval", C=12), torch.float32),
+    (grid_index(D=66, regime="grouped_lite", C=12), torch.float16),
+    (grid_index(D=80, regime="native", C=12), torch.bfloat16),
+    (grid_index(D=128, regime="grouped_retrieval", C=12), torch.float32),
+    (grid_index(D=128, regime="native", C=0), torch.float16),
+    (grid_index(name="swa", C=12), torch.float32),
+    (grid_index(name="full", D=80), torch.bfloat16),
+    # the plan's edge-free records: window edges with their near summaries, Hn bands (plan.h)
+    (grid_index(regime="edge_free", name="rangeswa", D=64), torch.bfloat16),
+    (grid_index(regime="edge_free", name="rangeswa", D=128), torch.float16),
+    (grid_index(regime="edge_free", name="rangeswa_lite"), torch.bfloat16),
+]
+
+#: HANDFUL's tensor-core dtypes (the kernels' mma paths).
+TENSOR_CORE_HANDFUL = [(i, d) for i, d in HANDFUL if d != torch.float32]
+#: A causal / cached pair of CAUSAL_GRID: a grouped retrieval call and a native one with a ragged Lq.
+CAUSAL_HANDFUL = [n for n, c in enumerate(CAUSAL_GRID) if (c["cb"], c["regime"], c["Lq"]) in
+                  ((16, "grouped_retrieval", 16), (4, "native", 93))]

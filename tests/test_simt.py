@@ -20,8 +20,9 @@ import os
 import pytest
 import torch
 
-from attn_cases import (CAUSAL_GRID, FP32_TOL, GRID, LSE_TOL, assert_attn_close, case_id,
-                        causal_config, causal_id, causal_inputs, config, inputs, retrieved_for)
+from attn_cases import (CAUSAL_GRID, CAUSAL_HANDFUL, FP32_TOL, GRID, HANDFUL, LSE_TOL, TENSOR_CORE_HANDFUL,
+                        assert_attn_close, case_id, causal_config, causal_id, causal_inputs, config, grid_index,
+                        inputs, retrieved_for)
 from rangeswa_ext import ops
 from rangeswa_ext import reference as ref
 
@@ -190,35 +191,12 @@ def _check_causal_case(simt, case, dtype=torch.float32):
     assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
 
 
-def _grid_index(**match):
-    return next(n for n, c in enumerate(GRID) if all(c[k] == v for k, v in match.items()))
-
-
-# A handful of the grid: every head dim, the three regimes, control rows on and off, the other methods.
-HANDFUL = [
-    (_grid_index(D=64, regime="grouped_retrieval", C=0), torch.bfloat16),
-    (_grid_index(D=64, regime="grouped_retrieval", C=12), torch.float32),
-    (_grid_index(D=66, regime="grouped_lite", C=12), torch.float16),
-    (_grid_index(D=80, regime="native", C=12), torch.bfloat16),
-    (_grid_index(D=128, regime="grouped_retrieval", C=12), torch.float32),
-    (_grid_index(D=128, regime="native", C=0), torch.float16),
-    (_grid_index(name="swa", C=12), torch.float32),
-    (_grid_index(name="full", D=80), torch.bfloat16),
-    # the plan's edge-free records: window edges with their near summaries, Hn bands (plan.h)
-    (_grid_index(regime="edge_free", name="rangeswa", D=64), torch.bfloat16),
-    (_grid_index(regime="edge_free", name="rangeswa", D=128), torch.float16),
-    (_grid_index(regime="edge_free", name="rangeswa_lite"), torch.bfloat16),
-]
 
 
 @pytest.mark.parametrize("index,dtype", HANDFUL,
                          ids=[f"{case_id(GRID[i])}-{str(d)[6:]}" for i, d in HANDFUL])
 def test_simt_kernel_on_a_handful_of_the_grid(simt, index, dtype):
     _check_case(simt, GRID[index], dtype)
-
-
-CAUSAL_HANDFUL = [n for n, c in enumerate(CAUSAL_GRID) if (c["cb"], c["regime"], c["Lq"]) in
-                  ((16, "grouped_retrieval", 16), (4, "native", 93))]
 
 
 @pytest.mark.parametrize("index", CAUSAL_HANDFUL, ids=[causal_id(CAUSAL_GRID[i]) for i in CAUSAL_HANDFUL])
@@ -233,7 +211,7 @@ def test_simt_kernel_is_schedule_independent_on_the_edge_free_records(simt, monk
     (a race would change it). With three K/V stages a tile's copy stays in flight across the barrier; the
     emulator's race checks (a copy's data read before its wait, a stage overwritten while a warp reads it)
     pass too."""
-    case = GRID[_grid_index(regime="edge_free", name="rangeswa", D=64)]
+    case = GRID[grid_index(regime="edge_free", name="rangeswa", D=64)]
     cfg = config(case)
     q, k, v = inputs(case, torch.bfloat16)
     retrieved = retrieved_for(q.float(), k.float(), cfg, case)
@@ -257,7 +235,7 @@ def test_simt_kernel_takes_each_tile_in_its_loop(simt):
     does not: a tile sent down the wrong loop shows."""
     from cuda_emulator import emulator_ops
 
-    case = GRID[_grid_index(regime="grouped_retrieval", D=64, C=12)]
+    case = GRID[grid_index(regime="grouped_retrieval", D=64, C=12)]
     cfg = config(case)
     q, k, v = inputs(case, torch.float32)
     retrieved = retrieved_for(q, k, cfg, case)
@@ -356,9 +334,6 @@ def test_simt_kernel_reads_a_prepared_context(simt, dtype, C, Lq):
 
 
 # ------------------------------------------------------------------------ three K/V stages (issue 29)
-
-TENSOR_CORE_HANDFUL = [(i, d) for i, d in HANDFUL if d != torch.float32]
-
 
 @pytest.mark.parametrize("index,dtype", TENSOR_CORE_HANDFUL,
                          ids=[f"{case_id(GRID[i])}-{str(d)[6:]}" for i, d in TENSOR_CORE_HANDFUL])

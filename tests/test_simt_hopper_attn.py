@@ -16,11 +16,10 @@ python -m pytest tests/test_simt_hopper_attn.py -k grid
 import pytest
 import torch
 
-from attn_cases import (CAUSAL_GRID, GRID, assert_attn_close, case_id, causal_config, causal_id, causal_inputs,
-                        config, inputs, retrieved_for)
+from attn_cases import (CAUSAL_GRID, CAUSAL_HANDFUL, GRID, TENSOR_CORE_HANDFUL, assert_attn_close, case_id,
+                        causal_config, causal_id, causal_inputs, config, grid_index, inputs, retrieved_for)
 from rangeswa_ext import ops
 from rangeswa_ext import reference as ref
-from test_simt import CAUSAL_HANDFUL, TENSOR_CORE_HANDFUL, _grid_index
 
 DTYPES = [torch.bfloat16, torch.float16]
 DTYPE_IDS = ["bf16", "fp16"]
@@ -117,7 +116,7 @@ def test_hopper_kernel_is_schedule_independent(simt, monkeypatch, name, match):
     band tile or the per-row buffers would change them). The emulator's checks pass on the way: no wgmma
     reads a stage before its full barrier, no copy overwrites a stage a wgmma in flight reads, named
     barriers meet with one count."""
-    case = GRID[_grid_index(**match)]
+    case = GRID[grid_index(**match)]
     q, k, v, retrieved, args = _case_args(case, torch.bfloat16)
     base, base_lse = _attn(simt, monkeypatch, "hopper", q, k, v, retrieved, args)
     try:
@@ -135,7 +134,7 @@ def test_hopper_kernel_takes_each_tile_in_its_loop(simt, monkeypatch):
     loop whose softmax overlaps the next Q K^T). With the SIMT op's plan fault, which moves every masked 64-key
     span to the unmasked loop after the plan kernel, the Hopper kernel's output is wrong: its unmasked loop
     applies no mask, as the mma.sync kernel's."""
-    case = GRID[_grid_index(regime="grouped_retrieval", D=64, C=12)]
+    case = GRID[grid_index(regime="grouped_retrieval", D=64, C=12)]
     q, k, v, retrieved, args, out, _ = _check_case(simt, monkeypatch, case, torch.bfloat16)
     simt.plan_fault(1)
     try:
@@ -147,7 +146,7 @@ def test_hopper_kernel_takes_each_tile_in_its_loop(simt, monkeypatch):
 
 def test_hopper_kernel_only_for_16_bit_elements(simt, monkeypatch):
     """fp32 stays on the mma.sync kernel's SIMT (FFMA) path with RANGESWA_CUDA_KERNEL=hopper: no wgmma runs."""
-    case = GRID[_grid_index(regime="native", D=80, C=12)]
+    case = GRID[grid_index(regime="native", D=80, C=12)]
     q, k, v, retrieved, args = _case_args(case, torch.float32)
     monkeypatch.setenv("RANGESWA_CUDA_KERNEL", "hopper")
     simt.hopper_stats()
