@@ -114,13 +114,9 @@ class RangeSWAConfig:
 
     def window_for(self, stage: str) -> int:
         """The local window ``W`` of a network call in ``stage`` (``early``, ``late`` or ``decode``)."""
-        if stage == "early":
-            return self.early_window
-        if stage == "late":
-            return self.late_window
-        if stage == "decode":
-            return self.decode_window
-        raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        return getattr(self, f"{stage}_window")
 
     def stage_at(self, progress: float, decode: bool = False) -> str:
         """The stage of a denoising call at ``progress`` on the noise-to-data path (0 = noise, 1 = data;

@@ -84,6 +84,17 @@ def _cut(x: torch.Tensor, rows: list[int], C: int, first: int, n: int) -> torch.
     return body if C == 0 else torch.cat([part[:, :, :C], body], dim=2)
 
 
+def _first_q_row(s: int, e: int, first: int, C: int, samples: list[int], Lq: int) -> Optional[int]:
+    """The first body row of a run ``[s, e)`` that q holds (q's body rows start at body row ``first``); None when
+    q holds none of them, which is an error with control tokens (their rows would have no call)."""
+    if max(s, first) < e:
+        return max(s, first)
+    if C:
+        raise ValueError(f"attention_mask: sample(s) {samples} have no real token among q's {Lq} body rows, so "
+                         f"their control rows have no call to be computed in")
+    return None
+
+
 def per_sample(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, control_tokens: int,
                attention_mask: Optional[torch.Tensor], compute: Callable, return_lse: bool = False,
                each: bool = False):
@@ -106,11 +117,8 @@ def per_sample(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, control_tokens
     for b, run in enumerate(ranges):
         groups.setdefault((*run, b) if each else run, []).append(b)
     for (s, e, *_), rows in groups.items():
-        lo = max(s, first)
-        if lo >= e:  # none of q's body rows is a real token of these samples
-            if C:
-                raise ValueError(f"attention_mask: sample(s) {rows} have no real token among q's {Lq} body rows, "
-                                 f"so their control rows have no call to be computed in")
+        lo = _first_q_row(s, e, first, C, rows, Lq)
+        if lo is None:
             continue
         index = torch.tensor(rows, device=q.device)
         qg = _cut(q, rows, C, lo - first, e - lo)
@@ -182,11 +190,8 @@ def pack(q: Optional[torch.Tensor], k: torch.Tensor, v: torch.Tensor, control_to
         k_offsets.append(k_offsets[-1] + C + e - s)
         if q is None:
             continue
-        lo = max(s, first)
-        if lo >= e:
-            if C:
-                raise ValueError(f"attention_mask: sample {b} has no real token among q's {Nq - C} body rows, so its "
-                                 f"control rows have no call to be computed in")
+        lo = _first_q_row(s, e, first, C, [b], Nq - C)
+        if lo is None:
             q_offsets.append(q_offsets[-1])
             continue
         spans = [(0, C), (C + lo - first, e - lo)]
