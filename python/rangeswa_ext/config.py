@@ -147,10 +147,7 @@ class RangeSWAConfig:
                             query_block=max(8, round(s * self.query_block)), train_length=train_length)
 
     def resolved_rotary_dim(self, head_dim: int) -> int:
-        rotary_dim = head_dim if self.rotary_dim is None else self.rotary_dim
-        if rotary_dim > head_dim:
-            raise ValueError(f"rotary_dim ({rotary_dim}) must be <= the head dim ({head_dim})")
-        return rotary_dim
+        return rotated_dims(self.rotary_dim, head_dim)
 
     def frequencies(self, head_dim: int):
         """The RoPE frequencies at this head dim as a float64 CPU tensor [rotary_dim / 2]: ``inv_freq`` when
@@ -196,6 +193,14 @@ def check_rotary_dim(rotary_dim) -> None:
         check_size("rotary_dim", rotary_dim, 0)
         if rotary_dim % 2:
             raise ValueError(f"rotary_dim must be even and >= 0, got {rotary_dim}")
+
+
+def rotated_dims(rotary_dim: Optional[int], head_dim: int) -> int:
+    """The dims RoPE rotates at ``head_dim`` (``rotary_dim``; None: all); a ValueError past the head dim."""
+    rotary_dim = head_dim if rotary_dim is None else rotary_dim
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim ({rotary_dim}) must be <= the head dim ({head_dim})")
+    return rotary_dim
 
 
 def check_theta(theta) -> None:

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from . import ops
-from .config import ROPE_STYLES, RangeSWAConfig, check_rotary_dim, check_size, check_theta, preset
+from .config import (ROPE_STYLES, RangeSWAConfig, check_rotary_dim, check_size, check_theta, preset,
+                     rotated_dims)
 from .masking import check_call, per_sample, valid_ranges
 from .reference.rope import inv_freq, rotate
 
@@ -47,10 +48,7 @@ class RopeSpec:
         check_rotary_dim(self.rotary_dim)
 
     def dim(self, head_dim: int) -> int:
-        rotary_dim = head_dim if self.rotary_dim is None else self.rotary_dim
-        if rotary_dim > head_dim:
-            raise ValueError(f"rotary_dim ({rotary_dim}) must be <= the head dim ({head_dim})")
-        return rotary_dim
+        return rotated_dims(self.rotary_dim, head_dim)
 
 
 # The formulas below take the body length L as an int or as a float64 0-d tensor: DenseRopeAttention passes

@@ -42,6 +42,13 @@ class NetworkCall:
     output: Any = None
 
 
+def check_counts(**counts: int) -> None:
+    """ValueError naming the first count below 1 (``num must be >= 1, got 0``): a sampler's batch and lengths."""
+    for name, value in counts.items():
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+
+
 #: ``trace(call)``, called after every network call.
 Trace = Callable[[NetworkCall], None]
 

@@ -65,7 +65,7 @@ from tqdm import tqdm
 
 from ..models.cola import COLA_CONFIGS
 from ..models.kit import SamplerPresets, at_least
-from .calls import Generation, Trace, Tracer
+from .calls import Generation, Trace, Tracer, check_counts
 from .draws import SampleDraws
 from .stages import stage_rule
 
@@ -193,8 +193,7 @@ def generate(model, prompts: Sequence[Sequence[int]], new_tokens: int, config: O
         ``official_max_new_tokens``), or a `Generation` with ``return_all``.
     """
     config = config or SamplerConfig()
-    if new_tokens < 1:
-        raise ValueError(f"new_tokens must be >= 1, got {new_tokens}")
+    check_counts(new_tokens=new_tokens)
     indices = list(range(len(prompts))) if indices is None else list(indices)
     if len(indices) != len(prompts) or not prompts:
         raise ValueError(f"need one index per prompt and at least one prompt, got {len(indices)} and {len(prompts)}")

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from ..config import STAGES
 from ..models.kit import SamplerPresets, at_least
-from .calls import Generation, Trace, Tracer
+from .calls import Generation, Trace, Tracer, check_counts
 from .draws import SampleDraws, to_device
 from .stages import stage_rule
 
@@ -156,10 +156,7 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0,
         token ids [num, length] (int64, CPU), EOS-masked, or a `Generation` with ``return_all``.
     """
     config = config or SamplerConfig()
-    if num < 1:
-        raise ValueError(f"num must be >= 1, got {num}")
-    if length < 1:
-        raise ValueError(f"length must be >= 1, got {length}")
+    check_counts(num=num, length=length)
     device = next(model.parameters()).device
     rule = stage_rule(model.attention)
     noises = [SampleNoise(seed, start_index + i, length, config, model.config.encoder_dim) for i in range(num)]

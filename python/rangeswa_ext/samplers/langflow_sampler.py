@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from ..models.langflow import LANGFLOW_CONFIGS
 from ..models.kit import SamplerPresets, at_least
-from .calls import Generation, Trace, Tracer
+from .calls import Generation, Trace, Tracer, check_counts
 from .draws import SampleDraws, to_device
 from .stages import stage_rule
 
@@ -132,10 +132,7 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0, config
     Returns:
         token ids [num, length] (int64, CPU), or a `Generation` with ``return_all``.
     """
-    if num < 1:
-        raise ValueError(f"num must be >= 1, got {num}")
-    if length < 1:
-        raise ValueError(f"length must be >= 1, got {length}")
+    check_counts(num=num, length=length)
     device = next(model.parameters()).device
     dim = model.config.hidden_size
     z0 = torch.stack([initial_noise(seed, start_index + i, length, dim) for i in range(num)])

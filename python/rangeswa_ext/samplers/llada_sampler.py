@@ -47,7 +47,7 @@ from tqdm import tqdm
 from ..masking import valid_ranges
 from ..models.kit import SamplerPresets
 from ..models.llada import LLADA_CONFIGS
-from .calls import Generation, Trace, Tracer
+from .calls import Generation, Trace, Tracer, check_counts
 from .draws import SampleDraws
 from .stages import stage_rule
 
@@ -249,8 +249,7 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0, config
     """Samples ``start_index .. start_index + num - 1`` of run ``seed``: ``length`` tokens after ``prompts``
     ([num, Lp], default empty, i.e. unconditional; ``prompt_mask`` as in `generate`). Returns ids [num, length]
     (int64, CPU)."""
-    if num < 1:
-        raise ValueError(f"num must be >= 1, got {num}")
+    check_counts(num=num)
     prompts = torch.zeros(num, 0, dtype=torch.long) if prompts is None else prompts
     return generate(model, prompts, length, config, prompt_mask=prompt_mask, seed=seed,
                     indices=range(start_index, start_index + num), autocast_dtype=autocast_dtype, progress=progress)
