@@ -103,8 +103,6 @@ class ELFConfig(Presets):
         return int(int(self.dim * self.mlp_ratio) * 2 / 3)
 
 
-
-
 class RMSNorm(WeightedNorm):
     """RMSNorm computed in fp32 and returned in the input dtype (official JAX RMSNorm)."""
 

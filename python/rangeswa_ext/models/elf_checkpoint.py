@@ -23,10 +23,8 @@ import torch
 import torch.nn as nn
 
 from .elf import ELF, ELFConfig
-from .kit import existing_path, load_local_tokenizer
+from .kit import PathLike, existing_path, load_local_tokenizer
 from .strict import CheckpointMismatchError, check_state_dict
-
-PathLike = Union[str, Path]
 
 #: Top-level keys of an official PyTorch checkpoint file, in the order `save_checkpoint` writes them.
 OFFICIAL_KEYS = ("params", "ema_params1", "opt_state", "lr_scheduler", "step", "epoch", "dropout_rng",

@@ -20,7 +20,6 @@ local folder (`load_gpt2_tokenizer`).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,13 +30,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .elf import ScalarEmbedder, _per_example
-from .kit import (AttentionSeam, Presets, WeightedNorm, at_least, attend, check_heads, checked_input,
+from .kit import (AttentionSeam, PathLike, Presets, WeightedNorm, at_least, attend, check_heads, checked_input,
                   existing_path, load_local_tokenizer)
 from .linear import Linear, linear
-from .strict import check_state_dict, read_json_object, require_keys
+from .strict import build_config, check_state_dict, read_json_object, require_keys, save_model
 
 Scalar = Union[float, torch.Tensor]
-PathLike = Union[str, Path]
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -430,10 +428,7 @@ def read_config(path: PathLike) -> LangFlowConfig:
             kind = "a number" if isinstance(default, float) else "an integer"
             raise ValueError(f"{path}: {key} must be {kind}, got {value!r}")
         fields[field] = float(value) if isinstance(default, float) else value
-    try:
-        return LangFlowConfig(**fields)
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+    return build_config(path, "LangFlow model", [], lambda: LangFlowConfig(**fields))
 
 
 def config_to_json(config: LangFlowConfig) -> dict:
@@ -504,13 +499,7 @@ def load_langflow(path: PathLike, *, config: Optional[LangFlowConfig] = None, at
 
 def save_langflow(model: LangFlow, folder: PathLike) -> Path:
     """Write ``folder/config.json`` and ``folder/model.safetensors`` in the official layout; returns the folder."""
-    from safetensors.torch import save_file
-
-    folder = Path(folder).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / CONFIG_FILE).write_text(json.dumps(config_to_json(model.config), indent=2) + "\n")
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(folder / WEIGHTS_FILE))
-    return folder
+    return save_model(model, folder, config_to_json(model.config), sort_keys=False)
 
 
 # ------------------------------------------------------------------------------------------ tokenizer
