@@ -175,6 +175,5 @@ def backbone_for(model: str) -> Backbone:
     return lookup(_by_model_name(), model, "unknown model", "known models")
 
 
-def normalize(model: str) -> str:
-    """The canonical spelling of a model name (lower case, '-' for '_')."""
-    return canonical(model)
+#: The canonical spelling of a model name (lower case, '-' for '_').
+normalize = canonical

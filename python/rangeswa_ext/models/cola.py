@@ -17,7 +17,6 @@ attention is a method: the VAE keeps its own plain block-causal attention.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
@@ -116,9 +115,6 @@ class ColaConfig:
         """The preset ``name`` (``cola``, ``cola-tiny``; case-insensitive)."""
         preset = lookup(cls.PRESETS, name, "unknown CoLa preset", "known presets")
         return cls(ColaPriorConfig(**preset["prior"]), ColaVAEConfig(**preset["vae"]))
-
-    def replace(self, prior: Optional[dict] = None, vae: Optional[dict] = None) -> "ColaConfig":
-        return ColaConfig(dataclasses.replace(self.prior, **(prior or {})), dataclasses.replace(self.vae, **(vae or {})))
 
 
 # ------------------------------------------------------------------------------------------- prior
@@ -261,10 +257,7 @@ class PriorBlock(nn.Module):
 
 class ColaPrior(AttentionSeam, nn.Module):
     """The block-causal DiT prior: per-token velocities v = d z / d t of the current block (t = 1000 noise).
-
-    ``ColaPrior(config, attention=make_attention("full", head_dim=128, rotary_dim=96))``; the method, held as
-    `kit.AttentionSeam` holds it (out of ``state_dict``), changes with `set_attention`.
-    """
+    ``ColaPrior(config, attention=make_attention("full", head_dim=128, rotary_dim=96))`` (`kit.AttentionSeam`)."""
 
     ATTENTION_CALL = "attention(q, k, v, control_tokens=, stage=, causal_block=)"
     ATTENTION_EXAMPLE = "make_attention('full', head_dim=128, rotary_dim=96)"
@@ -298,8 +291,8 @@ class ColaPrior(AttentionSeam, nn.Module):
             attention_mask: [B, Lq] bool, True on real latents, one run per sample (with a cache: left
                 padding, a sample's latents ending at Lq, in whole blocks): each sample is computed as if
                 its padding were absent (its positions start at its first real latent); padded rows'
-                velocities mean nothing. A cache tracks each sample's
-                own length (`KVCache`), so samples with prompts of different lengths share calls.
+                velocities mean nothing. A cache tracks each sample's own length (`KVCache`), so samples
+                with prompts of different lengths share calls.
 
         Returns:
             the velocity [B, Lq, latent_dim] (noise minus data), in the output Linear's dtype.

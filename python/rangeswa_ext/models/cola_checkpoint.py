@@ -18,8 +18,8 @@ from ..reference.rope import inv_freq
 from .cola import Cola, ColaConfig, ColaPrior, ColaPriorConfig
 from .cola_vae import ColaVAEConfig
 from .kit import PathLike, existing_path
-from .strict import (assign_parameter, build_config, check_state_dict, read_json_object, read_tensors, require_keys,
-                     save_model, weight_shapes)
+from .strict import (assign_parameter, build_config, check_state_dict, read_json_object, read_tensors, save_model,
+                     weight_shapes)
 
 PRIOR_FOLDER, VAE_FOLDER = "cola_dit", "cola_vae"
 TOKENIZER_FILE = "tokenizer.json"
@@ -70,8 +70,7 @@ def prior_config_from_hf(file: PathLike) -> ColaPriorConfig:
     """The prior config of a ``cola_dit/config.json`` (official keys; `PRIOR_REQUIRED` must be there, the others
     take the official defaults; the training length from `TRAIN_LENGTH_KEYS` when present, else 2048)."""
     file = Path(file)
-    raw = read_json_object(file, "cola_dit", "CoLa prior")
-    require_keys(raw, PRIOR_REQUIRED, file, "CoLa prior")
+    raw = read_json_object(file, "cola_dit", "CoLa prior", PRIOR_REQUIRED)
     hf = {**PRIOR_DEFAULTS, **raw}
     wrong = []
     if hf["txt_in_channels"] != hf["txt_out_channels"]:
@@ -92,8 +91,7 @@ def vae_config_from_hf(file: PathLike) -> ColaVAEConfig:
     """The VAE config of a ``cola_vae/config.json`` (official keys; `VAE_REQUIRED_KEYS` must be there, the others
     take the official defaults)."""
     file = Path(file)
-    raw = read_json_object(file, "cola_text_vae", "CoLa VAE")
-    require_keys(raw, VAE_REQUIRED_KEYS, file, "CoLa VAE")
+    raw = read_json_object(file, "cola_text_vae", "CoLa VAE", VAE_REQUIRED_KEYS)
     wrong = [f"{k}={raw[k]!r} (expected {v!r})" for k, v in VAE_REQUIRED.items() if k in raw and raw[k] != v]
     hf = {**VAE_DEFAULTS, **raw}
     return build_config(file, "VAE", wrong, lambda: ColaVAEConfig(

@@ -206,11 +206,8 @@ class FinalLayer(nn.Module):
 
 
 class ELF(AttentionSeam, nn.Module):
-    """The ELF denoiser and decoder.
-
-    ``ELF(config, attention=make_attention("full", head_dim=config.head_dim))``; the method, held as
-    `kit.AttentionSeam` holds it (out of ``state_dict``), changes with `set_attention`.
-    """
+    """The ELF denoiser and decoder: ``ELF(config, attention=make_attention("full", head_dim=config.head_dim))``
+    (the method as `kit.AttentionSeam` holds it)."""
 
     def __init__(self, config: ELFConfig, attention=None):
         super().__init__()

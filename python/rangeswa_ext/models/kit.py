@@ -56,11 +56,9 @@ class Presets:
         return dataclasses.replace(self, **changes)
 
 
-class SamplerPresets:
+class SamplerPresets(Presets):
     """A sampler config dataclass whose official settings depend on the model: ``PRESETS`` (model name ->
     field overrides; every model of the family, an empty dict where the defaults are the official ones)."""
-
-    PRESETS: ClassVar[Mapping[str, dict]] = {}
 
     @classmethod
     def for_model(cls, name: str, **overrides):
@@ -68,10 +66,6 @@ class SamplerPresets:
         values keep the model's."""
         preset = lookup(cls.PRESETS, name, "no sampler preset for model")
         return cls(**{**preset, **{k: v for k, v in overrides.items() if v is not None}})
-
-    def replace(self, **changes):
-        """A copy with the given fields changed (and checked again)."""
-        return dataclasses.replace(self, **changes)
 
 
 def at_least(config, names: tuple, least: int = 1) -> None:

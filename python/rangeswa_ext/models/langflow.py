@@ -273,12 +273,9 @@ class LangFlowOutput(NamedTuple):
 
 
 class LangFlow(AttentionSeam, nn.Module):
-    """The LangFlow denoiser: ``model(z, gamma, self_cond, stage=...)`` -> fp32 logits [B, L, vocab].
-
-    ``LangFlow(config, attention=make_attention("full", head_dim=64, rope_style="half"))``; the method, held
-    as `kit.AttentionSeam` holds it (``state_dict`` is the official ``backbone.*`` and ``proposal.*``), changes
-    with `set_attention`. There is no dropout: the inference model (the official one in ``eval()`` mode).
-    """
+    """The LangFlow denoiser: ``model(z, gamma, self_cond, stage=...)`` -> fp32 logits [B, L, vocab], its method
+    held as `kit.AttentionSeam` holds it (``state_dict`` is the official ``backbone.*`` and ``proposal.*``).
+    There is no dropout: the inference model (the official one in ``eval()`` mode)."""
 
     ATTENTION_EXAMPLE = "make_attention('full', head_dim=config.head_dim, rope_style='half')"
 
@@ -489,12 +486,9 @@ def load_langflow(path: PathLike, *, config: Optional[LangFlowConfig] = None, at
                                     f"holds both (for the released OWT weights alone, pass "
                                     f"config=LangFlowConfig.from_name('langflow-owt'))")
         config = read_config(config_file)
-    try:
-        from safetensors.torch import load_file
-    except ImportError as e:
-        raise ImportError("loading LangFlow weights needs safetensors (pip install safetensors)") from e
-    state_dict = load_file(str(weights), device=str(map_location))
-    return langflow_from_state_dict(state_dict, config, attention, source=str(weights))
+    from safetensors.torch import load_file
+
+    return langflow_from_state_dict(load_file(str(weights), device=str(map_location)), config, attention, str(weights))
 
 
 def save_langflow(model: LangFlow, folder: PathLike) -> Path:

@@ -28,7 +28,7 @@ from .kit import (AttentionSeam, PathLike, Presets, WeightedNorm, at_least, atte
                   load_local_tokenizer)
 from .linear import Linear
 from .strict import (INDEX_FILE, assign_parameter, build_config, check_state_dict, read_json_object, read_tensors,
-                     require_keys, save_model, weight_shapes)
+                     save_model, weight_shapes)
 
 
 #: LLaDA-8B (Base and Instruct share config.json: d_model 4096, n_layers 32, n_heads 32 = n_kv_heads,
@@ -144,12 +144,8 @@ class _Wrapper(nn.Module):
 
 
 class LLaDA(AttentionSeam, nn.Module):
-    """The LLaDA mask predictor: token ids -> logits at every (or some) position.
-
-    ``LLaDA(config, attention=make_attention("full", head_dim=config.head_dim, theta=config.rope_theta,
-    rope_style="half", train_length=config.train_length))``; the method, held as `kit.AttentionSeam` holds
-    it (out of ``state_dict``), changes with `set_attention`.
-    """
+    """The LLaDA mask predictor: token ids -> logits at every (or some) position. Its attention method is
+    held as `kit.AttentionSeam` holds it: ``LLaDA(config, attention=<ATTENTION_EXAMPLE>)``."""
 
     ATTENTION_EXAMPLE = ("make_attention('full', head_dim=config.head_dim, theta=config.rope_theta, rope_style='half', "
                          "train_length=config.train_length)")
@@ -231,8 +227,7 @@ def find_checkpoint(path: PathLike) -> Path:
 def config_from_hf(folder: PathLike) -> LLaDAConfig:
     """The LLaDAConfig of a Hugging Face folder's config.json, after checking it describes LLaDA's architecture."""
     file = find_checkpoint(folder) / "config.json"
-    hf = read_json_object(file, "llada", "LLaDA")
-    require_keys(hf, _CONFIG_KEYS, file, "LLaDA")
+    hf = read_json_object(file, "llada", "LLaDA", _CONFIG_KEYS)
     wrong = [f"{k}={hf.get(k)!r} (expected {v!r})" for k, v in _REQUIRED_CONFIG.items() if k in hf and hf[k] != v]
     kv_heads = hf.get("n_kv_heads")
     if kv_heads is not None and kv_heads != hf["n_heads"]:

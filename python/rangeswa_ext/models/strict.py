@@ -68,9 +68,10 @@ def safetensors_shapes(file: Path) -> dict[str, tuple]:
         raise ValueError(f"{file} is not a readable safetensors file: {e}") from e
 
 
-def read_json_object(file: Path, model_type: Optional[str] = None, family: str = "") -> dict:
+def read_json_object(file: Path, model_type: Optional[str] = None, family: str = "", required=()) -> dict:
     """The JSON object in ``file`` (a config.json) of a ``family`` model; anything else is a ValueError naming
-    the file. With ``model_type``, a ``model_type`` key must be that one (an absent key passes)."""
+    the file. With ``model_type``, a ``model_type`` key must be that one (an absent key passes); the keys
+    ``required`` lists must be there (`require_keys`)."""
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -79,6 +80,7 @@ def read_json_object(file: Path, model_type: Optional[str] = None, family: str =
         raise ValueError(f"{file} must hold a JSON object of {family} settings, got {type(data).__name__}")
     if model_type is not None and data.get("model_type", model_type) != model_type:
         raise ValueError(f"{file} has model_type {data['model_type']!r}; a {family} config has {model_type!r}")
+    require_keys(data, required, file, family)
     return data
 
 
