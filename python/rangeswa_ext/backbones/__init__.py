@@ -107,7 +107,8 @@ class Backbone:
         """Raise ValueError when ``tokenizer`` cannot decode every id ``model`` can produce."""
 
     def decode(self, tokenizer, rows: list[list[int]]) -> list[str]:
-        raise NotImplementedError
+        """The texts of token-id rows, special tokens dropped (by default through a transformers tokenizer)."""
+        return tokenizer.batch_decode(rows, skip_special_tokens=True) if rows else []
 
     def encode(self, tokenizer, text: str) -> list[int]:
         """The token ids of a prompt text (conditional backbones; no special tokens added)."""

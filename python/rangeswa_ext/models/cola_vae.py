@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..methods import make_attention
 from .cola_cache import KVCache, attention_padding
-from .kit import at_least
+from .kit import at_least, check_heads
 from .linear import Linear
 
 
@@ -56,8 +56,7 @@ class ColaVAEConfig:
 
     def __post_init__(self):
         at_least(self, ("vocab_size", "encoder_layers", "decoder_layers", "dim", "ffn_dim", "latent_dim", "n_head"))
-        if self.dim % self.n_head or (self.dim // self.n_head) % 2:
-            raise ValueError(f"ColaVAEConfig.dim ({self.dim}) must be n_head ({self.n_head}) heads of an even width")
+        check_heads(self)
         if self.ffn_dim % 2:
             raise ValueError(f"ColaVAEConfig.ffn_dim must be even (SwiGLU halves it), got {self.ffn_dim}")
         if self.block_size < 0:
