@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from ..reference.rope import inv_freq
 from .cola_cache import KVCache, attention_padding
 from .cola_vae import ColaVAE, ColaVAEConfig
-from .kit import AttentionSeam, at_least, attend, lookup
+from .kit import AttentionSeam, RopeBuffer, at_least, attend, lookup
 from .linear import Linear
 
 
@@ -173,21 +173,13 @@ class AdaLN(nn.Module):
         return h * getattr(self, f"{layer}_out")(emb) + residual
 
 
-class RotaryFrequencies(nn.Module):
-    """The official RoPE frequency buffer ``freqs`` = theta^(-2j / rotary_dim), kept for the state dict
-    (``blocks.N.msa.rope.rope.freqs``); the attention method computes its own rotation from theta."""
-
-    def __init__(self, rotary_dim: int, theta: float):
-        super().__init__()
-        self.register_buffer("freqs", inv_freq(theta, rotary_dim, torch.float32))
-
-
 class PriorRope(nn.Module):
-    """Holds `RotaryFrequencies` as ``rope``, the official nesting (TextRotaryEmbedding.rope)."""
+    """The official RoPE buffer ``blocks.N.msa.rope.rope.freqs`` = theta^(-2j / rotary_dim) (the nesting of
+    TextRotaryEmbedding.rope), as a `kit.RopeBuffer`."""
 
     def __init__(self, rotary_dim: int, theta: float):
         super().__init__()
-        self.rope = RotaryFrequencies(rotary_dim, theta)
+        self.rope = RopeBuffer("freqs", inv_freq(theta, rotary_dim, torch.float32))
 
 
 class PriorAttention(nn.Module):
@@ -299,15 +291,8 @@ class ColaPrior(AttentionSeam, nn.Module):
         """
         attention = self.require_attention()
         c = self.config
-        if z.dim() != 3 or z.shape[-1] != c.latent_dim or z.shape[1] < 1:
-            raise ValueError(f"z must be [B, Lq, {c.latent_dim}] with Lq >= 1, got {tuple(z.shape)}")
-        if commit and cache is None:
-            raise ValueError("commit=True needs a cache to commit to")
-        if cache is not None and cache.length % c.block_size:
-            raise ValueError(f"the cache holds {cache.length} latents, not a whole number of blocks of "
-                             f"{c.block_size}; block-causal positions would not line up")
+        padding = attention_padding(z, c.latent_dim, cache, commit, attention_mask, c.block_size)
         B, Lq, _ = z.shape
-        padding = attention_padding(cache, attention_mask, B, Lq, z.device, c.block_size)
         t = torch.as_tensor(t, device=z.device)
         if t.dim() == 0:
             t = t.expand(B, Lq)

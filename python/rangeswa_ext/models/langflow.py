@@ -30,8 +30,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .elf import ScalarEmbedder, _per_example
-from .kit import (AttentionSeam, PathLike, Presets, WeightedNorm, at_least, attend, check_heads, checked_input,
-                  existing_path, load_local_tokenizer)
+from .kit import (AttentionSeam, PathLike, Presets, RopeBuffer, WeightedNorm, at_least, attend, check_heads,
+                  checked_input, existing_path, load_local_tokenizer)
 from .linear import Linear, linear
 from .strict import build_config, check_state_dict, read_json_object, require_keys, save_model
 
@@ -129,15 +129,6 @@ class TimestepEmbedder(ScalarEmbedder):
         return self.mlp(self.sinusoids(gamma).to(self.mlp[0].weight.dtype))
 
 
-class Rotary(nn.Module):
-    """Holds the official checkpoint's persistent ``inv_freq`` buffer, ``theta^(-2k/head_dim)`` in fp32
-    (M:69-73). The rotation itself belongs to the attention method; the loader checks the two agree."""
-
-    def __init__(self, head_dim: int, theta: float):
-        super().__init__()
-        self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta))
-
-
 def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
     """``1 / theta^(2k / head_dim)``, k = 0 .. head_dim/2 - 1, in fp32 the way the official buffer is made."""
     return 1.0 / (theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
@@ -208,7 +199,8 @@ class Backbone(nn.Module):
         D = config.hidden_size
         self.vocab_embed = EmbeddingLayer(D, config.vocab_size)
         self.sigma_map = TimestepEmbedder(config.cond_dim, config.frequency_dim)
-        self.rotary_emb = Rotary(config.head_dim, config.rope_theta)
+        # The official Rotary's persistent inv_freq, theta^(-2k/head_dim) in fp32 (M:69-73; `check_rotary`).
+        self.rotary_emb = RopeBuffer("inv_freq", rope_inv_freq(config.head_dim, config.rope_theta))
         self.blocks = nn.ModuleList(DDiTBlock(config) for _ in range(config.n_blocks))
         self.output_layer = FinalLayer(config)
         # Self-conditioning input: columns 0:D act on z, D:2D on the previous x-prediction.
