@@ -33,12 +33,11 @@ from .elf import ScalarEmbedder, _per_example
 from .kit import (AttentionSeam, PathLike, Presets, RopeBuffer, WeightedNorm, at_least, attend, check_heads,
                   checked_input, existing_path, load_local_tokenizer)
 from .linear import Linear, linear
-from .strict import build_config, check_state_dict, read_json_object, require_keys, save_model
+from .strict import WEIGHTS_FILE, build_config, check_state_dict, read_json_object, require_keys, save_model
 
 Scalar = Union[float, torch.Tensor]
 
 CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 
 
 #: The OpenWebText model (official langflow/config.json, identical to config.py's defaults), its alias

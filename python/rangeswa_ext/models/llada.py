@@ -27,8 +27,8 @@ from ..masking import valid_ranges
 from .kit import (AttentionSeam, PathLike, Presets, WeightedNorm, at_least, attend, check_heads, existing_path,
                   load_local_tokenizer)
 from .linear import Linear
-from .strict import (INDEX_FILE, assign_parameter, build_config, check_state_dict, read_json_object, read_tensors,
-                     save_model, weight_shapes)
+from .strict import (INDEX_FILE, WEIGHTS_FILE, assign_parameter, build_config, check_state_dict, read_json_object,
+                     read_tensors, save_model, weight_shapes)
 
 
 #: LLaDA-8B (Base and Instruct share config.json: d_model 4096, n_layers 32, n_heads 32 = n_kv_heads,
@@ -204,22 +204,21 @@ _REQUIRED_CONFIG = dict(activation_type="silu", block_type="llama", layer_norm_t
 _CONFIG_KEYS = dict(n_layers="n_layer", d_model="dim", n_heads="n_head", mlp_hidden_size="mlp_dim",
                     embedding_size="vocab_size", rms_norm_eps="norm_eps", rope_theta="rope_theta",
                     max_sequence_length="train_length", mask_token_id="mask_id", eos_token_id="eos_id")
-SINGLE_FILE = "model.safetensors"
 
 
 def find_checkpoint(path: PathLike) -> Path:
     """The Hugging Face folder ``path`` names, checked to hold config.json and the safetensors weights
     (``model.safetensors.index.json`` with its shards, or one ``model.safetensors``)."""
     folder = Path(path).expanduser()
-    if folder.is_file() and folder.name in ("config.json", INDEX_FILE, SINGLE_FILE):
+    if folder.is_file() and folder.name in ("config.json", INDEX_FILE, WEIGHTS_FILE):
         folder = folder.parent
     existing_path(folder, "LLaDA checkpoint folder", f"pass the folder of a Hugging Face download of "
                   f"GSAI-ML/LLaDA-8B-Base (config.json, {INDEX_FILE}, the shards, the tokenizer)")
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder (expected config.json, "
                                 f"{INDEX_FILE} and model-0000N-of-0000M.safetensors)")
-    if not (folder / INDEX_FILE).is_file() and not (folder / SINGLE_FILE).is_file():
-        raise FileNotFoundError(f"{folder} has no {INDEX_FILE} and no {SINGLE_FILE}: the weights are missing "
+    if not (folder / INDEX_FILE).is_file() and not (folder / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"{folder} has no {INDEX_FILE} and no {WEIGHTS_FILE}: the weights are missing "
                                 f"(only safetensors are read)")
     return folder
 

@@ -10,8 +10,8 @@ from typing import Callable, Iterator, Mapping, Optional, TypeVar
 import torch
 import torch.nn as nn
 
-# A Hugging Face folder's map of sharded safetensors weights.
-INDEX_FILE = "model.safetensors.index.json"
+# A Hugging Face folder's weights in one file, and its map of sharded safetensors weights.
+WEIGHTS_FILE, INDEX_FILE = "model.safetensors", "model.safetensors.index.json"
 T = TypeVar("T")
 
 
@@ -95,12 +95,19 @@ def build_config(file: Path, what: str, wrong: list[str], make: Callable[[], T])
         raise ValueError(f"{file}: {e}") from e
 
 
-def indexed_shards(folder: Path) -> dict[str, Path] | None:
-    """Tensor name -> shard file from ``folder``'s ``model.safetensors.index.json``, every listed shard checked
-    to exist; None when the folder has no index."""
-    index = folder / INDEX_FILE
+def weight_shapes(folder: Path) -> tuple[dict[str, Path], dict[str, tuple]]:
+    """(tensor name -> the safetensors file holding it, tensor name -> shape), from the files' headers alone: the
+    files of ``model.safetensors.index.json`` when present (every listed shard checked to exist and to hold what
+    the index lists there), else every ``*.safetensors`` of the folder."""
+    index, files, shapes = folder / INDEX_FILE, {}, {}
     if not index.is_file():
-        return None
+        for file in sorted(folder.glob("*.safetensors")):
+            for name, shape in safetensors_shapes(file).items():
+                if name in files:
+                    raise ValueError(f"tensor {name} is in both {files[name].name} and {file.name} of {folder}, and "
+                                     f"there is no {INDEX_FILE} to say which to use")
+                files[name], shapes[name] = file, shape
+        return files, shapes
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
@@ -110,28 +117,11 @@ def indexed_shards(folder: Path) -> dict[str, Path] | None:
     if absent:
         raise FileNotFoundError(f"{folder} lacks the shard(s) {', '.join(absent)} that {INDEX_FILE} lists; "
                                 f"the download is incomplete")
-    return files
-
-
-def weight_shapes(folder: Path) -> tuple[dict[str, Path], dict[str, tuple]]:
-    """(tensor name -> the safetensors file holding it, tensor name -> shape), from the files' headers alone: the
-    files of ``model.safetensors.index.json`` when present (every listed shard checked to exist and to hold what
-    the index lists there), else every ``*.safetensors`` of the folder."""
-    files, shapes = indexed_shards(folder), {}
-    if files is None:
-        files = {}
-        for file in sorted(folder.glob("*.safetensors")):
-            for name, shape in safetensors_shapes(file).items():
-                if name in files:
-                    raise ValueError(f"tensor {name} is in both {files[name].name} and {file.name} of {folder}, and "
-                                     f"there is no {INDEX_FILE} to say which to use")
-                files[name], shapes[name] = file, shape
-        return files, shapes
     for file in sorted(set(files.values())):
         shapes.update({name: shape for name, shape in safetensors_shapes(file).items() if files.get(name) == file})
     unlisted = sorted(set(files) - set(shapes))
     if unlisted:
-        raise ValueError(f"{folder / INDEX_FILE} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
+        raise ValueError(f"{index} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
     return files, shapes
 
 
@@ -155,7 +145,7 @@ def save_shards(state: Mapping[str, torch.Tensor], folder: Path, shards: int) ->
     from safetensors.torch import save_file
 
     if shards == 1:
-        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        save_file(state, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
         return
     names, weight_map = list(state), {}
     for number in range(1, shards + 1):
