@@ -43,7 +43,6 @@ VAE_REQUIRED = dict(patch_size=1, shared_heads_kv=1, encoder_last_ln=True, layer
                     use_variation=True)
 #: Keys a prior config.json may carry its training length under (none in the official one); else 2048.
 TRAIN_LENGTH_KEYS = ("train_length", "max_position_embeddings", "max_sequence_length", "max_seq_len")
-DEFAULT_TRAIN_LENGTH = ColaPriorConfig.train_length
 
 
 def find_checkpoint(path: PathLike) -> Path:
@@ -79,7 +78,7 @@ def prior_config_from_hf(file: PathLike) -> ColaPriorConfig:
         wrong.append(f"emb_dim={hf['emb_dim']} != txt_dim={hf['txt_dim']} (the official AdaLN needs them equal)")
     if hf["patch_size"] != 1:
         wrong.append(f"patch_size={hf['patch_size']} (expected 1)")
-    train_length = next((hf[k] for k in TRAIN_LENGTH_KEYS if k in hf), DEFAULT_TRAIN_LENGTH)
+    train_length = next((hf[k] for k in TRAIN_LENGTH_KEYS if k in hf), ColaPriorConfig.train_length)
     return build_config(file, "prior", wrong, lambda: ColaPriorConfig(
         latent_dim=hf["txt_in_channels"], dim=hf["txt_dim"], n_head=hf["heads"], head_dim=hf["head_dim"],
         mlp_ratio=hf["expand_ratio"], n_layer=hf["num_layers"], norm_eps=float(hf["norm_eps"]),

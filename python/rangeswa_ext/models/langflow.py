@@ -162,18 +162,12 @@ class DDiTBlock(nn.Module):
 
 
 class EmbeddingLayer(nn.Module):
-    """The token embedding E (vocab x D) and its normalised form E_n (M:225-252)."""
+    """The token embedding E (vocab x D) (M:225-252); its normalised form is `LangFlow.normalized_embedding`."""
 
     def __init__(self, dim: int, vocab_size: int):
         super().__init__()
         self.embedding = nn.Parameter(torch.empty(vocab_size, dim))
         nn.init.kaiming_uniform_(self.embedding, a=math.sqrt(5))
-
-    def normalized(self) -> torch.Tensor:
-        """E_n: every row scaled to L2 norm sqrt(D), so each embedding has mean square 1 per dim (the
-        official "layernorm" normalisation, M:225-228)."""
-        E = self.embedding
-        return (F.normalize(E.float(), dim=-1) * math.sqrt(E.shape[-1])).to(E.dtype)
 
 
 class FinalLayer(nn.Module):
@@ -279,8 +273,10 @@ class LangFlow(AttentionSeam, nn.Module):
         self.set_attention(attention)
 
     def normalized_embedding(self) -> torch.Tensor:
-        """E_n [vocab, D]: the embedding the skip logits and the sampler's x-prediction use."""
-        return self.backbone.vocab_embed.normalized()
+        """E_n [vocab, D], the embedding the skip logits and the sampler's x-prediction use: every row of E scaled
+        to L2 norm sqrt(D), so each embedding has mean square 1 per dim (the official "layernorm", M:225-228)."""
+        E = self.backbone.vocab_embed.embedding
+        return (F.normalize(E.float(), dim=-1) * math.sqrt(E.shape[-1])).to(E.dtype)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """Clean embeddings: token ids [B, L] -> their rows of E_n; probabilities [B, L, vocab] -> ``p @ E_n``,
@@ -495,10 +491,3 @@ def load_gpt2_tokenizer(folder: PathLike):
     return load_local_tokenizer(folder, "GPT-2", "save the GPT-2 tokenizer there first "
                                 "(AutoTokenizer.from_pretrained('gpt2').save_pretrained(...))",
                                 "tokenizer.json, or vocab.json and merges.txt, with tokenizer_config.json")
-
-
-def decode_tokens(tokenizer, rows) -> list[str]:
-    """Token id rows -> texts, every special token (GPT-2's <|endoftext|>) dropped wherever it stands and
-    nothing cut, as the official inference.py decodes (``batch_decode(..., skip_special_tokens=True)``)."""
-    rows = rows.tolist() if isinstance(rows, torch.Tensor) else [list(r) for r in rows]
-    return tokenizer.batch_decode(rows, skip_special_tokens=True) if rows else []
