@@ -147,8 +147,7 @@ class Attention(nn.Module):
 
     def __init__(self, config: ELFConfig):
         super().__init__()
-        self.n_head = config.n_head
-        self.head_dim = config.head_dim
+        self.n_head, self.head_dim = config.n_head, config.head_dim
         # Output rows of qkv are [q | k | v], each head-major (official reshape (B, N, 3, H, D)).
         self.qkv = Linear(config.dim, 3 * config.dim)
         self.q_norm = RMSNorm(config.head_dim, config.norm_eps)
