@@ -204,12 +204,7 @@ def decode_tokens(tokenizer, ids) -> list[str]:
     if not rows or not isinstance(rows[0], list):
         raise ValueError("ids must be a [B, L] batch of token id rows")
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 1
-    texts = []
-    for row in rows:
-        if eos in row:
-            row = row[:row.index(eos)]
-        texts.append(tokenizer.decode(row, skip_special_tokens=True))
-    return texts
+    return [tokenizer.decode(row[:row.index(eos)] if eos in row else row, skip_special_tokens=True) for row in rows]
 
 
 def _flatten(tree: Mapping, prefix: tuple = ()):
