@@ -107,7 +107,8 @@ class Backbone:
         """Raise ValueError when ``tokenizer`` cannot decode every id ``model`` can produce."""
 
     def decode(self, tokenizer, rows: list[list[int]]) -> list[str]:
-        raise NotImplementedError
+        """The texts of token-id rows, special tokens dropped (by default through a transformers tokenizer)."""
+        return tokenizer.batch_decode(rows, skip_special_tokens=True) if rows else []
 
     def encode(self, tokenizer, text: str) -> list[int]:
         """The token ids of a prompt text (conditional backbones; no special tokens added)."""
@@ -175,6 +176,5 @@ def backbone_for(model: str) -> Backbone:
     return lookup(_by_model_name(), model, "unknown model", "known models")
 
 
-def normalize(model: str) -> str:
-    """The canonical spelling of a model name (lower case, '-' for '_')."""
-    return canonical(model)
+#: The canonical spelling of a model name (lower case, '-' for '_').
+normalize = canonical

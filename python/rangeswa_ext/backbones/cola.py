@@ -36,9 +36,7 @@ class ColaBackbone(Backbone):
         return self.check_sizes(load_cola(checkpoint, device=device), checkpoint, preset)
 
     def rope(self, model: Cola) -> dict:
-        prior = model.config.prior
-        return dict(theta=prior.rope_theta, rope_style="interleaved", rotary_dim=prior.rotary_dim,
-                    train_length=prior.train_length)
+        return super().rope(model.prior)  # the attention methods act on the prior only
 
     def check_tokenizer(self, model: Cola, tokenizer, folder: Path) -> None:
         size = tokenizer.get_vocab_size(with_added_tokens=True)

@@ -50,12 +50,9 @@ class ELFBackbone(Backbone):
 
     def sampler_settings(self, config: SamplerConfig) -> dict:
         # The keys (and order) ELF's JSON lines have always had, then any other setting a run changed.
-        settings = dict(sampler=config.sampler, steps=config.steps, gamma=config.gamma, omega=config.omega)
-        default = SamplerConfig()
-        for f in dataclasses.fields(config):
-            if f.name not in settings and getattr(config, f.name) != getattr(default, f.name):
-                settings[f.name] = getattr(config, f.name)
-        return settings
+        first = dict(sampler=config.sampler, steps=config.steps, gamma=config.gamma, omega=config.omega)
+        default = dataclasses.asdict(SamplerConfig())
+        return {**first, **{k: v for k, v in dataclasses.asdict(config).items() if k not in first and v != default[k]}}
 
     def benchmark_call(self, model: ELF, length: int, generator: torch.Generator, stage: str = "late"):
         z = torch.randn(1, length, model.config.encoder_dim, generator=generator)

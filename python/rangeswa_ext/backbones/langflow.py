@@ -13,14 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..models.langflow import (
-    LangFlow,
-    LangFlowConfig,
-    decode_tokens,
-    find_checkpoint,
-    load_gpt2_tokenizer,
-    load_langflow,
-)
+from ..models.langflow import LangFlow, LangFlowConfig, find_checkpoint, load_gpt2_tokenizer, load_langflow
 from ..samplers.langflow_sampler import SamplerConfig, sample
 from . import Backbone, register
 
@@ -39,9 +32,6 @@ class LangFlowBackbone(Backbone):
         if model.config.vocab_size > len(tokenizer):
             raise ValueError(f"the checkpoint's vocabulary has {model.config.vocab_size} tokens but the tokenizer "
                              f"in {folder} knows only {len(tokenizer)}; use GPT-2's tokenizer (50,257 tokens)")
-
-    def decode(self, tokenizer, rows: list[list[int]]) -> list[str]:
-        return decode_tokens(tokenizer, rows)
 
     def sample(self, model, tokenizer, first, count, length, seed, config, *, autocast_dtype, progress, prompts=None):
         ids = sample(model, count, length, seed, first, config, autocast_dtype=autocast_dtype, progress=progress)

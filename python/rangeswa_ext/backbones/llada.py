@@ -35,9 +35,6 @@ class LLaDABackbone(Backbone):
             raise ValueError(f"the tokenizer in {folder} has {len(tokenizer)} tokens but the model's embedding only "
                              f"{model.config.vocab_size}; use the tokenizer the model was trained with")
 
-    def decode(self, tokenizer, rows: list[list[int]]) -> list[str]:
-        return [tokenizer.decode(row, skip_special_tokens=True) for row in rows]
-
     def encode(self, tokenizer, text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -222,9 +221,3 @@ def train_judge(ids: torch.Tensor, vocab_size: int, config: TrainConfig, out: st
                             generator=generator.get_state(), step=step), state_file)
     bar.close()
     return model.eval()
-
-
-def timed(fn, *args, **kwargs):
-    """(result, seconds) of one call."""
-    start = time.perf_counter()
-    return fn(*args, **kwargs), time.perf_counter() - start

@@ -17,7 +17,6 @@ attention is a method: the VAE keeps its own plain block-causal attention.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar, Optional
@@ -29,7 +28,7 @@ import torch.nn.functional as F
 from ..reference.rope import inv_freq
 from .cola_cache import KVCache, attention_padding
 from .cola_vae import ColaVAE, ColaVAEConfig
-from .kit import AttentionSeam, at_least, attend, lookup
+from .kit import AttentionSeam, RopeBuffer, at_least, attend, lookup
 from .linear import Linear
 
 
@@ -117,9 +116,6 @@ class ColaConfig:
         preset = lookup(cls.PRESETS, name, "unknown CoLa preset", "known presets")
         return cls(ColaPriorConfig(**preset["prior"]), ColaVAEConfig(**preset["vae"]))
 
-    def replace(self, prior: Optional[dict] = None, vae: Optional[dict] = None) -> "ColaConfig":
-        return ColaConfig(dataclasses.replace(self.prior, **(prior or {})), dataclasses.replace(self.vae, **(vae or {})))
-
 
 # ------------------------------------------------------------------------------------------- prior
 class TimestepEmbedding(nn.Module):
@@ -177,21 +173,13 @@ class AdaLN(nn.Module):
         return h * getattr(self, f"{layer}_out")(emb) + residual
 
 
-class RotaryFrequencies(nn.Module):
-    """The official RoPE frequency buffer ``freqs`` = theta^(-2j / rotary_dim), kept for the state dict
-    (``blocks.N.msa.rope.rope.freqs``); the attention method computes its own rotation from theta."""
-
-    def __init__(self, rotary_dim: int, theta: float):
-        super().__init__()
-        self.register_buffer("freqs", inv_freq(theta, rotary_dim, torch.float32))
-
-
 class PriorRope(nn.Module):
-    """Holds `RotaryFrequencies` as ``rope``, the official nesting (TextRotaryEmbedding.rope)."""
+    """The official RoPE buffer ``blocks.N.msa.rope.rope.freqs`` = theta^(-2j / rotary_dim) (the nesting of
+    TextRotaryEmbedding.rope), as a `kit.RopeBuffer`."""
 
     def __init__(self, rotary_dim: int, theta: float):
         super().__init__()
-        self.rope = RotaryFrequencies(rotary_dim, theta)
+        self.rope = RopeBuffer("freqs", inv_freq(theta, rotary_dim, torch.float32))
 
 
 class PriorAttention(nn.Module):
@@ -261,10 +249,7 @@ class PriorBlock(nn.Module):
 
 class ColaPrior(AttentionSeam, nn.Module):
     """The block-causal DiT prior: per-token velocities v = d z / d t of the current block (t = 1000 noise).
-
-    ``ColaPrior(config, attention=make_attention("full", head_dim=128, rotary_dim=96))``; the method, held as
-    `kit.AttentionSeam` holds it (out of ``state_dict``), changes with `set_attention`.
-    """
+    ``ColaPrior(config, attention=make_attention("full", head_dim=128, rotary_dim=96))`` (`kit.AttentionSeam`)."""
 
     ATTENTION_CALL = "attention(q, k, v, control_tokens=, stage=, causal_block=)"
     ATTENTION_EXAMPLE = "make_attention('full', head_dim=128, rotary_dim=96)"
@@ -298,23 +283,16 @@ class ColaPrior(AttentionSeam, nn.Module):
             attention_mask: [B, Lq] bool, True on real latents, one run per sample (with a cache: left
                 padding, a sample's latents ending at Lq, in whole blocks): each sample is computed as if
                 its padding were absent (its positions start at its first real latent); padded rows'
-                velocities mean nothing. A cache tracks each sample's
-                own length (`KVCache`), so samples with prompts of different lengths share calls.
+                velocities mean nothing. A cache tracks each sample's own length (`KVCache`), so samples
+                with prompts of different lengths share calls.
 
         Returns:
             the velocity [B, Lq, latent_dim] (noise minus data), in the output Linear's dtype.
         """
         attention = self.require_attention()
         c = self.config
-        if z.dim() != 3 or z.shape[-1] != c.latent_dim or z.shape[1] < 1:
-            raise ValueError(f"z must be [B, Lq, {c.latent_dim}] with Lq >= 1, got {tuple(z.shape)}")
-        if commit and cache is None:
-            raise ValueError("commit=True needs a cache to commit to")
-        if cache is not None and cache.length % c.block_size:
-            raise ValueError(f"the cache holds {cache.length} latents, not a whole number of blocks of "
-                             f"{c.block_size}; block-causal positions would not line up")
+        padding = attention_padding(z, c.latent_dim, cache, commit, attention_mask, c.block_size)
         B, Lq, _ = z.shape
-        padding = attention_padding(cache, attention_mask, B, Lq, z.device, c.block_size)
         t = torch.as_tensor(t, device=z.device)
         if t.dim() == 0:
             t = t.expand(B, Lq)

@@ -105,11 +105,20 @@ class KVCache:
         return cache
 
 
-def attention_padding(cache: Optional[KVCache], mask: Optional[torch.Tensor], batch: int, new: int, device,
-                      block: int) -> dict:
-    """The attention methods' ``attention_mask`` keyword of a call adding ``new`` tokens (empty: no padding);
+def attention_padding(z: torch.Tensor, width: int, cache: Optional[KVCache], commit: bool,
+                      mask: Optional[torch.Tensor], block: int) -> dict:
+    """The attention methods' ``attention_mask`` keyword of a call on latents ``z`` [B, new, width] (empty: no
+    padding), after checking the call (z's shape, a cache to ``commit`` to, a cache of whole ``block``s).
     ``mask`` [B, new] marks the real ones; with a cache, left padding and a whole number of ``block``s per
     sample (so every sample's tokens stay one run and its cache whole blocks)."""
+    if z.dim() != 3 or z.shape[-1] != width or z.shape[1] < 1:
+        raise ValueError(f"z must be [B, Lq, {width}] with Lq >= 1, got {tuple(z.shape)}")
+    if commit and cache is None:
+        raise ValueError("commit=True needs a cache to commit to")
+    if cache is not None and cache.length % block:
+        raise ValueError(f"the cache holds {cache.length} latents, not a whole number of blocks of {block}; "
+                         f"block-causal positions would not line up")
+    batch, new = z.shape[:2]
     if mask is not None:
         if tuple(mask.shape) != (batch, new):
             raise ValueError(f"attention_mask must be [B, Lq] = [{batch}, {new}], got shape {tuple(mask.shape)}")
@@ -121,5 +130,5 @@ def attention_padding(cache: Optional[KVCache], mask: Optional[torch.Tensor], ba
         if cache is not None and bool((counts % block).any()):
             raise ValueError(f"with a cache, each sample's real latents must be whole blocks of {block}, got "
                              f"{counts.tolist()}")
-    keys = cache.key_mask(new, mask, device) if cache is not None else (None if mask is None else mask.bool())
-    return {} if keys is None or bool(keys.all()) else dict(attention_mask=keys.to(device))
+    keys = cache.key_mask(new, mask, z.device) if cache is not None else (None if mask is None else mask.bool())
+    return {} if keys is None or bool(keys.all()) else dict(attention_mask=keys.to(z.device))

@@ -8,7 +8,6 @@ writes the same layout. The tokenizer is the release's OLMo 2 BPE ``tokenizer.js
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Union
 
@@ -18,11 +17,9 @@ import torch.nn as nn
 from ..reference.rope import inv_freq
 from .cola import Cola, ColaConfig, ColaPrior, ColaPriorConfig
 from .cola_vae import ColaVAEConfig
-from .kit import existing_path
-from .strict import (assign_parameter, check_state_dict, read_json_object, read_tensors, require_keys, save_shards,
-                     shard_shapes, weight_files)
-
-PathLike = Union[str, Path]
+from .kit import PathLike, existing_path
+from .strict import (assign_parameter, build_config, check_state_dict, read_json_object, read_tensors, save_model,
+                     weight_shapes)
 
 PRIOR_FOLDER, VAE_FOLDER = "cola_dit", "cola_vae"
 TOKENIZER_FILE = "tokenizer.json"
@@ -46,7 +43,6 @@ VAE_REQUIRED = dict(patch_size=1, shared_heads_kv=1, encoder_last_ln=True, layer
                     use_variation=True)
 #: Keys a prior config.json may carry its training length under (none in the official one); else 2048.
 TRAIN_LENGTH_KEYS = ("train_length", "max_position_embeddings", "max_sequence_length", "max_seq_len")
-DEFAULT_TRAIN_LENGTH = ColaPriorConfig.train_length
 
 
 def find_checkpoint(path: PathLike) -> Path:
@@ -73,8 +69,7 @@ def prior_config_from_hf(file: PathLike) -> ColaPriorConfig:
     """The prior config of a ``cola_dit/config.json`` (official keys; `PRIOR_REQUIRED` must be there, the others
     take the official defaults; the training length from `TRAIN_LENGTH_KEYS` when present, else 2048)."""
     file = Path(file)
-    raw = read_json_object(file, "cola_dit", "CoLa prior")
-    require_keys(raw, PRIOR_REQUIRED, file, "CoLa prior")
+    raw = read_json_object(file, "cola_dit", "CoLa prior", PRIOR_REQUIRED)
     hf = {**PRIOR_DEFAULTS, **raw}
     wrong = []
     if hf["txt_in_channels"] != hf["txt_out_channels"]:
@@ -83,38 +78,28 @@ def prior_config_from_hf(file: PathLike) -> ColaPriorConfig:
         wrong.append(f"emb_dim={hf['emb_dim']} != txt_dim={hf['txt_dim']} (the official AdaLN needs them equal)")
     if hf["patch_size"] != 1:
         wrong.append(f"patch_size={hf['patch_size']} (expected 1)")
-    if wrong:
-        raise ValueError(f"{file} describes a prior this implementation does not compute: {', '.join(wrong)}")
-    train_length = next((hf[k] for k in TRAIN_LENGTH_KEYS if k in hf), DEFAULT_TRAIN_LENGTH)
-    try:
-        return ColaPriorConfig(latent_dim=hf["txt_in_channels"], dim=hf["txt_dim"], n_head=hf["heads"],
-                               head_dim=hf["head_dim"], mlp_ratio=hf["expand_ratio"], n_layer=hf["num_layers"],
-                               norm_eps=float(hf["norm_eps"]), qk_bias=bool(hf["qk_bias"]), rotary_dim=hf["rope_dim"],
-                               block_size=hf["block_size"], train_length=int(train_length))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{file}: {e}") from e
+    train_length = next((hf[k] for k in TRAIN_LENGTH_KEYS if k in hf), ColaPriorConfig.train_length)
+    return build_config(file, "prior", wrong, lambda: ColaPriorConfig(
+        latent_dim=hf["txt_in_channels"], dim=hf["txt_dim"], n_head=hf["heads"], head_dim=hf["head_dim"],
+        mlp_ratio=hf["expand_ratio"], n_layer=hf["num_layers"], norm_eps=float(hf["norm_eps"]),
+        qk_bias=bool(hf["qk_bias"]), rotary_dim=hf["rope_dim"], block_size=hf["block_size"],
+        train_length=int(train_length)))
 
 
 def vae_config_from_hf(file: PathLike) -> ColaVAEConfig:
     """The VAE config of a ``cola_vae/config.json`` (official keys; `VAE_REQUIRED_KEYS` must be there, the others
     take the official defaults)."""
     file = Path(file)
-    raw = read_json_object(file, "cola_text_vae", "CoLa VAE")
-    require_keys(raw, VAE_REQUIRED_KEYS, file, "CoLa VAE")
+    raw = read_json_object(file, "cola_text_vae", "CoLa VAE", VAE_REQUIRED_KEYS)
     wrong = [f"{k}={raw[k]!r} (expected {v!r})" for k, v in VAE_REQUIRED.items() if k in raw and raw[k] != v]
-    if wrong:
-        raise ValueError(f"{file} describes a VAE this implementation does not compute: {', '.join(wrong)}")
     hf = {**VAE_DEFAULTS, **raw}
-    try:
-        return ColaVAEConfig(vocab_size=hf["vocab_size"], encoder_layers=hf["encoder_num_blocks"],
-                             decoder_layers=hf["decoder_num_blocks"], dim=hf["dim"], ffn_dim=hf["ffn_dim"],
-                             latent_dim=hf["latent_dim"], n_head=hf["num_heads"], norm_eps=float(hf["layer_norm_eps"]),
-                             post_norm=bool(hf["post_norm"]),
-                             clip_qkv=None if hf["clip_qkv"] is None else float(hf["clip_qkv"]),
-                             rope_theta=float(hf["rope_theta"]), block_size=hf["block_size"] if hf["block_causal"] else 0,
-                             scaling_factor=float(hf["scaling_factor"]), shifting_factor=float(hf["shifting_factor"]))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{file}: {e}") from e
+    return build_config(file, "VAE", wrong, lambda: ColaVAEConfig(
+        vocab_size=hf["vocab_size"], encoder_layers=hf["encoder_num_blocks"], decoder_layers=hf["decoder_num_blocks"],
+        dim=hf["dim"], ffn_dim=hf["ffn_dim"], latent_dim=hf["latent_dim"], n_head=hf["num_heads"],
+        norm_eps=float(hf["layer_norm_eps"]), post_norm=bool(hf["post_norm"]),
+        clip_qkv=None if hf["clip_qkv"] is None else float(hf["clip_qkv"]), rope_theta=float(hf["rope_theta"]),
+        block_size=hf["block_size"] if hf["block_causal"] else 0, scaling_factor=float(hf["scaling_factor"]),
+        shifting_factor=float(hf["shifting_factor"])))
 
 
 def _load_part(module: nn.Module, folder: Path, name: str, device: torch.device) -> None:
@@ -122,8 +107,7 @@ def _load_part(module: nn.Module, folder: Path, name: str, device: torch.device)
 
     The prior's ``*.rope.rope.freqs`` buffers follow from theta: when the checkpoint holds none of them they
     are computed; when it holds them they must equal theta's frequencies."""
-    files = weight_files(folder)
-    shapes = shard_shapes(files, folder)
+    files, shapes = weight_shapes(folder)
     buffers = {k: tuple(b.shape) for k, b in module.named_buffers()}
     computed = {} if buffers.keys() & shapes.keys() else buffers
     check_state_dict(module, {k: torch.empty(s, device="meta") for k, s in {**shapes, **computed}.items()},
@@ -136,18 +120,13 @@ def _load_part(module: nn.Module, folder: Path, name: str, device: torch.device)
         if not torch.allclose(tensor, _rope_freqs(module, device), rtol=1e-6, atol=0):
             raise ValueError(f"{file}: {key} holds RoPE frequencies other than theta = "
                              f"{module.config.rope_theta}'s over {module.config.rotary_dim} dims")
-        _assign_buffer(module, key, tensor)
+        assign_parameter(module, key, tensor)
     for key in computed:
-        _assign_buffer(module, key, _rope_freqs(module, device))
+        assign_parameter(module, key, _rope_freqs(module, device))
 
 
 def _rope_freqs(prior: "ColaPrior", device: torch.device) -> torch.Tensor:
     return inv_freq(prior.config.rope_theta, prior.config.rotary_dim, torch.float32).to(device)
-
-
-def _assign_buffer(module: nn.Module, name: str, value: torch.Tensor) -> None:
-    owner, _, leaf = name.rpartition(".")
-    module.get_submodule(owner)._buffers[leaf] = value
 
 
 def load_cola(path: PathLike, *, device: Union[str, torch.device] = "cpu", attention=None) -> Cola:
@@ -170,8 +149,6 @@ def save_cola(model: Cola, folder: PathLike, prior_shards: int = 1) -> Path:
     """Write ``model`` in the release layout: ``cola_dit/`` and ``cola_vae/``, each with the official
     config.json keys (plus ``train_length`` for the prior) and safetensors weights, the prior's in
     ``prior_shards`` files with an index when more than one (tests, converted models)."""
-    from safetensors.torch import save_file
-
     folder = Path(folder).expanduser()
     p, v = model.config.prior, model.config.vae
     configs = {
@@ -188,14 +165,7 @@ def save_cola(model: Cola, folder: PathLike, prior_shards: int = 1) -> Path:
                          scaling_factor=v.scaling_factor, shifting_factor=v.shifting_factor),
     }
     for part, module, shards in ((PRIOR_FOLDER, model.prior, prior_shards), (VAE_FOLDER, model.vae, 1)):
-        sub = folder / part
-        sub.mkdir(parents=True, exist_ok=True)
-        (sub / "config.json").write_text(json.dumps(configs[part], indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        state = {k: t.detach().cpu().contiguous() for k, t in module.state_dict().items()}
-        if shards == 1:
-            save_file(state, str(sub / "model.safetensors"), metadata={"format": "pt"})
-        else:
-            save_shards(state, sub, shards)
+        save_model(module, folder / part, configs[part], shards)
     return folder
 
 

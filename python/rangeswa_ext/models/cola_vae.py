@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..methods import make_attention
 from .cola_cache import KVCache, attention_padding
-from .kit import at_least
+from .kit import at_least, check_heads
 from .linear import Linear
 
 
@@ -56,8 +56,7 @@ class ColaVAEConfig:
 
     def __post_init__(self):
         at_least(self, ("vocab_size", "encoder_layers", "decoder_layers", "dim", "ffn_dim", "latent_dim", "n_head"))
-        if self.dim % self.n_head or (self.dim // self.n_head) % 2:
-            raise ValueError(f"ColaVAEConfig.dim ({self.dim}) must be n_head ({self.n_head}) heads of an even width")
+        check_heads(self)
         if self.ffn_dim % 2:
             raise ValueError(f"ColaVAEConfig.ffn_dim must be even (SwiGLU halves it), got {self.ffn_dim}")
         if self.block_size < 0:
@@ -170,12 +169,7 @@ class ColaVAE(nn.Module):
         """Logits [B, Lq, vocab_size] of latents z [B, Lq, latent_dim] that follow the cache's latents (or
         start at position 0 without one); ``commit`` appends z to the cache (modeling_cola_vae.py:646-691).
         ``attention_mask`` [B, Lq]: real latents, one run per sample, as for `ColaPrior.forward`."""
-        c = self.config
-        if z.dim() != 3 or z.shape[-1] != c.latent_dim or z.shape[1] < 1:
-            raise ValueError(f"z must be [B, Lq, {c.latent_dim}] with Lq >= 1, got {tuple(z.shape)}")
-        if commit and cache is None:
-            raise ValueError("commit=True needs a cache to commit to")
-        padding = attention_padding(cache, attention_mask, z.shape[0], z.shape[1], z.device, 1)
+        padding = attention_padding(z, self.config.latent_dim, cache, commit, attention_mask, 1)
         dec = self.decoder
         x = dec.in_layer(z)
         for layer, block in enumerate(dec.blocks):

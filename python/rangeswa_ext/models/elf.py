@@ -28,6 +28,7 @@ from .linear import Linear
 Scalar = Union[float, torch.Tensor]
 
 
+_MINI = dict(n_layer=4, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096, frequency_dim=64)
 #: Official factories ELF_B / ELF_M / ELF_L (pytorch_elf src/modules/model.py:234-236), a tiny model for
 #: tests that keeps the real input width and vocabulary, and the shipped miniature (docs/demo.md): 4
 #: layers of width 192 over a 64-d frozen embedding table of a 4096-token BPE, trained at T = 128.
@@ -36,14 +37,11 @@ ELF_CONFIGS = {
     "elf-m": dict(n_layer=24, dim=1056, n_head=16),
     "elf-l": dict(n_layer=32, dim=1280, n_head=16),
     "elf-tiny": dict(n_layer=2, dim=64, n_head=2),
-    "elf-mini": dict(n_layer=4, dim=192, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
-                     frequency_dim=64, train_length=128),
+    "elf-mini": dict(_MINI, dim=192, train_length=128),
     # The same miniature trained at T = 64 (`rangeswa train-mini --train-length 64`; docs/demo.md).
-    "elf-mini-64": dict(n_layer=4, dim=192, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
-                        frequency_dim=64, train_length=64),
+    "elf-mini-64": dict(_MINI, dim=192, train_length=64),
     # A wider miniature (width 256, heads of 64; `rangeswa train-mini --preset elf-mini-wide`; docs/demo.md).
-    "elf-mini-wide": dict(n_layer=4, dim=256, n_head=4, encoder_dim=64, bottleneck_dim=64, vocab_size=4096,
-                          frequency_dim=64, train_length=128),
+    "elf-mini-wide": dict(_MINI, dim=256, train_length=128),
 }
 
 
@@ -103,8 +101,6 @@ class ELFConfig(Presets):
         return int(int(self.dim * self.mlp_ratio) * 2 / 3)
 
 
-
-
 class RMSNorm(WeightedNorm):
     """RMSNorm computed in fp32 and returned in the input dtype (official JAX RMSNorm)."""
 
@@ -151,8 +147,7 @@ class Attention(nn.Module):
 
     def __init__(self, config: ELFConfig):
         super().__init__()
-        self.n_head = config.n_head
-        self.head_dim = config.head_dim
+        self.n_head, self.head_dim = config.n_head, config.head_dim
         # Output rows of qkv are [q | k | v], each head-major (official reshape (B, N, 3, H, D)).
         self.qkv = Linear(config.dim, 3 * config.dim)
         self.q_norm = RMSNorm(config.head_dim, config.norm_eps)
@@ -208,11 +203,8 @@ class FinalLayer(nn.Module):
 
 
 class ELF(AttentionSeam, nn.Module):
-    """The ELF denoiser and decoder.
-
-    ``ELF(config, attention=make_attention("full", head_dim=config.head_dim))``; the method, held as
-    `kit.AttentionSeam` holds it (out of ``state_dict``), changes with `set_attention`.
-    """
+    """The ELF denoiser and decoder: ``ELF(config, attention=make_attention("full", head_dim=config.head_dim))``
+    (the method as `kit.AttentionSeam` holds it)."""
 
     def __init__(self, config: ELFConfig, attention=None):
         super().__init__()

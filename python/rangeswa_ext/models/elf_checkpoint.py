@@ -23,10 +23,8 @@ import torch
 import torch.nn as nn
 
 from .elf import ELF, ELFConfig
-from .kit import existing_path, load_local_tokenizer
+from .kit import PathLike, existing_path, load_local_tokenizer
 from .strict import CheckpointMismatchError, check_state_dict
-
-PathLike = Union[str, Path]
 
 #: Top-level keys of an official PyTorch checkpoint file, in the order `save_checkpoint` writes them.
 OFFICIAL_KEYS = ("params", "ema_params1", "opt_state", "lr_scheduler", "step", "epoch", "dropout_rng",
@@ -206,12 +204,7 @@ def decode_tokens(tokenizer, ids) -> list[str]:
     if not rows or not isinstance(rows[0], list):
         raise ValueError("ids must be a [B, L] batch of token id rows")
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 1
-    texts = []
-    for row in rows:
-        if eos in row:
-            row = row[:row.index(eos)]
-        texts.append(tokenizer.decode(row, skip_special_tokens=True))
-    return texts
+    return [tokenizer.decode(row[:row.index(eos)] if eos in row else row, skip_special_tokens=True) for row in rows]
 
 
 def _flatten(tree: Mapping, prefix: tuple = ()):

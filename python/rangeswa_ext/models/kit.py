@@ -8,6 +8,7 @@
 - `AttentionSeam`: the attention method a model calls in every layer, held outside ``state_dict``.
 - `attend`, `checked_input`: an attention call's output and a denoiser's input, checked (one message each).
 - `WeightedNorm`: a normalisation layer's eps and weight (each backbone's norm computes its own way).
+- `RopeBuffer`: a checkpoint's RoPE frequency buffer, kept for ``state_dict`` only.
 - `existing_path`: a checkpoint or tokenizer path that must exist, one message.
 - `load_local_tokenizer`: a tokenizer saved in a local folder (no download), one message per failure.
 
@@ -56,11 +57,9 @@ class Presets:
         return dataclasses.replace(self, **changes)
 
 
-class SamplerPresets:
+class SamplerPresets(Presets):
     """A sampler config dataclass whose official settings depend on the model: ``PRESETS`` (model name ->
     field overrides; every model of the family, an empty dict where the defaults are the official ones)."""
-
-    PRESETS: ClassVar[Mapping[str, dict]] = {}
 
     @classmethod
     def for_model(cls, name: str, **overrides):
@@ -68,10 +67,6 @@ class SamplerPresets:
         values keep the model's."""
         preset = lookup(cls.PRESETS, name, "no sampler preset for model")
         return cls(**{**preset, **{k: v for k, v in overrides.items() if v is not None}})
-
-    def replace(self, **changes):
-        """A copy with the given fields changed (and checked again)."""
-        return dataclasses.replace(self, **changes)
 
 
 def at_least(config, names: tuple, least: int = 1) -> None:
@@ -149,6 +144,15 @@ class WeightedNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+
+
+class RopeBuffer(nn.Module):
+    """A checkpoint's persistent RoPE frequency buffer (its official name and values), kept only because the
+    state dict holds it: the attention method rotates by theta itself, and the loader checks the two agree."""
+
+    def __init__(self, name: str, frequencies: torch.Tensor):
+        super().__init__()
+        self.register_buffer(name, frequencies)
 
 
 def existing_path(path: PathLike, what: str, hint: str = "") -> Path:

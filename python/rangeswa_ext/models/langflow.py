@@ -20,7 +20,6 @@ local folder (`load_gpt2_tokenizer`).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,16 +30,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .elf import ScalarEmbedder, _per_example
-from .kit import (AttentionSeam, Presets, WeightedNorm, at_least, attend, check_heads, checked_input,
-                  existing_path, load_local_tokenizer)
+from .kit import (AttentionSeam, PathLike, Presets, RopeBuffer, WeightedNorm, at_least, attend, check_heads,
+                  checked_input, existing_path, load_local_tokenizer)
 from .linear import Linear, linear
-from .strict import check_state_dict, read_json_object, require_keys
+from .strict import WEIGHTS_FILE, build_config, check_state_dict, read_json_object, require_keys, save_model
 
 Scalar = Union[float, torch.Tensor]
-PathLike = Union[str, Path]
 
 CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 
 
 #: The OpenWebText model (official langflow/config.json, identical to config.py's defaults), its alias
@@ -131,15 +128,6 @@ class TimestepEmbedder(ScalarEmbedder):
         return self.mlp(self.sinusoids(gamma).to(self.mlp[0].weight.dtype))
 
 
-class Rotary(nn.Module):
-    """Holds the official checkpoint's persistent ``inv_freq`` buffer, ``theta^(-2k/head_dim)`` in fp32
-    (M:69-73). The rotation itself belongs to the attention method; the loader checks the two agree."""
-
-    def __init__(self, head_dim: int, theta: float):
-        super().__init__()
-        self.register_buffer("inv_freq", rope_inv_freq(head_dim, theta))
-
-
 def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
     """``1 / theta^(2k / head_dim)``, k = 0 .. head_dim/2 - 1, in fp32 the way the official buffer is made."""
     return 1.0 / (theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
@@ -174,18 +162,12 @@ class DDiTBlock(nn.Module):
 
 
 class EmbeddingLayer(nn.Module):
-    """The token embedding E (vocab x D) and its normalised form E_n (M:225-252)."""
+    """The token embedding E (vocab x D) (M:225-252); its normalised form is `LangFlow.normalized_embedding`."""
 
     def __init__(self, dim: int, vocab_size: int):
         super().__init__()
         self.embedding = nn.Parameter(torch.empty(vocab_size, dim))
         nn.init.kaiming_uniform_(self.embedding, a=math.sqrt(5))
-
-    def normalized(self) -> torch.Tensor:
-        """E_n: every row scaled to L2 norm sqrt(D), so each embedding has mean square 1 per dim (the
-        official "layernorm" normalisation, M:225-228)."""
-        E = self.embedding
-        return (F.normalize(E.float(), dim=-1) * math.sqrt(E.shape[-1])).to(E.dtype)
 
 
 class FinalLayer(nn.Module):
@@ -210,7 +192,8 @@ class Backbone(nn.Module):
         D = config.hidden_size
         self.vocab_embed = EmbeddingLayer(D, config.vocab_size)
         self.sigma_map = TimestepEmbedder(config.cond_dim, config.frequency_dim)
-        self.rotary_emb = Rotary(config.head_dim, config.rope_theta)
+        # The official Rotary's persistent inv_freq, theta^(-2k/head_dim) in fp32 (M:69-73; `check_rotary`).
+        self.rotary_emb = RopeBuffer("inv_freq", rope_inv_freq(config.head_dim, config.rope_theta))
         self.blocks = nn.ModuleList(DDiTBlock(config) for _ in range(config.n_blocks))
         self.output_layer = FinalLayer(config)
         # Self-conditioning input: columns 0:D act on z, D:2D on the previous x-prediction.
@@ -275,12 +258,9 @@ class LangFlowOutput(NamedTuple):
 
 
 class LangFlow(AttentionSeam, nn.Module):
-    """The LangFlow denoiser: ``model(z, gamma, self_cond, stage=...)`` -> fp32 logits [B, L, vocab].
-
-    ``LangFlow(config, attention=make_attention("full", head_dim=64, rope_style="half"))``; the method, held
-    as `kit.AttentionSeam` holds it (``state_dict`` is the official ``backbone.*`` and ``proposal.*``), changes
-    with `set_attention`. There is no dropout: the inference model (the official one in ``eval()`` mode).
-    """
+    """The LangFlow denoiser: ``model(z, gamma, self_cond, stage=...)`` -> fp32 logits [B, L, vocab], its method
+    held as `kit.AttentionSeam` holds it (``state_dict`` is the official ``backbone.*`` and ``proposal.*``).
+    There is no dropout: the inference model (the official one in ``eval()`` mode)."""
 
     ATTENTION_EXAMPLE = "make_attention('full', head_dim=config.head_dim, rope_style='half')"
 
@@ -293,8 +273,10 @@ class LangFlow(AttentionSeam, nn.Module):
         self.set_attention(attention)
 
     def normalized_embedding(self) -> torch.Tensor:
-        """E_n [vocab, D]: the embedding the skip logits and the sampler's x-prediction use."""
-        return self.backbone.vocab_embed.normalized()
+        """E_n [vocab, D], the embedding the skip logits and the sampler's x-prediction use: every row of E scaled
+        to L2 norm sqrt(D), so each embedding has mean square 1 per dim (the official "layernorm", M:225-228)."""
+        E = self.backbone.vocab_embed.embedding
+        return (F.normalize(E.float(), dim=-1) * math.sqrt(E.shape[-1])).to(E.dtype)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """Clean embeddings: token ids [B, L] -> their rows of E_n; probabilities [B, L, vocab] -> ``p @ E_n``,
@@ -430,10 +412,7 @@ def read_config(path: PathLike) -> LangFlowConfig:
             kind = "a number" if isinstance(default, float) else "an integer"
             raise ValueError(f"{path}: {key} must be {kind}, got {value!r}")
         fields[field] = float(value) if isinstance(default, float) else value
-    try:
-        return LangFlowConfig(**fields)
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+    return build_config(path, "LangFlow model", [], lambda: LangFlowConfig(**fields))
 
 
 def config_to_json(config: LangFlowConfig) -> dict:
@@ -494,23 +473,14 @@ def load_langflow(path: PathLike, *, config: Optional[LangFlowConfig] = None, at
                                     f"holds both (for the released OWT weights alone, pass "
                                     f"config=LangFlowConfig.from_name('langflow-owt'))")
         config = read_config(config_file)
-    try:
-        from safetensors.torch import load_file
-    except ImportError as e:
-        raise ImportError("loading LangFlow weights needs safetensors (pip install safetensors)") from e
-    state_dict = load_file(str(weights), device=str(map_location))
-    return langflow_from_state_dict(state_dict, config, attention, source=str(weights))
+    from safetensors.torch import load_file
+
+    return langflow_from_state_dict(load_file(str(weights), device=str(map_location)), config, attention, str(weights))
 
 
 def save_langflow(model: LangFlow, folder: PathLike) -> Path:
     """Write ``folder/config.json`` and ``folder/model.safetensors`` in the official layout; returns the folder."""
-    from safetensors.torch import save_file
-
-    folder = Path(folder).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / CONFIG_FILE).write_text(json.dumps(config_to_json(model.config), indent=2) + "\n")
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(folder / WEIGHTS_FILE))
-    return folder
+    return save_model(model, folder, config_to_json(model.config), sort_keys=False)
 
 
 # ------------------------------------------------------------------------------------------ tokenizer
@@ -521,10 +491,3 @@ def load_gpt2_tokenizer(folder: PathLike):
     return load_local_tokenizer(folder, "GPT-2", "save the GPT-2 tokenizer there first "
                                 "(AutoTokenizer.from_pretrained('gpt2').save_pretrained(...))",
                                 "tokenizer.json, or vocab.json and merges.txt, with tokenizer_config.json")
-
-
-def decode_tokens(tokenizer, rows) -> list[str]:
-    """Token id rows -> texts, every special token (GPT-2's <|endoftext|>) dropped wherever it stands and
-    nothing cut, as the official inference.py decodes (``batch_decode(..., skip_special_tokens=True)``)."""
-    rows = rows.tolist() if isinstance(rows, torch.Tensor) else [list(r) for r in rows]
-    return tokenizer.batch_decode(rows, skip_special_tokens=True) if rows else []

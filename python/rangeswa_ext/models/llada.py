@@ -15,7 +15,6 @@ tokens). Swapping the method never touches this file.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Optional, Union
@@ -25,13 +24,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..masking import valid_ranges
-from .kit import (AttentionSeam, Presets, WeightedNorm, at_least, attend, check_heads, existing_path,
+from .kit import (AttentionSeam, PathLike, Presets, WeightedNorm, at_least, attend, check_heads, existing_path,
                   load_local_tokenizer)
 from .linear import Linear
-from .strict import (INDEX_FILE, assign_parameter, check_state_dict, read_json_object, read_tensors, require_keys,
-                     save_shards, shard_shapes, weight_files)
-
-PathLike = Union[str, Path]
+from .strict import (INDEX_FILE, WEIGHTS_FILE, assign_parameter, build_config, check_state_dict, read_json_object,
+                     read_tensors, save_model, weight_shapes)
 
 
 #: LLaDA-8B (Base and Instruct share config.json: d_model 4096, n_layers 32, n_heads 32 = n_kv_heads,
@@ -147,12 +144,8 @@ class _Wrapper(nn.Module):
 
 
 class LLaDA(AttentionSeam, nn.Module):
-    """The LLaDA mask predictor: token ids -> logits at every (or some) position.
-
-    ``LLaDA(config, attention=make_attention("full", head_dim=config.head_dim, theta=config.rope_theta,
-    rope_style="half", train_length=config.train_length))``; the method, held as `kit.AttentionSeam` holds
-    it (out of ``state_dict``), changes with `set_attention`.
-    """
+    """The LLaDA mask predictor: token ids -> logits at every (or some) position. Its attention method is
+    held as `kit.AttentionSeam` holds it: ``LLaDA(config, attention=<ATTENTION_EXAMPLE>)``."""
 
     ATTENTION_EXAMPLE = ("make_attention('full', head_dim=config.head_dim, theta=config.rope_theta, rope_style='half', "
                          "train_length=config.train_length)")
@@ -211,22 +204,21 @@ _REQUIRED_CONFIG = dict(activation_type="silu", block_type="llama", layer_norm_t
 _CONFIG_KEYS = dict(n_layers="n_layer", d_model="dim", n_heads="n_head", mlp_hidden_size="mlp_dim",
                     embedding_size="vocab_size", rms_norm_eps="norm_eps", rope_theta="rope_theta",
                     max_sequence_length="train_length", mask_token_id="mask_id", eos_token_id="eos_id")
-SINGLE_FILE = "model.safetensors"
 
 
 def find_checkpoint(path: PathLike) -> Path:
     """The Hugging Face folder ``path`` names, checked to hold config.json and the safetensors weights
     (``model.safetensors.index.json`` with its shards, or one ``model.safetensors``)."""
     folder = Path(path).expanduser()
-    if folder.is_file() and folder.name in ("config.json", INDEX_FILE, SINGLE_FILE):
+    if folder.is_file() and folder.name in ("config.json", INDEX_FILE, WEIGHTS_FILE):
         folder = folder.parent
     existing_path(folder, "LLaDA checkpoint folder", f"pass the folder of a Hugging Face download of "
                   f"GSAI-ML/LLaDA-8B-Base (config.json, {INDEX_FILE}, the shards, the tokenizer)")
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder (expected config.json, "
                                 f"{INDEX_FILE} and model-0000N-of-0000M.safetensors)")
-    if not (folder / INDEX_FILE).is_file() and not (folder / SINGLE_FILE).is_file():
-        raise FileNotFoundError(f"{folder} has no {INDEX_FILE} and no {SINGLE_FILE}: the weights are missing "
+    if not (folder / INDEX_FILE).is_file() and not (folder / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"{folder} has no {INDEX_FILE} and no {WEIGHTS_FILE}: the weights are missing "
                                 f"(only safetensors are read)")
     return folder
 
@@ -234,18 +226,12 @@ def find_checkpoint(path: PathLike) -> Path:
 def config_from_hf(folder: PathLike) -> LLaDAConfig:
     """The LLaDAConfig of a Hugging Face folder's config.json, after checking it describes LLaDA's architecture."""
     file = find_checkpoint(folder) / "config.json"
-    hf = read_json_object(file, "llada", "LLaDA")
-    require_keys(hf, _CONFIG_KEYS, file, "LLaDA")
+    hf = read_json_object(file, "llada", "LLaDA", _CONFIG_KEYS)
     wrong = [f"{k}={hf.get(k)!r} (expected {v!r})" for k, v in _REQUIRED_CONFIG.items() if k in hf and hf[k] != v]
     kv_heads = hf.get("n_kv_heads")
     if kv_heads is not None and kv_heads != hf["n_heads"]:
         wrong.append(f"n_kv_heads={kv_heads!r} (expected n_heads = {hf['n_heads']}: no grouped-query attention)")
-    if wrong:
-        raise ValueError(f"{file} describes a model this LLaDA implementation does not compute: {', '.join(wrong)}")
-    try:
-        return LLaDAConfig(**{field: hf[key] for key, field in _CONFIG_KEYS.items()})
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{file}: {e}") from e
+    return build_config(file, "model", wrong, lambda: LLaDAConfig(**{f: hf[k] for k, f in _CONFIG_KEYS.items()}))
 
 
 def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dtype: Optional[torch.dtype] = None,
@@ -262,10 +248,9 @@ def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dt
     device = torch.device(device)
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     config = config_from_hf(folder)
-    files = weight_files(folder)
+    files, shapes = weight_shapes(folder)
     with torch.device("meta"):
         model = LLaDA(config, attention=attention)
-    shapes = shard_shapes(files, folder)
     check_state_dict(model, {k: torch.empty(s, device="meta") for k, s in shapes.items()}, str(folder), "LLaDA")
     for _, name, tensor in read_tensors(files, device, dtype):
         assign_parameter(model, name, nn.Parameter(tensor, requires_grad=False))
@@ -274,16 +259,13 @@ def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dt
 
 def save_llada(model: LLaDA, folder: PathLike, shards: int = 1) -> Path:
     """Write ``model`` as a Hugging Face folder: config.json (LLaDA-8B's keys with this model's sizes) and its
-    weights in ``shards`` safetensors files with an index (tests, and a converted or fine-tuned model)."""
-    folder = Path(folder).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
+    weights in ``shards`` safetensors files with an index, or one ``model.safetensors`` (tests, and a converted or
+    fine-tuned model)."""
     c = model.config
     hf = dict(model_type="llada", architectures=["LLaDAModelLM"], **_REQUIRED_CONFIG,
               **{key: getattr(c, field) for key, field in _CONFIG_KEYS.items()}, n_kv_heads=c.n_head,
               vocab_size=c.vocab_size, pad_token_id=c.eos_id, rope_full_precision=True, use_cache=False)
-    (folder / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    save_shards({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, folder, shards)
-    return folder
+    return save_model(model, folder, hf, shards)
 
 
 def load_llada_tokenizer(folder: PathLike):

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional, TypeVar
 
 import torch
 import torch.nn as nn
 
-# A Hugging Face folder's map of sharded safetensors weights.
-INDEX_FILE = "model.safetensors.index.json"
+# A Hugging Face folder's weights in one file, and its map of sharded safetensors weights.
+WEIGHTS_FILE, INDEX_FILE = "model.safetensors", "model.safetensors.index.json"
+T = TypeVar("T")
 
 
 def require_keys(config: Mapping, keys, file, model: str) -> None:
@@ -67,9 +68,10 @@ def safetensors_shapes(file: Path) -> dict[str, tuple]:
         raise ValueError(f"{file} is not a readable safetensors file: {e}") from e
 
 
-def read_json_object(file: Path, model_type: Optional[str] = None, family: str = "") -> dict:
+def read_json_object(file: Path, model_type: Optional[str] = None, family: str = "", required=()) -> dict:
     """The JSON object in ``file`` (a config.json) of a ``family`` model; anything else is a ValueError naming
-    the file. With ``model_type``, a ``model_type`` key must be that one (an absent key passes)."""
+    the file. With ``model_type``, a ``model_type`` key must be that one (an absent key passes); the keys
+    ``required`` lists must be there (`require_keys`)."""
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -78,15 +80,34 @@ def read_json_object(file: Path, model_type: Optional[str] = None, family: str =
         raise ValueError(f"{file} must hold a JSON object of {family} settings, got {type(data).__name__}")
     if model_type is not None and data.get("model_type", model_type) != model_type:
         raise ValueError(f"{file} has model_type {data['model_type']!r}; a {family} config has {model_type!r}")
+    require_keys(data, required, file, family)
     return data
 
 
-def indexed_shards(folder: Path) -> dict[str, Path] | None:
-    """Tensor name -> shard file from ``folder``'s ``model.safetensors.index.json``, every listed shard checked
-    to exist; None when the folder has no index."""
-    index = folder / INDEX_FILE
+def build_config(file: Path, what: str, wrong: list[str], make: Callable[[], T]) -> T:
+    """``make()``, the config read from ``file``; ValueError naming ``file`` when ``wrong`` lists settings of a
+    ``what`` this implementation does not compute, or when the config class refuses a value."""
+    if wrong:
+        raise ValueError(f"{file} describes a {what} this implementation does not compute: {', '.join(wrong)}")
+    try:
+        return make()
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{file}: {e}") from e
+
+
+def weight_shapes(folder: Path) -> tuple[dict[str, Path], dict[str, tuple]]:
+    """(tensor name -> the safetensors file holding it, tensor name -> shape), from the files' headers alone: the
+    files of ``model.safetensors.index.json`` when present (every listed shard checked to exist and to hold what
+    the index lists there), else every ``*.safetensors`` of the folder."""
+    index, files, shapes = folder / INDEX_FILE, {}, {}
     if not index.is_file():
-        return None
+        for file in sorted(folder.glob("*.safetensors")):
+            for name, shape in safetensors_shapes(file).items():
+                if name in files:
+                    raise ValueError(f"tensor {name} is in both {files[name].name} and {file.name} of {folder}, and "
+                                     f"there is no {INDEX_FILE} to say which to use")
+                files[name], shapes[name] = file, shape
+        return files, shapes
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
@@ -96,23 +117,12 @@ def indexed_shards(folder: Path) -> dict[str, Path] | None:
     if absent:
         raise FileNotFoundError(f"{folder} lacks the shard(s) {', '.join(absent)} that {INDEX_FILE} lists; "
                                 f"the download is incomplete")
-    return files
-
-
-def weight_files(folder: Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file holding it: from ``model.safetensors.index.json`` when present
-    (every listed shard checked to exist), else from every ``*.safetensors`` of the folder."""
-    files = indexed_shards(folder)
-    if files is not None:
-        return files
-    files = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        for name in safetensors_shapes(file):
-            if name in files:
-                raise ValueError(f"tensor {name} is in both {files[name].name} and {file.name} of {folder}, and there "
-                                 f"is no {INDEX_FILE} to say which to use")
-            files[name] = file
-    return files
+    for file in sorted(set(files.values())):
+        shapes.update({name: shape for name, shape in safetensors_shapes(file).items() if files.get(name) == file})
+    unlisted = sorted(set(files) - set(shapes))
+    if unlisted:
+        raise ValueError(f"{index} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
+    return files, shapes
 
 
 def read_tensors(files: Mapping[str, Path], device, dtype: torch.dtype) -> Iterator[tuple[Path, str, torch.Tensor]]:
@@ -129,10 +139,14 @@ def read_tensors(files: Mapping[str, Path], device, dtype: torch.dtype) -> Itera
 
 
 def save_shards(state: Mapping[str, torch.Tensor], folder: Path, shards: int) -> None:
-    """``state`` as ``shards`` files ``model-0000N-of-0000M.safetensors`` (tensors dealt round-robin: scattered,
-    like the official shards) and their ``model.safetensors.index.json``."""
+    """``state`` as one ``model.safetensors`` (``shards`` = 1), or as ``shards`` files
+    ``model-0000N-of-0000M.safetensors`` (tensors dealt round-robin: scattered, like the official shards) and
+    their ``model.safetensors.index.json``."""
     from safetensors.torch import save_file
 
+    if shards == 1:
+        save_file(state, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+        return
     names, weight_map = list(state), {}
     for number in range(1, shards + 1):
         file = f"model-{number:05d}-of-{shards:05d}.safetensors"
@@ -144,19 +158,19 @@ def save_shards(state: Mapping[str, torch.Tensor], folder: Path, shards: int) ->
     (folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
 
 
-def shard_shapes(files: Mapping[str, Path], folder: Path) -> dict[str, tuple]:
-    """Name -> shape of every tensor of a shard map (tensor -> file), from the shards' headers; a tensor the
-    index of ``folder`` lists that its shard does not hold is an error."""
-    shapes = {}
-    for file in sorted(set(files.values())):
-        shapes.update({name: shape for name, shape in safetensors_shapes(file).items() if files.get(name) == file})
-    unlisted = sorted(set(files) - set(shapes))
-    if unlisted:
-        raise ValueError(f"{folder / INDEX_FILE} lists tensor(s) its shards do not hold: {', '.join(unlisted)}")
-    return shapes
+def save_model(module: nn.Module, folder: str | Path, config: dict, shards: int = 1, sort_keys: bool = True) -> Path:
+    """Write a Hugging Face style folder: ``config.json`` (``config``) and ``module``'s weights (`save_shards`);
+    returns the folder (``~`` expanded, made if absent)."""
+    folder = Path(folder).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=sort_keys) + "\n", encoding="utf-8")
+    save_shards({k: t.detach().cpu().contiguous() for k, t in module.state_dict().items()}, folder, shards)
+    return folder
 
 
-def assign_parameter(model: nn.Module, name: str, value: nn.Parameter) -> None:
-    """Put ``value`` in place of the parameter ``name`` (dotted path) of a model built on ``meta``."""
+def assign_parameter(model: nn.Module, name: str, value: torch.Tensor) -> None:
+    """Put ``value`` in place of the parameter (an ``nn.Parameter``) or else the buffer ``name`` (dotted path)
+    of a model built on ``meta``."""
     owner, _, leaf = name.rpartition(".")
-    model.get_submodule(owner)._parameters[leaf] = value
+    slots = "_parameters" if isinstance(value, nn.Parameter) else "_buffers"
+    getattr(model.get_submodule(owner), slots)[leaf] = value
