@@ -33,6 +33,7 @@ from ..methods import make_attention
 from ..models.elf import ELF, ELFConfig
 from ..models.elf_checkpoint import save_checkpoint
 from ..models.kit import at_least
+from ..samplers.elf_sampler import SamplerConfig as ELFSampling
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,11 @@ class TrainConfig:
     ema: float = 0.999
     decode_prob: float = 0.2
     self_cond_prob: float = 0.5
-    p_mean: float = -1.5
-    p_std: float = 0.8
-    noise_scale: float = 2.0
-    t_eps: float = 0.05
+    # ELF's time distribution and noise: the values the sampler's time grid and steps use (one place).
+    p_mean: float = ELFSampling.p_mean
+    p_std: float = ELFSampling.p_std
+    noise_scale: float = ELFSampling.noise_scale
+    t_eps: float = ELFSampling.t_eps
     decode_noise: float = 5.0
     guidance_min: float = 0.5
     guidance_max: float = 5.0
