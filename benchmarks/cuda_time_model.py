@@ -251,14 +251,17 @@ SECOND_TARGETS = replace(
 # loops, laid out again); the producer's whole tiles without per-pass checks, one shared and one global address
 # a tile plus constant steps (copy_tile_core): 263 / 411 / 84; the stage and the group's slot row read from
 # lane 0 (__shfl_sync: warp-uniform to the compiler, the descriptors built in uniform registers, 24 R2UR a tile
-# to 3): 250 / 395 / 84.
-HOPPER_FULL_TILE_MEASURED = 250
-HOPPER_MASKED_TILE_MEASURED = 395
-HOPPER_PRODUCER_TILE_MEASURED = 84
+# to 3): 250 / 395 / 84. One copying producer warp (HopperTraits::kProducerWarps at head dim 64: its 32 lanes
+# copy the whole tile, 32 cp.async each, the warpgroup's other three warps leave after setmaxnreg; the model's
+# producer_warps): 249 / 394 / 107, i.e. 107 producer instructions a tile and CTA instead of 4 x 84 = 336.
+HOPPER_FULL_TILE_MEASURED = 249
+HOPPER_MASKED_TILE_MEASURED = 394
+HOPPER_PRODUCER_TILE_MEASURED = 107
+HOPPER_PRODUCER_WARPS = 1
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",
-    rows_per_cta=128, warps=8, wgmma=True, producer_warps=4, resident=1,
+    rows_per_cta=128, warps=8, wgmma=True, producer_warps=HOPPER_PRODUCER_WARPS, resident=1,
     full_tile=HOPPER_FULL_TILE_MEASURED,
     masked_extra=HOPPER_MASKED_TILE_MEASURED - HOPPER_FULL_TILE_MEASURED,
     # A whole tile in the masked loop: the consumer's full tile plus the mma.sync kernel's vote overhead (its

@@ -6,7 +6,8 @@
 //                 the ring's mbarriers; then the roles split (setmaxnreg: the producer's warpgroup gives
 //                 registers up, the consumers' take them)
 //   producer      warpgroup 0 walks the tile spans (tile.h SpanCursor) and copies each tile's keys and values
-//                 with cp.async (16-byte chunks round its 128 threads) into the next of kStages stages (core-matrix layout, 64-key tiles in tile_column
+//                 with cp.async (16-byte chunks round its first warp, HopperTraits::kProducerWarps; the others
+//                 leave after setmaxnreg) into the next of kStages stages (core-matrix layout, 64-key tiles in tile_column
 //                 order as the mma.sync kernel stores them), waiting on the stage's `empty` barrier first and
 //                 arriving on its `full` barrier once the copy landed (cp.async.wait_group, then the
 //                 async-proxy fence: wgmma reads it); one tile's copy stays in flight behind the next's issue
@@ -75,32 +76,45 @@ struct RingSlot {
   }
 };
 
-// The producer warpgroup's copy of KV tile t into a stage (core-matrix layout; a full 64-key tile in
-// tile_column order, as the mma.sync kernel's body tiles): 16-byte chunks round the warpgroup's 128 threads,
-// rows past t.n zero-filled (P = 0 meets no garbage there, and window sums see scores of 0). kPasses: the
-// passes a full tile takes (a 16-key tile stops early). Where a pass is whole rows (128 threads a multiple of
-// the row's chunks: head dims 64 and 128) a thread copies one 16-byte column of rows r0 + kStep i: its
-// shared offsets are fixed for the CTA (ProducerLanes, computed once) and its global addresses are one
-// pointer a tile plus constant steps, so a copy costs a few instructions; other head dims (80) compute each
-// chunk's place.
+// The producer's copy of KV tile t into a stage (core-matrix layout; a full 64-key tile in tile_column order,
+// as the mma.sync kernel's body tiles): 16-byte chunks round the kProducerThreads copying threads (one warp at
+// head dims 64 and 128, the warpgroup at 80: HopperTraits::kProducerWarps), rows past t.n zero-filled (P = 0
+// meets no garbage there, and window sums see scores of 0). kPasses: the passes a full tile takes (a 16-key
+// tile stops early). Where a pass is whole rows (the threads a multiple of the row's chunks) a thread copies
+// one 16-byte column of rows r0 + kStep i (r0 < kStep): the shared offset of pass i is the first pass's plus a
+// constant (checked at compile time for every r0, in plain and in tile_column order), and its global addresses
+// one pointer a tile plus constant steps (keys) or steps of the value rows' stride, so a copy costs a few
+// instructions; other head dims (80) compute each chunk's place.
 template <typename Traits>
 struct ProducerLanes {
-  static constexpr int Dp = Traits::kHeadDim, kChunks = Traits::kChunks;
-  static constexpr int kPasses = (Traits::kBlockN * kChunks + 127) / 128;
-  static constexpr bool kWholeRows = 128 % kChunks == 0;
-  static constexpr int kStep = kWholeRows ? 128 / kChunks : 1;  // rows a pass
+  static constexpr int Dp = Traits::kHeadDim, kChunks = Traits::kChunks, kThreads = Traits::kProducerThreads;
+  static constexpr int kPasses = (Traits::kBlockN * kChunks + kThreads - 1) / kThreads;
+  static constexpr bool kWholeRows = kThreads % kChunks == 0;
+  static constexpr int kStep = kWholeRows ? kThreads / kChunks : 1;  // rows a pass
   static constexpr bool kPermuted = Traits::kBlockN == 64;
+  // Element offset of pass i's row from pass 0's, the lane's first row r0, in plain or tile_column order.
+  static constexpr int pass_offset(bool permuted, int r0, int i) {
+    return permuted ? core_row<Dp>(tile_column(r0 + kStep * i)) - core_row<Dp>(tile_column(r0))
+                    : core_row<Dp>(r0 + kStep * i) - core_row<Dp>(r0);
+  }
+  static constexpr bool constant_steps() {
+    for (int r0 = 0; r0 < kStep; ++r0)
+      for (int i = 0; i < kPasses; ++i)
+        if (pass_offset(false, r0, i) != pass_offset(false, 0, i) ||
+            (kPermuted && pass_offset(true, r0, i) != pass_offset(true, 0, i)))
+          return false;
+    return true;
+  }
+  static_assert(!kWholeRows || constant_steps(), "a pass's shared offset is the first's plus a constant");
   int r0, col;
-  int at_plain;                         // core_offset(r0, col): pass i adds whole 8-row groups
-  int at_perm[kPermuted ? kPasses : 1];  // core_offset(tile_column(r0 + kStep i), col)
+  int at_plain;  // core_offset(r0, col)
+  int at_perm;   // core_offset(tile_column(r0), col)
 
   __device__ __forceinline__ explicit ProducerLanes(int pt) {
     r0 = pt / kChunks;
     col = (pt % kChunks) * 8;
     at_plain = core_offset<Dp>(r0, col);
-#pragma unroll
-    for (int i = 0; i < (kPermuted ? kPasses : 1); ++i)
-      at_perm[i] = kPermuted ? core_offset<Dp>(tile_column(r0 + kStep * i), col) : 0;
+    at_perm = kPermuted ? core_offset<Dp>(tile_column(r0), col) : at_plain;
   }
 };
 
@@ -116,34 +130,32 @@ __device__ __forceinline__ void copy_tile_core(typename Traits::Element* sk, typ
   const bool permute = Traits::kBlockN == 64 && t.width == 64;
   if constexpr (Lanes::kWholeRows) {
     constexpr int kStep = Lanes::kStep;
-    static_assert(kStep % 8 == 0, "a pass is whole 8-row groups");
     // Element offsets from the tile's first row: row r0 + kStep i of the lane's column, or the column of row 0
     // (a valid address: nothing is read there) past the tile's keys.
     const int32_t k0 = lanes.r0 * Dp + lanes.col, v0 = lanes.r0 * v_row + lanes.col;
     if (t.n == Traits::kBlockN && t.width == Traits::kBlockN) {  // a whole tile (the steady state): no checks
-      // Pass i's shared offset is the first's plus a constant: 8-row groups apart in plain order; in
-      // tile_column order rows r0 + 16 i land at tile_column(r0) + 2 i, in r0's 8-row group (r0 < 16).
-      constexpr int kShared = Lanes::kPermuted ? 16 : (kStep / 8) * 8 * Dp;
-      static_assert(!Lanes::kPermuted || (kStep == 16 && kPasses <= 4), "tile_column's passes in one 8-row group");
-      auto* dk = sk + (Lanes::kPermuted ? lanes.at_perm[0] : lanes.at_plain);
-      auto* dv = sv + (Lanes::kPermuted ? lanes.at_perm[0] : lanes.at_plain);
+      auto* dk = sk + (Lanes::kPermuted ? lanes.at_perm : lanes.at_plain);
+      auto* dv = sv + (Lanes::kPermuted ? lanes.at_perm : lanes.at_plain);
       const auto* pk = gk + k0;
-      const auto* pv = gv + v0;
+      const auto* pv = gv + v0;  // moved on by a pass's value rows (a run-time stride) after each pass
       const int32_t v_step = kStep * v_row;
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
-        cp_async_16(dk + kShared * i, pk + kStep * Dp * i, true);
-        cp_async_16(dv + kShared * i, pv + v_step * i, true);
+        constexpr bool kPerm = Lanes::kPermuted;
+        cp_async_16(dk + Lanes::pass_offset(kPerm, 0, i), pk + kStep * Dp * i, true);
+        cp_async_16(dv + Lanes::pass_offset(kPerm, 0, i), pv, true);
+        pv += v_step;
       }
       return;
     }
-#pragma unroll
+    // A tile's last keys, or a 16-key tile (rare: the edges of the spans): each pass's place computed, in a
+    // loop (unrolled, the producer's 40 registers would not hold the passes' precomputed places).
+#pragma unroll 1
     for (int i = 0; i < kPasses; ++i) {
       const int r = lanes.r0 + kStep * i;
       if (r >= t.width) break;
       const bool valid = r < t.n;
-      int at = lanes.at_plain + (kStep / 8) * 8 * Dp * i;
-      if constexpr (Lanes::kPermuted) at = permute ? lanes.at_perm[i] : at;
+      const int at = core_offset<Dp>(permute ? tile_column(r) : r, lanes.col);
       cp_async_16(sk + at, gk + (valid ? k0 + kStep * Dp * i : lanes.col), valid);
       cp_async_16(sv + at, gv + (valid ? v0 + kStep * i * v_row : lanes.col), valid);
     }
@@ -151,7 +163,7 @@ __device__ __forceinline__ void copy_tile_core(typename Traits::Element* sk, typ
     const int chunks = t.width * kChunks;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-      const int c = pt + 128 * i;
+      const int c = pt + Lanes::kThreads * i;
       if (c >= chunks) break;
       const int r = c / kChunks, col = (c % kChunks) * 8;
       const bool valid = r < t.n;
@@ -163,7 +175,8 @@ __device__ __forceinline__ void copy_tile_core(typename Traits::Element* sk, typ
   }
 }
 
-// The producer (warpgroup 0, thread pt): every tile of the spans into the ring, in the consumers' order.
+// The producer (thread pt of the producer warpgroup's first kProducerThreads): every tile of the spans into
+// the ring, in the consumers' order.
 template <typename Traits>
 __device__ __forceinline__ void produce(const HopperCta<Traits>& c, int pt) {
   SpanCursor cursor;
@@ -594,7 +607,7 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
     cta = BodyCta{q_rows, int64_t(head) * p.Nq + n0, t.i0, t.nrows, bh, needed, slot_rows_in_chunks<Traits>(p, q_rows)};
 #pragma unroll 1
     for (int s = 0; s < kStages; ++s) {
-      hopper::mbarrier_init(&c.full[s], 128);                 // the producer warpgroup's threads
+      hopper::mbarrier_init(&c.full[s], Traits::kProducerThreads);  // the copying threads
       hopper::mbarrier_init(&c.empty[s], Traits::kConsumers);  // one arrival per consumer warpgroup
     }
     hopper::fence_barrier_init();
@@ -603,8 +616,8 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
 
   // ---- the roles ------------------------------------------------------------------------------------------------
   if (tid < 128) {
-    hopper::setmaxnreg_dec<Traits::kProducerRegs>();
-    produce<Traits>(c, tid);
+    hopper::setmaxnreg_dec<Traits::kProducerRegs>();  // the whole warpgroup (setmaxnreg is per warpgroup)
+    if (tid < Traits::kProducerThreads) produce<Traits>(c, tid);  // the copying warps; the others are done
     return;
   }
   hopper::setmaxnreg_inc<Traits::kConsumerRegs>();

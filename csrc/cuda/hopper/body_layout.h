@@ -43,6 +43,12 @@ struct HopperTraits {
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  // The producer warpgroup's warps that copy (the others leave after setmaxnreg): one where a warp's 32 lanes
+  // cover whole rows (head dims 64 and 128: a lane copies one 16-byte column of every (32 / kChunks)-th row,
+  // its shared offsets constant steps from one base, body_kernel.h ProducerLanes), so the steady state pays one
+  // warp's loop overhead a tile instead of four; all four at head dim 80, whose chunks are placed one by one.
+  static constexpr int kProducerWarps = 32 % kChunks == 0 ? 1 : 4;
+  static constexpr int kProducerThreads = 32 * kProducerWarps;
   // The query slot's fills and the straddling blocks' dots issue more loads before using any than the
   // mma.sync kernel's (one CTA a multiprocessor: nothing else issues while the consumers wait on them): 16
   // rotated pairs a step (mainloop.h fill_row_vector: half / 16 round trips a fill, 2 at head dim 64), a whole
@@ -62,7 +68,7 @@ struct HopperTraits {
 
 // Element offset of (row, d) in a core-matrix tile of Dp columns (the header comment).
 template <int Dp>
-RSWA_HD int core_row(int row) {
+RSWA_HD constexpr int core_row(int row) {
   return (row / 8) * 8 * Dp + (row % 8) * 8;
 }
 template <int Dp>
