@@ -253,10 +253,15 @@ SECOND_TARGETS = replace(
 # lane 0 (__shfl_sync: warp-uniform to the compiler, the descriptors built in uniform registers, 24 R2UR a tile
 # to 3): 250 / 395 / 84. One copying producer warp (HopperTraits::kProducerWarps at head dim 64: its 32 lanes
 # copy the whole tile, 32 cp.async each, the warpgroup's other three warps leave after setmaxnreg; the model's
-# producer_warps): 249 / 394 / 107, i.e. 107 producer instructions a tile and CTA instead of 4 x 84 = 336.
-HOPPER_FULL_TILE_MEASURED = 249
-HOPPER_MASKED_TILE_MEASURED = 394
-HOPPER_PRODUCER_TILE_MEASURED = 107
+# producer_warps): 249 / 394 / 107, i.e. 107 producer instructions a tile and CTA instead of 4 x 84 = 336. The
+# row sums on the tensor cores (P V over the head dim plus a chunk of ones, HopperTraits::kValueCols: no
+# FADD per probability, 36 -> 4 FADD a trip) and the producer's copies to shared-window addresses converted
+# once a tile (hopper.h cp_async_16_shared): 215 / 358 / 106. (P V's wgmma is then m64n72k16 at head dim 64:
+# 12.5% more P V work on the tensor cores, which the model's flops, the census's columns, leave out; the
+# body is issue-bound here.)
+HOPPER_FULL_TILE_MEASURED = 215
+HOPPER_MASKED_TILE_MEASURED = 358
+HOPPER_PRODUCER_TILE_MEASURED = 106
 HOPPER_PRODUCER_WARPS = 1
 HOPPER = replace(
     SECOND_NOW,

@@ -9,8 +9,9 @@
 // 8-row groups 16 Dp bytes apart, the 16-byte chunks of a group 128 bytes apart. Read by wgmma through
 //   K-major descriptors (the query slot as A, keys as B: mn = row, k = d): LBO = 128 (the next 8 d),
 //     SBO = 16 Dp (the next 8 rows); the k16 step ks starts 256 ks bytes in;
-//   MN-major descriptors (values as B of P V: mn = d, k = key): SBO = 128 (the next 8 d), LBO = 16 Dp (the
-//     next 8 keys); the key step ks starts 32 Dp ks bytes in.
+//   MN-major descriptors (values as B of P V: mn = d, k = key): SBO = 128 (the next 8 d), LBO = 16 W (the
+//     next 8 keys); the key step ks starts 32 W ks bytes in. A V stage's rows are W = Dp + 8 columns wide
+//     (HopperTraits::kValueCols: the values, then a chunk of ones).
 // A row's 16-byte chunks are whole, so the producer's cp.async copies and the slot's fills write 16 bytes at a
 // time (mainloop.h slot_col<true> is the column part of this offset).
 #pragma once
@@ -55,7 +56,13 @@ struct HopperTraits {
   // row of 16-byte chunks a term (straddling_dots: one round trip a term; two at head dim 128).
   static constexpr int kFillPairs = 16;
   static constexpr int kDotChunks = kChunks <= 10 ? kChunks : kChunks / 2;
-  static constexpr int kKVElems = kBlockN * kHeadDim;
+  // A V stage's rows hold the head dim's values and then one 16-byte chunk of ones (written once, before the
+  // roles split; the producer copies the values only): P V over kValueCols columns gives each row's
+  // probability sum in its last columns with the output, on the tensor cores, and the softmax adds no row sums
+  // (32 FADD a thread and tile at head dim 64). The sum is of P as P V takes it (rounded to the element type).
+  static constexpr int kValueCols = kHeadDim + 8;
+  static constexpr int kKElems = kBlockN * kHeadDim;     // a K stage
+  static constexpr int kVElems = kBlockN * kValueCols;   // a V stage
 
   static_assert(kConsumers == 2, "two consumer warpgroups");
   // The unmasked loop waits for tile n + 1 while it holds tile n's stage, and the producer arrives on tile
@@ -89,8 +96,8 @@ struct HopperRows {
   using Element = typename Traits::Element;
   static constexpr int M = Traits::kBlockM, Dp = Traits::kHeadDim;
   static constexpr size_t kK = size_t(M) * Dp * sizeof(Element);
-  static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
-  static constexpr size_t kBars = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
+  static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKElems * sizeof(Element);
+  static constexpr size_t kBars = kV + size_t(Traits::kStages) * Traits::kVElems * sizeof(Element);
   static constexpr size_t kRows = kBars + (size_t(2) * Traits::kStages * sizeof(uint64_t) + 15) / 16 * 16;
   static constexpr size_t kGeometry = kRows + size_t(M) * 7 * 4 + 4 * 8;
   static_assert(kK % 128 == 0 && kV % 128 == 0 && kBars % 16 == 0 && kRows % 16 == 0, "aligned tiles and barriers");
