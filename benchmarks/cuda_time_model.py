@@ -258,8 +258,9 @@ SECOND_TARGETS = replace(
 # FADD per probability, 36 -> 4 FADD a trip) and the producer's copies to shared-window addresses converted
 # once a tile (hopper.h cp_async_16_shared): 215 / 358 / 106. (P V's wgmma is then m64n72k16 at head dim 64:
 # 12.5% more P V work on the tensor cores, which the model's flops, the census's columns, leave out; the
-# body is issue-bound here.)
-HOPPER_FULL_TILE_MEASURED = 215
+# body is issue-bound here.) The unmasked loop's next tile within a span computed in registers (the span's
+# end and the record's bias read once a span, SpanCursor::advance only where a span ends): 207 / 358 / 106.
+HOPPER_FULL_TILE_MEASURED = 207
 HOPPER_MASKED_TILE_MEASURED = 358
 HOPPER_PRODUCER_TILE_MEASURED = 106
 HOPPER_PRODUCER_WARPS = 1

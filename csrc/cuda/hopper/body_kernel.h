@@ -376,18 +376,32 @@ struct Consumer {
     float s[N / 2];
     uint32_t a[N / 16][4];
     float alpha[2];
+    // The span's end and its record's bias, read again only where a span ends: within a span the next tile
+    // is this one moved on by the span's tile width (what SpanCursor::advance gives, computed in registers).
+    int32_t span_end = c.sSpan[cursor.span].end;
+    float bias = c.sRec[cur.record].bias_log2;
     hopper::mbarrier_wait_parity(&c.full[slot.stage], slot.phase);
     qk_issue<Traits, N>(s, q_lo, stage_k(slot.stage));
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
-    if (softmax.template fold<N / 8, false>(as_blocks<N>(s), p.scale_log2, c.sRec[cur.record].bias_log2, alpha))
+    if (softmax.template fold<N / 8, false>(as_blocks<N>(s), p.scale_log2, bias, alpha))
       softmax.template rescale<WT>(as_blocks<W>(o), alpha);
     pack_p<Traits, N>(a, s);
     KvTile nxt;
 #pragma unroll 1
     for (;;) {
-      cursor.advance(c.sSpan, c.spans, nxt);
-      if (!nxt.cont) break;  // the run goes on: the same slot, the next stage
+      if (cur.a + cur.width < span_end) {  // the span's next tile (a later tile of a span continues the run)
+        nxt = cur;
+        nxt.a = cur.a + cur.width;
+        nxt.n = imin(cur.width, span_end - nxt.a);
+        nxt.cont = true;
+        cursor.next += cur.width;
+      } else {
+        cursor.advance(c.sSpan, c.spans, nxt);
+        if (!nxt.cont) break;  // the run goes on: the same slot, the next stage
+        span_end = c.sSpan[cursor.span].end;
+        bias = c.sRec[nxt.record].bias_log2;
+      }
       RingSlot<Traits::kStages> next = slot;
       next.advance();
       hopper::mbarrier_wait_parity(&c.full[next.stage], next.phase);
@@ -396,8 +410,7 @@ struct Consumer {
       pv_issue<Traits, N>(o, a, stage_v(slot.stage));
       hopper::wgmma_commit();
       hopper::wgmma_wait<1>();  // the next tile's Q K^T (this tile's P V, committed after it, may run on)
-      const bool raised =
-          softmax.template fold<N / 8, false>(as_blocks<N>(s), p.scale_log2, c.sRec[nxt.record].bias_log2, alpha);
+      const bool raised = softmax.template fold<N / 8, false>(as_blocks<N>(s), p.scale_log2, bias, alpha);
       hopper::wgmma_wait<0>();  // this tile's P V: its stage is free, the output may be rescaled
       release();
       if (raised) softmax.template rescale<WT>(as_blocks<W>(o), alpha);
