@@ -251,14 +251,23 @@ SECOND_TARGETS = replace(
 # loops, laid out again); the producer's whole tiles without per-pass checks, one shared and one global address
 # a tile plus constant steps (copy_tile_core): 263 / 411 / 84; the stage and the group's slot row read from
 # lane 0 (__shfl_sync: warp-uniform to the compiler, the descriptors built in uniform registers, 24 R2UR a tile
-# to 3): 250 / 395 / 84.
-HOPPER_FULL_TILE_MEASURED = 250
-HOPPER_MASKED_TILE_MEASURED = 395
-HOPPER_PRODUCER_TILE_MEASURED = 84
+# to 3): 250 / 395 / 84. One copying producer warp (HopperTraits::kProducerWarps at head dim 64: its 32 lanes
+# copy the whole tile, 32 cp.async each, the warpgroup's other three warps leave after setmaxnreg; the model's
+# producer_warps): 249 / 394 / 107, i.e. 107 producer instructions a tile and CTA instead of 4 x 84 = 336. The
+# row sums on the tensor cores (P V over the head dim plus a chunk of ones, HopperTraits::kValueCols: no
+# FADD per probability, 36 -> 4 FADD a trip) and the producer's copies to shared-window addresses converted
+# once a tile (hopper.h cp_async_16_shared): 215 / 358 / 106. (P V's wgmma is then m64n72k16 at head dim 64:
+# 12.5% more P V work on the tensor cores, which the model's flops, the census's columns, leave out; the
+# body is issue-bound here.) The unmasked loop's next tile within a span computed in registers (the span's
+# end and the record's bias read once a span, SpanCursor::advance only where a span ends): 207 / 358 / 106.
+HOPPER_FULL_TILE_MEASURED = 207
+HOPPER_MASKED_TILE_MEASURED = 358
+HOPPER_PRODUCER_TILE_MEASURED = 106
+HOPPER_PRODUCER_WARPS = 1
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",
-    rows_per_cta=128, warps=8, wgmma=True, producer_warps=4, resident=1,
+    rows_per_cta=128, warps=8, wgmma=True, producer_warps=HOPPER_PRODUCER_WARPS, resident=1,
     full_tile=HOPPER_FULL_TILE_MEASURED,
     masked_extra=HOPPER_MASKED_TILE_MEASURED - HOPPER_FULL_TILE_MEASURED,
     # A whole tile in the masked loop: the consumer's full tile plus the mma.sync kernel's vote overhead (its

@@ -567,8 +567,9 @@ def register_roles(cubin: str, kernel: str) -> dict:
 # HGMMA of one 64-key tile at head dim 64 for a consumer warpgroup: Q K^T 4 (m64n64k16 over 4 k16 steps) and
 # P V 4 (m64n64k16 over 4 key steps).
 HOPPER_TILE_HGMMA = 8
-# cp.async of one such tile per producer thread: 64 keys x 8 chunks over 128 threads, keys and values.
-HOPPER_TILE_COPIES = 8
+# cp.async of one such tile per producer thread: 64 keys x 8 chunks over the copying warp's 32 threads
+# (HopperTraits::kProducerWarps, 1 at head dim 64), keys and values.
+HOPPER_TILE_COPIES = 32
 
 
 def hopper_tile_paths(cubin: str, kernel: str) -> dict:

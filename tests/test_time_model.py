@@ -107,3 +107,18 @@ def test_the_hopper_design_runs_its_products_at_the_wgmma_rate():
     e = entries["rangeswa late|8192|64"]
     assert body.warp_instructions > hop.producer_warps * e["kv_tiles"] * hop.producer_tile
     assert phases["control"].launches == 1
+
+
+def test_the_hopper_producer_warps_are_the_ones_the_gate_counts():
+    """The model's copying producer warps and the gate's copies per producer thread of a whole tile
+    (scripts/cuda_gates.py HOPPER_TILE_COPIES, the trip it measures) split the same tile: 64 keys x 8
+    16-byte chunks of keys and of values at head dim 64 over the copying warps' lanes; and the traits give
+    one copying warp wherever a warp's lanes cover whole rows (hopper/body_layout.h kProducerWarps)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import cuda_gates
+
+    hop = model.HOPPER
+    assert cuda_gates.HOPPER_TILE_COPIES * 32 * hop.producer_warps == 64 * 8 * 2
+    text = (ROOT / "csrc" / "cuda" / "hopper" / "body_layout.h").read_text()
+    assert re.search(r"kProducerWarps = 32 % kChunks == 0 \? 1 : 4;", text)
+    assert hop.producer_warps == (1 if 32 % (64 // 8) == 0 else 4)

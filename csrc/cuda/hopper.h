@@ -76,6 +76,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// utils.h cp_async_16 (cp.async.cg, 16 bytes; zeroed when not `valid`) to a shared-window address (smem_u32 of
+// a tile plus a byte offset): a run of copies into one tile converts its address once and adds constants.
+__device__ __forceinline__ void cp_async_16_shared(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
 // ---- wgmma -------------------------------------------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -147,6 +154,8 @@ struct WgmmaAsm;
 #define RSWA_F8(x) "+f"(d[x]), "+f"(d[x + 1]), "+f"(d[x + 2]), "+f"(d[x + 3]), "+f"(d[x + 4]), "+f"(d[x + 5]), \
                    "+f"(d[x + 6]), "+f"(d[x + 7])
 
+#define RSWA_F4(x) "+f"(d[x]), "+f"(d[x + 1]), "+f"(d[x + 2]), "+f"(d[x + 3])
+
 // N = 16: 8 accumulators.
 #define RSWA_SS16(TY, DL) "setp.ne.b32 p, %10, 0;\nwgmma.mma_async.sync.aligned.m64n16k16.f32" TY TY " " DL \
                           ", %8, %9, p, 1, 1, %11, %12;\n"
@@ -172,6 +181,16 @@ RSWA_WGMMA_ASM(64,
                "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}",
                RSWA_SS64, RSWA_RS64, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24))
 
+// N = 72: 36 accumulators (P V of head dim 64 with the body kernel's column of ones: hopper/body_layout.h kValueCols).
+#define RSWA_SS72(TY, DL) "setp.ne.b32 p, %38, 0;\nwgmma.mma_async.sync.aligned.m64n72k16.f32" TY TY " " DL \
+                          ", %36, %37, p, 1, 1, %39, %40;\n"
+#define RSWA_RS72(TY, DL) "setp.ne.b32 p, %41, 0;\nwgmma.mma_async.sync.aligned.m64n72k16.f32" TY TY " " DL \
+                          ", {%36, %37, %38, %39}, %40, p, 1, 1, %42;\n"
+RSWA_WGMMA_ASM(72,
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}",
+               RSWA_SS72, RSWA_RS72, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24), RSWA_F4(32))
+
 // N = 80: 40 accumulators (the P V of head dim 80).
 #define RSWA_SS80(TY, DL) "setp.ne.b32 p, %42, 0;\nwgmma.mma_async.sync.aligned.m64n80k16.f32" TY TY " " DL \
                           ", %40, %41, p, 1, 1, %43, %44;\n"
@@ -181,6 +200,17 @@ RSWA_WGMMA_ASM(80,
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
                "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}",
                RSWA_SS80, RSWA_RS80, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24), RSWA_F8(32))
+
+// N = 88: 44 accumulators (P V of head dim 80 with the column of ones).
+#define RSWA_SS88(TY, DL) "setp.ne.b32 p, %46, 0;\nwgmma.mma_async.sync.aligned.m64n88k16.f32" TY TY " " DL \
+                          ", %44, %45, p, 1, 1, %47, %48;\n"
+#define RSWA_RS88(TY, DL) "setp.ne.b32 p, %49, 0;\nwgmma.mma_async.sync.aligned.m64n88k16.f32" TY TY " " DL \
+                          ", {%44, %45, %46, %47}, %48, p, 1, 1, %50;\n"
+RSWA_WGMMA_ASM(88,
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
+               "%42, %43}",
+               RSWA_SS88, RSWA_RS88, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24), RSWA_F8(32), RSWA_F4(40))
 
 // N = 128: 64 accumulators.
 #define RSWA_SS128(TY, DL) "setp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32" TY TY " " DL \
@@ -195,8 +225,21 @@ RSWA_WGMMA_ASM(128,
                RSWA_SS128, RSWA_RS128, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24), RSWA_F8(32), RSWA_F8(40),
                RSWA_F8(48), RSWA_F8(56))
 
+// N = 136: 68 accumulators (P V of head dim 128 with the column of ones).
+#define RSWA_SS136(TY, DL) "setp.ne.b32 p, %70, 0;\nwgmma.mma_async.sync.aligned.m64n136k16.f32" TY TY " " DL \
+                          ", %68, %69, p, 1, 1, %71, %72;\n"
+#define RSWA_RS136(TY, DL) "setp.ne.b32 p, %73, 0;\nwgmma.mma_async.sync.aligned.m64n136k16.f32" TY TY " " DL \
+                          ", {%68, %69, %70, %71}, %72, p, 1, 1, %74;\n"
+RSWA_WGMMA_ASM(136,
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
+               "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+               "%63, %64, %65, %66, %67}",
+               RSWA_SS136, RSWA_RS136, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24), RSWA_F8(32), RSWA_F8(40), RSWA_F8(48), RSWA_F8(56), RSWA_F4(64))
+
 #undef RSWA_WGMMA_ASM
 #undef RSWA_F8
+#undef RSWA_F4
 #undef RSWA_SS16
 #undef RSWA_RS16
 #undef RSWA_SS32
@@ -207,6 +250,12 @@ RSWA_WGMMA_ASM(128,
 #undef RSWA_RS80
 #undef RSWA_SS128
 #undef RSWA_RS128
+#undef RSWA_SS72
+#undef RSWA_RS72
+#undef RSWA_SS88
+#undef RSWA_RS88
+#undef RSWA_SS136
+#undef RSWA_RS136
 }  // namespace detail
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.E.E with A and B in shared memory (descriptors):

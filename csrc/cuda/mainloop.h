@@ -107,7 +107,7 @@ struct SharedLayout
 // The order is made where the tile is stored: reads stay in plain row order, whose ldmatrix addresses
 // hit distinct banks (rows 16 bytes apart in an odd number of 16-byte chunks), where a read in this order
 // would put four of its eight rows on the same banks. K and V share it, so softmax and P V are unchanged.
-RSWA_HD int tile_column(int r) { return 8 * ((r % 16) / 2) + 2 * (r / 16) + r % 2; }
+RSWA_HD constexpr int tile_column(int r) { return 8 * ((r % 16) / 2) + 2 * (r / 16) + r % 2; }
 
 // A control CTA's warp's share of KV tile t (kernel_traits.h kControlSplit): the 16-column units of the
 // chunk's tiles go round the warps, unit s of t (keys [a + 16 s, a + 16 s + 16)) to warp (first + s) mod

@@ -33,17 +33,19 @@ struct OnlineSoftmax {
   // The output is rescaled only when some row of the warp raised its max (a warp vote): past a record's
   // first tiles the maxima rarely move, and alpha = 1 exactly otherwise (FlashAttention-4's conditional
   // rescaling, without its threshold).
-  template <int NT, int DT>
+  // kRowSum false: the row sums are left to the caller (l stays 0): the sm_90a body kernel gets them from its
+  // P V product, whose values carry a column of ones (hopper/body_layout.h kValueCols).
+  template <int NT, int DT, bool kRowSum = true>
   __device__ __forceinline__ void update(float (&x)[MB][NT][4], float (&o)[MB][DT][4], float a, float b) {
     float alpha[R];
-    if (fold(x, a, b, alpha)) rescale(o, alpha);
+    if (fold<NT, kRowSum>(x, a, b, alpha)) rescale(o, alpha);
   }
 
   // update() in its two parts, also called apart by a kernel whose output accumulators are in flight while
   // it folds the next tile's scores (the sm_90a body kernel: P V of one tile runs during the softmax of the
   // next): fold() does the work on x and the state, leaving o alone, and returns the warp's vote on a raised
   // max with the factors in alpha; rescale() applies them to o once o may be written.
-  template <int NT>
+  template <int NT, bool kRowSum = true>
   __device__ __forceinline__ bool fold(float (&x)[MB][NT][4], float a, float b, float (&alpha)[R]) {
     bool raised = false;
 #pragma unroll
@@ -65,16 +67,16 @@ struct OnlineSoftmax {
         raised |= m_new != m[rr];
         alpha[rr] = exp2_approx(m[rr] - shift);
         m[rr] = m_new;
-        float sum = 0.f;
+        [[maybe_unused]] float sum = 0.f;
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const float p = exp2_approx(fmaf(x[mb][n][2 * h + c], a, offset));
             x[mb][n][2 * h + c] = p;
-            sum += p;
+            if constexpr (kRowSum) sum += p;
           }
-        l[rr] = l[rr] * alpha[rr] + sum;
+        if constexpr (kRowSum) l[rr] = l[rr] * alpha[rr] + sum;
       }
     return __any_sync(0xffffffffu, raised);
   }

@@ -23,14 +23,15 @@ __device__ __forceinline__ float (&as_blocks(float (&d)[N / 2]))[1][N / 8][4] {
   return *reinterpret_cast<float(*)[1][N / 8][4]>(&d);
 }
 
-// Descriptors of a core-matrix tile of Dp columns at shared address `addr` (body_layout.h).
+// Descriptors of a core-matrix tile of Dp (K-major) or W (MN-major: a V stage's kValueCols) columns at shared
+// address `addr` (body_layout.h).
 template <int Dp>
 __device__ __forceinline__ uint64_t kmajor_desc(uint32_t addr) {
   return hopper::make_smem_desc(addr, 128, 16 * Dp, hopper::Swizzle::kNone);
 }
-template <int Dp>
+template <int W>
 __device__ __forceinline__ uint64_t mnmajor_desc(uint32_t addr) {
-  return hopper::make_smem_desc(addr, 16 * Dp, 128, hopper::Swizzle::kNone);
+  return hopper::make_smem_desc(addr, 16 * W, 128, hopper::Swizzle::kNone);
 }
 
 // The descriptors' two 32-bit words: the low one holds the start address (bits 0-13, the byte address / 16)
@@ -42,14 +43,14 @@ template <int Dp>
 __device__ __forceinline__ uint32_t kmajor_lo(uint32_t addr) {
   return uint32_t(kmajor_desc<Dp>(addr));
 }
-template <int Dp>
+template <int W>
 __device__ __forceinline__ uint32_t mnmajor_lo(uint32_t addr) {
-  return uint32_t(mnmajor_desc<Dp>(addr));
+  return uint32_t(mnmajor_desc<W>(addr));
 }
 template <int Dp>
 inline constexpr uint32_t kKmajorHi = uint32_t(hopper::make_smem_desc(0, 128, 16 * Dp, hopper::Swizzle::kNone) >> 32);
-template <int Dp>
-inline constexpr uint32_t kMnmajorHi = uint32_t(hopper::make_smem_desc(0, 16 * Dp, 128, hopper::Swizzle::kNone) >> 32);
+template <int W>
+inline constexpr uint32_t kMnmajorHi = uint32_t(hopper::make_smem_desc(0, 16 * W, 128, hopper::Swizzle::kNone) >> 32);
 __device__ __forceinline__ uint64_t desc_words(uint32_t lo, uint32_t hi) { return uint64_t(hi) << 32 | lo; }
 
 // S (64 rows x kCols keys) = Q K^T over the head dim: q_lo and k_lo the low descriptor words (kmajor_lo) of
@@ -76,16 +77,16 @@ __device__ __forceinline__ void pack_p(uint32_t (&a)[kCols / 16][4], const float
     for (int r = 0; r < 4; ++r) a[ks][r] = pack2<Element>(p[8 * ks + 2 * r], p[8 * ks + 2 * r + 1]);
 }
 
-// O (64 rows x Dp) += P V over the tile's kCols keys: v_lo the low descriptor word (mnmajor_lo) of the tile's
-// first key; the key step ks starts 32 Dp ks bytes in.
+// O (64 rows x W = kValueCols: the head dim's columns, then the row sums) += P V over the tile's kCols keys:
+// v_lo the low descriptor word (mnmajor_lo) of the tile's first key; the key step ks starts 32 W ks bytes in.
 template <typename Traits, int kCols>
-__device__ __forceinline__ void pv_issue(float (&o)[Traits::kHeadDim / 2], const uint32_t (&a)[kCols / 16][4],
+__device__ __forceinline__ void pv_issue(float (&o)[Traits::kValueCols / 2], const uint32_t (&a)[kCols / 16][4],
                                          uint32_t v_lo) {
-  constexpr int Dp = Traits::kHeadDim;
+  constexpr int W = Traits::kValueCols;
   hopper::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < kCols / 16; ++ks)
-    hopper::wgmma_rs<Dp, typename Traits::Element, 1>(o, a[ks], desc_words(v_lo + 2 * Dp * ks, kMnmajorHi<Dp>), 1);
+    hopper::wgmma_rs<W, typename Traits::Element, 1>(o, a[ks], desc_words(v_lo + 2 * W * ks, kMnmajorHi<W>), 1);
 }
 
 }  // namespace rangeswa::cuda

@@ -6,7 +6,8 @@
 //                 the ring's mbarriers; then the roles split (setmaxnreg: the producer's warpgroup gives
 //                 registers up, the consumers' take them)
 //   producer      warpgroup 0 walks the tile spans (tile.h SpanCursor) and copies each tile's keys and values
-//                 with cp.async (16-byte chunks round its 128 threads) into the next of kStages stages (core-matrix layout, 64-key tiles in tile_column
+//                 with cp.async (16-byte chunks round its first warp, HopperTraits::kProducerWarps; the others
+//                 leave after setmaxnreg) into the next of kStages stages (core-matrix layout, 64-key tiles in tile_column
 //                 order as the mma.sync kernel stores them), waiting on the stage's `empty` barrier first and
 //                 arriving on its `full` barrier once the copy landed (cp.async.wait_group, then the
 //                 async-proxy fence: wgmma reads it); one tile's copy stays in flight behind the next's issue
@@ -75,32 +76,50 @@ struct RingSlot {
   }
 };
 
-// The producer warpgroup's copy of KV tile t into a stage (core-matrix layout; a full 64-key tile in
-// tile_column order, as the mma.sync kernel's body tiles): 16-byte chunks round the warpgroup's 128 threads,
-// rows past t.n zero-filled (P = 0 meets no garbage there, and window sums see scores of 0). kPasses: the
-// passes a full tile takes (a 16-key tile stops early). Where a pass is whole rows (128 threads a multiple of
-// the row's chunks: head dims 64 and 128) a thread copies one 16-byte column of rows r0 + kStep i: its
-// shared offsets are fixed for the CTA (ProducerLanes, computed once) and its global addresses are one
-// pointer a tile plus constant steps, so a copy costs a few instructions; other head dims (80) compute each
-// chunk's place.
+// The producer's copy of KV tile t into a stage (core-matrix layout; a full 64-key tile in tile_column order,
+// as the mma.sync kernel's body tiles): 16-byte chunks round the kProducerThreads copying threads (one warp at
+// head dims 64 and 128, the warpgroup at 80: HopperTraits::kProducerWarps), rows past t.n zero-filled (P = 0
+// meets no garbage there, and window sums see scores of 0). kPasses: the passes a full tile takes (a 16-key
+// tile stops early). Where a pass is whole rows (the threads a multiple of the row's chunks) a thread copies
+// one 16-byte column of rows r0 + kStep i (r0 < kStep): the shared offset of pass i is the first pass's plus a
+// constant (checked at compile time for every r0, in plain and in tile_column order), and its global addresses
+// one pointer a tile plus constant steps (keys) or steps of the value rows' stride, so a copy costs a few
+// instructions; other head dims (80) compute each chunk's place.
 template <typename Traits>
 struct ProducerLanes {
-  static constexpr int Dp = Traits::kHeadDim, kChunks = Traits::kChunks;
-  static constexpr int kPasses = (Traits::kBlockN * kChunks + 127) / 128;
-  static constexpr bool kWholeRows = 128 % kChunks == 0;
-  static constexpr int kStep = kWholeRows ? 128 / kChunks : 1;  // rows a pass
+  static constexpr int Dp = Traits::kHeadDim, kChunks = Traits::kChunks, kThreads = Traits::kProducerThreads;
+  static constexpr int kPasses = (Traits::kBlockN * kChunks + kThreads - 1) / kThreads;
+  static constexpr bool kWholeRows = kThreads % kChunks == 0;
+  static constexpr int kStep = kWholeRows ? kThreads / kChunks : 1;  // rows a pass
   static constexpr bool kPermuted = Traits::kBlockN == 64;
+  static constexpr int W = Traits::kValueCols;  // a V stage's row (the values, then the chunk of ones)
+  // Element offset of pass i's row from pass 0's, the lane's first row r0, in plain or tile_column order, in
+  // a tile of kWidth-element rows (a K stage: Dp, a V stage: W).
+  template <int kWidth>
+  static constexpr int pass_offset(bool permuted, int r0, int i) {
+    return permuted ? core_row<kWidth>(tile_column(r0 + kStep * i)) - core_row<kWidth>(tile_column(r0))
+                    : core_row<kWidth>(r0 + kStep * i) - core_row<kWidth>(r0);
+  }
+  template <int kWidth>
+  static constexpr bool constant_steps() {
+    for (int r0 = 0; r0 < kStep; ++r0)
+      for (int i = 0; i < kPasses; ++i)
+        if (pass_offset<kWidth>(false, r0, i) != pass_offset<kWidth>(false, 0, i) ||
+            (kPermuted && pass_offset<kWidth>(true, r0, i) != pass_offset<kWidth>(true, 0, i)))
+          return false;
+    return true;
+  }
+  static_assert(!kWholeRows || (constant_steps<Dp>() && constant_steps<W>()),
+                "a pass's shared offset is the first's plus a constant");
   int r0, col;
-  int at_plain;                         // core_offset(r0, col): pass i adds whole 8-row groups
-  int at_perm[kPermuted ? kPasses : 1];  // core_offset(tile_column(r0 + kStep i), col)
+  int at_k, at_v;  // core_offset of (r0, col) in a K and in a V stage, row r0 in tile_column order (64-key tiles)
 
   __device__ __forceinline__ explicit ProducerLanes(int pt) {
     r0 = pt / kChunks;
     col = (pt % kChunks) * 8;
-    at_plain = core_offset<Dp>(r0, col);
-#pragma unroll
-    for (int i = 0; i < (kPermuted ? kPasses : 1); ++i)
-      at_perm[i] = kPermuted ? core_offset<Dp>(tile_column(r0 + kStep * i), col) : 0;
+    const int row = kPermuted ? tile_column(r0) : r0;
+    at_k = core_row<Dp>(row) + slot_col<true>(col);
+    at_v = core_row<W>(row) + slot_col<true>(col);
   }
 };
 
@@ -109,61 +128,62 @@ __device__ __forceinline__ void copy_tile_core(typename Traits::Element* sk, typ
                                                const RecordArrays<typename Traits::Element> ra, const KvTile& t,
                                                int pt, const ProducerLanes<Traits>& lanes) {
   using Lanes = ProducerLanes<Traits>;
-  constexpr int Dp = Traits::kHeadDim, kChunks = Traits::kChunks, kPasses = Lanes::kPasses;
+  constexpr int Dp = Traits::kHeadDim, W = Traits::kValueCols, kChunks = Traits::kChunks, kPasses = Lanes::kPasses;
   const int32_t v_row = int32_t(ra.v_row);  // element offsets in one KV head fit 32 bits (attn_setup.h)
   const auto* gk = ra.k + t.a * Dp;
   const auto* gv = ra.v + t.a * v_row;
   const bool permute = Traits::kBlockN == 64 && t.width == 64;
   if constexpr (Lanes::kWholeRows) {
     constexpr int kStep = Lanes::kStep;
-    static_assert(kStep % 8 == 0, "a pass is whole 8-row groups");
     // Element offsets from the tile's first row: row r0 + kStep i of the lane's column, or the column of row 0
     // (a valid address: nothing is read there) past the tile's keys.
     const int32_t k0 = lanes.r0 * Dp + lanes.col, v0 = lanes.r0 * v_row + lanes.col;
     if (t.n == Traits::kBlockN && t.width == Traits::kBlockN) {  // a whole tile (the steady state): no checks
-      // Pass i's shared offset is the first's plus a constant: 8-row groups apart in plain order; in
-      // tile_column order rows r0 + 16 i land at tile_column(r0) + 2 i, in r0's 8-row group (r0 < 16).
-      constexpr int kShared = Lanes::kPermuted ? 16 : (kStep / 8) * 8 * Dp;
-      static_assert(!Lanes::kPermuted || (kStep == 16 && kPasses <= 4), "tile_column's passes in one 8-row group");
-      auto* dk = sk + (Lanes::kPermuted ? lanes.at_perm[0] : lanes.at_plain);
-      auto* dv = sv + (Lanes::kPermuted ? lanes.at_perm[0] : lanes.at_plain);
+      // Shared-window byte addresses of pass 0's chunks (whole tiles are 64 keys in tile_column order, or, at
+      // head dim 128, plain), each pass a constant further: converted once, so a pass is its two copies.
+      constexpr int kBytes = int(sizeof(typename Traits::Element));
+      const uint32_t dk = hopper::smem_u32(sk + lanes.at_k), dv = hopper::smem_u32(sv + lanes.at_v);
       const auto* pk = gk + k0;
-      const auto* pv = gv + v0;
+      const auto* pv = gv + v0;  // moved on by a pass's value rows (a run-time stride) after each pass
       const int32_t v_step = kStep * v_row;
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
-        cp_async_16(dk + kShared * i, pk + kStep * Dp * i, true);
-        cp_async_16(dv + kShared * i, pv + v_step * i, true);
+        constexpr bool kPerm = Lanes::kPermuted;
+        hopper::cp_async_16_shared(dk + kBytes * Lanes::template pass_offset<Dp>(kPerm, 0, i), pk + kStep * Dp * i, true);
+        hopper::cp_async_16_shared(dv + kBytes * Lanes::template pass_offset<W>(kPerm, 0, i), pv, true);
+        pv += v_step;
       }
       return;
     }
-#pragma unroll
+    // A tile's last keys, or a 16-key tile (rare: the edges of the spans): each pass's place computed, in a
+    // loop (unrolled, the producer's 40 registers would not hold the passes' precomputed places).
+#pragma unroll 1
     for (int i = 0; i < kPasses; ++i) {
       const int r = lanes.r0 + kStep * i;
       if (r >= t.width) break;
       const bool valid = r < t.n;
-      int at = lanes.at_plain + (kStep / 8) * 8 * Dp * i;
-      if constexpr (Lanes::kPermuted) at = permute ? lanes.at_perm[i] : at;
-      cp_async_16(sk + at, gk + (valid ? k0 + kStep * Dp * i : lanes.col), valid);
-      cp_async_16(sv + at, gv + (valid ? v0 + kStep * i * v_row : lanes.col), valid);
+      const int row = permute ? tile_column(r) : r;
+      cp_async_16(sk + core_offset<Dp>(row, lanes.col), gk + (valid ? k0 + kStep * Dp * i : lanes.col), valid);
+      cp_async_16(sv + core_offset<W>(row, lanes.col), gv + (valid ? v0 + kStep * i * v_row : lanes.col), valid);
     }
   } else {
     const int chunks = t.width * kChunks;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-      const int c = pt + 128 * i;
+      const int c = pt + Lanes::kThreads * i;
       if (c >= chunks) break;
       const int r = c / kChunks, col = (c % kChunks) * 8;
       const bool valid = r < t.n;
-      const int at = core_offset<Dp>(permute ? tile_column(r) : r, col);
+      const int row = permute ? tile_column(r) : r;
       const int32_t src = valid ? r : 0;
-      cp_async_16(sk + at, gk + src * Dp + col, valid);
-      cp_async_16(sv + at, gv + src * v_row + col, valid);
+      cp_async_16(sk + core_offset<Dp>(row, col), gk + src * Dp + col, valid);
+      cp_async_16(sv + core_offset<W>(row, col), gv + src * v_row + col, valid);
     }
   }
 }
 
-// The producer (warpgroup 0, thread pt): every tile of the spans into the ring, in the consumers' order.
+// The producer (thread pt of the producer warpgroup's first kProducerThreads): every tile of the spans into
+// the ring, in the consumers' order.
 template <typename Traits>
 __device__ __forceinline__ void produce(const HopperCta<Traits>& c, int pt) {
   SpanCursor cursor;
@@ -174,7 +194,7 @@ __device__ __forceinline__ void produce(const HopperCta<Traits>& c, int pt) {
 #pragma unroll 1
   while (cursor.advance(c.sSpan, c.spans, t)) {
     hopper::mbarrier_wait_parity(&c.empty[slot.stage], slot.phase ^ 1u);  // its use one round ago is over
-    copy_tile_core<Traits>(c.sK + slot.stage * Traits::kKVElems, c.sV + slot.stage * Traits::kKVElems,
+    copy_tile_core<Traits>(c.sK + slot.stage * Traits::kKElems, c.sV + slot.stage * Traits::kVElems,
                            c.sArrays[t.record], t, pt, lanes);
     cp_async_commit();
     if (landing >= 0) {
@@ -197,6 +217,7 @@ template <typename Traits>
 struct Consumer {
   using Element = typename Traits::Element;
   static constexpr int M = Traits::kBlockM, N = Traits::kBlockN, Dp = Traits::kHeadDim, DT = Dp / 8;
+  static constexpr int W = Traits::kValueCols, WT = W / 8;  // P V's columns: the values', then the row sums'
   static constexpr int kBandStride = HopperLayout<Traits>::kBandStride;
 
   const AttnKernelParams& p;
@@ -208,9 +229,9 @@ struct Consumer {
   int my_row;                     // the row this lane keeps per-row state for (lanes 0..15)
   bool owner;
   uint32_t q_lo;                  // the low descriptor word of the group's first slot row (body_gemm.h)
-  uint32_t k_lo, v_lo;            // ... of stage 0's keys and values (a stage adds kStageLo)
+  uint32_t k_lo, v_lo;            // ... of stage 0's keys and values (a stage adds kStageK / kStageV)
   OnlineSoftmax<1> softmax;
-  float o[Dp / 2];
+  float o[W / 2];  // P V's accumulator: the output (DT 8-column tiles), then the row sums (one more)
   RingSlot<Traits::kStages> slot;
 
   __device__ __forceinline__ Consumer(const AttnKernelParams& p_, const HopperCta<Traits>& c_, const BodyCta& cta_,
@@ -225,24 +246,25 @@ struct Consumer {
     owner = lane < 16;
     q_lo = __shfl_sync(0xffffffffu, kmajor_lo<Dp>(hopper::smem_u32(c.sQ + core_row<Dp>(Traits::kGroupRows * group))), 0);
     k_lo = kmajor_lo<Dp>(hopper::smem_u32(c.sK));
-    v_lo = mnmajor_lo<Dp>(hopper::smem_u32(c.sV));
+    v_lo = mnmajor_lo<W>(hopper::smem_u32(c.sV));
     softmax.init();
 #pragma unroll
-    for (int i = 0; i < Dp / 2; ++i) o[i] = 0.f;
+    for (int i = 0; i < W / 2; ++i) o[i] = 0.f;
   }
 
   __device__ __forceinline__ void sync_consumers() const {
     hopper::named_barrier_sync(kConsumersBarrier, Traits::kConsumerThreads);
   }
   // A stage's tiles' low descriptor words: stage 0's plus the stage's bytes / 16.
-  static constexpr uint32_t kStageLo = uint32_t(Traits::kKVElems * sizeof(Element) / 16);
+  static constexpr uint32_t kStageK = uint32_t(Traits::kKElems * sizeof(Element) / 16);
+  static constexpr uint32_t kStageV = uint32_t(Traits::kVElems * sizeof(Element) / 16);
   // The stage comes from lane 0 (every lane holds the same): a value the compiler then knows warp-uniform, so
   // the descriptors stay in uniform registers (CUTLASS's canonical_warp_idx_sync does the same).
   __device__ __forceinline__ uint32_t stage_k(int stage) const {
-    return k_lo + uint32_t(__shfl_sync(0xffffffffu, stage, 0)) * kStageLo;
+    return k_lo + uint32_t(__shfl_sync(0xffffffffu, stage, 0)) * kStageK;
   }
   __device__ __forceinline__ uint32_t stage_v(int stage) const {
-    return v_lo + uint32_t(__shfl_sync(0xffffffffu, stage, 0)) * kStageLo;
+    return v_lo + uint32_t(__shfl_sync(0xffffffffu, stage, 0)) * kStageV;
   }
   // The group is done with the current stage (its wgmma retired): one arrival per warpgroup.
   __device__ __forceinline__ void release() {
@@ -322,7 +344,7 @@ struct Consumer {
                                              const WarpTile<Element>& w, uint32_t v) {
     auto& blocks = as_blocks<kCols>(s);
     if constexpr (kLogits) tile_logits<1, kCols>(blocks, w);
-    softmax.template update<kCols / 8, DT>(blocks, as_blocks<Dp>(o), w.scale_log2, w.bias);
+    softmax.template update<kCols / 8, WT, false>(blocks, as_blocks<W>(o), w.scale_log2, w.bias);
     pack_p<Traits, kCols>(a, s);
     pv_issue<Traits, kCols>(o, a, v);
   }
@@ -354,18 +376,32 @@ struct Consumer {
     float s[N / 2];
     uint32_t a[N / 16][4];
     float alpha[2];
+    // The span's end and its record's bias, read again only where a span ends: within a span the next tile
+    // is this one moved on by the span's tile width (what SpanCursor::advance gives, computed in registers).
+    int32_t span_end = c.sSpan[cursor.span].end;
+    float bias = c.sRec[cur.record].bias_log2;
     hopper::mbarrier_wait_parity(&c.full[slot.stage], slot.phase);
     qk_issue<Traits, N>(s, q_lo, stage_k(slot.stage));
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
-    if (softmax.template fold<N / 8>(as_blocks<N>(s), p.scale_log2, c.sRec[cur.record].bias_log2, alpha))
-      softmax.template rescale<DT>(as_blocks<Dp>(o), alpha);
+    if (softmax.template fold<N / 8, false>(as_blocks<N>(s), p.scale_log2, bias, alpha))
+      softmax.template rescale<WT>(as_blocks<W>(o), alpha);
     pack_p<Traits, N>(a, s);
     KvTile nxt;
 #pragma unroll 1
     for (;;) {
-      cursor.advance(c.sSpan, c.spans, nxt);
-      if (!nxt.cont) break;  // the run goes on: the same slot, the next stage
+      if (cur.a + cur.width < span_end) {  // the span's next tile (a later tile of a span continues the run)
+        nxt = cur;
+        nxt.a = cur.a + cur.width;
+        nxt.n = imin(cur.width, span_end - nxt.a);
+        nxt.cont = true;
+        cursor.next += cur.width;
+      } else {
+        cursor.advance(c.sSpan, c.spans, nxt);
+        if (!nxt.cont) break;  // the run goes on: the same slot, the next stage
+        span_end = c.sSpan[cursor.span].end;
+        bias = c.sRec[nxt.record].bias_log2;
+      }
       RingSlot<Traits::kStages> next = slot;
       next.advance();
       hopper::mbarrier_wait_parity(&c.full[next.stage], next.phase);
@@ -374,11 +410,10 @@ struct Consumer {
       pv_issue<Traits, N>(o, a, stage_v(slot.stage));
       hopper::wgmma_commit();
       hopper::wgmma_wait<1>();  // the next tile's Q K^T (this tile's P V, committed after it, may run on)
-      const bool raised =
-          softmax.template fold<N / 8>(as_blocks<N>(s), p.scale_log2, c.sRec[nxt.record].bias_log2, alpha);
+      const bool raised = softmax.template fold<N / 8, false>(as_blocks<N>(s), p.scale_log2, bias, alpha);
       hopper::wgmma_wait<0>();  // this tile's P V: its stage is free, the output may be rescaled
       release();
-      if (raised) softmax.template rescale<DT>(as_blocks<Dp>(o), alpha);
+      if (raised) softmax.template rescale<WT>(as_blocks<W>(o), alpha);
       pack_p<Traits, N>(a, s);
       cur = nxt;
     }
@@ -468,8 +503,8 @@ struct Consumer {
   // O / l in the element type, staged through the slot (rows of Dp elements) so that rows leave in 16-byte
   // stores; the log-sum-exp per row.
   __device__ __forceinline__ void epilogue() {
-    float row_sum[2];
-    softmax.finish(row_sum);
+    // Each row's probability sum, from P V's columns of ones (every lane of the row's quad holds it whole).
+    const float row_sum[2] = {o[4 * DT], o[4 * DT + 2]};
     sync_consumers();  // every group is done with the slot
     Element* staged = c.sQ;
     const int64_t out0 = cta.row0;
@@ -587,6 +622,18 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
   if (bands.n[0] + bands.n[1] > 0)
 #pragma unroll 1
     for (int x = tid; x < 2 * M * Layout::kBandStride; x += kThreads) c.sBand[x] = -INFINITY;
+  {
+    // The V stages' chunks of ones (HopperTraits::kValueCols): chunk Dp / 8 of every key row, 128 contiguous
+    // bytes an 8-key group, stored once (the producer copies the values only); wgmma reads them (the async
+    // proxy) after the barrier below.
+    constexpr int W = Traits::kValueCols, kGroups = kStages * Traits::kBlockN / 8;
+    const uint32_t one2 = pack2<Element>(1.f, 1.f);
+    const uint4 ones = make_uint4(one2, one2, one2, one2);
+#pragma unroll 1
+    for (int x = tid; x < kGroups * 8; x += kThreads)
+      *reinterpret_cast<uint4*>(c.sV + (x / 8) * 8 * W + (Traits::kHeadDim / 8) * 64 + (x % 8) * 8) = ones;
+    hopper::fence_proxy_async_shared();
+  }
   if (tid == 0) {
     shared_bands = bands;
     const int32_t n0 = g.C + t.i0 - p.first_row;  // q row of the tile's first row
@@ -594,7 +641,7 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
     cta = BodyCta{q_rows, int64_t(head) * p.Nq + n0, t.i0, t.nrows, bh, needed, slot_rows_in_chunks<Traits>(p, q_rows)};
 #pragma unroll 1
     for (int s = 0; s < kStages; ++s) {
-      hopper::mbarrier_init(&c.full[s], 128);                 // the producer warpgroup's threads
+      hopper::mbarrier_init(&c.full[s], Traits::kProducerThreads);  // the copying threads
       hopper::mbarrier_init(&c.empty[s], Traits::kConsumers);  // one arrival per consumer warpgroup
     }
     hopper::fence_barrier_init();
@@ -603,8 +650,8 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
 
   // ---- the roles ------------------------------------------------------------------------------------------------
   if (tid < 128) {
-    hopper::setmaxnreg_dec<Traits::kProducerRegs>();
-    produce<Traits>(c, tid);
+    hopper::setmaxnreg_dec<Traits::kProducerRegs>();  // the whole warpgroup (setmaxnreg is per warpgroup)
+    if (tid < Traits::kProducerThreads) produce<Traits>(c, tid);  // the copying warps; the others are done
     return;
   }
   hopper::setmaxnreg_inc<Traits::kConsumerRegs>();

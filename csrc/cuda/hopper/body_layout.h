@@ -9,8 +9,9 @@
 // 8-row groups 16 Dp bytes apart, the 16-byte chunks of a group 128 bytes apart. Read by wgmma through
 //   K-major descriptors (the query slot as A, keys as B: mn = row, k = d): LBO = 128 (the next 8 d),
 //     SBO = 16 Dp (the next 8 rows); the k16 step ks starts 256 ks bytes in;
-//   MN-major descriptors (values as B of P V: mn = d, k = key): SBO = 128 (the next 8 d), LBO = 16 Dp (the
-//     next 8 keys); the key step ks starts 32 Dp ks bytes in.
+//   MN-major descriptors (values as B of P V: mn = d, k = key): SBO = 128 (the next 8 d), LBO = 16 W (the
+//     next 8 keys); the key step ks starts 32 W ks bytes in. A V stage's rows are W = Dp + 8 columns wide
+//     (HopperTraits::kValueCols: the values, then a chunk of ones).
 // A row's 16-byte chunks are whole, so the producer's cp.async copies and the slot's fills write 16 bytes at a
 // time (mainloop.h slot_col<true> is the column part of this offset).
 #pragma once
@@ -43,13 +44,25 @@ struct HopperTraits {
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = 232;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  // The producer warpgroup's warps that copy (the others leave after setmaxnreg): one where a warp's 32 lanes
+  // cover whole rows (head dims 64 and 128: a lane copies one 16-byte column of every (32 / kChunks)-th row,
+  // its shared offsets constant steps from one base, body_kernel.h ProducerLanes), so the steady state pays one
+  // warp's loop overhead a tile instead of four; all four at head dim 80, whose chunks are placed one by one.
+  static constexpr int kProducerWarps = 32 % kChunks == 0 ? 1 : 4;
+  static constexpr int kProducerThreads = 32 * kProducerWarps;
   // The query slot's fills and the straddling blocks' dots issue more loads before using any than the
   // mma.sync kernel's (one CTA a multiprocessor: nothing else issues while the consumers wait on them): 16
   // rotated pairs a step (mainloop.h fill_row_vector: half / 16 round trips a fill, 2 at head dim 64), a whole
   // row of 16-byte chunks a term (straddling_dots: one round trip a term; two at head dim 128).
   static constexpr int kFillPairs = 16;
   static constexpr int kDotChunks = kChunks <= 10 ? kChunks : kChunks / 2;
-  static constexpr int kKVElems = kBlockN * kHeadDim;
+  // A V stage's rows hold the head dim's values and then one 16-byte chunk of ones (written once, before the
+  // roles split; the producer copies the values only): P V over kValueCols columns gives each row's
+  // probability sum in its last columns with the output, on the tensor cores, and the softmax adds no row sums
+  // (32 FADD a thread and tile at head dim 64). The sum is of P as P V takes it (rounded to the element type).
+  static constexpr int kValueCols = kHeadDim + 8;
+  static constexpr int kKElems = kBlockN * kHeadDim;     // a K stage
+  static constexpr int kVElems = kBlockN * kValueCols;   // a V stage
 
   static_assert(kConsumers == 2, "two consumer warpgroups");
   // The unmasked loop waits for tile n + 1 while it holds tile n's stage, and the producer arrives on tile
@@ -62,7 +75,7 @@ struct HopperTraits {
 
 // Element offset of (row, d) in a core-matrix tile of Dp columns (the header comment).
 template <int Dp>
-RSWA_HD int core_row(int row) {
+RSWA_HD constexpr int core_row(int row) {
   return (row / 8) * 8 * Dp + (row % 8) * 8;
 }
 template <int Dp>
@@ -83,8 +96,8 @@ struct HopperRows {
   using Element = typename Traits::Element;
   static constexpr int M = Traits::kBlockM, Dp = Traits::kHeadDim;
   static constexpr size_t kK = size_t(M) * Dp * sizeof(Element);
-  static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
-  static constexpr size_t kBars = kV + size_t(Traits::kStages) * Traits::kKVElems * sizeof(Element);
+  static constexpr size_t kV = kK + size_t(Traits::kStages) * Traits::kKElems * sizeof(Element);
+  static constexpr size_t kBars = kV + size_t(Traits::kStages) * Traits::kVElems * sizeof(Element);
   static constexpr size_t kRows = kBars + (size_t(2) * Traits::kStages * sizeof(uint64_t) + 15) / 16 * 16;
   static constexpr size_t kGeometry = kRows + size_t(M) * 7 * 4 + 4 * 8;
   static_assert(kK % 128 == 0 && kV % 128 == 0 && kBars % 16 == 0 && kRows % 16 == 0, "aligned tiles and barriers");

@@ -326,7 +326,9 @@ void check_landed(Cta& c, const Op& op, const char* when) {
 void execute(Cta& c, Op& op) {
   const int nacc = op.n / 2;
   check_landed(c, op, "when it runs");
-  float A[64][16], B[16][128];
+  if (op.n < 8 || op.n > 256 || op.n % 8 != 0)
+    throw Error("wgmma.mma_async at " + op.site.str() + ": N = " + std::to_string(op.n) + " (8..256, a multiple of 8)");
+  float A[64][16], B[16][256];  // wgmma's largest N, 256
   if (op.a_regs) {
     for (int t = 0; t < 128; ++t) {
       for (int r = 0; r < 4; ++r)
@@ -490,6 +492,7 @@ const bool g_registered = [] {
 }  // namespace
 
 uint32_t smem_u32(const void* p, Site site) { return to_shared(cta(), p, 0, "smem_u32", site); }
+void* smem_pointer(uint32_t addr, size_t bytes, Site site) { return from_shared(cta(), addr, bytes, "a shared address", site); }
 
 void wgmma_fence(Site) {
   Cta& c = cta();

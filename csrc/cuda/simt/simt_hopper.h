@@ -33,6 +33,8 @@ namespace simt::hopper {
 inline constexpr uint32_t kSharedBase = 0x80;
 
 uint32_t smem_u32(const void* p, Site site);
+// The bytes at a shared-window address (smem_u32's inverse), `bytes` of them in the CTA's dynamic shared memory.
+void* smem_pointer(uint32_t addr, size_t bytes, Site site);
 void wgmma_fence(Site site);
 void wgmma_commit(Site site);
 void wgmma_wait(int pending, Site site);
@@ -73,6 +75,10 @@ namespace rangeswa::cuda::hopper {
 inline uint32_t smem_u32(const void* p, std::source_location site = RSWA_SIMT_HERE) {
   return ::simt::hopper::smem_u32(p, site);
 }
+// cp_async_16 to a shared-window address (hopper.h): the emulation's cp.async on the bytes there.
+inline void cp_async_16_shared(uint32_t dst, const void* src, bool valid, std::source_location site = RSWA_SIMT_HERE) {
+  ::simt::cp_async_16(::simt::hopper::smem_pointer(dst, 16, site), src, valid, site);
+}
 inline void wgmma_fence(std::source_location site = RSWA_SIMT_HERE) { ::simt::hopper::wgmma_fence(site); }
 inline void wgmma_commit(std::source_location site = RSWA_SIMT_HERE) { ::simt::hopper::wgmma_commit(site); }
 template <int kPending>
@@ -94,13 +100,15 @@ constexpr ::simt::MmaType wgmma_type() {
 template <int N, typename E, int kTransA = 0, int kTransB = 0>
 inline void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d,
                      std::source_location site = RSWA_SIMT_HERE) {
-  static_assert(N == 16 || N == 32 || N == 64 || N == 80 || N == 128, "wgmma: N of 16, 32, 64, 80 or 128");
+  static_assert(N == 16 || N == 32 || N == 64 || N == 72 || N == 80 || N == 88 || N == 128 || N == 136,
+                "wgmma: N of 16, 32, 64, 72, 80, 88, 128 or 136");
   ::simt::hopper::wgmma(N, detail::wgmma_type<E>(), kTransA, kTransB, d, nullptr, desc_a, desc_b, scale_d, site);
 }
 template <int N, typename E, int kTransB = 0>
 inline void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d,
                      std::source_location site = RSWA_SIMT_HERE) {
-  static_assert(N == 16 || N == 32 || N == 64 || N == 80 || N == 128, "wgmma: N of 16, 32, 64, 80 or 128");
+  static_assert(N == 16 || N == 32 || N == 64 || N == 72 || N == 80 || N == 88 || N == 128 || N == 136,
+                "wgmma: N of 16, 32, 64, 72, 80, 88, 128 or 136");
   ::simt::hopper::wgmma(N, detail::wgmma_type<E>(), 0, kTransB, d, a, 0, desc_b, scale_d, site);
 }
 
