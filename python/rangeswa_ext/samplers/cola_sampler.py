@@ -1,57 +1,18 @@
 """The CoLa sampler: the official block-by-block loop (``generate_task_repaint_inference``,
-cola_dlm/inference.py:284-738 at commit 6752ff1) with per-sample noise. docs/cola.md gives the source
-line of every rule.
+cola_dlm/inference.py:284-738 at commit 6752ff1) with per-sample noise.
 
-Per sample, with the prior's block size ``bs`` (16 released) and the official defaults:
+Per sample: the prompt is VAE-encoded, its whole blocks are prefilled (clean, t = 0) into the prior's and the
+VAE decoder's caches, and its last ``n % bs`` latents are pinned in the first generated block ("repaint").
+Each block is ``steps`` guided Euler steps from noise (the prior fed bf16-rounded t and z), decoded by the
+VAE with its cache, turned into tokens (repetition penalty, then greedy or sampled), and committed clean to
+the prior's cache; a sample stops at an EOS or with ``new_tokens`` tokens. Prompts of different lengths
+share every call, each sample computed as it would be alone (`KVCache`).
 
-1. The prompt's ``n`` token ids, padded with the pad id to a multiple of ``bs``, go through the VAE
-   encoder; prior latents are ``(mean - shift) * scale`` (fp32).
-2. The prefix is the first ``bs * (n // bs)`` latents. When ``r = n % bs > 0`` the first generated block
-   holds the prompt's last ``r`` latents, pinned: held at their encoded values, fed at t = 0, in every
-   step ("repaint"); their decoded tokens are not part of the output.
-3. Prefill: the prefix, clean (t = 0), through the prior and the VAE decoder, both committing to their
-   KV caches.
-4. Each block: noise ``N(0, I)`` of shape ``[bs, latent_dim]``, then ``steps`` (16) Euler steps on the grid
-   ``t_i = 1000 (1 - i / steps)`` (t = 1000 is noise, 0 data): ``z <- z - v / steps`` with the guided
-   velocity ``v = s (v_cond - v_uncond) + v_uncond``. ``v_cond`` is the prior over the cache and the block;
-   ``v_uncond`` the prior on the block alone, at positions 0 .. bs - 1. ``s`` is ``guidance_scale`` (7),
-   except 1 in the first block of a sample whose prefix is empty (there both passes are the same call).
-   The prior receives ``t_i`` and ``z`` rounded to bf16 (1000, 936, 876, 812, 752, ...), on every
-   device, as the official loop feeds them (``ts.to(bfloat16)``, ``txt.to(bfloat16)``; the prefill and
-   the clean commit too); ``z`` itself stays fp32, the VAE decodes it unrounded, and the step size stays
-   exactly ``1 / steps``.
-5. The VAE decodes the block with its cache (committing it); tokens are chosen from its logits: the
-   repetition penalty (1.1: positive logits divided, negative multiplied) over every token this sample has
-   generated so far (the pinned tail's decoded tokens included, the prefix's not), applied in greedy mode
-   too, then greedy (temperature 0, the official default) or temperature / top-k / top-p sampling.
-6. The clean block is committed to the prior's cache (t = 0).
-7. A sample stops when a block holds an EOS id (``<|endoftext|>`` or ``<|im_end|>``, the benchmark's
-   two) or when it has ``new_tokens`` tokens after the pinned tail; its row is those tokens, cut to
-   ``new_tokens`` and before the first EOS.
-
-Prompts of different lengths share every call, as in the official loop: the caches hold each sample's
-own length (`KVCache`; left padding that no call sees) and each sample is computed as it would be alone.
-
-Differences from the official loop, none of which changes a kept token: the official batch stops only
-when every sample has stopped and counts the pinned tail in ``max_new_tokens`` (so it can return fewer
-than ``max_new_tokens`` new tokens); here each sample stops on its own (a sample's blocks depend only on
-its own earlier blocks) and gets ``ceil((new_tokens + r) / bs)`` blocks, at least ``new_tokens`` new tokens.
-A sample that has stopped skips its last clean commit, whose result nothing reads.
-``official_max_new_tokens=True`` gives the official rule and rows instead, with one difference: the
-official loop stops the whole batch after one block when any sample's ``max_new_tokens`` is below its
-first-block gap, here only that sample stops.
-
-Shared noise: sample ``k``'s own draws (samplers/draws.py) are, per block, its noise, then that block's token
-draws when temperature > 0. ``generate`` takes the block noise as an argument (``noise``), so a test can feed
-the official loop's.
-
-Stage: a denoising call's progress on the noise-to-data path is ``1 - t / 1000`` with ``t`` the
-timestep the prior receives (bf16-rounded); both passes of a step share its stage,
-``stage_at(progress)`` of the attention method's config (samplers/stages.py). With 16 steps the first
-three steps of every block (t = 1000, 936, 876: progress 0 to 0.124) are ``early`` and the rest
-``late``. The prefill and the clean commit are not denoising calls: they read clean latents (t = 0, the
-data end of the path) and write the cache every later call attends to, so they run in the ``decode``
-stage, the widest window, like ELF's final readout call.
+docs/cola.md, "The sampler", states each rule with its official source line, what differs from the official
+loop (no kept token; ``official_max_new_tokens=True`` gives the official rule and rows), the order of each
+sample's draws (samplers/draws.py: per block its noise, then its token draws) and the stage of every call:
+a denoising call's progress is ``1 - t / 1000`` with ``t`` the bf16 timestep the prior receives, and the
+prefill and clean commits run in the ``decode`` stage.
 """
 
 from __future__ import annotations
@@ -163,7 +124,7 @@ def generate(model, prompts: Sequence[Sequence[int]], new_tokens: int, config: O
              seed: int = 0, indices: Optional[Sequence[int]] = None, pad_id: int, eos_ids: Sequence[int] = (),
              noise: Optional[Noise] = None, autocast_dtype: Optional[torch.dtype] = None, progress: bool = False,
              official_max_new_tokens: bool = False, trace: Optional[Trace] = None, return_all: bool = False):
-    """The continuation of each prompt (the rules of the module docstring).
+    """The continuation of each prompt (the rules of docs/cola.md, "The sampler").
 
     Args:
         model: a `Cola` (``.prior``, ``.vae``, ``.attention``) on the device to sample on.
@@ -181,7 +142,7 @@ def generate(model, prompts: Sequence[Sequence[int]], new_tokens: int, config: O
             ``ceil(new_tokens / bs)`` blocks (one when ``new_tokens`` is below a sample's first-block gap
             ``bs - r``), the pinned tail counting in it; the batch runs until every sample has met an
             EOS or its blocks are done, and a row is every token after the pinned tail, EOS and all (the
-            official loop's output). Default: this package's rule (module docstring).
+            official loop's output). Default: this package's rule (docs/cola.md).
         trace: called after every network call with a `NetworkCall` (networks ``vae_encode``,
             ``prior_prefill``, ``vae_decode``, ``prior_cond``, ``prior_uncond``, ``prior_commit``).
         return_all: return a `Generation`: ``ids`` (the rows), ``sequence`` (per sample every token its

@@ -1,28 +1,14 @@
 """The LangFlow sampler: deterministic Euler-EDM (DDIM) steps in embedding space, then an argmax readout.
 
 Follows the official ``LangFlow.generate_samples`` (github.com/nealchen2003/LangFlow, commit a712b08,
-langflow/model.py:489-560, "M:" below); docs/langflow.md states every rule.
+langflow/model.py:489-560, "M:" below): noise levels ``gamma = proposal(t)`` on ``t = linspace(1 - 1e-5,
+1e-5, N)``; calls 0 .. N-2 predict ``x = softmax(logits) @ E_n``, feed it back as self-conditioning and step
+``z`` to the next level in float64; call N-1 reads the tokens out by argmax. The only random draw of sample
+``k`` is its starting noise (samplers/draws.py); `denoise` takes any starting noise (the parity test feeds
+it the official draw).
 
-- Noise levels: ``t = linspace(1 - 1e-5, 1e-5, N)`` in fp32 (N = ``steps``, noise to data), ``gamma =
-  proposal(t)``: the learned Gumbel's inverse CDF, clamped to [gamma_min, gamma_max] (M:514-521).
-- Calls i = 0 .. N-2 (M:527-548): ``logits = model(z, gamma_i, x_sc)``, ``x_pred = softmax(logits) @ E_n``
-  (E_n the normalised embedding), ``x_sc = x_pred`` (self-conditioning for the next call), and the
-  Euler-EDM step to ``gamma_{i+1}``, in float64 and cast back to fp32:
-  ``z <- alpha_s x_pred + (sigma_s / sigma_t) (z - alpha_t x_pred)``, alpha^2 = sigmoid(-gamma),
-  sigma^2 = sigmoid(gamma).
-- Readout (M:551-558): call N-1 at ``gamma_{N-1}`` (the level the last step reached) with the last
-  x-prediction, then argmax. N network calls in all; no other randomness, no temperature.
-
-Shared noise: sample ``k``'s only draw (samplers/draws.py) is its starting noise ``z0`` [L, hidden_size],
-standard normal at scale 1 (M:517). (The official code draws one ``randn(B, L, D)`` for the batch after
-``manual_seed``; `denoise` takes any starting noise, which is how the parity test feeds it the official draw.)
-
-Stage: call i (i = 0 .. N-1) sits at progress ``i / (N - 1)`` on the noise-to-data path, its place on
-the sampler's own grid: t runs linearly from 1 - 1e-5 to 1e-5 over the calls, so this is
-``(t_0 - t_i) / (t_0 - t_{N-1})``, and the Gumbel schedule is built so that equal steps in t carry equal
-information. A denoising call's stage is ``stage_at(i / (N - 1))`` of the attention method's config
-(samplers/stages.py): with the switch at 0.182 and N = 1024, calls 0 .. 186 are ``early`` and 187 .. 1022
-``late``. The readout call N-1 is ``decode`` (the decode window).
+docs/langflow.md, "The sampler", states each rule with its source line. Stage: call i sits at progress
+``i / (N - 1)`` on the noise-to-data path (t is linear in the call index); the readout call is ``decode``.
 """
 
 from __future__ import annotations

@@ -1,38 +1,16 @@
 """The LLaDA sampler: the official ``generate`` (ML-GSAI/LLaDA generate.py) with per-sample randomness.
 
-Rules (docs/llada.md gives the source line of each):
+The prompt is followed by ``gen_length`` mask tokens, filled block by block (semi-autoregressive); each call
+predicts every position (argmax, or the Gumbel-max of float64 logits with temperature), scores the block's
+masked positions (``low_confidence`` or ``random``) and unmasks the most confident, an even share of the
+block's masks per call; classifier-free guidance reruns the call on a prompt of masks. Prompts of different
+lengths share a batch through ``prompt_mask``, laid out left-padded, each sample computed as if its padding
+were absent. Only the current block's logits are computed (the official code discards the others).
 
-- The sequence is the prompt followed by ``gen_length`` mask tokens. The generation is cut into
-  ``gen_length / block_length`` blocks filled left to right (semi-autoregressive); each block gets
-  ``steps / num_blocks`` network calls.
-- In each block the masked tokens are shared out evenly over its calls, the first ``remainder`` calls
-  taking one more (`num_transfer_tokens`).
-- Each call predicts every position (argmax of the logits, or of the Gumbel-perturbed logits
-  ``exp(l) / (-log u)^temperature`` in float64 when ``temperature > 0``), scores the block's masked
-  positions by confidence (``low_confidence``: the softmax probability of the predicted token;
-  ``random``: a uniform draw) and unmasks the most confident ones. Unmasked tokens are never remasked;
-  positions past the current block are never chosen.
-- Classifier-free guidance (``cfg_scale > 0``): the same call on a copy whose prompt is all masks,
-  ``logits = un + (cfg_scale + 1) (cond - un)``. The official generate (since its attention-mask
-  version) raises NameError here when no attention mask is given; this sampler does what the
-  algorithm means, which is what the earlier version (and LongLLaDA's copy) computes.
-
-Prompts of different lengths share a batch through ``prompt_mask`` (the official generate's
-``attention_mask``): rows are laid out left-padded, as the official demo pads them, and the model computes
-each sample as if its padding were absent, so a row's tokens are those it gets alone.
-
-Only the current block's logits are computed (the LM head over a whole 32k sequence would take 16 GB
-and changes nothing: the official code discards every other position's prediction).
-
-Shared randomness: sample ``k``'s own draws (samplers/draws.py, float64 uniforms) are, per call, the
-Gumbel uniforms of the block's ``block_length`` positions, then the remasking scores. `generate` takes the
-draws as an argument (``draws``), so a test can feed the official code's own ``torch.rand_like`` numbers.
-
-Stage: a call's progress on the noise-to-data path is the fraction of the generated tokens already
-unmasked when the call is made (0 at the first call, ``1 - n_last / gen_length`` at the last one); its
-stage is ``stage_at(progress)`` of the attention method's config (samplers/stages.py). LLaDA has no
-separate decode call: its last call is a denoising call like the others, in the stage its progress gives
-(``late`` with the default switch at 0.182), and the ``decode`` window is never used.
+docs/llada.md, "Sampler", states each rule with its official source line, the differences (none changes a
+result), the order of each sample's draws (samplers/draws.py: per call the block's Gumbel uniforms, then the
+remasking scores; ``draws=`` feeds others) and the stage: a call's progress is the fraction of the generated
+tokens already unmasked when it is made; LLaDA has no decode call, so its ``decode`` window is never used.
 """
 
 from __future__ import annotations
