@@ -3,19 +3,11 @@
 `check_call` is SPEC section 7's argument check with the fused op's own messages (csrc/checks.cpp
 ``check_topk``), so every method, dense or fused, rejects the same bad call with the same sentence.
 
-The attention mask (docs/spec_decisions.md 17) is a [B, L] boolean tensor over the body tokens, True for
-a real token. Each sample's real tokens are **one contiguous run** (left padding, right padding or
-both), and the sample is computed **as if its padding were absent**: its body is the run ``[s, e)``,
-its body indices restart at 0 at ``s``, every rule of SPEC sections 2-4 and 7 (windows, blocks,
-retrieval, summaries, position maps, the training-length switch, causal blocks) applies to that body of
-``e - s`` tokens, and no padded key is ever seen. Control tokens are never padding. Padded query rows
-are outputs of nothing: they come back as zeros (and a log-sum-exp of -inf); so does a sample without any
-real token (allowed without control tokens: a batch row that takes no part in a cached call).
-
-The fused op computes a padded batch in one packed call (`pack`: each sample's control rows and run of real
-rows, packed along the rows with ``cu_seqlens``; `Packed.unpack` scatters the result back). `per_sample`
-does the same for any other attention (the dense methods) by slicing each sample's run out of q, k and v,
-grouping samples with equal runs so that they share one call, and scattering the results back.
+The attention mask is a [B, L] boolean tensor over the body tokens, True for a real token, whose real tokens
+form one contiguous run per sample; each sample is computed as if its padding were absent, and padded query
+rows come back as zeros (log-sum-exp -inf): docs/spec_decisions.md item 17 states the rule. The fused op
+computes a padded batch in one packed call (`pack`, `Packed.unpack`); `per_sample` does the same for any
+other attention by cutting each sample's run out of q, k and v, samples with equal runs sharing one call.
 """
 
 from __future__ import annotations

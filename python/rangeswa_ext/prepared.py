@@ -1,29 +1,19 @@
 """A prepared context that follows a growing KV cache (issue 20): `PreparedCache.update` prepares only the
 rows that changed since its last call and hands `ops.attn` the whole context.
 
-`ops.prepare` computes, from k and v alone, what `attn` would compute in every call: the keys rotated to
-each position map, G-block summaries, in-block prefix sums (CUDA) and the retrieval key means. In cached
-decoding (CoLa's prior: 16 query rows a call over every committed token) k and v grow by appending, and
-a row's rotation, a G-block's means and a key block's means depend only on its own tokens, so an update
-prepares from the start of the last key block that holds a changed row (O(new rows + Rb)) and copies the
-rows into capacity buffers that grow by doubling, every array of a kind (body rows, summaries, key means)
-with the same capacity (the CUDA kernel steps them by one head stride).
+`ops.prepare` computes from k and v alone what `attn` would compute in every call (keys rotated to each
+position map, G-block summaries, CUDA's in-block prefix sums, the retrieval key means). A row's entries depend
+only on its own tokens and the position map, so when k and v grow by appending (cached decoding) an update
+prepares from the start of the last key block holding a changed row and copies the rows into capacity
+buffers (`grown`), every array of a kind (body rows, summaries, key means) with the same capacity (the CUDA
+kernel steps them by one head stride). The two maps that move with L itself (the grouped positions' g(L),
+the conditioning positions j T / L) are prepared whole when they change: docs/spec_decisions.md item 25. The
+context equals `ops.prepare` on the whole cache bit for bit (tests/test_prepared.py).
 
-Two parts depend on L itself and are prepared whole when it changes them (docs/spec_decisions.md):
-- the grouped positions of SPEC section 3 use the group size g(L); when an update changes g (and the
-  group offset Hn - Hn // g), every grouped key, grouped summary and grouped prefix sum moves;
-- the conditioning correction rotates body keys to j T / L for the control rows; with control tokens
-  and L > T every growth moves them all.
-Everything else is prepared once per row. The context equals `ops.prepare` on the whole cache bit for
-bit (tests/test_prepared.py), so `attn` with it equals `attn` without it.
-
-A padded batch (issue 31) keeps one such cache per sample (`sample_update`), over the sample's control rows
-and run of real rows: a cached padded call attends sample by sample on views of the cache's rows, each with
-its own context (`methods.OpAttention`), so a step prepares each sample's new rows and copies nothing of the
-cache (a packed call would copy every row of k, v and the context at every step).
-
-The dense methods (`methods.DenseRopeAttention`: full attention and the RoPE baselines) keep their rotated
-keys in the same object (`rotated_keys`): rotated once per row while the rotation does not move with L.
+A padded batch (issue 31) keeps one such cache per sample (`sample_update`): a cached padded call attends
+sample by sample on views of the cache's rows, each with its own context (`methods.OpAttention`), so a step
+copies nothing of the cache. The dense methods (`methods.DenseRopeAttention`) keep their rotated keys in the
+same object (`rotated_keys`), rotated once per row while the rotation does not move with L.
 """
 
 from __future__ import annotations
