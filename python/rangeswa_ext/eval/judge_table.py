@@ -28,7 +28,6 @@ import numpy as np
 from .tables import format_length, method_label
 
 OUTCOMES = ("win", "tie", "loss")
-ORDERS = ("ab", "ba")
 #: Bootstrap resamples and the seed they are drawn from.
 RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
@@ -39,29 +38,19 @@ def slot(logits: Sequence[float]) -> Optional[str]:
     """The slot a verdict names: ``"A"`` or ``"B"`` by the larger label logit, None when they are equal
     (or not numbers: a NaN decides nothing)."""
     first, second = logits
-    if first > second:
-        return "A"
-    if first < second:
-        return "B"
-    return None
+    return "A" if first > second else "B" if first < second else None
 
 
 def preferred(order: str, logits: Sequence[float]) -> Optional[str]:
     """The method (``"a"`` or ``"b"``) whose text the verdict of ``order`` prefers, None when undecided."""
     named = slot(logits)
-    if named is None:
-        return None
-    return order[0] if named == "A" else order[1]
+    return None if named is None else order["AB".index(named)]
 
 
 def outcome(ab: Sequence[float], ba: Sequence[float]) -> str:
     """``win``, ``tie`` or ``loss`` for method a, from the label logits of both orders (module docstring)."""
     verdicts = {preferred("ab", ab), preferred("ba", ba)}
-    if verdicts == {"a"}:
-        return "win"
-    if verdicts == {"b"}:
-        return "loss"
-    return "tie"
+    return "win" if verdicts == {"a"} else "loss" if verdicts == {"b"} else "tie"
 
 
 def follows_slot(ab: Sequence[float], ba: Sequence[float]) -> bool:
