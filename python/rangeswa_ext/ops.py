@@ -242,8 +242,7 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
     """
     require_kernels(q.device)
     arguments = attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage, causal_block, q.device)
-    packed = dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, control_counts=control_counts)
-    ranges = None
+    packed, p = dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, control_counts=control_counts), None
     if attention_mask is not None:
         if cu_seqlens_q is not None or cu_seqlens_k is not None or control_counts is not None:
             raise ValueError("attention_mask cannot be combined with cu_seqlens / control_counts: give the padded "
@@ -253,13 +252,13 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
                              "unpadded length; leave retrieved=None")
         check_call(q, k, control_tokens, causal_block)
         ranges = valid_ranges(attention_mask, q.shape[0], k.shape[2] - control_tokens, allow_empty=True)
-    if ranges is None:
-        out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved, **arguments, prepared=prepared, **packed)
-        return (out, lse) if return_lse else out
-    p = pack(q, k, v, control_tokens, ranges)
-    out, lse = torch.ops.rangeswa.attn.default(p.q, p.k, p.v, None, **arguments, prepared=prepared,
-                                               cu_seqlens_q=p.cu_seqlens_q, cu_seqlens_k=p.cu_seqlens_k)
-    return p.unpack(out, lse) if return_lse else p.unpack(out)
+        if ranges is not None:  # one packed call of every sample's real rows
+            p = pack(q, k, v, control_tokens, ranges)
+            q, k, v, packed = p.q, p.k, p.v, dict(cu_seqlens_q=p.cu_seqlens_q, cu_seqlens_k=p.cu_seqlens_k)
+    out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved, **arguments, prepared=prepared, **packed)
+    if p is not None:
+        out, lse = p.unpack(out, lse)
+    return (out, lse) if return_lse else out
 
 
 @torch.library.register_fake("rangeswa::attn")
