@@ -56,11 +56,6 @@ def _medians_ms(calls: dict, repeats: int) -> dict:
     return {name: statistics.median(taken) * 1e3 for name, taken in times.items()}
 
 
-def _inputs(L: int, B: int, H: int, D: int, C: int, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, C + L, D, generator=g) for _ in range(3)]
-
-
 def sdpa_with_rope(q, k, v, control_tokens: int):
     """Dense baseline: native RoPE (control tokens at position 0) then SDPA."""
     N = q.shape[2]
@@ -81,7 +76,8 @@ def run_cpu_benchmark(lengths=(1024, 2048, 4096, 8192, 16384), B=1, H=12, D=64, 
                       progress=True) -> dict:
     rows = []
     for L in tqdm(lengths, disable=not progress, desc="bench"):
-        q, k, v = _inputs(L, B, H, D, C)
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(B, H, C + L, D, generator=g) for _ in range(3))
         calls = {"SDPA": lambda: sdpa_with_rope(q, k, v, C)}
         for label, name, stage in CASES:
             calls[label] = lambda cfg=preset(name), stage=stage: ops.attn(q, k, v, cfg, C, stage)
@@ -97,12 +93,8 @@ def run_cpu_benchmark(lengths=(1024, 2048, 4096, 8192, 16384), B=1, H=12, D=64, 
 
 
 #: What `--cpu-capabilities` sets per instruction set: the op's kernels, ATen's (SDPA) and MKL's GEMMs.
-PATH_ENVIRONMENT = {
-    "avx512": dict(RANGESWA_CPU_CAPABILITY="avx512", ATEN_CPU_CAPABILITY="avx512", MKL_ENABLE_INSTRUCTIONS="AVX512"),
-    "avx2": dict(RANGESWA_CPU_CAPABILITY="avx2", ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2"),
-    "default": dict(RANGESWA_CPU_CAPABILITY="default", ATEN_CPU_CAPABILITY="default",
-                    MKL_ENABLE_INSTRUCTIONS="SSE4_2"),
-}
+PATH_ENVIRONMENT = {path: dict(RANGESWA_CPU_CAPABILITY=path, ATEN_CPU_CAPABILITY=path, MKL_ENABLE_INSTRUCTIONS=mkl)
+                    for path, mkl in (("avx512", "AVX512"), ("avx2", "AVX2"), ("default", "SSE4_2"))}
 
 _PATH_RUN = r"""
 import json, sys
