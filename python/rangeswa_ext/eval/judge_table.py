@@ -137,11 +137,9 @@ def table17(cells: Sequence[Cell], judge: str, notes: Sequence[str] = ()) -> str
                   "| --- |" + " --- |" * len(lengths)]
 
         def rows(cell_text) -> list[str]:
-            out = []
-            for a, b in pairs:
-                texts = [cell_text(by_key[(a, b, n)]) if (a, b, n) in by_key else "–" for n in lengths]
-                out.append(f"| {method_label(a)} vs {method_label(b)} | " + " | ".join(texts) + " |")
-            return out
+            return [f"| {method_label(a)} vs {method_label(b)} | "
+                    + " | ".join(cell_text(by_key[(a, b, n)]) if (a, b, n) in by_key else "–" for n in lengths) + " |"
+                    for a, b in pairs]
 
         counts = sorted({c.pairs for c in mine})
         seeds = sorted({s for c in mine for s in c.seeds})
