@@ -245,22 +245,18 @@ def add_sampler_options(parser: argparse.ArgumentParser, families) -> None:
                             help=f"{help_text} ({', '.join(b.name for b, _ in owners)}; default: the model's)")
 
 
-def sampler_options_of(args: argparse.Namespace) -> dict:
-    """The sampler settings given on the command line (``--steps 64`` -> ``{"steps": 64}``)."""
-    return {k.removeprefix("sampler_"): v for k, v in vars(args).items() if k.startswith("sampler_") and v is not None}
-
-
 def run_generate(args: argparse.Namespace) -> int:
     """generate samples of any backbone at any length with an attention method (resumable JSON lines)
 
     Generate samples into a JSON-lines file; rerunning the same command resumes it. Under torchrun the batches are
     split over the processes and merged into the same file."""
     options = {k: getattr(args, k) for k in (*WINDOWS, "switch_time", "scale_windows") if getattr(args, k) is not None}
+    sampler = {k.removeprefix("sampler_"): v for k, v in vars(args).items() if k.startswith("sampler_") and v is not None}
     result = generate(checkpoint=args.checkpoint, tokenizer=args.tokenizer, out=args.out, model=args.model,
                       method=args.method, length=args.length, num_samples=args.num_samples,
                       batch_size=args.batch_size, seed=args.seed, start_index=args.start_index,
                       method_options=options, device=args.device, dtype=args.dtype, prompts=args.prompts,
-                      prompt_tokens=args.prompt_tokens, progress=not args.no_progress, **sampler_options_of(args))
+                      prompt_tokens=args.prompt_tokens, progress=not args.no_progress, **sampler)
     if distributed.launched_world().main:
         print(result.summary())
     return 0
