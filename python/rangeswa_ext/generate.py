@@ -251,7 +251,8 @@ def run_generate(args: argparse.Namespace) -> int:
     Generate samples into a JSON-lines file; rerunning the same command resumes it. Under torchrun the batches are
     split over the processes and merged into the same file."""
     options = {k: getattr(args, k) for k in (*WINDOWS, "switch_time", "scale_windows") if getattr(args, k) is not None}
-    sampler = {k.removeprefix("sampler_"): v for k, v in vars(args).items() if k.startswith("sampler_") and v is not None}
+    sampler = {k.removeprefix("sampler_"): v for k, v in vars(args).items()
+               if k.startswith("sampler_") and v is not None}
     result = generate(checkpoint=args.checkpoint, tokenizer=args.tokenizer, out=args.out, model=args.model,
                       method=args.method, length=args.length, num_samples=args.num_samples,
                       batch_size=args.batch_size, seed=args.seed, start_index=args.start_index,

@@ -269,8 +269,8 @@ def foot(runs: Runs, command: Optional[str]) -> str:
 
 
 def _settings_table(title: str, settings: dict) -> str:
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th>"
-                   f"<td>{html.escape(v if isinstance(v, str) else json.dumps(v))}</td></tr>" for k, v in settings.items())
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(v if isinstance(v, str) else json.dumps(v))}"
+                   "</td></tr>" for k, v in settings.items())
     return f'<details><summary>{html.escape(title)}</summary><table class="settings">{rows}</table></details>'
 
 
