@@ -407,9 +407,8 @@ def test_simt_packed_prepare_and_attn_with_it(simt):
     cfg = _cfg("rangeswa")
     parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_SEQUENCES, Hq=2, Hkv=1, seed=21, dtype=torch.bfloat16)
     ctx = simt.prepare(k, v, **ops.prepare_arguments(cfg), cu_seqlens_k=ck, control_counts=counts)
-    assert [tuple(t.shape) for t in ctx] == [tuple(t.shape) for t in ops._prepare_packed_fake(
-        k.to("meta"), len(parts), "rangeswa", True, cfg.summary_block, cfg.near_range, cfg.retrieval_block,
-        cfg.train_length, cfg.far_summaries, cfg.cond_correction, cfg.summaries, cfg.topk)]
+    assert [tuple(t.shape) for t in ctx] == [tuple(t.shape) for t in ops._prepare_fake(
+        k.to("meta"), v.to("meta"), **ops.prepare_arguments(cfg), cu_seqlens_k=ck, control_counts=counts)]
     for s, (_, ks, vs, C) in enumerate(parts):
         own = simt.prepare(ks, vs, **ops.prepare_arguments(cfg, C))
         assert torch.equal(ctx[-1][s], own[-1])

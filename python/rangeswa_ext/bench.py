@@ -56,15 +56,6 @@ def _medians_ms(calls: dict, repeats: int) -> dict:
     return {name: statistics.median(taken) * 1e3 for name, taken in times.items()}
 
 
-def _median_ms(call, repeats: int) -> float:
-    return _medians_ms({"call": call}, repeats)["call"]
-
-
-def _inputs(L: int, B: int, H: int, D: int, C: int, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, C + L, D, generator=g) for _ in range(3)]
-
-
 def sdpa_with_rope(q, k, v, control_tokens: int):
     """Dense baseline: native RoPE (control tokens at position 0) then SDPA."""
     N = q.shape[2]
@@ -84,9 +75,9 @@ def cpu_model() -> str:
 def run_cpu_benchmark(lengths=(1024, 2048, 4096, 8192, 16384), B=1, H=12, D=64, C=12, repeats=5,
                       progress=True) -> dict:
     rows = []
-    bar = tqdm(total=len(lengths), disable=not progress, desc="bench")
-    for L in lengths:
-        q, k, v = _inputs(L, B, H, D, C)
+    for L in tqdm(lengths, disable=not progress, desc="bench"):
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(B, H, C + L, D, generator=g) for _ in range(3))
         calls = {"SDPA": lambda: sdpa_with_rope(q, k, v, C)}
         for label, name, stage in CASES:
             calls[label] = lambda cfg=preset(name), stage=stage: ops.attn(q, k, v, cfg, C, stage)
@@ -94,8 +85,6 @@ def run_cpu_benchmark(lengths=(1024, 2048, 4096, 8192, 16384), B=1, H=12, D=64, 
         for label, _, _ in CASES:
             rows.append(dict(L=L, method=label, op_ms=round(ms[label], 2), sdpa_ms=round(ms["SDPA"], 2),
                              speedup=round(ms["SDPA"] / ms[label], 2)))
-        bar.update()
-    bar.close()
     return dict(
         date=datetime.date.today().isoformat(), machine=cpu_model(), cpu_count=os.cpu_count(),
         torch_threads=torch.get_num_threads(), torch=torch.__version__, cpu_capability=ops.cpu_capability(),
@@ -104,12 +93,8 @@ def run_cpu_benchmark(lengths=(1024, 2048, 4096, 8192, 16384), B=1, H=12, D=64, 
 
 
 #: What `--cpu-capabilities` sets per instruction set: the op's kernels, ATen's (SDPA) and MKL's GEMMs.
-PATH_ENVIRONMENT = {
-    "avx512": dict(RANGESWA_CPU_CAPABILITY="avx512", ATEN_CPU_CAPABILITY="avx512", MKL_ENABLE_INSTRUCTIONS="AVX512"),
-    "avx2": dict(RANGESWA_CPU_CAPABILITY="avx2", ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2"),
-    "default": dict(RANGESWA_CPU_CAPABILITY="default", ATEN_CPU_CAPABILITY="default",
-                    MKL_ENABLE_INSTRUCTIONS="SSE4_2"),
-}
+PATH_ENVIRONMENT = {path: dict(RANGESWA_CPU_CAPABILITY=path, ATEN_CPU_CAPABILITY=path, MKL_ENABLE_INSTRUCTIONS=mkl)
+                    for path, mkl in (("avx512", "AVX512"), ("avx2", "AVX2"), ("default", "SSE4_2"))}
 
 _PATH_RUN = r"""
 import json, sys
@@ -125,19 +110,16 @@ def run_paths_benchmark(capabilities=("avx512", "avx2"), lengths=(4096, 8192, 16
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     python_path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
     rows, result = [], {}
-    bar = tqdm(total=len(lengths) * len(capabilities), disable=not progress, desc="bench paths")
-    for L in lengths:
-        for path in capabilities:
-            env = dict(os.environ, **PATH_ENVIRONMENT[path], PYTHONPATH=python_path)
-            arguments = json.dumps(dict(lengths=[L], H=H, D=D, repeats=repeats))
-            result = json.loads(_python(_PATH_RUN, [arguments], f"the {path} run at L = {L}", env=env).splitlines()[-1])
-            ran = (result["cpu_capability"], result["aten_capability"].lower())
-            if ran != (path, path):
-                raise ValueError(f"the {path} run at L = {L} ran the op's kernels as {ran[0]} and ATen's as {ran[1]}: "
-                                 f"this CPU or this torch cannot run {path}")
-            rows += [dict(row, path=path) for row in result["rows"]]
-            bar.update()
-    bar.close()
+    runs = [(L, path) for L in lengths for path in capabilities]
+    for L, path in tqdm(runs, disable=not progress, desc="bench paths"):
+        env = dict(os.environ, **PATH_ENVIRONMENT[path], PYTHONPATH=python_path)
+        arguments = json.dumps(dict(lengths=[L], H=H, D=D, repeats=repeats))
+        result = json.loads(_python(_PATH_RUN, [arguments], f"the {path} run at L = {L}", env=env).splitlines()[-1])
+        ran = (result["cpu_capability"], result["aten_capability"].lower())
+        if ran != (path, path):
+            raise ValueError(f"the {path} run at L = {L} ran the op's kernels as {ran[0]} and ATen's as {ran[1]}: "
+                             f"this CPU or this torch cannot run {path}")
+        rows += [dict(row, path=path) for row in result["rows"]]
     return dict(result, cpu_capability=None, aten_capability=None, capabilities=list(capabilities), rows=rows)
 
 
@@ -201,8 +183,8 @@ def to_markdown(result: dict) -> str:
         title += f", kernels {result['cpu_capability']} (ATen {result['aten_capability']})"
     header = ["L", "method", *(["path"] if paths else []), "op ms", "SDPA ms", "speed-up"]
     lines = markdown_table(_run_title(title, result), header,
-                   [[str(r["L"]), r["method"], *([r["path"]] if paths else []), f"{r['op_ms']:.1f}",
-                     f"{r['sdpa_ms']:.1f}", f"{r['speedup']:.2f}x"] for r in result["rows"]])
+                           [[str(r["L"]), r["method"], *([r["path"]] if paths else []), f"{r['op_ms']:.1f}",
+                             f"{r['sdpa_ms']:.1f}", f"{r['speedup']:.2f}x"] for r in result["rows"]])
     for path in paths or [None]:
         lite = {r["L"]: r["op_ms"] for r in result["rows"] if r["method"] == "rangeswa_lite" and r.get("path") == path}
         if 8192 in lite and 16384 in lite:
@@ -229,11 +211,6 @@ def write_result(out_dir: str | Path, name: str, result: dict, text: str) -> Pat
     return stem
 
 
-def save(result: dict, out_dir: str | Path) -> Path:
-    paths = "".join(f"_{path}" for path in result.get("capabilities") or [])
-    return write_result(out_dir, f"cpu_attention_{result['date']}{paths}", result, to_markdown(result))
-
-
 MODEL_CASES = (  # (label, method, stage)
     ("full (SDPA)", "full", "late"),
     ("rangeswa late (W=256)", "rangeswa", "late"),
@@ -249,28 +226,27 @@ def run_model_benchmark(lengths=(2048, 4096, 8192), model="elf-b", repeats=3, pr
     backbone = backbones.backbone_for(model)
     net = backbone.random_model(model)
     rows = []
-    bar = tqdm(total=len(lengths) * len(MODEL_CASES), disable=not progress, desc=f"bench {model}")
-    for L in lengths:
-        times = {}
-        for label, name, stage in MODEL_CASES:
-            net.set_attention(backbone.attention(net, name))
-            call = backbone.benchmark_call(net, L, torch.Generator().manual_seed(L), stage)
-            with torch.no_grad():
-                times[label] = _median_ms(call, repeats)
-            bar.update()
-        full = times[MODEL_CASES[0][0]]
-        for label, ms in times.items():
-            rows.append(dict(L=L, method=label, call_ms=round(ms, 1), speedup_vs_full=round(full / ms, 2)))
-    bar.close()
+    with tqdm(total=len(lengths) * len(MODEL_CASES), disable=not progress, desc=f"bench {model}") as bar:
+        for L in lengths:
+            times = {}
+            for label, name, stage in MODEL_CASES:
+                net.set_attention(backbone.attention(net, name))
+                call = backbone.benchmark_call(net, L, torch.Generator().manual_seed(L), stage)
+                with torch.no_grad():
+                    times[label] = _medians_ms({label: call}, repeats)[label]
+                bar.update()
+            full = times[MODEL_CASES[0][0]]
+            rows += [dict(L=L, method=label, call_ms=round(ms, 1), speedup_vs_full=round(full / ms, 2))
+                     for label, ms in times.items()]
     return dict(date=datetime.date.today().isoformat(), model=backbones.normalize(model), cpu_count=os.cpu_count(),
                 torch=torch.__version__, batch=1, dtype="float32", repeats=repeats, rows=rows)
 
 
 def model_markdown(result: dict) -> str:
     lines = markdown_table(_run_title(f"{result['model']} network call, random weights, B = 1, fp32", result),
-                   ["L", "method", "call ms", "speed-up vs full"],
-                   [[str(r["L"]), r["method"], f"{r['call_ms']:.0f}", f"{r['speedup_vs_full']:.2f}x"]
-                    for r in result["rows"]])
+                           ["L", "method", "call ms", "speed-up vs full"],
+                           [[str(r["L"]), r["method"], f"{r['call_ms']:.0f}", f"{r['speedup_vs_full']:.2f}x"]
+                            for r in result["rows"]])
     return "\n".join(lines) + "\n"
 
 
@@ -316,15 +292,15 @@ def run_bench(args) -> int:
     if args.model:
         result = run_model_benchmark(lengths, model=args.model, repeats=args.repeats)
         stem = write_result(args.out, f"cpu_{result['model']}_call_{result['date']}", result, model_markdown(result))
-        print(f"saved {stem}.json and {stem}.md")
-        return 0
-    if args.cpu_capabilities:
-        result = run_paths_benchmark(args.cpu_capabilities, lengths, H=args.heads, D=args.head_dim,
-                                     repeats=args.repeats)
     else:
-        result = run_cpu_benchmark(lengths, H=args.heads, D=args.head_dim, repeats=args.repeats)
-    if args.memory_length:
-        result["memory"] = peak_memory_above_inputs(args.memory_length, H=args.heads, D=args.head_dim)
-    stem = save(result, args.out)
+        if args.cpu_capabilities:
+            result = run_paths_benchmark(args.cpu_capabilities, lengths, H=args.heads, D=args.head_dim,
+                                         repeats=args.repeats)
+        else:
+            result = run_cpu_benchmark(lengths, H=args.heads, D=args.head_dim, repeats=args.repeats)
+        if args.memory_length:
+            result["memory"] = peak_memory_above_inputs(args.memory_length, H=args.heads, D=args.head_dim)
+        paths = "".join(f"_{path}" for path in result.get("capabilities") or [])
+        stem = write_result(args.out, f"cpu_attention_{result['date']}{paths}", result, to_markdown(result))
     print(f"saved {stem}.json and {stem}.md")
     return 0

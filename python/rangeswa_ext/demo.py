@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from . import backbones, outputs
+from . import backbones, outputs, resumable
 from .arguments import add_compute_options, integer, integers, output_folder, require, subcommand
 from .config import preset
 from .eval import sweep as sweep_module
-from .eval.genppl import generative_perplexity, load_scorer
+from .eval.genppl import generative_perplexity_from_path
 from .eval.metrics import mean_four_gram_repetition, mean_unigram_entropy
 from .eval.score import read_samples, score_file
 from .eval.tables import method_label
@@ -64,17 +64,11 @@ ABLATIONS = ("rangeswa", "w/o conditioning correction", "w/o retrieval", "w/o su
 
 def ablation_options(label: str, train_length: int) -> dict:
     """The rangeswa method options of an ablation row, on top of the scaled ("mini") preset."""
-    options = {"scale_windows": True}
-    if label == "w/o conditioning correction":
-        options["cond_correction"] = False
-    elif label == "w/o retrieval":
-        options["topk"] = 0
-    elif label == "w/o summaries":
-        options["summaries"] = False
-    elif label == "w/o stage schedule":  # every stage at the late window
-        late = preset("rangeswa").scaled_to(train_length).late_window
-        options.update(early_window=late, decode_window=late)
-    return options
+    late = preset("rangeswa").scaled_to(train_length).late_window
+    removed = {"w/o conditioning correction": dict(cond_correction=False), "w/o retrieval": dict(topk=0),
+               "w/o summaries": dict(summaries=False),
+               "w/o stage schedule": dict(early_window=late, decode_window=late)}  # every stage at the late window
+    return {"scale_windows": True, **removed.get(label, {})}
 
 
 @dataclass(frozen=True)
@@ -142,18 +136,14 @@ def _run_demo(plan: DemoPlan, args) -> int:
     rows = {}  # (method, length, seed) -> metrics
     for run in config.runs():
         record = json.loads(run.results_path(config.output).read_text(encoding="utf-8"))["scores"]
-        samples = read_samples(run.samples_path(config.output))
-        record["bigram"] = bigrams.nll(s["ids"] for s in samples)
+        record["bigram"] = bigrams.nll(s["ids"] for s in read_samples(run.samples_path(config.output)))
         rows[(run.method, run.length, run.seed)] = record
     floor = random_floor(bigrams, files, train_length, plan)
     ablation = run_ablation(plan, files, train_length, bigrams, progress) if plan.ablation else {}
-    lengths = [train_length * m for m in plan.multiples]
-    report = render(plan, rows, floor, ablation, lengths, config, train_length,
-                    time.perf_counter() - started)
+    report = render(plan, rows, floor, ablation, config, train_length, time.perf_counter() - started)
     (plan.out / "demo.md").write_text(report, encoding="utf-8")
-    (plan.out / "demo.json").write_text(json.dumps(dict(
-        rows=[dict(method=m, length=n, seed=s, **v) for (m, n, s), v in rows.items()], floor=floor,
-        ablation=ablation), indent=2) + "\n", encoding="utf-8")
+    resumable.write_json(plan.out / "demo.json", dict(
+        rows=[dict(method=m, length=n, seed=s, **v) for (m, n, s), v in rows.items()], floor=floor, ablation=ablation))
     print(report)
     page = build_report([plan.out], plan.out / "report.html", title=f"rangeswa demo: {plan.model}")
     print(f"wrote {plan.out / 'demo.md'}, {plan.out / 'demo.json'} and {plan.out / 'figures'}")
@@ -167,8 +157,7 @@ def random_floor(bigrams: BigramModel, files: dict, train_length: int, plan: Dem
     tokenizer = backbone.load_tokenizer(files["tokenizer"])
     rows = bigrams.random_rows(max(plan.samples, 8), train_length, seed=plan.seeds[0])
     texts = backbone.decode(tokenizer, rows)
-    model, scorer_tokenizer = load_scorer(files["judge"])
-    ppl = generative_perplexity(texts, model, scorer_tokenizer, progress=False)
+    ppl = generative_perplexity_from_path(texts, files["judge"], progress=False)
     return dict(ppl=ppl.ppl, bigram=bigrams.nll(rows), h=mean_unigram_entropy(rows),
                 r4=mean_four_gram_repetition(texts))
 
@@ -205,9 +194,8 @@ def _cell(record: Optional[dict]) -> str:
     return f"{record['ppl']:.1f} / {record['bigram']:.2f} / {record['h']:.2f} / {record['r4']:.1f}"
 
 
-def render(plan: DemoPlan, rows: dict, floor: dict, ablation: dict, lengths: list, config, train_length: int,
-           seconds: float) -> str:
-    seed = plan.seeds[0]
+def render(plan: DemoPlan, rows: dict, floor: dict, ablation: dict, config, train_length: int, seconds: float) -> str:
+    seed, lengths = plan.seeds[0], [train_length * m for m in plan.multiples]
     manifest = assets.manifest(Path(config.models[0].checkpoint).parent)
     head = ["| method | " + " | ".join(f"{m}x T ({n})" for m, n in zip(plan.multiples, lengths)) + " |",
             "|---|" + "---:|" * len(lengths)]
@@ -226,13 +214,10 @@ def render(plan: DemoPlan, rows: dict, floor: dict, ablation: dict, lengths: lis
         lines += [f"| {label} | {r['ppl']:.1f} | {r['bigram']:.2f} | {r['h']:.2f} | {r['r4']:.1f} |"
                   for label, r in ablation.items()] + [""]
     lines += [f"## Samples at {lengths[-1]} tokens (first 300 characters of sample 0)", ""]
-    for method in plan.methods:
-        run = next((r for r in config.runs() if r.method == method and r.length == lengths[-1] and r.seed == seed),
-                   None)
-        if run is None:
-            continue
-        text = read_samples(run.samples_path(config.output))[0]["text"].replace("\n", " ")
-        lines += [f"**{method_label(method)}**: {text[:300]}", ""]
+    for run in config.runs():  # the demo's one model: its methods in order
+        if run.length == lengths[-1] and run.seed == seed:
+            text = read_samples(run.samples_path(config.output))[0]["text"].replace("\n", " ")
+            lines += [f"**{method_label(run.method)}**: {text[:300]}", ""]
     lines += [f"Figure 7 in miniature: {config.output / 'figures' / (plan.model + '.png')}",
               f"Ran in {seconds / 60:.1f} minutes."]
     return "\n".join(lines) + "\n"

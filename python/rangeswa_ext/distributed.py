@@ -50,9 +50,8 @@ class World:
 def launched_world() -> World:
     """The world torchrun describes in ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` (one process without them)."""
     try:
-        size = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ.get("RANK", "0"))
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        size, rank, local_rank = (int(os.environ.get(name, default))
+                                  for name, default in (("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")))
     except ValueError as e:
         raise ValueError(f"WORLD_SIZE, RANK and LOCAL_RANK must be integers (torchrun sets them): {e}") from e
     if size < 1 or not 0 <= rank < size or local_rank < 0:
@@ -107,10 +106,7 @@ def session(device: torch.device):
     try:
         yield current()
         # No rank leaves (and maybe takes the store's server with it) while another still reads the store.
-        if device.type == "cuda":
-            dist.barrier(device_ids=[device.index])
-        else:
-            dist.barrier()
+        dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
     finally:
         dist.destroy_process_group()
 

@@ -104,13 +104,11 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         raise ValueError(f"--model {model} ({backbone.name}) generates without prompts; drop --prompts")
     if prompt_tokens is not None and (prompts is None or prompt_tokens < 1):
         raise ValueError(f"prompt_tokens must be >= 1 and needs prompts, got {prompt_tokens}")
+    settings = dict(model=model, method=method, method_options=method_options, length=length, seed=seed,
+                    **backbone.sampler_settings(sampler_config), dtype=dtype)
     prompt_texts = None
     if prompts is not None:
         prompt_texts = read_prompts(Path(prompts).expanduser(), start_index + num_samples)
-
-    settings = dict(model=model, method=method, method_options=method_options, length=length, seed=seed,
-                    **backbone.sampler_settings(sampler_config), dtype=dtype)
-    if prompts is not None:
         settings.update(prompts=Path(prompts).name, prompt_tokens=prompt_tokens)
     wanted = range(start_index, start_index + num_samples)
     with resumable.session(device, out) as world:
@@ -175,9 +173,8 @@ def _write_batches(lines: resumable.LineFile, batches: list[range], missing: set
     total = sum(k in missing for batch in batches for k in batch)
     with tqdm(total=total, desc="samples", unit="sample", disable=not progress) as bar:
         for batch in batches:
-            prompts = None
-            if prompt_texts is not None:
-                prompts = [_prompt_ids(backbone, tok, prompt_texts, k, settings["prompt_tokens"]) for k in batch]
+            prompts = None if prompt_texts is None else [
+                _prompt_ids(backbone, tok, prompt_texts, k, settings["prompt_tokens"]) for k in batch]
             rows = backbone.sample(net, tok, batch.start, len(batch), settings["length"], settings["seed"],
                                    sampler_config, autocast_dtype=DTYPES[settings["dtype"]], progress=progress,
                                    prompts=prompts)
@@ -188,7 +185,6 @@ def _write_batches(lines: resumable.LineFile, batches: list[range], missing: set
 
 
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `generate` subcommand (`arguments.subcommand`) and its options."""
     parser = subcommand(subparsers, "generate", run_generate)
     families = backbones.backbones()
     parser.add_argument("--model", default="elf-b", choices=backbones.model_names(), metavar="MODEL",
@@ -234,26 +230,19 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
 def add_sampler_options(parser: argparse.ArgumentParser, families) -> None:
     """One ``--<setting>`` option per sampler setting of any backbone (``dest`` = ``sampler_<setting>``),
     typed like the setting's default; help from the sampler config's ``HELP`` table."""
-    seen: dict[str, list[str]] = {}
+    seen: dict[str, list] = {}
     for backbone in families:
         for f in dataclasses.fields(backbone.sampler_config):
-            seen.setdefault(f.name, []).append(backbone.name)
+            seen.setdefault(f.name, []).append((backbone, f.default))
     for name, owners in seen.items():
-        backbone = next(b for b in families if b.name == owners[0])
-        default = next(f.default for f in dataclasses.fields(backbone.sampler_config) if f.name == name)
-        kind = type(default)
-        help_text = getattr(backbone.sampler_config, "HELP", {}).get(name, name.replace("_", " "))
-        kwargs = {int: dict(type=integer()), float: dict(type=number())}.get(kind, {})
-        choices = getattr(backbone.sampler_config, "CHOICES", {}).get(name)
+        config, default = owners[0][0].sampler_config, owners[0][1]
+        help_text = getattr(config, "HELP", {}).get(name, name.replace("_", " "))
+        kwargs = {int: dict(type=integer()), float: dict(type=number())}.get(type(default), {})
+        choices = getattr(config, "CHOICES", {}).get(name)
         if choices:
             kwargs["choices"] = choices
         parser.add_argument(f"--{name.replace('_', '-')}", dest=f"sampler_{name}", metavar=name.upper(), **kwargs,
-                            help=f"{help_text} ({', '.join(owners)}; default: the model's)")
-
-
-def sampler_options_of(args: argparse.Namespace) -> dict:
-    """The sampler settings given on the command line (``--steps 64`` -> ``{"steps": 64}``)."""
-    return {k.removeprefix("sampler_"): v for k, v in vars(args).items() if k.startswith("sampler_") and v is not None}
+                            help=f"{help_text} ({', '.join(b.name for b, _ in owners)}; default: the model's)")
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -262,11 +251,13 @@ def run_generate(args: argparse.Namespace) -> int:
     Generate samples into a JSON-lines file; rerunning the same command resumes it. Under torchrun the batches are
     split over the processes and merged into the same file."""
     options = {k: getattr(args, k) for k in (*WINDOWS, "switch_time", "scale_windows") if getattr(args, k) is not None}
+    sampler = {k.removeprefix("sampler_"): v for k, v in vars(args).items()
+               if k.startswith("sampler_") and v is not None}
     result = generate(checkpoint=args.checkpoint, tokenizer=args.tokenizer, out=args.out, model=args.model,
                       method=args.method, length=args.length, num_samples=args.num_samples,
                       batch_size=args.batch_size, seed=args.seed, start_index=args.start_index,
                       method_options=options, device=args.device, dtype=args.dtype, prompts=args.prompts,
-                      prompt_tokens=args.prompt_tokens, progress=not args.no_progress, **sampler_options_of(args))
+                      prompt_tokens=args.prompt_tokens, progress=not args.no_progress, **sampler)
     if distributed.launched_world().main:
         print(result.summary())
     return 0

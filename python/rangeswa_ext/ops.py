@@ -242,8 +242,7 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
     """
     require_kernels(q.device)
     arguments = attn_arguments(cfg or RangeSWAConfig(), control_tokens, stage, causal_block, q.device)
-    packed = dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, control_counts=control_counts)
-    ranges = None
+    packed, p = dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, control_counts=control_counts), None
     if attention_mask is not None:
         if cu_seqlens_q is not None or cu_seqlens_k is not None or control_counts is not None:
             raise ValueError("attention_mask cannot be combined with cu_seqlens / control_counts: give the padded "
@@ -253,13 +252,13 @@ def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeS
                              "unpadded length; leave retrieved=None")
         check_call(q, k, control_tokens, causal_block)
         ranges = valid_ranges(attention_mask, q.shape[0], k.shape[2] - control_tokens, allow_empty=True)
-    if ranges is None:
-        out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved, **arguments, prepared=prepared, **packed)
-        return (out, lse) if return_lse else out
-    p = pack(q, k, v, control_tokens, ranges)
-    out, lse = torch.ops.rangeswa.attn.default(p.q, p.k, p.v, None, **arguments, prepared=prepared,
-                                               cu_seqlens_q=p.cu_seqlens_q, cu_seqlens_k=p.cu_seqlens_k)
-    return p.unpack(out, lse) if return_lse else p.unpack(out)
+        if ranges is not None:  # one packed call of every sample's real rows
+            p = pack(q, k, v, control_tokens, ranges)
+            q, k, v, packed = p.q, p.k, p.v, dict(cu_seqlens_q=p.cu_seqlens_q, cu_seqlens_k=p.cu_seqlens_k)
+    out, lse = torch.ops.rangeswa.attn.default(q, k, v, retrieved, **arguments, prepared=prepared, **packed)
+    if p is not None:
+        out, lse = p.unpack(out, lse)
+    return (out, lse) if return_lse else out
 
 
 @torch.library.register_fake("rangeswa::attn")
@@ -273,14 +272,12 @@ PREPARED_SLOTS = ("keys_nat", "keys_grp", "keys_cond", "sum_keys", "sum_keys_grp
 
 
 def prepare_arguments(cfg: RangeSWAConfig, control_tokens: int = 0, first_key: int = 0, device=None) -> dict:
-    """The arguments of ``torch.ops.rangeswa.prepare`` after ``k, v``, by schema name, for ``cfg`` (its
-    ``inv_freq`` on ``device``, the inputs', as in `attn_arguments`)."""
-    return dict(method=cfg.method, control_tokens=int(control_tokens), summary_block=cfg.summary_block,
-                near_range=cfg.near_range, retrieval_block=cfg.retrieval_block, train_length=cfg.train_length,
-                far_summaries=cfg.far_summaries, theta=float(cfg.theta), rotary_dim=cfg.rotary_dim,
-                rope_style=cfg.rope_style, inv_freq=frequency_argument(cfg, device),
-                cond_correction=cfg.cond_correction, summaries=cfg.summaries,
-                topk=cfg.topk, first_key=int(first_key))
+    """The arguments of ``torch.ops.rangeswa.prepare`` after ``k, v``, by schema name: those it shares with
+    `attn_arguments` (``inv_freq`` on ``device``, the inputs'), then ``first_key``."""
+    shared = attn_arguments(cfg, control_tokens, device=device)
+    names = ("method", "control_tokens", "summary_block", "near_range", "retrieval_block", "train_length",
+             "far_summaries", "theta", "rotary_dim", "rope_style", "inv_freq", "cond_correction", "summaries", "topk")
+    return dict({name: shared[name] for name in names}, first_key=int(first_key))
 
 
 def prepare(k: torch.Tensor, v: torch.Tensor, cfg: Optional[RangeSWAConfig] = None, control_tokens: int = 0,
@@ -323,55 +320,31 @@ def _prepare_fake(k, v, method="rangeswa", control_tokens=0, summary_block=16, n
                   train_length=1024, far_summaries=True, theta=10000.0, rotary_dim=None, rope_style="interleaved",
                   inv_freq=None, cond_correction=True, summaries=True, topk=8, first_key=0, cu_seqlens_k=None,
                   control_counts=None):
+    """The shapes of a context (csrc/prepared.h) or of a packed one (csrc/varlen.h packed_slots, shapes from k's
+    and S alone): an array is there when a sequence of at most L body tokens could read it; body arrays have
+    the body rows, summaries and key means one padded block per sequence."""
     from .reference import positions
 
     B, H, N, D = k.shape
-    if cu_seqlens_k is not None:  # csrc/varlen.h: shapes from k's and S alone
-        return _prepare_packed_fake(k, cu_seqlens_k.shape[0] - 1, method, control_tokens > 0 or control_counts is not None,
-                                    summary_block, near_range, retrieval_block, train_length, far_summaries,
-                                    cond_correction, summaries, topk)
-    L = N - control_tokens
-    G = summary_block
-    nG, nKb = _ceil_div(L, G), _ceil_div(L, retrieval_block)
-    grouped = positions.corrects_positions(method, L, train_length) and near_range < train_length
-    cond = positions.corrects_positions(method, L, train_length) and cond_correction and control_tokens > 0
-    sums = method == "rangeswa" and summaries
+    packed = cu_seqlens_k is not None
+    S = cu_seqlens_k.shape[0] - 1 if packed else 1
+    L = N if packed else N - control_tokens
+    controls = control_tokens > 0 or (packed and control_counts is not None)
+    corrects = L > 0 and positions.corrects_positions(method, L, train_length)
+    grouped = corrects and near_range < train_length
+    sums = L > 0 and method == "rangeswa" and summaries
+    prefix = k.device.type != "cpu" and sums and grouped and far_summaries
+    has = dict(keys_nat=L > 0, keys_grp=grouped, keys_cond=corrects and cond_correction and controls, sum_keys=sums,
+               sum_keys_grp=sums and grouped, sum_values=sums, prefix_nat=prefix, prefix_grp=prefix)
     dtype = torch.float32 if k.device.type == "cpu" else k.dtype
-    rows = dict(keys_nat=L > 0, keys_grp=grouped, keys_cond=cond, sum_keys=sums, sum_keys_grp=sums and grouped,
-                sum_values=sums, prefix_nat=k.device.type != "cpu" and sums and grouped and far_summaries,
-                prefix_grp=k.device.type != "cpu" and sums and grouped and far_summaries)
+    G, Rb = summary_block, retrieval_block
     out = []
     for name in PREPARED_SLOTS[:8]:
-        count = (nG - first_key // G) if name.startswith("sum") else L - first_key
-        out.append(k.new_empty((B, H, count, D), dtype=dtype) if rows[name] and L > 0 else k.new_empty((0,)))
-    means = method == "rangeswa" and topk > 0 and L > 0
-    out.append(k.new_empty((B, H, nKb - first_key // retrieval_block, D), dtype=torch.float64) if means
-               else k.new_empty((0,)))
-    out.append(torch.empty(14, dtype=torch.float64, device="cpu"))
-    return out
-
-
-def _prepare_packed_fake(k, S, method, controls, G, near_range, Rb, T, far_summaries, cond_correction, summaries, topk):
-    """The shapes of a packed context (csrc/varlen.h packed_slots): an array is there when a sequence of at most
-    total_k body tokens could read it; body arrays have the packed rows, summaries and key means S-padded rows."""
-    from .reference import positions
-
-    _, H, total, D = k.shape
-    body = total > 0
-    grouped = body and positions.corrects_positions(method, total, T) and near_range < T
-    cond = body and positions.corrects_positions(method, total, T) and cond_correction and controls
-    sums = body and method == "rangeswa" and summaries
-    cuda = k.device.type != "cpu"
-    has = dict(keys_nat=body, keys_grp=grouped, keys_cond=cond, sum_keys=sums, sum_keys_grp=sums and grouped,
-               sum_values=sums, prefix_nat=cuda and sums and grouped and far_summaries,
-               prefix_grp=cuda and sums and grouped and far_summaries)
-    dtype = torch.float32 if not cuda else k.dtype
-    out = []
-    for name in PREPARED_SLOTS[:8]:
-        rows = (total + S * (G - 1)) // G if name.startswith("sum") else total
-        out.append(k.new_empty((1, H, rows, D), dtype=dtype) if has[name] else k.new_empty((0,), dtype=dtype))
-    means = body and method == "rangeswa" and topk > 0
-    out.append(k.new_empty((1, H, (total + S * (Rb - 1)) // Rb, D), dtype=torch.float64) if means
-               else k.new_empty((0,), dtype=torch.float64))
-    out.append(torch.empty((S, 14), dtype=torch.float64, device="cpu"))
+        rows = (L + S * (G - 1)) // G - first_key // G if name.startswith("sum") else L - first_key
+        out.append(k.new_empty((B, H, rows, D), dtype=dtype) if has[name]
+                   else k.new_empty((0,), dtype=dtype if packed else k.dtype))
+    means = L > 0 and method == "rangeswa" and topk > 0
+    out.append(k.new_empty((B, H, (L + S * (Rb - 1)) // Rb - first_key // Rb, D), dtype=torch.float64) if means
+               else k.new_empty((0,), dtype=torch.float64 if packed else k.dtype))
+    out.append(torch.empty((S, 14) if packed else (14,), dtype=torch.float64, device="cpu"))
     return out

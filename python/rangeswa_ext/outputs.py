@@ -36,23 +36,20 @@ def exclusive(path, *, folder: bool = False):
     Raises ValueError naming the process that holds it when another process does.
     """
     lock = lock_path(path, folder)
-    if lock in _HELD:
-        _HELD[lock] += 1
-        try:
-            yield
-        finally:
-            _HELD[lock] -= 1
-        return
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = _acquire(lock, path)
-    _HELD[lock] = 1
+    fd = None
+    if lock not in _HELD:  # the outermost hold takes the flock
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = _acquire(lock, path)
+    _HELD[lock] = _HELD.get(lock, 0) + 1
     try:
         yield
     finally:
-        del _HELD[lock]
-        # Removed while still held: a process that opened it meanwhile finds the file gone and retries.
-        lock.unlink(missing_ok=True)
-        os.close(fd)
+        _HELD[lock] -= 1
+        if fd is not None:
+            del _HELD[lock]
+            # Removed while still held: a process that opened it meanwhile finds the file gone and retries.
+            lock.unlink(missing_ok=True)
+            os.close(fd)
 
 
 def _acquire(lock: Path, output) -> int:

@@ -13,6 +13,7 @@ merges the shards in index order (`merge_shards`), so the file equals a one-proc
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import re
@@ -197,6 +198,12 @@ def shard_paths(out: Path) -> list[Path]:
         return []
     found = [p for p in out.parent.glob(f"{glob.escape(out.name)}.rank*") if pattern.fullmatch(p.name)]
     return sorted(found, key=lambda p: int(pattern.fullmatch(p.name).group(1)))
+
+
+def content_hash(text: str) -> str:
+    """The first 16 hex digits of the SHA-256 of ``text``: which inputs (a prompt, two texts, a haystack) made
+    a line, recorded in it."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def write_json(path: Path, value) -> None:

@@ -161,10 +161,7 @@ def generative_perplexity(texts: Sequence[str], model, tokenizer, chunk_size: in
               for number, batch in tqdm(mine, desc="Gen. PPL", unit="batch", disable=not progress)]
     if world is not None:
         totals = sorted(total for part in distributed.all_gather(totals) for total in part)
-    nll, scored = 0.0, 0
-    for _, batch_total, batch_scored in totals:
-        nll += batch_total
-        scored += batch_scored
+    nll, scored = sum(total for _, total, _ in totals), sum(count for _, _, count in totals)
     return Perplexity(ppl=math.exp(nll / scored), nll=nll, scored_tokens=scored)
 
 
@@ -177,10 +174,8 @@ def check_causal_lm(path: str | Path, role: str = "Scorer"):
     """
     path = Path(path)
     if not path.is_dir():
-        raise FileNotFoundError(
-            f"{role} folder {path} does not exist; pass a local folder holding a causal LM and its tokenizer "
-            "(saved with save_pretrained, e.g. GPT-2 Large or Qwen3)."
-        )
+        raise FileNotFoundError(f"{role} folder {path} does not exist; pass a local folder holding a causal LM and its "
+                                "tokenizer (saved with save_pretrained, e.g. GPT-2 Large or Qwen3).")
     if not (path / "config.json").is_file():
         raise ValueError(f"{role} folder {path} has no model: config.json is missing.")
     from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig

@@ -23,7 +23,6 @@ each writes ``<file>.rank<r>`` and rank 0 merges.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -70,7 +69,7 @@ class Comparison:
 
     def check_verdict(self, file: Path, index: int, line: bytes) -> None:
         """A stored verdict must be on the texts the sources hold now."""
-        if index in self.texts and json.loads(line)["texts"] != texts_hash(*self.texts[index]):
+        if index in self.texts and json.loads(line)["texts"] != resumable.content_hash(json.dumps(self.texts[index])):
             raise ValueError(f"{file}: the verdict on sample {index} was made on other texts than the sources "
                              f"hold now (the samples were regenerated); judge into a new --out folder")
 
@@ -197,9 +196,8 @@ def plan(samples: dict, pairs: Optional[Sequence[tuple[str, str]]], lengths: Opt
                 if not common:
                     raise ValueError(f"mismatched runs: {a} and {b} ({model}, L={length}, seed {seed}) share no "
                                      f"sample index ({a}: {_span(index[a])}, {b}: {_span(index[b])})")
-                kept = common[:num_samples] if num_samples else common
                 texts = {k: (samples[(model, a, length, seed, k)][0], samples[(model, b, length, seed, k)][0])
-                         for k in kept}
+                         for k in common[:num_samples]}
                 comparisons.append(Comparison(model, a, b, length, seed, texts, len(index[a] ^ index[b])))
     return comparisons
 
@@ -239,11 +237,6 @@ def notes(settings: dict, unpaired: int) -> list[str]:
     return lines
 
 
-def texts_hash(text_a: str, text_b: str) -> str:
-    """The first 16 hex digits of the SHA-256 of both texts: which samples a verdict was made on."""
-    return hashlib.sha256(json.dumps([text_a, text_b]).encode("utf-8")).hexdigest()[:16]
-
-
 def _judge_batches(lines: resumable.LineFile, batches: list[list[int]], comparison: Comparison, judge_model,
                    bar) -> None:
     """Judge ``batches`` of ``comparison`` and append the pairs ``lines`` lacks to it."""
@@ -254,8 +247,9 @@ def _judge_batches(lines: resumable.LineFile, batches: list[list[int]], comparis
             (x, _, _), (y, _, _) = cuts[k]
             inputs += [(x, y), (y, x)]
         logits = judge_model.logits(inputs)
-        verdicts = {k: {"texts": texts_hash(*comparison.texts[k]), "tokens": [n for _, n, _ in cuts[k]],
-                        "cut": any(c for _, _, c in cuts[k]), "ab": list(ab), "ba": list(ba), "outcome": outcome(ab, ba)}
+        verdicts = {k: {"texts": resumable.content_hash(json.dumps(comparison.texts[k])),
+                        "tokens": [n for _, n, _ in cuts[k]], "cut": any(c for _, _, c in cuts[k]),
+                        "ab": list(ab), "ba": list(ba), "outcome": outcome(ab, ba)}
                     for k, ab, ba in zip(batch, logits[0::2], logits[1::2])}
         bar.update(lines.append(verdicts))
 
@@ -318,7 +312,6 @@ def _pairs(text: str) -> list[tuple[str, str]]:
 
 
 def add_judge_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `judge` subcommand (`arguments.subcommand`) and its options."""
     parser = subcommand(subparsers, "judge", run_judge)
     parser.add_argument("sources", nargs="+",
                         help="rangeswa generate files (.jsonl) or sweep/demo output folders; LABEL=PATH names a "

@@ -14,7 +14,6 @@ judge's maximum positions (or ``--context``).
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import re
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Optional
 
 import torch
 
+from ..resumable import content_hash
 from .genppl import check_causal_lm, load_scorer
 
 DEFAULT_PROMPT = Path(__file__).with_name("data") / "judge_prompt.txt"
@@ -56,11 +56,6 @@ def fill(template: str, text_a: str, text_b: str) -> str:
     texts = dict(zip(PLACEHOLDERS, (text_a, text_b)))
     return "".join(texts.get(part, part) for part in re.split("(" + "|".join(map(re.escape, PLACEHOLDERS)) + ")",
                                                                template))
-
-
-def prompt_hash(template: str) -> str:
-    """The first 16 hex digits of the template's SHA-256: which prompt a verdict was made with."""
-    return hashlib.sha256(template.encode("utf-8")).hexdigest()[:16]
 
 
 class HFJudge:
@@ -105,7 +100,7 @@ class HFJudge:
     @property
     def settings(self) -> dict:
         """What the verdicts depend on besides the texts: judge, prompt, context and dtype."""
-        return {"judge": self.name, "prompt": prompt_hash(self.template), "context": self.context,
+        return {"judge": self.name, "prompt": content_hash(self.template), "context": self.context,
                 "per_text": self.per_text, "dtype": self.dtype}
 
     def render(self, text_a: str, text_b: str) -> str:

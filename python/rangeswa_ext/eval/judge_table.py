@@ -28,7 +28,6 @@ import numpy as np
 from .tables import format_length, method_label
 
 OUTCOMES = ("win", "tie", "loss")
-ORDERS = ("ab", "ba")
 #: Bootstrap resamples and the seed they are drawn from.
 RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
@@ -39,29 +38,19 @@ def slot(logits: Sequence[float]) -> Optional[str]:
     """The slot a verdict names: ``"A"`` or ``"B"`` by the larger label logit, None when they are equal
     (or not numbers: a NaN decides nothing)."""
     first, second = logits
-    if first > second:
-        return "A"
-    if first < second:
-        return "B"
-    return None
+    return "A" if first > second else "B" if first < second else None
 
 
 def preferred(order: str, logits: Sequence[float]) -> Optional[str]:
     """The method (``"a"`` or ``"b"``) whose text the verdict of ``order`` prefers, None when undecided."""
     named = slot(logits)
-    if named is None:
-        return None
-    return order[0] if named == "A" else order[1]
+    return None if named is None else order["AB".index(named)]
 
 
 def outcome(ab: Sequence[float], ba: Sequence[float]) -> str:
     """``win``, ``tie`` or ``loss`` for method a, from the label logits of both orders (module docstring)."""
     verdicts = {preferred("ab", ab), preferred("ba", ba)}
-    if verdicts == {"a"}:
-        return "win"
-    if verdicts == {"b"}:
-        return "loss"
-    return "tie"
+    return "win" if verdicts == {"a"} else "loss" if verdicts == {"b"} else "tie"
 
 
 def follows_slot(ab: Sequence[float], ba: Sequence[float]) -> bool:
@@ -148,11 +137,9 @@ def table17(cells: Sequence[Cell], judge: str, notes: Sequence[str] = ()) -> str
                   "| --- |" + " --- |" * len(lengths)]
 
         def rows(cell_text) -> list[str]:
-            out = []
-            for a, b in pairs:
-                texts = [cell_text(by_key[(a, b, n)]) if (a, b, n) in by_key else "–" for n in lengths]
-                out.append(f"| {method_label(a)} vs {method_label(b)} | " + " | ".join(texts) + " |")
-            return out
+            return [f"| {method_label(a)} vs {method_label(b)} | "
+                    + " | ".join(cell_text(by_key[(a, b, n)]) if (a, b, n) in by_key else "–" for n in lengths) + " |"
+                    for a, b in pairs]
 
         counts = sorted({c.pairs for c in mine})
         seeds = sorted({s for c in mine for s in c.seeds})

@@ -118,12 +118,8 @@ class Continuity:
     docs: int
 
 
-def lexical_continuity(
-    texts: Sequence[str],
-    segment_words: int = SEGMENT_WORDS,
-    min_words: int = MIN_CONTENT_WORDS,
-    max_docs: int = MAX_CONTINUITY_DOCS,
-) -> Continuity:
+def lexical_continuity(texts: Sequence[str], segment_words: int = SEGMENT_WORDS, min_words: int = MIN_CONTENT_WORDS,
+                       max_docs: int = MAX_CONTINUITY_DOCS) -> Continuity:
     """Lexical continuity C2 of Appendix B.2.
 
     1. Each text becomes its `content_words` (stop words and words under three letters removed).
@@ -151,11 +147,7 @@ def lexical_continuity(
     later = rows[[o + LATER_SEGMENT - 1 for o in offsets]]
     n = len(selected)
     other = later[[(i + 1) % n for i in range(n)]]
-    return Continuity(
-        c2=_mean_cosine(first, later),
-        reference=_mean_cosine(first, other) if n > 1 else None,
-        docs=n,
-    )
+    return Continuity(c2=_mean_cosine(first, later), reference=_mean_cosine(first, other) if n > 1 else None, docs=n)
 
 
 def _mean_cosine(a, b) -> float:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import random
 import re
@@ -113,13 +112,18 @@ def score(prediction: str, needle: str, keyword: str) -> float:
     return 0.2 * similarity
 
 
-def overall_score(cells: dict[tuple[int, int], float]) -> float:
-    """The summarizer's overall score of {(length, depth): cell score}: the mean over lengths of each
-    length's mean over its depths."""
+def length_means(cells: dict[tuple[int, int], float]) -> dict[int, float]:
+    """{length: the mean over its depths} of {(length, depth): cell score}."""
     by_length = defaultdict(list)
     for (length, _), value in cells.items():
         by_length[length].append(value)
-    means = [sum(v) / len(v) for v in by_length.values()]
+    return {length: sum(v) / len(v) for length, v in by_length.items()}
+
+
+def overall_score(cells: dict[tuple[int, int], float]) -> float:
+    """The summarizer's overall score of {(length, depth): cell score}: the mean over lengths of each
+    length's mean over its depths."""
+    means = list(length_means(cells).values())
     return sum(means) / len(means) if means else float("nan")
 
 
@@ -168,11 +172,6 @@ def read_haystack(paths: Optional[Sequence[Path]] = None) -> list[str]:
     if not records:
         raise ValueError(f"the haystack ({', '.join(map(str, paths))}) holds no text")
     return records
-
-
-def fingerprint(items: Sequence[str]) -> str:
-    """A short content hash (a JSON line records which haystack and needles made it)."""
-    return hashlib.sha256("\n".join(items).encode("utf-8")).hexdigest()[:16]
 
 
 def retrieval_question(question: str) -> str:
@@ -326,8 +325,9 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
     out = Path(out).expanduser()
     tasks = grid(lengths, depths, num_needles, repeats)
     common = dict(model=model, seed=seed, gen_length=gen_length, **dataclasses.asdict(sampler_config), dtype=dtype,
-                  length_buffer=length_buffer, haystack=fingerprint(records),
-                  needles=fingerprint([json.dumps(dataclasses.asdict(n)) for n in needles]), tokens="model")
+                  length_buffer=length_buffer, haystack=resumable.content_hash("\n".join(records)),
+                  needles=resumable.content_hash("\n".join(json.dumps(dataclasses.asdict(n)) for n in needles)),
+                  tokens="model")
 
     def settings_of(method: str) -> dict:
         scaled = windows == "scaled" and method in OP_PRESETS
@@ -388,12 +388,9 @@ def render(out: Path, methods: Sequence[str], settings_of, tasks: Sequence[Task]
         path = out / f"{method}.jsonl"
         lines = [json.loads(b) for i, b in resumable.read_lines(path, settings_of(method)).items() if i in wanted]
         cells = cell_scores(lines)
-        overall = overall_score({k: v for k, (v, _) in cells.items()})
-        per_length = defaultdict(list)
-        for (length, _), (value, _) in cells.items():
-            per_length[length].append(value)
-        summary[method] = dict(overall=round(overall, 4) if cells else None, samples=len(lines),
-                               lengths={str(L): round(sum(v) / len(v), 4) for L, v in per_length.items()},
+        scores = {k: v for k, (v, _) in cells.items()}
+        summary[method] = dict(overall=round(overall_score(scores), 4) if cells else None, samples=len(lines),
+                               lengths={str(L): round(m, 4) for L, m in length_means(scores).items()},
                                cells=[dict(length=L, depth=d, score=round(s, 4), samples=n)
                                       for (L, d), (s, n) in cells.items()])
         rows += [[method, str(L), str(d), str(n), f"{s:.4f}"] for (L, d), (s, n) in cells.items()]
@@ -470,7 +467,6 @@ def _names(text: str) -> list[str]:
 
 
 def add_niah_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `niah` subcommand (`arguments.subcommand`) and its options."""
     parser = subcommand(subparsers, "niah", run_niah)
     parser.add_argument("--model", default="llada-8b", help="LLaDA preset (default llada-8b)")
     parser.add_argument("--checkpoint", type=Path, required=True,
@@ -518,9 +514,7 @@ def run_niah(args: argparse.Namespace) -> int:
     heatmaps (PNG, SVG), the per-cell table (CSV, JSON) and the overall scores. Under torchrun the samples are split
     over the processes."""
     require("rangeswa niah", "eval", ("transformers", "safetensors", "matplotlib"))
-    lengths = args.lengths or [L for L in LENGTHS if args.max_length is None or L <= args.max_length]
-    if args.max_length is not None and args.lengths:
-        lengths = [L for L in lengths if L <= args.max_length]
+    lengths = [L for L in args.lengths or LENGTHS if args.max_length is None or L <= args.max_length]
     result = niah(checkpoint=args.checkpoint, tokenizer=args.tokenizer or args.checkpoint, out=args.out, model=args.model,
                   methods=args.methods, lengths=lengths, depths=args.depths, needles_file=args.needles,
                   num_needles=args.num_needles, repeats=args.repeats, haystack=args.haystack,

@@ -87,10 +87,8 @@ def _readable_ticks(ax, scale: str, options: dict) -> None:
     of those fall on the axis (a range narrower than a decade)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, SymmetricalLogLocator
 
-    if scale == "symlog":
-        locator = SymmetricalLogLocator(base=10, subs=(1, 2, 5), linthresh=options["linthresh"])
-    else:
-        locator = LogLocator(base=10, subs=(1, 2, 5))
+    locator = (SymmetricalLogLocator(base=10, subs=(1, 2, 5), linthresh=options["linthresh"]) if scale == "symlog"
+               else LogLocator(base=10, subs=(1, 2, 5)))
     low, high = ax.get_ylim()
     on_axis = sum(low <= t <= high for t in locator.tick_values(low, high))
     ax.yaxis.set_major_locator(locator if on_axis >= 3 else MaxNLocator(5))

@@ -111,8 +111,7 @@ def score_file(path: str | Path, scorer: str | Path | None = None, out: str | Pa
             result.update(ppl=ppl.ppl, ppl_scored_tokens=ppl.scored_tokens, scorer=str(scorer))
         if "h" in names:
             h = mean_unigram_entropy([s["ids"] for s in samples])
-            length = sample_length(samples)
-            result.update(h=h, low_diversity=low_diversity(h, length))
+            result.update(h=h, low_diversity=low_diversity(h, sample_length(samples)))
         if "r4" in names:
             result.update(r4=mean_four_gram_repetition(texts))
         if "c2" in names:
@@ -125,7 +124,6 @@ def score_file(path: str | Path, scorer: str | Path | None = None, out: str | Pa
 
 
 def add_score_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `score` subcommand (`arguments.subcommand`) and its options."""
     parser = subcommand(subparsers, "score", run_score)
     parser.add_argument("samples", type=Path, help="JSON-lines file, one object with 'ids' and 'text' per line")
     parser.add_argument("--scorer", type=Path, help="local folder of the causal LM for Gen. PPL (e.g. GPT-2 Large)")

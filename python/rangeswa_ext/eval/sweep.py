@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from .. import backbones, distributed, outputs, resumable
 from ..arguments import require, subcommand
-from ..generate import DTYPES, METHOD_OPTION_EXAMPLES, METHOD_OPTIONS, check_method_options, generate, sampler_config_for
+from ..generate import DTYPES, METHOD_OPTION_EXAMPLES, check_method_options, generate, sampler_config_for
 from ..methods import METHODS
 from .genppl import DTYPES as SCORER_DTYPES
 from .plots import plot_model
@@ -152,7 +152,7 @@ def load_config(path) -> SweepConfig:
     if dtype not in ("auto", *DTYPES):
         check.fail(f"dtype must be auto, {' or '.join(DTYPES)}, got {dtype!r}")
     device = check.optional_str(data.get("device"), "device")
-    sampler = check.sampler(data.get("sampler", {}), "[sampler]", _all_sampler_fields())
+    sampler = check.typed_table(data.get("sampler", {}), "[sampler]", _all_sampler_fields())
 
     models_table = check.table(data["models"], "models")
     if not models_table:
@@ -168,7 +168,7 @@ def load_config(path) -> SweepConfig:
             backbone = backbones.backbone_for(preset)
         except ValueError as e:
             check.fail(f"{where}: {e}; name the table after a model or set preset = \"elf-b\"")
-        own = check.sampler(table.get("sampler", {}), f"[models.{name}.sampler]", _sampler_fields(backbone))
+        own = check.typed_table(table.get("sampler", {}), f"[models.{name}.sampler]", _sampler_fields(backbone))
         overrides = {**sampler, **own}
         try:
             sampler_config_for(backbone, preset, overrides)
@@ -190,8 +190,7 @@ def load_config(path) -> SweepConfig:
         where = f"[method_options.{method}]"
         if method not in methods:
             check.fail(f"{where}: {method!r} is not in methods ({', '.join(methods)})")
-        check.keys(check.table(options, where), METHOD_OPTIONS, where)
-        options = check.typed(options, METHOD_OPTION_EXAMPLES, where)
+        options = check.typed_table(options, where, METHOD_OPTION_EXAMPLES)
         for model in models:  # windows are bounded by each model's training length
             try:
                 method_options[method] = check_method_options(
@@ -291,10 +290,9 @@ def render(config: SweepConfig) -> tuple[int, list[Path]]:
              "results.json": results_json(results, summaries)}
     if summaries:
         files["results_seeds.csv"] = seeds_csv(summaries)
-    written = []
     for name, text in files.items():
         distributed.write_atomic(config.output / name, text.encode("utf-8"))
-        written.append(config.output / name)
+    written = [config.output / name for name in files]
     for model in names:
         written += plot_model(results, model, config.methods, config.lengths, first, config.output / "figures" / model)
     return len(results), written
@@ -380,10 +378,7 @@ def _sampler_fields(backbone) -> dict:
 
 def _all_sampler_fields() -> dict:
     """Sampler settings of every backbone (a sweep-wide [sampler] table may serve several)."""
-    fields = {}
-    for backbone in backbones.backbones().values():
-        fields.update(_sampler_fields(backbone))
-    return fields
+    return {k: v for backbone in backbones.backbones().values() for k, v in _sampler_fields(backbone).items()}
 
 
 class _Checker:
@@ -422,24 +417,19 @@ class _Checker:
         return None if value is None else self.string(value, key)
 
     def int_list(self, value, key: str, least: int = 1) -> list:
-        if not isinstance(value, list) or not value:
-            self.fail(f"{key} must be a non-empty list of integers, got {value!r}")
-        values = [self.integer(v, f"every entry of {key}", least) for v in value]
-        return self._unique(values, key)
+        return self._list(value, key, "integers", lambda item, where: self.integer(item, where, least))
 
     def str_list(self, value, key: str) -> list:
-        if not isinstance(value, list) or not value:
-            self.fail(f"{key} must be a non-empty list of strings, got {value!r}")
-        return self._unique([self.string(v, f"every entry of {key}") for v in value], key)
+        return self._list(value, key, "strings", self.string)
 
     def path(self, value, key: str) -> Path:
         path = Path(self.string(value, key)).expanduser()
         return path if path.is_absolute() else (self.source.parent / path).resolve()
 
-    def sampler(self, value, where: str, fields: dict) -> dict:
-        """A sampler table: keys among ``fields`` (name -> an example value of the setting's type)."""
-        self.keys(self.table(value, where), tuple(fields), where)
-        return self.typed(value, fields, where)
+    def typed_table(self, value, where: str, examples: dict) -> dict:
+        """A sampler or method-options table: keys among ``examples``, values of their example's type (`typed`)."""
+        self.keys(self.table(value, where), tuple(examples), where)
+        return self.typed(value, examples, where)
 
     def typed(self, table: dict, examples: dict, where: str) -> dict:
         """``table`` after checking each value has the type of its key's example value; an integer
@@ -453,7 +443,11 @@ class _Checker:
             typed[key] = float(value) if kind is float else value
         return typed
 
-    def _unique(self, values: list, key: str) -> list:
+    def _list(self, value, key: str, kinds: str, check_item) -> list:
+        """A non-empty list of distinct items, each checked by ``check_item(item, where)``."""
+        if not isinstance(value, list) or not value:
+            self.fail(f"{key} must be a non-empty list of {kinds}, got {value!r}")
+        values = [check_item(v, f"every entry of {key}") for v in value]
         repeated = sorted({str(v) for v in values if values.count(v) > 1})
         if repeated:
             self.fail(f"{key} lists {', '.join(repeated)} more than once")
@@ -461,7 +455,6 @@ class _Checker:
 
 
 def add_sweep_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `sweep` subcommand (`arguments.subcommand`) and its options."""
     parser = subcommand(subparsers, "sweep", run_sweep)
     parser.add_argument("config", type=Path, help="sweep file (TOML); see examples/sweep_tiny.toml")
     parser.add_argument("--render-only", action="store_true",

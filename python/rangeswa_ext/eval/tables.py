@@ -105,7 +105,7 @@ def results_table(results: Sequence[Result], model: str, methods: Sequence[str],
                   seed: int) -> str:
     """Table 1 of ``model`` at ``seed`` in markdown: a caption line, the table, the legend."""
     cells = {(r.method, r.length): _Cell({m: getattr(r, m) for m in CELL_METRICS},
-                                         {m: _number(getattr(r, m)) for m in CELL_METRICS}, r.low_diversity)
+                                         {m: format_number(getattr(r, m)) for m in CELL_METRICS}, r.low_diversity)
              for r in results if r.model == model and r.seed == seed}
     return _grid(f"**{model}**, seed {seed}", cells, methods, lengths)
 
@@ -133,7 +133,7 @@ def seeds_table(summaries: Sequence[SeedSummary], model: str, methods: Sequence[
     for s in summaries:
         if s.model != model:
             continue
-        texts = {m: _number(s.mean[m]) if s.sd[m] is None else f"{_number(s.mean[m])} ± {_number(s.sd[m])}"
+        texts = {m: format_number(s.mean[m]) + ("" if s.sd[m] is None else f" ± {format_number(s.sd[m])}")
                  for m in CELL_METRICS}
         note = f" (n={len(s.seeds)})" if len(s.seeds) < len(seeds) else ""
         cells[(s.method, s.length)] = _Cell({m: s.mean[m] for m in CELL_METRICS}, texts, s.low_diversity, note)
@@ -157,11 +157,9 @@ def seeds_csv(summaries: Sequence[SeedSummary]) -> str:
 
 def results_json(results: Sequence[Result], summaries: Sequence[SeedSummary] = ()) -> str:
     """``{"results": [...], "seeds": [...]}``: every field of each result and summary, plus low_diversity."""
-    data = {
-        "results": [{**dataclasses.asdict(r), "low_diversity": r.low_diversity} for r in results],
-        "seeds": [{**dataclasses.asdict(s), "seeds": list(s.seeds), "low_diversity": s.low_diversity}
-                  for s in summaries],
-    }
+    data = {"results": [{**dataclasses.asdict(r), "low_diversity": r.low_diversity} for r in results],
+            "seeds": [{**dataclasses.asdict(s), "seeds": list(s.seeds), "low_diversity": s.low_diversity}
+                      for s in summaries]}
     return json.dumps(data, indent=2) + "\n"
 
 
@@ -193,8 +191,9 @@ def _grid(caption: str, cells: dict, methods: Sequence[str], lengths: Sequence[i
     return "\n".join([*lines, "", LEGEND]) + "\n"
 
 
-def _number(value: Optional[float]) -> str:
-    return MISSING if value is None else f"{value:.{DIGITS}f}"
+def format_number(value: Optional[float], digits: int = DIGITS) -> str:
+    """A number as the tables print it, ``–`` for a missing one."""
+    return MISSING if value is None else f"{value:.{digits}f}"
 
 
 def _rounded(value: float) -> float:

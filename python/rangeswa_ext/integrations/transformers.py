@@ -126,11 +126,8 @@ class Settings:
 def enable(model, method: str = "rangeswa", *, train_length: Optional[int] = None, stage: str = "late",
            scale_windows: bool = True, native_within_train_length: bool = True, **overrides):
     """Switch ``model`` (a transformers ``PreTrainedModel``) to ``method`` with these settings (`Settings`);
-    returns the model. The settings are checked here, by building the method once for the model.
-
-    The choice made for KV caches: a cached call attends from its new rows over the whole cache (the op's
-    query suffix) and keeps the cache's rows as they were computed, so past T cached decoding approximates
-    a recomputation at the final length (the module's docstring gives the measured differences); call the
+    returns the model. The settings are checked here, by building the method once for the model. Past T,
+    cached decoding approximates a recomputation at the final length (the module's docstring); call the
     model without a cache (``use_cache=False``) where the recomputed answer is wanted."""
     if method not in NAMES:
         raise ValueError(f"method must be one of {', '.join(NAMES)}, got {method!r}")
@@ -224,12 +221,9 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
 
 class _DecodeState:
-    """What an attention module keeps beside the model's KV cache past T: the pre-RoPE keys recovered so far,
-    a mark of every row (the first entry of its key and value in the first head: one cache line each, a
-    different token changes them) that tells whether the cache still holds the same rows, and the op's
-    prepared context of them (`prepared.PreparedCache`). A call un-rotates and
-    prepares only the rows from the first one whose mark changed: the new rows of a decode step, or more
-    when the cache was cropped, reordered (beam search) or replaced."""
+    """What an attention module keeps beside the model's KV cache past T (the module's docstring); a row's mark
+    is the first entry of its key and value in the first head: one cache line each, a different token changes
+    them."""
 
     def __init__(self):
         self.keys: Optional[torch.Tensor] = None  # [B, H_kv, capacity, D]
@@ -261,10 +255,8 @@ class _DecodeState:
 
 
 def _visible_rows(key, value, padding: Optional[torch.Tensor], position_ids, causal: bool, Lq: int):
-    """A causal call's keys up to its last query: a static cache (``cache_implementation="static"``) hands
-    over all of its preallocated rows, those past the queries empty and never seen by a causal query. The
-    rows seen so far are the padding mask's (with padding, positions are not row indices), else the last
-    query's position + 1."""
+    """A causal call's keys up to its last query (a static cache's preallocated rows past it are empty): the
+    padding mask's rows (with padding, positions are not row indices), else the last query's position + 1."""
     if not causal or (padding is None and position_ids is None):
         return key, value
     end = padding.shape[1] if padding is not None else int(position_ids[..., -1].max()) + 1
@@ -339,11 +331,8 @@ def _method(method: str, settings: Settings, theta: float, inv_freq: Optional[tu
             head_dim: int, train_length: int, scale: Optional[float]):
     """The project's attention method (`methods.make_attention`, the seam every backbone uses) for a
     model's RoPE (``half`` pairs, its frequencies, ``rotary_dim`` None = the whole head), T and softmax scale."""
-    overrides = dict(settings.overrides)
-    if scale is not None:
-        overrides["scale"] = scale
-    if inv_freq is not None:
-        overrides["inv_freq"] = inv_freq
+    given = {name: value for name, value in (("scale", scale), ("inv_freq", inv_freq)) if value is not None}
+    overrides = {**dict(settings.overrides), **given}
     return make_attention(method, head_dim=head_dim, theta=theta, rope_style="half", rotary_dim=rotary_dim,
                           train_length=train_length, scale_windows=settings.scale_windows, **overrides)
 
@@ -408,8 +397,7 @@ class _Rope:
         positions = positions if positions.dim() == 2 else positions[None]  # [B or 1, N]: a padded batch's per row
         cos, sin = self.rotary(x, positions)
         rd = cos.shape[-1]
-        if self.rotary_dim != rd:
-            self.rotary_dim, self._full = rd, rd == x.shape[-1]
+        self.rotary_dim, self._full = rd, rd == x.shape[-1]
         m = self.scaling
         self._check(cos[:1], sin[:1], positions[0], m)
         divide = m * m if self._full else m

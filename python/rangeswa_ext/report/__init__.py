@@ -33,15 +33,12 @@ def build_report(runs, out: Optional[Path] = None, *, title: str = "rangeswa rep
         raise ValueError(f"--samples must be >= 1, got {samples}")
     paths = [Path(p).expanduser() for p in runs]
     found = collect(paths)
-    if out is None:
-        first = paths[0]
-        out = (first if first.is_dir() else first.parent) / "report.html"
-    write_atomic(Path(out), render_page(found, title, samples, command).encode("utf-8"))
-    return Path(out)
+    out = Path(out) if out is not None else (paths[0] if paths[0].is_dir() else paths[0].parent) / "report.html"
+    write_atomic(out, render_page(found, title, samples, command).encode("utf-8"))
+    return out
 
 
 def add_report_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the `report` subcommand (`arguments.subcommand`) and its options."""
     parser = subcommand(subparsers, "report", run_report)
     parser.add_argument("runs", nargs="+", type=Path,
                         help="demo, sweep, judge or niah output folders, .scores.json files, samples .jsonl files")

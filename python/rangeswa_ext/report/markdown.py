@@ -54,20 +54,11 @@ def to_html(text: str, skip_sections: Sequence[str] = (), heading_offset: int = 
         if skipping is not None:
             continue
         stripped = line.strip()
-        if stripped.startswith("|"):
-            if paragraph or items:
-                flush()
-            table.append(stripped)
-        elif stripped.startswith("- "):
-            if paragraph or table:
-                flush()
-            items.append(stripped[2:])
-        elif not stripped:
-            flush()
-        else:
-            if table or items:
-                flush()
-            paragraph.append(stripped)
+        block = table if stripped.startswith("|") else items if stripped.startswith("- ") else paragraph
+        if not stripped or any(other for other in (paragraph, items, table) if other is not block):
+            flush()  # a blank line, or a line of another kind of block, ends the open one
+        if stripped:
+            block.append(stripped[2:] if block is items else stripped)
     flush()
     return "\n".join(blocks)
 

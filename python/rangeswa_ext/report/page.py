@@ -30,7 +30,7 @@ from ..eval.judge_table import table17
 from ..eval.metrics import (LOW_DIVERSITY_ENTROPY, four_gram_repetition, low_diversity, low_diversity_threshold,
                             unigram_entropy, words)
 from ..eval.niah import summary_markdown
-from ..eval.tables import format_length, method_label, results_table, seeds_table
+from ..eval.tables import format_length, format_number, method_label, results_table, seeds_table
 from .markdown import table_html, to_html
 from .runs import Runs, samples_of
 
@@ -44,30 +44,23 @@ TABLE3_BACKBONES = ("cola", "langflow")
 
 def render_page(runs: Runs, title: str, samples_per_length: int, command: Optional[str] = None) -> str:
     """The whole page as a string."""
-    sections = [("guide", "How to read this page", guide(runs))]
-    for sweep in runs.sweeps:
-        if sweep.demo_md:
-            sections.append(("demo", "Demo: the paper's claims in miniature",
-                             to_html(sweep.demo_md, skip_sections=("Samples at",), heading_offset=2)))
-    tables = "".join(sweep_tables(sweep) for sweep in runs.sweeps)
-    if tables:
-        sections.append(("tables", "Tables 1-3: Gen. PPL / H / R4 by method and length", tables))
     figures = "".join(figure(path, f"{model}: Gen. PPL and R4 against generation length")
                       for sweep in runs.sweeps for model, path in sweep.figures.items())
-    if figures:
-        sections.append(("figures", "Figure 7: quality against length",
-                         "<p>Each line is one attention method; left Gen. PPL (log scale), right R4. Open markers: "
-                         "H &lt; 5, low diversity. A method that extrapolates well stays flat as length grows.</p>"
-                         f'<div class="figures">{figures}</div>'))
-    if runs.judgements:
-        sections.append(("judge", "Table 17: pairwise judge", "".join(map(judge_section, runs.judgements))))
-    if runs.niahs:
-        sections.append(("niah", "Needle in a haystack", "".join(map(niah_section, runs.niahs))))
-    if runs.scores:
-        sections.append(("scores", "Scored files", scores_table(runs.scores)))
-    browser = sample_browser(runs, samples_per_length)
-    if browser:
-        sections.append(("samples", "Sample browser", browser))
+    sections = [("guide", "How to read this page", guide(runs)),
+                *(("demo", "Demo: the paper's claims in miniature",
+                   to_html(sweep.demo_md, skip_sections=("Samples at",), heading_offset=2))
+                  for sweep in runs.sweeps if sweep.demo_md),
+                ("tables", "Tables 1-3: Gen. PPL / H / R4 by method and length",
+                 "".join(sweep_tables(sweep) for sweep in runs.sweeps)),
+                ("figures", "Figure 7: quality against length",
+                 figures and "<p>Each line is one attention method; left Gen. PPL (log scale), right R4. Open markers: "
+                             "H &lt; 5, low diversity. A method that extrapolates well stays flat as length grows.</p>"
+                             f'<div class="figures">{figures}</div>'),
+                ("judge", "Table 17: pairwise judge", "".join(map(judge_section, runs.judgements))),
+                ("niah", "Needle in a haystack", "".join(map(niah_section, runs.niahs))),
+                ("scores", "Scored files", scores_table(runs.scores) if runs.scores else ""),
+                ("samples", "Sample browser", sample_browser(runs, samples_per_length))]
+    sections = [section for section in sections if section[2]]
     nav = "".join(f'<a href="#{key}">{html.escape(name)}</a>' for key, name, _ in sections)
     body = "".join(f'<section id="{key}"><h2>{html.escape(name)}</h2>{content}</section>'
                    for key, name, content in sections)
@@ -113,8 +106,10 @@ def guide(runs: Runs) -> str:
 def sweep_tables(sweep) -> str:
     """Table 1 of every model and seed (Table 3 for CoLa and LangFlow), Table 2 over seeds, the flags."""
     parts = []
-    for model in sweep.models():
-        methods, lengths, seeds = sweep.methods(model), sweep.lengths(model), sweep.seeds(model)
+    for model in dict.fromkeys(r.model for r in sweep.results):
+        mine = [r for r in sweep.results if r.model == model]  # methods and seeds in order of appearance
+        methods, seeds = list(dict.fromkeys(r.method for r in mine)), list(dict.fromkeys(r.seed for r in mine))
+        lengths = sorted({r.length for r in mine})
         table = 3 if _backbone(sweep.presets.get(model, model)) in TABLE3_BACKBONES else 1
         parts.append(f"<h3>{html.escape(model)} (paper Table {table} layout)</h3>")
         for seed in seeds:
@@ -122,7 +117,7 @@ def sweep_tables(sweep) -> str:
         if len(seeds) > 1:
             parts.append("<h4>Table 2 layout: mean ± SD over seeds</h4>")
             parts.append(to_html(seeds_table(sweep.summaries, model, methods, lengths, seeds)))
-        flagged = [r for r in sweep.results if r.model == model and r.low_diversity]
+        flagged = [r for r in mine if r.low_diversity]
         if flagged:
             listing = ", ".join(f"{method_label(r.method)} at {format_length(r.length)} (H = {r.h:.2f} < "
                                 f"{low_diversity_threshold(r.length):.2f}, seed {r.seed})" for r in flagged)
@@ -163,12 +158,12 @@ def scores_table(scores) -> str:
     rows = ["| file | samples | Gen. PPL | H | R4 (%) | C2 (reference) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for s in scores:
         d = s.data
-        h = _number(d.get("h"))
+        h = format_number(d.get("h"))
         if d.get("low_diversity"):  # `rangeswa score` flags it for the samples' length
             h = f"~~{h}~~"
-        c2 = "–" if d.get("c2") is None else f"{d['c2']:.3f} ({_number(d.get('c2_reference'), 3)})"
-        rows.append(f"| `{s.path}` | {d.get('samples', '–')} | {_number(d.get('ppl'))} | {h} | "
-                    f"{_number(d.get('r4'))} | {c2} |")
+        c2 = "–" if d.get("c2") is None else f"{d['c2']:.3f} ({format_number(d.get('c2_reference'), 3)})"
+        rows.append(f"| `{s.path}` | {d.get('samples', '–')} | {format_number(d.get('ppl'))} | {h} | "
+                    f"{format_number(d.get('r4'))} | {c2} |")
     return table_html(rows)
 
 
@@ -198,14 +193,13 @@ def browser_data(runs: Runs, samples_per_length: int) -> dict:
             flipped = {"win": "loss", "loss": "win"}.get(v["outcome"], v["outcome"])
             verdicts.setdefault((*key, v["method_b"]), []).append(f"vs {method_label(v['method_a'])}: {flipped}")
     groups: dict[tuple, dict] = {}
-    seen: dict[tuple, str] = {}
+    seen = set()
     for line in samples_of(runs.all_sample_files(), samples_per_length):
-        model, seed, length, index, method = (line["model"], line["seed"], line["length"], line["index"],
-                                              line["method"])
-        key = (model, seed, length, index, method)
+        key = tuple(line[k] for k in ("model", "seed", "length", "index", "method"))
+        model, seed, length, index, method = key
         if key in seen:
             continue  # the same sample given twice (a sweep and its file)
-        seen[key] = line["text"]
+        seen.add(key)
         group = groups.setdefault((model, seed), {"model": model, "seed": seed, "methods": [], "samples": {}})
         if method not in group["methods"]:
             group["methods"].append(method)
@@ -215,8 +209,7 @@ def browser_data(runs: Runs, samples_per_length: int) -> dict:
                  ["H", "–" if h is None else f"{h:.2f}"], ["R4 %", f"{100 * four_gram_repetition(line['text']):.1f}"]]
         group["samples"].setdefault(f"{length}/{index}", []).append({
             "method": method, "label": method_label(method), "html": marked_text(line["text"]), "stats": stats,
-            "low": h is not None and low_diversity(h, max(len(ids), 1)), "verdicts": verdicts.get((model, seed, length, index, method), [])})
-    runs_json = []
+            "low": h is not None and low_diversity(h, max(len(ids), 1)), "verdicts": verdicts.get(key, [])})
     sweep_order = list(dict.fromkeys(r.method for sweep in runs.sweeps for r in sweep.results))
     for group in groups.values():
         group["methods"].sort(key=lambda m: sweep_order.index(m) if m in sweep_order else len(sweep_order))
@@ -226,8 +219,7 @@ def browser_data(runs: Runs, samples_per_length: int) -> dict:
         keys = [tuple(map(int, k.split("/"))) for k in group["samples"]]
         group["lengths"] = sorted({n for n, _ in keys})
         group["indices"] = {str(n): sorted({k for m, k in keys if m == n}) for n in group["lengths"]}
-        runs_json.append(group)
-    return {"runs": runs_json}
+    return {"runs": list(groups.values())}
 
 
 def marked_text(text: str) -> str:
@@ -246,20 +238,14 @@ def marked_text(text: str) -> str:
         seen.add(gram)
     out, position, open_mark = [], 0, False
     for (start, end), mark in zip(spans, marked):
-        gap = html.escape(text[position:start])
         if open_mark and not mark:
             out.append("</mark>")
-            open_mark = False
-        out.append(gap)
+        out.append(html.escape(text[position:start]))
         if mark and not open_mark:
             out.append("<mark>")
-            open_mark = True
         out.append(html.escape(text[start:end]))
-        position = end
-    if open_mark:
-        out.append("</mark>")
-    out.append(html.escape(text[position:]))
-    return "".join(out)
+        position, open_mark = end, mark
+    return "".join(out) + ("</mark>" if open_mark else "") + html.escape(text[position:])
 
 
 def foot(runs: Runs, command: Optional[str]) -> str:
@@ -276,26 +262,16 @@ def foot(runs: Runs, command: Optional[str]) -> str:
         if sweep.config:
             parts.append(f"<details><summary>sweep file of <code>{html.escape(str(sweep.folder))}</code></summary>"
                          f"<pre>{html.escape(sweep.config)}</pre></details>")
-    for judgement in runs.judgements:
-        parts.append(_settings_table(f"{judgement.folder} · judge",
-                                     {**judgement.settings, "bootstrap resamples": judgement.resamples}))
-    for niah in runs.niahs:
-        parts.append(_settings_table(f"{niah.folder} · niah", niah.settings))
+    parts += [_settings_table(f"{j.folder} · judge", {**j.settings, "bootstrap resamples": j.resamples})
+              for j in runs.judgements]
+    parts += [_settings_table(f"{niah.folder} · niah", niah.settings) for niah in runs.niahs]
     return "".join(parts)
 
 
 def _settings_table(title: str, settings: dict) -> str:
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_plain(v))}</td></tr>"
-                   for k, v in settings.items())
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(v if isinstance(v, str) else json.dumps(v))}"
+                   "</td></tr>" for k, v in settings.items())
     return f'<details><summary>{html.escape(title)}</summary><table class="settings">{rows}</table></details>'
-
-
-def _plain(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def _number(value, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def _backbone(preset: str) -> str:

@@ -18,6 +18,7 @@ from typing import Optional
 
 from ..eval.judge import sample_lines
 from ..eval.judge_table import Cell
+from ..eval.score import default_output
 from ..eval.tables import Result, SeedSummary
 
 
@@ -34,18 +35,6 @@ class Sweep:
     sample_files: list
     demo_md: Optional[str] = None
     config: Optional[str] = None  # the demo's sweep file
-
-    def models(self) -> list[str]:
-        return list(dict.fromkeys(r.model for r in self.results))
-
-    def methods(self, model: str) -> list[str]:
-        return list(dict.fromkeys(r.method for r in self.results if r.model == model))
-
-    def lengths(self, model: str) -> list[int]:
-        return sorted({r.length for r in self.results if r.model == model})
-
-    def seeds(self, model: str) -> list[int]:
-        return list(dict.fromkeys(r.seed for r in self.results if r.model == model))
 
 
 @dataclass
@@ -111,9 +100,8 @@ def collect(paths) -> Runs:
 def _read_folder(path: Path, runs: Runs) -> list[str]:
     kinds = []
     if (path / "results.json").is_file() or (path / "results").is_dir():
-        demo = (path / "demo.json").is_file()
         runs.sweeps.append(read_sweep(path))
-        kinds.append("demo" if demo else "sweep")
+        kinds.append("demo" if (path / "demo.json").is_file() else "sweep")
     if (path / "judge.json").is_file():
         runs.judgements.append(read_judgement(path))
         kinds.append("judge")
@@ -134,7 +122,7 @@ def _read_file(path: Path, runs: Runs) -> list[str]:
         return _read_folder(path.parent, runs)
     if path.suffix == ".jsonl":
         runs.sample_files.append(path)
-        beside = path.with_name(path.name.removesuffix(".jsonl") + ".scores.json")
+        beside = default_output(path)
         if beside.is_file():
             runs.scores.append(Scores(beside, _json(beside)))
             return ["samples", "score"]
@@ -170,10 +158,8 @@ def read_judgement(folder: Path) -> Judgement:
     fields = {f.name for f in dataclasses.fields(Cell)}
     cells = [Cell(**{**{k: v for k, v in c.items() if k in fields}, "seeds": tuple(c["seeds"]),
                      "interval": tuple(c["interval"])}) for c in data.get("cells", [])]
-    verdicts = []
-    for path in sorted((folder / "verdicts").rglob("*.jsonl")):
-        verdicts += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-                     if line.endswith("}")]
+    verdicts = [json.loads(line) for path in sorted((folder / "verdicts").rglob("*.jsonl"))
+                for line in path.read_text(encoding="utf-8").splitlines() if line.endswith("}")]
     unpaired = sum(c.get("unpaired", 0) for c in data.get("comparisons", []))
     return Judgement(folder, cells, data.get("judge", {}), data.get("resamples", 0), unpaired, verdicts)
 
@@ -213,12 +199,9 @@ def samples_of(files, per_length: int) -> list[dict]:
 
 def _figures(stems: dict) -> dict[str, Path]:
     """name -> the figure ``<stem>.svg``, else ``<stem>.png``, of each stem that has one."""
-    figures = {}
-    for name, stem in stems.items():
-        found = [p for p in (stem.with_name(f"{stem.name}.svg"), stem.with_name(f"{stem.name}.png")) if p.is_file()]
-        if found:
-            figures[name] = found[0]
-    return figures
+    found = {name: [p for p in (stem.with_name(f"{stem.name}.svg"), stem.with_name(f"{stem.name}.png")) if p.is_file()]
+             for name, stem in stems.items()}
+    return {name: paths[0] for name, paths in found.items() if paths}
 
 
 def _text(path: Path) -> Optional[str]:
