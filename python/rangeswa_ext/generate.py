@@ -2,21 +2,14 @@
 resumable JSON lines.
 
 The backbone comes from the ``--model`` name through the registry (backbones/); nothing here knows
-which one it runs. One line per sample, in index order, with the settings that made it
-(docs/generate.md): ``{"index", "model", "method", "method_options", "length", "seed", <the
-backbone's sampler settings>, "dtype", "ids", "text"}`` (ELF's sampler settings: "sampler", "steps",
-"gamma", "omega"). ``ids`` is what the backbone keeps of a sample (ELF: the EOS-masked row without its
-final run of pad ids, so in effect the tokens before the first EOS), ``text`` its decoding. Backbones
-that continue prompts (CoLa, LLaDA) take ``--prompts FILE.jsonl`` (one {"text": ...} per line; sample k
-continues line k, cut to its first ``--prompt-tokens`` tokens): their lines also hold "prompt_ids" and
-"prompt" (the decoded prompt), so conditional Gen. PPL can score the continuation after its prompt. Rerunning the same command resumes: samples already in the file are kept, an
-incomplete last line left by a killed run is cut off, and only the missing indices are generated.
-Batches are aligned to ``start_index + j * batch_size`` whatever is missing, so a resumed run draws
-every sample in the same batch as an uninterrupted one.
-
-Under ``torchrun`` (``WORLD_SIZE > 1``) the batches are dealt round-robin over the ranks; each rank appends
-its samples to its own shard file ``<out>.rank<r>`` and rank 0 merges the shards into ``out`` in index
-order, so the file equals a one-process run's (resumable.py, docs/evaluation.md).
+which one it runs. One line per sample, in index order, with the settings that made it, the ids the
+backbone keeps of the sample and their text; backbones that continue prompts (CoLa, LLaDA) take
+``--prompts FILE.jsonl`` (sample k continues line k, cut to ``--prompt-tokens``) and record the prompt too.
+Rerunning the same command resumes (resumable.py: kept lines, a cut last line dropped, only the missing
+indices generated, in batches aligned to ``start_index + j * batch_size`` so that a resumed run draws every
+sample in the same batch); under ``torchrun`` the batches are dealt round-robin over the ranks and rank 0
+merges their shards into a file equal to a one-process run's. docs/generate.md, "Output file and resume",
+states the line format and every rule.
 """
 
 from __future__ import annotations

@@ -6,18 +6,10 @@ by (model, length, seed, index): the methods of one sweep share each sample's no
 only in the attention. Each pair is judged twice, with the order swapped (judge_model.py says how the
 judge is asked, judge_table.py how verdicts become win / tie / loss, the position bias and the intervals).
 
-Output folder:
-    verdicts/<model>/<a>_vs_<b>_L<length>_seed<seed>.jsonl   one line per pair, resumable
-    judge.md, judge.json                                      Table 17 (every seed of a length pooled)
-
-A verdict line: ``{"index", <the settings: model, method_a, method_b, length, seed, judge, prompt, context,
-per_text, dtype>, "texts" (a hash of the two texts), "tokens" (each text's judge tokens before any cut),
-"cut", "ab", "ba" (label A and B logits of each order), "outcome"}``. Rerunning resumes like `rangeswa
-generate` (resumable.py: an incomplete last line is cut off, a line of other settings is an error) and a
-verdict whose texts changed since is an error. Pairs are judged in batches of ``batch_size`` pairs (two
-judge inputs each) aligned to the sorted indices, each batch's lines written and synced before the next,
-so a killed run loses at most the batch in flight. Under torchrun the batches are dealt over the ranks,
-each writes ``<file>.rank<r>`` and rank 0 merges.
+Output folder: ``verdicts/<model>/<a>_vs_<b>_L<length>_seed<seed>.jsonl`` (one line per pair, resumable
+like `rangeswa generate`, in batches written and synced one at a time, dealt over torchrun's ranks) and
+``judge.md`` / ``judge.json`` (Table 17, every seed of a length pooled). docs/judge.md, "Batches, devices,
+resume, torchrun", states the verdict line and every rule of a rerun.
 """
 
 from __future__ import annotations

