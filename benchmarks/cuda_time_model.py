@@ -147,6 +147,9 @@ class Design:
     wgmma: bool = False
     producer_warps: int = 0
     producer_tile: float = 0.0
+    # Per CTA: the producer warpgroup's warps' own prologue (all of them: they compute the rows' geometry
+    # before the roles split), on top of `warps` x cta_setup.
+    producer_setup: float = 0.0
     resident: int = 2
 
 
@@ -264,6 +267,16 @@ HOPPER_FULL_TILE_MEASURED = 207
 HOPPER_MASKED_TILE_MEASURED = 358
 HOPPER_PRODUCER_TILE_MEASURED = 106
 HOPPER_PRODUCER_WARPS = 1
+# Its costs outside the tile loops (scripts/cuda_gates.py hopper_fixed_paths, the same SASS, each the cheapest
+# path a converged warp takes: a strided prologue loop that a warp's lanes skip is skipped, so these are lower
+# bounds where the plan has more records or retrieved blocks than the cheapest path's). A consumer warp: entry to
+# its first fill through setmaxnreg.inc (prologue), the epilogue to EXIT with its 4 output stores a lane; one
+# fill step of its rows (16 rotated pairs a lane at head dim 64, to the straddling dots); a producer warpgroup
+# warp: entry through the row geometry to setmaxnreg.dec (4 warps a CTA).
+HOPPER_CONSUMER_PROLOGUE_MEASURED = 289
+HOPPER_CONSUMER_EPILOGUE_MEASURED = 218
+HOPPER_FILL_STEP_MEASURED = 339
+HOPPER_PRODUCER_PROLOGUE_MEASURED = 275
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",
@@ -274,20 +287,23 @@ HOPPER = replace(
     # masked-loop whole tile less its full tile) and the group's bar.red (an estimate, not a measured trip).
     masked_loop_full=HOPPER_FULL_TILE_MEASURED + (MASKED_LOOP_FULL_MEASURED - FULL_TILE_MEASURED) + 10,
     producer_tile=HOPPER_PRODUCER_TILE_MEASURED,
-    # Per consumer warp: the prologue over 384 threads and the epilogue of 16 rows (the mma.sync kernel's
-    # estimate, unchanged). Fills: every lane of a warp, two a row (fill_row_vector's kSplit), each rotating
-    # half the row's 32 pairs (head dim 64) in one step of 16 (kFillPairs): the mma.sync kernel's estimate
-    # of 60 warp instructions a 4-pair step, i.e. 15 a pair, times 16 pairs = 240 a warp and fill (its 32 lanes
-    # each rotate all 32 pairs of their row: 480). Round trips (the source's loads, HopperTraits): one step a
+    # Per consumer warp: the prologue and the epilogue (measured: hopper_fixed_paths; was the mma.sync kernel's
+    # estimate of 1,500 a warp), per CTA the producer warpgroup's 4 warps' prologue. Fills: every lane of a
+    # warp, two a row (fill_row_vector's kSplit), each rotating half the row's 32 pairs (head dim 64) in one
+    # step of 16 (kFillPairs): the measured fill step (was the mma.sync kernel's estimate of 15 a pair times
+    # 16 pairs = 240). Round trips (the source's loads, HopperTraits): one step a
     # lane, every load issued first, 1 a fill (the mma.sync kernel's 4-pair steps: 8); a straddling dot loads
     # its whole row of 8 chunks first (kDotChunks), one round trip a term, a row's terms split over its two
     # lanes (even / odd): 2 + 1 + 1 for the natural, left and right variants of a late row (the mma.sync
     # kernel's 2 chunks a load, 6 terms in a row: 24). With one CTA a multiprocessor nothing hides these (the
     # chain term's 1 / resident).
-    fill_instructions=16 * 15, fill_round_trips=1, mixed_round_trips=4,
+    cta_setup=HOPPER_CONSUMER_PROLOGUE_MEASURED + HOPPER_CONSUMER_EPILOGUE_MEASURED,
+    producer_setup=4 * HOPPER_PRODUCER_PROLOGUE_MEASURED,
+    fill_instructions=HOPPER_FILL_STEP_MEASURED, fill_round_trips=1, mixed_round_trips=4,
     sources=("consumer / producer tiles: the gate's SASS trips (sm_90a, hopper_tile_paths)",
              "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 32-row warp (an upper bound "
-             "for 16-row warps)", "prologue and fill instructions: the mma.sync kernel's figures",
+             "for 16-row warps)", "prologue, epilogue and fill step: the gate's SASS paths (hopper_fixed_paths, "
+             "cheapest paths)",
              "fill and straddling-dot round trips: the loads the source issues before use (kFillPairs, kDotChunks)",
              "issue efficiency: the fit at 8 warps / SM, applied at 12"),
 )
@@ -342,7 +358,7 @@ def body_phase(d: Design, census: dict, L: int, lite: bool) -> Phase:
     kv_bytes = _heads() * L * D * ELEMENT_BYTES * (5 if not lite else 3)  # each prepared array read once
     producer = d.producer_warps * census["kv_tiles"] * d.producer_tile  # the Hopper kernel's copies
     return Phase("body", ctas=ctas, warps_per_cta=d.warps + d.producer_warps, resident=d.resident,
-                 warp_instructions=d.warps * per_warp + producer, flops=flops, bytes=kv_bytes, chain_cycles=chain,
+                 warp_instructions=d.warps * per_warp + producer + d.producer_setup, flops=flops, bytes=kv_bytes, chain_cycles=chain,
                  launches=1, wgmma=d.wgmma)
 
 

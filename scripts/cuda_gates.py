@@ -589,6 +589,119 @@ def hopper_tile_paths(cubin: str, kernel: str) -> dict:
                 producer_tile=copy["instructions"], producer_tile_ops=copy.get("ops", {}))
 
 
+def member_lines(name: str, file: str) -> tuple[int, int]:
+    """The lines of a member function `name` of csrc/cuda/`file` (its signature to the closing brace at the
+    signature's indentation)."""
+    text = (ROOT / "csrc" / "cuda" / file).read_text().splitlines()
+    first = next(n for n, t in enumerate(text, 1) if f" {name}(" in t and "__device__" in t)
+    indent = len(text[first - 1]) - len(text[first - 1].lstrip())
+    last = next(n for n, t in enumerate(text[first:], first + 1) if t == " " * indent + "}")
+    return first, last
+
+
+def cheapest_path(sass: list[tuple[int, str, str]], starts: set, ends: set, through: tuple = (),
+                  count_ops: tuple[str, ...] = (), min_count: int = 0, count_within: set | None = None) -> dict:
+    """The fewest instructions a converged warp issues from one of `starts` to one of `ends` (both counted)
+    over successors()' graph, passing at least one address of each set in `through` and at least `min_count`
+    instructions whose opcode starts with one of `count_ops` (at addresses of `count_within`, if given). Every loop is taken as few times as that allows
+    (a strided loop a warp's lanes skip: none). Returns the count and the path's opcode histogram."""
+    import heapq
+
+    graph = successors(sass)
+    by_address = {a: op for a, op, _ in sass}
+    full = (1 << len(through)) - 1
+
+    def mask(a):
+        return sum(1 << i for i, t in enumerate(through) if a in t)
+
+    def counted(a):
+        return int(bool(count_ops) and by_address[a].startswith(count_ops)
+                   and (count_within is None or a in count_within))
+
+    dist, parent, heap = {}, {}, []
+    for a in starts:
+        state = (a, min(min_count, counted(a)), mask(a))
+        dist[state] = 1
+        heapq.heappush(heap, (1, state))
+    finish = None
+    while heap:
+        cost, state = heapq.heappop(heap)
+        if cost > dist.get(state, 1 << 60):
+            continue
+        address, n, seen = state
+        if address in ends and seen == full and n >= min_count:
+            finish = (cost, state)
+            break
+        for nxt in graph.get(address, []):
+            if nxt not in by_address:
+                continue
+            s2 = (nxt, min(min_count, n + counted(nxt)), seen | mask(nxt))
+            if cost + 1 < dist.get(s2, 1 << 60):
+                dist[s2], parent[s2] = cost + 1, state
+                heapq.heappush(heap, (cost + 1, s2))
+    if finish is None:
+        return dict(instructions=None, ops={})
+    ops, state, path = {}, finish[1], []
+    while True:
+        op = by_address[state[0]].split(".")[0]
+        ops[op] = ops.get(op, 0) + 1
+        path.append(state[0])
+        if state not in parent:
+            break
+        state = parent[state]
+    return dict(instructions=finish[0], ops=dict(sorted(ops.items(), key=lambda x: -x[1])), path=path[::-1])
+
+
+def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
+    """The Hopper kernel's per-CTA costs outside the tile loops at head dim 64, counted on its SASS (what the
+    time model reads in place of the mma.sync kernel's estimates), each the cheapest path a converged warp
+    takes (predicated-off instructions count; the prologue's strided loops a warp's lanes skip are skipped):
+
+    - consumer_prologue: a consumer warp from the kernel's entry through its setmaxnreg.inc to the first
+      instruction of its first fill (mainloop.h fill_slot_row and what it calls): the plan's copy, the
+      barriers, the roles' split, the Consumer's set-up and the walk's first cursor steps;
+    - fill_step: one fill of the warp's query slot rows (a rotated variant at head dim 64: 16 pairs a lane,
+      2 FFMA each), from that first instruction to the first of the straddling dots (the async-proxy fence and
+      the barrier between);
+    - consumer_epilogue: from the epilogue's first instruction (body_kernel.h Consumer::epilogue) to EXIT with
+      its 4 16-byte output stores a lane (16 rows x 8 chunks over 32 lanes);
+    - producer_prologue: a producer warpgroup warp whose lanes compute the rows' geometry (tid < 128: all
+      four), from the entry through the row geometry (plan.h row_geometry) to its setmaxnreg.dec;
+    - producer_exit: a copying warp from its setmaxnreg.dec to EXIT over an empty walk (the producer's
+      per-CTA cost outside its tiles)."""
+    sass = function_sass(cubin, kernel)
+    lines = source_lines(cubin, kernel)
+
+    def at(file, first_last):
+        first, last = first_last
+        return {a for a, (name, n) in lines.items() if name == file and first <= n <= last}
+
+    fill = set().union(*(at("mainloop.h", function_lines(f)) for f in ("fill_slot_row", "fill_row", "fill_row_vector",
+                                                                      "rotate_pairs")))
+    rotate = at("mainloop.h", function_lines("rotate_pairs"))
+    dots = at("mainloop.h", function_lines("straddling_dots"))
+    epilogue = at("body_kernel.h", member_lines("epilogue", "hopper/body_kernel.h"))
+    geometry = at("plan.h", function_lines("row_geometry", "plan.h"))
+    alloc = {a for a, op, _ in sass if op.startswith("USETMAXREG.TRY_ALLOC")}
+    dealloc = {a for a, op, _ in sass if op.startswith("USETMAXREG.DEALLOC")}
+    exits = {a for a, op, _ in sass if op.startswith("EXIT")}
+    entry = {sass[0][0]}
+    pro = cheapest_path(sass, entry, fill, through=(alloc,))
+    # The fill from the prologue's last instruction (the first of fill_slot_row on the consumer's path).
+    first_fill = min(fill & {a for a, _, _ in sass if a >= min(alloc)}) if alloc and fill else None
+    # Head dim 64, rotary half 32, two lanes a row: 16 pairs a lane, each rotated with two FFMA.
+    step = (cheapest_path(sass, {first_fill}, dots, count_ops=("FFMA",), min_count=2 * 16, count_within=rotate)
+            if first_fill is not None else dict(instructions=None))
+    epi = cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=4) if epilogue else dict(instructions=None)
+    prod = cheapest_path(sass, entry, dealloc, through=(geometry,)) if geometry else dict(instructions=None)
+    done = cheapest_path(sass, dealloc, exits)
+    return dict(consumer_prologue=pro["instructions"], consumer_prologue_ops=pro["ops"],
+                fill_step=step["instructions"], fill_step_ops=step["ops"],
+                consumer_epilogue=epi["instructions"], consumer_epilogue_ops=epi["ops"],
+                producer_prologue=prod["instructions"], producer_prologue_ops=prod["ops"],
+                producer_exit=done["instructions"])
+
+
 def hopper_failures(stats: dict) -> list[str]:
     """The limits a compiled Hopper body kernel breaks (empty: it passes)."""
     out, L = [], HOPPER_LIMITS
@@ -640,6 +753,7 @@ def hopper_gate(sources=HOPPER_SOURCES, head_dims=(64, 80, 128)) -> dict:
                 stats["setmaxnreg"] = register_roles(cubin, name)
                 if d == 64:
                     stats.update(hopper_tile_paths(cubin, name))
+                    stats.update(hopper_fixed_paths(cubin, name))
                 stats["setmaxnreg_ignored"] = "C7508" in report
                 # ptxas's advisories when it cannot keep wgmma asynchronous (it waits after each one instead): C7515
                 # (non-wgmma instructions defining accumulators in flight), C7514 (... reading them).

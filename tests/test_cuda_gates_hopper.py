@@ -98,3 +98,24 @@ def test_the_time_model_reads_the_measured_hopper_tiles(measured):
     assert cuda_time_model.HOPPER_PRODUCER_TILE_MEASURED == s["producer_tile"]
     assert cuda_time_model.HOPPER.full_tile == s["consumer_full_tile"]
     assert cuda_time_model.HOPPER.producer_tile == s["producer_tile"]
+
+
+def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
+    """... and its per-CTA costs outside the tile loops (cuda_gates.hopper_fixed_paths): a consumer warp's
+    prologue and epilogue, a fill step, a producer warpgroup warp's prologue; the epilogue's path holds its
+    output stores and the fill step its rotation (16 pairs a lane at head dim 64, 2 FFMA a pair)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import cuda_time_model
+
+    s = measured[("csrc/cuda/attn_hopper_bf16.cu", 64)]
+    assert s["consumer_prologue_ops"].get("USETMAXREG", 0) == 1
+    assert s["consumer_epilogue_ops"].get("STG", 0) >= 4 and s["consumer_epilogue_ops"].get("EXIT", 0) >= 1
+    assert s["fill_step_ops"].get("FFMA", 0) >= 32
+    assert cuda_time_model.HOPPER_CONSUMER_PROLOGUE_MEASURED == s["consumer_prologue"]
+    assert cuda_time_model.HOPPER_CONSUMER_EPILOGUE_MEASURED == s["consumer_epilogue"]
+    assert cuda_time_model.HOPPER_FILL_STEP_MEASURED == s["fill_step"]
+    assert cuda_time_model.HOPPER_PRODUCER_PROLOGUE_MEASURED == s["producer_prologue"]
+    hop = cuda_time_model.HOPPER
+    assert hop.cta_setup == s["consumer_prologue"] + s["consumer_epilogue"]
+    assert hop.fill_instructions == s["fill_step"]
+    assert hop.producer_setup == 4 * s["producer_prologue"]
