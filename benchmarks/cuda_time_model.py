@@ -193,14 +193,24 @@ CONTROL_UNIT_MEASURED = 263
 # alone (Lite).
 PREPARE_MEASURED = 38.2
 PREPARE_LEAN_MEASURED = 16.4
+# A body warp's costs outside the tile loops (scripts/cuda_gates.py attn_fixed_paths, sm_90a, bf16, D = 64, three
+# K/V stages; the same cheapest-path count as the sm_90a kernel's hopper_fixed_paths): its prologue (entry
+# through its rows' geometry to its first fill) and epilogue (to EXIT with its 8 output stores a lane), and one
+# fill step of its 32 rows (a thread a row, 32 rotated pairs in 4-pair steps). Were the reviews' estimates:
+# 1,500 a warp, 8 x 60 = 480 a fill.
+ATTN_PROLOGUE_MEASURED = 426
+ATTN_EPILOGUE_MEASURED = 447
+ATTN_FILL_STEP_MEASURED = 594
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
 # one input above (the figure names where it comes from).
 SECOND_NOW = replace(
     SECOND_REVIEWED,
     name="second design now (main)",
     # mainloop.h fill_row_vector: one thread per row, 4 pairs a step with every load issued first: half / 4
-    # = 8 round trips per fill at head dim 64; about 60 warp instructions a step (estimate).
-    fill_round_trips=8, fill_instructions=8 * 60,
+    # = 8 round trips per fill at head dim 64; the fill's warp instructions and the prologue and epilogue
+    # counted on the SASS (attn_fixed_paths; were estimates: 8 x 60 a fill, 1,500 a warp).
+    fill_round_trips=8, fill_instructions=ATTN_FILL_STEP_MEASURED,
+    cta_setup=ATTN_PROLOGUE_MEASURED + ATTN_EPILOGUE_MEASURED,
     # mixed_dots: two 16-byte loads issued before use, 4 round trips per term, 6 terms per late row.
     mixed_round_trips=24,
     # prepare.h prepare_range: SASS instructions per element of the token loop (sm_90a, scripts/cuda_gates.py
@@ -227,6 +237,7 @@ SECOND_NOW = replace(
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
                                        "prepare: the gate's SASS count of the vector token loop",
                                        "full and masked tiles, control units: the gate's SASS path counts (sm_90a)",
+                                       "prologue, epilogue and fill step: the gate's SASS paths (attn_fixed_paths)",
                                        "tiles on the masked path: the census's logit_path_tiles_per_warp",
                                        "tiles of the unmasked loop: the census's unmasked_tiles"),
 )
@@ -262,9 +273,10 @@ SECOND_TARGETS = replace(
 # once a tile (hopper.h cp_async_16_shared): 215 / 358 / 106. (P V's wgmma is then m64n72k16 at head dim 64:
 # 12.5% more P V work on the tensor cores, which the model's flops, the census's columns, leave out; the
 # body is issue-bound here.) The unmasked loop's next tile within a span computed in registers (the span's
-# end and the record's bias read once a span, SpanCursor::advance only where a span ends): 207 / 358 / 106.
+# end and the record's bias read once a span, SpanCursor::advance only where a span ends): 207 / 358 / 106; the
+# fill's and epilogue's changes below laid the masked loop out again: 207 / 359 / 106.
 HOPPER_FULL_TILE_MEASURED = 207
-HOPPER_MASKED_TILE_MEASURED = 358
+HOPPER_MASKED_TILE_MEASURED = 359
 HOPPER_PRODUCER_TILE_MEASURED = 106
 HOPPER_PRODUCER_WARPS = 1
 # Its costs outside the tile loops (scripts/cuda_gates.py hopper_fixed_paths, the same SASS, each the cheapest
@@ -273,10 +285,14 @@ HOPPER_PRODUCER_WARPS = 1
 # its first fill through setmaxnreg.inc (prologue), the epilogue to EXIT with its 4 output stores a lane; one
 # fill step of its rows (16 rotated pairs a lane at head dim 64, to the straddling dots); a producer warpgroup
 # warp: entry through the row geometry to setmaxnreg.dec (4 warps a CTA).
-HOPPER_CONSUMER_PROLOGUE_MEASURED = 289
-HOPPER_CONSUMER_EPILOGUE_MEASURED = 218
-HOPPER_FILL_STEP_MEASURED = 339
-HOPPER_PRODUCER_PROLOGUE_MEASURED = 275
+# First counted at 289 / 218 / 339 / 275; then the split fill's layout branched on once (mainloop.h
+# rotate_pairs kLayout: no select per element), the epilogue's stores unrolled at head dims 64 and 128 (one
+# column a lane, rows 4 apart) and the records' walks for the bands and the variants by one thread:
+# 288 / 154 / 284 / 273.
+HOPPER_CONSUMER_PROLOGUE_MEASURED = 288
+HOPPER_CONSUMER_EPILOGUE_MEASURED = 154
+HOPPER_FILL_STEP_MEASURED = 284
+HOPPER_PRODUCER_PROLOGUE_MEASURED = 273
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",

@@ -702,6 +702,36 @@ def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
                 producer_exit=done["instructions"])
 
 
+def attn_fixed_paths(cubin: str, kernel: str) -> dict:
+    """The mma.sync kernel's per-CTA costs outside its tile loops (mainloop.h attn_cta, head dim 64), counted as
+    hopper_fixed_paths counts the Hopper kernel's, so that the time model compares the two on the same
+    footing (cheapest paths of a converged warp): a body warp's prologue from the entry through its rows'
+    geometry (every thread a row) to the first instruction of its first fill; one fill step (a thread a row:
+    32 rotated pairs, 2 FFMA each, in 4-pair steps) to the straddling dots; the epilogue from its first line
+    (mainloop.h "---- epilogue") to EXIT with its 8 16-byte output stores a lane (32 rows x 8 chunks)."""
+    sass = function_sass(cubin, kernel)
+    lines = source_lines(cubin, kernel)
+
+    def at(first, last):
+        return {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+
+    fill = set().union(*(at(*function_lines(f)) for f in ("fill_slot_row", "fill_row", "fill_row_vector", "rotate_pairs")))
+    rotate, dots = at(*function_lines("rotate_pairs")), at(*function_lines("straddling_dots"))
+    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
+    # The body prologue's own line after its row geometry (the control CTAs' walk has fills too).
+    row = next(n for n, t in enumerate(text, 1) if t.strip() == "sRow[tid] = me;")
+    first = next(n for n, t in enumerate(text, 1) if "// ---- epilogue ---" in t)
+    last = next(n for n, t in enumerate(text[first:], first + 1) if t == "}")
+    epilogue = at(first, last)
+    exits = {a for a, op, _ in sass if op.startswith("EXIT")}
+    pro = cheapest_path(sass, {sass[0][0]}, fill, through=(at(row, row),))
+    step = (cheapest_path(sass, {pro["path"][-1]}, dots, count_ops=("FFMA",), min_count=2 * 32, count_within=rotate)
+            if pro["instructions"] else dict(instructions=None, ops={}))
+    epi = cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=8) if epilogue else dict(instructions=None, ops={})
+    return dict(prologue=pro["instructions"], prologue_ops=pro["ops"], fill_step=step["instructions"],
+                fill_step_ops=step["ops"], epilogue=epi["instructions"], epilogue_ops=epi["ops"])
+
+
 def hopper_failures(stats: dict) -> list[str]:
     """The limits a compiled Hopper body kernel breaks (empty: it passes)."""
     out, L = [], HOPPER_LIMITS

@@ -522,6 +522,22 @@ struct Consumer {
     __syncwarp();
     Element* out = static_cast<Element*>(p.out);
     constexpr int kChunk = 8;
+    if constexpr (32 % Traits::kChunks == 0) {
+      if (p.D % kChunk == 0) {  // whole rows a pass (head dims 64, 128): one column a lane, rows kRowStep apart
+        constexpr int kRowStep = 32 / Traits::kChunks;
+        const int row = 16 * warp + lane / Traits::kChunks, col = (lane % Traits::kChunks) * kChunk;
+        if (col < p.D) {
+          Element* dst = out + (out0 + row) * p.D + col;
+          const Element* from = staged + row * Dp + col;
+          const int64_t step = int64_t(kRowStep) * p.D;
+#pragma unroll
+          for (int i = 0; i < 16 / kRowStep; ++i)
+            if (row + kRowStep * i < nrows)
+              *reinterpret_cast<uint4*>(dst + i * step) = *reinterpret_cast<const uint4*>(from + i * kRowStep * Dp);
+        }
+        return;
+      }
+    }
     if (p.D % kChunk == 0) {  // rows of D elements stay 16-byte aligned
 #pragma unroll 1
       for (int x = lane; x < 16 * Traits::kChunks; x += 32) {
@@ -613,12 +629,14 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
     }
   }
   if (tid < Traits::kConsumerThreads / 32) c.sCurrent[tid] = -1;
+  // The walks over the records (the Hn bands, the variants needed) by one thread, not by every warp: the
+  // barriers of the votes below publish the bands, and `needed` goes into cta.
+  if (tid == 0) shared_bands = BandRecords::find(sRec, count);
   uint32_t any = 0;  // bit x: some row has a straddling block on side x
 #pragma unroll
   for (int x = 0; x < 2; ++x)
     any |= uint32_t(__syncthreads_or(row_thread && tid < t.nrows && me.mix[x] >= 0) != 0) << x;
-  const uint32_t needed = variants_needed(sRec, count, any & 1, any & 2);
-  const BandRecords bands = BandRecords::find(sRec, count);
+  const BandRecords bands = shared_bands;
   if (bands.n[0] + bands.n[1] > 0)
 #pragma unroll 1
     for (int x = tid; x < 2 * M * Layout::kBandStride; x += kThreads) c.sBand[x] = -INFINITY;
@@ -635,7 +653,7 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
     hopper::fence_proxy_async_shared();
   }
   if (tid == 0) {
-    shared_bands = bands;
+    const uint32_t needed = variants_needed(sRec, count, any & 1, any & 2);
     const int32_t n0 = g.C + t.i0 - p.first_row;  // q row of the tile's first row
     const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, n0);
     cta = BodyCta{q_rows, int64_t(head) * p.Nq + n0, t.i0, t.nrows, bh, needed, slot_rows_in_chunks<Traits>(p, q_rows)};
