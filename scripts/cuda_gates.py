@@ -849,6 +849,11 @@ def main(argv=None) -> int:
               f"{s['hgmma']} ({s['hgmma_share']:.2%} of the instructions, {s['hgmma_work_share']:.2%} in m16n8k16 "
               f"units; {s['hgmma_shapes']}), HMMA {s['hmma']}, CALLs "
               f"{len(s['calls'])} (division {len(s['division_calls'])})")
+        if "consumer_full_tile" in s:  # head dim 64: the trips and the costs outside the tile loops
+            print(f"  consumer trip {s['consumer_full_tile']} (masked {s['consumer_masked_tile']}), producer trip "
+                  f"{s['producer_tile']}; consumer prologue {s.get('consumer_prologue')}, epilogue "
+                  f"{s.get('consumer_epilogue')}, fill step {s.get('fill_step')}, producer warp's prologue "
+                  f"{s.get('producer_prologue')}")
         for f in s["failures"]:
             print(f"  FAIL {Path(src).stem} D={d} sm_90a: {f}")
         ok = ok and not s["failures"]
