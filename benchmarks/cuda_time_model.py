@@ -288,11 +288,13 @@ HOPPER_PRODUCER_WARPS = 1
 # First counted at 289 / 218 / 339 / 275; then the split fill's layout branched on once (mainloop.h
 # rotate_pairs kLayout: no select per element), the epilogue's stores unrolled at head dims 64 and 128 (one
 # column a lane, rows 4 apart) and the records' walks for the bands and the variants by one thread:
-# 288 / 154 / 284 / 273.
-HOPPER_CONSUMER_PROLOGUE_MEASURED = 288
+# 288 / 154 / 284 / 273; the plan read and the tile's index arithmetic by the producer warpgroup alone (the
+# consumer warps learn the spans' count from shared memory after the first barrier; the producer path is
+# counted through the plan's read): 229 / 154 / 284 / 236.
+HOPPER_CONSUMER_PROLOGUE_MEASURED = 229
 HOPPER_CONSUMER_EPILOGUE_MEASURED = 154
 HOPPER_FILL_STEP_MEASURED = 284
-HOPPER_PRODUCER_PROLOGUE_MEASURED = 273
+HOPPER_PRODUCER_PROLOGUE_MEASURED = 236
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",

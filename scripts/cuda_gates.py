@@ -666,7 +666,8 @@ def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
     - consumer_epilogue: from the epilogue's first instruction (body_kernel.h Consumer::epilogue) to EXIT with
       its 4 16-byte output stores a lane (16 rows x 8 chunks over 32 lanes);
     - producer_prologue: a producer warpgroup warp whose lanes compute the rows' geometry (tid < 128: all
-      four), from the entry through the row geometry (plan.h row_geometry) to its setmaxnreg.dec;
+      four), from the entry through the plan's read and the row geometry (plan.h row_geometry) to its
+      setmaxnreg.dec;
     - producer_exit: a copying warp from its setmaxnreg.dec to EXIT over an empty walk (the producer's
       per-CTA cost outside its tiles)."""
     sass = function_sass(cubin, kernel)
@@ -693,7 +694,12 @@ def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
     step = (cheapest_path(sass, {first_fill}, dots, count_ops=("FFMA",), min_count=2 * 16, count_within=rotate)
             if first_fill is not None else dict(instructions=None))
     epi = cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=4) if epilogue else dict(instructions=None)
-    prod = cheapest_path(sass, entry, dealloc, through=(geometry,)) if geometry else dict(instructions=None)
+    # ... through the plan's read too (the producer warpgroup reads it; a path that skips it, as a tile with no
+    # rows does, never reaches the roles).
+    text = (ROOT / "csrc" / "cuda" / "hopper" / "body_kernel.h").read_text().splitlines()
+    reads = {n for n, t in enumerate(text, 1) if "p.record_count[2 * plan]" in t}
+    plan = {a for a, (name, n) in lines.items() if name == "body_kernel.h" and n in reads}
+    prod = cheapest_path(sass, entry, dealloc, through=(geometry, plan)) if geometry and plan else dict(instructions=None)
     done = cheapest_path(sass, dealloc, exits)
     return dict(consumer_prologue=pro["instructions"], consumer_prologue_ops=pro["ops"],
                 fill_step=step["instructions"], fill_step_ops=step["ops"],
