@@ -658,8 +658,8 @@ def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
     takes (predicated-off instructions count; the prologue's strided loops a warp's lanes skip are skipped):
 
     - consumer_prologue: a consumer warp from the kernel's entry through its setmaxnreg.inc to the first
-      instruction of its first fill (mainloop.h fill_slot_row and what it calls): the plan's copy, the
-      barriers, the roles' split, the Consumer's set-up and the walk's first cursor steps;
+      instruction of its first fill (mainloop.h fill_slot_row and what it calls): the prologue's barriers
+      and shared stores (the producer warpgroup reads the plan), the roles' split, the Consumer's set-up and the walk's first cursor steps;
     - fill_step: one fill of the warp's query slot rows (a rotated variant at head dim 64: 16 pairs a lane,
       2 FFMA each), from that first instruction to the first of the straddling dots (the async-proxy fence and
       the barrier between);
