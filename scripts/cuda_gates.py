@@ -659,7 +659,8 @@ def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
 
     - consumer_prologue: a consumer warp from the kernel's entry through its setmaxnreg.inc to the first
       instruction of its first fill (mainloop.h fill_slot_row and what it calls): the prologue's barriers
-      and shared stores (the producer warpgroup reads the plan), the roles' split, the Consumer's set-up and the walk's first cursor steps;
+      and shared stores (the producer warpgroup reads the plan), the roles' split, the Consumer's set-up
+      and the walk's first cursor steps;
     - fill_step: one fill of the warp's query slot rows (a rotated variant at head dim 64: 16 pairs a lane,
       2 FFMA each), from that first instruction to the first of the straddling dots (the async-proxy fence and
       the barrier between);
@@ -693,7 +694,8 @@ def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
     # Head dim 64, rotary half 32, two lanes a row: 16 pairs a lane, each rotated with two FFMA.
     step = (cheapest_path(sass, {first_fill}, dots, count_ops=("FFMA",), min_count=2 * 16, count_within=rotate)
             if first_fill is not None else dict(instructions=None))
-    epi = cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=4) if epilogue else dict(instructions=None)
+    epi = (cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=4)
+           if epilogue else dict(instructions=None))
     # ... through the plan's read too (the producer warpgroup reads it; a path that skips it, as a tile with no
     # rows does, never reaches the roles).
     text = (ROOT / "csrc" / "cuda" / "hopper" / "body_kernel.h").read_text().splitlines()
@@ -721,7 +723,8 @@ def attn_fixed_paths(cubin: str, kernel: str) -> dict:
     def at(first, last):
         return {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
 
-    fill = set().union(*(at(*function_lines(f)) for f in ("fill_slot_row", "fill_row", "fill_row_vector", "rotate_pairs")))
+    fill = set().union(*(at(*function_lines(f))
+                         for f in ("fill_slot_row", "fill_row", "fill_row_vector", "rotate_pairs")))
     rotate, dots = at(*function_lines("rotate_pairs")), at(*function_lines("straddling_dots"))
     text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
     # The body prologue's own line after its row geometry (the control CTAs' walk has fills too).
@@ -733,7 +736,8 @@ def attn_fixed_paths(cubin: str, kernel: str) -> dict:
     pro = cheapest_path(sass, {sass[0][0]}, fill, through=(at(row, row),))
     step = (cheapest_path(sass, {pro["path"][-1]}, dots, count_ops=("FFMA",), min_count=2 * 32, count_within=rotate)
             if pro["instructions"] else dict(instructions=None, ops={}))
-    epi = cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=8) if epilogue else dict(instructions=None, ops={})
+    epi = (cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=8)
+           if epilogue else dict(instructions=None, ops={}))
     return dict(prologue=pro["instructions"], prologue_ops=pro["ops"], fill_step=step["instructions"],
                 fill_step_ops=step["ops"], epilogue=epi["instructions"], epilogue_ops=epi["ops"])
 
