@@ -278,6 +278,8 @@ SECOND_TARGETS = replace(
 HOPPER_FULL_TILE_MEASURED = 207
 HOPPER_MASKED_TILE_MEASURED = 359
 HOPPER_PRODUCER_TILE_MEASURED = 106
+# ... and a tile its masked loop takes whole (the trip through the warps' votes, no logit block).
+HOPPER_MASKED_LOOP_FULL_MEASURED = 282
 HOPPER_PRODUCER_WARPS = 1
 # Its costs outside the tile loops (scripts/cuda_gates.py hopper_fixed_paths, the same SASS, each the cheapest
 # path a converged warp takes: a strided prologue loop that a warp's lanes skip is skipped, so these are lower
@@ -301,9 +303,9 @@ HOPPER = replace(
     rows_per_cta=128, warps=8, wgmma=True, producer_warps=HOPPER_PRODUCER_WARPS, resident=1,
     full_tile=HOPPER_FULL_TILE_MEASURED,
     masked_extra=HOPPER_MASKED_TILE_MEASURED - HOPPER_FULL_TILE_MEASURED,
-    # A whole tile in the masked loop: the consumer's full tile plus the mma.sync kernel's vote overhead (its
-    # masked-loop whole tile less its full tile) and the group's bar.red (an estimate, not a measured trip).
-    masked_loop_full=HOPPER_FULL_TILE_MEASURED + (MASKED_LOOP_FULL_MEASURED - FULL_TILE_MEASURED) + 10,
+    # A whole tile in the masked loop: the gate's trip through the warps' votes (measured; was an estimate, the
+    # consumer's full tile plus the mma.sync kernel's vote overhead and 10 for the group's bar.red: 275).
+    masked_loop_full=HOPPER_MASKED_LOOP_FULL_MEASURED,
     producer_tile=HOPPER_PRODUCER_TILE_MEASURED,
     # Per consumer warp: the prologue and the epilogue (measured: hopper_fixed_paths; was the mma.sync kernel's
     # estimate of 1,500 a warp), per CTA the producer warpgroup's 4 warps' prologue. Fills: every lane of a

@@ -575,7 +575,8 @@ HOPPER_TILE_COPIES = 32
 def hopper_tile_paths(cubin: str, kernel: str) -> dict:
     """Per-warp trips of the Hopper kernel at head dim 64 (what the time model reads): a consumer warp's
     cheapest trip around a tile loop with a whole tile's 8 HGMMA and the ring's mbarriers (its unmasked loop),
-    the same through the logit block (a masked tile), and a producer warp's trip around its span walk that
+    the same through the logit block (a masked tile), the same through the warps' votes (a tile the masked loop
+    takes whole), and a producer warp's trip around its span walk that
     copies a whole tile (8 cp.async per thread) and passes the ring's mbarriers."""
     sass = function_sass(cubin, kernel)
     full = tile_path(sass, HOPPER_TILE_HGMMA, copy_ops=("SYNCS",))
@@ -583,9 +584,14 @@ def hopper_tile_paths(cubin: str, kernel: str) -> dict:
     first, last = logit_block_lines()
     block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
     masked = tile_path(sass, HOPPER_TILE_HGMMA, through=block, copy_ops=("SYNCS",)) if block else dict(instructions=None)
+    # A tile the masked loop takes whole (through the warps' votes, tile.h row_sees_any; no logit block).
+    first, last = function_lines("row_sees_any", "tile.h")
+    votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
+    voted = tile_path(sass, HOPPER_TILE_HGMMA, through=votes, copy_ops=("SYNCS",)) if votes else dict(instructions=None)
     copy = tile_path(sass, HOPPER_TILE_COPIES, copy_ops=("SYNCS",), count_ops=("LDGSTS",))
     return dict(consumer_full_tile=full["instructions"], consumer_full_tile_hgmma=full.get("mma"),
                 consumer_full_tile_ops=full.get("ops", {}), consumer_masked_tile=masked["instructions"],
+                consumer_masked_loop_full_tile=voted["instructions"],
                 producer_tile=copy["instructions"], producer_tile_ops=copy.get("ops", {}))
 
 

@@ -96,6 +96,8 @@ def test_the_time_model_reads_the_measured_hopper_tiles(measured):
     assert cuda_time_model.HOPPER_FULL_TILE_MEASURED == s["consumer_full_tile"]
     assert cuda_time_model.HOPPER_MASKED_TILE_MEASURED == s["consumer_masked_tile"]
     assert cuda_time_model.HOPPER_PRODUCER_TILE_MEASURED == s["producer_tile"]
+    assert cuda_time_model.HOPPER_MASKED_LOOP_FULL_MEASURED == s["consumer_masked_loop_full_tile"]
+    assert cuda_time_model.HOPPER.masked_loop_full == s["consumer_masked_loop_full_tile"]
     assert cuda_time_model.HOPPER.full_tile == s["consumer_full_tile"]
     assert cuda_time_model.HOPPER.producer_tile == s["producer_tile"]
 
