@@ -147,6 +147,9 @@ class Design:
     wgmma: bool = False
     producer_warps: int = 0
     producer_tile: float = 0.0
+    # Per CTA: the producer warpgroup's warps' own prologue (all of them: they compute the rows' geometry
+    # before the roles split), on top of `warps` x cta_setup.
+    producer_setup: float = 0.0
     resident: int = 2
 
 
@@ -190,14 +193,24 @@ CONTROL_UNIT_MEASURED = 263
 # alone (Lite).
 PREPARE_MEASURED = 38.2
 PREPARE_LEAN_MEASURED = 16.4
+# A body warp's costs outside the tile loops (scripts/cuda_gates.py attn_fixed_paths, sm_90a, bf16, D = 64, three
+# K/V stages; the same cheapest-path count as the sm_90a kernel's hopper_fixed_paths): its prologue (entry
+# through its rows' geometry to its first fill) and epilogue (to EXIT with its 8 output stores a lane), and one
+# fill step of its 32 rows (a thread a row, 32 rotated pairs in 4-pair steps). Were the reviews' estimates:
+# 1,500 a warp, 8 x 60 = 480 a fill.
+ATTN_PROLOGUE_MEASURED = 426
+ATTN_EPILOGUE_MEASURED = 447
+ATTN_FILL_STEP_MEASURED = 594
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
 # one input above (the figure names where it comes from).
 SECOND_NOW = replace(
     SECOND_REVIEWED,
     name="second design now (main)",
     # mainloop.h fill_row_vector: one thread per row, 4 pairs a step with every load issued first: half / 4
-    # = 8 round trips per fill at head dim 64; about 60 warp instructions a step (estimate).
-    fill_round_trips=8, fill_instructions=8 * 60,
+    # = 8 round trips per fill at head dim 64; the fill's warp instructions and the prologue and epilogue
+    # counted on the SASS (attn_fixed_paths; were estimates: 8 x 60 a fill, 1,500 a warp).
+    fill_round_trips=8, fill_instructions=ATTN_FILL_STEP_MEASURED,
+    cta_setup=ATTN_PROLOGUE_MEASURED + ATTN_EPILOGUE_MEASURED,
     # mixed_dots: two 16-byte loads issued before use, 4 round trips per term, 6 terms per late row.
     mixed_round_trips=24,
     # prepare.h prepare_range: SASS instructions per element of the token loop (sm_90a, scripts/cuda_gates.py
@@ -224,6 +237,7 @@ SECOND_NOW = replace(
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
                                        "prepare: the gate's SASS count of the vector token loop",
                                        "full and masked tiles, control units: the gate's SASS path counts (sm_90a)",
+                                       "prologue, epilogue and fill step: the gate's SASS paths (attn_fixed_paths)",
                                        "tiles on the masked path: the census's logit_path_tiles_per_warp",
                                        "tiles of the unmasked loop: the census's unmasked_tiles"),
 )
@@ -259,35 +273,57 @@ SECOND_TARGETS = replace(
 # once a tile (hopper.h cp_async_16_shared): 215 / 358 / 106. (P V's wgmma is then m64n72k16 at head dim 64:
 # 12.5% more P V work on the tensor cores, which the model's flops, the census's columns, leave out; the
 # body is issue-bound here.) The unmasked loop's next tile within a span computed in registers (the span's
-# end and the record's bias read once a span, SpanCursor::advance only where a span ends): 207 / 358 / 106.
+# end and the record's bias read once a span, SpanCursor::advance only where a span ends): 207 / 358 / 106; the
+# fill's and epilogue's changes below laid the masked loop out again: 207 / 359 / 106.
 HOPPER_FULL_TILE_MEASURED = 207
-HOPPER_MASKED_TILE_MEASURED = 358
+HOPPER_MASKED_TILE_MEASURED = 359
 HOPPER_PRODUCER_TILE_MEASURED = 106
+# ... and a tile its masked loop takes whole (the trip through the warps' votes, no logit block).
+HOPPER_MASKED_LOOP_FULL_MEASURED = 282
 HOPPER_PRODUCER_WARPS = 1
+# Its costs outside the tile loops (scripts/cuda_gates.py hopper_fixed_paths, the same SASS, each the cheapest
+# path a converged warp takes: a strided prologue loop that a warp's lanes skip is skipped, so these are lower
+# bounds where the plan has more records or retrieved blocks than the cheapest path's). A consumer warp: entry to
+# its first fill through setmaxnreg.inc (prologue), the epilogue to EXIT with its 4 output stores a lane; one
+# fill step of its rows (16 rotated pairs a lane at head dim 64, to the straddling dots); a producer warpgroup
+# warp: entry through the row geometry to setmaxnreg.dec (4 warps a CTA).
+# First counted at 289 / 218 / 339 / 275; then the split fill's layout branched on once (mainloop.h
+# rotate_pairs kLayout: no select per element), the epilogue's stores unrolled at head dims 64 and 128 (one
+# column a lane, rows 4 apart) and the records' walks for the bands and the variants by one thread:
+# 288 / 154 / 284 / 273; the plan read and the tile's index arithmetic by the producer warpgroup alone (the
+# consumer warps learn the spans' count from shared memory after the first barrier; the producer path is
+# counted through the plan's read): 229 / 154 / 284 / 236.
+HOPPER_CONSUMER_PROLOGUE_MEASURED = 229
+HOPPER_CONSUMER_EPILOGUE_MEASURED = 154
+HOPPER_FILL_STEP_MEASURED = 284
+HOPPER_PRODUCER_PROLOGUE_MEASURED = 236
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",
     rows_per_cta=128, warps=8, wgmma=True, producer_warps=HOPPER_PRODUCER_WARPS, resident=1,
     full_tile=HOPPER_FULL_TILE_MEASURED,
     masked_extra=HOPPER_MASKED_TILE_MEASURED - HOPPER_FULL_TILE_MEASURED,
-    # A whole tile in the masked loop: the consumer's full tile plus the mma.sync kernel's vote overhead (its
-    # masked-loop whole tile less its full tile) and the group's bar.red (an estimate, not a measured trip).
-    masked_loop_full=HOPPER_FULL_TILE_MEASURED + (MASKED_LOOP_FULL_MEASURED - FULL_TILE_MEASURED) + 10,
+    # A whole tile in the masked loop: the gate's trip through the warps' votes (measured; was an estimate, the
+    # consumer's full tile plus the mma.sync kernel's vote overhead and 10 for the group's bar.red: 275).
+    masked_loop_full=HOPPER_MASKED_LOOP_FULL_MEASURED,
     producer_tile=HOPPER_PRODUCER_TILE_MEASURED,
-    # Per consumer warp: the prologue over 384 threads and the epilogue of 16 rows (the mma.sync kernel's
-    # estimate, unchanged). Fills: every lane of a warp, two a row (fill_row_vector's kSplit), each rotating
-    # half the row's 32 pairs (head dim 64) in one step of 16 (kFillPairs): the mma.sync kernel's estimate
-    # of 60 warp instructions a 4-pair step, i.e. 15 a pair, times 16 pairs = 240 a warp and fill (its 32 lanes
-    # each rotate all 32 pairs of their row: 480). Round trips (the source's loads, HopperTraits): one step a
+    # Per consumer warp: the prologue and the epilogue (measured: hopper_fixed_paths; was the mma.sync kernel's
+    # estimate of 1,500 a warp), per CTA the producer warpgroup's 4 warps' prologue. Fills: every lane of a
+    # warp, two a row (fill_row_vector's kSplit), each rotating half the row's 32 pairs (head dim 64) in one
+    # step of 16 (kFillPairs): the measured fill step (was the mma.sync kernel's estimate of 15 a pair times
+    # 16 pairs = 240). Round trips (the source's loads, HopperTraits): one step a
     # lane, every load issued first, 1 a fill (the mma.sync kernel's 4-pair steps: 8); a straddling dot loads
     # its whole row of 8 chunks first (kDotChunks), one round trip a term, a row's terms split over its two
     # lanes (even / odd): 2 + 1 + 1 for the natural, left and right variants of a late row (the mma.sync
     # kernel's 2 chunks a load, 6 terms in a row: 24). With one CTA a multiprocessor nothing hides these (the
     # chain term's 1 / resident).
-    fill_instructions=16 * 15, fill_round_trips=1, mixed_round_trips=4,
+    cta_setup=HOPPER_CONSUMER_PROLOGUE_MEASURED + HOPPER_CONSUMER_EPILOGUE_MEASURED,
+    producer_setup=4 * HOPPER_PRODUCER_PROLOGUE_MEASURED,
+    fill_instructions=HOPPER_FILL_STEP_MEASURED, fill_round_trips=1, mixed_round_trips=4,
     sources=("consumer / producer tiles: the gate's SASS trips (sm_90a, hopper_tile_paths)",
              "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 32-row warp (an upper bound "
-             "for 16-row warps)", "prologue and fill instructions: the mma.sync kernel's figures",
+             "for 16-row warps)", "prologue, epilogue and fill step: the gate's SASS paths (hopper_fixed_paths, "
+             "cheapest paths)",
              "fill and straddling-dot round trips: the loads the source issues before use (kFillPairs, kDotChunks)",
              "issue efficiency: the fit at 8 warps / SM, applied at 12"),
 )
@@ -342,7 +378,7 @@ def body_phase(d: Design, census: dict, L: int, lite: bool) -> Phase:
     kv_bytes = _heads() * L * D * ELEMENT_BYTES * (5 if not lite else 3)  # each prepared array read once
     producer = d.producer_warps * census["kv_tiles"] * d.producer_tile  # the Hopper kernel's copies
     return Phase("body", ctas=ctas, warps_per_cta=d.warps + d.producer_warps, resident=d.resident,
-                 warp_instructions=d.warps * per_warp + producer, flops=flops, bytes=kv_bytes, chain_cycles=chain,
+                 warp_instructions=d.warps * per_warp + producer + d.producer_setup, flops=flops, bytes=kv_bytes, chain_cycles=chain,
                  launches=1, wgmma=d.wgmma)
 
 

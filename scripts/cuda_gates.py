@@ -575,7 +575,8 @@ HOPPER_TILE_COPIES = 32
 def hopper_tile_paths(cubin: str, kernel: str) -> dict:
     """Per-warp trips of the Hopper kernel at head dim 64 (what the time model reads): a consumer warp's
     cheapest trip around a tile loop with a whole tile's 8 HGMMA and the ring's mbarriers (its unmasked loop),
-    the same through the logit block (a masked tile), and a producer warp's trip around its span walk that
+    the same through the logit block (a masked tile), the same through the warps' votes (a tile the masked loop
+    takes whole), and a producer warp's trip around its span walk that
     copies a whole tile (8 cp.async per thread) and passes the ring's mbarriers."""
     sass = function_sass(cubin, kernel)
     full = tile_path(sass, HOPPER_TILE_HGMMA, copy_ops=("SYNCS",))
@@ -583,10 +584,168 @@ def hopper_tile_paths(cubin: str, kernel: str) -> dict:
     first, last = logit_block_lines()
     block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
     masked = tile_path(sass, HOPPER_TILE_HGMMA, through=block, copy_ops=("SYNCS",)) if block else dict(instructions=None)
+    # A tile the masked loop takes whole (through the warps' votes, tile.h row_sees_any; no logit block).
+    first, last = function_lines("row_sees_any", "tile.h")
+    votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
+    voted = tile_path(sass, HOPPER_TILE_HGMMA, through=votes, copy_ops=("SYNCS",)) if votes else dict(instructions=None)
     copy = tile_path(sass, HOPPER_TILE_COPIES, copy_ops=("SYNCS",), count_ops=("LDGSTS",))
     return dict(consumer_full_tile=full["instructions"], consumer_full_tile_hgmma=full.get("mma"),
                 consumer_full_tile_ops=full.get("ops", {}), consumer_masked_tile=masked["instructions"],
+                consumer_masked_loop_full_tile=voted["instructions"],
                 producer_tile=copy["instructions"], producer_tile_ops=copy.get("ops", {}))
+
+
+def member_lines(name: str, file: str) -> tuple[int, int]:
+    """The lines of a member function `name` of csrc/cuda/`file` (its signature to the closing brace at the
+    signature's indentation)."""
+    text = (ROOT / "csrc" / "cuda" / file).read_text().splitlines()
+    first = next(n for n, t in enumerate(text, 1) if f" {name}(" in t and "__device__" in t)
+    indent = len(text[first - 1]) - len(text[first - 1].lstrip())
+    last = next(n for n, t in enumerate(text[first:], first + 1) if t == " " * indent + "}")
+    return first, last
+
+
+def cheapest_path(sass: list[tuple[int, str, str]], starts: set, ends: set, through: tuple = (),
+                  count_ops: tuple[str, ...] = (), min_count: int = 0, count_within: set | None = None) -> dict:
+    """The fewest instructions a converged warp issues from one of `starts` to one of `ends` (both counted)
+    over successors()' graph, passing at least one address of each set in `through` and at least `min_count`
+    instructions whose opcode starts with one of `count_ops` (at addresses of `count_within`, if given). Every loop is taken as few times as that allows
+    (a strided loop a warp's lanes skip: none). Returns the count and the path's opcode histogram."""
+    import heapq
+
+    graph = successors(sass)
+    by_address = {a: op for a, op, _ in sass}
+    full = (1 << len(through)) - 1
+
+    def mask(a):
+        return sum(1 << i for i, t in enumerate(through) if a in t)
+
+    def counted(a):
+        return int(bool(count_ops) and by_address[a].startswith(count_ops)
+                   and (count_within is None or a in count_within))
+
+    dist, parent, heap = {}, {}, []
+    for a in starts:
+        state = (a, min(min_count, counted(a)), mask(a))
+        dist[state] = 1
+        heapq.heappush(heap, (1, state))
+    finish = None
+    while heap:
+        cost, state = heapq.heappop(heap)
+        if cost > dist.get(state, 1 << 60):
+            continue
+        address, n, seen = state
+        if address in ends and seen == full and n >= min_count:
+            finish = (cost, state)
+            break
+        for nxt in graph.get(address, []):
+            if nxt not in by_address:
+                continue
+            s2 = (nxt, min(min_count, n + counted(nxt)), seen | mask(nxt))
+            if cost + 1 < dist.get(s2, 1 << 60):
+                dist[s2], parent[s2] = cost + 1, state
+                heapq.heappush(heap, (cost + 1, s2))
+    if finish is None:
+        return dict(instructions=None, ops={})
+    ops, state, path = {}, finish[1], []
+    while True:
+        op = by_address[state[0]].split(".")[0]
+        ops[op] = ops.get(op, 0) + 1
+        path.append(state[0])
+        if state not in parent:
+            break
+        state = parent[state]
+    return dict(instructions=finish[0], ops=dict(sorted(ops.items(), key=lambda x: -x[1])), path=path[::-1])
+
+
+def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
+    """The Hopper kernel's per-CTA costs outside the tile loops at head dim 64, counted on its SASS (what the
+    time model reads in place of the mma.sync kernel's estimates), each the cheapest path a converged warp
+    takes (predicated-off instructions count; the prologue's strided loops a warp's lanes skip are skipped):
+
+    - consumer_prologue: a consumer warp from the kernel's entry through its setmaxnreg.inc to the first
+      instruction of its first fill (mainloop.h fill_slot_row and what it calls): the prologue's barriers
+      and shared stores (the producer warpgroup reads the plan), the roles' split, the Consumer's set-up
+      and the walk's first cursor steps;
+    - fill_step: one fill of the warp's query slot rows (a rotated variant at head dim 64: 16 pairs a lane,
+      2 FFMA each), from that first instruction to the first of the straddling dots (the async-proxy fence and
+      the barrier between);
+    - consumer_epilogue: from the epilogue's first instruction (body_kernel.h Consumer::epilogue) to EXIT with
+      its 4 16-byte output stores a lane (16 rows x 8 chunks over 32 lanes);
+    - producer_prologue: a producer warpgroup warp whose lanes compute the rows' geometry (tid < 128: all
+      four), from the entry through the plan's read and the row geometry (plan.h row_geometry) to its
+      setmaxnreg.dec;
+    - producer_exit: a copying warp from its setmaxnreg.dec to EXIT over an empty walk (the producer's
+      per-CTA cost outside its tiles)."""
+    sass = function_sass(cubin, kernel)
+    lines = source_lines(cubin, kernel)
+
+    def at(file, first_last):
+        first, last = first_last
+        return {a for a, (name, n) in lines.items() if name == file and first <= n <= last}
+
+    fill = set().union(*(at("mainloop.h", function_lines(f)) for f in ("fill_slot_row", "fill_row", "fill_row_vector",
+                                                                      "rotate_pairs")))
+    rotate = at("mainloop.h", function_lines("rotate_pairs"))
+    dots = at("mainloop.h", function_lines("straddling_dots"))
+    epilogue = at("body_kernel.h", member_lines("epilogue", "hopper/body_kernel.h"))
+    geometry = at("plan.h", function_lines("row_geometry", "plan.h"))
+    alloc = {a for a, op, _ in sass if op.startswith("USETMAXREG.TRY_ALLOC")}
+    dealloc = {a for a, op, _ in sass if op.startswith("USETMAXREG.DEALLOC")}
+    exits = {a for a, op, _ in sass if op.startswith("EXIT")}
+    entry = {sass[0][0]}
+    pro = cheapest_path(sass, entry, fill, through=(alloc,))
+    # The fill from the prologue's last instruction (the first of fill_slot_row on the consumer's path).
+    first_fill = min(fill & {a for a, _, _ in sass if a >= min(alloc)}) if alloc and fill else None
+    # Head dim 64, rotary half 32, two lanes a row: 16 pairs a lane, each rotated with two FFMA.
+    step = (cheapest_path(sass, {first_fill}, dots, count_ops=("FFMA",), min_count=2 * 16, count_within=rotate)
+            if first_fill is not None else dict(instructions=None))
+    epi = (cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=4)
+           if epilogue else dict(instructions=None))
+    # ... through the plan's read too (the producer warpgroup reads it; a path that skips it, as a tile with no
+    # rows does, never reaches the roles).
+    text = (ROOT / "csrc" / "cuda" / "hopper" / "body_kernel.h").read_text().splitlines()
+    reads = {n for n, t in enumerate(text, 1) if "p.record_count[2 * plan]" in t}
+    plan = {a for a, (name, n) in lines.items() if name == "body_kernel.h" and n in reads}
+    prod = cheapest_path(sass, entry, dealloc, through=(geometry, plan)) if geometry and plan else dict(instructions=None)
+    done = cheapest_path(sass, dealloc, exits)
+    return dict(consumer_prologue=pro["instructions"], consumer_prologue_ops=pro["ops"],
+                fill_step=step["instructions"], fill_step_ops=step["ops"],
+                consumer_epilogue=epi["instructions"], consumer_epilogue_ops=epi["ops"],
+                producer_prologue=prod["instructions"], producer_prologue_ops=prod["ops"],
+                producer_exit=done["instructions"])
+
+
+def attn_fixed_paths(cubin: str, kernel: str) -> dict:
+    """The mma.sync kernel's per-CTA costs outside its tile loops (mainloop.h attn_cta, head dim 64), counted as
+    hopper_fixed_paths counts the Hopper kernel's, so that the time model compares the two on the same
+    footing (cheapest paths of a converged warp): a body warp's prologue from the entry through its rows'
+    geometry (every thread a row) to the first instruction of its first fill; one fill step (a thread a row:
+    32 rotated pairs, 2 FFMA each, in 4-pair steps) to the straddling dots; the epilogue from its first line
+    (mainloop.h "---- epilogue") to EXIT with its 8 16-byte output stores a lane (32 rows x 8 chunks)."""
+    sass = function_sass(cubin, kernel)
+    lines = source_lines(cubin, kernel)
+
+    def at(first, last):
+        return {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+
+    fill = set().union(*(at(*function_lines(f))
+                         for f in ("fill_slot_row", "fill_row", "fill_row_vector", "rotate_pairs")))
+    rotate, dots = at(*function_lines("rotate_pairs")), at(*function_lines("straddling_dots"))
+    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
+    # The body prologue's own line after its row geometry (the control CTAs' walk has fills too).
+    row = next(n for n, t in enumerate(text, 1) if t.strip() == "sRow[tid] = me;")
+    first = next(n for n, t in enumerate(text, 1) if "// ---- epilogue ---" in t)
+    last = next(n for n, t in enumerate(text[first:], first + 1) if t == "}")
+    epilogue = at(first, last)
+    exits = {a for a, op, _ in sass if op.startswith("EXIT")}
+    pro = cheapest_path(sass, {sass[0][0]}, fill, through=(at(row, row),))
+    step = (cheapest_path(sass, {pro["path"][-1]}, dots, count_ops=("FFMA",), min_count=2 * 32, count_within=rotate)
+            if pro["instructions"] else dict(instructions=None, ops={}))
+    epi = (cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=8)
+           if epilogue else dict(instructions=None, ops={}))
+    return dict(prologue=pro["instructions"], prologue_ops=pro["ops"], fill_step=step["instructions"],
+                fill_step_ops=step["ops"], epilogue=epi["instructions"], epilogue_ops=epi["ops"])
 
 
 def hopper_failures(stats: dict) -> list[str]:
@@ -640,6 +799,7 @@ def hopper_gate(sources=HOPPER_SOURCES, head_dims=(64, 80, 128)) -> dict:
                 stats["setmaxnreg"] = register_roles(cubin, name)
                 if d == 64:
                     stats.update(hopper_tile_paths(cubin, name))
+                    stats.update(hopper_fixed_paths(cubin, name))
                 stats["setmaxnreg_ignored"] = "C7508" in report
                 # ptxas's advisories when it cannot keep wgmma asynchronous (it waits after each one instead): C7515
                 # (non-wgmma instructions defining accumulators in flight), C7514 (... reading them).
@@ -705,6 +865,11 @@ def main(argv=None) -> int:
               f"{s['hgmma']} ({s['hgmma_share']:.2%} of the instructions, {s['hgmma_work_share']:.2%} in m16n8k16 "
               f"units; {s['hgmma_shapes']}), HMMA {s['hmma']}, CALLs "
               f"{len(s['calls'])} (division {len(s['division_calls'])})")
+        if "consumer_full_tile" in s:  # head dim 64: the trips and the costs outside the tile loops
+            print(f"  consumer trip {s['consumer_full_tile']} (masked {s['consumer_masked_tile']}), producer trip "
+                  f"{s['producer_tile']}; consumer prologue {s.get('consumer_prologue')}, epilogue "
+                  f"{s.get('consumer_epilogue')}, fill step {s.get('fill_step')}, producer warp's prologue "
+                  f"{s.get('producer_prologue')}")
         for f in s["failures"]:
             print(f"  FAIL {Path(src).stem} D={d} sm_90a: {f}")
         ok = ok and not s["failures"]

@@ -96,5 +96,50 @@ def test_the_time_model_reads_the_measured_hopper_tiles(measured):
     assert cuda_time_model.HOPPER_FULL_TILE_MEASURED == s["consumer_full_tile"]
     assert cuda_time_model.HOPPER_MASKED_TILE_MEASURED == s["consumer_masked_tile"]
     assert cuda_time_model.HOPPER_PRODUCER_TILE_MEASURED == s["producer_tile"]
+    assert cuda_time_model.HOPPER_MASKED_LOOP_FULL_MEASURED == s["consumer_masked_loop_full_tile"]
+    assert cuda_time_model.HOPPER.masked_loop_full == s["consumer_masked_loop_full_tile"]
     assert cuda_time_model.HOPPER.full_tile == s["consumer_full_tile"]
     assert cuda_time_model.HOPPER.producer_tile == s["producer_tile"]
+
+
+def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
+    """... and its per-CTA costs outside the tile loops (cuda_gates.hopper_fixed_paths): a consumer warp's
+    prologue and epilogue, a fill step, a producer warpgroup warp's prologue; the epilogue's path holds its
+    output stores and the fill step its rotation (16 pairs a lane at head dim 64, 2 FFMA a pair)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import cuda_time_model
+
+    s = measured[("csrc/cuda/attn_hopper_bf16.cu", 64)]
+    assert s["consumer_prologue_ops"].get("USETMAXREG", 0) == 1
+    assert s["consumer_epilogue_ops"].get("STG", 0) >= 4 and s["consumer_epilogue_ops"].get("EXIT", 0) >= 1
+    assert s["fill_step_ops"].get("FFMA", 0) >= 32
+    assert cuda_time_model.HOPPER_CONSUMER_PROLOGUE_MEASURED == s["consumer_prologue"]
+    assert cuda_time_model.HOPPER_CONSUMER_EPILOGUE_MEASURED == s["consumer_epilogue"]
+    assert cuda_time_model.HOPPER_FILL_STEP_MEASURED == s["fill_step"]
+    assert cuda_time_model.HOPPER_PRODUCER_PROLOGUE_MEASURED == s["producer_prologue"]
+    hop = cuda_time_model.HOPPER
+    assert hop.cta_setup == s["consumer_prologue"] + s["consumer_epilogue"]
+    assert hop.fill_instructions == s["fill_step"]
+    assert hop.producer_setup == 4 * s["producer_prologue"]
+
+
+def test_the_time_model_reads_the_mma_sync_kernels_fixed_costs_counted_the_same_way():
+    """The mma.sync kernel's prologue, epilogue and fill step in the time model (SECOND_NOW, the design the
+    Hopper kernel is compared with) are cuda_gates.attn_fixed_paths' counts on its SASS (sm_90a, bf16, D = 64,
+    three K/V stages: what an H100 / H200 runs), the same cheapest-path count as the Hopper kernel's."""
+    import tempfile
+
+    if cuda_gates.nvcc_path() is None or cuda_gates.cuobjdump_path() is None:
+        pytest.skip("needs nvcc (CUDA_HOME) and cuobjdump (CUDA toolkit, or the triton package of torch's CUDA build)")
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import cuda_time_model
+
+    with tempfile.TemporaryDirectory() as workdir:
+        cubin, _ = cuda_gates.compile_kernel("csrc/cuda/attn_hdim64_bf16.cu", "90a", workdir)
+        s = cuda_gates.attn_fixed_paths(cubin, cuda_gates.attn_kernel_name(3))
+    assert s["epilogue_ops"].get("STG", 0) >= 8 and s["fill_step_ops"].get("FFMA", 0) >= 64
+    assert cuda_time_model.ATTN_PROLOGUE_MEASURED == s["prologue"]
+    assert cuda_time_model.ATTN_EPILOGUE_MEASURED == s["epilogue"]
+    assert cuda_time_model.ATTN_FILL_STEP_MEASURED == s["fill_step"]
+    now = cuda_time_model.SECOND_NOW
+    assert now.cta_setup == s["prologue"] + s["epilogue"] and now.fill_instructions == s["fill_step"]

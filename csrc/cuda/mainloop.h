@@ -264,12 +264,15 @@ __device__ __forceinline__ void store_slot(Element* dst, int x, const float (&v)
 
 // One step of fill_row_vector's rotation: kPairs rotated pairs from pair u on (the half layout's dims u.. and
 // u + half.., the interleaved layout's 2u..2u + 2 kPairs - 1), every load issued before any is used.
-template <typename Traits, bool kCore, int kPairs>
+// kLayout: -1 the layout read from `interleaved` at run time (a select per element), 0 the half layout, 1 the
+// interleaved one (known at compile time: no selects).
+template <typename Traits, bool kCore, int kPairs, int kLayout = -1>
 __device__ __forceinline__ void rotate_pairs(typename Traits::Element* dst, const typename Traits::Element* row,
                                              const float* cs, const float* sn, float sign, int half, int u,
-                                             bool interleaved) {
+                                             bool interleaved_) {
   using Element = typename Traits::Element;
   constexpr int P = kPairs, P2 = kPairs / 2;
+  const bool interleaved = kLayout < 0 ? interleaved_ : kLayout == 1;
   const int x = interleaved ? 2 * u : u, y = interleaved ? 2 * u + P : u + half;
   float a[P], b[P], c[P], s[P];
   load_elements<Element, P>(row + x, a);
@@ -323,7 +326,18 @@ __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, c
         u = end;
       }
     }
-    if constexpr (kPairs > 4) {
+    if constexpr (kPairs > 4 && kSplit) {
+      // The split fill (the sm_90a kernel's): the layout branched on once, each step's code for its own layout.
+      if (interleaved) {
+#pragma unroll 1
+        for (; u + kPairs <= end; u += kPairs)
+          rotate_pairs<Traits, kCore, kPairs, 1>(dst, row, cs, sn, sign, half, u, interleaved);
+      } else {
+#pragma unroll 1
+        for (; u + kPairs <= end; u += kPairs)
+          rotate_pairs<Traits, kCore, kPairs, 0>(dst, row, cs, sn, sign, half, u, interleaved);
+      }
+    } else if constexpr (kPairs > 4) {
 #pragma unroll 1
       for (; u + kPairs <= end; u += kPairs)
         rotate_pairs<Traits, kCore, kPairs>(dst, row, cs, sn, sign, half, u, interleaved);

@@ -2,9 +2,10 @@
 // attn_kernel) on Hopper's asynchronous machinery, from the same plan (records and tile spans), with the
 // same logits, softmax and epilogue. One CTA of 384 threads per body tile of 128 query rows:
 //
-//   all threads   the prologue: the plan, the retrieved blocks, each row's geometry (as attn_kernel's),
-//                 the ring's mbarriers; then the roles split (setmaxnreg: the producer's warpgroup gives
-//                 registers up, the consumers' take them)
+//   all threads   the prologue: the plan, the retrieved blocks, each row's geometry (as attn_kernel's, read
+//                 and computed by the producer warpgroup, a thread a row; the consumer warps meet it at the
+//                 barriers), the ring's mbarriers; then the roles split (setmaxnreg: the producer's
+//                 warpgroup gives registers up, the consumers' take them)
 //   producer      warpgroup 0 walks the tile spans (tile.h SpanCursor) and copies each tile's keys and values
 //                 with cp.async (16-byte chunks round its first warp, HopperTraits::kProducerWarps; the others
 //                 leave after setmaxnreg) into the next of kStages stages (core-matrix layout, 64-key tiles in tile_column
@@ -522,6 +523,22 @@ struct Consumer {
     __syncwarp();
     Element* out = static_cast<Element*>(p.out);
     constexpr int kChunk = 8;
+    if constexpr (32 % Traits::kChunks == 0) {
+      if (p.D % kChunk == 0) {  // whole rows a pass (head dims 64, 128): one column a lane, rows kRowStep apart
+        constexpr int kRowStep = 32 / Traits::kChunks;
+        const int row = 16 * warp + lane / Traits::kChunks, col = (lane % Traits::kChunks) * kChunk;
+        if (col < p.D) {
+          Element* dst = out + (out0 + row) * p.D + col;
+          const Element* from = staged + row * Dp + col;
+          const int64_t step = int64_t(kRowStep) * p.D;
+#pragma unroll
+          for (int i = 0; i < 16 / kRowStep; ++i)
+            if (row + kRowStep * i < nrows)
+              *reinterpret_cast<uint4*>(dst + i * step) = *reinterpret_cast<const uint4*>(from + i * kRowStep * Dp);
+        }
+        return;
+      }
+    }
     if (p.D % kChunk == 0) {  // rows of D elements stay 16-byte aligned
 #pragma unroll 1
       for (int x = lane; x < 16 * Traits::kChunks; x += 32) {
@@ -548,13 +565,23 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
   constexpr int M = Traits::kBlockM, kThreads = Traits::kThreads, kStages = Traits::kStages;
   const Geometry& g = p.geo;
 
+  const int tid = threadIdx.x;
+  // The producer warpgroup (its 4 warps: the tile's 128 rows, one a thread) reads the plan and computes the
+  // rows; the consumer warps skip the tile's index arithmetic and the copies, and learn what they need (the
+  // spans' count, cta, the bands) from shared memory after the barriers.
+  const bool planner = tid < Traits::kThreads - Traits::kConsumerThreads;
+  static_assert(Traits::kThreads - Traits::kConsumerThreads == Traits::kBlockM, "a producer thread a row");
   // This grid holds the body tiles only (the control CTAs run on the mma.sync kernel): tile index past them.
-  const int32_t control = p.control_tiles * p.control_chunks;
-  const int32_t head = p.by_ctas_per_head.div(int32_t(blockIdx.x));  // b * Hq + h
-  const QueryTile t = query_tile<M>(p, control + p.by_ctas_per_head.mod(int32_t(blockIdx.x)));
-  if (t.nrows <= 0) return;  // the whole CTA leaves before any barrier
-  const int32_t batch = p.by_Hq.div(head), h = p.by_Hq.mod(head);
-  const int32_t bh = batch * p.Hkv + p.by_group.div(h);
+  QueryTile t{};
+  int32_t head = 0, batch = 0, h = 0, bh = 0;
+  if (planner) {
+    const int32_t control = p.control_tiles * p.control_chunks;
+    head = p.by_ctas_per_head.div(int32_t(blockIdx.x));  // b * Hq + h
+    t = query_tile<M>(p, control + p.by_ctas_per_head.mod(int32_t(blockIdx.x)));
+    batch = p.by_Hq.div(head);
+    h = p.by_Hq.mod(head);
+    bh = batch * p.Hkv + p.by_group.div(h);
+  }
 
   RSWA_DYNAMIC_SHARED(smem);
   HopperCta<Traits> c;
@@ -581,22 +608,31 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
   c.sBand = reinterpret_cast<float*>(smem + uint32_t(Layout::band_logits(p.max_records, p.retrieved_k)));
   RSWA_STATIC_SHARED(BandRecords, shared_bands);
   RSWA_STATIC_SHARED(BodyCta, cta);
+  RSWA_STATIC_SHARED(int2, shared_plan);  // the tile's rows (none: the CTA leaves) and its spans
 
-  const int tid = threadIdx.x;
-  // ---- prologue: records and spans, retrieved blocks, rows (attn_kernel's, over 384 threads) ------------------
-  const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
-  const int32_t count = p.record_count[2 * plan];
-  c.spans = p.record_count[2 * plan + 1];
-  const int4* src = reinterpret_cast<const int4*>(records_of(p, p.records, plan));
-#pragma unroll 1
-  for (int x = tid; x < p.max_records + c.spans; x += kThreads) reinterpret_cast<int4*>(sRec)[x] = src[x];
+  // ---- prologue: records and spans, retrieved blocks, rows (attn_kernel's, over the producer warpgroup) ------
   c.k = p.retrieved != nullptr ? p.retrieved_k : 0;
-  const int32_t* given = c.k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * c.k : nullptr;
+  int32_t count = 0;
+  constexpr int kPlanners = Traits::kBlockM;
+  if (planner && t.nrows > 0) {
+    const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
+    count = p.record_count[2 * plan];
+    const int32_t spans = p.record_count[2 * plan + 1];
+    if (tid == 0) shared_plan = make_int2(t.nrows, spans);
+    const int4* src = reinterpret_cast<const int4*>(records_of(p, p.records, plan));
 #pragma unroll 1
-  for (int x = tid; x < c.k; x += kThreads) sRet[x] = given[x];
+    for (int x = tid; x < p.max_records + spans; x += kPlanners) reinterpret_cast<int4*>(sRec)[x] = src[x];
+    const int32_t* given = c.k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * c.k : nullptr;
+#pragma unroll 1
+    for (int x = tid; x < c.k; x += kPlanners) sRet[x] = given[x];
+  } else if (tid == 0) {
+    shared_plan = make_int2(0, 0);
+  }
   __syncthreads();
+  if (shared_plan.x <= 0) return;  // the whole CTA leaves (the same value for every thread)
+  c.spans = shared_plan.y;
 #pragma unroll 1
-  for (int x = tid; x < count; x += kThreads) {
+  for (int x = tid; x < count; x += kPlanners) {  // count is 0 outside the producer warpgroup
     RecordArrays<Element> ra;
     record_arrays<Element>(p.kv, KeySet(sRec[x].keys), bh, batch, bh - batch * p.Hkv, Traits::kHeadDim, ra);
     sArrays[x] = ra;
@@ -613,12 +649,14 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
     }
   }
   if (tid < Traits::kConsumerThreads / 32) c.sCurrent[tid] = -1;
+  // The walks over the records (the Hn bands, the variants needed) by one thread, not by every warp: the
+  // barriers of the votes below publish the bands, and `needed` goes into cta.
+  if (tid == 0) shared_bands = BandRecords::find(sRec, count);
   uint32_t any = 0;  // bit x: some row has a straddling block on side x
 #pragma unroll
   for (int x = 0; x < 2; ++x)
     any |= uint32_t(__syncthreads_or(row_thread && tid < t.nrows && me.mix[x] >= 0) != 0) << x;
-  const uint32_t needed = variants_needed(sRec, count, any & 1, any & 2);
-  const BandRecords bands = BandRecords::find(sRec, count);
+  const BandRecords bands = shared_bands;
   if (bands.n[0] + bands.n[1] > 0)
 #pragma unroll 1
     for (int x = tid; x < 2 * M * Layout::kBandStride; x += kThreads) c.sBand[x] = -INFINITY;
@@ -635,7 +673,7 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
     hopper::fence_proxy_async_shared();
   }
   if (tid == 0) {
-    shared_bands = bands;
+    const uint32_t needed = variants_needed(sRec, count, any & 1, any & 2);
     const int32_t n0 = g.C + t.i0 - p.first_row;  // q row of the tile's first row
     const Element* q_rows = static_cast<const Element*>(p.q) + p.q_strides.at(batch, h, n0);
     cta = BodyCta{q_rows, int64_t(head) * p.Nq + n0, t.i0, t.nrows, bh, needed, slot_rows_in_chunks<Traits>(p, q_rows)};
