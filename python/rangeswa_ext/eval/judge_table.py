@@ -1,19 +1,11 @@
 """Pairwise verdicts to win / tie / loss, the position-bias rate, bootstrap intervals and the paper's Table 17.
 
-A pair is one sample index judged for methods ``a`` and ``b`` (same model, length, seed and index). The
-judge sees it twice: order ``ab`` puts a's text in slot A and b's in slot B, order ``ba`` the other way
-round. Each order's verdict is the slot whose answer label has the larger next-token logit, translated
-to the method whose text sat there; exactly equal logits (or a NaN) decide nothing (None).
-
-- win: both orders prefer a's text; loss: both prefer b's text;
-- tie: anything else: the two orders disagree (then both verdicts named the same slot, so the judge
-  followed the position, not the text) or one of them decided nothing;
-- win rate = (wins + ties / 2) / pairs: a judge that always answers "A" ties every pair and scores 50 %;
-- position bias = the share of pairs whose two verdicts named the same slot (that judge: 100 %);
-- slot A rate = the share of decided verdicts that named slot A (50 % for a judge without a lean);
-- the 95 % interval of the win rate is the percentile bootstrap over pairs (the two orders of a pair stay
-  together): the resampled (wins, ties, losses) are multinomial with the observed shares, drawn from a
-  fixed seed, so the interval is reproducible.
+A pair is one sample index judged for methods ``a`` and ``b`` (same model, length, seed and index), seen
+twice: order ``ab`` puts a's text in slot A and b's in slot B, order ``ba`` the other way round. Each
+order's verdict is the slot whose answer label has the larger next-token logit, translated to the method
+whose text sat there; exactly equal logits (or a NaN) decide nothing (None). A win is both orders
+preferring a's text, a loss both preferring b's, a tie anything else; docs/judge.md, "Win, tie, loss,
+position bias, interval", defines the win rate, the position bias, the slot A rate and the bootstrap.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`rangeswa sweep CONFIG.toml`: generate and score every configuration of a TOML file, then render the
-paper's tables and plots (docs/evaluation.md).
+paper's tables and plots.
 
 A configuration is one (model, length, method, seed); a sweep runs them in that nesting order. Each one
 is `generate` (resumable JSON lines) then `score_file`, and ends with its results file written atomically;
@@ -7,13 +7,8 @@ a rerun skips every configuration whose results file holds the same settings, re
 of an unfinished one, and rescores it. Methods of one model and length share their initial noise because
 sample k's noise depends only on (seed, k). Every input is checked before anything is written. Under
 torchrun each configuration's generation and Gen. PPL are split over the ranks; rank 0 decides what is
-pending, writes results, renders and logs.
-
-Output folder:
-    samples/<model>/<method>_L<length>_seed<seed>.jsonl   the samples (and .scores.json beside them)
-    results/<model>/<method>_L<length>_seed<seed>.json    one file per finished configuration
-    tables.md, results.csv, results.json (+ results_seeds.csv with several seeds), figures/<model>.{png,svg}
-    sweep.log                                              what ran, with timings
+pending, writes results, renders and logs. docs/evaluation.md gives the sweep file, the output folder
+(samples/, results/, tables, figures, sweep.log) and what a kill can leave.
 """
 
 from __future__ import annotations
