@@ -108,9 +108,11 @@ class Design:
     warps: int
     full_tile: float  # warp instructions of a KV tile with no masking, per warp
     masked_extra: float  # added on a masked tile
-    # Which tiles pay masked_extra: "masked" (masked tiles per CTA, the review's count) or "logit" (per warp,
-    # the KV tiles whose logits are computed before the softmax: masked, or full with column fix-ups; the
-    # census's logit_path_tiles_per_warp, the kernel's own branch).
+    # Which tiles pay masked_extra: "masked" (masked tiles per CTA, the review's count), "logit" (per 32-row
+    # warp, the KV tiles whose logits are computed before the softmax: masked, or full with column fix-ups; the
+    # census's logit_path_tiles_per_warp, the mma.sync kernel's own branch) or "logit16" (per 16-row consumer
+    # warp of the sm_90a kernel, as its masked loop decides per warpgroup: the census's
+    # logit_path_tiles_per_warp16).
     extra_tiles: str = "masked"
     # Warp instructions of a tile the masked loop takes whole (its votes, no logits), when the kernel has an
     # unmasked loop (the plan's tile spans): the census's unmasked-loop tiles pay full_tile, the masked loop's
@@ -320,9 +322,13 @@ HOPPER = replace(
     cta_setup=HOPPER_CONSUMER_PROLOGUE_MEASURED + HOPPER_CONSUMER_EPILOGUE_MEASURED,
     producer_setup=4 * HOPPER_PRODUCER_PROLOGUE_MEASURED,
     fill_instructions=HOPPER_FILL_STEP_MEASURED, fill_round_trips=1, mixed_round_trips=4,
+    # Its logit tiles counted per 16-row consumer warp, as its masked loop decides them (a warpgroup computes
+    # a tile one of its warps needs; a warp that would skip it takes it masked): the census's
+    # logit_path_tiles_per_warp16 (was the per 32-row warp count, logit_path_tiles_per_warp).
+    extra_tiles="logit16",
     sources=("consumer / producer tiles: the gate's SASS trips (sm_90a, hopper_tile_paths)",
-             "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 32-row warp (an upper bound "
-             "for 16-row warps)", "prologue, epilogue and fill step: the gate's SASS paths (hopper_fixed_paths, "
+             "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 16-row consumer warp "
+             "(logit_path_tiles_per_warp16)", "prologue, epilogue and fill step: the gate's SASS paths (hopper_fixed_paths, "
              "cheapest paths)",
              "fill and straddling-dot round trips: the loads the source issues before use (kFillPairs, kDotChunks)",
              "issue efficiency: the fit at 8 warps / SM, applied at 12"),
@@ -369,7 +375,7 @@ def body_phase(d: Design, census: dict, L: int, lite: bool) -> Phase:
     ctas = _heads() * L / d.rows_per_cta
     # With an unmasked loop, the masked loop's tiles without logits cost its whole-tile trip.
     loop = 0.0 if d.masked_loop_full is None else (
-        (census["kv_tiles"] - census["unmasked"] - census["logit"]) * (d.masked_loop_full - d.full_tile))
+        (census["kv_tiles"] - census["unmasked"] - census[d.extra_tiles]) * (d.masked_loop_full - d.full_tile))
     per_warp = (census["kv_tiles"] * d.full_tile + census[d.extra_tiles] * d.masked_extra + loop
                 + census.get("edge", 0.0) * d.edge_tile_extra + census.get("passes", 0.0) * d.pass_extra
                 + d.cta_setup + census["fills"] * d.fill_instructions)
@@ -424,6 +430,7 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Ph
     label = {"late": "rangeswa late", "lite": "rangeswa_lite"}[case]
     e = entries[f"{label}|{L}|{D}"]
     census = dict(kv_tiles=e["kv_tiles"], masked=e["masked_tiles_per_cta"], logit=e["logit_path_tiles_per_warp"],
+                  logit16=e.get("logit_path_tiles_per_warp16", e["logit_path_tiles_per_warp"]),
                   unmasked=e.get("unmasked_tiles", 0.0), fills=e["slot_fills"],
                   cols_per_row=e["cols_per_row"])
     control = control_phase(d, L)
