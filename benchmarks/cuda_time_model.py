@@ -294,10 +294,12 @@ HOPPER_PRODUCER_WARPS = 1
 # column a lane, rows 4 apart) and the records' walks for the bands and the variants by one thread:
 # 288 / 154 / 284 / 273; the plan read and the tile's index arithmetic by the producer warpgroup alone (the
 # consumer warps learn the spans' count from shared memory after the first barrier; the producer path is
-# counted through the plan's read): 229 / 154 / 284 / 236.
+# counted through the plan's read): 229 / 154 / 284 / 236; the fill step's rotated chunks stored as 16-byte
+# words (mainloop.h store_slot with kCore: were four 4-byte stores a chunk, 16 STS a step, now 4):
+# 229 / 154 / 246 / 236.
 HOPPER_CONSUMER_PROLOGUE_MEASURED = 229
 HOPPER_CONSUMER_EPILOGUE_MEASURED = 154
-HOPPER_FILL_STEP_MEASURED = 284
+HOPPER_FILL_STEP_MEASURED = 246
 HOPPER_PRODUCER_PROLOGUE_MEASURED = 236
 HOPPER = replace(
     SECOND_NOW,

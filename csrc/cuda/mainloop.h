@@ -251,6 +251,17 @@ __device__ __forceinline__ void store_slot(Element* dst, int x, const float (&v)
   constexpr int kChunk = 16 / int(sizeof(Element));
   if constexpr (N <= kChunk) {
     store_elements<Element, N>(dst + slot_col<kCore>(x), v);
+  } else if constexpr (kCore && sizeof(Element) == 2) {
+    // The sm_90a kernel's steps of 16 or more elements start on a chunk (x a multiple of 8: fill_row_vector's
+    // aligned steps), so chunk x / 8 + c / 8 of the row is the 16-byte word (x / 8 + c / 8) * 8 of the
+    // core-matrix layout (slot_col<true>: chunks 64 elements apart). Indexed as 16-byte words, each chunk's
+    // store stays one 16-byte store; the element pointer slot_col gives left NVVM four 4-byte stores a chunk.
+    uint4* words = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+    for (int c = 0; c < N; c += kChunk)
+      words[(x / kChunk + c / kChunk) * 8] =
+          make_uint4(pack2<Element>(v[c], v[c + 1]), pack2<Element>(v[c + 2], v[c + 3]),
+                     pack2<Element>(v[c + 4], v[c + 5]), pack2<Element>(v[c + 6], v[c + 7]));
   } else {
 #pragma unroll
     for (int c = 0; c < N; c += kChunk) {
