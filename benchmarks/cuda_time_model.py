@@ -276,12 +276,15 @@ SECOND_TARGETS = replace(
 # 12.5% more P V work on the tensor cores, which the model's flops, the census's columns, leave out; the
 # body is issue-bound here.) The unmasked loop's next tile within a span computed in registers (the span's
 # end and the record's bias read once a span, SpanCursor::advance only where a span ends): 207 / 358 / 106; the
-# fill's and epilogue's changes below laid the masked loop out again: 207 / 359 / 106.
+# fill's and epilogue's changes below laid the masked loop out again: 207 / 359 / 106. The masked loop's record
+# fields and row bounds held in registers while its record lasts (body_kernel.h masked_run / masked_record: a
+# tile of the same record reads neither from shared memory, nor votes on the record): 207 / 350 / 106.
 HOPPER_FULL_TILE_MEASURED = 207
-HOPPER_MASKED_TILE_MEASURED = 359
+HOPPER_MASKED_TILE_MEASURED = 350
 HOPPER_PRODUCER_TILE_MEASURED = 106
-# ... and a tile its masked loop takes whole (the trip through the warps' votes, no logit block).
-HOPPER_MASKED_LOOP_FULL_MEASURED = 282
+# ... and a tile its masked loop takes whole (the trip through the warps' votes, no logit block): 282, with
+# the record held in registers 273.
+HOPPER_MASKED_LOOP_FULL_MEASURED = 273
 HOPPER_PRODUCER_WARPS = 1
 # Its costs outside the tile loops (scripts/cuda_gates.py hopper_fixed_paths, the same SASS, each the cheapest
 # path a converged warp takes: a strided prologue loop that a warp's lanes skip is skipped, so these are lower
