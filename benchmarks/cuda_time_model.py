@@ -299,10 +299,12 @@ HOPPER_PRODUCER_WARPS = 1
 # consumer warps learn the spans' count from shared memory after the first barrier; the producer path is
 # counted through the plan's read): 229 / 154 / 284 / 236; the fill step's rotated chunks stored as 16-byte
 # words (mainloop.h store_slot with kCore: were four 4-byte stores a chunk, 16 STS a step, now 4):
-# 229 / 154 / 246 / 236.
+# 229 / 154 / 246 / 236; the split fill's steps laid out for a row at a non-negative position too (the sign
+# 1 known: no sine multiplied by it, 16 FMUL a step fewer; only the right variant's first rows are negative),
+# the counted path: 229 / 154 / 225 / 236.
 HOPPER_CONSUMER_PROLOGUE_MEASURED = 229
 HOPPER_CONSUMER_EPILOGUE_MEASURED = 154
-HOPPER_FILL_STEP_MEASURED = 246
+HOPPER_FILL_STEP_MEASURED = 225
 HOPPER_PRODUCER_PROLOGUE_MEASURED = 236
 HOPPER = replace(
     SECOND_NOW,
