@@ -108,9 +108,11 @@ class Design:
     warps: int
     full_tile: float  # warp instructions of a KV tile with no masking, per warp
     masked_extra: float  # added on a masked tile
-    # Which tiles pay masked_extra: "masked" (masked tiles per CTA, the review's count) or "logit" (per warp,
-    # the KV tiles whose logits are computed before the softmax: masked, or full with column fix-ups; the
-    # census's logit_path_tiles_per_warp, the kernel's own branch).
+    # Which tiles pay masked_extra: "masked" (masked tiles per CTA, the review's count), "logit" (per 32-row
+    # warp, the KV tiles whose logits are computed before the softmax: masked, or full with column fix-ups; the
+    # census's logit_path_tiles_per_warp, the mma.sync kernel's own branch) or "logit16" (per 16-row consumer
+    # warp of the sm_90a kernel, as its masked loop decides per warpgroup: the census's
+    # logit_path_tiles_per_warp16).
     extra_tiles: str = "masked"
     # Warp instructions of a tile the masked loop takes whole (its votes, no logits), when the kernel has an
     # unmasked loop (the plan's tile spans): the census's unmasked-loop tiles pay full_tile, the masked loop's
@@ -274,12 +276,15 @@ SECOND_TARGETS = replace(
 # 12.5% more P V work on the tensor cores, which the model's flops, the census's columns, leave out; the
 # body is issue-bound here.) The unmasked loop's next tile within a span computed in registers (the span's
 # end and the record's bias read once a span, SpanCursor::advance only where a span ends): 207 / 358 / 106; the
-# fill's and epilogue's changes below laid the masked loop out again: 207 / 359 / 106.
+# fill's and epilogue's changes below laid the masked loop out again: 207 / 359 / 106. The masked loop's record
+# fields and row bounds held in registers while its record lasts (body_kernel.h masked_run / masked_record: a
+# tile of the same record reads neither from shared memory, nor votes on the record): 207 / 350 / 106.
 HOPPER_FULL_TILE_MEASURED = 207
-HOPPER_MASKED_TILE_MEASURED = 359
+HOPPER_MASKED_TILE_MEASURED = 350
 HOPPER_PRODUCER_TILE_MEASURED = 106
-# ... and a tile its masked loop takes whole (the trip through the warps' votes, no logit block).
-HOPPER_MASKED_LOOP_FULL_MEASURED = 282
+# ... and a tile its masked loop takes whole (the trip through the warps' votes, no logit block): 282, with
+# the record held in registers 273.
+HOPPER_MASKED_LOOP_FULL_MEASURED = 273
 HOPPER_PRODUCER_WARPS = 1
 # Its costs outside the tile loops (scripts/cuda_gates.py hopper_fixed_paths, the same SASS, each the cheapest
 # path a converged warp takes: a strided prologue loop that a warp's lanes skip is skipped, so these are lower
@@ -292,10 +297,14 @@ HOPPER_PRODUCER_WARPS = 1
 # column a lane, rows 4 apart) and the records' walks for the bands and the variants by one thread:
 # 288 / 154 / 284 / 273; the plan read and the tile's index arithmetic by the producer warpgroup alone (the
 # consumer warps learn the spans' count from shared memory after the first barrier; the producer path is
-# counted through the plan's read): 229 / 154 / 284 / 236.
+# counted through the plan's read): 229 / 154 / 284 / 236; the fill step's rotated chunks stored as 16-byte
+# words (mainloop.h store_slot with kCore: were four 4-byte stores a chunk, 16 STS a step, now 4):
+# 229 / 154 / 246 / 236; the split fill's steps laid out for a row at a non-negative position too (the sign
+# 1 known: no sine multiplied by it, 16 FMUL a step fewer; only the right variant's first rows are negative),
+# the counted path: 229 / 154 / 225 / 236.
 HOPPER_CONSUMER_PROLOGUE_MEASURED = 229
 HOPPER_CONSUMER_EPILOGUE_MEASURED = 154
-HOPPER_FILL_STEP_MEASURED = 284
+HOPPER_FILL_STEP_MEASURED = 225
 HOPPER_PRODUCER_PROLOGUE_MEASURED = 236
 HOPPER = replace(
     SECOND_NOW,
@@ -320,9 +329,13 @@ HOPPER = replace(
     cta_setup=HOPPER_CONSUMER_PROLOGUE_MEASURED + HOPPER_CONSUMER_EPILOGUE_MEASURED,
     producer_setup=4 * HOPPER_PRODUCER_PROLOGUE_MEASURED,
     fill_instructions=HOPPER_FILL_STEP_MEASURED, fill_round_trips=1, mixed_round_trips=4,
+    # Its logit tiles counted per 16-row consumer warp, as its masked loop decides them (a warpgroup computes
+    # a tile one of its warps needs; a warp that would skip it takes it masked): the census's
+    # logit_path_tiles_per_warp16 (was the per 32-row warp count, logit_path_tiles_per_warp).
+    extra_tiles="logit16",
     sources=("consumer / producer tiles: the gate's SASS trips (sm_90a, hopper_tile_paths)",
-             "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 32-row warp (an upper bound "
-             "for 16-row warps)", "prologue, epilogue and fill step: the gate's SASS paths (hopper_fixed_paths, "
+             "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 16-row consumer warp "
+             "(logit_path_tiles_per_warp16)", "prologue, epilogue and fill step: the gate's SASS paths (hopper_fixed_paths, "
              "cheapest paths)",
              "fill and straddling-dot round trips: the loads the source issues before use (kFillPairs, kDotChunks)",
              "issue efficiency: the fit at 8 warps / SM, applied at 12"),
@@ -369,7 +382,7 @@ def body_phase(d: Design, census: dict, L: int, lite: bool) -> Phase:
     ctas = _heads() * L / d.rows_per_cta
     # With an unmasked loop, the masked loop's tiles without logits cost its whole-tile trip.
     loop = 0.0 if d.masked_loop_full is None else (
-        (census["kv_tiles"] - census["unmasked"] - census["logit"]) * (d.masked_loop_full - d.full_tile))
+        (census["kv_tiles"] - census["unmasked"] - census[d.extra_tiles]) * (d.masked_loop_full - d.full_tile))
     per_warp = (census["kv_tiles"] * d.full_tile + census[d.extra_tiles] * d.masked_extra + loop
                 + census.get("edge", 0.0) * d.edge_tile_extra + census.get("passes", 0.0) * d.pass_extra
                 + d.cta_setup + census["fills"] * d.fill_instructions)
@@ -424,6 +437,7 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Ph
     label = {"late": "rangeswa late", "lite": "rangeswa_lite"}[case]
     e = entries[f"{label}|{L}|{D}"]
     census = dict(kv_tiles=e["kv_tiles"], masked=e["masked_tiles_per_cta"], logit=e["logit_path_tiles_per_warp"],
+                  logit16=e.get("logit_path_tiles_per_warp16", e["logit_path_tiles_per_warp"]),
                   unmasked=e.get("unmasked_tiles", 0.0), fills=e["slot_fills"],
                   cols_per_row=e["cols_per_row"])
     control = control_phase(d, L)

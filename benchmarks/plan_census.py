@@ -28,7 +28,8 @@ from rangeswa_ext import ops, preset  # noqa: E402
 CASES = (("rangeswa late", "rangeswa", "late"), ("rangeswa early", "rangeswa", "early"),
          ("rangeswa decode", "rangeswa", "decode"), ("rangeswa_lite", "rangeswa_lite", "late"))
 C = 12
-WARPS = 4
+WARPS = 4  # the mma.sync kernel's body warps (32 rows each)
+HOPPER_WARPS = 8  # the sm_90a kernel's consumer warps (16 rows each)
 
 
 def random_retrieval(cfg, L: int, stage: str, seed: int = 0) -> torch.Tensor | None:
@@ -66,19 +67,24 @@ def census(cfg, stage: str, L: int, D: int, retrieved) -> dict:
                 full_tiles_per_warp=st[:, 4].mean().item() / WARPS, skipped_tiles_per_warp=st[:, 6].mean().item() / WARPS,
                 column_fixup_tiles=st[:, 12].mean().item(), slot_fills=st[:, 10].mean().item(),
                 logit_path_tiles_per_warp=st[:, 22].mean().item() / WARPS,
+                # the sm_90a kernel's consumer warps: 16 rows each, HOPPER_WARPS a CTA, its masked loop's
+                # decisions per warpgroup (plan_emulator.cu columns 25 and 26)
+                logit_path_tiles_per_warp16=st[:, 25].mean().item() / HOPPER_WARPS,
+                group_skipped_tiles_per_warp16=st[:, 26].mean().item() / HOPPER_WARPS,
                 unmasked_tiles=st[:, 23].mean().item(), tile_spans=st[:, 24].mean().item(),
                 straddling_per_row=st[:, 9].sum().item() / rows)
 
 
 def markdown(entries: dict) -> str:
     head = ["case", "L", "D", "keys/row", "GEMM cols/row (x)", "KV tiles/CTA", "unmasked loop",
-            "masked per CTA / per warp", "direct tiles", "slot fills"]
+            "masked per CTA / per warp", "logit path per 32- / 16-row warp", "direct tiles", "slot fills"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for key, e in entries.items():
         label, L, D = key.split("|")
         lines.append(f"| {label} | {L} | {D} | {e['keys_per_row']:.0f} | {e['cols_per_row']:.0f} "
                      f"({e['cols_per_row'] / e['keys_per_row']:.2f}) | {e['kv_tiles']:.1f} | {e['unmasked_tiles']:.1f} | "
-                     f"{e['masked_tiles_per_cta']:.2f} / {e['masked_tiles_per_warp']:.2f} | {e['direct_tiles']:.2f} | "
+                     f"{e['masked_tiles_per_cta']:.2f} / {e['masked_tiles_per_warp']:.2f} | "
+                     f"{e['logit_path_tiles_per_warp']:.2f} / {e['logit_path_tiles_per_warp16']:.2f} | {e['direct_tiles']:.2f} | "
                      f"{e['slot_fills']:.2f} |")
     return "\n".join(lines)
 

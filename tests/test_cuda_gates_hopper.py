@@ -113,6 +113,8 @@ def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
     assert s["consumer_prologue_ops"].get("USETMAXREG", 0) == 1
     assert s["consumer_epilogue_ops"].get("STG", 0) >= 4 and s["consumer_epilogue_ops"].get("EXIT", 0) >= 1
     assert s["fill_step_ops"].get("FFMA", 0) >= 32
+    # ... and writes its 16 rotated pairs (64 bytes a lane) in 16-byte shared stores (mainloop.h store_slot, kCore)
+    assert s["fill_step_ops"].get("STS", 0) == 4
     assert cuda_time_model.HOPPER_CONSUMER_PROLOGUE_MEASURED == s["consumer_prologue"]
     assert cuda_time_model.HOPPER_CONSUMER_EPILOGUE_MEASURED == s["consumer_epilogue"]
     assert cuda_time_model.HOPPER_FILL_STEP_MEASURED == s["fill_step"]

@@ -7,7 +7,9 @@ seen over rows, 9 straddling blocks, 10 query-slot fills, 11 masked tiles (some 
 with column fix-ups, 13-18 masked warp-tiles by key set (control, native, grouped, conditioning, native
 summaries, grouped summaries), 19 direct tiles (the straddling blocks' and Hn bands' 16-column tiles with no Q K^T, in
 no other tile column; their columns, and the bands' products, are in 7), 20 tiles of window records
-carrying their edges' near summaries (plan.h window_sums), 21 Hn band tiles (plan.h hn_bands).
+carrying their edges' near summaries (plan.h window_sums), 21 Hn band tiles (plan.h hn_bands), 22 warp-tiles
+on the logit path, 23 tiles of the unmasked loop, 24 tile spans, 25 the sm_90a kernel's 16-row warp-tiles on the
+logit path (its masked loop's choice per warpgroup), 26 its 16-row warp-tiles whose warpgroup skips the tile.
 """
 
 import os
@@ -180,3 +182,20 @@ def test_the_census_counts_the_warp_tiles_that_take_the_masked_path(name):
     if name == "rangeswa":  # the excluded retrieved blocks: full tiles with fix-ups
         assert fixed_up_but_full.sum() > st[:, 12].sum()  # each of those tiles, for most of its 4 warps
     assert (fixed_up_but_full <= WARPS * st[:, 12]).all()
+
+
+def test_census_counts_the_hopper_warps_logit_tiles_per_16_rows():
+    """Columns 25 and 26 (the sm_90a kernel's 8 consumer warps of 16 rows, groups of 4): only tiles of the
+    masked loop count, a warpgroup skips a tile whole (4 warp-tiles at once), and where no warpgroup skips,
+    every 16-row warp whose 32-row warp takes the logit path takes it too (its rows are a subset: a masked
+    32-row warp's half is masked, fixed up or skipped, and a skipped warp in a computing group takes the
+    tile masked)."""
+    for cfg, stage, retrieved in ((preset("rangeswa_lite"), "late", None),
+                                  (preset("rangeswa"), "late", random_retrieval(preset("rangeswa"), 8192, "late"))):
+        st = stats(cfg, 8192, stage, retrieved)
+        masked_loop = st[:, 1] - st[:, 23]
+        assert (st[:, 25] + st[:, 26] <= 8 * masked_loop).all()
+        assert (st[:, 26] % 4 == 0).all()
+        assert st[:, 25].sum() > 0
+        no_skip = st[:, 26] == 0
+        assert (st[no_skip, 25] >= st[no_skip, 22]).all()

@@ -122,3 +122,22 @@ def test_the_hopper_producer_warps_are_the_ones_the_gate_counts():
     text = (ROOT / "csrc" / "cuda" / "hopper" / "body_layout.h").read_text()
     assert re.search(r"kProducerWarps = 32 % kChunks == 0 \? 1 : 4;", text)
     assert hop.producer_warps == (1 if 32 % (64 // 8) == 0 else 4)
+
+
+def test_the_hopper_design_charges_logit_tiles_per_16_row_warp():
+    """The sm_90a kernel's consumer warps hold 16 rows: its design reads the census's logit-path tiles per
+    16-row warp (as its masked loop decides them, per warpgroup), not the mma.sync kernel's per 32-row warp."""
+    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
+    e = entries["rangeswa_lite|32768|64"]
+    assert 0 < e["logit_path_tiles_per_warp16"] <= e["kv_tiles"] - e["unmasked_tiles"]
+    assert model.HOPPER.extra_tiles == "logit16"
+    census = dict(kv_tiles=e["kv_tiles"], logit=e["logit_path_tiles_per_warp"],
+                  logit16=e["logit_path_tiles_per_warp16"], unmasked=e["unmasked_tiles"], fills=e["slot_fills"],
+                  cols_per_row=e["cols_per_row"])
+    hop = model.HOPPER
+    body = model.body_phase(hop, census, 32768, True)
+    per_warp = (census["unmasked"] * hop.full_tile + (census["kv_tiles"] - census["unmasked"] - census["logit16"])
+                * hop.masked_loop_full + census["logit16"] * (hop.full_tile + hop.masked_extra) + hop.cta_setup
+                + census["fills"] * hop.fill_instructions)
+    producer = hop.producer_warps * census["kv_tiles"] * hop.producer_tile + hop.producer_setup
+    assert math.isclose(body.warp_instructions, hop.warps * per_warp + producer)

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "attn_params.h"
 #include "kernel_traits.h"
@@ -251,6 +252,17 @@ __device__ __forceinline__ void store_slot(Element* dst, int x, const float (&v)
   constexpr int kChunk = 16 / int(sizeof(Element));
   if constexpr (N <= kChunk) {
     store_elements<Element, N>(dst + slot_col<kCore>(x), v);
+  } else if constexpr (kCore && sizeof(Element) == 2) {
+    // The sm_90a kernel's steps of 16 or more elements start on a chunk (x a multiple of 8: fill_row_vector's
+    // aligned steps), so chunk x / 8 + c / 8 of the row is the 16-byte word (x / 8 + c / 8) * 8 of the
+    // core-matrix layout (slot_col<true>: chunks 64 elements apart). Indexed as 16-byte words, each chunk's
+    // store stays one 16-byte store; the element pointer slot_col gives left NVVM four 4-byte stores a chunk.
+    uint4* words = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+    for (int c = 0; c < N; c += kChunk)
+      words[(x / kChunk + c / kChunk) * 8] =
+          make_uint4(pack2<Element>(v[c], v[c + 1]), pack2<Element>(v[c + 2], v[c + 3]),
+                     pack2<Element>(v[c + 4], v[c + 5]), pack2<Element>(v[c + 6], v[c + 7]));
   } else {
 #pragma unroll
     for (int c = 0; c < N; c += kChunk) {
@@ -327,15 +339,20 @@ __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, c
       }
     }
     if constexpr (kPairs > 4 && kSplit) {
-      // The split fill (the sm_90a kernel's): the layout branched on once, each step's code for its own layout.
+      // The split fill (the sm_90a kernel's): the layout branched on once, each step's code for its own layout;
+      // and the sign too (a row at a non-negative position, every row of most fills: its steps multiply no
+      // sine by the sign, 16 FMUL a step fewer; a negative one keeps the multiply).
+      auto steps = [&](auto layout, float sg) {
+#pragma unroll 1
+        for (; u + kPairs <= end; u += kPairs)
+          rotate_pairs<Traits, kCore, kPairs, decltype(layout)::value>(dst, row, cs, sn, sg, half, u, interleaved);
+      };
       if (interleaved) {
-#pragma unroll 1
-        for (; u + kPairs <= end; u += kPairs)
-          rotate_pairs<Traits, kCore, kPairs, 1>(dst, row, cs, sn, sign, half, u, interleaved);
+        if (sign == 1.f) steps(std::integral_constant<int, 1>{}, 1.f);
+        else steps(std::integral_constant<int, 1>{}, sign);
       } else {
-#pragma unroll 1
-        for (; u + kPairs <= end; u += kPairs)
-          rotate_pairs<Traits, kCore, kPairs, 0>(dst, row, cs, sn, sign, half, u, interleaved);
+        if (sign == 1.f) steps(std::integral_constant<int, 0>{}, 1.f);
+        else steps(std::integral_constant<int, 0>{}, sign);
       }
     } else if constexpr (kPairs > 4) {
 #pragma unroll 1

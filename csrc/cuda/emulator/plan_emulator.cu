@@ -76,7 +76,7 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared R
   const Geometry& g = p.geo;
   constexpr int M = kAttnTileRows, W = M / 4;
   const int N = kv_tile_cols(hc.q.scalar_type() != at::kFloat, hc.s.Dp);
-  constexpr int kColumns = 25;
+  constexpr int kColumns = 27;
   at::Tensor stats = at::zeros({p.body_tiles, kColumns}, at::kDouble);
   for (int32_t x = 0; x < p.body_tiles; ++x) {
     double* st = stats.data_ptr<double>() + x * kColumns;
@@ -166,6 +166,32 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared R
           }
         }
       }
+      // The sm_90a kernel's consumer warps (hopper/body_kernel.h masked_run): 16 rows each, warpgroups of 4
+      // (rows 0..63, 64..127). Its masked loop has a warpgroup compute a tile when any of its warps' votes is
+      // not a skip (wgmma is the group's instruction); a warp then takes the logit path when its tile is masked,
+      // fixed up, or one it would skip (taken masked, every score -inf). Its unmasked loop computes every
+      // tile whole, as above.
+      if (!direct && KeySet(r.keys) != KeySet::kCtrl && !unmasked) {
+        constexpr int kHopperRows = 16, kGroupWarps = 4;
+        for (int grp = 0; grp < M / (kHopperRows * kGroupWarps); ++grp) {
+          TileWork work[kGroupWarps];
+          bool computes = false;
+          for (int w = 0; w < kGroupWarps; ++w) {
+            bool all = true, any = false;
+            const int i0 = (grp * kGroupWarps + w) * kHopperRows;
+            for (int i = i0; i < i0 + kHopperRows; ++i) {
+              all = all && row_sees_all(bounds[i], kv, i < t.nrows);
+              any = any || row_sees_any(bounds[i], kv, i < t.nrows);
+            }
+            work[w] = classify(all, any, r);
+            computes = computes || work[w] != TileWork::kSkip;
+          }
+          for (int w = 0; w < kGroupWarps; ++w) {
+            if (!computes) st[26] += 1;
+            else st[25] += work[w] != TileWork::kFull || has_column_fixups(kv, ragged);
+          }
+        }
+      }
       st[11] += masked;
       st[20] += sums;
       st[21] += (r.flags & kRecBand) != 0;
@@ -178,7 +204,9 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared R
   // (plan.h KeySet order), 19 direct tiles (straddling blocks and Hn bands; in no other tile column),
   // 20 tiles of window records with their edges' summaries (plan.h window_sums), 21 Hn band tiles, 22 warp-tiles
   // of KV tiles (column 1's) whose logits are computed before the softmax (masked, or full with column fix-ups),
-  // 23 tiles of the unmasked loop (tile.h plan_spans), 24 tile spans.
+  // 23 tiles of the unmasked loop (tile.h plan_spans), 24 tile spans, 25 warp-tiles of the sm_90a kernel's
+  // 16-row consumer warps that take the logit path (column 22's tiles, counted as hopper/body_kernel.h's masked
+  // loop decides: per warpgroup of 4), 26 its 16-row warp-tiles whose warpgroup skips the tile (masked loop).
   return stats;
 }
 

@@ -425,37 +425,53 @@ struct Consumer {
     cur = nxt;
   }
 
+  // A masked run's new record (its first tile, or a record the run moves on to): where the warp's rows' bounds
+  // in shared memory are another record's (sCurrent), each row's bounds, and the straddling or direct score
+  // the record gives the row.
+  __device__ __forceinline__ void masked_record(const Record& rec, int32_t rec_index, bool valid) {
+    const Geometry& g = p.geo;
+    if (__any_sync(0xffffffffu, rec_index != c.sCurrent[warp])) {
+      c.sCurrent[warp] = rec_index;  // every lane the same value, after every lane read it (the vote)
+      if (owner) {
+        const Bounds b = record_bounds(g, rec, c.sRow[my_row], cta.i0 + my_row);
+        c.sLo[my_row] = b.lo;
+        c.sHi[my_row] = b.hi;
+        const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
+        if (rec.flags & kRecBand) {  // this row's straddling block joins the band's scores
+          const int32_t blk = x == 0 ? c.sRow[my_row].mix[0] : c.sRow[my_row].mix[1];
+          if (valid && blk >= rec.k0 && blk < rec.k0 + rec.n)
+            c.sBand[(x * M + my_row) * kBandStride + blk - rec.k0] =
+                straddling_score(g, blk, c.sMixA[x * M + my_row], c.sMixB[x * M + my_row]);
+        } else if (rec.flags & kRecDirect) {
+          c.sRaw[my_row] =
+              b.hi > b.lo ? straddling_score(g, b.lo, c.sMixA[x * M + my_row], c.sMixB[x * M + my_row]) : 0.f;
+        }
+      }
+      __syncwarp();  // the warp's rows' bounds are in shared memory
+    }
+  }
+
   // The masked loop over a run: per record each row's bounds, per tile the warps' votes and the group's.
+  // The record's fields and the lane's row bounds stay in registers while the record lasts (a run's tiles
+  // mostly share one): a tile of the same record reads neither the record nor the bounds again.
   __device__ __forceinline__ void masked_run(SpanCursor& cursor, KvTile& cur) {
     const Geometry& g = p.geo;
     const bool valid = my_row < cta.nrows;
+    int32_t held = -1;  // the record in rec and mine (cur.record is the same in every lane: the spans' walk)
+    Record rec{};
+    Bounds mine{};
 #pragma unroll 1
     do {
       KvTile nxt;
       cursor.advance(c.sSpan, c.spans, nxt);
       hopper::mbarrier_wait_parity(&c.full[slot.stage], slot.phase);
-      const Record rec = c.sRec[cur.record];
-      if (__any_sync(0xffffffffu, cur.record != c.sCurrent[warp])) {  // a new record: each row's bounds
-        c.sCurrent[warp] = cur.record;  // every lane the same value, after every lane read it (the vote)
-        if (owner) {
-          const Bounds b = record_bounds(g, rec, c.sRow[my_row], cta.i0 + my_row);
-          c.sLo[my_row] = b.lo;
-          c.sHi[my_row] = b.hi;
-          const int x = Scope(rec.scope) == Scope::kMixedLeft ? 0 : 1;
-          if (rec.flags & kRecBand) {  // this row's straddling block joins the band's scores
-            const int32_t blk = x == 0 ? c.sRow[my_row].mix[0] : c.sRow[my_row].mix[1];
-            if (valid && blk >= rec.k0 && blk < rec.k0 + rec.n)
-              c.sBand[(x * M + my_row) * kBandStride + blk - rec.k0] =
-                  straddling_score(g, blk, c.sMixA[x * M + my_row], c.sMixB[x * M + my_row]);
-          } else if (rec.flags & kRecDirect) {
-            c.sRaw[my_row] =
-                b.hi > b.lo ? straddling_score(g, b.lo, c.sMixA[x * M + my_row], c.sMixB[x * M + my_row]) : 0.f;
-          }
-        }
-        __syncwarp();  // the warp's rows' bounds are in shared memory
+      if (cur.record != held) {
+        held = cur.record;
+        rec = c.sRec[held];
+        masked_record(rec, held, valid);
+        mine = Bounds{c.sLo[my_row], c.sHi[my_row]};
       }
       cur.excluded = (rec.flags & kRecExclude) ? exclusion_bits(g, c.sRet, c.k, cur.a, cur.n) : 0;
-      const Bounds mine{c.sLo[my_row], c.sHi[my_row]};
       const bool row = owner && valid;  // lanes 16..31 hold the same rows: no vote of their own
       TileWork work = classify(__all_sync(0xffffffffu, row_sees_all(mine, cur, row)),
                                __any_sync(0xffffffffu, row_sees_any(mine, cur, row)), rec);
