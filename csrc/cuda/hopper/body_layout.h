@@ -34,7 +34,7 @@ struct HopperTraits {
   static constexpr bool kTensorCores = true;
   static constexpr int kHeadDim = kHeadDim_;  // padded
   static constexpr int kBlockM = kAttnTileRows;                  // the plan's query tile
-  static constexpr int kBlockN = kv_tile_cols(true, kHeadDim);   // the plan's KV tile
+  static constexpr int kBlockN = kHopperTileCols;                 // the plan's KV tile (64 keys)
   static constexpr int kGroupRows = 64;                          // a consumer warpgroup's rows: wgmma's M
   static constexpr int kConsumers = kBlockM / kGroupRows;        // consumer warpgroups
   static constexpr int kConsumerThreads = 128 * kConsumers;
