@@ -96,7 +96,8 @@ def markdown(entries: dict) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for key, e in entries.items():
         label, L, D, *kernel = key.split("|")
-        plan = "sm_90a (64-key tiles)" if kernel else "mma.sync"
+        plan = ("sm_90a (64-key tiles)" if kernel else "mma.sync (32-key tiles)" if int(D) > 80
+                else "both kernels (64-key tiles)")
         lines.append(f"| {label} | {L} | {D} | {plan} | {e['keys_per_row']:.0f} | {e['cols_per_row']:.0f} "
                      f"({e['cols_per_row'] / e['keys_per_row']:.2f}) | {e['kv_tiles']:.1f} | {e['unmasked_tiles']:.1f} | "
                      f"{e['masked_tiles_per_cta']:.2f} / {e['masked_tiles_per_warp']:.2f} | "
