@@ -60,6 +60,8 @@ H200 = Gpu("H200", 132, 1.98e9, 4.8e12, 0.66 * 989e12)
 
 # SDPA-flash on the H200, the peer (ms; bf16, B = 16, H = 12, D = 64).
 SDPA_FLASH_H200_MS = {8192: 14.98, 16384: 49.65, 32768: 179.77}
+# ... at head dim 128 (the same file measured 4k and 16k there).
+SDPA_FLASH_H200_MS_128 = {16384: 81.77}
 # The first design on the H200 (ms), the calibration targets.
 FIRST_DESIGN_H200_MS = {"late": 65.4, "lite": 16.7}
 
@@ -342,12 +344,62 @@ HOPPER = replace(
 )
 
 
+# ---- head dim 128 ---------------------------------------------------------------------------------------
+# Both kernels at head dim 128 (bf16, sm_90a), counted the same way as at 64: the plan's KV tiles are 32 keys
+# there (kernel_traits.h kv_tile_cols), so the census's tiles are 32-key ones. The mma.sync kernel
+# (scripts/cuda_gates.py attn_model_paths, three K/V stages): a 32-row warp's full tile 472 (128 MMAs: Q K^T
+# 2 x 4 x 8, P V 2 x 16 x 2), masked 626, a tile its masked loop takes whole 529, a control unit 327 (64 MMAs),
+# prologue 446, epilogue 790 (16 output stores a lane), fill step 1,146 (64 pairs a thread: 16 round trips of
+# 4-pair steps); a late row's straddling dots 2 chunks a load over 16 chunks, 6 terms: 48 round trips.
+ATTN_128_MEASURED = dict(full_tile=472, masked_tile=626, masked_loop_full=529, control_unit=327, prologue=446,
+                         epilogue=790, fill_step=1146)
+SECOND_NOW_128 = replace(
+    SECOND_NOW,
+    name="second design now (main), head dim 128",
+    full_tile=ATTN_128_MEASURED["full_tile"],
+    masked_extra=ATTN_128_MEASURED["masked_tile"] - ATTN_128_MEASURED["full_tile"],
+    masked_loop_full=ATTN_128_MEASURED["masked_loop_full"], control_unit=ATTN_128_MEASURED["control_unit"],
+    cta_setup=ATTN_128_MEASURED["prologue"] + ATTN_128_MEASURED["epilogue"],
+    fill_instructions=ATTN_128_MEASURED["fill_step"], fill_round_trips=16, mixed_round_trips=48,
+    sources=SECOND_NOW.sources + ("head dim 128: the gate's SASS paths at 128 (attn_model_paths)",),
+)
+# The sm_90a kernel (scripts/cuda_gates.py hopper_gate at head dim 128), on its own plan of 64-key tiles
+# (kernel_traits.h kHopperTileCols; the census's "|sm90" entries): a consumer warp's whole tile 219 (12 HGMMA:
+# Q K^T m64n64k16 x 8, P V m64n136k16 x 4; the softmax of head dim 64's 64-key tile), masked 363, a tile its
+# masked loop takes whole 286, the copying producer warp's tile 158 (one warp: 64 cp.async a lane), prologue
+# 258, epilogue 273 (8 output stores a lane), fill 393 (32 pairs a lane: two steps of 16, 2 round trips), a
+# producer warpgroup warp's prologue 236; a straddling dot's row in two loads of 8 chunks (kDotChunks): 2 round
+# trips a term, 8 a late row. As at 64, the cheapest trip is the one whose warp vote finds no row's max raised
+# (softmax.h: the output's 68 columns a lane rescaled only then). On the mma.sync kernel's 32-key tiles (the
+# plan both kernels shared before) it was 156 / 276 / 222 / 106 a 32-key tile: late 32k at 466 TFLOP/s
+# (47% of the peak) against 589 now.
+HOPPER_128_MEASURED = dict(full_tile=219, masked_tile=363, masked_loop_full=286, producer_tile=158, prologue=258,
+                           epilogue=273, fill_step=393, producer_prologue=236)
+HOPPER_128 = replace(
+    HOPPER,
+    name="sm_90a warp-specialized body kernel, head dim 128",
+    full_tile=HOPPER_128_MEASURED["full_tile"],
+    masked_extra=HOPPER_128_MEASURED["masked_tile"] - HOPPER_128_MEASURED["full_tile"],
+    masked_loop_full=HOPPER_128_MEASURED["masked_loop_full"], producer_tile=HOPPER_128_MEASURED["producer_tile"],
+    cta_setup=HOPPER_128_MEASURED["prologue"] + HOPPER_128_MEASURED["epilogue"],
+    producer_setup=4 * HOPPER_128_MEASURED["producer_prologue"],
+    fill_instructions=HOPPER_128_MEASURED["fill_step"], fill_round_trips=2, mixed_round_trips=8,
+    sources=HOPPER.sources + ("head dim 128: the gate's SASS paths at 128 (hopper_gate path_dims)",),
+)
+
+
+def union_flops(L: int, cols_per_row: float, head_dim: int) -> float:
+    """The flops of the padded union of GEMM columns (benchmarks/bench_gpu_attention.py union_tflops): the body
+    rows' census columns and the control rows' every key, 4 head_dim flops a (row, column)."""
+    return 4.0 * head_dim * B * H * (L * cols_per_row + C * (C + L))
+
+
 def _heads() -> int:
     return B * H
 
 
-def prepare_phase(d: Design, L: int, case: str) -> Phase:
-    elements = B * H * L * D  # one KV head's rows x the padded head dim (D = 64 is its own padding)
+def prepare_phase(d: Design, L: int, case: str, head_dim: int = D) -> Phase:
+    elements = B * H * L * head_dim  # one KV head's rows x the padded head dim (64 and 128 are their own padding)
     per_element = d.prepare_instructions_per_element
     if case == "lite" and d.prepare_lite_instructions_per_element is not None:
         per_element = d.prepare_lite_instructions_per_element
@@ -362,12 +414,13 @@ def prepare_phase(d: Design, L: int, case: str) -> Phase:
     ) if lane_instructions else Phase("prepare")
 
 
-def selection_phase(L: int, retrieves: bool) -> Phase:
+def selection_phase(L: int, retrieves: bool, head_dim: int = D) -> Phase:
     # Block means and top-K (topk_blocks.cu): (B Hkv) x query blocks x candidate blocks dot products of D in
-    # float64, then a select per query block; REVIEW_DESIGN2.md estimates ~0.15 ms at 8k (not broken down).
+    # float64, then a select per query block; REVIEW_DESIGN2.md estimates ~0.15 ms at 8k, D = 64 (not broken
+    # down; taken as proportional to the head dim, the dot products' length).
     if not retrieves:
         return Phase("selection", launches=0)
-    return Phase("selection", launches=2, fixed_s=0.15e-3 * L / 8192)
+    return Phase("selection", launches=2, fixed_s=0.15e-3 * L / 8192 * head_dim / 64)
 
 
 def plan_phase(L: int) -> Phase:
@@ -378,7 +431,7 @@ def plan_phase(L: int) -> Phase:
                  efficiency=HIGH_OCCUPANCY_EFFICIENCY, launches=2)
 
 
-def body_phase(d: Design, census: dict, L: int, lite: bool) -> Phase:
+def body_phase(d: Design, census: dict, L: int, lite: bool, head_dim: int = D) -> Phase:
     ctas = _heads() * L / d.rows_per_cta
     # With an unmasked loop, the masked loop's tiles without logits cost its whole-tile trip.
     loop = 0.0 if d.masked_loop_full is None else (
@@ -387,23 +440,24 @@ def body_phase(d: Design, census: dict, L: int, lite: bool) -> Phase:
                 + census.get("edge", 0.0) * d.edge_tile_extra + census.get("passes", 0.0) * d.pass_extra
                 + d.cta_setup + census["fills"] * d.fill_instructions)
     chain = (census["fills"] * d.fill_round_trips + (0 if lite else d.mixed_round_trips)) * H200.latency_cycles
-    flops = 4.0 * census["cols_per_row"] * D * _heads() * L  # QK^T and PV, 2 flops a multiply-add
-    kv_bytes = _heads() * L * D * ELEMENT_BYTES * (5 if not lite else 3)  # each prepared array read once
+    flops = 4.0 * census["cols_per_row"] * head_dim * _heads() * L  # QK^T and PV, 2 flops a multiply-add
+    kv_bytes = _heads() * L * head_dim * ELEMENT_BYTES * (5 if not lite else 3)  # each prepared array read once
     producer = d.producer_warps * census["kv_tiles"] * d.producer_tile  # the Hopper kernel's copies
     return Phase("body", ctas=ctas, warps_per_cta=d.warps + d.producer_warps, resident=d.resident,
                  warp_instructions=d.warps * per_warp + producer + d.producer_setup, flops=flops, bytes=kv_bytes, chain_cycles=chain,
                  launches=1, wgmma=d.wgmma)
 
 
-def control_phase(d: Design, L: int) -> Phase:
+def control_phase(d: Design, L: int, head_dim: int = D) -> Phase:
     # 12 control rows x every body key, chunks of 1,024 keys (one CTA each, one warp working): 16 tiles of
-    # 64 keys, one plain fill; merged by the combine kernel.
+    # 64 keys (32 of 32 keys above head dim 80), one plain fill; merged by the combine kernel.
     chunks = max(1, L // 1024)
-    tiles = 1024 / 64
+    tiles = 1024 / (64 if head_dim <= 80 else 32)
     if d.control_path == "warp split":
-        # Every warp takes one unit a tile (a 64-key tile is 4 units); the slot's one plain fill stays.
+        # The warps take the chunk's 16-column units in turn (a 64-key tile is 4 units, one a warp; a 32-key
+        # tile 2): 64 units a chunk; the slot's one plain fill stays.
         return Phase("control", ctas=_heads() * chunks, warps_per_cta=4, resident=2,
-                     warp_instructions=4 * tiles * d.control_unit + d.cta_setup,
+                     warp_instructions=1024 / 16 * d.control_unit + d.cta_setup,
                      chain_cycles=(d.fill_round_trips + tiles) * H200.latency_cycles, launches=0)
     if d.control_path == "16-row":
         # Rows of a 16-row split-K path inside the body launch: the same tiles, no launch or fill of their own.
@@ -414,9 +468,9 @@ def control_phase(d: Design, L: int) -> Phase:
                  chain_cycles=(32 + tiles) * H200.latency_cycles, launches=int(d.control_path == "own launch"))
 
 
-def combine_phase(L: int) -> Phase:
+def combine_phase(L: int, head_dim: int = D) -> Phase:
     chunks = max(1, L // 1024)
-    return Phase("combine", bytes=_heads() * C * chunks * D * 4 * 2, launches=1)
+    return Phase("combine", bytes=_heads() * C * chunks * head_dim * 4 * 2, launches=1)
 
 
 def first_design_phases(case: str, L: int = 8192) -> list[Phase]:
@@ -433,18 +487,30 @@ def first_design_phases(case: str, L: int = 8192) -> list[Phase]:
     return [prepare_phase(d, L, case), selection_phase(L, case == "late"), body]
 
 
-def second_design_phases(d: Design, entries: dict, case: str, L: int) -> list[Phase]:
-    label = {"late": "rangeswa late", "lite": "rangeswa_lite"}[case]
-    e = entries[f"{label}|{L}|{D}"]
+CASE_LABEL = {"late": "rangeswa late", "lite": "rangeswa_lite"}  # the census's labels of the modelled cases
+
+
+def census_key(d: Design, entries: dict, case: str, L: int, head_dim: int) -> str:
+    """The census entry of design `d`'s plan: the sm_90a kernel's own ("|sm90", 64-key tiles) where the census
+    has one (head dims above 80), else the mma.sync kernel's."""
+    key = f"{CASE_LABEL[case]}|{L}|{head_dim}"
+    return f"{key}|sm90" if d.wgmma and f"{key}|sm90" in entries else key
+
+
+def second_design_phases(d: Design, entries: dict, case: str, L: int, head_dim: int = D,
+                         control_design: Design | None = None) -> list[Phase]:
+    """The phases of one op call with body design `d` at head dim `head_dim` (the census's entry of that head
+    dim); the sm_90a design's control CTAs run on `control_design` (the mma.sync design at that head dim)."""
+    e = entries[census_key(d, entries, case, L, head_dim)]
     census = dict(kv_tiles=e["kv_tiles"], masked=e["masked_tiles_per_cta"], logit=e["logit_path_tiles_per_warp"],
                   logit16=e.get("logit_path_tiles_per_warp16", e["logit_path_tiles_per_warp"]),
                   unmasked=e.get("unmasked_tiles", 0.0), fills=e["slot_fills"],
                   cols_per_row=e["cols_per_row"])
-    control = control_phase(d, L)
+    control = control_phase(d, L, head_dim)
     if d.wgmma:  # hopper/body_launch.h: the control CTAs' grid before the body's, on the mma.sync kernel
-        control = replace(control_phase(SECOND_NOW, L), launches=1)
-    return [prepare_phase(d, L, case), selection_phase(L, case == "late"), plan_phase(L), control,
-            body_phase(d, census, L, case == "lite"), combine_phase(L)]
+        control = replace(control_phase(control_design or SECOND_NOW, L, head_dim), launches=1)
+    return [prepare_phase(d, L, case, head_dim), selection_phase(L, case == "late", head_dim), plan_phase(L), control,
+            body_phase(d, census, L, case == "lite", head_dim), combine_phase(L, head_dim)]
 
 
 def total(phases: list[Phase], gpu: Gpu, efficiency: float) -> tuple[float, list[tuple[str, dict]]]:
@@ -491,29 +557,46 @@ def main(argv=None) -> int:
     results = dict(date=datetime.date.today().isoformat(), issue_efficiency=eff,
                    first_design={k: dict(predicted_ms=v, measured_ms=FIRST_DESIGN_H200_MS[k]) for k, v in first.items()},
                    designs={})
-    ratios, hopper = {}, {}
-    for d in (SECOND_REVIEWED, SECOND_NOW, SECOND_TARGETS, HOPPER):
+    ratios, hopper, times = {}, {}, {}
+    runs = ((SECOND_REVIEWED, D, None), (SECOND_NOW, D, None), (SECOND_TARGETS, D, None), (HOPPER, D, SECOND_NOW),
+            (SECOND_NOW_128, 128, None), (HOPPER_128, 128, SECOND_NOW_128))
+    for d, head_dim, control in runs:
+        peer = SDPA_FLASH_H200_MS if head_dim == D else SDPA_FLASH_H200_MS_128
         print(f"\n{d.name}  [{'; '.join(d.sources)}]")
-        print(f"  {'case':5s} {'L':>6s} | {'H200 ms':>8s} {'x SDPA':>7s} | {'H100 ms':>8s} | phases on the H200 (ms: the larger "
-              "of t tensor, i issue, m memory, or f a fixed estimate; + exposed latency)")
+        print(f"  {'case':5s} {'L':>6s} | {'H200 ms':>8s} {'x SDPA':>7s} {'union TF/s':>15s} | {'H100 ms':>8s} | phases on the "
+              "H200 (ms: the larger of t tensor, i issue, m memory, or f a fixed estimate; + exposed latency)")
         out = {}
         for case in ("late", "lite"):
             for L in (8192, 16384, 32768):
-                t200, rows = total(second_design_phases(d, entries, case, L), H200, eff)
-                t100, _ = total(second_design_phases(d, entries, case, L), H100, eff)
-                x = SDPA_FLASH_H200_MS[L] / (t200 * 1e3)
+                t200, rows = total(second_design_phases(d, entries, case, L, head_dim, control), H200, eff)
+                t100, _ = total(second_design_phases(d, entries, case, L, head_dim, control), H100, eff)
+                x = peer[L] / (t200 * 1e3) if L in peer else None
+                # The call's union as bench_gpu_attention.py counts it (the mma.sync plan's columns, the same for
+                # both kernels), so the sm_90a plan's wider tiles, more padded columns, do not raise its figure.
+                cols = entries[f"{CASE_LABEL[case]}|{L}|{head_dim}"]["cols_per_row"]
+                tflops = union_flops(L, cols, head_dim) / t200 / 1e12
                 split = ", ".join(f"{name} {describe(r)}" for name, r in rows if r["total"] > 5e-6)
-                print(f"  {case:5s} {L:6d} | {t200 * 1e3:8.2f} {x:6.2f}x | {t100 * 1e3:8.2f} | {split}")
-                out[f"{case}|{L}"] = dict(h200_ms=t200 * 1e3, h100_ms=t100 * 1e3, x_sdpa_flash=x,
+                ratio = f"{x:6.2f}x" if x is not None else f"{'-':>7s}"
+                print(f"  {case:5s} {L:6d} | {t200 * 1e3:8.2f} {ratio} {tflops:5.0f} ({tflops / H200.wgmma_flops * 1e12:4.0%} "
+                      f"peak) | {t100 * 1e3:8.2f} | {split}")
+                out[f"{case}|{L}"] = dict(h200_ms=t200 * 1e3, h100_ms=t100 * 1e3, x_sdpa_flash=x, union_tflops=tflops,
                                           phases={n: {k: v * 1e3 for k, v in r.items()} for n, r in rows})
+                times[(d.name, case, L)] = t200
                 if d is SECOND_NOW and L == 8192:
                     ratios[case] = x
-                if d is HOPPER:
-                    hopper[f"{case}|{L}"] = x
+                if d in (HOPPER, HOPPER_128):
+                    hopper[(head_dim, case, L)] = (x, tflops)
         results["designs"][d.name] = out
     Path(args.out).write_text(json.dumps(results, indent=1))
-    print(f"sm_90a body kernel, predicted: late {hopper['late|8192']:.1f}x / {hopper['late|32768']:.1f}x, lite "
-          f"{hopper['lite|8192']:.1f}x / {hopper['lite|32768']:.1f}x vs SDPA-flash at 8k / 32k")
+    h = {k: v[0] for k, v in hopper.items() if k[0] == D}
+    print(f"sm_90a body kernel, predicted: late {h[(D, 'late', 8192)]:.1f}x / {h[(D, 'late', 32768)]:.1f}x, lite "
+          f"{h[(D, 'lite', 8192)]:.1f}x / {h[(D, 'lite', 32768)]:.1f}x vs SDPA-flash at 8k / 32k; on the padded union at "
+          f"32k: D = 64 late {hopper[(D, 'late', 32768)][1]:.0f} TFLOP/s, D = 128 late "
+          f"{hopper[(128, 'late', 32768)][1]:.0f} ({hopper[(128, 'late', 32768)][1] / H200.wgmma_flops * 1e12:.0%} of the "
+          f"dense bf16 peak), lite {hopper[(128, 'lite', 32768)][1]:.0f}")
+    slower = [(n, c, L) for (n, c, L), t in times.items() if n in (HOPPER.name, HOPPER_128.name)
+              and t > times[(SECOND_NOW.name if n == HOPPER.name else SECOND_NOW_128.name, c, L)]]
+    print(f"sm_90a against the mma.sync kernel on the same call: {'slower at ' + str(slower) if slower else 'faster at every modelled shape'}")
     print(f"\npredicted 8k: late {ratios['late']:.1f}x, lite {ratios['lite']:.1f}x vs SDPA-flash; first design "
           f"{first['late']:.1f} ms / {first['lite']:.1f} ms predicted vs 65.4 / 16.7 measured")
     return 0

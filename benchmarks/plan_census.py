@@ -4,6 +4,10 @@ against the keys the row really uses, masked / full / skipped tiles, direct tile
 
     python benchmarks/plan_census.py [--lengths 2048,...,32768] [--head-dims 64,128] [--out FILE]
 
+Entries are keyed "case|L|D" for the mma.sync kernel's plan; where the sm_90a kernel's plan differs (head dims
+above 80, where its KV tiles are 64 keys against the mma.sync kernel's 32: kernel_traits.h body_tile_cols), also
+"case|L|D|sm90", the plan the op builds with RANGESWA_CUDA_KERNEL=hopper.
+
 Retrieval is K random rule-3 candidates per query block (random q and k make top-K effectively random),
 seeded. benchmarks/bench_gpu_attention.py reads the output to report TFLOP/s on the padded union of
 GEMM columns. Writes benchmarks/results/plan_census.json and .md.
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -55,9 +60,19 @@ def random_retrieval(cfg, L: int, stage: str, seed: int = 0) -> torch.Tensor | N
     return out[None, None]
 
 
-def census(cfg, stage: str, L: int, D: int, retrieved) -> dict:
+def census(cfg, stage: str, L: int, D: int, retrieved, kernel: str = "mma") -> dict:
+    """The census of one call's plan as the op builds it for body kernel `kernel` ("mma" or "hopper": the
+    plan's KV tile is the kernel's, RANGESWA_CUDA_KERNEL)."""
     q = torch.zeros(1, 1, C + L, D, dtype=torch.bfloat16)
-    st = emulator_ops().plan_stats(q, q, q, retrieved, **ops.attn_arguments(cfg, C, stage))
+    before = os.environ.get("RANGESWA_CUDA_KERNEL")
+    os.environ["RANGESWA_CUDA_KERNEL"] = kernel
+    try:
+        st = emulator_ops().plan_stats(q, q, q, retrieved, **ops.attn_arguments(cfg, C, stage))
+    finally:
+        if before is None:
+            del os.environ["RANGESWA_CUDA_KERNEL"]
+        else:
+            os.environ["RANGESWA_CUDA_KERNEL"] = before
     st = st[st[:, 5] > 0]
     rows = st[:, 5].sum().item()
     return dict(ctas=len(st), records=st[:, 0].mean().item(), kv_tiles=st[:, 1].mean().item(),
@@ -76,12 +91,14 @@ def census(cfg, stage: str, L: int, D: int, retrieved) -> dict:
 
 
 def markdown(entries: dict) -> str:
-    head = ["case", "L", "D", "keys/row", "GEMM cols/row (x)", "KV tiles/CTA", "unmasked loop",
+    head = ["case", "L", "D", "plan", "keys/row", "GEMM cols/row (x)", "KV tiles/CTA", "unmasked loop",
             "masked per CTA / per warp", "logit path per 32- / 16-row warp", "direct tiles", "slot fills"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for key, e in entries.items():
-        label, L, D = key.split("|")
-        lines.append(f"| {label} | {L} | {D} | {e['keys_per_row']:.0f} | {e['cols_per_row']:.0f} "
+        label, L, D, *kernel = key.split("|")
+        plan = ("sm_90a (64-key tiles)" if kernel else "mma.sync (32-key tiles)" if int(D) > 80
+                else "both kernels (64-key tiles)")
+        lines.append(f"| {label} | {L} | {D} | {plan} | {e['keys_per_row']:.0f} | {e['cols_per_row']:.0f} "
                      f"({e['cols_per_row'] / e['keys_per_row']:.2f}) | {e['kv_tiles']:.1f} | {e['unmasked_tiles']:.1f} | "
                      f"{e['masked_tiles_per_cta']:.2f} / {e['masked_tiles_per_warp']:.2f} | "
                      f"{e['logit_path_tiles_per_warp']:.2f} / {e['logit_path_tiles_per_warp16']:.2f} | {e['direct_tiles']:.2f} | "
@@ -102,6 +119,10 @@ def main(argv=None) -> int:
                 cfg = preset(name)
                 entries[f"{label}|{L}|{D}"] = census(cfg, stage, L, D, random_retrieval(cfg, L, stage))
                 print(label, L, D, json.dumps(entries[f"{label}|{L}|{D}"]), flush=True)
+                if D > 80:  # the sm_90a kernel's own plan (64-key tiles)
+                    key = f"{label}|{L}|{D}|sm90"
+                    entries[key] = census(cfg, stage, L, D, random_retrieval(cfg, L, stage), "hopper")
+                    print(label, L, D, "sm90", json.dumps(entries[key]), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(date=datetime.date.today().isoformat(), C=C, dtype="bfloat16",

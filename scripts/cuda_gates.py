@@ -501,34 +501,43 @@ def _measure_kernel(cubin: str, report: str, src: str, kernel: str) -> dict:
     """The gate's measurements of one kernel of a compiled source (`kernel`: a substring of its name)."""
     stats = dict(ptxas_stats(report, kernel), **sass_stats(cubin, kernel))
     if "hdim64" in src:  # the full-tile limit is set at head dim 64 (issue 29)
-        sass = function_sass(cubin, kernel)
-        path = tile_path(sass, FULL_TILE_MMA)
-        stats.update(full_tile=path["instructions"], full_tile_mma=path["mma"], full_tile_ops=path["ops"],
-                     full_tile_copies=path["ops"].get("LDGSTS", 0))
-        # The full tile's trip is the unmasked loop's: none of the masked loop's code (bounds, votes,
-        # fix-ups, selects) on it.
-        lines = source_lines(cubin, kernel)
-        masked_only = masked_only_lines()
-        stats["full_tile_masked_code"] = sum(lines.get(a, ("", 0))[1] in masked_only.get(lines.get(a, ("", 0))[0], ())
-                                             for a in path.get("path", []))
-        # The masked tile (or a full one with column fix-ups): the trip through the per-element logits.
-        first, last = logit_block_lines()
-        block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
-        masked = tile_path(sass, FULL_TILE_MMA, through=block) if block else dict(instructions=None, ops={})
-        stats.update(masked_tile=masked["instructions"], masked_tile_ops=masked["ops"],
-                     logit_block_instructions=len(block))
-        # A tile of the masked loop that the warp takes whole (its votes, then no logit block: full, no
-        # fix-up): the trip through the votes (tile.h row_sees_any, the masked loop's alone).
-        first, last = function_lines("row_sees_any", "tile.h")
-        votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
-        voted = tile_path(sass, FULL_TILE_MMA, through=votes) if votes else dict(instructions=None, ops={})
-        stats.update(masked_loop_full_tile=voted["instructions"], masked_loop_full_tile_ops=voted["ops"])
-        # A control CTA's warp on its 16-column unit of a tile (the trip through control_unit).
-        first, last = function_lines("control_unit")
-        unit = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
-        control = tile_path(sass, CONTROL_UNIT_MMA, through=unit) if unit else dict(instructions=None, mma=0, ops={})
-        stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
-                     control_unit_ops=control["ops"])
+        stats.update(attn_tile_paths(cubin, kernel, 64))
+    return stats
+
+
+def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
+    """The mma.sync kernel's per-warp trips at `head_dim` (64 or 128: both a 32-row warp's 128 MMAs a tile, of 64
+    keys or of 32): the full tile, the masked tile, a tile the masked loop takes whole, a control unit."""
+    sass = function_sass(cubin, kernel)
+    path = tile_path(sass, FULL_TILE_MMA)
+    stats = dict(full_tile=path["instructions"], full_tile_mma=path["mma"], full_tile_ops=path["ops"],
+                 full_tile_copies=path["ops"].get("LDGSTS", 0))
+    # The full tile's trip is the unmasked loop's: none of the masked loop's code (bounds, votes,
+    # fix-ups, selects) on it.
+    lines = source_lines(cubin, kernel)
+    masked_only = masked_only_lines()
+    stats["full_tile_masked_code"] = sum(lines.get(a, ("", 0))[1] in masked_only.get(lines.get(a, ("", 0))[0], ())
+                                         for a in path.get("path", []))
+    # The masked tile (or a full one with column fix-ups): the trip through the per-element logits.
+    first, last = logit_block_lines()
+    block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    masked = tile_path(sass, FULL_TILE_MMA, through=block) if block else dict(instructions=None, ops={})
+    stats.update(masked_tile=masked["instructions"], masked_tile_ops=masked["ops"],
+                 logit_block_instructions=len(block))
+    # A tile of the masked loop that the warp takes whole (its votes, then no logit block: full, no
+    # fix-up): the trip through the votes (tile.h row_sees_any, the masked loop's alone).
+    first, last = function_lines("row_sees_any", "tile.h")
+    votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
+    voted = tile_path(sass, FULL_TILE_MMA, through=votes) if votes else dict(instructions=None, ops={})
+    stats.update(masked_loop_full_tile=voted["instructions"], masked_loop_full_tile_ops=voted["ops"])
+    # A control CTA's warp on its 16-column unit of a tile (the trip through control_unit): Q K^T 2 x 2 x D / 16,
+    # P V 2 x D / 8 x 1 (32 MMAs at head dim 64, 64 at 128).
+    first, last = function_lines("control_unit")
+    unit = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    unit_mma = CONTROL_UNIT_MMA * head_dim // 64
+    control = tile_path(sass, unit_mma, through=unit) if unit else dict(instructions=None, mma=0, ops={})
+    stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
+                 control_unit_ops=control["ops"])
     return stats
 
 
@@ -564,31 +573,47 @@ def register_roles(cubin: str, kernel: str) -> dict:
     return roles
 
 
-# HGMMA of one 64-key tile at head dim 64 for a consumer warpgroup: Q K^T 4 (m64n64k16 over 4 k16 steps) and
-# P V 4 (m64n64k16 over 4 key steps).
-HOPPER_TILE_HGMMA = 8
-# cp.async of one such tile per producer thread: 64 keys x 8 chunks over the copying warp's 32 threads
-# (HopperTraits::kProducerWarps, 1 at head dim 64), keys and values.
-HOPPER_TILE_COPIES = 32
+# HGMMA of one 64-key tile for a consumer warpgroup (the kernel's KV tile at every head dim: kernel_traits.h
+# kHopperTileCols): Q K^T over the head dim's k16 steps (m64n64k16) and P V over the tile's 4 key steps
+# (m64n(D + 8)k16): 4 + 4 at head dim 64, 8 + 4 at 128. cp.async of one tile per copying producer thread: keys x
+# 16-byte chunks, keys and values, over HopperTraits::kProducerWarps warps (one where 32 lanes cover whole rows,
+# head dims 64 and 128; four at 80).
+def hopper_tile_counts(head_dim: int) -> dict:
+    """What one tile and one fill of the Hopper kernel at `head_dim` issue (hopper/body_layout.h HopperTraits):
+    the tile's HGMMA per consumer warpgroup, its cp.async per copying producer thread, the fill's rotation
+    FFMA per lane (two lanes a row, half the rotated pairs each, 2 FFMA a pair) and the epilogue's 16-byte
+    output stores per lane (16 rows of head_dim / 8 chunks over 32 lanes)."""
+    keys = 64
+    chunks = head_dim // 8
+    producer_warps = 1 if 32 % chunks == 0 else 4
+    return dict(hgmma=head_dim // 16 + keys // 16, copies=keys * chunks * 2 // (32 * producer_warps),
+                fill_ffma=head_dim // 2, epilogue_stores=16 * chunks // 32, producer_warps=producer_warps)
 
 
-def hopper_tile_paths(cubin: str, kernel: str) -> dict:
-    """Per-warp trips of the Hopper kernel at head dim 64 (what the time model reads): a consumer warp's
-    cheapest trip around a tile loop with a whole tile's 8 HGMMA and the ring's mbarriers (its unmasked loop),
+HOPPER_TILE_HGMMA = hopper_tile_counts(64)["hgmma"]
+HOPPER_TILE_COPIES = hopper_tile_counts(64)["copies"]
+
+
+def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
+    """Per-warp trips of the Hopper kernel at `head_dim` (what the time model reads): a consumer warp's
+    cheapest trip around a tile loop with a whole tile's HGMMA (8 at head dim 64, 12 at 128: hopper_tile_counts)
+    and the ring's mbarriers (its unmasked loop),
     the same through the logit block (a masked tile), the same through the warps' votes (a tile the masked loop
     takes whole), and a producer warp's trip around its span walk that
-    copies a whole tile (8 cp.async per thread) and passes the ring's mbarriers."""
+    copies a whole tile (32 cp.async per thread at head dim 64, 64 at 128) and passes the ring's mbarriers."""
     sass = function_sass(cubin, kernel)
-    full = tile_path(sass, HOPPER_TILE_HGMMA, copy_ops=("SYNCS",))
+    counts = hopper_tile_counts(head_dim)
+    hgmma = counts["hgmma"]
+    full = tile_path(sass, hgmma, copy_ops=("SYNCS",))
     lines = source_lines(cubin, kernel)
     first, last = logit_block_lines()
     block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
-    masked = tile_path(sass, HOPPER_TILE_HGMMA, through=block, copy_ops=("SYNCS",)) if block else dict(instructions=None)
+    masked = tile_path(sass, hgmma, through=block, copy_ops=("SYNCS",)) if block else dict(instructions=None)
     # A tile the masked loop takes whole (through the warps' votes, tile.h row_sees_any; no logit block).
     first, last = function_lines("row_sees_any", "tile.h")
     votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
-    voted = tile_path(sass, HOPPER_TILE_HGMMA, through=votes, copy_ops=("SYNCS",)) if votes else dict(instructions=None)
-    copy = tile_path(sass, HOPPER_TILE_COPIES, copy_ops=("SYNCS",), count_ops=("LDGSTS",))
+    voted = tile_path(sass, hgmma, through=votes, copy_ops=("SYNCS",)) if votes else dict(instructions=None)
+    copy = tile_path(sass, counts["copies"], copy_ops=("SYNCS",), count_ops=("LDGSTS",))
     return dict(consumer_full_tile=full["instructions"], consumer_full_tile_hgmma=full.get("mma"),
                 consumer_full_tile_ops=full.get("ops", {}), consumer_masked_tile=masked["instructions"],
                 consumer_masked_loop_full_tile=voted["instructions"],
@@ -658,8 +683,8 @@ def cheapest_path(sass: list[tuple[int, str, str]], starts: set, ends: set, thro
     return dict(instructions=finish[0], ops=dict(sorted(ops.items(), key=lambda x: -x[1])), path=path[::-1])
 
 
-def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
-    """The Hopper kernel's per-CTA costs outside the tile loops at head dim 64, counted on its SASS (what the
+def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
+    """The Hopper kernel's per-CTA costs outside the tile loops at `head_dim`, counted on its SASS (what the
     time model reads in place of the mma.sync kernel's estimates), each the cheapest path a converged warp
     takes (predicated-off instructions count; the prologue's strided loops a warp's lanes skip are skipped):
 
@@ -667,11 +692,11 @@ def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
       instruction of its first fill (mainloop.h fill_slot_row and what it calls): the prologue's barriers
       and shared stores (the producer warpgroup reads the plan), the roles' split, the Consumer's set-up
       and the walk's first cursor steps;
-    - fill_step: one fill of the warp's query slot rows (a rotated variant at head dim 64: 16 pairs a lane,
-      2 FFMA each), from that first instruction to the first of the straddling dots (the async-proxy fence and
-      the barrier between);
+    - fill_step: one fill of the warp's query slot rows (a rotated variant: head_dim / 4 pairs a lane, 2 FFMA
+      each, in steps of 16 pairs: one step at head dim 64, two at 128), from that first instruction to the
+      first of the straddling dots (the async-proxy fence and the barrier between);
     - consumer_epilogue: from the epilogue's first instruction (body_kernel.h Consumer::epilogue) to EXIT with
-      its 4 16-byte output stores a lane (16 rows x 8 chunks over 32 lanes);
+      its 16-byte output stores a lane (16 rows x head_dim / 8 chunks over 32 lanes: 4 at head dim 64);
     - producer_prologue: a producer warpgroup warp whose lanes compute the rows' geometry (tid < 128: all
       four), from the entry through the plan's read and the row geometry (plan.h row_geometry) to its
       setmaxnreg.dec;
@@ -697,10 +722,12 @@ def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
     pro = cheapest_path(sass, entry, fill, through=(alloc,))
     # The fill from the prologue's last instruction (the first of fill_slot_row on the consumer's path).
     first_fill = min(fill & {a for a, _, _ in sass if a >= min(alloc)}) if alloc and fill else None
-    # Head dim 64, rotary half 32, two lanes a row: 16 pairs a lane, each rotated with two FFMA.
-    step = (cheapest_path(sass, {first_fill}, dots, count_ops=("FFMA",), min_count=2 * 16, count_within=rotate)
+    # Two lanes a row, each rotating half the row's head_dim / 2 pairs with two FFMA a pair.
+    counts = hopper_tile_counts(head_dim)
+    step = (cheapest_path(sass, {first_fill}, dots, count_ops=("FFMA",), min_count=counts["fill_ffma"],
+                          count_within=rotate)
             if first_fill is not None else dict(instructions=None))
-    epi = (cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=4)
+    epi = (cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=counts["epilogue_stores"])
            if epilogue else dict(instructions=None))
     # ... through the plan's read too (the producer warpgroup reads it; a path that skips it, as a tile with no
     # rows does, never reaches the roles).
@@ -716,13 +743,14 @@ def hopper_fixed_paths(cubin: str, kernel: str) -> dict:
                 producer_exit=done["instructions"])
 
 
-def attn_fixed_paths(cubin: str, kernel: str) -> dict:
-    """The mma.sync kernel's per-CTA costs outside its tile loops (mainloop.h attn_cta, head dim 64), counted as
+def attn_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
+    """The mma.sync kernel's per-CTA costs outside its tile loops (mainloop.h attn_cta, at `head_dim`), counted as
     hopper_fixed_paths counts the Hopper kernel's, so that the time model compares the two on the same
     footing (cheapest paths of a converged warp): a body warp's prologue from the entry through its rows'
     geometry (every thread a row) to the first instruction of its first fill; one fill step (a thread a row:
-    32 rotated pairs, 2 FFMA each, in 4-pair steps) to the straddling dots; the epilogue from its first line
-    (mainloop.h "---- epilogue") to EXIT with its 8 16-byte output stores a lane (32 rows x 8 chunks)."""
+    head_dim / 2 rotated pairs, 2 FFMA each, in 4-pair steps) to the straddling dots; the epilogue from its first
+    line (mainloop.h "---- epilogue") to EXIT with its 16-byte output stores a lane (32 rows x head_dim / 8
+    chunks: 8 at head dim 64)."""
     sass = function_sass(cubin, kernel)
     lines = source_lines(cubin, kernel)
 
@@ -740,12 +768,25 @@ def attn_fixed_paths(cubin: str, kernel: str) -> dict:
     epilogue = at(first, last)
     exits = {a for a, op, _ in sass if op.startswith("EXIT")}
     pro = cheapest_path(sass, {sass[0][0]}, fill, through=(at(row, row),))
-    step = (cheapest_path(sass, {pro["path"][-1]}, dots, count_ops=("FFMA",), min_count=2 * 32, count_within=rotate)
+    step = (cheapest_path(sass, {pro["path"][-1]}, dots, count_ops=("FFMA",), min_count=head_dim,
+                          count_within=rotate)
             if pro["instructions"] else dict(instructions=None, ops={}))
-    epi = (cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=8)
+    epi = (cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=head_dim // 8)
            if epilogue else dict(instructions=None, ops={}))
     return dict(prologue=pro["instructions"], prologue_ops=pro["ops"], fill_step=step["instructions"],
                 fill_step_ops=step["ops"], epilogue=epi["instructions"], epilogue_ops=epi["ops"])
+
+
+def attn_model_paths(head_dim: int = 128, arch: str = "90a") -> dict:
+    """The mma.sync kernel's trips and costs outside its tile loops at `head_dim` (bf16, three K/V stages: what
+    an H100 / H200 runs), for the time model's head dim 128 (no limits: the gate's are set at head dim 64). The
+    Hopper launch's control CTAs run on this kernel, so its control unit is that design's too."""
+    if nvcc_path() is None or cuobjdump_path() is None:
+        raise FileNotFoundError("the gates need nvcc (CUDA_HOME) and cuobjdump (CUDA toolkit or the triton package)")
+    with tempfile.TemporaryDirectory() as workdir:
+        cubin, _ = compile_kernel(f"csrc/cuda/attn_hdim{head_dim}_bf16.cu", arch, workdir)
+        kernel = attn_kernel_name(3)
+        return dict(attn_tile_paths(cubin, kernel, head_dim), **attn_fixed_paths(cubin, kernel, head_dim))
 
 
 def hopper_failures(stats: dict) -> list[str]:
@@ -773,9 +814,10 @@ def hopper_failures(stats: dict) -> list[str]:
     return out
 
 
-def hopper_gate(sources=HOPPER_SOURCES, head_dims=(64, 80, 128)) -> dict:
+def hopper_gate(sources=HOPPER_SOURCES, head_dims=(64, 80, 128), path_dims=(64, 128)) -> dict:
     """Compiles the Hopper body kernel's sources for sm_90a and measures each head dim's instantiation:
-    {(source, head dim): stats with a 'failures' list}."""
+    {(source, head dim): stats with a 'failures' list}; at the head dims of `path_dims` (the time model's
+    64 and 128) also its trips and its costs outside the tile loops."""
     if nvcc_path() is None or cuobjdump_path() is None:
         raise FileNotFoundError("the gates need nvcc (CUDA_HOME) and cuobjdump (CUDA toolkit or the triton package)")
     results = {}
@@ -797,9 +839,9 @@ def hopper_gate(sources=HOPPER_SOURCES, head_dims=(64, 80, 128)) -> dict:
                 stats["hgmma_hmma_equivalent"] = equivalent
                 stats["hgmma_work_share"] = equivalent / (len(ops) - len(shapes) + equivalent) if ops else 0.0
                 stats["setmaxnreg"] = register_roles(cubin, name)
-                if d == 64:
-                    stats.update(hopper_tile_paths(cubin, name))
-                    stats.update(hopper_fixed_paths(cubin, name))
+                if d in path_dims:
+                    stats.update(hopper_tile_paths(cubin, name, d))
+                    stats.update(hopper_fixed_paths(cubin, name, d))
                 stats["setmaxnreg_ignored"] = "C7508" in report
                 # ptxas's advisories when it cannot keep wgmma asynchronous (it waits after each one instead): C7515
                 # (non-wgmma instructions defining accumulators in flight), C7514 (... reading them).
@@ -865,7 +907,7 @@ def main(argv=None) -> int:
               f"{s['hgmma']} ({s['hgmma_share']:.2%} of the instructions, {s['hgmma_work_share']:.2%} in m16n8k16 "
               f"units; {s['hgmma_shapes']}), HMMA {s['hmma']}, CALLs "
               f"{len(s['calls'])} (division {len(s['division_calls'])})")
-        if "consumer_full_tile" in s:  # head dim 64: the trips and the costs outside the tile loops
+        if "consumer_full_tile" in s:  # head dims 64 and 128: the trips and the costs outside the tile loops
             print(f"  consumer trip {s['consumer_full_tile']} (masked {s['consumer_masked_tile']}), producer trip "
                   f"{s['producer_tile']}; consumer prologue {s.get('consumer_prologue')}, epilogue "
                   f"{s.get('consumer_epilogue')}, fill step {s.get('fill_step')}, producer warp's prologue "

@@ -51,15 +51,14 @@ def test_hopper_kernel_gate(measured, case, limit):
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_the_hopper_gate_sees_every_product(measured, case):
-    """The measured kernel is the wgmma one: Q K^T at the plan's KV tile width (64 keys, 32 at head dim 128)
-    and at 16 columns (control keys in body tiles, the Hn bands), P V at the head dim plus the 8 columns of
-    ones that give the row sums (hopper/body_layout.h kValueCols); no mma.sync in it (its control CTAs run on
-    the mma.sync kernel, another source)."""
+    """The measured kernel is the wgmma one: Q K^T at the plan's KV tile width (64 keys at every head dim:
+    kernel_traits.h kHopperTileCols) and at 16 columns (control keys in body tiles, the Hn bands), P V at the
+    head dim plus the 8 columns of ones that give the row sums (hopper/body_layout.h kValueCols); no mma.sync
+    in it (its control CTAs run on the mma.sync kernel, another source)."""
     _, d = case
     stats = measured[case]
     shapes = stats["hgmma_shapes"]
-    n = 64 if d <= 80 else 32
-    assert f"64x{n}x16" in shapes and "64x16x16" in shapes and f"64x{d + 8}x16" in shapes, shapes
+    assert "64x64x16" in shapes and "64x16x16" in shapes and f"64x{d + 8}x16" in shapes, shapes
     assert stats["hmma"] == 0
     assert stats["hgmma_hmma_equivalent"] == sum(int(k.split("x")[1]) // 8 * v for k, v in shapes.items())
 

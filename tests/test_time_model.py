@@ -141,3 +141,21 @@ def test_the_hopper_design_charges_logit_tiles_per_16_row_warp():
                 + census["fills"] * hop.fill_instructions)
     producer = hop.producer_warps * census["kv_tiles"] * hop.producer_tile + hop.producer_setup
     assert math.isclose(body.warp_instructions, hop.warps * per_warp + producer)
+
+
+def test_the_hopper_design_at_128_runs_its_own_plan_on_the_calls_union(tmp_path):
+    """At head dim 128 the sm_90a kernel plans 64-key tiles (kernel_traits.h body_tile_cols): its design reads the
+    census's "|sm90" entry, the mma.sync design the 32-key plan's; both TFLOP/s figures count the same flops
+    (the call's union, as bench_gpu_attention.py does), so the wider tiles' padding does not raise the figure."""
+    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
+    mma_key = model.census_key(model.SECOND_NOW_128, entries, "late", 32768, 128)
+    hop_key = model.census_key(model.HOPPER_128, entries, "late", 32768, 128)
+    assert (mma_key, hop_key) == ("rangeswa late|32768|128", "rangeswa late|32768|128|sm90")
+    assert entries[hop_key]["kv_tiles"] < entries[mma_key]["kv_tiles"]
+    assert entries[hop_key]["cols_per_row"] > entries[mma_key]["cols_per_row"]
+    assert model.census_key(model.HOPPER, entries, "late", 32768, 64) == "rangeswa late|32768|64"
+    assert model.main(["--out", str(tmp_path / "model.json")]) == 0
+    designs = json.loads((tmp_path / "model.json").read_text())["designs"]
+    for case in ("late|8192", "lite|32768"):
+        hop, mma = designs[model.HOPPER_128.name][case], designs[model.SECOND_NOW_128.name][case]
+        assert math.isclose(hop["union_tflops"] * hop["h200_ms"], mma["union_tflops"] * mma["h200_ms"], rel_tol=1e-9)

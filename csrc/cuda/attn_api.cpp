@@ -360,10 +360,11 @@ CallCheck check_call(RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prep
                      ctas(smem_for(bands, 3)) >= std::max<size_t>(1, ctas(smem_for(bands, 2)));
   s.kv_stages = forced != 0 ? forced : third ? 3 : 2;
   probe.kv_stages = s.kv_stages;
-  plan_edges(s, kv_tile_cols(q.scalar_type() != at::kFloat, Dp), band);
   const size_t smem = smem_for(band, s.kv_stages);
-  probe.geo.band_ok = s.geo.band_ok;
+  probe.geo.band_ok = bands;  // as plan_edges sets it
+  // The body kernel first: its KV tile is the plan's (kernel_traits.h body_tile_cols: 64 keys on the sm_90a kernel).
   const bool hopper = use_hopper_kernel(q, probe, ap.D);
+  plan_edges(s, body_tile_cols(q.scalar_type() != at::kFloat, Dp, hopper), band);
   TORCH_CHECK_VALUE(smem <= size_t(max_shared_memory(q.device())), "attn on CUDA with ", K,
                     " retrieved blocks per query block needs ", smem, " bytes of shared memory, more than this GPU's ",
                     max_shared_memory(q.device()), "; use a smaller topk");

@@ -25,6 +25,14 @@ inline constexpr int kControlSplit = 4;
 // (SIMT path) halves it so its query tile and two K/V stages fit in an sm_80 multiprocessor's 163 KB; head
 // dim 128 halves it so the score and output accumulators fit in registers without spills.
 inline constexpr int kv_tile_cols(bool tensor_cores, int Dp) { return !tensor_cores || Dp > 80 ? 32 : 64; }
+// ... of the sm_90a body kernel (hopper/body_layout.h HopperTraits::kBlockN): 64 at every head dim. Its consumer
+// warps hold 16 rows, so a 64-key tile's scores and a head dim 128 output fit their registers, and a tile's fixed
+// costs (its mbarriers, the softmax's reductions, the loop) are paid once per 64 keys.
+inline constexpr int kHopperTileCols = 64;
+// The plan's KV tile (plan_edges, geo.tile_cols) for the body kernel that runs the call.
+inline constexpr int body_tile_cols(bool tensor_cores, int Dp, bool hopper) {
+  return hopper ? kHopperTileCols : kv_tile_cols(tensor_cores, Dp);
+}
 
 // The padded head dim a head dim D runs as (0 = unsupported).
 inline constexpr int padded_head_dim(int64_t D) { return D <= 64 ? 64 : D <= 80 ? 80 : D <= 128 ? 128 : 0; }

@@ -67,6 +67,14 @@ struct HostCall {
   PrepareParams pp{};  // its preparation's parameters (before prepare_ready)
 };
 
+// The plan's KV tile on the host (attn_api.cpp's choice): the sm_90a kernel's 64 keys when
+// RANGESWA_CUDA_KERNEL=hopper runs a 16-bit call (the SIMT emulation launches that kernel then, and the census
+// counts its plan), the mma.sync kernel's otherwise.
+inline int host_tile_cols(const HostCall& hc) {
+  const bool tensor_cores = hc.q.scalar_type() != at::kFloat;
+  return body_tile_cols(tensor_cores, hc.s.Dp, tensor_cores && body_kernel_forced() == BodyKernel::kHopper);
+}
+
 inline at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
   const int64_t half = ap.rope.rotary_dim / 2;
   at::Tensor t = at::empty({2, std::max<int64_t>(rows, 1), std::max<int64_t>(half, 1)}, at::kFloat);
@@ -136,7 +144,7 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   }
   if (given.defined() && given.size(3) == 0) given = at::Tensor();
   hc.s = setup_attn(ap, given.defined() ? given.size(3) : 0);
-  plan_edges(hc.s, kv_tile_cols(hc.q.scalar_type() != at::kFloat, hc.s.Dp), true);
+  plan_edges(hc.s, host_tile_cols(hc), true);
   const AttnSetup& s = hc.s;
   hc.out = at::zeros(q.sizes(), hc.q.options());
   hc.lse = at::zeros({ap.B, ap.Hq, ap.Nq}, hc.q.options().dtype(at::kFloat));

@@ -1,8 +1,8 @@
 // The sm_90a body kernel's sizes and shared memory (hopper/body_kernel.h): the same plan as the mma.sync
-// kernel (128-row query tiles, KV tiles of kv_tile_cols keys, 16-column tiles for control keys, direct
-// records and Hn bands), three warpgroups (a producer, two consumers of 64 rows each: wgmma's M), and
-// every wgmma operand in shared memory in the canonical no-swizzle layout of core matrices (PTX ISA
-// 9.7.15.5.1.2: 8 rows of 16 bytes, 128 contiguous bytes each).
+// kernel, laid out on its own tile width (128-row query tiles, KV tiles of kHopperTileCols = 64 keys at every
+// head dim, 16-column tiles for control keys, direct records and Hn bands), three warpgroups (a producer, two
+// consumers of 64 rows each: wgmma's M), and every wgmma operand in shared memory in the canonical no-swizzle
+// layout of core matrices (PTX ISA 9.7.15.5.1.2: 8 rows of 16 bytes, 128 contiguous bytes each).
 //
 // Core-matrix layout of a tile of R rows x Dp 16-bit columns (the query slot, a K or V stage, the Hn band's
 // summary rows): element (row, d) at element offset (row / 8) 8 Dp + (d / 8) 64 + (row % 8) 8 + d % 8, i.e.
@@ -34,7 +34,7 @@ struct HopperTraits {
   static constexpr bool kTensorCores = true;
   static constexpr int kHeadDim = kHeadDim_;  // padded
   static constexpr int kBlockM = kAttnTileRows;                  // the plan's query tile
-  static constexpr int kBlockN = kv_tile_cols(true, kHeadDim);   // the plan's KV tile
+  static constexpr int kBlockN = kHopperTileCols;                 // the plan's KV tile (64 keys)
   static constexpr int kGroupRows = 64;                          // a consumer warpgroup's rows: wgmma's M
   static constexpr int kConsumers = kBlockM / kGroupRows;        // consumer warpgroups
   static constexpr int kConsumerThreads = 128 * kConsumers;
