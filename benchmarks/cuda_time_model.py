@@ -344,25 +344,26 @@ HOPPER = replace(
 )
 
 
+def with_paths(base: Design, name: str, paths: dict, source: str, **fields) -> Design:
+    """Design `base` on the gate's SASS paths `paths` (a whole tile, a masked one, a whole tile in the masked loop,
+    the prologue, epilogue and fill step), with `fields` besides and `source` added to its sources."""
+    return replace(base, name=name, full_tile=paths["full_tile"], masked_extra=paths["masked_tile"] - paths["full_tile"],
+                   masked_loop_full=paths["masked_loop_full"], cta_setup=paths["prologue"] + paths["epilogue"],
+                   fill_instructions=paths["fill_step"], sources=base.sources + (source,), **fields)
+
+
 # ---- head dim 128 ---------------------------------------------------------------------------------------
-# Both kernels at head dim 128 (bf16, sm_90a), counted the same way as at 64: the plan's KV tiles are 32 keys
-# there (kernel_traits.h kv_tile_cols), so the census's tiles are 32-key ones. The mma.sync kernel
+# Both kernels at head dim 128 (bf16, sm_90a), counted the same way as at 64: the mma.sync kernel's plan has
+# 32-key tiles there (kernel_traits.h kv_tile_cols), so its census's tiles are 32-key ones. The mma.sync kernel
 # (scripts/cuda_gates.py attn_model_paths, three K/V stages): a 32-row warp's full tile 472 (128 MMAs: Q K^T
 # 2 x 4 x 8, P V 2 x 16 x 2), masked 626, a tile its masked loop takes whole 529, a control unit 327 (64 MMAs),
 # prologue 446, epilogue 790 (16 output stores a lane), fill step 1,146 (64 pairs a thread: 16 round trips of
 # 4-pair steps); a late row's straddling dots 2 chunks a load over 16 chunks, 6 terms: 48 round trips.
 ATTN_128_MEASURED = dict(full_tile=472, masked_tile=626, masked_loop_full=529, control_unit=327, prologue=446,
                          epilogue=790, fill_step=1146)
-SECOND_NOW_128 = replace(
-    SECOND_NOW,
-    name="second design now (main), head dim 128",
-    full_tile=ATTN_128_MEASURED["full_tile"],
-    masked_extra=ATTN_128_MEASURED["masked_tile"] - ATTN_128_MEASURED["full_tile"],
-    masked_loop_full=ATTN_128_MEASURED["masked_loop_full"], control_unit=ATTN_128_MEASURED["control_unit"],
-    cta_setup=ATTN_128_MEASURED["prologue"] + ATTN_128_MEASURED["epilogue"],
-    fill_instructions=ATTN_128_MEASURED["fill_step"], fill_round_trips=16, mixed_round_trips=48,
-    sources=SECOND_NOW.sources + ("head dim 128: the gate's SASS paths at 128 (attn_model_paths)",),
-)
+SECOND_NOW_128 = with_paths(SECOND_NOW, "second design now (main), head dim 128", ATTN_128_MEASURED,
+                            "head dim 128: the gate's SASS paths at 128 (attn_model_paths)",
+                            control_unit=ATTN_128_MEASURED["control_unit"], fill_round_trips=16, mixed_round_trips=48)
 # The sm_90a kernel (scripts/cuda_gates.py hopper_gate at head dim 128), on its own plan of 64-key tiles
 # (kernel_traits.h kHopperTileCols; the census's "|sm90" entries): a consumer warp's whole tile 219 (12 HGMMA:
 # Q K^T m64n64k16 x 8, P V m64n136k16 x 4; the softmax of head dim 64's 64-key tile), masked 363, a tile its
@@ -372,20 +373,14 @@ SECOND_NOW_128 = replace(
 # trips a term, 8 a late row. As at 64, the cheapest trip is the one whose warp vote finds no row's max raised
 # (softmax.h: the output's 68 columns a lane rescaled only then). On the mma.sync kernel's 32-key tiles (the
 # plan both kernels shared before) it was 156 / 276 / 222 / 106 a 32-key tile: late 32k at 466 TFLOP/s
-# (47% of the peak) against 589 now.
+# (47% of the peak) against 549 now, both on the call's union.
 HOPPER_128_MEASURED = dict(full_tile=219, masked_tile=363, masked_loop_full=286, producer_tile=158, prologue=258,
                            epilogue=273, fill_step=393, producer_prologue=236)
-HOPPER_128 = replace(
-    HOPPER,
-    name="sm_90a warp-specialized body kernel, head dim 128",
-    full_tile=HOPPER_128_MEASURED["full_tile"],
-    masked_extra=HOPPER_128_MEASURED["masked_tile"] - HOPPER_128_MEASURED["full_tile"],
-    masked_loop_full=HOPPER_128_MEASURED["masked_loop_full"], producer_tile=HOPPER_128_MEASURED["producer_tile"],
-    cta_setup=HOPPER_128_MEASURED["prologue"] + HOPPER_128_MEASURED["epilogue"],
-    producer_setup=4 * HOPPER_128_MEASURED["producer_prologue"],
-    fill_instructions=HOPPER_128_MEASURED["fill_step"], fill_round_trips=2, mixed_round_trips=8,
-    sources=HOPPER.sources + ("head dim 128: the gate's SASS paths at 128 (hopper_gate path_dims)",),
-)
+HOPPER_128 = with_paths(HOPPER, "sm_90a warp-specialized body kernel, head dim 128", HOPPER_128_MEASURED,
+                        "head dim 128: the gate's SASS paths at 128 (hopper_gate path_dims)",
+                        producer_tile=HOPPER_128_MEASURED["producer_tile"],
+                        producer_setup=4 * HOPPER_128_MEASURED["producer_prologue"], fill_round_trips=2,
+                        mixed_round_trips=8)
 
 
 def union_flops(L: int, cols_per_row: float, head_dim: int) -> float:
