@@ -155,6 +155,27 @@ def test_hopper_kernel_only_for_16_bit_elements(simt, monkeypatch):
     assert_attn_close(out, lse, q, k, v, case, retrieved, what="SIMT kernel, fp32 ")
 
 
+def test_hopper_kernel_at_head_dim_128_fits_an_h200_on_64_key_tiles(simt, monkeypatch):
+    """At head dim 128 the kernel runs its own 64-key tiles (kernel_traits.h kHopperTileCols; the mma.sync
+    kernel's plan has 32): the query slot and 4 K and V stages of 64 keys (hopper/body_layout.h), 167,936 bytes,
+    with the plan's region still fit the H100 / H200's opt-in shared memory (232,448 bytes) for the benchmark's
+    rangeswa late call (top-K 8), and the answer is the mma.sync kernel's."""
+    from rangeswa_ext import preset
+
+    cfg, C, L = preset("rangeswa"), 12, 1024
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 1, C + L, 128, generator=gen).to(torch.bfloat16) for _ in range(3))
+    retrieved = ops.topk_blocks(q, k, cfg, C, "late")
+    args = ops.attn_arguments(cfg, C, "late")
+    out, lse = _attn(simt, monkeypatch, "hopper", q, k, v, retrieved, args)
+    smem = simt.stats()[8]
+    stages = 4 * 64 * (128 + 136) * 2
+    assert 128 * 128 * 2 + stages < smem <= 232448, smem
+    mma, mma_lse = _attn(simt, monkeypatch, "mma", q, k, v, retrieved, args)
+    assert ((out.float() - mma.float()).abs().max() <= 1e-2 * mma.float().abs().max()).item()
+    assert torch.allclose(lse, mma_lse, atol=1e-3)
+
+
 # ---------------------------------------------------------------------------------- the whole grid
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
