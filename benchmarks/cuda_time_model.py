@@ -485,10 +485,15 @@ def first_design_phases(case: str, L: int = 8192) -> list[Phase]:
 CASE_LABEL = {"late": "rangeswa late", "lite": "rangeswa_lite"}  # the census's labels of the modelled cases
 
 
+def call_key(case: str, L: int, head_dim: int) -> str:
+    """The census entry of the call's plan on the mma.sync kernel (the call's union of GEMM columns)."""
+    return f"{CASE_LABEL[case]}|{L}|{head_dim}"
+
+
 def census_key(d: Design, entries: dict, case: str, L: int, head_dim: int) -> str:
     """The census entry of design `d`'s plan: the sm_90a kernel's own ("|sm90", 64-key tiles) where the census
     has one (head dims above 80), else the mma.sync kernel's."""
-    key = f"{CASE_LABEL[case]}|{L}|{head_dim}"
+    key = call_key(case, L, head_dim)
     return f"{key}|sm90" if d.wgmma and f"{key}|sm90" in entries else key
 
 
@@ -568,7 +573,7 @@ def main(argv=None) -> int:
                 x = peer[L] / (t200 * 1e3) if L in peer else None
                 # The call's union as bench_gpu_attention.py counts it (the mma.sync plan's columns, the same for
                 # both kernels), so the sm_90a plan's wider tiles, more padded columns, do not raise its figure.
-                cols = entries[f"{CASE_LABEL[case]}|{L}|{head_dim}"]["cols_per_row"]
+                cols = entries[call_key(case, L, head_dim)]["cols_per_row"]
                 tflops = union_flops(L, cols, head_dim) / t200 / 1e12
                 split = ", ".join(f"{name} {describe(r)}" for name, r in rows if r["total"] > 5e-6)
                 ratio = f"{x:6.2f}x" if x is not None else f"{'-':>7s}"

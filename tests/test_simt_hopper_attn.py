@@ -18,7 +18,7 @@ import torch
 
 from attn_cases import (CAUSAL_GRID, CAUSAL_HANDFUL, GRID, TENSOR_CORE_HANDFUL, assert_attn_close, case_id,
                         causal_config, causal_id, causal_inputs, config, grid_index, inputs, retrieved_for)
-from rangeswa_ext import ops
+from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
 
 DTYPES = [torch.bfloat16, torch.float16]
@@ -160,8 +160,6 @@ def test_hopper_kernel_at_head_dim_128_fits_an_h200_on_64_key_tiles(simt, monkey
     kernel's plan has 32): the query slot and 4 K and V stages of 64 keys (hopper/body_layout.h), 167,936 bytes,
     with the plan's region still fit the H100 / H200's opt-in shared memory (232,448 bytes) for the benchmark's
     rangeswa late call (top-K 8), and the answer is the mma.sync kernel's."""
-    from rangeswa_ext import preset
-
     cfg, C, L = preset("rangeswa"), 12, 1024
     gen = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 1, C + L, 128, generator=gen).to(torch.bfloat16) for _ in range(3))
