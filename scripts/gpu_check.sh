@@ -26,6 +26,10 @@
 #     busy, tensor pipe, occupancy and stall reasons (benchmarks/ncu_attn_body.py; a machine that denies
 #     the performance counters says so in the summary);
 #  8. ELF-B sampling at 8k (benchmarks/bench_gpu_sampling.py: 32 steps, B = 16, bf16).
+# GPU_CHECK_BUDGET_S (default 480) scales every deadline, for a window shorter or longer than 8 minutes (a
+# 15-minute device lease that must leave room for a rerun: 360); GPU_CHECK_SKIP, a comma-separated list of
+# gates, probe, tests, hopper, bench, profile, ncu, sampling, leaves those steps out, so that the steps after
+# them get their time (the gates are offline evidence this repository already holds: `gates` first).
 # Writes at most 8 files to OUT_DIR: summary.md, summary.json, bench.md, bench.json, profile.md,
 # sampling.md, gates.json and logs.tar.gz (every log).
 # Exit status: 0 all passed, 1 a step failed, 2 no usable GPU or toolchain (nothing was run).
@@ -39,7 +43,18 @@ WORK="$(mktemp -d)"  # logs and intermediate files; packed into logs.tar.gz at t
 PY="${PYTHON:-python3}"
 START=$(date +%s)
 log() { echo "[gpu_check $(( $(date +%s) - START ))s] $*" | tee -a "$WORK/steps.log"; }
-left() { echo $(( $1 - ($(date +%s) - START) )); }  # seconds until deadline $1
+BUDGET="${GPU_CHECK_BUDGET_S:-480}"
+case "$BUDGET" in ''|*[!0-9]*) echo "gpu_check: GPU_CHECK_BUDGET_S must be a whole number of seconds, got '$BUDGET'" >&2; exit 2;; esac
+SKIP=",${GPU_CHECK_SKIP:-},"
+for step in $(echo "${GPU_CHECK_SKIP:-}" | tr ',' ' '); do
+  case "$step" in gates|probe|tests|hopper|bench|profile|ncu|sampling) ;;
+    *) echo "gpu_check: unknown step '$step' in GPU_CHECK_SKIP (gates, probe, tests, hopper, bench, profile, ncu, sampling)" >&2; exit 2;;
+  esac
+done
+export GPU_CHECK_BUDGET_S="$BUDGET"
+wants() { [[ "$SKIP" != *",$1,"* ]]; }  # whether step $1 runs (not in GPU_CHECK_SKIP)
+# seconds until deadline $1, a time on the 480-second plan, scaled to GPU_CHECK_BUDGET_S
+left() { echo $(( $1 * BUDGET / 480 - ($(date +%s) - START) )); }
 
 # --- 0. a GPU and a toolchain, or stop at once -------------------------------------------------------
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() and torch.version.cuda else 1)" 2>/dev/null; then
@@ -78,12 +93,17 @@ log "build exit $BUILD_RC after ${BUILD_S}s"
 GATES_RC=-1; PROBE=""; TESTS_RC=-1; HOPPER_TESTS_RC=-1; BENCH_RC=-1; PROFILE_RC=-1; SAMPLING_RC=-1
 if [ $BUILD_RC -eq 0 ]; then
   # --- 3. offline gates on this toolchain ---------------------------------------------------------------
-  (cd "$ROOT" && timeout 60 "$PY" scripts/cuda_gates.py --arch 90a --json "$OUT_DIR/gates.json") >"$WORK/gates.log" 2>&1
-  GATES_RC=$?
-  log "gates exit $GATES_RC: $(tail -1 "$WORK/gates.log")"
+  if wants gates; then
+    (cd "$ROOT" && timeout 60 "$PY" scripts/cuda_gates.py --arch 90a --json "$OUT_DIR/gates.json") >"$WORK/gates.log" 2>&1
+    GATES_RC=$?
+    log "gates exit $GATES_RC: $(tail -1 "$WORK/gates.log")"
+  else
+    GATES_RC=0; log "gates skipped (GPU_CHECK_SKIP)"
+  fi
 
   # --- 4. exception probe ------------------------------------------------------------------------------
-  for device in cpu cuda; do
+  wants probe || log "exception probe skipped (GPU_CHECK_SKIP)"
+  for device in $(wants probe && echo cpu cuda); do
     (cd "$ROOT" && timeout 60 "$PY" - "$device" >>"$WORK/probe.log" 2>&1 <<'EOF'
 import sys, torch
 from rangeswa_ext import ops, preset
@@ -116,7 +136,9 @@ EOF
   done
 
   # --- 5. CUDA tests, a crashing test deselected and the rest rerun --------------------------------------
-  if "$PY" -c "import pytest" 2>/dev/null; then
+  if ! wants tests; then
+    TESTS_RC=0; log "CUDA tests skipped (GPU_CHECK_SKIP)"
+  elif "$PY" -c "import pytest" 2>/dev/null; then
     DESELECT=()
     for attempt in 1 2 3 4; do
       budget=$(left 280)
@@ -138,7 +160,9 @@ EOF
   fi
 
   # --- 5b. the attn tests on the sm_90a body kernel ------------------------------------------------------
-  if "$PY" -c "import pytest" 2>/dev/null && [ "$(left 310)" -gt 20 ]; then
+  if ! wants hopper; then
+    HOPPER_TESTS_RC=0; log "attn tests on the sm_90a body kernel skipped (GPU_CHECK_SKIP)"
+  elif "$PY" -c "import pytest" 2>/dev/null && [ "$(left 310)" -gt 20 ]; then
     (cd "$ROOT" && RANGESWA_CUDA_KERNEL=hopper timeout "$(left 310)" "$PY" -X faulthandler -m pytest -q \
         -p no:cacheprovider tests/test_ops_cuda.py -k "attn and not emulat") >"$WORK/tests_hopper.log" 2>&1
     HOPPER_TESTS_RC=$?
@@ -146,9 +170,11 @@ EOF
   fi
 
   # --- 6-8. benchmarks, each with what is left until its deadline ----------------------------------------
-  run_step() {  # run_step NAME DEADLINE LOGFILE SCRIPT ARGS...: sets STEP_RC
-    local name=$1 deadline=$2 logfile=$3
-    shift 3
+  run_step() {  # run_step STEP NAME DEADLINE LOGFILE SCRIPT ARGS...: sets STEP_RC (0 when STEP is skipped)
+    local step=$1 name=$2 deadline=$3 logfile=$4
+    shift 4
+    STEP_RC=0
+    if ! wants "$step"; then log "$name skipped (GPU_CHECK_SKIP)"; return 0; fi
     local budget
     budget=$(left "$deadline")
     STEP_RC=-1
@@ -158,14 +184,16 @@ EOF
     STEP_RC=$?
     log "$name exit $STEP_RC"
   }
-  run_step "attention benchmark" 390 "$WORK/bench.log" benchmarks/bench_gpu_attention.py --quick \
+  run_step bench "attention benchmark" 390 "$WORK/bench.log" benchmarks/bench_gpu_attention.py --quick \
       --budget-s "$(( $(left 390) - 40 ))" --out "$WORK"
   BENCH_RC=$STEP_RC
-  run_step "profiler split" 412 "$WORK/profile.log" benchmarks/profile_gpu_attention.py --calls 5 --out "$WORK"
+  run_step profile "profiler split" 412 "$WORK/profile.log" benchmarks/profile_gpu_attention.py --calls 5 --out "$WORK"
   PROFILE_RC=$STEP_RC
   NCU="$(command -v ncu || true)"
   [ -z "$NCU" ] && [ -x "$CUDA_HOME/bin/ncu" ] && NCU="$CUDA_HOME/bin/ncu"
-  if [ -z "$NCU" ]; then
+  if ! wants ncu; then
+    log "ncu skipped (GPU_CHECK_SKIP)"
+  elif [ -z "$NCU" ]; then
     log "no ncu on this machine: no stall reasons"
     echo "ncu: not on this machine (PATH, \$CUDA_HOME/bin)" >"$WORK/ncu.md"
   elif [ "$(left 448)" -le 20 ]; then
@@ -180,7 +208,7 @@ EOF
     "$PY" "$ROOT/benchmarks/ncu_attn_body.py" summarize "$WORK/ncu.csv" --out "$WORK/ncu.md" >/dev/null 2>>"$WORK/ncu.log"
     grep -h "ERR_\|==ERROR==" "$WORK/ncu.log" | head -3 >>"$WORK/ncu.md"
   fi
-  run_step "ELF-B sampling benchmark" 470 "$WORK/sampling.log" benchmarks/bench_gpu_sampling.py --model elf-b \
+  run_step sampling "ELF-B sampling benchmark" 470 "$WORK/sampling.log" benchmarks/bench_gpu_sampling.py --model elf-b \
       --lengths 8192 --repeats 1 --budget-s "$(( $(left 470) - 10 ))" --out "$WORK"
   SAMPLING_RC=$STEP_RC
 fi
@@ -221,7 +249,9 @@ summary = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=
                hopper_attn_tests=tests_line("tests_hopper.log"),
                crashed_tests=open(os.path.join(work, "crashes.txt")).read().split("\n")[:-1]
                if os.path.exists(os.path.join(work, "crashes.txt")) else [],
-               bench_exit=bench_rc, profile_exit=profile_rc, sampling_exit=sampling_rc, total_seconds=total_s)
+               bench_exit=bench_rc, profile_exit=profile_rc, sampling_exit=sampling_rc, total_seconds=total_s,
+               budget_seconds=int(os.environ["GPU_CHECK_BUDGET_S"]),
+               skipped=[s for s in os.environ.get("GPU_CHECK_SKIP", "").split(",") if s])
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
 lines = ["# gpu_check", "", "| item | value |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in summary.items()]
 gates = os.path.join(work, "gates.log")
