@@ -120,6 +120,11 @@ class Design:
     # unmasked loop (the plan's tile spans): the census's unmasked-loop tiles pay full_tile, the masked loop's
     # others this, those with logits full_tile + masked_extra. None: one loop, every tile full_tile.
     masked_loop_full: float | None = None
+    # Per warp, a 16-column tile of its masked loop (the census's control_tiles and direct_tiles a CTA: control
+    # keys, straddling blocks, Hn bands): a control-key tile (Q K^T and P V of 16 columns) and a direct one (its
+    # scores given, P V alone). 0: not counted (the designs before these were measured).
+    ctrl_tile: float = 0.0
+    direct_tile: float = 0.0
     pass_extra: float = 0.0  # added per second GEMM pass (first design: multi-class tiles)
     edge_tile_extra: float = 0.0  # first design: per-element rule code of an edge tile
     cta_setup: float = 0.0  # per warp: prologue, plan, epilogue
@@ -193,6 +198,11 @@ MASKED_TILE_MEASURED = 785
 MASKED_LOOP_FULL_MEASURED = 648
 # A control CTA's warp on one 16-column unit of a tile (the trip through mainloop.h control_unit, 32 MMAs).
 CONTROL_UNIT_MEASURED = 263
+# A body warp's 16-column tiles in its masked loop (scripts/cuda_gates.py attn_tile_paths, the same SASS): a tile of
+# control keys, through the logit block (its columns past the C keys), and a direct record's or an Hn band's
+# (scores given). Not counted before 2026-12-03 (the census's kv_tiles leave them out).
+ATTN_CTRL_TILE_MEASURED = 390
+ATTN_DIRECT_TILE_MEASURED = 327
 # SASS instructions per element of the vector preparation's token loops: every array (late), k_nat and k_cond
 # alone (Lite).
 PREPARE_MEASURED = 38.2
@@ -234,6 +244,7 @@ SECOND_NOW = replace(
     # attn_launch.h run_attn: the control rows' CTAs in the body's launch (per head, before its body tiles),
     # 32 rows each, the warps splitting every tile (mainloop.h control_unit; the trip counted by the gate).
     control_path="warp split", control_unit=CONTROL_UNIT_MEASURED,
+    ctrl_tile=ATTN_CTRL_TILE_MEASURED, direct_tile=ATTN_DIRECT_TILE_MEASURED,
     # attn_setup.h values_in_place (D = Dp, 16-byte rows): the body values are read from v, not copied, so
     # late writes k_nat, k_grp, k_cond, p_nat and p_grp, Lite k_nat and k_cond; Lite (no block means) never
     # loads v in prepare (prepare.h reads_values).
@@ -282,12 +293,17 @@ SECOND_TARGETS = replace(
 # fields and row bounds held in registers while its record lasts (body_kernel.h masked_run / masked_record: a
 # tile of the same record reads neither from shared memory, nor votes on the record): 207 / 350 / 106.
 HOPPER_FULL_TILE_MEASURED = 207
-HOPPER_MASKED_TILE_MEASURED = 350
+HOPPER_MASKED_TILE_MEASURED = 353
 HOPPER_PRODUCER_TILE_MEASURED = 106
 # ... and a tile its masked loop takes whole (the trip through the warps' votes, no logit block): 282, with
 # the record held in registers 273.
-HOPPER_MASKED_LOOP_FULL_MEASURED = 273
+HOPPER_MASKED_LOOP_FULL_MEASURED = 276
 HOPPER_PRODUCER_WARPS = 1
+# Its 16-column tiles (hopper_tile_paths): a tile of control keys on its own path (body_kernel.h control_tile: no
+# votes, row bounds or group barrier, since every row sees every control key; was the masked loop's 16-column
+# trip, 246, which left the masked trips above at 350 / 273), and a direct or band tile (scores given): 134 / 218.
+HOPPER_CTRL_TILE_MEASURED = 141
+HOPPER_DIRECT_TILE_MEASURED = 175
 # Its costs outside the tile loops (scripts/cuda_gates.py hopper_fixed_paths, the same SASS, each the cheapest
 # path a converged warp takes: a strided prologue loop that a warp's lanes skip is skipped, so these are lower
 # bounds where the plan has more records or retrieved blocks than the cheapest path's). A consumer warp: entry to
@@ -304,9 +320,9 @@ HOPPER_PRODUCER_WARPS = 1
 # 229 / 154 / 246 / 236; the split fill's steps laid out for a row at a non-negative position too (the sign
 # 1 known: no sine multiplied by it, 16 FMUL a step fewer; only the right variant's first rows are negative),
 # the counted path: 229 / 154 / 225 / 236.
-HOPPER_CONSUMER_PROLOGUE_MEASURED = 229
+HOPPER_CONSUMER_PROLOGUE_MEASURED = 232
 HOPPER_CONSUMER_EPILOGUE_MEASURED = 154
-HOPPER_FILL_STEP_MEASURED = 225
+HOPPER_FILL_STEP_MEASURED = 228
 HOPPER_PRODUCER_PROLOGUE_MEASURED = 236
 HOPPER = replace(
     SECOND_NOW,
@@ -317,6 +333,7 @@ HOPPER = replace(
     # A whole tile in the masked loop: the gate's trip through the warps' votes (measured; was an estimate, the
     # consumer's full tile plus the mma.sync kernel's vote overhead and 10 for the group's bar.red: 275).
     masked_loop_full=HOPPER_MASKED_LOOP_FULL_MEASURED,
+    ctrl_tile=HOPPER_CTRL_TILE_MEASURED, direct_tile=HOPPER_DIRECT_TILE_MEASURED,
     producer_tile=HOPPER_PRODUCER_TILE_MEASURED,
     # Per consumer warp: the prologue and the epilogue (measured: hopper_fixed_paths; was the mma.sync kernel's
     # estimate of 1,500 a warp), per CTA the producer warpgroup's 4 warps' prologue. Fills: every lane of a
@@ -349,6 +366,7 @@ def with_paths(base: Design, name: str, paths: dict, source: str, **fields) -> D
     the prologue, epilogue and fill step), with `fields` besides and `source` added to its sources."""
     return replace(base, name=name, full_tile=paths["full_tile"], masked_extra=paths["masked_tile"] - paths["full_tile"],
                    masked_loop_full=paths["masked_loop_full"], cta_setup=paths["prologue"] + paths["epilogue"],
+                   ctrl_tile=paths["ctrl_tile"], direct_tile=paths["direct_tile"],
                    fill_instructions=paths["fill_step"], sources=base.sources + (source,), **fields)
 
 
@@ -360,27 +378,31 @@ def with_paths(base: Design, name: str, paths: dict, source: str, **fields) -> D
 # prologue 446, epilogue 790 (16 output stores a lane), fill step 1,146 (64 pairs a thread: 16 round trips of
 # 4-pair steps); a late row's straddling dots 2 chunks a load over 16 chunks, 6 terms: 48 round trips.
 ATTN_128_MEASURED = dict(full_tile=472, masked_tile=626, masked_loop_full=529, control_unit=327, prologue=446,
-                         epilogue=790, fill_step=1146)
+                         epilogue=790, fill_step=1146, ctrl_tile=455, direct_tile=372)
 SECOND_NOW_128 = with_paths(SECOND_NOW, "second design now (main), head dim 128", ATTN_128_MEASURED,
                             "head dim 128: the gate's SASS paths at 128 (attn_model_paths)",
                             control_unit=ATTN_128_MEASURED["control_unit"], fill_round_trips=16, mixed_round_trips=48)
 # The sm_90a kernel (scripts/cuda_gates.py hopper_gate at head dim 128), on its own plan of 64-key tiles
 # (kernel_traits.h kHopperTileCols; the census's "|sm90" entries): a consumer warp's whole tile 219 (12 HGMMA:
-# Q K^T m64n64k16 x 8, P V m64n136k16 x 4; the softmax of head dim 64's 64-key tile), masked 363, a tile its
-# masked loop takes whole 286, the copying producer warp's tile 158 (one warp: 64 cp.async a lane), prologue
-# 258, epilogue 273 (8 output stores a lane), fill 393 (32 pairs a lane: two steps of 16, 2 round trips), a
-# producer warpgroup warp's prologue 236; a straddling dot's row in two loads of 8 chunks (kDotChunks): 2 round
-# trips a term, 8 a late row. As at 64, the cheapest trip is the one whose warp vote finds no row's max raised
-# (softmax.h: the output's 68 columns a lane rescaled only then). On the mma.sync kernel's 32-key tiles (the
-# plan both kernels shared before) it was 156 / 276 / 222 / 106 a 32-key tile: late 32k at 466 TFLOP/s
-# (47% of the peak) against 549 now, both on the call's union.
-HOPPER_128_MEASURED = dict(full_tile=219, masked_tile=363, masked_loop_full=286, producer_tile=158, prologue=258,
-                           epilogue=273, fill_step=393, producer_prologue=236)
+# Q K^T m64n64k16 x 8, P V m64n136k16 x 4; the softmax of head dim 64's 64-key tile), masked 365, a tile its
+# masked loop takes whole 288, a control-key tile 153 and a band's 175 (whole_tile), the copying producer warp's
+# tile 158 (one warp: 64 cp.async a lane), prologue 259, epilogue 273 (8 output stores a lane), fill 392 (32
+# pairs a lane: two steps of 16, 2 round trips), a producer warpgroup warp's prologue 236; a straddling dot's row
+# in one load of its 16 chunks (kDotChunks; two loads of 8 before): one round trip a term, 4 a late row (8
+# before). (A fill of 32 pairs in one step, one round trip, was tried: no spill, but the masked trips grew to
+# 393 / 310 and the model gave the same 549 TFLOP/s at late 32k, so the two steps stayed.) As at 64, the
+# cheapest trip is the one whose warp vote finds no row's max raised (softmax.h: the output's 68 columns a lane
+# rescaled only then). On the mma.sync kernel's 32-key tiles (the plan both kernels shared before) it was
+# 156 / 276 / 222 / 106 a 32-key tile: late 32k at 466 TFLOP/s (47% of the peak) against 549 on 64-key tiles,
+# both on the call's union and both before the 16-column tiles were counted (2026-12-03: 537 with them, 549
+# again with the dots in one load).
+HOPPER_128_MEASURED = dict(full_tile=219, masked_tile=365, masked_loop_full=288, producer_tile=158, prologue=259,
+                           epilogue=273, fill_step=392, producer_prologue=236, ctrl_tile=153, direct_tile=175)
 HOPPER_128 = with_paths(HOPPER, "sm_90a warp-specialized body kernel, head dim 128", HOPPER_128_MEASURED,
                         "head dim 128: the gate's SASS paths at 128 (hopper_gate path_dims)",
                         producer_tile=HOPPER_128_MEASURED["producer_tile"],
                         producer_setup=4 * HOPPER_128_MEASURED["producer_prologue"], fill_round_trips=2,
-                        mixed_round_trips=8)
+                        mixed_round_trips=4)
 
 
 def union_flops(L: int, cols_per_row: float, head_dim: int) -> float:
@@ -432,6 +454,7 @@ def body_phase(d: Design, census: dict, L: int, lite: bool, head_dim: int = D) -
     loop = 0.0 if d.masked_loop_full is None else (
         (census["kv_tiles"] - census["unmasked"] - census[d.extra_tiles]) * (d.masked_loop_full - d.full_tile))
     per_warp = (census["kv_tiles"] * d.full_tile + census[d.extra_tiles] * d.masked_extra + loop
+                + census.get("ctrl", 0.0) * d.ctrl_tile + census.get("direct", 0.0) * d.direct_tile
                 + census.get("edge", 0.0) * d.edge_tile_extra + census.get("passes", 0.0) * d.pass_extra
                 + d.cta_setup + census["fills"] * d.fill_instructions)
     chain = (census["fills"] * d.fill_round_trips + (0 if lite else d.mixed_round_trips)) * H200.latency_cycles
@@ -505,6 +528,7 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int, head_dim: 
     census = dict(kv_tiles=e["kv_tiles"], masked=e["masked_tiles_per_cta"], logit=e["logit_path_tiles_per_warp"],
                   logit16=e.get("logit_path_tiles_per_warp16", e["logit_path_tiles_per_warp"]),
                   unmasked=e.get("unmasked_tiles", 0.0), fills=e["slot_fills"],
+                  ctrl=e["control_tiles"], direct=e["direct_tiles"],
                   cols_per_row=e["cols_per_row"])
     control = control_phase(d, L, head_dim)
     if d.wgmma:  # hopper/body_launch.h: the control CTAs' grid before the body's, on the mma.sync kernel

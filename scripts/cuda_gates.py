@@ -302,14 +302,14 @@ def masked_only_lines() -> dict[str, set[int]]:
     return out
 
 
-def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set | None = None,
+def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set | tuple | None = None,
               copy_ops: tuple[str, ...] = ("LDGSTS",), count_ops: tuple[str, ...] = ("HMMA", "HGMMA")) -> dict:
     """The cheapest trip around a tile loop that computes one whole KV tile: over the loops whose backward
     branch spans at least `mma_per_tile` MMAs, the trip with the fewest instructions from a loop's head back
     to it that issues at least `mma_per_tile` MMAs (Q K^T and P V of a 64-key tile: the path of a tile with
     no masking, no fix-ups and no query-slot fill) and issues the next tile's copy (an LDGSTS: the steady
     state, not the last tile). With `through` (addresses), the trip must also pass one of them (a masked
-    tile's: the logit block). Predicated-off instructions count (they issue). Returns the trip's
+    tile's: the logit block; a tuple of such sets: one address of each). Predicated-off instructions count (they issue). Returns the trip's
     instruction count and its opcodes' histogram. copy_ops: the opcodes that stand for the next tile's copy
     (the Hopper kernel's consumers copy nothing: their trip passes the ring's mbarriers, SYNCS, instead);
     count_ops: the opcodes counted against `mma_per_tile` (the Hopper producer's trip counts its LDGSTS)."""
@@ -329,7 +329,7 @@ def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set 
 
 
 def _trip(sass: list[tuple[int, str, str]], graph: dict, best_head: int, mma_per_tile: int,
-          through: set | None, copy_ops: tuple[str, ...] = ("LDGSTS",),
+          through: set | tuple | None, copy_ops: tuple[str, ...] = ("LDGSTS",),
           count_ops: tuple[str, ...] = ("HMMA", "HGMMA")) -> dict:
     """tile_path's search from one loop head: the cheapest trip back to it (see tile_path)."""
     import heapq
@@ -337,11 +337,12 @@ def _trip(sass: list[tuple[int, str, str]], graph: dict, best_head: int, mma_per
     by_address = {a: (op, line) for a, op, line in sass}
     is_mma = {a: op.startswith(count_ops) for a, op, _ in sass}
     is_copy = {a: op.startswith(copy_ops) for a, op, _ in sass}
-    # seen: bit 0 the trip has issued a copy, bit 1 it has passed `through` (set from the start when there is
-    # no such set); a trip ends at the head with both.
-    need = through is not None
-    marked = {a: (not need) or a in through for a, _, _ in sass}
-    start = (best_head, int(is_mma[best_head]), is_copy[best_head] + 2 * marked[best_head])
+    # seen: bit 0 the trip has issued a copy, bit 1 + s it has passed set s of `through` (a set, or a tuple of
+    # sets; none: no such bits); a trip ends at the head with every bit.
+    sets = () if through is None else (through,) if isinstance(through, (set, frozenset)) else tuple(through)
+    done = (1 << (len(sets) + 1)) - 1
+    marked = {a: sum(2 << s for s, where in enumerate(sets) if a in where) for a, _, _ in sass}
+    start = (best_head, int(is_mma[best_head]), is_copy[best_head] | marked[best_head])
     dist, parent, heap = {start: 1}, {}, [(1, start)]
     finish = None
     while heap:
@@ -349,12 +350,12 @@ def _trip(sass: list[tuple[int, str, str]], graph: dict, best_head: int, mma_per
         if cost > dist.get((address, mma, seen), 1 << 60):
             continue
         for nxt in graph.get(address, []):
-            if nxt == best_head and mma >= mma_per_tile and seen == 3:
+            if nxt == best_head and mma >= mma_per_tile and seen == done:
                 finish = (cost, (address, mma, seen))
                 break
             if nxt not in by_address or nxt == best_head:
                 continue
-            state = (nxt, min(mma_per_tile, mma + int(is_mma[nxt])), seen | is_copy[nxt] | 2 * marked[nxt])
+            state = (nxt, min(mma_per_tile, mma + int(is_mma[nxt])), seen | is_copy[nxt] | marked[nxt])
             if cost + 1 < dist.get(state, 1 << 60):
                 dist[state], parent[state] = cost + 1, (address, mma, seen)
                 heapq.heappush(heap, (cost + 1, state))
@@ -538,6 +539,19 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
     control = tile_path(sass, unit_mma, through=unit) if unit else dict(instructions=None, mma=0, ops={})
     stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
                  control_unit_ops=control["ops"])
+    # A body warp's 16-column tiles in its masked loop (the census's control_tiles and direct_tiles): a tile of
+    # control keys, Q K^T and P V through the logit block (its columns past the keys; 32 MMAs at head dim 64), and
+    # a direct record's or an Hn band's, scores given (mainloop.h given_scores) and P V alone (16).
+    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
+    start = next(n for n, u in enumerate(text, 1) if u.strip().startswith("// The masked loop"))
+    end = next(n for n, u in enumerate(text[start - 1:], start) if u.strip().startswith("} while"))
+    loop = {a for a, (name, n) in lines.items() if name == "mainloop.h" and start <= n <= end}  # its own lines
+    ctrl = tile_path(sass, unit_mma, through=(loop, block)) if loop and block else dict(instructions=None, ops={})
+    first, last = function_lines("given_scores")
+    given = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    direct = tile_path(sass, unit_mma // 2, through=(loop, given)) if loop and given else dict(instructions=None, ops={})
+    stats.update(ctrl_tile=ctrl["instructions"], ctrl_tile_ops=ctrl["ops"], direct_tile=direct["instructions"],
+                 direct_tile_ops=direct["ops"])
     return stats
 
 
@@ -614,9 +628,19 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
     voted = tile_path(sass, hgmma, through=votes, copy_ops=("SYNCS",)) if votes else dict(instructions=None)
     copy = tile_path(sass, counts["copies"], copy_ops=("SYNCS",), count_ops=("LDGSTS",))
+    # The 16-column tiles of its masked loop (the census's control_tiles and direct_tiles): a tile of control keys
+    # (body_kernel.h control_tile: Q K^T m64n16k16 a key step, then P V, one HGMMA), and a direct record's or an
+    # Hn band's (scores given: mainloop.h given_scores; P V alone).
+    n16 = {a for a, _, line in sass if "HGMMA.64x16x16" in line}
+    ctrl = tile_path(sass, head_dim // 16 + 1, through=n16, copy_ops=("SYNCS",)) if n16 else dict(instructions=None)
+    first, last = function_lines("given_scores")
+    given = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    direct = tile_path(sass, 1, through=given, copy_ops=("SYNCS",)) if given else dict(instructions=None)
     return dict(consumer_full_tile=full["instructions"], consumer_full_tile_hgmma=full.get("mma"),
                 consumer_full_tile_ops=full.get("ops", {}), consumer_masked_tile=masked["instructions"],
                 consumer_masked_loop_full_tile=voted["instructions"],
+                consumer_ctrl_tile=ctrl["instructions"], consumer_ctrl_tile_ops=ctrl.get("ops", {}),
+                consumer_direct_tile=direct["instructions"], consumer_direct_tile_ops=direct.get("ops", {}),
                 producer_tile=copy["instructions"], producer_tile_ops=copy.get("ops", {}))
 
 

@@ -136,6 +136,10 @@ def test_the_time_model_reads_the_measured_tiles(measured):
     assert cuda_time_model.SECOND_NOW.masked_loop_full == cuda_time_model.MASKED_LOOP_FULL_MEASURED
     assert cuda_time_model.CONTROL_UNIT_MEASURED == measured["90a"]["control_unit"]
     assert cuda_time_model.SECOND_NOW.control_unit == cuda_time_model.CONTROL_UNIT_MEASURED
+    # A body warp's 16-column tiles of its masked loop: control keys (32 MMAs) and a band's given scores (P V, 16).
+    assert cuda_time_model.ATTN_CTRL_TILE_MEASURED == measured["90a"]["ctrl_tile"] == cuda_time_model.SECOND_NOW.ctrl_tile
+    assert cuda_time_model.ATTN_DIRECT_TILE_MEASURED == measured["90a"]["direct_tile"] == cuda_time_model.SECOND_NOW.direct_tile
+    assert measured["90a"]["ctrl_tile_ops"].get("HMMA") >= 32 and measured["90a"]["direct_tile_ops"].get("HMMA") >= 16
     assert cuda_time_model.SECOND_NOW.full_tile == cuda_time_model.FULL_TILE_MEASURED
     assert cuda_time_model.SECOND_NOW.masked_extra == cuda_time_model.MASKED_TILE_MEASURED - cuda_time_model.FULL_TILE_MEASURED
 
@@ -233,3 +237,19 @@ def test_the_time_model_reads_the_measured_prepare_loops(prepare_measured):
 
     assert cuda_time_model.PREPARE_MEASURED == round(prepare_measured["90a"]["per_element"], 1)
     assert cuda_time_model.PREPARE_LEAN_MEASURED == round(prepare_measured["90a"]["lean"]["per_element"], 1)
+
+
+def test_the_time_model_reads_the_mma_sync_paths_at_head_dim_128():
+    """The mma.sync design at head dim 128 (cuda_time_model.ATTN_128_MEASURED, SECOND_NOW_128, the peer of the
+    sm_90a design there) takes its paths from the same gate at 128 (cuda_gates.attn_model_paths: bf16, sm_90a,
+    three K/V stages)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import cuda_time_model
+
+    if cuda_gates.nvcc_path() is None or cuda_gates.cuobjdump_path() is None:
+        pytest.skip("the gate needs nvcc and cuobjdump")
+    s = cuda_gates.attn_model_paths(128)
+    gate = dict(full_tile=s["full_tile"], masked_tile=s["masked_tile"], masked_loop_full=s["masked_loop_full_tile"],
+                control_unit=s["control_unit"], prologue=s["prologue"], epilogue=s["epilogue"], fill_step=s["fill_step"],
+                ctrl_tile=s["ctrl_tile"], direct_tile=s["direct_tile"])
+    assert cuda_time_model.ATTN_128_MEASURED == gate

@@ -99,6 +99,37 @@ def test_the_time_model_reads_the_measured_hopper_tiles(measured):
     assert cuda_time_model.HOPPER.masked_loop_full == s["consumer_masked_loop_full_tile"]
     assert cuda_time_model.HOPPER.full_tile == s["consumer_full_tile"]
     assert cuda_time_model.HOPPER.producer_tile == s["producer_tile"]
+    assert cuda_time_model.HOPPER.ctrl_tile == cuda_time_model.HOPPER_CTRL_TILE_MEASURED == s["consumer_ctrl_tile"]
+    assert cuda_time_model.HOPPER.direct_tile == cuda_time_model.HOPPER_DIRECT_TILE_MEASURED == s["consumer_direct_tile"]
+
+
+@pytest.mark.parametrize("head_dim", (64, 128))
+def test_control_and_band_tiles_take_no_votes_or_group_barrier(measured, head_dim):
+    """A tile every row sees whole (control keys, an Hn band: body_kernel.h whole_tile) skips the masked loop's
+    votes and its warpgroup's bar.red.or: its trip holds Q K^T of 16 columns a key step and one P V (control keys),
+    or P V alone (a band's given scores), and no BAR; and it costs less than a masked 64-key tile."""
+    s = measured[("csrc/cuda/attn_hopper_bf16.cu", head_dim)]
+    ctrl, band = s["consumer_ctrl_tile_ops"], s["consumer_direct_tile_ops"]
+    assert ctrl.get("HGMMA") == head_dim // 16 + 1 and "BAR" not in ctrl, ctrl
+    assert band.get("HGMMA") == 1 and "BAR" not in band, band
+    assert s["consumer_ctrl_tile"] < s["consumer_masked_loop_full_tile"] and s["consumer_direct_tile"] < s["consumer_masked_tile"]
+
+
+def test_the_time_model_reads_the_measured_hopper_paths_at_head_dim_128(measured):
+    """The head-dim-128 design (cuda_time_model.HOPPER_128) takes every path from this gate at 128 (bf16)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import cuda_time_model
+
+    s = measured[("csrc/cuda/attn_hopper_bf16.cu", 128)]
+    gate = dict(full_tile=s["consumer_full_tile"], masked_tile=s["consumer_masked_tile"],
+                masked_loop_full=s["consumer_masked_loop_full_tile"], producer_tile=s["producer_tile"],
+                prologue=s["consumer_prologue"], epilogue=s["consumer_epilogue"], fill_step=s["fill_step"],
+                producer_prologue=s["producer_prologue"], ctrl_tile=s["consumer_ctrl_tile"],
+                direct_tile=s["consumer_direct_tile"])
+    assert cuda_time_model.HOPPER_128_MEASURED == gate
+    hop = cuda_time_model.HOPPER_128
+    assert (hop.full_tile, hop.ctrl_tile, hop.direct_tile, hop.fill_instructions) == (
+        gate["full_tile"], gate["ctrl_tile"], gate["direct_tile"], gate["fill_step"])
 
 
 def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):

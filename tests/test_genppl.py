@@ -129,3 +129,13 @@ def test_nothing_to_score(scorer, texts):
     model, tokenizer = scorer
     with pytest.raises(ValueError, match="Gen. PPL"):
         generative_perplexity(texts, model, tokenizer, progress=False)
+
+
+def test_chunk_size_above_1024_is_refused_whatever_the_scorer_allows():
+    """Spec section 6: chunks of at most 1024 scorer tokens, even for a scorer with more positions."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_positions=2048, n_embd=8, n_layer=1, n_head=1, vocab_size=50257))
+    tokenizer = type("Tok", (), {"__call__": lambda self, text, **kw: {"input_ids": [1, 2, 3]}})()
+    with pytest.raises(ValueError, match="chunk_size=1025 exceeds 1024"):
+        generative_perplexity(["a b c"], model, tokenizer, chunk_size=1025, progress=False)

@@ -74,6 +74,27 @@ def test_retrieved_blocks_order_ties_and_padding():
     assert out[0, 0, 3].tolist() == [0, 1] + [-1] * 8  # blocks 0 and 1 tie: lower first
 
 
+def test_retrieval_ties_between_identical_key_blocks_go_to_the_lower_block():
+    """Rule 3's tie rule on random data: with every key block the same, every candidate ties exactly, so each query
+    block must keep its K lowest candidates (a matrix product's blocked sums had let rounding pick, 1 ulp apart);
+    the CPU op agrees."""
+    from rangeswa_ext import ops
+
+    cfg = preset("rangeswa", late_window=2, summary_block=4, near_range=8, topk=2, retrieval_block=4, query_block=8,
+                 train_length=64)
+    L, D = 64, 8
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        q = torch.randn(1, 1, L, D, generator=g, dtype=torch.float64)
+        k = torch.randn(1, 1, 4, D, generator=g, dtype=torch.float64).repeat(1, 1, L // 4, 1)
+        out = selection.retrieved_blocks(q, k, 0, cfg, window=2)
+        candidates = selection.retrieval_candidates(L, cfg, 2)
+        for x in range(out.shape[2]):
+            lowest = candidates[x].nonzero().flatten()[:2].tolist()
+            assert out[0, 0, x].tolist() == lowest, (seed, x)
+        assert torch.equal(out, ops.topk_blocks(q.float(), k.float(), cfg, 0))
+
+
 @pytest.mark.parametrize("style,rd", [("interleaved", 64), ("half", 32)])
 def test_relative_scores_equal_separately_rotated_dot_products(style, rd):
     q, k, _ = make_qkv(1, 2, 2, 30, 64, seed=1, dtype=torch.float64)

@@ -98,7 +98,9 @@ def yarn_frequencies(theta: float, rotary_dim: int, L: int, T: int, beta_fast: f
 
     low = max(math.floor(correction_dim(beta_fast)), 0)
     high = min(math.ceil(correction_dim(beta_slow)), rotary_dim - 1)
-    ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float64) - low) / max(high - low, 1e-3)).clamp(0, 1)
+    # transformers' linear ramp: (dim - low) / (high - low), 0.001 in place of an empty range; a range the clamps
+    # inverted (low > high: a small theta for its T) keeps its negative width, as there.
+    ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float64) - low) / (high - low if high != low else 1e-3)).clamp(0, 1)
     extrapolate = 1 - ramp  # 1: keep the original frequency
     freqs = base / factor * (1 - extrapolate) + base * extrapolate
     temperature = 0.1 * _log(factor) + 1.0

@@ -24,6 +24,8 @@
 // masked loop takes each tile alone: per warp the two votes of its rows (tile.h classify), per warpgroup a
 // bar.red.or of them (wgmma is a warpgroup's instruction: the group computes a tile when one of its warps
 // needs it; a warp whose rows see none of it then takes it masked, every score -inf, so it adds nothing).
+// A 16-column tile every row sees whole (control keys, an Hn band) skips the votes and the barrier
+// (Consumer::whole_tile).
 //
 // Control CTAs (their rows split a chunk's keys over the warps) stay on the mma.sync kernel: the launcher
 // (hopper/body_launch.h) runs them as a grid of their own before this one.
@@ -367,6 +369,59 @@ struct Consumer {
     hopper::wgmma_wait<0>();
   }
 
+  // A 16-column tile that every row sees whole (plan.h record_bounds): control keys (rule 1: every row sees
+  // every one, always) and an Hn band (every row sees each of its blocks, in the class of its row; the scores
+  // given, hopper band_dots and masked_record). The masked loop's tile without its votes, row bounds, group
+  // barrier or per-row selects, since no row's view differs: the scores (Q K^T of 16 columns, or the band's),
+  // the columns past the keys at -inf (the one fix-up such a tile has: tile_logits' `live`), the softmax and
+  // P V; retired. The same operations as masked_tile on these tiles.
+  template <bool kBand>
+  __device__ __forceinline__ void whole_tile(const KvTile& t, const Record& rec) {
+    float s[kCtrlCols / 2];
+    if constexpr (kBand) {
+      const float* given = c.sBand + (Scope(rec.scope) == Scope::kMixedLeft ? 0 : M) * kBandStride;
+      given_scores<1, kCtrlCols / 8>(as_blocks<kCtrlCols>(s), given, kBandStride, 1, row0, tq);
+    } else {
+      qk_issue<Traits, kCtrlCols>(s, q_lo, stage_k(slot.stage));
+      hopper::wgmma_commit();
+      hopper::wgmma_wait<0>();
+    }
+    // The column fix-ups, the same for every row (tile_logits' `live` and its ragged column): the columns past the
+    // keys, a band's G-blocks that a retrieved block overlaps (exact keys of another record: exclusion_bits, bit c
+    // column c), and the ragged last G-block's bias in a band that holds it.
+    uint32_t dead = t.n < kCtrlCols ? ~0u << t.n : 0u;
+    int32_t ragged = -1;
+    if constexpr (kBand) {
+      if (rec.flags & kRecExclude) dead |= uint32_t(exclusion_bits(p.geo, c.sRet, c.k, t.a, t.n));
+      ragged = ragged_column(p.geo, rec, t);
+    }
+    if (dead != 0) {  // warp-uniform: s[4 n + 2 h + j] is column 8 n + 2 tq + j (rows row0 + 8 h)
+#pragma unroll
+      for (int n = 0; n < kCtrlCols / 8; ++n)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          if ((dead >> (8 * n + 2 * tq + j)) & 1u) s[4 * n + j] = s[4 * n + 2 + j] = -INFINITY;
+    }
+    if (ragged >= 0) {  // warp-uniform: its column's scores shifted so that the softmax's a x + b has its bias
+      const float delta = __fdividef(p.geo.log2_last_block - rec.bias_log2, p.scale_log2);
+#pragma unroll
+      for (int n = 0; n < kCtrlCols / 8; ++n)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          if (8 * n + 2 * tq + j == ragged) {
+            s[4 * n + j] += delta;
+            s[4 * n + 2 + j] += delta;
+          }
+    }
+    uint32_t a[kCtrlCols / 16][4];
+    softmax.template update<kCtrlCols / 8, WT, false>(as_blocks<kCtrlCols>(s), as_blocks<W>(o), p.scale_log2,
+                                                      rec.bias_log2);
+    pack_p<Traits, kCtrlCols>(a, s);
+    pv_issue<Traits, kCtrlCols>(o, a, stage_v(slot.stage));
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+  }
+
   // The unmasked loop over a run (FlashAttention's: every row sees every key, no fix-up), in
   // FlashAttention-3's order within a warpgroup: per tile, the next tile's Q K^T and this tile's P V are
   // issued together (P already in registers), the softmax of the next tile's scores runs while this tile's
@@ -468,6 +523,19 @@ struct Consumer {
       if (cur.record != held) {
         held = cur.record;
         rec = c.sRec[held];
+        const bool band = (rec.flags & kRecBand) != 0;
+        if (band || KeySet(rec.keys) == KeySet::kCtrl) {  // warp-uniform: every consumer walks the same spans
+          if (band) {
+            masked_record(rec, held, valid);  // the rows' straddling blocks join the band's scores
+            whole_tile<true>(cur, rec);
+          } else {
+            whole_tile<false>(cur, rec);
+          }
+          release();
+          held = -1;  // such a record's next tile comes here again; the masked tiles pay no test
+          cur = nxt;
+          continue;
+        }
         masked_record(rec, held, valid);
         mine = Bounds{c.sLo[my_row], c.sHi[my_row]};
       }

@@ -55,7 +55,7 @@ struct HopperTraits {
   // rotated pairs a step (mainloop.h fill_row_vector: half / 16 round trips a fill, 2 at head dim 64), a whole
   // row of 16-byte chunks a term (straddling_dots: one round trip a term; two at head dim 128).
   static constexpr int kFillPairs = 16;
-  static constexpr int kDotChunks = kChunks <= 10 ? kChunks : kChunks / 2;
+  static constexpr int kDotChunks = kChunks;
   // A V stage's rows hold the head dim's values and then one 16-byte chunk of ones (written once, before the
   // roles split; the producer copies the values only): P V over kValueCols columns gives each row's
   // probability sum in its last columns with the output, on the tensor cores, and the softmax adds no row sums

@@ -143,6 +143,9 @@ def generative_perplexity(texts: Sequence[str], model, tokenizer, chunk_size: in
     chunk_size = default_chunk_size(model) if chunk_size is None else chunk_size
     if chunk_size < 2:
         raise ValueError(f"chunk_size={chunk_size} must be at least 2: the first token of a chunk is not scored.")
+    if chunk_size > MAX_CHUNK_TOKENS:
+        raise ValueError(f"chunk_size={chunk_size} exceeds {MAX_CHUNK_TOKENS}: Gen. PPL is scored in chunks of at most "
+                         f"{MAX_CHUNK_TOKENS} scorer tokens (docs/spec.md section 6).")
     limit = max_positions(model)
     if limit is not None and chunk_size > limit:
         raise ValueError(f"chunk_size={chunk_size} exceeds the scorer's maximum positions ({limit}).")

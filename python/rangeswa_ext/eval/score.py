@@ -132,8 +132,8 @@ def add_score_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--metrics", type=lambda value: [m.strip() for m in value.split(",") if m.strip()],
                         help=f"comma-separated subset of {','.join(METRICS)} (default: all; ppl only with --scorer)")
     parser.add_argument("--batch-size", type=integer(1), default=8, help="chunks per scorer forward pass (default 8)")
-    parser.add_argument("--chunk-size", type=integer(2),
-                        help="scorer tokens per chunk (default min(1024, max positions))")
+    parser.add_argument("--chunk-size", type=integer(2, 1024),
+                        help="scorer tokens per chunk, at most 1024 (default min(1024, max positions))")
     add_compute_options(parser, kernels=False, device_default="cpu", dtypes=tuple(DTYPES), dtype_default="fp32",
                         dtype_help="scorer dtype", progress=False)
     return parser

@@ -89,6 +89,17 @@ def block_means(x: torch.Tensor, size: int) -> torch.Tensor:
     return sums / block_sizes(L, size).to(x.dtype)[:, None]
 
 
+def relevance(qb: torch.Tensor, kb: torch.Tensor) -> torch.Tensor:
+    """s(qb, kb) = qb . kb for every pair, [..., nQb, D] x [..., nKb, D] -> [..., nQb, nKb], each dot product summed
+    over d = 0, 1, .. in turn. Equal means then give equal scores bit for bit, so the tie rule (lower kb first)
+    decides between them; a matrix product's blocked sums can round the same dot product differently in
+    different columns and let the rounding pick."""
+    score = torch.zeros(*qb.shape[:-1], kb.shape[-2], dtype=qb.dtype)
+    for d in range(qb.shape[-1]):
+        score += qb[..., :, d, None] * kb[..., None, :, d]
+    return score
+
+
 def retrieved_blocks(q: torch.Tensor, k: torch.Tensor, control_tokens: int, cfg: RangeSWAConfig,
                      window: int, causal_block: int = 0) -> torch.Tensor:
     """Rule 3: per query block and KV head, the top-K candidate key blocks by
@@ -115,7 +126,7 @@ def retrieved_blocks(q: torch.Tensor, k: torch.Tensor, control_tokens: int, cfg:
     qb = sums / held.clamp_min(1).to(torch.float64)[:, None]
     qb = qb.reshape(B, Hkv, Hq // Hkv, nQb, D).mean(2)
     kb = block_means(k[:, :, control_tokens:].to(torch.float64), cfg.retrieval_block)
-    score = qb @ kb.transpose(-1, -2)  # [B, Hkv, nQb, nKb]
+    score = relevance(qb, kb)  # [B, Hkv, nQb, nKb]
     candidate = (retrieval_candidates(L, cfg, window) & causal_candidates(L, cfg, causal_block)
                  & (held > 0)[:, None])
     score = torch.where(candidate, score, torch.tensor(float("-inf"), dtype=torch.float64))
