@@ -373,8 +373,8 @@ struct Consumer {
   // every one, always) and an Hn band (every row sees each of its blocks, in the class of its row; the scores
   // given, hopper band_dots and masked_record). The masked loop's tile without its votes, row bounds, group
   // barrier or per-row selects, since no row's view differs: the scores (Q K^T of 16 columns, or the band's),
-  // the columns past the keys at -inf (the one fix-up such a tile has: tile_logits' `live`), the softmax and
-  // P V; retired. The same operations as masked_tile on these tiles.
+  // the fix-ups that are the same for every row (tile_logits' `live` and ragged column), the softmax and P V;
+  // retired. The same operations as masked_tile on these tiles.
   template <bool kBand>
   __device__ __forceinline__ void whole_tile(const KvTile& t, const Record& rec) {
     float s[kCtrlCols / 2];
