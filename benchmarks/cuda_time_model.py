@@ -299,9 +299,10 @@ HOPPER_PRODUCER_TILE_MEASURED = 106
 # the record held in registers 273.
 HOPPER_MASKED_LOOP_FULL_MEASURED = 276
 HOPPER_PRODUCER_WARPS = 1
-# Its 16-column tiles (hopper_tile_paths): a tile of control keys on its own path (body_kernel.h control_tile: no
-# votes, row bounds or group barrier, since every row sees every control key; was the masked loop's 16-column
-# trip, 246, which left the masked trips above at 350 / 273), and a direct or band tile (scores given): 134 / 218.
+# Its 16-column tiles (hopper_tile_paths): a tile of control keys and an Hn band's (scores given), each on its own
+# path (body_kernel.h whole_tile: no votes, row bounds or group barrier, since every row sees each of their
+# columns alike): 141 / 175 (were the masked loop's 16-column trips, 246 / 218, with the masked trips above at
+# 350 / 273).
 HOPPER_CTRL_TILE_MEASURED = 141
 HOPPER_DIRECT_TILE_MEASURED = 175
 # Its costs outside the tile loops (scripts/cuda_gates.py hopper_fixed_paths, the same SASS, each the cheapest

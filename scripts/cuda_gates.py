@@ -278,6 +278,15 @@ def function_lines(name: str, file: str = "mainloop.h") -> tuple[int, int]:
     return first, last
 
 
+def masked_loop_lines() -> tuple[int, int]:
+    """The lines of mainloop.h attn_kernel's masked loop: its comment "// The masked loop" to the `} while` that
+    closes it. (first, last) line."""
+    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
+    first = next(n for n, t in enumerate(text, 1) if t.strip().startswith("// The masked loop"))
+    last = next(n for n, t in enumerate(text[first - 1:], first) if t.strip().startswith("} while"))
+    return first, last
+
+
 def masked_only_lines() -> dict[str, set[int]]:
     """{file: lines} of the code only the kernel's masked loop runs (mainloop.h attn_kernel): the loop's own
     lines (from its comment "// The masked loop" to the `} while` that closes it: each row's bounds in a new
@@ -285,9 +294,7 @@ def masked_only_lines() -> dict[str, set[int]]:
     and the functions they call (tile.h row_sees_all / row_sees_any / classify / has_column_fixups /
     ragged_column, plan.h record_bounds / exclusion_bits). The full tile's trip (the unmasked loop) must pass
     none of them."""
-    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
-    first = next(n for n, t in enumerate(text, 1) if t.strip().startswith("// The masked loop"))
-    last = next(n for n, t in enumerate(text[first - 1:], first) if t.strip().startswith("} while"))
+    first, last = masked_loop_lines()
     out = {"mainloop.h": set(range(first, last + 1)) | set(range(logit_block_lines()[0], logit_block_lines()[1] + 1))}
     for file, names in (("tile.h", ("row_sees_all", "row_sees_any", "classify", "has_column_fixups", "ragged_column")),
                         ("plan.h", ("record_bounds", "exclusion_bits"))):
@@ -542,9 +549,7 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
     # A body warp's 16-column tiles in its masked loop (the census's control_tiles and direct_tiles): a tile of
     # control keys, Q K^T and P V through the logit block (its columns past the keys; 32 MMAs at head dim 64), and
     # a direct record's or an Hn band's, scores given (mainloop.h given_scores) and P V alone (16).
-    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
-    start = next(n for n, u in enumerate(text, 1) if u.strip().startswith("// The masked loop"))
-    end = next(n for n, u in enumerate(text[start - 1:], start) if u.strip().startswith("} while"))
+    start, end = masked_loop_lines()
     loop = {a for a, (name, n) in lines.items() if name == "mainloop.h" and start <= n <= end}  # its own lines
     ctrl = tile_path(sass, unit_mma, through=(loop, block)) if loop and block else dict(instructions=None, ops={})
     first, last = function_lines("given_scores")
@@ -629,8 +634,8 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     voted = tile_path(sass, hgmma, through=votes, copy_ops=("SYNCS",)) if votes else dict(instructions=None)
     copy = tile_path(sass, counts["copies"], copy_ops=("SYNCS",), count_ops=("LDGSTS",))
     # The 16-column tiles of its masked loop (the census's control_tiles and direct_tiles): a tile of control keys
-    # (body_kernel.h control_tile: Q K^T m64n16k16 a key step, then P V, one HGMMA), and a direct record's or an
-    # Hn band's (scores given: mainloop.h given_scores; P V alone).
+    # (body_kernel.h whole_tile: Q K^T m64n16k16 a key step, then P V, one HGMMA), and a direct record's or an
+    # Hn band's (scores given: mainloop.h given_scores; P V alone; on an H100 / H200 the bands', whole_tile too).
     n16 = {a for a, _, line in sass if "HGMMA.64x16x16" in line}
     ctrl = tile_path(sass, head_dim // 16 + 1, through=n16, copy_ops=("SYNCS",)) if n16 else dict(instructions=None)
     first, last = function_lines("given_scores")
