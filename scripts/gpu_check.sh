@@ -28,8 +28,8 @@
 #  8. ELF-B sampling at 8k (benchmarks/bench_gpu_sampling.py: 32 steps, B = 16, bf16).
 # GPU_CHECK_BUDGET_S (default 480) scales every deadline, for a window shorter or longer than 8 minutes (a
 # 15-minute device lease that must leave room for a rerun: 360); GPU_CHECK_SKIP, a comma-separated list of
-# gates, probe, tests, hopper, bench, profile, ncu, sampling, leaves those steps out, so that the steps after
-# them get their time (the gates are offline evidence this repository already holds: `gates` first).
+# gates, probe, tests, hopper, bench, profile, ncu, sampling, leaves those steps out and gives their share of
+# the window to the others (the gates are offline evidence this repository already holds: `gates` first).
 # Writes at most 8 files to OUT_DIR: summary.md, summary.json, bench.md, bench.json, profile.md,
 # sampling.md, gates.json and logs.tar.gz (every log).
 # Exit status: 0 all passed, 1 a step failed, 2 no usable GPU or toolchain (nothing was run).
@@ -53,8 +53,20 @@ for step in $(echo "${GPU_CHECK_SKIP:-}" | tr ',' ' '); do
 done
 export GPU_CHECK_BUDGET_S="$BUDGET"
 wants() { [[ "$SKIP" != *",$1,"* ]]; }  # whether step $1 runs (not in GPU_CHECK_SKIP)
-# seconds until deadline $1, a time on the 480-second plan, scaled to GPU_CHECK_BUDGET_S
-left() { echo $(( $1 * BUDGET / 480 - ($(date +%s) - START) )); }
+# The plan: each step's share of the 8-minute window (the gates and the exception probe run inside the tests'
+# share); a skipped step's share goes to the others, and the shares are scaled to GPU_CHECK_BUDGET_S. A step's
+# deadline is the sum of the shares up to its own, so a step that ends early leaves its time to the next.
+STEPS="build tests hopper bench profile ncu sampling summary"
+declare -A SHARE=([build]=170 [tests]=110 [hopper]=30 [bench]=80 [profile]=22 [ncu]=36 [sampling]=22 [summary]=10)
+declare -A DEADLINE
+total=0
+for step in $STEPS; do wants "$step" && total=$(( total + SHARE[$step] )); done
+acc=0
+for step in $STEPS; do
+  wants "$step" && acc=$(( acc + SHARE[$step] ))
+  DEADLINE[$step]=$(( acc * BUDGET / total ))
+done
+left() { echo $(( DEADLINE[$1] - ($(date +%s) - START) )); }  # seconds until step $1's deadline
 
 # --- 0. a GPU and a toolchain, or stop at once -------------------------------------------------------
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() and torch.version.cuda else 1)" 2>/dev/null; then
@@ -84,7 +96,7 @@ command -v ninja >/dev/null || log "warning: ninja not found (put its wheel in .
 # --- 2. build ---------------------------------------------------------------------------------------
 log "building for sm_90a (MAX_JOBS=16)"
 B0=$(date +%s)
-(cd "$ROOT" && RANGESWA_CUDA_ARCHS=90a MAX_JOBS=16 timeout "$(left 170)" "$PY" setup.py build_ext --inplace) \
+(cd "$ROOT" && RANGESWA_CUDA_ARCHS=90a MAX_JOBS=16 timeout "$(left build)" "$PY" setup.py build_ext --inplace) \
   >"$WORK/build.log" 2>&1
 BUILD_RC=$?
 BUILD_S=$(( $(date +%s) - B0 ))
@@ -141,7 +153,7 @@ EOF
   elif "$PY" -c "import pytest" 2>/dev/null; then
     DESELECT=()
     for attempt in 1 2 3 4; do
-      budget=$(left 280)
+      budget=$(left tests)
       [ "$budget" -gt 20 ] || break
       (cd "$ROOT" && timeout "$budget" "$PY" -X faulthandler -m pytest -q -p no:cacheprovider tests/test_ops_cuda.py \
           tests/test_prepared.py tests/test_build.py tests/test_varlen.py -k "not emulat and not simt" "${DESELECT[@]}") >"$WORK/tests_run$attempt.log" 2>&1
@@ -162,21 +174,21 @@ EOF
   # --- 5b. the attn tests on the sm_90a body kernel ------------------------------------------------------
   if ! wants hopper; then
     HOPPER_TESTS_RC=0; log "attn tests on the sm_90a body kernel skipped (GPU_CHECK_SKIP)"
-  elif "$PY" -c "import pytest" 2>/dev/null && [ "$(left 310)" -gt 20 ]; then
-    (cd "$ROOT" && RANGESWA_CUDA_KERNEL=hopper timeout "$(left 310)" "$PY" -X faulthandler -m pytest -q \
+  elif "$PY" -c "import pytest" 2>/dev/null && [ "$(left hopper)" -gt 20 ]; then
+    (cd "$ROOT" && RANGESWA_CUDA_KERNEL=hopper timeout "$(left hopper)" "$PY" -X faulthandler -m pytest -q \
         -p no:cacheprovider tests/test_ops_cuda.py -k "attn and not emulat") >"$WORK/tests_hopper.log" 2>&1
     HOPPER_TESTS_RC=$?
     log "attn tests on the sm_90a body kernel (RANGESWA_CUDA_KERNEL=hopper) exit $HOPPER_TESTS_RC: $(tail -1 "$WORK/tests_hopper.log")"
   fi
 
   # --- 6-8. benchmarks, each with what is left until its deadline ----------------------------------------
-  run_step() {  # run_step STEP NAME DEADLINE LOGFILE SCRIPT ARGS...: sets STEP_RC (0 when STEP is skipped)
-    local step=$1 name=$2 deadline=$3 logfile=$4
-    shift 4
+  run_step() {  # run_step STEP NAME LOGFILE SCRIPT ARGS...: sets STEP_RC (0 when STEP is skipped)
+    local step=$1 name=$2 logfile=$3
+    shift 3
     STEP_RC=0
     if ! wants "$step"; then log "$name skipped (GPU_CHECK_SKIP)"; return 0; fi
     local budget
-    budget=$(left "$deadline")
+    budget=$(left "$step")
     STEP_RC=-1
     if [ "$budget" -le 20 ]; then log "no time left for the $name"; return 0; fi
     log "$name (budget ${budget}s)"
@@ -184,10 +196,10 @@ EOF
     STEP_RC=$?
     log "$name exit $STEP_RC"
   }
-  run_step bench "attention benchmark" 390 "$WORK/bench.log" benchmarks/bench_gpu_attention.py --quick \
-      --budget-s "$(( $(left 390) - 40 ))" --out "$WORK"
+  run_step bench "attention benchmark" "$WORK/bench.log" benchmarks/bench_gpu_attention.py --quick \
+      --budget-s "$(( $(left bench) - 40 ))" --out "$WORK"
   BENCH_RC=$STEP_RC
-  run_step profile "profiler split" 412 "$WORK/profile.log" benchmarks/profile_gpu_attention.py --calls 5 --out "$WORK"
+  run_step profile "profiler split" "$WORK/profile.log" benchmarks/profile_gpu_attention.py --calls 5 --out "$WORK"
   PROFILE_RC=$STEP_RC
   NCU="$(command -v ncu || true)"
   [ -z "$NCU" ] && [ -x "$CUDA_HOME/bin/ncu" ] && NCU="$CUDA_HOME/bin/ncu"
@@ -196,11 +208,11 @@ EOF
   elif [ -z "$NCU" ]; then
     log "no ncu on this machine: no stall reasons"
     echo "ncu: not on this machine (PATH, \$CUDA_HOME/bin)" >"$WORK/ncu.md"
-  elif [ "$(left 448)" -le 20 ]; then
+  elif [ "$(left ncu)" -le 20 ]; then
     log "no time left for ncu"
   else
-    log "ncu on the body kernel (budget $(left 448)s)"
-    (cd "$ROOT" && timeout "$(left 448)" "$NCU" --profile-from-start off --kernel-name regex:attn_kernel \
+    log "ncu on the body kernel (budget $(left ncu)s)"
+    (cd "$ROOT" && timeout "$(left ncu)" "$NCU" --profile-from-start off --kernel-name regex:attn_kernel \
         --launch-count 1 --section SpeedOfLight --section Occupancy --section SchedulerStats \
         --section WarpStateStats -f -o "$WORK/body" "$PY" benchmarks/ncu_attn_body.py run) >"$WORK/ncu.log" 2>&1
     log "ncu exit $?"
@@ -208,8 +220,8 @@ EOF
     "$PY" "$ROOT/benchmarks/ncu_attn_body.py" summarize "$WORK/ncu.csv" --out "$WORK/ncu.md" >/dev/null 2>>"$WORK/ncu.log"
     grep -h "ERR_\|==ERROR==" "$WORK/ncu.log" | head -3 >>"$WORK/ncu.md"
   fi
-  run_step sampling "ELF-B sampling benchmark" 470 "$WORK/sampling.log" benchmarks/bench_gpu_sampling.py --model elf-b \
-      --lengths 8192 --repeats 1 --budget-s "$(( $(left 470) - 10 ))" --out "$WORK"
+  run_step sampling "ELF-B sampling benchmark" "$WORK/sampling.log" benchmarks/bench_gpu_sampling.py --model elf-b \
+      --lengths 8192 --repeats 1 --budget-s "$(( $(left sampling) - 10 ))" --out "$WORK"
   SAMPLING_RC=$STEP_RC
 fi
 
