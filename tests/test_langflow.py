@@ -852,3 +852,20 @@ def test_bench_langflow(tmp_path, monkeypatch, capsys):
     assert [(r["L"], r["method"]) for r in result["rows"]] == [(40, label) for label, _, _ in bench.MODEL_CASES]
     assert all(r["call_ms"] > 0 for r in result["rows"])
     assert "langflow-tiny network call, random weights, B = 1, fp32" in capsys.readouterr().out
+
+
+def test_modulate_and_gated_residuals_run_in_fp32_under_bf16_autocast():
+    """The official modulate and bias_dropout_add_scale are TorchScript functions, whose autocast pass widens
+    their inputs (M:42-66): under bf16 autocast, shift, scale and gate are not rounded through bf16 arithmetic."""
+    from rangeswa_ext.models.langflow import gated_residual, modulate
+
+    g = torch.Generator().manual_seed(0)
+    x, shift, scale, gate, y = (torch.randn(2, 3, 8, generator=g) for _ in range(5))
+    s16, g16, y16 = scale.bfloat16(), gate.bfloat16(), y.bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        m = modulate(x, shift.bfloat16(), s16)
+        r = gated_residual(x, g16, y16)
+    assert m.dtype == r.dtype == torch.float32
+    assert torch.equal(m, x * (1 + s16.float()) + shift.bfloat16().float())
+    assert torch.equal(r, x + g16.float() * y16.float())
+    assert not torch.equal(m, x * (1 + s16) + shift.bfloat16())  # eager bf16 arithmetic rounds 1 + scale

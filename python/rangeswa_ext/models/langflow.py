@@ -111,8 +111,16 @@ class LayerNorm(WeightedNorm):
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """adaLN: ``x * (1 + scale) + shift`` (M:62-66)."""
-    return x * (1 + scale) + shift
+    """adaLN: ``x * (1 + scale) + shift`` (M:62-66), in fp32. The official function is TorchScript, whose autocast
+    pass runs a scripted function's adds and multiplies at full precision: under bf16 autocast its shift and
+    scale (bf16 outputs of a Linear) are widened, not ``1 + scale`` rounded to bf16 as eager code would."""
+    return x.float() * (1 + scale.float()) + shift.float()
+
+
+def gated_residual(residual: torch.Tensor, gate: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``residual + gate * y`` in fp32 (M:42-59, the scripted bias_dropout_add_scale at inference: no bias, no
+    dropout), for the same reason as `modulate`."""
+    return residual.float() + gate.float() * y.float()
 
 
 class TimestepEmbedder(ScalarEmbedder):
@@ -157,8 +165,8 @@ class DDiTBlock(nn.Module):
         # Views of the one projection: the op reads these strided rows in place.
         q, k, v = self.attn_qkv(h).view(B, N, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         out = attend(attention, q, k, v, control_tokens=0, stage=stage)
-        x = x + gate_msa * self.attn_out(out.transpose(1, 2).reshape(B, N, D))
-        return x + gate_mlp * self.mlp(modulate(self.norm2(x), shift_mlp, scale_mlp))
+        x = gated_residual(x, gate_msa, self.attn_out(out.transpose(1, 2).reshape(B, N, D)))
+        return gated_residual(x, gate_mlp, self.mlp(modulate(self.norm2(x), shift_mlp, scale_mlp)))
 
 
 class EmbeddingLayer(nn.Module):
