@@ -824,3 +824,19 @@ def test_token_logits_is_the_vae_round_trip(tiny):
         expect = tiny.vae.decode(tiny.vae.to_prior(tiny.vae.encode(ids[:1])))
         alone = tiny.token_logits(ids[1:, :3])
     assert out.shape == (2, 6, 300) and rel_err(out[:1], expect) < TOL and rel_err(out[1:, :3], alone) < TOL
+
+
+def test_guidance_combination_stays_in_the_velocities_dtype():
+    """The official loop combines the bf16 velocities with a Python float scale (or a bf16 per-sample one): the
+    product and the sum are bf16, not promoted to fp32 by an fp32 scale tensor (INF:546-551, 648)."""
+    from rangeswa_ext.samplers.cola_sampler import guided_velocity
+
+    g = torch.Generator().manual_seed(0)
+    vc, vu = (torch.randn(2, 4, 16, generator=g).bfloat16() for _ in range(2))
+    same = guided_velocity(vc, vu, torch.full((2, 1, 1), 7.3))
+    assert same.dtype == torch.bfloat16 and torch.equal(same, 7.3 * (vc - vu) + vu)
+    mixed = guided_velocity(vc, vu, torch.tensor([7.0, 1.0])[:, None, None])
+    assert mixed.dtype == torch.bfloat16
+    assert torch.equal(mixed, torch.tensor([7.0, 1.0]).bfloat16()[:, None, None] * (vc - vu) + vu)
+    fp32 = guided_velocity(vc.float(), vu.float(), torch.full((2, 1, 1), 7.0))
+    assert fp32.dtype == torch.float32 and torch.equal(fp32, 7.0 * (vc.float() - vu.float()) + vu.float())

@@ -568,3 +568,24 @@ def test_rangeswa_generate_llada_continues_prompts(tiny_assets, tmp_path):
         alone = generate(model, torch.tensor([prompt]), 8, config, seed=5, indices=[k])[0].tolist()
         eos = tok.eos_token_id
         assert line["ids"] == (alone[:alone.index(eos)] if eos in alone else alone)
+
+
+def test_low_confidence_softmax_runs_in_the_logits_dtype_outside_autocast(tiny_assets, monkeypatch):
+    """The official sampler takes the softmax of a bf16 model's logits with no autocast, so its confidences are
+    bf16 (ties near 1 where fp32 ones would differ); under bf16 autocast the sampler's softmax runs with autocast
+    off, in the logits' dtype (CUDA autocast would have run it in fp32)."""
+    import torch.nn.functional as F
+
+    _, _, model = tiny_assets
+    model.set_attention(full_attention(model.config))
+    calls = []
+    softmax = F.softmax
+
+    def spy(x, *args, **kwargs):
+        calls.append((torch.is_autocast_enabled("cpu"), x.dtype))
+        return softmax(x, *args, **kwargs)
+
+    monkeypatch.setattr(F, "softmax", spy)
+    ids = generate(model, torch.tensor([[3, 4, 5]]), 8, SamplerConfig(steps=4, block_length=8), autocast_dtype=torch.bfloat16)
+    assert ids.shape == (1, 8) and len(calls) == 4
+    assert all(not enabled and dtype == torch.bfloat16 for enabled, dtype in calls), calls

@@ -337,3 +337,30 @@ def test_dense_methods_keep_a_caches_rotated_keys(name):
             assert news == [16, 8, 16, 16, 104]  # only the new rows
         else:  # within T the new rows, past T (80, 96, 200) all of them
             assert news == [16, 8, 80, 96, 200], news
+
+
+@pytest.mark.parametrize("name", ["ntk", "longllada", "yarn"])
+def test_length_dependent_frequencies_rotate_a_bf16_query_in_fp32(name, monkeypatch):
+    """Past T the baselines' own frequencies go to the rope op as inv_freq: a bf16 q and k are rotated in fp32 and
+    rounded once (as the official LLaDA / LongLLaDA code rotates), not in bf16 arithmetic; the rotated q is the
+    float64 rotation rounded to bf16 but for the rare element one ulp off."""
+    import torch.nn.functional as F
+
+    D, T, L = 64, 64, 640
+    method = make_attention(name, head_dim=D, theta=5e5, rope_style="half", train_length=T)
+    q, k, v = (x.bfloat16() for x in make_qkv(1, 2, 2, L, D, seed=3))
+    seen = {}
+    sdpa = F.scaled_dot_product_attention
+
+    def capture(qr, kr, vv, **kw):
+        seen["q"] = qr
+        return sdpa(qr, kr, vv, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", capture)
+    method(q, k, v, 0)
+    body, base, freqs, mult = method.rotation(L, D)
+    expected = ref.rotate(q.double(), body, base, D, "half", freqs).to(torch.bfloat16)
+    if mult is not None:  # YaRN's temperature, applied to the rotated bf16 queries
+        expected = expected * mult.to(torch.bfloat16)
+    off = (seen["q"] != expected).float().mean().item()
+    assert off < 0.01, off

@@ -180,6 +180,18 @@ def bf16(z: torch.Tensor) -> torch.Tensor:
     return z.to(torch.bfloat16).to(z.dtype)
 
 
+def guided_velocity(v_cond: torch.Tensor, v_uncond: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``scale (v_cond - v_uncond) + v_uncond`` with ``scale`` [B, 1, 1] per sample, in the velocities' dtype, as
+    the official loop forms it (INF:546-551, 648): a Python float when every sample has the same scale, else a
+    per-sample tensor in that dtype, so under bf16 autocast the product and the sum are rounded to bf16 (an fp32
+    scale tensor would promote them to fp32)."""
+    if bool((scale == scale.flatten()[0]).all()):
+        s = float(scale.flatten()[0])
+    else:
+        s = scale.to(v_cond.dtype)
+    return s * (v_cond - v_uncond) + v_uncond
+
+
 class _Run:
     """One `generate` run: every sample's caches, blocks and tokens."""
 
@@ -258,7 +270,7 @@ class _Run:
                 v_cond = trace("prior_cond", stages[i], samples, self.prior(fed, t, prior_cache, stage=stages[i]),
                                z=fed, t=t)
                 v_uncond = trace("prior_uncond", stages[i], samples, self.prior(fed, t, stage=stages[i]), z=fed, t=t)
-                z = z - (scale * (v_cond - v_uncond) + v_uncond) * dt
+                z = z - guided_velocity(v_cond, v_uncond, scale) * dt
                 z = torch.where(repaint[..., None], tail, z)
             logits = trace("vae_decode", "", samples, self.vae.decode(z, vae_cache, commit=True), z=z)
             chosen = choose_tokens(logits, history, self.config, [self.draws[a].generator for a in active])
