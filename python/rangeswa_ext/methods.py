@@ -170,9 +170,7 @@ class DenseRopeAttention:
         k_pos = torch.cat([torch.zeros(C, dtype=torch.float64), body_pos])
         q_pos = torch.cat([k_pos[:C], body_pos[L - Lq:]])
         def rotated(x, pos):
-            if q.dtype in ops.KERNEL_DTYPES:  # the fused rope op: one pass over the rows, in fp32, rounded once
-                # (a length-dependent base or YaRN's ramp as its explicit frequencies: the rotation of a bf16 q
-                # stays in fp32, as the official LLaDA / LongLLaDA code rotates, not in bf16 arithmetic)
+            if q.dtype in ops.KERNEL_DTYPES:  # the rope op, in fp32 (explicit frequencies too), rounded once
                 inv = None if freqs is None else freqs.to(q.device)
                 return ops.rope(x, pos.to(q.device), base, rd, self.rope.style, inv_freq=inv)
             return rotate(x, pos, base, rd, self.rope.style, freqs)  # float64 inputs: the explicit rotation

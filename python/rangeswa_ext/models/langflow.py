@@ -111,15 +111,12 @@ class LayerNorm(WeightedNorm):
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """adaLN: ``x * (1 + scale) + shift`` (M:62-66), in fp32. The official function is TorchScript, whose autocast
-    pass runs a scripted function's adds and multiplies at full precision: under bf16 autocast its shift and
-    scale (bf16 outputs of a Linear) are widened, not ``1 + scale`` rounded to bf16 as eager code would."""
+    """adaLN: ``x * (1 + scale) + shift`` (M:62-66) in fp32, as TorchScript's autocast runs the official one."""
     return x.float() * (1 + scale.float()) + shift.float()
 
 
 def gated_residual(residual: torch.Tensor, gate: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``residual + gate * y`` in fp32 (M:42-59, the scripted bias_dropout_add_scale at inference: no bias, no
-    dropout), for the same reason as `modulate`."""
+    """``residual + gate * y`` in fp32 (M:42-59, bias_dropout_add_scale at inference), as `modulate`."""
     return residual.float() + gate.float() * y.float()
 
 

@@ -34,13 +34,16 @@ def window_radius(cfg: RangeSWAConfig, window: int) -> int:
     return (window - cfg.sinks) // 2 if cfg.method == "swa" else window // 2
 
 
+def _rows_and_blocks(L: int, G: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows i [L, 1] and the first and last token of every G-block [1, nG] (a ragged last block ends at L - 1)."""
+    start = torch.arange(_ceil_div(L, G))[None, :] * G
+    return torch.arange(L)[:, None], start, torch.clamp(start + G, max=L) - 1
+
+
 def window_blocks(L: int, cfg: RangeSWAConfig, window: int) -> torch.Tensor:
     """Rule 2: row i sees every G-block intersecting [i - r, i + r]; [L, nG] bool."""
     r = window_radius(cfg, window)
-    G = cfg.summary_block
-    i = torch.arange(L)[:, None]
-    start = torch.arange(_ceil_div(L, G))[None, :] * G
-    end = torch.clamp(start + G, max=L) - 1
+    i, start, end = _rows_and_blocks(L, cfg.summary_block)
     return (start <= i + r) & (end >= i - r)
 
 
@@ -90,10 +93,8 @@ def block_means(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def relevance(qb: torch.Tensor, kb: torch.Tensor) -> torch.Tensor:
-    """s(qb, kb) = qb . kb for every pair, [..., nQb, D] x [..., nKb, D] -> [..., nQb, nKb], each dot product summed
-    over d = 0, 1, .. in turn. Equal means then give equal scores bit for bit, so the tie rule (lower kb first)
-    decides between them; a matrix product's blocked sums can round the same dot product differently in
-    different columns and let the rounding pick."""
+    """s(qb, kb) = qb . kb for every pair ([..., nQb, nKb]), each summed over d in order: equal means score equal
+    bit for bit, so the tie rule decides (a matrix product can round one dot product differently per column)."""
     score = torch.zeros(*qb.shape[:-1], kb.shape[-2], dtype=qb.dtype)
     for d in range(qb.shape[-1]):
         score += qb[..., :, d, None] * kb[..., None, :, d]
@@ -153,10 +154,7 @@ def retrieved_keys(retrieved: torch.Tensor, L: int, cfg: RangeSWAConfig) -> torc
 
 def near_blocks(L: int, cfg: RangeSWAConfig) -> torch.Tensor:
     """Rule 4: G-block b is near row i when every token of b is within Hn of i; [L, nG] bool."""
-    G = cfg.summary_block
-    i = torch.arange(L)[:, None]
-    start = torch.arange(_ceil_div(L, G))[None, :] * G
-    end = torch.clamp(start + G, max=L) - 1
+    i, start, end = _rows_and_blocks(L, cfg.summary_block)
     return (start >= i - cfg.near_range) & (end <= i + cfg.near_range)
 
 

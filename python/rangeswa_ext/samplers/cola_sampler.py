@@ -181,14 +181,9 @@ def bf16(z: torch.Tensor) -> torch.Tensor:
 
 
 def guided_velocity(v_cond: torch.Tensor, v_uncond: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``scale (v_cond - v_uncond) + v_uncond`` with ``scale`` [B, 1, 1] per sample, in the velocities' dtype, as
-    the official loop forms it (INF:546-551, 648): a Python float when every sample has the same scale, else a
-    per-sample tensor in that dtype, so under bf16 autocast the product and the sum are rounded to bf16 (an fp32
-    scale tensor would promote them to fp32)."""
-    if bool((scale == scale.flatten()[0]).all()):
-        s = float(scale.flatten()[0])
-    else:
-        s = scale.to(v_cond.dtype)
+    """``scale (v_cond - v_uncond) + v_uncond`` in the velocities' dtype (INF:546-551, 648): the scale a float when
+    every sample shares it, else a per-sample tensor in that dtype (an fp32 one would promote bf16 to fp32)."""
+    s = float(scale.flatten()[0]) if bool((scale == scale.flatten()[0]).all()) else scale.to(v_cond.dtype)
     return s * (v_cond - v_uncond) + v_uncond
 
 

@@ -182,8 +182,7 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
                 else:
                     x0 = logits.argmax(dim=-1)
                 if config.remasking == "low_confidence":
-                    # In the logits' dtype, as the official bf16 model's softmax (generate.py, no autocast): CUDA
-                    # autocast would run it in fp32, and bf16 confidences near 1 tie where fp32 ones do not.
+                    # In the logits' dtype, as the official bf16 model's (CUDA autocast would run it in fp32)
                     with torch.autocast(device.type, enabled=False):
                         p = F.softmax(logits, dim=-1)
                     score = torch.gather(p, -1, x0[..., None]).squeeze(-1).double()
