@@ -180,10 +180,12 @@ def bf16(z: torch.Tensor) -> torch.Tensor:
     return z.to(torch.bfloat16).to(z.dtype)
 
 
-def guided_velocity(v_cond: torch.Tensor, v_uncond: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def guided_velocity(v_cond: torch.Tensor, v_uncond: torch.Tensor, scale) -> torch.Tensor:
     """``scale (v_cond - v_uncond) + v_uncond`` in the velocities' dtype (INF:546-551, 648): the scale a float when
     every sample shares it, else a per-sample tensor in that dtype (an fp32 one would promote bf16 to fp32)."""
-    s = float(scale.flatten()[0]) if bool((scale == scale.flatten()[0]).all()) else scale.to(v_cond.dtype)
+    if isinstance(scale, torch.Tensor):  # (the sampler decides on the host, once a block: no device sync a step)
+        scale = float(scale.flatten()[0]) if bool((scale == scale.flatten()[0]).all()) else scale
+    s = scale if isinstance(scale, float) else scale.to(v_cond.dtype)
     return s * (v_cond - v_uncond) + v_uncond
 
 
@@ -256,8 +258,8 @@ class _Run:
             z = torch.stack([self.block_noise(a, block) for a in active]).to(device)
             repaint = pinned[active] if block == 0 else torch.zeros(len(active), bs, dtype=torch.bool, device=device)
             tail = tails[active]
-            first = torch.tensor([block > 0 or self.prefix[a] > 0 for a in active], device=device)
-            scale = torch.where(first, self.config.guidance_scale, 1.0)[:, None, None]
+            scales = [float(self.config.guidance_scale) if block > 0 or self.prefix[a] > 0 else 1.0 for a in active]
+            scale = scales[0] if len(set(scales)) == 1 else torch.tensor(scales, device=device)[:, None, None]
             for i in range(self.config.steps):
                 t = torch.full((len(active), bs), float(fed_t[i]), device=device).masked_fill(repaint, 0.0)
                 z = torch.where(repaint[..., None], tail, z)
