@@ -49,12 +49,12 @@ class Result:
     method: str
     length: int
     seed: int
-    samples: int
-    ppl: Optional[float] = None
-    h: Optional[float] = None
-    r4: Optional[float] = None
-    c2: Optional[float] = None
-    c2_reference: Optional[float] = None
+    samples: int  # samples scored
+    ppl: Optional[float] = None  # Gen. PPL (None: no scorer); the metrics: docs/metrics.md
+    h: Optional[float] = None  # mean unigram entropy of the token ids (nats)
+    r4: Optional[float] = None  # 4-gram repetition
+    c2: Optional[float] = None  # lexical continuity: TF-IDF cosine of segment 1 vs 3 of a sample
+    c2_reference: Optional[float] = None  # the same across samples (segment 1 of i vs 3 of i + 1)
 
     @property
     def low_diversity(self) -> bool:

@@ -40,23 +40,23 @@ from ..samplers.elf_sampler import SamplerConfig as ELFSampling
 class TrainConfig:
     """One training run of ELF-mini (or of the judge, which uses steps, batch, lr, warmup, seed)."""
 
-    steps: int = 6000
-    batch_size: int = 32
-    lr: float = 1e-3
-    warmup: int = 200
-    ema: float = 0.999
-    decode_prob: float = 0.2
-    self_cond_prob: float = 0.5
+    steps: int = 6000  # optimizer steps in all
+    batch_size: int = 32  # sequences a step
+    lr: float = 1e-3  # peak AdamW rate (`learning_rate` gives the schedule)
+    warmup: int = 200  # steps of linear warm-up
+    ema: float = 0.999  # decay of the weights' EMA, the weights sampling uses
+    decode_prob: float = 0.2  # chance that a step trains the decoding branch
+    self_cond_prob: float = 0.5  # chance that a denoising sequence is self-conditioned
     # ELF's time distribution and noise: the values the sampler's time grid and steps use (one place).
     p_mean: float = ELFSampling.p_mean
     p_std: float = ELFSampling.p_std
     noise_scale: float = ELFSampling.noise_scale
     t_eps: float = ELFSampling.t_eps
-    decode_noise: float = 5.0
-    guidance_min: float = 0.5
+    decode_noise: float = 5.0  # noise scale of the decoding branch's corruption
+    guidance_min: float = 0.5  # guidance w drawn log-uniformly in 1 + w over [1 + min, 1 + max]
     guidance_max: float = 5.0
-    save_every: int = 500
-    seed: int = 0
+    save_every: int = 500  # steps between checkpoints (and the last step)
+    seed: int = 0  # of the data order, the noise and the initial weights
 
     def __post_init__(self):
         at_least(self, ("steps", "batch_size", "save_every"))

@@ -34,37 +34,21 @@ from .linear import Linear
 
 @dataclass(frozen=True)
 class ColaPriorConfig:
-    """Sizes of the prior (official ``ColaDiTConfig``, configuration_cola_dit.py:57-69).
+    """Sizes of the prior (official ``ColaDiTConfig``, configuration_cola_dit.py:57-69)."""
 
-    Attributes:
-        latent_dim: latent channels in and out (``txt_in_channels`` = ``txt_out_channels`` = VAE latent_dim).
-        dim: width (``txt_dim``; the timestep embedding width ``emb_dim`` must equal it).
-        n_head, head_dim: attention heads and their width (``heads``, ``head_dim``).
-        mlp_ratio: GELU-tanh MLP width over dim (``expand_ratio``).
-        n_layer: blocks (``num_layers``).
-        norm_eps: epsilon of every LayerNorm, the per-head QK-norm included.
-        qk_bias: bias of ``proj_qkv`` and of the attention's ``proj_out``.
-        rotary_dim: channels per head that RoPE rotates, interleaved pairs (``rope_dim``).
-        rope_theta: RoPE base (hard-coded 10000 in the official code, modeling_cola_dit.py:269).
-        block_size: latents per causal block, generated together (release: 16; the code's default: 4).
-        frequency_dim: sinusoidal features of the timestep embedding (256, modeling_cola_dit.py:596).
-        train_length: ``T`` of the attention methods, in latents (= tokens). Not in the official code or
-            config; docs/cola.md explains the choice of 2048.
-    """
-
-    latent_dim: int = 16
-    dim: int = 2048
-    n_head: int = 16
-    head_dim: int = 128
-    mlp_ratio: int = 4
-    n_layer: int = 24
-    norm_eps: float = 1e-5
-    qk_bias: bool = False
-    rotary_dim: int = 96
-    rope_theta: float = 10000.0
-    block_size: int = 16
-    frequency_dim: int = 256
-    train_length: int = 2048
+    latent_dim: int = 16  # channels in and out (``txt_in_channels``, ``txt_out_channels``; = VAE latent_dim)
+    dim: int = 2048  # width (``txt_dim``; the timestep embedding width ``emb_dim`` must equal it)
+    n_head: int = 16  # attention heads (``heads``)
+    head_dim: int = 128  # their width (``head_dim``)
+    mlp_ratio: int = 4  # GELU-tanh MLP width over dim (``expand_ratio``)
+    n_layer: int = 24  # blocks (``num_layers``)
+    norm_eps: float = 1e-5  # epsilon of every LayerNorm, the per-head QK-norm included
+    qk_bias: bool = False  # bias of ``proj_qkv`` and of the attention's ``proj_out``
+    rotary_dim: int = 96  # channels per head that RoPE rotates, interleaved pairs (``rope_dim``)
+    rope_theta: float = 10000.0  # RoPE base (hard-coded 10000 in the official code, modeling_cola_dit.py:269)
+    block_size: int = 16  # latents per causal block, generated together (release: 16; the code's default: 4)
+    frequency_dim: int = 256  # sinusoidal features of the timestep embedding (modeling_cola_dit.py:596)
+    train_length: int = 2048  # ``T`` of the methods, in latents (= tokens); not official: docs/cola.md
 
     def __post_init__(self):
         at_least(self, ("latent_dim", "dim", "n_head", "head_dim", "mlp_ratio", "n_layer", "block_size",

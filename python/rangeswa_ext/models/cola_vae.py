@@ -22,37 +22,22 @@ from .linear import Linear
 
 @dataclass(frozen=True)
 class ColaVAEConfig:
-    """Sizes of the text VAE (official ``ColaTextVAEConfig``, configuration_cola_vae.py:70-103).
+    """Sizes of the text VAE (official ``ColaTextVAEConfig``, configuration_cola_vae.py:70-103)."""
 
-    Attributes:
-        vocab_size: logits of the decoder; the encoder's embedding has one more row.
-        encoder_layers, decoder_layers: blocks (``encoder_num_blocks``, ``decoder_num_blocks``).
-        dim, ffn_dim, n_head: width, SwiGLU projection width (halved by the gate), heads (``num_heads``).
-        latent_dim: latent channels (the posterior mean is LayerNorm-standardised over them).
-        norm_eps: epsilon of every LayerNorm (``layer_norm_eps``).
-        post_norm: the official post-norm block order (the default); False gives pre-norm blocks.
-        clip_qkv: clamp of the qkv projection (None: none).
-        rope_theta: RoPE base (half-split pairs over the whole head dim).
-        block_size: tokens per causal block of the encoder and decoder masks (release: 1, i.e. causal;
-            0 means bidirectional, the official ``block_causal = False``).
-        scaling_factor, shifting_factor: prior space = (VAE mean - shift) * scale (inference.py:404-408);
-            the decoder reads prior-space latents as they are, as the official sampler does.
-    """
-
-    vocab_size: int = 100278
-    encoder_layers: int = 4
-    decoder_layers: int = 4
-    dim: int = 1536
-    ffn_dim: int = 6144
-    latent_dim: int = 16
-    n_head: int = 12
-    norm_eps: float = 1e-6
-    post_norm: bool = True
-    clip_qkv: Optional[float] = None
-    rope_theta: float = 500000.0
-    block_size: int = 1
-    scaling_factor: float = 1.0
-    shifting_factor: float = 0.0
+    vocab_size: int = 100278  # logits of the decoder; the encoder's embedding has one more row
+    encoder_layers: int = 4  # blocks (``encoder_num_blocks``)
+    decoder_layers: int = 4  # blocks (``decoder_num_blocks``)
+    dim: int = 1536  # width
+    ffn_dim: int = 6144  # SwiGLU projection width (halved by the gate)
+    latent_dim: int = 16  # latent channels (the posterior mean is LayerNorm-standardised over them)
+    n_head: int = 12  # heads (``num_heads``)
+    norm_eps: float = 1e-6  # epsilon of every LayerNorm (``layer_norm_eps``)
+    post_norm: bool = True  # the official post-norm block order; False gives pre-norm blocks
+    clip_qkv: Optional[float] = None  # clamp of the qkv projection (None: none)
+    rope_theta: float = 500000.0  # RoPE base (half-split pairs over the whole head dim)
+    block_size: int = 1  # tokens per causal block of both masks (1, the release's: causal; 0: bidirectional)
+    scaling_factor: float = 1.0  # prior space = (VAE mean - shift) * scale (inference.py:404-408);
+    shifting_factor: float = 0.0  # the decoder reads prior-space latents as they are, as the official sampler
 
     def __post_init__(self):
         at_least(self, ("vocab_size", "encoder_layers", "decoder_layers", "dim", "ffn_dim", "latent_dim", "n_head"))

@@ -47,38 +47,25 @@ ELF_CONFIGS = {
 
 @dataclass(frozen=True)
 class ELFConfig(Presets):
-    """Sizes of one ELF model. Named presets live in `ELF_CONFIGS`; get one with `from_name`.
-
-    Attributes:
-        n_layer, dim, n_head: depth, width and attention heads of the transformer.
-        encoder_dim: width of the embeddings ELF denoises (T5-small d_model).
-        bottleneck_dim: rank of the input projection encoder_dim -> bottleneck_dim -> dim.
-        vocab_size: tokens of the decode head (the T5 tokenizer's 32,100).
-        time_tokens, guidance_tokens, mode_tokens: control tokens, in that order, before the body.
-        frequency_dim: sinusoidal features fed to the time and guidance embedders.
-        mlp_ratio: FFN width before the SwiGLU 2/3 factor.
-        norm_eps: epsilon of every RMSNorm.
-        rope_theta: RoPE base, handed to the attention method.
-        train_length: body length the model was trained at (the sequence itself may be any length).
-    """
+    """Sizes of one ELF model. Named presets live in `ELF_CONFIGS`; get one with `from_name`."""
 
     PRESETS: ClassVar[dict] = ELF_CONFIGS
     FAMILY: ClassVar[str] = "ELF"
 
-    n_layer: int = 12
-    dim: int = 768
-    n_head: int = 12
-    encoder_dim: int = 512
-    bottleneck_dim: int = 128
-    vocab_size: int = 32100
-    time_tokens: int = 4
-    guidance_tokens: int = 4
-    mode_tokens: int = 4
-    frequency_dim: int = 256
-    mlp_ratio: float = 4.0
-    norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-    train_length: int = 1024
+    n_layer: int = 12  # depth of the transformer
+    dim: int = 768  # its width
+    n_head: int = 12  # its attention heads
+    encoder_dim: int = 512  # width of the embeddings ELF denoises (T5-small d_model)
+    bottleneck_dim: int = 128  # rank of the input projection encoder_dim -> bottleneck_dim -> dim
+    vocab_size: int = 32100  # tokens of the decode head (the T5 tokenizer's 32,100)
+    time_tokens: int = 4  # control tokens before the body: time first,
+    guidance_tokens: int = 4  # then the self-conditioning guidance scale,
+    mode_tokens: int = 4  # then the mode (zero unless decoding)
+    frequency_dim: int = 256  # sinusoidal features fed to the time and guidance embedders
+    mlp_ratio: float = 4.0  # FFN width before the SwiGLU 2/3 factor
+    norm_eps: float = 1e-6  # epsilon of every RMSNorm
+    rope_theta: float = 10000.0  # RoPE base, handed to the attention method
+    train_length: int = 1024  # body length the model was trained at (the sequence may be any length)
 
     def __post_init__(self):
         at_least(self, ("n_layer", "dim", "n_head", "encoder_dim", "bottleneck_dim", "vocab_size", "time_tokens",

@@ -52,39 +52,26 @@ LANGFLOW_CONFIGS = {
 
 @dataclass(frozen=True)
 class LangFlowConfig(Presets):
-    """Sizes of one LangFlow model. Named presets live in `LANGFLOW_CONFIGS`; get one with `from_name`.
-
-    Attributes (official config.json names where it has them):
-        n_blocks, hidden_size, n_heads: depth, width and attention heads of the DiT.
-        cond_dim: width of the noise-level embedding that drives every adaLN.
-        vocab_size: GPT-2's 50,257 tokens (embedding rows and logits, not padded).
-        train_length: sequence length the model was trained at (config.json ``model_length``).
-        frequency_dim: sinusoidal features of the noise-level embedder.
-        mlp_ratio: MLP width over hidden_size.
-        norm_eps: epsilon of every LayerNorm (F.layer_norm's default).
-        rope_theta: RoPE base, handed to the attention method.
-        gumbel_loc, gumbel_scale, gumbel_entropy: initial values of the proposal's parameters; a
-            checkpoint's stored values replace them.
-        gumbel_cutoff: tail mass cut off each end of the proposal (sets gamma_min, gamma_max); not a weight.
-    """
+    """Sizes of one LangFlow model (official config.json names where it has them). Named presets live in
+    `LANGFLOW_CONFIGS`; get one with `from_name`."""
 
     PRESETS: ClassVar[dict] = LANGFLOW_CONFIGS
     FAMILY: ClassVar[str] = "LangFlow"
 
-    n_blocks: int = 12
-    hidden_size: int = 768
-    n_heads: int = 12
-    cond_dim: int = 128
-    vocab_size: int = 50257
-    train_length: int = 1024
-    frequency_dim: int = 256
-    mlp_ratio: int = 4
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    gumbel_loc: float = 4.723
-    gumbel_scale: float = 0.852
-    gumbel_entropy: float = 7.02
-    gumbel_cutoff: float = 1e-5
+    n_blocks: int = 12  # depth of the DiT
+    hidden_size: int = 768  # its width
+    n_heads: int = 12  # its attention heads
+    cond_dim: int = 128  # width of the noise-level embedding that drives every adaLN
+    vocab_size: int = 50257  # GPT-2's 50,257 tokens (embedding rows and logits, not padded)
+    train_length: int = 1024  # sequence length the model was trained at (config.json ``model_length``)
+    frequency_dim: int = 256  # sinusoidal features of the noise-level embedder
+    mlp_ratio: int = 4  # MLP width over hidden_size
+    norm_eps: float = 1e-5  # epsilon of every LayerNorm (F.layer_norm's default)
+    rope_theta: float = 10000.0  # RoPE base, handed to the attention method
+    gumbel_loc: float = 4.723  # the proposal's initial location,
+    gumbel_scale: float = 0.852  # scale
+    gumbel_entropy: float = 7.02  # and entropy (a checkpoint's stored values replace all three)
+    gumbel_cutoff: float = 1e-5  # tail mass cut off each end of the proposal (sets gamma_min/max), no weight
 
     def __post_init__(self):
         at_least(self, ("n_blocks", "hidden_size", "n_heads", "cond_dim", "vocab_size", "train_length",

@@ -44,32 +44,21 @@ LLADA_CONFIGS = {
 
 @dataclass(frozen=True)
 class LLaDAConfig(Presets):
-    """Sizes of one LLaDA model. Named presets live in `LLADA_CONFIGS`; get one with `from_name`.
-
-    Attributes:
-        n_layer, dim, n_head: depth, width and attention heads (no grouped-query attention).
-        mlp_dim: hidden width of the SwiGLU MLP (``mlp_hidden_size``).
-        vocab_size: rows of the embedding and of the LM head (``embedding_size``, padded past the tokenizer).
-        norm_eps: epsilon of every RMSNorm (``rms_norm_eps``).
-        rope_theta: RoPE base, handed to the attention method (half-split pairs, all head dims).
-        train_length: sequence length the model was trained at (``max_sequence_length``).
-        mask_id: the ``<|mdm_mask|>`` token the sampler fills the generation with.
-        eos_id: ``<|endoftext|>``, the end of a text (also the padding id).
-    """
+    """Sizes of one LLaDA model. Named presets live in `LLADA_CONFIGS`; get one with `from_name`."""
 
     PRESETS: ClassVar[dict] = LLADA_CONFIGS
     FAMILY: ClassVar[str] = "LLaDA"
 
-    n_layer: int = 32
-    dim: int = 4096
-    n_head: int = 32
-    mlp_dim: int = 12288
-    vocab_size: int = 126464
-    norm_eps: float = 1e-5
-    rope_theta: float = 500000.0
-    train_length: int = 4096
-    mask_id: int = 126336
-    eos_id: int = 126081
+    n_layer: int = 32  # depth
+    dim: int = 4096  # width
+    n_head: int = 32  # attention heads (no grouped-query attention)
+    mlp_dim: int = 12288  # hidden width of the SwiGLU MLP (``mlp_hidden_size``)
+    vocab_size: int = 126464  # embedding and LM head rows (``embedding_size``, padded past the tokenizer)
+    norm_eps: float = 1e-5  # epsilon of every RMSNorm (``rms_norm_eps``)
+    rope_theta: float = 500000.0  # RoPE base, handed to the attention method (half-split pairs, all head dims)
+    train_length: int = 4096  # sequence length the model was trained at (``max_sequence_length``)
+    mask_id: int = 126336  # the ``<|mdm_mask|>`` token the sampler fills the generation with
+    eos_id: int = 126081  # ``<|endoftext|>``, the end of a text (also the padding id)
 
     def __post_init__(self):
         at_least(self, ("n_layer", "dim", "n_head", "mlp_dim", "vocab_size", "train_length"))

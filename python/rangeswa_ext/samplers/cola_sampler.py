@@ -40,15 +40,7 @@ Noise = Callable[[int, int], torch.Tensor]
 
 @dataclass(frozen=True)
 class SamplerConfig(SamplerPresets):
-    """How one CoLa continuation is drawn (the official ``generate_task_repaint_inference`` defaults).
-
-    Attributes:
-        steps: Euler steps per block (``timestep_num``).
-        guidance_scale: classifier-free guidance scale (1 in the first block of an empty prefix).
-        temperature: token temperature; below 1e-5 the choice is greedy (the official default, 0).
-        top_k, top_p: token sampling filters (used only when temperature > 0).
-        repetition_penalty: divides positive / multiplies negative logits of tokens already generated.
-    """
+    """How one CoLa continuation is drawn (the official ``generate_task_repaint_inference`` defaults)."""
 
     PRESETS: ClassVar[dict] = {name: {} for name in COLA_CONFIGS}
 
@@ -62,12 +54,12 @@ class SamplerConfig(SamplerPresets):
                 top_k="CoLa top-k filter when temperature > 0 (50)", top_p="CoLa top-p filter when temperature > 0 (0.9)",
                 repetition_penalty="CoLa repetition penalty over the sample's generated tokens (1.1, greedy too)")
 
-    steps: int = 16
-    guidance_scale: float = 7.0
-    temperature: float = 0.0
-    top_k: int = 50
-    top_p: float = 0.9
-    repetition_penalty: float = 1.1
+    steps: int = 16  # Euler steps per block (``timestep_num``)
+    guidance_scale: float = 7.0  # classifier-free guidance scale (1 in the first block of an empty prefix)
+    temperature: float = 0.0  # token temperature; below 1e-5 the choice is greedy (the official default, 0)
+    top_k: int = 50  # token sampling filters,
+    top_p: float = 0.9  # used only when temperature > 0
+    repetition_penalty: float = 1.1  # divides positive / multiplies negative logits of tokens already generated
 
     def __post_init__(self):
         at_least(self, ("steps",))

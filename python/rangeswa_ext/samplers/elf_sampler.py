@@ -55,17 +55,7 @@ _PRESETS = {
 
 @dataclass(frozen=True)
 class SamplerConfig(SamplerPresets):
-    """How one ELF sample is drawn.
-
-    Attributes:
-        steps: ``N``, Euler intervals of the time grid (network calls before the decode call).
-        gamma: SDE churn per unit time; ``alpha = 1 - gamma * (t' - t)`` keeps that fraction of z.
-        omega: self-conditioning guidance scale fed to the guidance tokens.
-        sampler: ``sde`` or ``ode`` for the first ``N - 1`` intervals (the last is always ODE).
-        p_mean, p_std: logit-normal time grid, ``t = sigmoid(p_std * u + p_mean)`` (training values).
-        noise_scale: standard deviation of the starting noise and of each SDE eps.
-        t_eps: lower clamp of ``1 - t`` when turning the x-prediction into a velocity.
-    """
+    """How one ELF sample is drawn."""
 
     PRESETS: ClassVar[dict] = _PRESETS
 
@@ -76,14 +66,14 @@ class SamplerConfig(SamplerPresets):
                 t_eps="lower clamp of 1 - t in the velocity")
     CHOICES = dict(sampler=SAMPLERS)
 
-    steps: int = 32
-    gamma: float = 1.5
-    omega: float = 3.0
-    sampler: str = "sde"
-    p_mean: float = -1.5
-    p_std: float = 0.8
-    noise_scale: float = 2.0
-    t_eps: float = 0.05
+    steps: int = 32  # ``N``, Euler intervals of the time grid (network calls before the decode call)
+    gamma: float = 1.5  # SDE churn per unit time; ``alpha = 1 - gamma * (t' - t)`` keeps that fraction of z
+    omega: float = 3.0  # self-conditioning guidance scale fed to the guidance tokens
+    sampler: str = "sde"  # ``sde`` or ``ode`` for the first ``N - 1`` intervals (the last is always ODE)
+    p_mean: float = -1.5  # logit-normal time grid, ``t = sigmoid(p_std * u + p_mean)``
+    p_std: float = 0.8  # (the training values)
+    noise_scale: float = 2.0  # standard deviation of the starting noise and of each SDE eps
+    t_eps: float = 0.05  # lower clamp of ``1 - t`` when turning the x-prediction into a velocity
 
     def __post_init__(self):
         at_least(self, ("steps",))

@@ -34,18 +34,14 @@ READOUT_ROWS = 8192
 
 @dataclass(frozen=True)
 class SamplerConfig(SamplerPresets):
-    """How one LangFlow sample is drawn.
-
-    Attributes:
-        steps: ``N``, network calls: N - 1 Euler steps on the noise-level grid, then the readout call.
-            The paper's protocol and the official OWT Gen. PPL run use 1024 (README.md:51-58); the
-            official ``generate_samples`` defaults to 128.
-    """
+    """How one LangFlow sample is drawn."""
 
     PRESETS: ClassVar[dict] = {name: {} for name in LANGFLOW_CONFIGS}  # every preset: 1024 steps
 
     HELP = dict(steps="network calls: N - 1 Euler steps and the readout (LangFlow: 1024)")
 
+    # ``N``, network calls: N - 1 Euler steps on the noise-level grid, then the readout call. The paper's protocol
+    # and the official OWT Gen. PPL run use 1024 (README.md:51-58); the official ``generate_samples`` uses 128.
     steps: int = 1024
 
     def __post_init__(self):

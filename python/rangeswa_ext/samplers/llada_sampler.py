@@ -40,17 +40,7 @@ Draws = Callable[[int, int, str, int, tuple], torch.Tensor]
 
 @dataclass(frozen=True)
 class SamplerConfig(SamplerPresets):
-    """How one LLaDA sample is drawn (the official generate's arguments; ``gen_length`` is the length asked for).
-
-    Attributes:
-        steps: network calls over the whole generation; 0 means one per generated token (``gen_length``).
-            Must be a multiple of the number of blocks.
-        block_length: tokens per semi-autoregressive block; ``gen_length`` must be a multiple of it; 0 means
-            one block (``gen_length``).
-        temperature: Gumbel-max sampling temperature; 0 is greedy (argmax).
-        cfg_scale: classifier-free guidance scale; 0 switches it off.
-        remasking: ``low_confidence`` (unmask the most probable predictions first) or ``random``.
-    """
+    """How one LLaDA sample is drawn (the official generate's arguments; ``gen_length`` is the length asked for)."""
 
     #: Every preset samples with the defaults: one token per step, blocks of 32 (the official demo), temperature
     #: 1 (the official default, 0, would make every unconditional sample the same), no guidance.
@@ -62,11 +52,11 @@ class SamplerConfig(SamplerPresets):
                 remasking="LLaDA remasking: low_confidence or random")
     CHOICES = dict(remasking=REMASKING)
 
-    steps: int = 0
-    block_length: int = 32
-    temperature: float = 1.0
-    cfg_scale: float = 0.0
-    remasking: str = "low_confidence"
+    steps: int = 0  # network calls in all, a multiple of the blocks; 0: one per generated token (``gen_length``)
+    block_length: int = 32  # tokens per semi-autoregressive block, dividing ``gen_length``; 0: one block
+    temperature: float = 1.0  # Gumbel-max sampling temperature; 0 is greedy (argmax)
+    cfg_scale: float = 0.0  # classifier-free guidance scale; 0 switches it off
+    remasking: str = "low_confidence"  # ``low_confidence`` (unmask the most probable predictions first) or ``random``
 
     def __post_init__(self):
         if self.steps < 0 or self.block_length < 0:
