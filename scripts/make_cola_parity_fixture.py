@@ -45,15 +45,15 @@ Nothing of the loop is replaced.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
-import subprocess
 import sys
 import types
 from pathlib import Path
 
 import torch
+
+from fixture_meta import file_hashes, official_commit
 
 SCRIPT = "scripts/make_cola_parity_fixture.py"
 OFFICIAL_REPO = "github.com/ByteDance-Seed/Cola-DLM"
@@ -80,6 +80,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--official", required=True, type=Path, help="checkout of github.com/ByteDance-Seed/Cola-DLM")
     p.add_argument("--out", type=Path, default=Path("tests/fixtures/cola_parity.pt"))
+    p.add_argument("--official-commit", default=None,
+                   help="the checkout's commit, needed only when --official is not a git checkout")
     return p.parse_args()
 
 
@@ -205,8 +207,7 @@ def main():
     root = args.official.expanduser().resolve()
     if not (root / "cola_dlm" / "modeling_cola_dit.py").is_file():
         raise SystemExit(f"{root} holds no cola_dlm/modeling_cola_dit.py: not a checkout of ByteDance-Seed/Cola-DLM")
-    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True, capture_output=True,
-                            text=True).stdout.strip()
+    commit = official_commit(root, args.official_commit)
     sys.path.insert(0, str(root))
     import cola_dlm.inference as inference                                             # official
     from cola_dlm import ColaDiTConfig, ColaDiTModel, ColaTextVAEConfig, ColaTextVAEModel  # official
@@ -263,7 +264,7 @@ def main():
 
     fixture = dict(
         meta=dict(official_repo=OFFICIAL_REPO, official_commit=commit,
-                  official_files={f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in OFFICIAL_FILES},
+                  official_files=file_hashes({f: root / f for f in OFFICIAL_FILES}),
                   generator_script=SCRIPT, torch_version=str(torch.__version__), seed=SEED, dtype="float32", device="cpu",
                   attn_backend="sdpa", loop="unpatched (bf16 rounding of z and t as in the official loop)",
                   dit_config=config_json(dit_config),

@@ -33,13 +33,13 @@ What it writes (``torch.save`` of tensors and plain Python values only, loadable
 from __future__ import annotations
 
 import argparse
-import hashlib
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+
+from fixture_meta import file_hashes, official_commit
 
 SCRIPT = "scripts/make_elf_parity_fixture.py"
 OFFICIAL_FILES = ("src/modules/model.py", "src/modules/layers.py", "src/utils/sampling_utils.py",
@@ -67,20 +67,6 @@ def parse_args():
     p.add_argument("--official-commit", default=None,
                    help="the checkout's commit, needed only when --official is not a git checkout")
     return p.parse_args()
-
-
-def official_commit(root: Path, given: str | None) -> str:
-    try:
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True, capture_output=True,
-                             text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        sha = None
-    if sha and given and not sha.startswith(given):
-        raise SystemExit(f"--official-commit {given} disagrees with the checkout's HEAD {sha}")
-    sha = sha or given
-    if not sha:
-        raise SystemExit(f"{root} is not a git checkout; pass --official-commit <sha>")
-    return sha
 
 
 def randomize(model: torch.nn.Module, generator: torch.Generator) -> None:
@@ -177,8 +163,7 @@ def main():
                        z_final=z_final, ids=mask_after_eos(ids, EOS_ID, PAD_ID),
                        top2_margin=top2[..., 0] - top2[..., 1], logit_scale=float(final_logits.abs().max()))
 
-    files = {f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in OFFICIAL_FILES
-             if (root / f).is_file()}
+    files = file_hashes({f: root / f for f in OFFICIAL_FILES if (root / f).is_file()})
     meta = dict(official_repo="github.com/lillian039/ELF", official_branch="pytorch_elf",
                 official_commit=commit, official_files=files, generator_script=SCRIPT,
                 torch_version=str(torch.__version__), seed=SEED, dtype="float32", device="cpu",

@@ -33,14 +33,14 @@ What it writes (``torch.save`` of tensors and plain Python values only, loadable
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+
+from fixture_meta import file_hashes, official_commit
 
 SCRIPT = "scripts/make_langflow_parity_fixture.py"
 OFFICIAL_REPO = "github.com/nealchen2003/LangFlow"
@@ -65,20 +65,6 @@ def parse_args():
     p.add_argument("--official-commit", default=None,
                    help="the checkout's commit, needed only when --official is not a git checkout")
     return p.parse_args()
-
-
-def official_commit(root: Path, given: str | None) -> str:
-    try:
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True, capture_output=True,
-                             text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        sha = None
-    if sha and given and not sha.startswith(given):
-        raise SystemExit(f"--official-commit {given} disagrees with the checkout's HEAD {sha}")
-    sha = sha or given
-    if not sha:
-        raise SystemExit(f"{root} is not a git checkout; pass --official-commit <sha>")
-    return sha
 
 
 def randomize(model: torch.nn.Module, generator: torch.Generator) -> None:
@@ -160,7 +146,7 @@ def main():
                        logit_scale=float(readout.abs().max()),
                        gamma_min=model.proposal.gamma_min, gamma_max=model.proposal.gamma_max)
 
-    files = {f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in OFFICIAL_FILES}
+    files = file_hashes({f: root / f for f in OFFICIAL_FILES})
     meta = dict(official_repo=OFFICIAL_REPO, official_commit=commit, official_files=files, generator_script=SCRIPT,
                 torch_version=str(torch.__version__), transformers_version=transformers.__version__, seed=SEED,
                 dtype="float32", device="cpu", config=config_json, proposal=dict(PROPOSAL))

@@ -37,16 +37,16 @@ functions. What it writes (``torch.save`` of tensors and plain Python values, lo
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import math
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
+
+from fixture_meta import file_hashes, official_commit
 
 SCRIPT = "scripts/make_llada_parity_fixture.py"
 SEED = 0
@@ -86,22 +86,6 @@ def parse_args():
     p.add_argument("--llada-commit", default=None, help="its commit, when generate.py is not in a git checkout")
     p.add_argument("--out", type=Path, default=Path("tests/fixtures/llada_parity.pt"))
     return p.parse_args()
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def git_commit(folder: Path, given: str | None) -> str:
-    try:
-        sha = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], check=True, capture_output=True,
-                             text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        sha = None
-    sha = sha or given
-    if not sha:
-        raise SystemExit(f"{folder} is not a git checkout; pass --llada-commit <sha>")
-    return sha
 
 
 def import_official(hf_code: Path, generate_file: Path, workdir: Path):
@@ -170,7 +154,7 @@ class Recorder:
 def main():
     args = parse_args()
     hf_code, generate_file = args.hf_code.expanduser().resolve(), args.generate.expanduser().resolve()
-    commit = git_commit(generate_file.parent, args.llada_commit)
+    commit = official_commit(generate_file.parent, args.llada_commit, flag="--llada-commit")
     import transformers
 
     torch.set_num_threads(1)
@@ -227,9 +211,8 @@ def main():
                              starts=starts, gumbel=torch.stack(gumbel) if gumbel else torch.empty(0),
                              remask=torch.stack(remask) if remask else torch.empty(0)))
 
-    files = {"modeling_llada.py": sha256(hf_code / "modeling_llada.py"),
-             "configuration_llada.py": sha256(hf_code / "configuration_llada.py"),
-             "generate.py": sha256(generate_file)}
+    files = file_hashes({"modeling_llada.py": hf_code / "modeling_llada.py",
+                         "configuration_llada.py": hf_code / "configuration_llada.py", "generate.py": generate_file})
     meta = dict(official_model="GSAI-ML/LLaDA-8B-Base modeling_llada.py", official_generate="github.com/ML-GSAI/LLaDA",
                 llada_commit=commit, official_files=files, generator_script=SCRIPT,
                 transformers_version=transformers.__version__, torch_version=str(torch.__version__), seed=SEED,
