@@ -257,6 +257,18 @@ def causal_inputs(case, dtype=torch.float32):
     return q[:, :, rows].contiguous(), k, v
 
 
+def causal_setup(case, dtype=torch.float32):
+    """A section-7 case ready for a kernel: its config, q / k / v (`causal_inputs`), the float64 reference's
+    retrieved blocks (None without retrieval) and the op's arguments."""
+    cfg = causal_config(case)
+    q, k, v = causal_inputs(case, dtype)
+    C, cb, stage = case["C"], case["cb"], case["stage"]
+    retrieved = None
+    if cfg.method == "rangeswa" and cfg.topk > 0:
+        retrieved = ref.retrieved_blocks(q.double(), k.double(), C, cfg, cfg.window_for(stage), cb)
+    return cfg, q, k, v, retrieved, ops.attn_arguments(cfg, C, stage, cb)
+
+
 def grid_index(**match) -> int:
     """The index in GRID of the first case whose fields equal ``match``."""
     return next(n for n, c in enumerate(GRID) if all(c[k] == v for k, v in match.items()))

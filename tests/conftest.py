@@ -2,8 +2,10 @@
 host emulator of the CUDA attention kernel, and the tiny assets the sweep tests run on. Shared models and
 files live in helpers_models.py and helpers_sweep.py: test modules never import each other."""
 
+import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +19,11 @@ def make_qkv(B, Hq, Hkv, N, D, seed, dtype=torch.float32):
     k = torch.randn(B, Hkv, N, D, generator=g)
     v = torch.randn(B, Hkv, N, D, generator=g)
     return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def json_lines(path):
+    """The records of a JSON-lines file (a command's output)."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
 
 
 def rel_err(out, ref):

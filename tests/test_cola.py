@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import rel_err
+from conftest import json_lines, rel_err
 from helpers_models import gpt2_tokenizer, save_tiny_scorer, tiny_gpt2
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
@@ -610,14 +610,11 @@ def run_generate(release, prompts_file, out, *extra, batch=2):
                  "--no-progress", *extra])
 
 
-def lines(path):
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
-
 
 def test_generate_with_prompts_end_to_end(release, prompts_file, tmp_path, capsys):
     out = tmp_path / "samples.jsonl"
     assert run_generate(release, prompts_file, out) == 0
-    samples = lines(out)
+    samples = json_lines(out)
     tok = load_cola_tokenizer(release)
     assert [s["index"] for s in samples] == [0, 1, 2, 3]
     for s, text in zip(samples, TEXT):
@@ -632,7 +629,7 @@ def test_generate_with_prompts_end_to_end(release, prompts_file, tmp_path, capsy
     assert "wrote 0 sample(s); 4 were already there" in capsys.readouterr().out
     single = tmp_path / "batch1.jsonl"
     assert run_generate(release, prompts_file, single, batch=1) == 0
-    assert [s["ids"] for s in lines(single)] == [s["ids"] for s in samples]  # noise per (seed, k)
+    assert [s["ids"] for s in json_lines(single)] == [s["ids"] for s in samples]  # noise per (seed, k)
 
 
 def test_generate_errors(release, prompts_file, tmp_path, capsys):
@@ -776,7 +773,7 @@ def test_sweep_with_prompts(release, prompts_file, tmp_path):
     run = loaded.runs()[0]
     assert settings(loaded, run)["prompts"] == "prompts.jsonl" and settings(loaded, run)["prompt_tokens"] == 8
     assert sweep(config, progress=False)["finished"] == 2
-    samples = lines(tmp_path / "out" / "samples" / "cola-tiny" / "rangeswa_L12_seed1001.jsonl")
+    samples = json_lines(tmp_path / "out" / "samples" / "cola-tiny" / "rangeswa_L12_seed1001.jsonl")
     assert [len(s["prompt_ids"]) for s in samples] == [8, 8]
     record = json.loads((tmp_path / "out" / "results" / "cola-tiny" / "rangeswa_L12_seed1001.json").read_text())
     texts = [s["text"] for s in samples]

@@ -2,15 +2,14 @@
 tiny T5 tokenizer trained here; output format, resume after a killed run, shards, clear errors."""
 
 import io
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import json_lines
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval.score import read_samples
 from rangeswa_ext.generate import generate
@@ -72,9 +71,6 @@ def run(tokenizer_dir, checkpoint_dir):
     return go
 
 
-def lines(path):
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
-
 
 # ---------------------------------------------------------------- end to end
 
@@ -82,7 +78,7 @@ def lines(path):
 def test_generate_end_to_end(run, tmp_path, tokenizer_dir, checkpoint_dir):
     out = tmp_path / "samples.jsonl"
     assert run(out, num=3, batch=2) == 0
-    samples = lines(out)
+    samples = json_lines(out)
     assert [s["index"] for s in samples] == [0, 1, 2]
     for s in samples:
         assert list(s) == ["index", "model", "method", "method_options", "length", "seed", "sampler", "steps",
@@ -114,7 +110,7 @@ def test_module_entry_point(tmp_path, tokenizer_dir, checkpoint_dir):
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr
     assert "wrote 2 sample(s)" in done.stdout
-    assert [s["index"] for s in lines(out)] == [0, 1]
+    assert [s["index"] for s in json_lines(out)] == [0, 1]
 
 
 def test_batch_size_does_not_change_the_file(run, tmp_path):
@@ -141,7 +137,7 @@ def test_lines_stop_at_the_first_eos(run, tmp_path, monkeypatch, tokenizer_dir):
     monkeypatch.setattr(elf_backbone, "sample", lambda model, num, *args, **kwargs: masked[:num])
     out = tmp_path / "eos.jsonl"
     assert run(out, num=3, batch=3, length=len(words) + 6) == 0
-    samples = lines(out)
+    samples = json_lines(out)
     assert [s["ids"] for s in samples] == [words + [0, 5], [], words + [5] * 6]
     assert samples[0]["text"] == tok.decode(words + [5], skip_special_tokens=True)
     assert samples[1]["text"] == ""
@@ -178,7 +174,7 @@ def test_resume_with_more_samples(run, tmp_path):
     assert run(grown, num=3, batch=2) == 0
     assert run(grown, num=5, batch=2) == 0
     assert grown.read_bytes() == reference.read_bytes()
-    assert [s["index"] for s in lines(grown)] == [0, 1, 2, 3, 4]
+    assert [s["index"] for s in json_lines(grown)] == [0, 1, 2, 3, 4]
 
 
 # ---------------------------------------------------------------- errors
@@ -206,7 +202,7 @@ def test_two_writers_on_one_out(run, tmp_path, tokenizer_dir, checkpoint_dir, ca
     assert err.count("\n") == 1 and f"{out} is being written by another process (pid {first.pid} on " in err
     stdout, stderr = first.communicate(timeout=600)
     assert first.returncode == 0, stderr
-    assert [s["index"] for s in lines(out)] == list(range(24)) and not lock.exists()
+    assert [s["index"] for s in json_lines(out)] == list(range(24)) and not lock.exists()
     assert main(argv) == 0
     assert "wrote 0 sample(s); 24 were already there" in capsys.readouterr().out
 

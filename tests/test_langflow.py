@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from conftest import rel_err
+from conftest import json_lines, rel_err
 from helpers_models import gpt2_tokenizer
 from rangeswa_ext import backbones, bench
 from rangeswa_ext import reference as ref
@@ -718,14 +718,11 @@ def run(tokenizer_dir, checkpoint_dir):
     return go
 
 
-def lines(path):
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
-
 
 def test_generate_end_to_end(run, tmp_path, tokenizer_dir, checkpoint_dir):
     out = tmp_path / "samples.jsonl"
     assert run(out, num=3, batch=2) == 0
-    samples = lines(out)
+    samples = json_lines(out)
     assert [s["index"] for s in samples] == [0, 1, 2]
     model = load_langflow(checkpoint_dir)
     model.set_attention(backbones.backbone_for("langflow-tiny").attention(model, "rangeswa"))

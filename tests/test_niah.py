@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 
+from conftest import json_lines
 from helpers_models import make_llada_tokenizer, tiny_llada
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval import niah
@@ -154,9 +155,6 @@ def hay(assets):
     (assets[0] / "hay.txt").write_text("\n\n".join(read_haystack()[:200]))
 
 
-def lines_of(path):
-    return [json.loads(x) for x in path.read_text().splitlines()]
-
 
 def test_niah_end_to_end(assets, hay, tmp_path):
     out = tmp_path / "niah"
@@ -164,7 +162,7 @@ def test_niah_end_to_end(assets, hay, tmp_path):
     _, _, tok = assets
     needle = read_needles()[0]
     for method in ("full", "rangeswa_lite"):
-        lines = lines_of(out / f"{method}.jsonl")
+        lines = json_lines(out / f"{method}.jsonl")
         assert [(x["length"], x["depth"]) for x in lines] == [(64, 0), (64, 100), (96, 0), (96, 100)]
         for x in lines:
             assert x["method"] == method and x["model"] == "llada-tiny" and x["tokens"] == "model"
@@ -178,7 +176,7 @@ def test_niah_end_to_end(assets, hay, tmp_path):
     from rangeswa_ext import backbones
     from rangeswa_ext.models.llada import load_llada
 
-    x = lines_of(out / "full.jsonl")[3]
+    x = json_lines(out / "full.jsonl")[3]
     model = load_llada(assets[0])
     model.set_attention(backbones.backbone_for("llada-tiny").attention(model, "full"))
     builder = PromptBuilder(tok, read_haystack([assets[0] / "hay.txt"]), 8)
@@ -190,7 +188,7 @@ def test_niah_end_to_end(assets, hay, tmp_path):
 
     summary = json.loads((out / "niah_summary.json").read_text())
     for method in ("full", "rangeswa_lite"):
-        cells = {(x["length"], x["depth"]): x["score"] for x in lines_of(out / f"{method}.jsonl")}
+        cells = {(x["length"], x["depth"]): x["score"] for x in json_lines(out / f"{method}.jsonl")}
         assert summary[method]["overall"] == pytest.approx(overall_score(cells), abs=1e-4)
         assert summary[method]["samples"] == 4
     csv = (out / "niah_table.csv").read_text().splitlines()

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from attn_cases import (CAUSAL_GRID, FP32_TOL, GRID, LSE_TOL, assert_low_precision_close, attn_reference, case_id,
-                        causal_config, causal_id, causal_inputs, config, inputs, opcheck_samples, retrieved_for)
+                        causal_config, causal_id, causal_inputs, causal_setup, config, inputs, opcheck_samples,
+                        retrieved_for)
 from conftest import make_qkv, rel_err
 from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
@@ -302,13 +303,8 @@ def _cuda_runs(case) -> bool:
 
 @pytest.mark.parametrize("case", CAUSAL_GRID, ids=[causal_id(c) for c in CAUSAL_GRID])
 def test_kernel_plan_emulated_on_host_causal_and_cached(emulator, case):
-    cfg = causal_config(case)
-    q, k, v = causal_inputs(case)
+    cfg, q, k, v, retrieved, args = causal_setup(case)
     C, cb = case["C"], case["cb"]
-    retrieved = None
-    if cfg.method == "rangeswa" and cfg.topk > 0:
-        retrieved = ref.retrieved_blocks(q.double(), k.double(), C, cfg, cfg.window_for(case["stage"]), cb)
-    args = ops.attn_arguments(cfg, C, case["stage"], cb)
     if not _cuda_runs(case):
         with pytest.raises(ValueError, match="causal_block and summary_block to divide one another"):
             emulator(q, k, v, retrieved, **args)

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from attn_cases import (CAUSAL_GRID, CAUSAL_HANDFUL, FP32_TOL, GRID, HANDFUL, LSE_TOL, TENSOR_CORE_HANDFUL,
-                        assert_attn_close, case_id, causal_config, causal_id, causal_inputs, config, grid_index,
-                        inputs, retrieved_for)
+                        assert_attn_close, case_id, causal_id, causal_setup, config, grid_index, inputs,
+                        retrieved_for)
 from rangeswa_ext import ops
 from rangeswa_ext import reference as ref
 
@@ -171,13 +171,8 @@ def _check_case(simt, case, dtype):
 
 
 def _check_causal_case(simt, case, dtype=torch.float32):
-    cfg = causal_config(case)
-    q, k, v = causal_inputs(case, dtype)
+    cfg, q, k, v, retrieved, args = causal_setup(case, dtype)
     C, cb = case["C"], case["cb"]
-    retrieved = None
-    if cfg.method == "rangeswa" and cfg.topk > 0:
-        retrieved = ref.retrieved_blocks(q.double(), k.double(), C, cfg, cfg.window_for(case["stage"]), cb)
-    args = ops.attn_arguments(cfg, C, case["stage"], cb)
     if case["regime"] == "partial":  # attn_setup.h cuda_unsupported
         with pytest.raises(ValueError, match="divide one another"):
             simt.attn(q, k, v, retrieved, **args)

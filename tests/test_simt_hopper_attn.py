@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from attn_cases import (CAUSAL_GRID, CAUSAL_HANDFUL, GRID, TENSOR_CORE_HANDFUL, assert_attn_close, case_id,
-                        causal_config, causal_id, causal_inputs, config, grid_index, inputs, retrieved_for)
+                        causal_id, causal_setup, config, grid_index, inputs, retrieved_for)
 from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
 
@@ -62,13 +62,8 @@ def _check_case(simt, monkeypatch, case, dtype):
 def _check_causal_case(simt, monkeypatch, case, dtype):
     """A section-7 case in bf16 / fp16 against the float64 reference, judged as assert_low_precision_close
     judges the grid: at most twice the same-dtype reference's error plus the output's rounding."""
-    cfg = causal_config(case)
-    q, k, v = causal_inputs(case, dtype)
+    cfg, q, k, v, retrieved, args = causal_setup(case, dtype)
     C, cb = case["C"], case["cb"]
-    retrieved = None
-    if cfg.method == "rangeswa" and cfg.topk > 0:
-        retrieved = ref.retrieved_blocks(q.double(), k.double(), C, cfg, cfg.window_for(case["stage"]), cb)
-    args = ops.attn_arguments(cfg, C, case["stage"], cb)
     if case["regime"] == "partial":  # attn_setup.h cuda_unsupported, before any kernel
         monkeypatch.setenv("RANGESWA_CUDA_KERNEL", "hopper")
         with pytest.raises(ValueError, match="divide one another"):

@@ -163,14 +163,15 @@ def sample(model, num: int, length: int, seed: int, start_index: int = 0,
                 alpha = (1.0 - config.gamma * (t_next - t)).clamp(0.0, 1.0)
                 t_call = alpha * t
                 eps = to_device(torch.stack([n.eps() for n in noises]), device)
-                a = _column(alpha, device)
-                z = a * z + (1.0 - a) * eps
+                # As the official step: both coefficients formed in float64, then rounded (sampling_utils.py).
+                z = _column(alpha, device) * z + _column(1.0 - alpha, device) * eps
             else:
                 t_call = t
             # Progress = ELF time; the stage is decided on the fp32 time the network actually receives.
             stages = [rule.stage_at(float(s)) for s in t_call.float()]
             x_prev = _call(model, z, t_call, x_prev, config.omega, stages, tracer, samples)
-            velocity = (x_prev - z) / _column((1.0 - t_call).clamp_min(config.t_eps), device)
+            # 1 - t of the fp32 time the network received, as the official net_out_to_v_x.
+            velocity = (x_prev - z) / _column((1.0 - t_call.float()).clamp_min(config.t_eps), device)
             z = z + _column(t_next - t_call, device) * velocity
         decode = rule.stage_at(1.0, decode=True)
         logits = tracer("elf_decode", decode, samples, model(z, 1.0, None, config.omega, decode=True, stage=decode),
