@@ -33,7 +33,7 @@ from rangeswa_ext.models.cola_cache import KVCache
 from rangeswa_ext.models.cola_checkpoint import find_checkpoint, load_cola, load_cola_tokenizer, save_cola
 from rangeswa_ext.models.strict import CheckpointMismatchError
 from rangeswa_ext.samplers import cola_sampler
-from rangeswa_ext.samplers.cola_sampler import SamplerConfig, generate, timesteps
+from rangeswa_ext.samplers.cola_sampler import SamplerConfig, generate, guidance_scales, step_sizes, timesteps
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "cola_parity.pt"
@@ -395,6 +395,36 @@ def test_timesteps_are_the_official_bf16_values():
     grid, fed = timesteps(16)
     assert grid[:4].tolist() == [1000.0, 937.5, 875.0, 812.5]
     assert fed[:16].tolist() == [1000, 936, 876, 812, 752, 688, 624, 564, 500, 438, 376, 312, 250, 188, 125, 62.5]
+
+
+def test_step_sizes_are_the_official_grid_differences():
+    """dt = (t_i - t_{i+1}) / 1000 of the fp32 grid (INF:356-357): 1 / 16 exactly at 16 steps; at 3 steps the
+    grid's fp32 rounding shows (1000, 666.66663, 333.33334, 0)."""
+    assert step_sizes(timesteps(16)[0]) == [1 / 16] * 16
+    dts = step_sizes(timesteps(3)[0])
+    assert dts == [(1000 - 666.6666259765625) / 1000, (666.6666259765625 - 333.3333435058594) / 1000,
+                   333.3333435058594 / 1000]
+    assert dts[0] != 1 / 3 and dts[1] != 1 / 3
+
+
+def test_first_block_guidance_is_bf16_and_one_without_a_prefix():
+    """INF:546-554: the first block's per-sample scales are a bf16 tensor (7.1 -> 7.09375), 1 where the prefix
+    is empty; later blocks use the scale as given."""
+    assert guidance_scales(7.1, 0, [8, 0]) == [7.09375, 1.0]
+    assert guidance_scales(7.0, 0, [8]) == [7.0]
+    assert guidance_scales(7.1, 1, [8, 0]) == [7.1, 7.1]
+
+
+def test_tokens_are_chosen_outside_autocast_on_the_decoders_logits(tiny, monkeypatch):
+    """INF:657-675 samples after the decoder's autocast region, on its bf16 logits: top-p's softmax and cumsum in
+    bf16, not in the fp32 that autocast would give softmax."""
+    tiny.set_attention(tiny_attention("full", T=32))
+    seen = []
+    choose = cola_sampler.choose_tokens
+    monkeypatch.setattr(cola_sampler, "choose_tokens", lambda logits, *rest: seen.append(
+        (torch.is_autocast_enabled("cpu"), logits.dtype)) or choose(logits, *rest))
+    generate(tiny, [list(range(10, 18))], 4, SamplerConfig(temperature=1.0), pad_id=299, autocast_dtype=torch.bfloat16)
+    assert seen == [(False, torch.bfloat16)]
 
 
 def test_stages_and_calls_of_one_block(tiny, monkeypatch):

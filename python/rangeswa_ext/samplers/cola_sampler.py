@@ -76,6 +76,19 @@ def timesteps(steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     return grid, grid.to(torch.bfloat16).float()
 
 
+def step_sizes(grid: torch.Tensor) -> list[float]:
+    """Each Euler step's dt: the fp32 grid's difference over 1000, in float64 (INF:356-357); 1 / steps wherever
+    the grid is exact in fp32 (16 steps, the default), not elsewhere (3 steps: 0.33333337, 0.33333328, 0.33333334)."""
+    return [(float(a) - float(b)) / TIME_SCALE for a, b in zip(grid[:-1], grid[1:])]
+
+
+def guidance_scales(scale: float, block: int, prefixes: Sequence[int]) -> list[float]:
+    """Each sample's guidance scale in ``block``: 1 in the first block of a sample without a prefix, and the
+    first block's scales rounded to bf16, the dtype of the official tensor of them (INF:546-554)."""
+    scales = [float(scale) if block > 0 or prefix > 0 else 1.0 for prefix in prefixes]
+    return torch.tensor(scales, dtype=torch.bfloat16).float().tolist() if block == 0 else scales
+
+
 def choose_tokens(logits: torch.Tensor, history: Optional[torch.Tensor], config: SamplerConfig,
                   generators: Sequence[torch.Generator]) -> torch.Tensor:
     """Token ids [A, bs] from a block's logits [A, bs, V] (``sample_with_strategies``, inference.py:211-266).
@@ -106,7 +119,7 @@ def choose_tokens(logits: torch.Tensor, history: Optional[torch.Tensor], config:
         remove[..., 1:] = remove[..., :-1].clone()
         remove[..., 0] = False
         logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
-    probs = torch.nan_to_num(logits.float().softmax(dim=-1), nan=1.0 / V).cpu()
+    probs = torch.nan_to_num(logits.softmax(dim=-1), nan=1.0 / V).float().cpu()  # in the logits' dtype, as INF:262
     return torch.stack([torch.multinomial(probs[a], 1, generator=generators[a])[:, 0]
                         for a in range(A)]).to(logits.device)
 
@@ -239,8 +252,8 @@ class _Run:
                       self.vae.decode(prefix, vae_cache, commit=True, attention_mask=mask),
                       z=prefix, attention_mask=mask)
         pinned = torch.arange(bs, device=device)[None, :] < torch.tensor(self.pinned, device=device)[:, None]
-        _, fed_t = timesteps(self.config.steps)
-        dt = 1.0 / self.config.steps
+        grid, fed_t = timesteps(self.config.steps)
+        dts = step_sizes(grid)
         stages = [self.rule.stage_at(1.0 - float(t) / TIME_SCALE) for t in fed_t[:-1]]
         active = list(range(B))
         history = None
@@ -250,7 +263,7 @@ class _Run:
             z = torch.stack([self.block_noise(a, block) for a in active]).to(device)
             repaint = pinned[active] if block == 0 else torch.zeros(len(active), bs, dtype=torch.bool, device=device)
             tail = tails[active]
-            scales = [float(self.config.guidance_scale) if block > 0 or self.prefix[a] > 0 else 1.0 for a in active]
+            scales = guidance_scales(self.config.guidance_scale, block, [self.prefix[a] for a in active])
             scale = scales[0] if len(set(scales)) == 1 else torch.tensor(scales, device=device)[:, None, None]
             for i in range(self.config.steps):
                 t = torch.full((len(active), bs), float(fed_t[i]), device=device).masked_fill(repaint, 0.0)
@@ -259,10 +272,11 @@ class _Run:
                 v_cond = trace("prior_cond", stages[i], samples, self.prior(fed, t, prior_cache, stage=stages[i]),
                                z=fed, t=t)
                 v_uncond = trace("prior_uncond", stages[i], samples, self.prior(fed, t, stage=stages[i]), z=fed, t=t)
-                z = z - guided_velocity(v_cond, v_uncond, scale) * dt
+                z = z - guided_velocity(v_cond, v_uncond, scale) * dts[i]
                 z = torch.where(repaint[..., None], tail, z)
             logits = trace("vae_decode", "", samples, self.vae.decode(z, vae_cache, commit=True), z=z)
-            chosen = choose_tokens(logits, history, self.config, [self.draws[a].generator for a in active])
+            with torch.autocast(device.type, enabled=False):  # on the decoder's logits as they are (INF:667)
+                chosen = choose_tokens(logits, history, self.config, [self.draws[a].generator for a in active])
             history = chosen if history is None else torch.cat([history, chosen], dim=1)
             going = []
             for row, (a, ids) in enumerate(zip(active, chosen.tolist())):
