@@ -570,6 +570,40 @@ def test_rangeswa_generate_llada_continues_prompts(tiny_assets, tmp_path):
         assert line["ids"] == (alone[:alone.index(eos)] if eos in alone else alone)
 
 
+def test_tied_confidences_are_broken_as_the_official_topk_over_the_whole_row(tiny_assets, monkeypatch):
+    """GEN:109-116 takes each step's top-k over the whole row, -inf off the masked positions (in the scores'
+    dtype); topk's choice among equal scores depends on that row. Every position here ties (equal logits), and
+    a position's token is the number of its call, so the output records the order the official code unmasks in."""
+    from rangeswa_ext.samplers import llada_sampler
+
+    _, _, model = tiny_assets
+    model.set_attention(full_attention(model.config))
+    V, mask_id = model.config.vocab_size, model.config.mask_id
+    token = [t for t in range(V) if t != mask_id]  # call c writes token[c]
+    calls = []
+
+    def tied(model_, x, prompt_index, mask_id_, cfg_scale, window, stage, attention_mask):
+        calls.append(None)
+        out = torch.zeros(x.shape[0], window.stop - window.start, V)
+        out[..., token[len(calls)]] = 1.0
+        return out
+
+    monkeypatch.setattr(llada_sampler, "_logits", tied)
+    prompt, gen, block, steps = torch.arange(3, 43)[None], 96, 48, 12
+    ids = generate(model, prompt, gen, SamplerConfig(steps=steps, block_length=block, temperature=0.0))
+    x = torch.cat([prompt[0], torch.full((gen,), mask_id)])
+    call = 0
+    for b in range(gen // block):
+        end = prompt.shape[1] + (b + 1) * block
+        for i in range(steps // (gen // block)):
+            call += 1
+            p = torch.full((V,), 1.0).softmax(-1)[0]
+            confidence = torch.where(x == mask_id, p, torch.tensor(float("-inf")))
+            confidence[end:] = float("-inf")
+            x[torch.topk(confidence, k=block // (steps // (gen // block))).indices] = token[call]
+    assert ids[0].tolist() == x[prompt.shape[1]:].tolist()
+
+
 def test_low_confidence_softmax_runs_in_the_logits_dtype_outside_autocast(tiny_assets, monkeypatch):
     """The official sampler takes the softmax of a bf16 model's logits with no autocast, so its confidences are
     bf16 (ties near 1 where fp32 ones would differ); under bf16 autocast the sampler's softmax runs with autocast

@@ -175,14 +175,17 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
                     # In the logits' dtype, as the official bf16 model's (CUDA autocast would run it in fp32)
                     with torch.autocast(device.type, enabled=False):
                         p = F.softmax(logits, dim=-1)
-                    score = torch.gather(p, -1, x0[..., None]).squeeze(-1).double()
+                    score = torch.gather(p, -1, x0[..., None]).squeeze(-1)
                 else:
                     score = torch.stack([draws(k, call, "remask", s, (block,))
                                          for k, s in zip(indices, own_start)]).to(device)
-                confidence = torch.where(masked, score, torch.tensor(float("-inf"), dtype=score.dtype, device=device))
+                # As the official: top-k over the whole row, -inf off the block's masked positions, in the
+                # score's dtype (confidences tie often in bf16, and topk's choice among ties depends on the row).
+                confidence = torch.full((B, x.shape[1]), float("-inf"), dtype=score.dtype, device=device)
+                confidence[:, window] = score.masked_fill(~masked, float("-inf"))
                 for j in range(B):
                     chosen = torch.topk(confidence[j], k=int(plan[j, i])).indices
-                    x[j, start + chosen] = x0[j, chosen]
+                    x[j, chosen] = x0[j, chosen - start]
                 unmasked += int(plan[0, i])
                 call += 1
                 bar.update(1)
