@@ -3,6 +3,7 @@ to end on a tiny LLaDA (two lengths past its training length, two depths, one ne
 heatmaps, tables, resume after a cut line, shards left by a killed torchrun run, and clear errors."""
 
 import json
+import random
 import re
 
 import pytest
@@ -131,6 +132,23 @@ def test_needle_sits_at_the_depth_and_the_length_counts_model_tokens(assets):
         builder.context(NEEDLE, 120, 0, 0)
     with pytest.raises(ValueError, match="the haystack holds only"):
         PromptBuilder(tok, ["tiny"], 10).context(NEEDLE, 500, 0, 0)
+
+
+def test_repeats_shuffle_the_haystack_as_the_original_cumulatively(assets):
+    """ORIGIN:171-176 shuffles one list in place, ``random.seed(counter); random.shuffle(lines)``, so repeat r's
+    order is the shuffles of seeds 0, 1, .., r applied in turn; the needle at depth 100 leaves the first record
+    first."""
+    _, _, tok = assets
+    records = [f"verse {i} of the haystack." for i in range(50)]
+    builder = PromptBuilder(tok, records, length_buffer=0)
+    lines, state = list(records), random.getstate()
+    try:
+        for counter in range(3):
+            random.seed(counter)
+            random.shuffle(lines)
+            assert builder.context(NEEDLE, 200, 100, counter).startswith(lines[0] + "\n"), counter
+    finally:
+        random.setstate(state)
 
 
 def test_grid_order_and_defaults():

@@ -188,7 +188,8 @@ class PromptBuilder:
                              f"tokens and the needle {len(needle_tokens)}; use longer lengths or a smaller "
                              f"--length-buffer")
         order = list(range(len(self.haystack)))
-        random.Random(repeat).shuffle(order)
+        for seed in range(repeat + 1):  # the original's shuffles build on each other: seeds 0, 1, .., repeat
+            random.Random(seed).shuffle(order)
         tokens: list[int] = []
         for i in order:
             tokens += self.record_tokens(i)
@@ -198,8 +199,8 @@ class PromptBuilder:
             raise ValueError(f"the haystack holds only {len(tokens)} tokens, fewer than the {target} that length "
                              f"{length} needs; add haystack text or use shorter lengths")
         tokens = tokens[:target]
-        at = int(len(tokens) * depth / 100)
-        return self.tokenizer.decode(tokens[:at] + needle_tokens + tokens[at:])
+        at = int(len(tokens) * (depth / 100))  # ORIGIN:57, to the rounding
+        return self.tokenizer.decode(tokens[:at] + needle_tokens + tokens[at:], clean_up_tokenization_spaces=False)
 
     def prompt(self, needle: Needle, length: int, depth: int, repeat: int) -> str:
         return TEMPLATE.format(context=self.context(needle, length, depth, repeat),
