@@ -75,6 +75,21 @@ def test_dense_baselines_beyond_training_length_follow_their_formulas(name, styl
     assert rel_err(method(q.double(), k.double(), v.double(), control_tokens=C), probs @ v.double()) < 1e-12
 
 
+@pytest.mark.parametrize("L", [40, 64, 300])
+def test_longllada_with_a_fixed_factor_scales_theta_at_every_length(L):
+    """LongLLaDA's runs fix ceil(lambda) (llada_wrapper.py: rope_theta * scaling_factor) for every call, those
+    within T included: ``factor=14`` is full attention with base 14 theta at any L; only longllada takes it."""
+    C, T, D, theta = 4, 64, 64, 1e4
+    q, k, v = make_qkv(1, 2, 2, C + L, D, seed=5)
+    fixed = make_attention("longllada", head_dim=D, train_length=T, theta=theta, rope_style="half", factor=14)
+    full = make_attention("full", head_dim=D, train_length=T, theta=14 * theta, rope_style="half")
+    assert torch.equal(fixed(q, k, v, control_tokens=C), full(q, k, v, control_tokens=C))
+    with pytest.raises(ValueError, match="factor must be >= 1"):
+        make_attention("longllada", head_dim=D, train_length=T, factor=0)
+    with pytest.raises(ValueError, match="method 'ntk' takes no overrides"):
+        make_attention("ntk", head_dim=D, train_length=T, factor=14)
+
+
 @pytest.mark.parametrize("style", ["interleaved", "half"])
 def test_yarn_temperature_scales_only_the_rotated_dims(style):
     """transformers applies YaRN's attention factor to cos and sin, so with a partial rotary dim (CoLa rotates

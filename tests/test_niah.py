@@ -214,6 +214,16 @@ def test_niah_end_to_end(assets, hay, tmp_path):
     assert (out / "niah_summary.md").read_text().startswith("| method | 64 | 96 | overall |")
 
 
+def test_longllada_factor_is_fixed_for_the_run_and_recorded(assets, hay, tmp_path, capsys):
+    """--longllada-factor N runs longllada with theta N at every length (LongLLaDA's ntkN runs); the lines record
+    it, and a rerun with another factor is refused (its settings differ)."""
+    out = tmp_path / "niah"
+    assert run(assets, out, "--longllada-factor", "3", methods="longllada") == 0
+    assert {json.dumps(x["method_options"]) for x in json_lines(out / "longllada.jsonl")} == {'{"factor": 3}'}
+    assert run(assets, out, "--longllada-factor", "4", methods="longllada") == 2
+    assert "method_options={'factor': 4}" in capsys.readouterr().err
+
+
 def test_rerun_resumes_after_a_cut_line(assets, hay, tmp_path):
     out = tmp_path / "niah"
     assert run(assets, out, methods="full") == 0

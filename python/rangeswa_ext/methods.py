@@ -124,10 +124,12 @@ class DenseRopeAttention:
 
     config: Optional[RangeSWAConfig] = None
 
-    def __init__(self, name: str, rope: RopeSpec, train_length: int):
+    def __init__(self, name: str, rope: RopeSpec, train_length: int, factor: Optional[int] = None):
         if name not in DENSE_METHODS:
             raise ValueError(f"unknown dense method {name!r}; known: {', '.join(DENSE_METHODS)}")
-        self.name, self.rope, self.train_length = name, rope, train_length
+        # longllada's ``factor``: one ceil(lambda) for every call of a run, short ones included, as LongLLaDA's
+        # runs fix it (llada_wrapper.py: rope_theta * scaling_factor); None: each call's own, SPEC's formula.
+        self.name, self.rope, self.train_length, self.factor = name, rope, train_length, factor
 
     def rotation(self, L: int, rotary_dim: int) -> tuple[torch.Tensor, float, Optional[torch.Tensor],
                                                           Optional[torch.Tensor]]:
@@ -136,6 +138,8 @@ class DenseRopeAttention:
         compiled model (dynamic shapes) runs every length with one graph."""
         T, theta = self.train_length, self.rope.theta
         positions = torch.arange(L, dtype=torch.float64)
+        if self.factor is not None:
+            return positions, theta, inv_freq(theta * self.factor, rotary_dim), None
         if L <= T or self.name == "full":
             return positions, theta, None, None
         length = torch.scalar_tensor(L, dtype=torch.float64)
@@ -179,9 +183,9 @@ class DenseRopeAttention:
         if context is None:
             kr = rotated(k, k_pos)
         else:  # the rotation's numbers, L among them where it moves with L (then every call rotates all rows)
-            moves = not (L <= self.train_length or self.name == "full")
+            moves = not (L <= self.train_length or self.name == "full" or self.factor is not None)
             kr = context.rotated_keys(k, C + stable, lambda first: rotated(k[:, :, first:], k_pos[first:]),
-                                      (self.name, float(base), rd, self.rope.style, L if moves else None))
+                                      (self.name, self.factor, float(base), rd, self.rope.style, L if moves else None))
         if mult is not None:  # YaRN's attention temperature on the queries' rotated dims (a tensor: SDPA's scale
             # is a float); transformers scales cos and sin, so dims past the rotary dim keep their logits
             m = mult.to(qr.device, qr.dtype)
@@ -252,11 +256,15 @@ def make_attention(name: str, *, head_dim: int, theta: float = 10000.0, rope_sty
     rope = RopeSpec(theta, rope_style, rotary_dim)
     rope.dim(head_dim)
     if name in DENSE_METHODS:
+        factor = overrides.pop("factor", None) if name == "longllada" else None
         if overrides or scale_windows:
-            raise ValueError(f"method {name!r} takes no overrides, got {sorted(overrides) or ['scale_windows']}")
+            raise ValueError(f"method {name!r} takes no overrides (longllada: factor), got "
+                             f"{sorted(overrides) or ['scale_windows']}")
         check_size("train_length", train_length, 1)
+        if factor is not None:
+            check_size("factor", factor, 1)
         _check_formula_domain(name, rope, rope.dim(head_dim), train_length)
-        return DenseRopeAttention(name, rope, train_length)
+        return DenseRopeAttention(name, rope, train_length, factor)
     if name in OP_PRESETS:
         base = preset(name).scaled_to(train_length) if scale_windows else preset(name)
         cfg = base.replace(theta=theta, rope_style=rope_style, rotary_dim=rotary_dim, train_length=train_length,

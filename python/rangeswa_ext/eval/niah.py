@@ -253,8 +253,9 @@ class NiahResult(resumable.RunResult):
 def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequence[str] = DEFAULT_METHODS,
          lengths: Sequence[int] = LENGTHS, depths: Sequence[int] = DEPTHS, needles_file: Optional[Path] = None,
          num_needles: Optional[int] = None, repeats: int = 1, haystack: Optional[Sequence[Path]] = None,
-         length_buffer: int = LENGTH_BUFFER, windows: str = "scaled", seed: int = 0, device: Optional[str] = None,
-         dtype: str = "auto", dpi: int = 300, progress: bool = True, **sampler_options) -> NiahResult:
+         length_buffer: int = LENGTH_BUFFER, windows: str = "scaled", longllada_factor: Optional[int] = None,
+         seed: int = 0, device: Optional[str] = None, dtype: str = "auto", dpi: int = 300, progress: bool = True,
+         **sampler_options) -> NiahResult:
     """Run the grid for every method into the folder ``out`` (resumed if it holds results), then render.
 
     Args:
@@ -268,6 +269,8 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
         length_buffer: tokens of each length left for the template and the question (600 as the original).
         windows: ``scaled`` (the RangeSWA numbers scaled from T = 1024 to the model's training length) or
             ``paper`` (as stated for T = 1024); applies to self_extend, swa, rangeswa, rangeswa_lite.
+        longllada_factor: one ceil(lambda) for longllada at every length, as LongLLaDA's runs (4, 14, 31, 55 for
+            8k .. 32k); None takes each length's own.
         seed: run seed; sample randomness (temperature > 0) depends on (seed, sample index) only.
         device, dtype: as for `rangeswa generate`.
         dpi: of the PNG heatmaps (300 as the original).
@@ -311,7 +314,9 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
 
     def settings_of(method: str) -> dict:
         scaled = windows == "scaled" and method in OP_PRESETS
-        return dict(method=method, method_options={"scale_windows": True} if scaled else {}, **common)
+        fixed = method == "longllada" and longllada_factor is not None
+        options = {"scale_windows": True} if scaled else {"factor": longllada_factor} if fixed else {}
+        return dict(method=method, method_options=options, **common)
 
     written = already = 0
     with resumable.session(device, out, folder=True) as world:
@@ -474,6 +479,9 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
                         help=f"tokens of each length kept for the template and question (default {LENGTH_BUFFER})")
     parser.add_argument("--windows", choices=("scaled", "paper"), default="scaled",
                         help="RangeSWA windows scaled to the model's training length (default), or the paper's")
+    parser.add_argument("--longllada-factor", type=integer(1),
+                        help="longllada's ceil(lambda), fixed for every length as LongLLaDA's runs fix it (4, 14, 31, "
+                             "55 at 8k, 16k, 24k, 32k); default: each length's own")
     parser.add_argument("--gen-length", type=integer(1), help="generated tokens (default 32)")
     parser.add_argument("--steps", type=integer(0), help="sampler calls (default 32; 0: one per token)")
     parser.add_argument("--block-length", type=integer(0), help="block length (default 32; 0: the whole answer)")
@@ -498,7 +506,8 @@ def run_niah(args: argparse.Namespace) -> int:
     result = niah(checkpoint=args.checkpoint, tokenizer=args.tokenizer or args.checkpoint, out=args.out, model=args.model,
                   methods=args.methods, lengths=lengths, depths=args.depths, needles_file=args.needles,
                   num_needles=args.num_needles, repeats=args.repeats, haystack=args.haystack,
-                  length_buffer=args.length_buffer, windows=args.windows, seed=args.seed, device=args.device,
+                  length_buffer=args.length_buffer, windows=args.windows, longllada_factor=args.longllada_factor,
+                  seed=args.seed, device=args.device,
                   dtype=args.dtype, dpi=args.dpi, progress=not args.no_progress, gen_length=args.gen_length,
                   steps=args.steps, block_length=args.block_length, temperature=args.temperature,
                   cfg_scale=args.cfg_scale, remasking=args.remasking)
