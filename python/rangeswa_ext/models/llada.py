@@ -77,10 +77,12 @@ class LLaDAConfig(Presets):
 
 class RMSNorm(WeightedNorm):
     """x * rsqrt(mean(x^2) + eps) in fp32, rounded back to x's dtype, then times the weight, as the official
-    RMSLayerNorm does it (the weight multiplies after the rounding, in the parameter's dtype)."""
+    RMSLayerNorm does it (the weight multiplies after the rounding, in the parameter's dtype), with its ops:
+    CUDA's fused ``rms_norm`` reduces in another order."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
+        h = x.float()
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
 
 class Block(nn.Module):
