@@ -222,6 +222,8 @@ def test_longllada_factor_is_fixed_for_the_run_and_recorded(assets, hay, tmp_pat
     assert {json.dumps(x["method_options"]) for x in json_lines(out / "longllada.jsonl")} == {'{"factor": 3}'}
     assert run(assets, out, "--longllada-factor", "4", methods="longllada") == 2
     assert "method_options={'factor': 4}" in capsys.readouterr().err
+    assert run(assets, tmp_path / "other", "--longllada-factor", "4", methods="full") == 2
+    assert "longllada_factor = 4 is longllada's" in capsys.readouterr().err
 
 
 def test_rerun_resumes_after_a_cut_line(assets, hay, tmp_path):

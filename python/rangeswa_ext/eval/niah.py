@@ -293,6 +293,8 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
         raise ValueError(f"unknown method(s) {', '.join(bad) or '(none given)'}; known methods: {', '.join(METHODS)}")
     if windows not in ("scaled", "paper"):
         raise ValueError(f"windows must be 'scaled' or 'paper', got {windows!r}")
+    if longllada_factor is not None and "longllada" not in methods:
+        raise ValueError(f"longllada_factor = {longllada_factor} is longllada's, which is not among the methods")
     needles = read_needles(needles_file)
     num_needles = len(needles) if num_needles is None else num_needles
     if not 1 <= num_needles <= len(needles):
