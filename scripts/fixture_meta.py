@@ -16,7 +16,7 @@ def official_commit(root: Path, given: str | None = None, flag: str = "--officia
                              text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         sha = None
-    if sha and given and not sha.startswith(given):
+    if sha and given and not sha.startswith(given.lower()):
         raise SystemExit(f"{flag} {given} disagrees with the checkout's HEAD {sha}")
     sha = sha or given
     if not sha:

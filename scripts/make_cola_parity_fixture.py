@@ -1,6 +1,7 @@
 """Make tests/fixtures/cola_parity.pt: a tiny random CoLa prior and VAE run by the OFFICIAL code.
 
     python scripts/make_cola_parity_fixture.py --official /path/to/Cola-DLM [--out tests/fixtures/cola_parity.pt]
+        [--official-commit SHA]
 
 ``--official`` is a checkout of github.com/ByteDance-Seed/Cola-DLM (its root, holding ``cola_dlm/``, is
 put on sys.path at run time; nothing of it is copied into this repository). The official code needs

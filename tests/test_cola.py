@@ -640,7 +640,6 @@ def run_generate(release, prompts_file, out, *extra, batch=2):
                  "--no-progress", *extra])
 
 
-
 def test_generate_with_prompts_end_to_end(release, prompts_file, tmp_path, capsys):
     out = tmp_path / "samples.jsonl"
     assert run_generate(release, prompts_file, out) == 0

@@ -71,7 +71,6 @@ def run(tokenizer_dir, checkpoint_dir):
     return go
 
 
-
 # ---------------------------------------------------------------- end to end
 
 

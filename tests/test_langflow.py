@@ -718,7 +718,6 @@ def run(tokenizer_dir, checkpoint_dir):
     return go
 
 
-
 def test_generate_end_to_end(run, tmp_path, tokenizer_dir, checkpoint_dir):
     out = tmp_path / "samples.jsonl"
     assert run(out, num=3, batch=2) == 0

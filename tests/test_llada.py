@@ -573,7 +573,8 @@ def test_rangeswa_generate_llada_continues_prompts(tiny_assets, tmp_path):
 def test_tied_confidences_are_broken_as_the_official_topk_over_the_whole_row(tiny_assets, monkeypatch):
     """GEN:109-116 takes each step's top-k over the whole row, -inf off the masked positions (in the scores'
     dtype); topk's choice among equal scores depends on that row. Every position here ties (equal logits), and
-    a position's token is the number of its call, so the output records the order the official code unmasks in."""
+    a position's token is the number of its call, so the output records the order the official code unmasks in;
+    a padded batch's rows are each that of the sample alone."""
     from rangeswa_ext.samplers import llada_sampler
 
     _, _, model = tiny_assets
@@ -590,7 +591,8 @@ def test_tied_confidences_are_broken_as_the_official_topk_over_the_whole_row(tin
 
     monkeypatch.setattr(llada_sampler, "_logits", tied)
     prompt, gen, block, steps = torch.arange(3, 43)[None], 96, 48, 12
-    ids = generate(model, prompt, gen, SamplerConfig(steps=steps, block_length=block, temperature=0.0))
+    config = SamplerConfig(steps=steps, block_length=block, temperature=0.0)
+    ids = generate(model, prompt, gen, config)
     x = torch.cat([prompt[0], torch.full((gen,), mask_id)])
     call = 0
     for b in range(gen // block):
@@ -602,6 +604,15 @@ def test_tied_confidences_are_broken_as_the_official_topk_over_the_whole_row(tin
             confidence[end:] = float("-inf")
             x[torch.topk(confidence, k=block // (steps // (gen // block))).indices] = token[call]
     assert ids[0].tolist() == x[prompt.shape[1]:].tolist()
+    # In a padded batch each row is what it is alone: the top-k runs over its own row, not the padded one.
+    short = torch.arange(3, 33)
+    mask = torch.stack([torch.ones(40, dtype=torch.bool), torch.arange(40) < 30])
+    calls.clear()
+    both = generate(model, torch.stack([prompt[0], torch.cat([short, torch.zeros(10, dtype=torch.long)])]), gen,
+                    config, prompt_mask=mask)
+    calls.clear()
+    alone = generate(model, short[None], gen, config)
+    assert both[0].tolist() == ids[0].tolist() and both[1].tolist() == alone[0].tolist()
 
 
 def test_low_confidence_softmax_runs_in_the_logits_dtype_outside_autocast(tiny_assets, monkeypatch):

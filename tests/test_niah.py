@@ -173,7 +173,6 @@ def hay(assets):
     (assets[0] / "hay.txt").write_text("\n\n".join(read_haystack()[:200]))
 
 
-
 def test_niah_end_to_end(assets, hay, tmp_path):
     out = tmp_path / "niah"
     assert run(assets, out) == 0

@@ -153,7 +153,8 @@ class DenseRopeAttention:
         return positions, theta, freqs, mult
 
     #: Takes ``context=`` (a `prepared.PreparedCache`) and ``stable=`` like `OpAttention`: a KV cache's rotated
-    #: keys are kept there while the rotation does not move with L (``full``; every baseline while L <= T).
+    #: keys are kept there while the rotation does not move with L (``full``, longllada with a fixed factor;
+    #: every baseline while L <= T).
     supports_context = True
 
     def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0,
@@ -248,7 +249,8 @@ def make_attention(name: str, *, head_dim: int, theta: float = 10000.0, rope_sty
                    rotary_dim: Optional[int] = None, train_length: int = 1024, scale_windows: bool = False,
                    **overrides):
     """The attention method `name` for a backbone's RoPE (theta, style, rotary dims) and training
-    length; `overrides` change fields of the method's `RangeSWAConfig` preset (windows, K, ...).
+    length; `overrides` change fields of the method's `RangeSWAConfig` preset (windows, K, ...), or give
+    longllada a fixed ``factor`` (its ceil(lambda) at every length).
 
     ``scale_windows`` scales the preset's numbers, stated for T = 1024, to ``train_length``
     (`RangeSWAConfig.scaled_to`) before the overrides apply; by default the paper's numbers are used

@@ -92,7 +92,7 @@ class Backbone:
 
     def attention(self, model, method: str, **options):
         """The attention method ``method`` for ``model`` (its head dim, RoPE and training length),
-        with ``options`` overriding fields of the method's RangeSWAConfig."""
+        with ``options`` as `methods.make_attention` takes them (RangeSWAConfig fields; longllada's factor)."""
         return make_attention(method, head_dim=model.config.head_dim, **self.rope(model), **options)
 
     # ------------------------------------------------------------------------------ tokenizer

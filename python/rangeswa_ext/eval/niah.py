@@ -312,7 +312,7 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
     common = dict(model=model, seed=seed, gen_length=gen_length, **dataclasses.asdict(sampler_config), dtype=dtype,
                   length_buffer=length_buffer, haystack=resumable.content_hash("\n".join(records)),
                   needles=resumable.content_hash("\n".join(json.dumps(dataclasses.asdict(n)) for n in needles)),
-                  tokens="model")
+                  tokens="model", haystack_order="cumulative shuffles, decoded without clean-up")
 
     def settings_of(method: str) -> dict:
         scaled = windows == "scaled" and method in OP_PRESETS

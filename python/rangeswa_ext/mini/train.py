@@ -38,7 +38,7 @@ from ..samplers.elf_sampler import SamplerConfig as ELFSampling
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training run of ELF-mini (or of the judge, which uses steps, batch, lr, warmup, seed)."""
+    """One training run of ELF-mini (or of the judge, which uses steps, batch, lr, warmup, save_every, seed)."""
 
     steps: int = 6000  # optimizer steps in all
     batch_size: int = 32  # sequences a step

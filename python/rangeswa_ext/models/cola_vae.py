@@ -22,7 +22,8 @@ from .linear import Linear
 
 @dataclass(frozen=True)
 class ColaVAEConfig:
-    """Sizes of the text VAE (official ``ColaTextVAEConfig``, configuration_cola_vae.py:70-103)."""
+    """Sizes of the text VAE (official ``ColaTextVAEConfig``, configuration_cola_vae.py:70-103). The decoder reads
+    prior-space latents as they are (no inverse of the scale and shift), as the official sampler does."""
 
     vocab_size: int = 100278  # logits of the decoder; the encoder's embedding has one more row
     encoder_layers: int = 4  # blocks (``encoder_num_blocks``)
@@ -36,8 +37,8 @@ class ColaVAEConfig:
     clip_qkv: Optional[float] = None  # clamp of the qkv projection (None: none)
     rope_theta: float = 500000.0  # RoPE base (half-split pairs over the whole head dim)
     block_size: int = 1  # tokens per causal block of both masks (1, the release's: causal; 0: bidirectional)
-    scaling_factor: float = 1.0  # prior space = (VAE mean - shift) * scale (inference.py:404-408);
-    shifting_factor: float = 0.0  # the decoder reads prior-space latents as they are, as the official sampler
+    scaling_factor: float = 1.0  # prior space = (VAE mean - shift) * scale (inference.py:404-408)
+    shifting_factor: float = 0.0  # its shift
 
     def __post_init__(self):
         at_least(self, ("vocab_size", "encoder_layers", "decoder_layers", "dim", "ffn_dim", "latent_dim", "n_head"))

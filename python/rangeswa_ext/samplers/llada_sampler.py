@@ -179,12 +179,14 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
                 else:
                     score = torch.stack([draws(k, call, "remask", s, (block,))
                                          for k, s in zip(indices, own_start)]).to(device)
-                # As the official: top-k over the whole row, -inf off the block's masked positions, in the
-                # score's dtype (confidences tie often in bf16, and topk's choice among ties depends on the row).
+                # As the official: top-k over the sample's whole row (its own, as alone: no padding), -inf off the
+                # block's masked positions, in the score's dtype (confidences tie often in bf16, and topk's choice
+                # among ties depends on the row).
                 confidence = torch.full((B, x.shape[1]), float("-inf"), dtype=score.dtype, device=device)
                 confidence[:, window] = score.masked_fill(~masked, float("-inf"))
                 for j in range(B):
-                    chosen = torch.topk(confidence[j], k=int(plan[j, i])).indices
+                    first = int(pad[j])
+                    chosen = torch.topk(confidence[j, first:], k=int(plan[j, i])).indices + first
                     x[j, chosen] = x0[j, chosen - start]
                 unmasked += int(plan[0, i])
                 call += 1
