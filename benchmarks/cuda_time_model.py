@@ -469,21 +469,25 @@ def body_phase(d: Design, census: dict, L: int, lite: bool, head_dim: int = D) -
 
 def control_phase(d: Design, L: int, head_dim: int = D) -> Phase:
     # 12 control rows x every body key, chunks of 1,024 keys (one CTA each, one warp working): 16 tiles of
-    # 64 keys (32 of 32 keys above head dim 80), one plain fill; merged by the combine kernel.
+    # 64 keys (32 of 32 keys above head dim 80), one plain fill; merged by the combine kernel. Every body key's
+    # k_cond and v row is read once a head (mainloop.h record_arrays, KeySet::kCond): at 32k, 1.6 GB, more
+    # than the CTAs' issue. (Where the control CTAs ride in the body's launch, their reads overlap the body
+    # CTAs' issue, so there this is an upper bound.)
     chunks = max(1, L // 1024)
     tiles = 1024 / (64 if head_dim <= 80 else 32)
+    reads = _heads() * L * head_dim * ELEMENT_BYTES * 2
     if d.control_path == "warp split":
         # The warps take the chunk's 16-column units in turn (a 64-key tile is 4 units, one a warp; a 32-key
         # tile 2): 64 units a chunk; the slot's one plain fill stays.
         return Phase("control", ctas=_heads() * chunks, warps_per_cta=4, resident=2,
-                     warp_instructions=1024 / 16 * d.control_unit + d.cta_setup,
+                     warp_instructions=1024 / 16 * d.control_unit + d.cta_setup, bytes=reads,
                      chain_cycles=(d.fill_round_trips + tiles) * H200.latency_cycles, launches=0)
     if d.control_path == "16-row":
         # Rows of a 16-row split-K path inside the body launch: the same tiles, no launch or fill of their own.
         return Phase("control", ctas=_heads() * chunks, warps_per_cta=1, resident=8,
-                     warp_instructions=tiles * d.full_tile, launches=0)
+                     warp_instructions=tiles * d.full_tile, bytes=reads, launches=0)
     return Phase("control", ctas=_heads() * chunks, warps_per_cta=4, resident=2,
-                 warp_instructions=tiles * d.full_tile + 3 * tiles * 200 + d.cta_setup,
+                 warp_instructions=tiles * d.full_tile + 3 * tiles * 200 + d.cta_setup, bytes=reads,
                  chain_cycles=(32 + tiles) * H200.latency_cycles, launches=int(d.control_path == "own launch"))
 
 

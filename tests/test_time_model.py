@@ -159,3 +159,14 @@ def test_the_hopper_design_at_128_runs_its_own_plan_on_the_calls_union(tmp_path)
     for case in ("late|8192", "lite|32768"):
         hop, mma = designs[model.HOPPER_128.name][case], designs[model.SECOND_NOW_128.name][case]
         assert math.isclose(hop["union_tflops"] * hop["h200_ms"], mma["union_tflops"] * mma["h200_ms"], rel_tol=1e-9)
+
+
+def test_the_control_rows_read_every_body_keys_cond_key_and_value():
+    """A control CTA's records read k_cond and v of every body key of its chunk (mainloop.h record_arrays,
+    KeySet::kCond), so a call's control phase moves 2 x L x D elements a head: at Lite 32k, head dim 64, on the
+    sm_90a design (its control CTAs a launch of their own) that traffic, not the CTAs' issue, bounds it."""
+    for d in (model.SECOND_NOW, model.HOPPER):
+        ph = model.control_phase(d, 32768)
+        assert ph.bytes == model.B * model.H * 32768 * model.D * model.ELEMENT_BYTES * 2
+    r = model.control_phase(model.SECOND_NOW, 32768).time(model.H200, model.calibrate()[0])
+    assert r["memory"] > r["issue"]
