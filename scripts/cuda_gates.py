@@ -546,6 +546,16 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
     control = tile_path(sass, unit_mma, through=unit) if unit else dict(instructions=None, mma=0, ops={})
     stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
                  control_unit_ops=control["ops"])
+    # A control CTA thread's rotation of one batch of its tile's keys read from k itself (mainloop.h
+    # rotate_cond_keys: kBatch = 256 / head_dim steps of 4 pairs, two 4-element stores a step): from the
+    # function's first instruction through the batch's stores. At head dim 64 one batch is a thread's share of
+    # a 64-key tile (64 rows x 8 steps over 128 threads), so 4 x this is a tile's rotation in warp instructions.
+    first, last = function_lines("rotate_cond_keys")
+    rot = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    batch = max(1, 256 // head_dim)
+    turn = (cheapest_path(sass, {min(rot)}, rot, count_ops=("STS",), min_count=2 * batch, count_within=rot)
+            if rot else dict(instructions=None, ops={}))
+    stats.update(cond_rotation=turn["instructions"], cond_rotation_ops=turn["ops"])
     # A body warp's 16-column tiles in its masked loop (the census's control_tiles and direct_tiles): a tile of
     # control keys, Q K^T and P V through the logit block (its columns past the keys; 32 MMAs at head dim 64), and
     # a direct record's or an Hn band's, scores given (mainloop.h given_scores) and P V alone (16).
@@ -967,14 +977,16 @@ def main(argv=None) -> int:
               f"{len(s['division_calls'])}), full tile "
               f"{s.get('full_tile')} instructions per warp ({s.get('full_tile_mma')} MMA; masked-loop code on it "
               f"{s.get('full_tile_masked_code')}), masked tile {s.get('masked_tile')}, a full tile in the masked loop "
-              f"{s.get('masked_loop_full_tile')}, control unit {s.get('control_unit')} ({s.get('control_unit_mma')} MMA)")
+              f"{s.get('masked_loop_full_tile')}, control unit {s.get('control_unit')} ({s.get('control_unit_mma')} MMA), a control CTA thread's key "
+              f"rotation batch {s.get('cond_rotation')}")
         t = s.get("stages3")
         if t:
             print(f"sm_{arch}, 3 K/V stages: registers {t['registers']}, spills {t['spill_stores']} B, stack {t['stack']} B, "
                   f"SASS {t['instructions']}, MMA {t['mma']} ({t['mma_share']:.2%}), CALLs (subroutines "
                   f"{len(t['subroutine_calls'])}), full tile {t.get('full_tile')} instructions per warp ({t.get('full_tile_mma')} "
                   f"MMA; masked-loop code on it {t.get('full_tile_masked_code')}), masked tile {t.get('masked_tile')}, a full "
-                  f"tile in the masked loop {t.get('masked_loop_full_tile')}, control unit {t.get('control_unit')}")
+                  f"tile in the masked loop {t.get('masked_loop_full_tile')}, control unit {t.get('control_unit')}, key "
+                  f"rotation batch {t.get('cond_rotation')}")
         for f in s["failures"]:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]

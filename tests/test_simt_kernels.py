@@ -322,3 +322,45 @@ def test_body_values_read_in_place_are_the_copy_bit_for_bit(simt, monkeypatch, l
     assert torch.equal(out, copied) and torch.equal(lse, copied_lse)
     expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", retrieved=blocks)
     assert ((out.double() - expect).abs().max() / expect.abs().max()).item() < 2e-2
+
+
+# ------------------------------------------------------------------- attn: the control rows' keys from k
+
+
+COND_RAW = 11  # torch.ops.rangeswa_simt.stats(): whether the last attn call's control CTAs read k in place
+
+
+@pytest.mark.parametrize("layout,raw", [("contiguous", True), ("fused qkv", True), ("interleaved", True),
+                                        ("head dim 66", False), ("rotary dim 36", False), ("misaligned", False)])
+def test_control_keys_rotated_from_k_are_the_prepared_ones_bit_for_bit(simt, monkeypatch, layout, raw):
+    """attn_setup.h cond_keys_in_place: with D = Dp, 16-byte rows and a rotary half in steps of 4 pairs, the
+    control CTAs read the control rows' body keys from k itself and rotate each tile to the conditioning
+    positions in shared memory (mainloop.h rotate_cond_keys), and the preparation writes no k_cond; otherwise
+    (head dim 66, a rotary half of 18, a misaligned k) the preparation writes k_cond. Either way the output is
+    bit for bit the one RANGESWA_CUDA_COND=copy forces (the same products, on the host's compile), and close to
+    the reference, control rows included."""
+    rotary = 36 if layout == "rotary dim 36" else 64
+    cfg = preset("rangeswa", train_length=256).replace(
+        rotary_dim=rotary, rope_style="interleaved" if layout == "interleaved" else "half")
+    B, H, C, L = 1, 2, 12, 1500  # two chunks of the control rows' keys, the second ragged
+    D = 66 if layout == "head dim 66" else 64
+    g = torch.Generator().manual_seed(5)
+    if layout == "fused qkv":  # [B, N, 3, H, D]: rows 3 H D elements apart
+        qkv = torch.randn(B, C + L, 3, H, D, generator=g).bfloat16()
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    else:
+        q, k, v = (torch.randn(B, H, C + L, D, generator=g).bfloat16() for _ in range(3))
+        if layout == "misaligned":  # one element in: rows stay whole 16-byte chunks apart, the data does not
+            k = torch.cat([torch.zeros(1).bfloat16(), k.flatten()])[1:].view(B, H, C + L, D)
+    blocks = ops.topk_blocks(q, k, cfg, C)
+    args = ops.attn_arguments(cfg, C)
+    out, lse = simt.attn(q, k, v, blocks, **args)
+    assert simt.stats()[COND_RAW] == int(raw)
+    monkeypatch.setenv("RANGESWA_CUDA_COND", "copy")
+    copied, copied_lse = simt.attn(q, k, v, blocks, **args)
+    assert simt.stats()[COND_RAW] == 0
+    assert torch.equal(out, copied) and torch.equal(lse, copied_lse)
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", retrieved=blocks)
+    err = (out.double() - expect).abs()
+    assert (err.max() / expect.abs().max()).item() < 2e-2
+    assert (err[:, :, :C].max() / expect[:, :, :C].abs().max()).item() < 2e-2  # the control rows

@@ -429,8 +429,12 @@ CallState stage_call(const CallCheck& c, RSWA_ATTN_PARAMS, const std::optional<a
   buf.k_ctrl = array(ap.C > 0, ap.C);
   buf.v_ctrl = array(ap.C > 0, ap.C);
   body_values(ap, s, buf, int64_t(vc.element_size()), array);
-  if (context) use_context(*prepared, ap, s, buf);
-  else own_arrays(ap, s, buf, array);
+  if (context) {
+    use_context(*prepared, ap, s, buf);
+  } else {
+    cond_from_keys(ap, s, buf, int64_t(kc.element_size()));
+    own_arrays(ap, s, buf, array);
+  }
   std::pair<at::Tensor, at::Tensor> ints, cond;
   if (s.int_rows > 0) ints = tables().get(ap.rope, true, s.int_rows, 1.0, q.device());
   if (s.cond_rows > 0) cond = tables().get(ap.rope, false, s.cond_rows, s.cond_step, q.device());

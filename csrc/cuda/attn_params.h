@@ -26,6 +26,7 @@ struct PreparedArrays {
   const void* k_nat;   // [L]  R(j) k_j
   const void* k_grp;   // [L]  R(j / g) k_j                       grouping
   const void* k_cond;  // [L]  R(j T / L) k_j                     control rows under the correction
+                       //      (or k's own unrotated body rows, cond_raw: the control CTAs rotate them)
   const void* v_body;  // [L]  v_j: the call's copy, or v itself read in place (values below)
   const void* s_nat;   // [nG] G-block means of R(j) k_j           rangeswa with summaries
   const void* s_grp;   // [nG] G-block means of R(j / g) k_j       ... and grouping
@@ -38,6 +39,11 @@ struct PreparedArrays {
   // Body value row r of (batch b, KV head h) at v_body + values.at(b, h, r): the copy's [B * Hkv, L, Dp]
   // strides, or v's own with v_body at its first body row (attn_setup.h values_in_place).
   RowStrides values;
+  // cond_raw: k_cond is k itself at its first body row, rows at cond.at(b, h, r), unrotated; the control
+  // CTAs rotate each tile to the conditioning positions as it lands (attn_setup.h cond_keys_in_place,
+  // mainloop.h rotate_cond_keys), and the preparation writes no k_cond.
+  RowStrides cond;
+  bool cond_raw;
 };
 
 struct AttnKernelParams {

@@ -164,6 +164,10 @@ struct AttnBuffers {
   // The body values (body_values): v_body's rows, and whether they are v's own (read in place, not written).
   RowStrides values;
   bool values_in_place;
+  // The control rows' body keys (cond_from_keys): k itself, rotated by the control CTAs (cond_raw), or the
+  // preparation's k_cond.
+  RowStrides cond;
+  bool cond_raw;
 };
 
 // Whether the kernel reads the body values in place from v instead of a padded copy: the head dim is its
@@ -194,6 +198,32 @@ void body_values(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int
   }
 }
 
+// Whether the control CTAs read the control rows' body keys from k itself and rotate them to the
+// conditioning positions as each tile lands (mainloop.h rotate_cond_keys) instead of reading a k_cond array
+// that the preparation writes: the call has the conditioning correction and no prepared context (whose
+// cache holds k_cond), the head dim is its own padding, k's rows start on 16 bytes (cp.async 16) as
+// values_in_place asks of v, and the rotary half is whole steps of 4 pairs (rotate_pairs). The same products
+// as the preparation's, one array less written and read. RANGESWA_CUDA_COND=copy keeps the array (for A/B
+// measurements and tests).
+inline bool cond_keys_in_place(const AttnParams& ap, const AttnSetup& s, const void* k, const RowStrides& ks,
+                               int64_t element_bytes) {
+  const char* env = std::getenv("RANGESWA_CUDA_COND");
+  if (env != nullptr && std::string(env) == "copy") return false;
+  auto whole = [&](int64_t elements) { return elements * element_bytes % 16 == 0; };
+  return s.cond_keys && ap.D == s.Dp && ap.L > 0 && (ap.rope.rotary_dim / 2) % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(k) % 16 == 0 && whole(ks.batch) && whole(ks.head) && whole(ks.row) &&
+         (ap.C + ap.L) * ks.row < (int64_t(1) << 31);
+}
+
+// A call without a prepared context: where the control rows' body keys come from (buf.k and buf.k_strides
+// set; before own_arrays, which allots k_cond only when they are not k's own).
+inline void cond_from_keys(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int64_t element_bytes) {
+  buf.cond_raw = cond_keys_in_place(ap, s, buf.k, buf.k_strides, element_bytes);
+  if (!buf.cond_raw) return;
+  buf.k_cond = const_cast<char*>(static_cast<const char*>(buf.k)) + buf.k_strides.at(0, 0, ap.C) * element_bytes;
+  buf.cond = buf.k_strides;
+}
+
 inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf) {
   PrepareParams pp{};
   pp.k = buf.k;
@@ -204,7 +234,7 @@ inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, co
   pp.v_ctrl = buf.v_ctrl;
   pp.k_nat = buf.k_nat;
   pp.k_grp = buf.k_grp;
-  pp.k_cond = buf.k_cond;
+  pp.k_cond = buf.cond_raw ? nullptr : buf.k_cond;  // k's own rows are never written
   pp.v_body = buf.values_in_place ? nullptr : buf.v_body;  // v read in place is never written
   pp.s_nat = buf.s_nat;
   pp.s_grp = buf.s_grp;
@@ -241,7 +271,7 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnSetup& s, 
   p.lse = buf.lse;
   p.kv = PreparedArrays{buf.k_ctrl, buf.v_ctrl, buf.k_nat, buf.k_grp, buf.k_cond, buf.v_body,
                         buf.s_nat, buf.s_grp, buf.s_v, buf.p_nat, buf.p_grp, ap.C * s.Dp, buf.key_stride,
-                        buf.sum_stride, buf.values};
+                        buf.sum_stride, buf.values, buf.cond, buf.cond_raw};
   p.cos_int = buf.cos_int;
   p.sin_int = buf.sin_int;
   p.cos_cond = buf.cos_cond;

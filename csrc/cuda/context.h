@@ -82,7 +82,7 @@ template <typename Array>
 void own_arrays(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, const Array& array) {
   buf.k_nat = array(ap.L > 0, ap.L);
   buf.k_grp = array(s.grouped_keys, ap.L);
-  buf.k_cond = array(s.cond_keys, ap.L);
+  if (!buf.cond_raw) buf.k_cond = array(s.cond_keys, ap.L);  // attn_setup.h cond_from_keys
   buf.s_nat = array(s.summaries, s.geo.nG);
   buf.s_v = array(s.summaries, s.geo.nG);
   buf.s_grp = array(s.grouped_summaries, s.geo.nG);

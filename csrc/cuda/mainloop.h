@@ -42,12 +42,13 @@
 namespace rangeswa::cuda {
 
 // The keys and values arrays of one record for the CTA's KV head (record_arrays), and the elements between
-// value rows (Dp, or v's own row stride for body values read in place).
+// their rows (Dp; k's or v's own row stride for the control rows' body keys and the body values read in
+// place). Element offsets inside one KV head's arrays fit 32 bits (attn_setup.h head_offsets_fit).
 template <typename Element>
 struct RecordArrays {
   const Element* k;
   const Element* v;
-  int64_t v_row;
+  int32_t k_row, v_row;
 };
 
 // The part of a body CTA's shared memory that both body kernels (this one and the sm_90a one,
@@ -125,13 +126,13 @@ RSWA_HD KvTile control_unit(const KvTile& t, int warp, int32_t first) {
 }
 
 // Copies rows [0, n) of the keys and of the values of a tile (global arrays of kHeadDim-element rows,
-// key rows kHeadDim apart, value rows v_row apart) into `rows`-row shared tiles, a 64-key tile's rows in
+// key rows k_row apart, value rows v_row apart) into `rows`-row shared tiles, a 64-key tile's rows in
 // tile_column order when `permute` (body CTAs; control CTAs keep plain order for control_unit); rows past
 // n are zero-filled, so that P = 0 never meets garbage V (and window sums see scores of 0 there).
 template <typename Traits>
 __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, typename Traits::Element* sv,
                                               const typename Traits::Element* gk, const typename Traits::Element* gv,
-                                              int v_row, int rows, int n, bool permute) {
+                                              int k_row, int v_row, int rows, int n, bool permute) {
   constexpr int kChunk = 16 / int(sizeof(typename Traits::Element));
   constexpr int kChunksPerRow = Traits::kHeadDim / kChunk;
   constexpr bool kPermuted = Traits::kBlockN == 64;
@@ -146,7 +147,7 @@ __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, type
     auto copy = [&](int p, int at) {  // pass p: row r0 + kPass p to row `at`
       const int r = r0 + kPass * p;
       const bool valid = r < n;
-      const int32_t from = (valid ? r : 0) * Traits::kHeadDim + col, from_v = (valid ? r : 0) * v_row + col;
+      const int32_t from = (valid ? r : 0) * k_row + col, from_v = (valid ? r : 0) * v_row + col;
       cp_async_16(sk + at * Traits::kStride + col, gk + from, valid);
       cp_async_16(sv + at * Traits::kStride + col, gv + from_v, valid);
     };
@@ -170,7 +171,7 @@ __device__ __forceinline__ void load_kv_async(typename Traits::Element* sk, type
     const bool valid = r < n;
     const int at = kPermuted && permute && rows == Traits::kBlockN ? tile_column(r) : r;
     cp_async_16((value ? sv : sk) + at * Traits::kStride + col,
-                (value ? gv : gk) + (valid ? r : 0) * (value ? v_row : Traits::kHeadDim) + col, valid);
+                (value ? gv : gk) + (valid ? r : 0) * (value ? v_row : k_row) + col, valid);
   }
 }
 
@@ -278,20 +279,13 @@ __device__ __forceinline__ void store_slot(Element* dst, int x, const float (&v)
 // u + half.., the interleaved layout's 2u..2u + 2 kPairs - 1), every load issued before any is used.
 // kLayout: -1 the layout read from `interleaved` at run time (a select per element), 0 the half layout, 1 the
 // interleaved one (known at compile time: no selects).
-template <typename Traits, bool kCore, int kPairs, int kLayout = -1>
-__device__ __forceinline__ void rotate_pairs(typename Traits::Element* dst, const typename Traits::Element* row,
-                                             const float* cs, const float* sn, float sign, int half, int u,
-                                             bool interleaved_) {
-  using Element = typename Traits::Element;
-  constexpr int P = kPairs, P2 = kPairs / 2;
-  const bool interleaved = kLayout < 0 ? interleaved_ : kLayout == 1;
-  const int x = interleaved ? 2 * u : u, y = interleaved ? 2 * u + P : u + half;
-  float a[P], b[P], c[P], s[P];
-  load_elements<Element, P>(row + x, a);
-  load_elements<Element, P>(row + y, b);
-  load_floats<P>(cs + u, c);
-  load_floats<P>(sn + u, s);
-  // pair e: (p[e], q[e]) of the two layouts
+// The rotation of P pairs loaded as rotate_pairs loads them (a: dims x.., b: dims y..), in place: pair e is
+// (a[e], b[e]) in the half layout, two neighbours of a (e < P / 2) or of b in the interleaved one; its
+// first dim becomes a cos - b sin, its second a sin + b cos (rotary.h rotated_element's products).
+template <int P>
+__device__ __forceinline__ void rotate_loaded(float (&a)[P], float (&b)[P], const float (&c)[P], const float (&s)[P],
+                                              float sign, bool interleaved) {
+  constexpr int P2 = P / 2;
   float pa[P], pb[P];
 #pragma unroll
   for (int e = 0; e < P; ++e) {
@@ -314,8 +308,64 @@ __device__ __forceinline__ void rotate_pairs(typename Traits::Element* dst, cons
       b[e] = pb[e];
     }
   }
+}
+
+template <typename Traits, bool kCore, int kPairs, int kLayout = -1>
+__device__ __forceinline__ void rotate_pairs(typename Traits::Element* dst, const typename Traits::Element* row,
+                                             const float* cs, const float* sn, float sign, int half, int u,
+                                             bool interleaved_) {
+  using Element = typename Traits::Element;
+  constexpr int P = kPairs;
+  const bool interleaved = kLayout < 0 ? interleaved_ : kLayout == 1;
+  const int x = interleaved ? 2 * u : u, y = interleaved ? 2 * u + P : u + half;
+  float a[P], b[P], c[P], s[P];
+  load_elements<Element, P>(row + x, a);
+  load_elements<Element, P>(row + y, b);
+  load_floats<P>(cs + u, c);
+  load_floats<P>(sn + u, s);
+  rotate_loaded<P>(a, b, c, s, sign, interleaved);
   store_slot<Element, kCore, P>(dst, x, a);
   store_slot<Element, kCore, P>(dst, y, b);
+}
+
+// A control CTA's tile of the control rows' body keys read from k itself (PreparedArrays::cond_raw), rotated
+// in its stage to the conditioning positions (key t.a + r at cos_cond / sin_cond row t.a + r) by the CTA's
+// threads, as the preparation would have written k_cond: the same pairs and products. Steps of 4 pairs (the
+// rotary half is a multiple of 4: attn_setup.h cond_keys_in_place), kBatch steps a thread with every load
+// issued before any is used (one round trip a batch: one a tile at head dim 64, two at 128).
+template <typename Traits>
+__device__ __forceinline__ void rotate_cond_keys(typename Traits::Element* sk, const KvTile& t,
+                                                 const AttnKernelParams& p) {
+  using Element = typename Traits::Element;
+  constexpr int kBatch = 256 / Traits::kHeadDim > 0 ? 256 / Traits::kHeadDim : 1;
+  const int half = p.rotary_half, steps = half / 4, items = t.n * steps;
+  const bool interleaved = p.interleaved;
+#pragma unroll 1
+  for (int x0 = int(threadIdx.x); x0 < items; x0 += kBatch * Traits::kThreads) {
+    float a[kBatch][4], b[kBatch][4], c[kBatch][4], s[kBatch][4];
+    Element* row[kBatch];
+    int xa[kBatch], ya[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int x = x0 + i * Traits::kThreads;
+      const int r = x < items ? x / steps : 0, u = x < items ? 4 * (x - r * steps) : 0;
+      row[i] = sk + r * Traits::kStride;
+      xa[i] = interleaved ? 2 * u : u;
+      ya[i] = interleaved ? 2 * u + 4 : u + half;
+      const int32_t at = (t.a + r) * half + u;
+      load_elements<Element, 4>(row[i] + xa[i], a[i]);
+      load_elements<Element, 4>(row[i] + ya[i], b[i]);
+      load_floats<4>(p.cos_cond + at, c[i]);
+      load_floats<4>(p.sin_cond + at, s[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      if (x0 + i * Traits::kThreads >= items) break;
+      rotate_loaded<4>(a[i], b[i], c[i], s[i], 1.f, interleaved);
+      store_elements<Element, 4>(row[i] + xa[i], a[i]);
+      store_elements<Element, 4>(row[i] + ya[i], b[i]);
+    }
+  }
 }
 
 // kPairs: the rotated pairs a step loads before using any (one global round trip a step): 4 (the mma.sync
@@ -428,9 +478,11 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
     default: kb = a.s_grp; vb = a.s_v; stride = a.sum_stride; break;
   }
   const bool body = keys == KeySet::kNat || keys == KeySet::kGrp || keys == KeySet::kCond;
-  out.k = static_cast<const Element*>(kb) + bh * stride;
+  const bool raw = keys == KeySet::kCond && a.cond_raw;  // k's own rows (the control CTAs rotate them)
+  out.k = static_cast<const Element*>(kb) + (raw ? a.cond.at(batch, kv_head, 0) : bh * stride);
+  out.k_row = int32_t(raw ? a.cond.row : Dp);
   out.v = static_cast<const Element*>(vb) + (body ? a.values.at(batch, kv_head, 0) : bh * stride);
-  out.v_row = body ? a.values.row : Dp;
+  out.v_row = int32_t(body ? a.values.row : Dp);
 }
 
 // Issues the copy of KV tile t (its record's arrays, sArrays) into K/V stage `stage`, a 64-key tile in
@@ -440,10 +492,8 @@ __device__ __forceinline__ void copy_tile(typename Traits::Element* sK, typename
                                           const RecordArrays<typename Traits::Element>* sArrays, const KvTile& t,
                                           bool permute) {
   const RecordArrays<typename Traits::Element> ra = sArrays[t.record];
-  // Element offsets inside one KV head's arrays fit 32 bits (attn_setup.h head_offsets_fit).
-  const int32_t v_row = int32_t(ra.v_row);
-  load_kv_async<Traits>(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, ra.k + t.a * Traits::kHeadDim,
-                        ra.v + t.a * v_row, v_row, t.width, t.n, permute);
+  load_kv_async<Traits>(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, ra.k + t.a * ra.k_row,
+                        ra.v + t.a * ra.v_row, ra.k_row, ra.v_row, t.width, t.n, permute);
 }
 
 // A warp's output accumulators (its rows' O, DT 8-column tiles per m16 block), zeroed.
@@ -632,6 +682,10 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
     copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, false);  // past the last tile: a zero fill
     cp_async_commit();
     if (!have_cur && !have_nxt) break;
+    if (have_cur && p.kv.cond_raw && p.cos_cond != nullptr && KeySet(sRec[cur.record].keys) == KeySet::kCond) {
+      rotate_cond_keys<Traits>(sK + stage * Traits::kKVElems, cur, p);  // k's own rows, as they landed
+      __syncthreads();  // every warp reads keys another warp rotated
+    }
     if (have_cur) {
       const KvTile mine = control_unit(cur, warp, first);
       if (__any_sync(0xffffffffu, mine.n > 0)) {  // warp-uniform (a vote: ptxas sees it so)

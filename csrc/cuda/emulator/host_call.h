@@ -170,6 +170,7 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
     use_context(*prepared, ap, s, b);
     for (const at::Tensor& t : *prepared) hc.keep.push_back(t);  // (the SIMT emulation guards what keep holds)
   } else {
+    cond_from_keys(ap, s, b, int64_t(hc.k.element_size()));
     own_arrays(ap, s, b, array);
   }
   kernels.tables(ap, s, b, hc.keep);

@@ -31,6 +31,7 @@ namespace {
 double g_kernel_seconds = 0.0;
 int64_t g_smem_bytes = 0;
 int64_t g_values_in_place = 0;  // whether the last attn call read its body values from v itself
+int64_t g_cond_raw = 0;         // ... and its control rows' body keys from k itself (attn_setup.h cond_from_keys)
 int g_plan_fault = 0;            // plan_fault below
 int64_t g_attn_launches = 0;     // launches of the attention kernels in the last attn call (a packed call: one)
 
@@ -82,6 +83,7 @@ struct GuardedArrays {
 void guard(HostCall& hc, GuardedArrays& g) {
   g.add(hc.q);
   if (hc.buf.values_in_place) g.add(hc.v);  // the kernel reads the body values from v itself
+  if (hc.buf.cond_raw) g.add(hc.k);          // ... and the control rows' body keys from k
   g.add(hc.out);
   g.add(hc.lse);
   for (const at::Tensor& t : hc.keep) {
@@ -225,6 +227,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional
   hc.lse.fill_(NAN);
   GuardedArrays guarded;
   g_values_in_place = hc.buf.values_in_place;
+  g_cond_raw = hc.buf.cond_raw;
   g_attn_launches = 1;
   if (::simt::options().guard_global) guard(hc, guarded);
   simt_errors_as_runtime_errors([&] {
@@ -351,8 +354,10 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
   // Guarded copies: the packed tensors first, so that each sequence's pointers into them map into one copy.
   GuardedArrays guarded;
   g_values_in_place = calls.front()->buf.values_in_place;
+  g_cond_raw = calls.front()->buf.cond_raw;
   if (::simt::options().guard_global) {
     guarded.add(with_contiguous_rows(q));
+    guarded.add(with_contiguous_rows(k));
     guarded.add(with_contiguous_rows(v));
     guarded.add(out);
     guarded.add(lse);
@@ -584,12 +589,13 @@ int64_t plan_fault(int64_t fault) {
 }
 
 // The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
-// of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place, and how
-// many launches of the attention kernels it made (a packed call on the mma.sync kernel: one).
+// of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place, how
+// many launches of the attention kernels it made (a packed call on the mma.sync kernel: one), and whether its
+// control CTAs read their body keys from k in place.
 std::vector<int64_t> stats() {
   const ::simt::Stats s = ::simt::last_stats();
   return {s.ctas, s.switches, s.warp_collectives, s.barriers, s.mmas, s.ldmatrix, s.cp_async,
-          int64_t(g_kernel_seconds * 1e6), g_smem_bytes, g_values_in_place, g_attn_launches};
+          int64_t(g_kernel_seconds * 1e6), g_smem_bytes, g_values_in_place, g_attn_launches, g_cond_raw};
 }
 
 }  // namespace
