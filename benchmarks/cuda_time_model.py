@@ -147,6 +147,10 @@ class Design:
     # idle warps or fill of their own).
     control_path: str = "own launch"
     control_unit: float = 0.0  # warp instructions of one 16-column unit ("warp split")
+    # A control CTA thread's rotation of one batch of a tile's keys read from k itself (attn_setup.h
+    # cond_keys_in_place, mainloop.h rotate_cond_rows: one batch a 64-key tile at head dim 64, two a 32-key tile
+    # at 128, each one round trip), in warp instructions a warp; 0: the control rows read a prepared k_cond.
+    cond_rotation: float = 0.0
     control_ctas_per_head: int = 8  # one per chunk of 1,024 keys at 8k (scaled with L)
     launches: int = 10
     sources: tuple[str, ...] = field(default_factory=tuple)
@@ -196,8 +200,12 @@ FULL_TILE_MEASURED = 590
 MASKED_TILE_MEASURED = 785
 # ... and of a tile the masked loop takes whole (the trip through its votes, no logit block).
 MASKED_LOOP_FULL_MEASURED = 648
-# A control CTA's warp on one 16-column unit of a tile (the trip through mainloop.h control_unit, 32 MMAs).
-CONTROL_UNIT_MEASURED = 263
+# A control CTA's warp on one 16-column unit of a tile (the trip through mainloop.h control_unit, 32 MMAs):
+# 263, 272 once the control CTAs rotate their keys read from k (the loop laid out again).
+CONTROL_UNIT_MEASURED = 272
+# ... and a thread's rotation of one batch of a tile's keys read from k itself (scripts/cuda_gates.py
+# attn_tile_paths cond_rotation: half the static span of mainloop.h rotate_cond_rows' two layouts).
+COND_ROTATION_MEASURED = 254
 # A body warp's 16-column tiles in its masked loop (scripts/cuda_gates.py attn_tile_paths, the same SASS): a tile of
 # control keys, through the logit block (its columns past the C keys), and a direct record's or an Hn band's
 # (scores given). Not counted before 2026-12-03 (the census's kv_tiles leave them out).
@@ -245,10 +253,12 @@ SECOND_NOW = replace(
     # 32 rows each, the warps splitting every tile (mainloop.h control_unit; the trip counted by the gate).
     control_path="warp split", control_unit=CONTROL_UNIT_MEASURED,
     ctrl_tile=ATTN_CTRL_TILE_MEASURED, direct_tile=ATTN_DIRECT_TILE_MEASURED,
-    # attn_setup.h values_in_place (D = Dp, 16-byte rows): the body values are read from v, not copied, so
-    # late writes k_nat, k_grp, k_cond, p_nat and p_grp, Lite k_nat and k_cond; Lite (no block means) never
-    # loads v in prepare (prepare.h reads_values).
-    prepare_arrays_written={"late": 5, "lite": 2}, prepare_arrays_read={"late": 2, "lite": 1},
+    # attn_setup.h values_in_place (D = Dp, 16-byte rows): the body values are read from v, not copied; and
+    # cond_keys_in_place: the control CTAs rotate the keys they read from k (no k_cond), so late writes k_nat,
+    # k_grp, p_nat and p_grp, Lite k_nat alone (were 5 and 2 with k_cond); Lite (no block means) never loads v
+    # in prepare (prepare.h reads_values).
+    prepare_arrays_written={"late": 4, "lite": 1}, prepare_arrays_read={"late": 2, "lite": 1},
+    cond_rotation=COND_ROTATION_MEASURED,
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
                                        "prepare: the gate's SASS count of the vector token loop",
                                        "full and masked tiles, control units: the gate's SASS path counts (sm_90a)",
@@ -374,15 +384,18 @@ def with_paths(base: Design, name: str, paths: dict, source: str, **fields) -> D
 # ---- head dim 128 ---------------------------------------------------------------------------------------
 # Both kernels at head dim 128 (bf16, sm_90a), counted the same way as at 64: the mma.sync kernel's plan has
 # 32-key tiles there (kernel_traits.h kv_tile_cols), so its census's tiles are 32-key ones. The mma.sync kernel
-# (scripts/cuda_gates.py attn_model_paths, three K/V stages): a 32-row warp's full tile 472 (128 MMAs: Q K^T
-# 2 x 4 x 8, P V 2 x 16 x 2), masked 626, a tile its masked loop takes whole 529, a control unit 327 (64 MMAs),
-# prologue 446, epilogue 790 (16 output stores a lane), fill step 1,146 (64 pairs a thread: 16 round trips of
-# 4-pair steps); a late row's straddling dots 2 chunks a load over 16 chunks, 6 terms: 48 round trips.
-ATTN_128_MEASURED = dict(full_tile=472, masked_tile=626, masked_loop_full=529, control_unit=327, prologue=446,
-                         epilogue=790, fill_step=1146, ctrl_tile=455, direct_tile=372)
+# (scripts/cuda_gates.py attn_model_paths, three K/V stages): a 32-row warp's full tile 470 (128 MMAs: Q K^T
+# 2 x 4 x 8, P V 2 x 16 x 2), masked 624, a tile its masked loop takes whole 527, a control unit 339 (64 MMAs),
+# a control CTA thread's rotation batch of keys read from k 141 (two a 32-key tile), prologue 443, epilogue 790
+# (16 output stores a lane), fill step 1,146 (64 pairs a thread: 16 round trips of 4-pair steps); a late row's
+# straddling dots 2 chunks a load over 16 chunks, 6 terms: 48 round trips. (472 / 626 / 529 / 327 / 446 before
+# the control CTAs rotated their keys, 2026-12-03.)
+ATTN_128_MEASURED = dict(full_tile=470, masked_tile=624, masked_loop_full=527, control_unit=339, prologue=443,
+                         epilogue=790, fill_step=1146, ctrl_tile=453, direct_tile=370, cond_rotation=141)
 SECOND_NOW_128 = with_paths(SECOND_NOW, "second design now (main), head dim 128", ATTN_128_MEASURED,
                             "head dim 128: the gate's SASS paths at 128 (attn_model_paths)",
-                            control_unit=ATTN_128_MEASURED["control_unit"], fill_round_trips=16, mixed_round_trips=48)
+                            control_unit=ATTN_128_MEASURED["control_unit"],
+                            cond_rotation=ATTN_128_MEASURED["cond_rotation"], fill_round_trips=16, mixed_round_trips=48)
 # The sm_90a kernel (scripts/cuda_gates.py hopper_gate at head dim 128), on its own plan of 64-key tiles
 # (kernel_traits.h kHopperTileCols; the census's "|sm90" entries): a consumer warp's whole tile 219 (12 HGMMA:
 # Q K^T m64n64k16 x 8, P V m64n136k16 x 4; the softmax of head dim 64's 64-key tile), masked 365, a tile its
@@ -478,10 +491,13 @@ def control_phase(d: Design, L: int, head_dim: int = D) -> Phase:
     reads = _heads() * L * head_dim * ELEMENT_BYTES * 2
     if d.control_path == "warp split":
         # The warps take the chunk's 16-column units in turn (a 64-key tile is 4 units, one a warp; a 32-key
-        # tile 2): 64 units a chunk; the slot's one plain fill stays.
+        # tile 2): 64 units a chunk; the slot's one plain fill stays. Keys read from k itself: every warp rotates
+        # its share of each tile first (batches of 256 / head_dim steps of 4 pairs a thread, one round trip each).
+        batches = math.ceil(1024 / tiles * head_dim / 8 / 128 / max(1, 256 // head_dim)) if d.cond_rotation else 0
         return Phase("control", ctas=_heads() * chunks, warps_per_cta=4, resident=2,
-                     warp_instructions=1024 / 16 * d.control_unit + d.cta_setup, bytes=reads,
-                     chain_cycles=(d.fill_round_trips + tiles) * H200.latency_cycles, launches=0)
+                     warp_instructions=1024 / 16 * d.control_unit + d.cta_setup + tiles * batches * 4 * d.cond_rotation,
+                     bytes=reads, chain_cycles=(d.fill_round_trips + tiles * (1 + batches)) * H200.latency_cycles,
+                     launches=0)
     if d.control_path == "16-row":
         # Rows of a 16-row split-K path inside the body launch: the same tiles, no launch or fill of their own.
         return Phase("control", ctas=_heads() * chunks, warps_per_cta=1, resident=8,

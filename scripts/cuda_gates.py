@@ -547,15 +547,16 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
     stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
                  control_unit_ops=control["ops"])
     # A control CTA thread's rotation of one batch of its tile's keys read from k itself (mainloop.h
-    # rotate_cond_keys: kBatch = 256 / head_dim steps of 4 pairs, two 4-element stores a step): from the
-    # function's first instruction through the batch's stores. At head dim 64 one batch is a thread's share of
-    # a 64-key tile (64 rows x 8 steps over 128 threads), so 4 x this is a tile's rotation in warp instructions.
-    first, last = function_lines("rotate_cond_keys")
+    # rotate_cond_rows: kBatch = 256 / head_dim steps of 4 pairs, 8 FFMA and two 4-element stores a step): the
+    # static SASS between the first and the last address of its lines, halved. Its two layouts' instantiations
+    # lie there one after the other, each a straight-line batch (unrolled) with the tile's set-up and the loop's
+    # test, so half the span is one layout's batch and set-up. At head dim 64 one batch is a thread's share of a
+    # 64-key tile (64 rows x 8 steps over 128 threads), so 4 x this is a tile's rotation in warp instructions.
+    first, last = function_lines("rotate_cond_rows")
     rot = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
-    batch = max(1, 256 // head_dim)
-    turn = (cheapest_path(sass, {min(rot)}, rot, count_ops=("STS",), min_count=2 * batch, count_within=rot)
-            if rot else dict(instructions=None, ops={}))
-    stats.update(cond_rotation=turn["instructions"], cond_rotation_ops=turn["ops"])
+    span = [op.split(".")[0] for a, op, _ in sass if rot and min(rot) <= a <= max(rot)]
+    stats.update(cond_rotation=len(span) // 2 if span else None,
+                 cond_rotation_ops={op: span.count(op) for op in sorted(set(span), key=span.count, reverse=True)})
     # A body warp's 16-column tiles in its masked loop (the census's control_tiles and direct_tiles): a tile of
     # control keys, Q K^T and P V through the logit block (its columns past the keys; 32 MMAs at head dim 64), and
     # a direct record's or an Hn band's, scores given (mainloop.h given_scores) and P V alone (16).
@@ -749,8 +750,8 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
         return {a for a, (name, n) in lines.items() if name == file and first <= n <= last}
 
     fill = set().union(*(at("mainloop.h", function_lines(f)) for f in ("fill_slot_row", "fill_row", "fill_row_vector",
-                                                                      "rotate_pairs")))
-    rotate = at("mainloop.h", function_lines("rotate_pairs"))
+                                                                      "rotate_pairs", "rotate_loaded")))
+    rotate = at("mainloop.h", function_lines("rotate_pairs")) | at("mainloop.h", function_lines("rotate_loaded"))
     dots = at("mainloop.h", function_lines("straddling_dots"))
     epilogue = at("body_kernel.h", member_lines("epilogue", "hopper/body_kernel.h"))
     geometry = at("plan.h", function_lines("row_geometry", "plan.h"))
@@ -797,8 +798,9 @@ def attn_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
         return {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
 
     fill = set().union(*(at(*function_lines(f))
-                         for f in ("fill_slot_row", "fill_row", "fill_row_vector", "rotate_pairs")))
-    rotate, dots = at(*function_lines("rotate_pairs")), at(*function_lines("straddling_dots"))
+                         for f in ("fill_slot_row", "fill_row", "fill_row_vector", "rotate_pairs", "rotate_loaded")))
+    rotate = at(*function_lines("rotate_pairs")) | at(*function_lines("rotate_loaded"))
+    dots = at(*function_lines("straddling_dots"))
     text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
     # The body prologue's own line after its row geometry (the control CTAs' walk has fills too).
     row = next(n for n, t in enumerate(text, 1) if t.strip() == "sRow[tid] = me;")

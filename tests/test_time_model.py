@@ -74,8 +74,10 @@ def test_the_control_rows_split_over_the_warps_cost_less_than_one_working_warp()
     """The control CTAs of the source (mainloop.h control_walk): every warp pays its 16-column units (the
     gate's measured trip) per tile of the chunk, against one warp doing whole tiles while three wait."""
     now = model.control_phase(model.SECOND_NOW, 8192)
-    assert model.SECOND_NOW.control_path == "warp split" and model.SECOND_NOW.control_unit > 0
-    assert now.warp_instructions == 4 * 16 * model.SECOND_NOW.control_unit + model.SECOND_NOW.cta_setup
+    d = model.SECOND_NOW
+    assert d.control_path == "warp split" and d.control_unit > 0 and d.cond_rotation > 0
+    # 64 units a chunk of 1,024 keys, and each of its 16 tiles' keys rotated first (one batch a thread).
+    assert now.warp_instructions == 4 * 16 * d.control_unit + d.cta_setup + 16 * 4 * d.cond_rotation
     before = model.control_phase(model.replace(model.SECOND_NOW, control_path="body launch"), 8192)
     assert now.time(model.H200, 0.5)["total"] < before.time(model.H200, 0.5)["total"]
 
@@ -85,8 +87,8 @@ def test_prepare_reads_v_only_where_it_makes_value_arrays():
     one input array a KV head, against late's two."""
     late, lite = (model.prepare_phase(model.SECOND_NOW, 8192, case) for case in ("late", "lite"))
     elements = model.B * model.H * 8192 * model.D
-    assert lite.bytes == elements * model.ELEMENT_BYTES * (1 + 2)
-    assert late.bytes == elements * model.ELEMENT_BYTES * (2 + 5)
+    assert lite.bytes == elements * model.ELEMENT_BYTES * (1 + 1)  # k read, k_nat written (no k_cond)
+    assert late.bytes == elements * model.ELEMENT_BYTES * (2 + 4)
 
 
 def test_the_hopper_design_runs_its_products_at_the_wgmma_rate():
@@ -162,11 +164,19 @@ def test_the_hopper_design_at_128_runs_its_own_plan_on_the_calls_union(tmp_path)
 
 
 def test_the_control_rows_read_every_body_keys_cond_key_and_value():
-    """A control CTA's records read k_cond and v of every body key of its chunk (mainloop.h record_arrays,
-    KeySet::kCond), so a call's control phase moves 2 x L x D elements a head: at Lite 32k, head dim 64, on the
-    sm_90a design (its control CTAs a launch of their own) that traffic, not the CTAs' issue, bounds it."""
+    """A control CTA's records read a key row (k itself, or a prepared k_cond) and v of every body key of its
+    chunk (mainloop.h record_arrays, KeySet::kCond), so a call's control phase moves 2 x L x D elements a head;
+    at 32k and head dim 64 that traffic takes longer than the CTAs' issue without the keys' rotation, and about
+    as long with it. The rotation costs each tile's batches (one at head dim 64, two a 32-key tile at 128) and a
+    round trip each."""
+    eff = model.calibrate()[0]
     for d in (model.SECOND_NOW, model.HOPPER):
         ph = model.control_phase(d, 32768)
         assert ph.bytes == model.B * model.H * 32768 * model.D * model.ELEMENT_BYTES * 2
-    r = model.control_phase(model.SECOND_NOW, 32768).time(model.H200, model.calibrate()[0])
+    plain = model.replace(model.SECOND_NOW, cond_rotation=0.0)
+    r = model.control_phase(plain, 32768).time(model.H200, eff)
     assert r["memory"] > r["issue"]
+    for d, head_dim, tiles, batches in ((model.SECOND_NOW, 64, 16, 1), (model.SECOND_NOW_128, 128, 32, 2)):
+        rotated, not_rotated = (model.control_phase(x, 32768, head_dim) for x in (d, model.replace(d, cond_rotation=0.0)))
+        assert rotated.warp_instructions - not_rotated.warp_instructions == tiles * batches * 4 * d.cond_rotation
+        assert rotated.chain_cycles - not_rotated.chain_cycles == tiles * batches * model.H200.latency_cycles

@@ -202,7 +202,8 @@ void body_values(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int
 // conditioning positions as each tile lands (mainloop.h rotate_cond_keys) instead of reading a k_cond array
 // that the preparation writes: the call has the conditioning correction and no prepared context (whose
 // cache holds k_cond), the head dim is its own padding, k's rows start on 16 bytes (cp.async 16) as
-// values_in_place asks of v, and the rotary half is whole steps of 4 pairs (rotate_pairs). The same products
+// values_in_place asks of v, and the rotary half is 4 x a power of two pairs (rotate_cond_rows: a thread's
+// step of 4 pairs the same in every row it rotates; 64 at head dim 128, 32 at 64). The same products
 // as the preparation's, one array less written and read. RANGESWA_CUDA_COND=copy keeps the array (for A/B
 // measurements and tests).
 inline bool cond_keys_in_place(const AttnParams& ap, const AttnSetup& s, const void* k, const RowStrides& ks,
@@ -210,7 +211,8 @@ inline bool cond_keys_in_place(const AttnParams& ap, const AttnSetup& s, const v
   const char* env = std::getenv("RANGESWA_CUDA_COND");
   if (env != nullptr && std::string(env) == "copy") return false;
   auto whole = [&](int64_t elements) { return elements * element_bytes % 16 == 0; };
-  return s.cond_keys && ap.D == s.Dp && ap.L > 0 && (ap.rope.rotary_dim / 2) % 4 == 0 &&
+  const int64_t steps = ap.rope.rotary_dim / 8;  // of 4 pairs
+  return s.cond_keys && ap.D == s.Dp && ap.L > 0 && ap.rope.rotary_dim % 8 == 0 && (steps & (steps - 1)) == 0 &&
          reinterpret_cast<uintptr_t>(k) % 16 == 0 && whole(ks.batch) && whole(ks.head) && whole(ks.row) &&
          (ap.C + ap.L) * ks.row < (int64_t(1) << 31);
 }

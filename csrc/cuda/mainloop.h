@@ -330,42 +330,49 @@ __device__ __forceinline__ void rotate_pairs(typename Traits::Element* dst, cons
 
 // A control CTA's tile of the control rows' body keys read from k itself (PreparedArrays::cond_raw), rotated
 // in its stage to the conditioning positions (key t.a + r at cos_cond / sin_cond row t.a + r) by the CTA's
-// threads, as the preparation would have written k_cond: the same pairs and products. Steps of 4 pairs (the
-// rotary half is a multiple of 4: attn_setup.h cond_keys_in_place), kBatch steps a thread with every load
-// issued before any is used (one round trip a batch: one a tile at head dim 64, two at 128).
-template <typename Traits>
-__device__ __forceinline__ void rotate_cond_keys(typename Traits::Element* sk, const KvTile& t,
+// threads, as the preparation would have written k_cond: the same pairs and products (rotate_loaded). A thread
+// keeps one step of 4 pairs (the rotary half is 4 x a power of two: attn_setup.h cond_keys_in_place) in rows
+// kThreads / steps apart, kBatch of them with every load issued before any is used (one round trip a batch:
+// one a 64-key tile at head dim 64, two a 32-key tile at 128); the layout is a template, branched on once.
+template <typename Traits, bool kInterleaved>
+__device__ __forceinline__ void rotate_cond_rows(typename Traits::Element* sk, const KvTile& t,
                                                  const AttnKernelParams& p) {
   using Element = typename Traits::Element;
   constexpr int kBatch = 256 / Traits::kHeadDim > 0 ? 256 / Traits::kHeadDim : 1;
-  const int half = p.rotary_half, steps = half / 4, items = t.n * steps;
-  const bool interleaved = p.interleaved;
+  const int half = p.rotary_half;
+  int shift = 0;  // steps = half / 4 = 1 << shift (at most 16 steps: head dims up to 128)
+  while ((4 << shift) < half) ++shift;
+  const int pass = Traits::kThreads >> shift;                    // rows a pass of the CTA's threads
+  const int u = 4 * (int(threadIdx.x) & ((half / 4) - 1));
+  const int xa = kInterleaved ? 2 * u : u, ya = kInterleaved ? 2 * u + 4 : u + half;
+  const float *cs = p.cos_cond + u, *sn = p.sin_cond + u;
 #pragma unroll 1
-  for (int x0 = int(threadIdx.x); x0 < items; x0 += kBatch * Traits::kThreads) {
+  for (int r0 = int(threadIdx.x) >> shift; r0 < t.n; r0 += kBatch * pass) {
     float a[kBatch][4], b[kBatch][4], c[kBatch][4], s[kBatch][4];
-    Element* row[kBatch];
-    int xa[kBatch], ya[kBatch];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      const int x = x0 + i * Traits::kThreads;
-      const int r = x < items ? x / steps : 0, u = x < items ? 4 * (x - r * steps) : 0;
-      row[i] = sk + r * Traits::kStride;
-      xa[i] = interleaved ? 2 * u : u;
-      ya[i] = interleaved ? 2 * u + 4 : u + half;
-      const int32_t at = (t.a + r) * half + u;
-      load_elements<Element, 4>(row[i] + xa[i], a[i]);
-      load_elements<Element, 4>(row[i] + ya[i], b[i]);
-      load_floats<4>(p.cos_cond + at, c[i]);
-      load_floats<4>(p.sin_cond + at, s[i]);
+      const int r = imin(r0 + i * pass, t.n - 1);  // past the keys: the last row again, not stored
+      const Element* row = sk + r * Traits::kStride;
+      load_elements<Element, 4>(row + xa, a[i]);
+      load_elements<Element, 4>(row + ya, b[i]);
+      load_floats<4>(cs + (t.a + r) * half, c[i]);
+      load_floats<4>(sn + (t.a + r) * half, s[i]);
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      if (x0 + i * Traits::kThreads >= items) break;
-      rotate_loaded<4>(a[i], b[i], c[i], s[i], 1.f, interleaved);
-      store_elements<Element, 4>(row[i] + xa[i], a[i]);
-      store_elements<Element, 4>(row[i] + ya[i], b[i]);
+      const int r = r0 + i * pass;
+      if (r >= t.n) break;
+      rotate_loaded<4>(a[i], b[i], c[i], s[i], 1.f, kInterleaved);
+      store_elements<Element, 4>(sk + r * Traits::kStride + xa, a[i]);
+      store_elements<Element, 4>(sk + r * Traits::kStride + ya, b[i]);
     }
   }
+}
+template <typename Traits>
+__device__ __forceinline__ void rotate_cond_keys(typename Traits::Element* sk, const KvTile& t,
+                                                 const AttnKernelParams& p) {
+  if (p.interleaved) rotate_cond_rows<Traits, true>(sk, t, p);
+  else rotate_cond_rows<Traits, false>(sk, t, p);
 }
 
 // kPairs: the rotated pairs a step loads before using any (one global round trip a step): 4 (the mma.sync
