@@ -220,7 +220,7 @@ PREPARE_LEAN_MEASURED = 16.4
 # through its rows' geometry to its first fill) and epilogue (to EXIT with its 8 output stores a lane), and one
 # fill step of its 32 rows (a thread a row, 32 rotated pairs in 4-pair steps). Were the reviews' estimates:
 # 1,500 a warp, 8 x 60 = 480 a fill.
-ATTN_PROLOGUE_MEASURED = 426
+ATTN_PROLOGUE_MEASURED = 427  # 426 before the control CTAs rotated their keys
 ATTN_EPILOGUE_MEASURED = 447
 ATTN_FILL_STEP_MEASURED = 594
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
@@ -331,7 +331,7 @@ HOPPER_DIRECT_TILE_MEASURED = 175
 # 229 / 154 / 246 / 236; the split fill's steps laid out for a row at a non-negative position too (the sign
 # 1 known: no sine multiplied by it, 16 FMUL a step fewer; only the right variant's first rows are negative),
 # the counted path: 229 / 154 / 225 / 236.
-HOPPER_CONSUMER_PROLOGUE_MEASURED = 232
+HOPPER_CONSUMER_PROLOGUE_MEASURED = 231  # 232 before the control CTAs rotated their keys (the code laid out again)
 HOPPER_CONSUMER_EPILOGUE_MEASURED = 154
 HOPPER_FILL_STEP_MEASURED = 228
 HOPPER_PRODUCER_PROLOGUE_MEASURED = 236

@@ -212,13 +212,19 @@ ANY_TARGET = re.compile(r"0x([0-9a-f]+)\s*;")
 def successors(sass: list[tuple[int, str, str]]) -> dict[int, list[int]]:
     """The control-flow graph of a function's SASS as the converged warp runs it: address -> next addresses.
     A predicated branch may go either way; BRA.DIV (taken only when the warp has diverged) falls through and
-    BRA.CONV (taken when converged) is taken; a CALL returns to the next instruction; EXIT and RET end."""
+    BRA.CONV (taken when converged) is taken; a CALL returns to the next instruction, except sm_80's
+    reconvergence idiom (subroutine_calls: `@P CALL.REL.NOINC next; BRA top; next:`), which is a branch to its
+    target; EXIT and RET end."""
     out = {}
     for i, (address, op, line) in enumerate(sass):
         after = [sass[i + 1][0]] if i + 1 < len(sass) else []
         target = ANY_TARGET.search(line)
         predicated = PREDICATED.match(line) is not None
-        if op.startswith(("EXIT", "RET")):
+        skips_a_branch = (op.startswith("CALL.REL.NOINC") and target is not None and i + 2 < len(sass)
+                          and sass[i + 1][1].startswith("BRA") and int(target.group(1), 16) == sass[i + 2][0])
+        if skips_a_branch:
+            out[address] = [int(target.group(1), 16)] + (after if predicated else [])
+        elif op.startswith(("EXIT", "RET")):
             out[address] = after if predicated else []
         elif op.startswith("BRA.DIV"):
             out[address] = after

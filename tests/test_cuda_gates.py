@@ -251,5 +251,5 @@ def test_the_time_model_reads_the_mma_sync_paths_at_head_dim_128():
     s = cuda_gates.attn_model_paths(128)
     gate = dict(full_tile=s["full_tile"], masked_tile=s["masked_tile"], masked_loop_full=s["masked_loop_full_tile"],
                 control_unit=s["control_unit"], prologue=s["prologue"], epilogue=s["epilogue"], fill_step=s["fill_step"],
-                ctrl_tile=s["ctrl_tile"], direct_tile=s["direct_tile"])
+                ctrl_tile=s["ctrl_tile"], direct_tile=s["direct_tile"], cond_rotation=s["cond_rotation"])
     assert cuda_time_model.ATTN_128_MEASURED == gate
