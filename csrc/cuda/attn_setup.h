@@ -170,17 +170,23 @@ struct AttnBuffers {
   bool cond_raw;
 };
 
-// Whether the kernel reads the body values in place from v instead of a padded copy: the head dim is its
-// own padding (D = Dp: 64, 80 or 128), every row the tile copies read starts on 16 bytes (cp.async 16: v's
-// data and its batch, head and row strides in whole 16-byte chunks), and a KV head's rows lie within 32-bit
-// element offsets. RANGESWA_CUDA_VALUES=copy keeps the copy (for A/B measurements and tests).
+// Whether the kernel's tile copies (cp.async 16) can read an input x's body rows in place: the head dim is its
+// own padding, x's data and its batch, head and row strides are whole 16-byte chunks, and a KV head's rows lie
+// within 32-bit element offsets.
+inline bool rows_in_place(const AttnParams& ap, const AttnSetup& s, const void* x, const RowStrides& xs,
+                          int64_t element_bytes) {
+  auto whole = [&](int64_t elements) { return elements * element_bytes % 16 == 0; };
+  return ap.D == s.Dp && ap.L > 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && whole(xs.batch) &&
+         whole(xs.head) && whole(xs.row) && (ap.C + ap.L) * xs.row < (int64_t(1) << 31);
+}
+
+// Whether the kernel reads the body values in place from v instead of a padded copy (rows_in_place: D = Dp,
+// 64, 80 or 128, and 16-byte rows). RANGESWA_CUDA_VALUES=copy keeps the copy (for A/B measurements and tests).
 inline bool values_in_place(const AttnParams& ap, const AttnSetup& s, const void* v, const RowStrides& vs,
                             int64_t element_bytes) {
   const char* env = std::getenv("RANGESWA_CUDA_VALUES");
   if (env != nullptr && std::string(env) == "copy") return false;
-  auto whole = [&](int64_t elements) { return elements * element_bytes % 16 == 0; };
-  return ap.D == s.Dp && ap.L > 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0 && whole(vs.batch) &&
-         whole(vs.head) && whole(vs.row) && (ap.C + ap.L) * vs.row < (int64_t(1) << 31);
+  return rows_in_place(ap, s, v, vs, element_bytes);
 }
 
 // The body values the kernel reads (buf.v and buf.v_strides set): v itself when values_in_place, else a
@@ -210,11 +216,9 @@ inline bool cond_keys_in_place(const AttnParams& ap, const AttnSetup& s, const v
                                int64_t element_bytes) {
   const char* env = std::getenv("RANGESWA_CUDA_COND");
   if (env != nullptr && std::string(env) == "copy") return false;
-  auto whole = [&](int64_t elements) { return elements * element_bytes % 16 == 0; };
   const int64_t steps = ap.rope.rotary_dim / 8;  // of 4 pairs
-  return s.cond_keys && ap.D == s.Dp && ap.L > 0 && ap.rope.rotary_dim % 8 == 0 && (steps & (steps - 1)) == 0 &&
-         reinterpret_cast<uintptr_t>(k) % 16 == 0 && whole(ks.batch) && whole(ks.head) && whole(ks.row) &&
-         (ap.C + ap.L) * ks.row < (int64_t(1) << 31);
+  return s.cond_keys && ap.rope.rotary_dim % 8 == 0 && (steps & (steps - 1)) == 0 &&
+         rows_in_place(ap, s, k, ks, element_bytes);
 }
 
 // A call without a prepared context: where the control rows' body keys come from (buf.k and buf.k_strides
