@@ -294,6 +294,21 @@ def test_the_plan_census_refuses_a_retrieving_call_without_blocks():
 # ------------------------------------------------------------------- attn: body values read in place
 
 
+def layout_inputs(layout: str, shape: tuple, seed: int, misaligned: str) -> tuple:
+    """bf16 q, k, v of `shape` [B, H, N, D] as `layout` lays them out: views of one fused [B, N, 3, H, D] qkv
+    ("fused qkv": rows 3 H D elements apart), or three tensors with input `misaligned` ("k" or "v") one element
+    off 16 bytes ("misaligned": its rows stay whole 16-byte chunks apart, its data does not)."""
+    B, H, N, D = shape
+    g = torch.Generator().manual_seed(seed)
+    if layout == "fused qkv":
+        qkv = torch.randn(B, N, 3, H, D, generator=g).bfloat16()
+        return tuple(qkv[:, :, i].transpose(1, 2) for i in range(3))
+    x = dict(zip("qkv", (torch.randn(B, H, N, D, generator=g).bfloat16() for _ in range(3))))
+    if layout == "misaligned":
+        x[misaligned] = torch.cat([torch.zeros(1).bfloat16(), x[misaligned].flatten()])[1:].view(B, H, N, D)
+    return x["q"], x["k"], x["v"]
+
+
 @pytest.mark.parametrize("layout,in_place", [("contiguous", True), ("fused qkv", True), ("head dim 66", False),
                                              ("misaligned", False)])
 def test_body_values_read_in_place_are_the_copy_bit_for_bit(simt, monkeypatch, layout, in_place):
@@ -304,14 +319,7 @@ def test_body_values_read_in_place_are_the_copy_bit_for_bit(simt, monkeypatch, l
     cfg = preset("rangeswa", train_length=256)
     B, H, C, L = 1, 2, 12, 700
     D = 66 if layout == "head dim 66" else 64
-    g = torch.Generator().manual_seed(11)
-    if layout == "fused qkv":  # [B, N, 3, H, D]: rows 3 H D elements apart
-        qkv = torch.randn(B, C + L, 3, H, D, generator=g).bfloat16()
-        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
-    else:
-        q, k, v = (torch.randn(B, H, C + L, D, generator=g).bfloat16() for _ in range(3))
-        if layout == "misaligned":  # one element in: rows stay whole 16-byte chunks apart, the data does not
-            v = torch.cat([torch.zeros(1).bfloat16(), v.flatten()])[1:].view(B, H, C + L, D)
+    q, k, v = layout_inputs(layout, (B, H, C + L, D), seed=11, misaligned="v")
     blocks = ops.topk_blocks(q, k, cfg, C)
     args = ops.attn_arguments(cfg, C)
     out, lse = simt.attn(q, k, v, blocks, **args)
@@ -344,14 +352,7 @@ def test_control_keys_rotated_from_k_are_the_prepared_ones_bit_for_bit(simt, mon
         rotary_dim=rotary, rope_style="interleaved" if layout == "interleaved" else "half")
     B, H, C, L = 1, 2, 12, 1500  # two chunks of the control rows' keys, the second ragged
     D = 66 if layout == "head dim 66" else 64
-    g = torch.Generator().manual_seed(5)
-    if layout == "fused qkv":  # [B, N, 3, H, D]: rows 3 H D elements apart
-        qkv = torch.randn(B, C + L, 3, H, D, generator=g).bfloat16()
-        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
-    else:
-        q, k, v = (torch.randn(B, H, C + L, D, generator=g).bfloat16() for _ in range(3))
-        if layout == "misaligned":  # one element in: rows stay whole 16-byte chunks apart, the data does not
-            k = torch.cat([torch.zeros(1).bfloat16(), k.flatten()])[1:].view(B, H, C + L, D)
+    q, k, v = layout_inputs(layout, (B, H, C + L, D), seed=5, misaligned="k")
     blocks = ops.topk_blocks(q, k, cfg, C)
     args = ops.attn_arguments(cfg, C)
     out, lse = simt.attn(q, k, v, blocks, **args)
