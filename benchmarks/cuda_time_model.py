@@ -148,8 +148,9 @@ class Design:
     control_path: str = "own launch"
     control_unit: float = 0.0  # warp instructions of one 16-column unit ("warp split")
     # A control CTA thread's rotation of one batch of a tile's keys read from k itself (attn_setup.h
-    # cond_keys_in_place, mainloop.h rotate_cond_rows: one batch a 64-key tile at head dim 64, two a 32-key tile
-    # at 128, each one round trip), in warp instructions a warp; 0: the control rows read a prepared k_cond.
+    # cond_keys_in_place, mainloop.h CondRotation: one batch a 64-key tile at head dim 64, one a 32-key tile
+    # at 128, each a round trip but the first), in warp instructions a warp; 0: the control rows read a
+    # prepared k_cond.
     cond_rotation: float = 0.0
     control_ctas_per_head: int = 8  # one per chunk of 1,024 keys at 8k (scaled with L)
     launches: int = 10
@@ -201,11 +202,11 @@ MASKED_TILE_MEASURED = 785
 # ... and of a tile the masked loop takes whole (the trip through its votes, no logit block).
 MASKED_LOOP_FULL_MEASURED = 648
 # A control CTA's warp on one 16-column unit of a tile (the trip through mainloop.h control_unit, 32 MMAs):
-# 263, 272 once the control CTAs rotate their keys read from k (the loop laid out again).
-CONTROL_UNIT_MEASURED = 272
+# 263, 271 once the control CTAs rotate their keys read from k (the loop laid out again).
+CONTROL_UNIT_MEASURED = 271
 # ... and a thread's rotation of one batch of a tile's keys read from k itself (scripts/cuda_gates.py
-# attn_tile_paths cond_rotation: half the static span of mainloop.h rotate_cond_rows' two layouts).
-COND_ROTATION_MEASURED = 254
+# attn_tile_paths cond_rotation: half the static span of mainloop.h CondRotation::rotate's two layouts).
+COND_ROTATION_MEASURED = 231
 # A body warp's 16-column tiles in its masked loop (scripts/cuda_gates.py attn_tile_paths, the same SASS): a tile of
 # control keys, through the logit block (its columns past the C keys), and a direct record's or an Hn band's
 # (scores given). Not counted before 2026-12-03 (the census's kv_tiles leave them out).
@@ -220,7 +221,7 @@ PREPARE_LEAN_MEASURED = 16.4
 # through its rows' geometry to its first fill) and epilogue (to EXIT with its 8 output stores a lane), and one
 # fill step of its 32 rows (a thread a row, 32 rotated pairs in 4-pair steps). Were the reviews' estimates:
 # 1,500 a warp, 8 x 60 = 480 a fill.
-ATTN_PROLOGUE_MEASURED = 427  # 426 before the control CTAs rotated their keys
+ATTN_PROLOGUE_MEASURED = 426
 ATTN_EPILOGUE_MEASURED = 447
 ATTN_FILL_STEP_MEASURED = 594
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
@@ -384,14 +385,14 @@ def with_paths(base: Design, name: str, paths: dict, source: str, **fields) -> D
 # ---- head dim 128 ---------------------------------------------------------------------------------------
 # Both kernels at head dim 128 (bf16, sm_90a), counted the same way as at 64: the mma.sync kernel's plan has
 # 32-key tiles there (kernel_traits.h kv_tile_cols), so its census's tiles are 32-key ones. The mma.sync kernel
-# (scripts/cuda_gates.py attn_model_paths, three K/V stages): a 32-row warp's full tile 470 (128 MMAs: Q K^T
-# 2 x 4 x 8, P V 2 x 16 x 2), masked 624, a tile its masked loop takes whole 527, a control unit 339 (64 MMAs),
-# a control CTA thread's rotation batch of keys read from k 141 (two a 32-key tile), prologue 443, epilogue 790
+# (scripts/cuda_gates.py attn_model_paths, three K/V stages): a 32-row warp's full tile 462 (128 MMAs: Q K^T
+# 2 x 4 x 8, P V 2 x 16 x 2), masked 624, a tile its masked loop takes whole 527, a control unit 352 (64 MMAs),
+# a control CTA thread's rotation batch of keys read from k 233 (one a 32-key tile), prologue 442, epilogue 782
 # (16 output stores a lane), fill step 1,146 (64 pairs a thread: 16 round trips of 4-pair steps); a late row's
 # straddling dots 2 chunks a load over 16 chunks, 6 terms: 48 round trips. (472 / 626 / 529 / 327 / 446 before
 # the control CTAs rotated their keys, 2026-12-03.)
-ATTN_128_MEASURED = dict(full_tile=470, masked_tile=624, masked_loop_full=527, control_unit=339, prologue=443,
-                         epilogue=790, fill_step=1146, ctrl_tile=453, direct_tile=370, cond_rotation=141)
+ATTN_128_MEASURED = dict(full_tile=462, masked_tile=624, masked_loop_full=527, control_unit=352, prologue=442,
+                         epilogue=782, fill_step=1146, ctrl_tile=453, direct_tile=370, cond_rotation=233)
 SECOND_NOW_128 = with_paths(SECOND_NOW, "second design now (main), head dim 128", ATTN_128_MEASURED,
                             "head dim 128: the gate's SASS paths at 128 (attn_model_paths)",
                             control_unit=ATTN_128_MEASURED["control_unit"],
@@ -492,11 +493,12 @@ def control_phase(d: Design, L: int, head_dim: int = D) -> Phase:
     if d.control_path == "warp split":
         # The warps take the chunk's 16-column units in turn (a 64-key tile is 4 units, one a warp; a 32-key
         # tile 2): 64 units a chunk; the slot's one plain fill stays. Keys read from k itself: every warp rotates
-        # its share of each tile first (batches of 256 / head_dim steps of 4 pairs a thread, one round trip each).
-        batches = math.ceil(1024 / tiles * head_dim / 8 / 128 / max(1, 256 // head_dim)) if d.cond_rotation else 0
+        # its share of each tile first (batches of 4 steps of 4 pairs a thread, one round trip each
+        # but the first's, whose cos / sin loads are issued before the tile's own wait: mainloop.h CondRotation).
+        batches = math.ceil(1024 / tiles * head_dim / 8 / 128 / 4) if d.cond_rotation else 0
         return Phase("control", ctas=_heads() * chunks, warps_per_cta=4, resident=2,
                      warp_instructions=1024 / 16 * d.control_unit + d.cta_setup + tiles * batches * 4 * d.cond_rotation,
-                     bytes=reads, chain_cycles=(d.fill_round_trips + tiles * (1 + batches)) * H200.latency_cycles,
+                     bytes=reads, chain_cycles=(d.fill_round_trips + tiles * max(1, batches)) * H200.latency_cycles,
                      launches=0)
     if d.control_path == "16-row":
         # Rows of a 16-row split-K path inside the body launch: the same tiles, no launch or fill of their own.

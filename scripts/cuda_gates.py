@@ -553,12 +553,14 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
     stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
                  control_unit_ops=control["ops"])
     # A control CTA thread's rotation of one batch of its tile's keys read from k itself (mainloop.h
-    # rotate_cond_rows: kBatch = 256 / head_dim steps of 4 pairs, 8 FFMA and two 4-element stores a step): the
-    # static SASS between the first and the last address of its lines, halved. Its two layouts' instantiations
-    # lie there one after the other, each a straight-line batch (unrolled) with the tile's set-up and the loop's
-    # test, so half the span is one layout's batch and set-up. At head dim 64 one batch is a thread's share of a
-    # 64-key tile (64 rows x 8 steps over 128 threads), so 4 x this is a tile's rotation in warp instructions.
-    first, last = function_lines("rotate_cond_rows")
+    # CondRotation::rotate: kBatch = 4 steps of 4 pairs, 8 FFMA and two 4-element stores a step):
+    # the static SASS between the first and the last address of its lines, halved. Its two layouts'
+    # instantiations lie there one after the other, each a straight-line batch (unrolled) with the loop's test
+    # and a later batch's cos / sin loads, so half the span is one layout's batch (its first batch's table
+    # loads, issued before the tile's wait, are about as many). At head dim 64 one batch is a thread's share of
+    # a 64-key tile (64 rows x 8 steps over 128 threads), at 128 of a 32-key one (32 x 16), so 4 x this is a
+    # tile's rotation in warp instructions.
+    first, last = member_lines("rotate", "mainloop.h")
     rot = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
     span = [op.split(".")[0] for a, op, _ in sass if rot and min(rot) <= a <= max(rot)]
     stats.update(cond_rotation=len(span) // 2 if span else None,

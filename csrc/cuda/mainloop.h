@@ -328,52 +328,66 @@ __device__ __forceinline__ void rotate_pairs(typename Traits::Element* dst, cons
   store_slot<Element, kCore, P>(dst, y, b);
 }
 
-// A control CTA's tile of the control rows' body keys read from k itself (PreparedArrays::cond_raw), rotated
-// in its stage to the conditioning positions (key t.a + r at cos_cond / sin_cond row t.a + r) by the CTA's
+// A control CTA's tiles of the control rows' body keys read from k itself (PreparedArrays::cond_raw), rotated
+// in their stage to the conditioning positions (key t.a + r at cos_cond / sin_cond row t.a + r) by the CTA's
 // threads, as the preparation would have written k_cond: the same pairs and products (rotate_loaded). A thread
 // keeps one step of 4 pairs (the rotary half is 4 x a power of two: attn_setup.h cond_keys_in_place) in rows
-// kThreads / steps apart, kBatch of them with every load issued before any is used (one round trip a batch:
-// one a 64-key tile at head dim 64, two a 32-key tile at 128); the layout is a template, branched on once.
-template <typename Traits, bool kInterleaved>
-__device__ __forceinline__ void rotate_cond_rows(typename Traits::Element* sk, const KvTile& t,
-                                                 const AttnKernelParams& p) {
-  using Element = typename Traits::Element;
-  constexpr int kBatch = 256 / Traits::kHeadDim > 0 ? 256 / Traits::kHeadDim : 1;
-  const int half = p.rotary_half;
-  int shift = 0;  // steps = half / 4 = 1 << shift (at most 16 steps: head dims up to 128)
-  while ((4 << shift) < half) ++shift;
-  const int pass = Traits::kThreads >> shift;                    // rows a pass of the CTA's threads
-  const int u = 4 * (int(threadIdx.x) & ((half / 4) - 1));
-  const int xa = kInterleaved ? 2 * u : u, ya = kInterleaved ? 2 * u + 4 : u + half;
-  const float *cs = p.cos_cond + u, *sn = p.sin_cond + u;
-#pragma unroll 1
-  for (int r0 = int(threadIdx.x) >> shift; r0 < t.n; r0 += kBatch * pass) {
-    float a[kBatch][4], b[kBatch][4], c[kBatch][4], s[kBatch][4];
+// `pass` apart, kBatch of them with every load issued before any is used. The first batch's cos / sin are
+// loaded before the tile's own copy is waited for (CondRotation::tables), so their round trip overlaps the
+// copy's: a full rotary's tile is one batch of 4 steps a thread at head dims 64 and 128 (a 64-key tile of 8
+// steps a row, a 32-key one of 16) and waits on nothing more. (Batches of 4 spill nothing at any head dim:
+// scripts/cuda_gates.py.)
+template <typename Traits>
+struct CondRotation {
+  static constexpr int kBatch = 4;
+  int half, shift, pass, u, r0;  // steps = half / 4 = 1 << shift; the thread's step u and its first row r0
+  float c[kBatch][4], s[kBatch][4];
+
+  __device__ __forceinline__ explicit CondRotation(const AttnKernelParams& p) : half(p.rotary_half), shift(0) {
+    while ((4 << shift) < half) ++shift;  // at most 16 steps: head dims up to 128
+    pass = Traits::kThreads >> shift;
+    u = 4 * (int(threadIdx.x) & ((half / 4) - 1));
+    r0 = int(threadIdx.x) >> shift;
+  }
+  // The cos / sin of the batch from row `from` of tile t (rows past its keys: its last row's, never stored).
+  __device__ __forceinline__ void tables(const AttnKernelParams& p, const KvTile& t, int from) {
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      const int r = imin(r0 + i * pass, t.n - 1);  // past the keys: the last row again, not stored
-      const Element* row = sk + r * Traits::kStride;
-      load_elements<Element, 4>(row + xa, a[i]);
-      load_elements<Element, 4>(row + ya, b[i]);
-      load_floats<4>(cs + (t.a + r) * half, c[i]);
-      load_floats<4>(sn + (t.a + r) * half, s[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int r = r0 + i * pass;
-      if (r >= t.n) break;
-      rotate_loaded<4>(a[i], b[i], c[i], s[i], 1.f, kInterleaved);
-      store_elements<Element, 4>(sk + r * Traits::kStride + xa, a[i]);
-      store_elements<Element, 4>(sk + r * Traits::kStride + ya, b[i]);
+      const int32_t at = (t.a + imin(from + i * pass, t.n - 1)) * half + u;
+      load_floats<4>(p.cos_cond + at, c[i]);
+      load_floats<4>(p.sin_cond + at, s[i]);
     }
   }
-}
-template <typename Traits>
-__device__ __forceinline__ void rotate_cond_keys(typename Traits::Element* sk, const KvTile& t,
-                                                 const AttnKernelParams& p) {
-  if (p.interleaved) rotate_cond_rows<Traits, true>(sk, t, p);
-  else rotate_cond_rows<Traits, false>(sk, t, p);
-}
+  // Tile t's keys in stage sk, the first batch's tables already loaded (tables(p, t, r0)).
+  template <bool kInterleaved>
+  __device__ __forceinline__ void rotate(typename Traits::Element* sk, const KvTile& t, const AttnKernelParams& p) {
+    using Element = typename Traits::Element;
+    const int xa = kInterleaved ? 2 * u : u, ya = kInterleaved ? 2 * u + 4 : u + half;
+#pragma unroll 1
+    for (int from = r0; from < t.n; from += kBatch * pass) {
+      if (from != r0) tables(p, t, from);
+      float a[kBatch][4], b[kBatch][4];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const Element* row = sk + imin(from + i * pass, t.n - 1) * Traits::kStride;
+        load_elements<Element, 4>(row + xa, a[i]);
+        load_elements<Element, 4>(row + ya, b[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int r = from + i * pass;
+        if (r >= t.n) break;
+        rotate_loaded<4>(a[i], b[i], c[i], s[i], 1.f, kInterleaved);
+        store_elements<Element, 4>(sk + r * Traits::kStride + xa, a[i]);
+        store_elements<Element, 4>(sk + r * Traits::kStride + ya, b[i]);
+      }
+    }
+  }
+  __device__ __forceinline__ void rotate(typename Traits::Element* sk, const KvTile& t, const AttnKernelParams& p) {
+    if (p.interleaved) rotate<true>(sk, t, p);
+    else rotate<false>(sk, t, p);
+  }
+};
 
 // kPairs: the rotated pairs a step loads before using any (one global round trip a step): 4 (the mma.sync
 // kernel's), or 8 / 16 (the sm_90a kernel's: half / 16 round trips a fill), the rest of the rotary half by 4.
@@ -681,16 +695,21 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   bool have_cur = false;
   int stage = 1;
   int32_t first = 0;  // the warp of the current tile's first unit
+  // Keys read from k itself are rotated as each tile lands (CondRotation), its first cos / sin loaded before.
+  const bool cond_raw = p.kv.cond_raw && p.cos_cond != nullptr;
+  CondRotation<Traits> turn(p);
   // Iteration n issues the copy of tile n (plain row order) and computes tile n - 1.
   for (;;) {
     const bool have_nxt = cursor.advance<N, kCtrlCols>(p.geo, sRec, count, nullptr, 0, nxt);
+    const bool rotates = have_cur && cond_raw && KeySet(sRec[cur.record].keys) == KeySet::kCond;
+    if (rotates) turn.tables(p, cur, turn.r0);
     cp_async_wait_all();
     __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2
     copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, false);  // past the last tile: a zero fill
     cp_async_commit();
     if (!have_cur && !have_nxt) break;
-    if (have_cur && p.kv.cond_raw && p.cos_cond != nullptr && KeySet(sRec[cur.record].keys) == KeySet::kCond) {
-      rotate_cond_keys<Traits>(sK + stage * Traits::kKVElems, cur, p);  // k's own rows, as they landed
+    if (rotates) {
+      turn.rotate(sK + stage * Traits::kKVElems, cur, p);  // k's own rows, as they landed
       __syncthreads();  // every warp reads keys another warp rotated
     }
     if (have_cur) {
