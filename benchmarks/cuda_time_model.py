@@ -302,20 +302,26 @@ SECOND_TARGETS = replace(
 # end and the record's bias read once a span, SpanCursor::advance only where a span ends): 207 / 358 / 106; the
 # fill's and epilogue's changes below laid the masked loop out again: 207 / 359 / 106. The masked loop's record
 # fields and row bounds held in registers while its record lasts (body_kernel.h masked_run / masked_record: a
-# tile of the same record reads neither from shared memory, nor votes on the record): 207 / 350 / 106.
-HOPPER_FULL_TILE_MEASURED = 207
-HOPPER_MASKED_TILE_MEASURED = 353
-HOPPER_PRODUCER_TILE_MEASURED = 106
+# tile of the same record reads neither from shared memory, nor votes on the record): 207 / 350 / 106; 207 / 353 /
+# 106 with the control CTAs' rotation (laid out again).
+# Then (2026-12-03, fifth session) 32 rows a consumer warp at head dim 64 (hopper/body_layout.h HopperTraits
+# kMBlocks = 2: one consumer warpgroup of 128 rows, two m64 products an operand tile, 16 HGMMA a tile; two CTAs
+# a multiprocessor, 256 threads, the producer warpgroup at 32 registers and the consumers at 224, three K/V
+# stages each): a tile's waits, mbarriers, descriptors, loop and votes count once for 32 rows. A 32-row warp's
+# trips: 369 / 566 / 115 (per 16 rows 184.5 / 283, against 207 / 353 with 16 rows a warp).
+HOPPER_FULL_TILE_MEASURED = 369
+HOPPER_MASKED_TILE_MEASURED = 566
+HOPPER_PRODUCER_TILE_MEASURED = 115
 # ... and a tile its masked loop takes whole (the trip through the warps' votes, no logit block): 282, with
-# the record held in registers 273.
-HOPPER_MASKED_LOOP_FULL_MEASURED = 276
+# the record held in registers 273; 276 later; 433 a 32-row warp.
+HOPPER_MASKED_LOOP_FULL_MEASURED = 433
 HOPPER_PRODUCER_WARPS = 1
 # Its 16-column tiles (hopper_tile_paths): a tile of control keys and an Hn band's (scores given), each on its own
 # path (body_kernel.h whole_tile: no votes, row bounds or group barrier, since every row sees each of their
 # columns alike): 141 / 175 (were the masked loop's 16-column trips, 246 / 218, with the masked trips above at
-# 350 / 273).
-HOPPER_CTRL_TILE_MEASURED = 141
-HOPPER_DIRECT_TILE_MEASURED = 175
+# 350 / 273); 214 / 246 a 32-row warp.
+HOPPER_CTRL_TILE_MEASURED = 214
+HOPPER_DIRECT_TILE_MEASURED = 246
 # Its costs outside the tile loops (scripts/cuda_gates.py hopper_fixed_paths, the same SASS, each the cheapest
 # path a converged warp takes: a strided prologue loop that a warp's lanes skip is skipped, so these are lower
 # bounds where the plan has more records or retrieved blocks than the cheapest path's). A consumer warp: entry to
@@ -331,15 +337,18 @@ HOPPER_DIRECT_TILE_MEASURED = 175
 # words (mainloop.h store_slot with kCore: were four 4-byte stores a chunk, 16 STS a step, now 4):
 # 229 / 154 / 246 / 236; the split fill's steps laid out for a row at a non-negative position too (the sign
 # 1 known: no sine multiplied by it, 16 FMUL a step fewer; only the right variant's first rows are negative),
-# the counted path: 229 / 154 / 225 / 236.
-HOPPER_CONSUMER_PROLOGUE_MEASURED = 231  # 232 before the control CTAs rotated their keys (the code laid out again)
-HOPPER_CONSUMER_EPILOGUE_MEASURED = 154
-HOPPER_FILL_STEP_MEASURED = 228
-HOPPER_PRODUCER_PROLOGUE_MEASURED = 236
+# the counted path: 229 / 154 / 225 / 236; 231 / 154 / 228 / 236 with the control CTAs' rotation. With 32 rows a
+# consumer warp (its fill and its straddling dots in two passes of 16 rows, two lanes a row as before; 8 output
+# stores a lane): 262 / 293 / 437 / 239.
+HOPPER_CONSUMER_PROLOGUE_MEASURED = 262
+HOPPER_CONSUMER_EPILOGUE_MEASURED = 293
+HOPPER_FILL_STEP_MEASURED = 437
+HOPPER_PRODUCER_PROLOGUE_MEASURED = 239
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",
-    rows_per_cta=128, warps=8, wgmma=True, producer_warps=HOPPER_PRODUCER_WARPS, resident=1,
+    # At head dim 64: one consumer warpgroup of 128 rows (4 warps of 32), two CTAs a multiprocessor.
+    rows_per_cta=128, warps=4, wgmma=True, producer_warps=HOPPER_PRODUCER_WARPS, resident=2,
     full_tile=HOPPER_FULL_TILE_MEASURED,
     masked_extra=HOPPER_MASKED_TILE_MEASURED - HOPPER_FULL_TILE_MEASURED,
     # A whole tile in the masked loop: the gate's trip through the warps' votes (measured; was an estimate, the
@@ -350,26 +359,27 @@ HOPPER = replace(
     # Per consumer warp: the prologue and the epilogue (measured: hopper_fixed_paths; was the mma.sync kernel's
     # estimate of 1,500 a warp), per CTA the producer warpgroup's 4 warps' prologue. Fills: every lane of a
     # warp, two a row (fill_row_vector's kSplit), each rotating half the row's 32 pairs (head dim 64) in one
-    # step of 16 (kFillPairs): the measured fill step (was the mma.sync kernel's estimate of 15 a pair times
-    # 16 pairs = 240). Round trips (the source's loads, HopperTraits): one step a
-    # lane, every load issued first, 1 a fill (the mma.sync kernel's 4-pair steps: 8); a straddling dot loads
-    # its whole row of 8 chunks first (kDotChunks), one round trip a term, a row's terms split over its two
-    # lanes (even / odd): 2 + 1 + 1 for the natural, left and right variants of a late row (the mma.sync
-    # kernel's 2 chunks a load, 6 terms in a row: 24). With one CTA a multiprocessor nothing hides these (the
-    # chain term's 1 / resident).
+    # step of 16 (kFillPairs), the warp's 32 rows in two passes of 16: the measured fill (was the mma.sync
+    # kernel's estimate of 15 a pair times 16 pairs = 240 for 16 rows). Round trips (the source's loads,
+    # HopperTraits): one step a lane, every load issued first, 1 a pass, 2 a fill (the mma.sync kernel's 4-pair
+    # steps: 8); a straddling dot loads its whole row of 8 chunks first (kDotChunks), one round trip a term, a
+    # row's terms split over its two lanes (even / odd): 2 + 1 + 1 for the natural, left and right variants of
+    # a late row, twice (the mma.sync kernel's 2 chunks a load, 6 terms in a row: 24). The chain term is halved
+    # by the two CTAs a multiprocessor (1 / resident): one CTA's round trips overlap the other's tiles.
     cta_setup=HOPPER_CONSUMER_PROLOGUE_MEASURED + HOPPER_CONSUMER_EPILOGUE_MEASURED,
     producer_setup=4 * HOPPER_PRODUCER_PROLOGUE_MEASURED,
-    fill_instructions=HOPPER_FILL_STEP_MEASURED, fill_round_trips=1, mixed_round_trips=4,
-    # Its logit tiles counted per 16-row consumer warp, as its masked loop decides them (a warpgroup computes
-    # a tile one of its warps needs; a warp that would skip it takes it masked): the census's
-    # logit_path_tiles_per_warp16 (was the per 32-row warp count, logit_path_tiles_per_warp).
-    extra_tiles="logit16",
+    fill_instructions=HOPPER_FILL_STEP_MEASURED, fill_round_trips=2, mixed_round_trips=8,
+    # Its logit tiles counted per 32-row consumer warp, as its masked loop decides them (the warpgroup computes a
+    # tile one of its warps needs; a warp that would skip it takes it masked): the census's
+    # logit_path_tiles_per_warp, the mma.sync kernel's warps' rows (logit16, per 16-row warp, with 16 rows a
+    # warp).
+    extra_tiles="logit",
     sources=("consumer / producer tiles: the gate's SASS trips (sm_90a, hopper_tile_paths)",
-             "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 16-row consumer warp "
-             "(logit_path_tiles_per_warp16)", "prologue, epilogue and fill step: the gate's SASS paths (hopper_fixed_paths, "
+             "tensor time at wgmma's datasheet rate", "logit tiles: the census's per 32-row warp "
+             "(logit_path_tiles_per_warp)", "prologue, epilogue and fill step: the gate's SASS paths (hopper_fixed_paths, "
              "cheapest paths)",
              "fill and straddling-dot round trips: the loads the source issues before use (kFillPairs, kDotChunks)",
-             "issue efficiency: the fit at 8 warps / SM, applied at 12"),
+             "issue efficiency: the fit at 8 warps / SM, applied at 10 (two CTAs of 4 consumer and 1 producer warps)"),
 )
 
 
@@ -411,13 +421,21 @@ SECOND_NOW_128 = with_paths(SECOND_NOW, "second design now (main), head dim 128"
 # 156 / 276 / 222 / 106 a 32-key tile: late 32k at 466 TFLOP/s (47% of the peak) against 549 on 64-key tiles,
 # both on the call's union and both before the 16-column tiles were counted (2026-12-03: 537 with them, 549
 # again with the dots in one load).
-HOPPER_128_MEASURED = dict(full_tile=219, masked_tile=365, masked_loop_full=288, producer_tile=158, prologue=259,
-                           epilogue=273, fill_step=392, producer_prologue=236, ctrl_tile=153, direct_tile=175)
-HOPPER_128 = with_paths(HOPPER, "sm_90a warp-specialized body kernel, head dim 128", HOPPER_128_MEASURED,
-                        "head dim 128: the gate's SASS paths at 128 (hopper_gate path_dims)",
-                        producer_tile=HOPPER_128_MEASURED["producer_tile"],
-                        producer_setup=4 * HOPPER_128_MEASURED["producer_prologue"], fill_round_trips=2,
-                        mixed_round_trips=4)
+# (The same code generalized to 32-row warps at head dim 64 laid it out again: masked 366, voted 289, prologue 261,
+# epilogue 268; were 365 / 288 / 259 / 273.)
+HOPPER_128_MEASURED = dict(full_tile=219, masked_tile=366, masked_loop_full=289, producer_tile=158, prologue=261,
+                           epilogue=268, fill_step=392, producer_prologue=236, ctrl_tile=153, direct_tile=175)
+# Its consumer warps hold 16 rows (kMBlocks = 1: two consumer warpgroups, one CTA a multiprocessor), so its logit
+# tiles are the census's per 16-row warp.
+HOPPER_128 = with_paths(
+    replace(HOPPER, warps=8, resident=1, extra_tiles="logit16",
+            sources=tuple(s for s in HOPPER.sources if not s.startswith(("logit tiles", "issue efficiency")))
+            + ("logit tiles: the census's per 16-row consumer warp (logit_path_tiles_per_warp16)",
+               "issue efficiency: the fit at 8 warps / SM, applied at 9 (8 consumer and 1 producer warps)")),
+    "sm_90a warp-specialized body kernel, head dim 128", HOPPER_128_MEASURED,
+    "head dim 128: the gate's SASS paths at 128 (hopper_gate path_dims)",
+    producer_tile=HOPPER_128_MEASURED["producer_tile"], producer_setup=4 * HOPPER_128_MEASURED["producer_prologue"],
+    fill_round_trips=2, mixed_round_trips=4)
 
 
 def union_flops(L: int, cols_per_row: float, head_dim: int) -> float:

@@ -590,15 +590,30 @@ HOPPER_KERNEL = "hopper_attn_kernel"
 # loop with 16- and kBlockN-column tiles, the fills, the bands and the epilogue). The HGMMA share counts each
 # HGMMA m64nNk16 as the N / 8 m16n8k16 a warp does with it (hgmma_work_share; the plain count, hgmma_share, is
 # reported beside it): the same unit as the mma.sync kernel's HMMA share.
-HOPPER_LIMITS = dict(producer_regs=40, consumer_regs=232, consumer_threads=256, max_sass=12000, min_hgmma_share=0.04)
+HOPPER_LIMITS = dict(max_sass=12000, min_hgmma_share=0.04)
 HGMMA_SHAPE = re.compile(r"\bHGMMA\.(\d+x\d+x\d+)")
 SETMAXREG = re.compile(r"USETMAXREG\.(DEALLOC|TRY_ALLOC)\S*\s+(?:U?P\d+,\s*)?(0x[0-9a-f]+|\d+)")
 
 
+def hopper_roles(head_dim: int) -> dict:
+    """hopper/body_layout.h HopperTraits at `head_dim`: a consumer warp's m16 blocks (kMBlocks: 2 at head dim 64,
+    one consumer warpgroup of 128 rows and two CTAs a multiprocessor; else 1, two warpgroups of 64 rows and one
+    CTA), the consumer threads, the CTAs a multiprocessor, and the register split per role (setmaxnreg: the
+    producer warpgroup down to 32 or 40, the consumers up to 224 or 232, within the 64K register file for
+    `resident` CTAs)."""
+    m_blocks = 2 if head_dim == 64 else 1
+    consumers = 128 // (64 * m_blocks)
+    resident = 2 if consumers == 1 else 1
+    return dict(m_blocks=m_blocks, consumer_threads=128 * consumers, threads=128 + 128 * consumers,
+                resident=resident, producer_regs=32 if resident == 2 else 40,
+                consumer_regs=224 if resident == 2 else 232)
+
+
 def hopper_kernel_name(head_dim: int) -> str:
-    """A substring of the mangled name of hopper_attn_kernel<HopperTraits<Element, head_dim>> (its last template
-    argument, then the parameter list), unique in an attn_hopper_<dtype>.cu cubin (it holds these kernels only)."""
-    return f"Li{head_dim}EEEEEvNS0_16AttnKernelParamsE"
+    """A substring of the mangled name of hopper_attn_kernel<HopperTraits<Element, head_dim, m_blocks>> (its last
+    two template arguments, then the parameter list), unique in an attn_hopper_<dtype>.cu cubin (it holds these
+    kernels only)."""
+    return f"Li{head_dim}ELi{hopper_roles(head_dim)['m_blocks']}EEEEEvNS0_16AttnKernelParamsE"
 
 
 def register_roles(cubin: str, kernel: str) -> dict:
@@ -618,14 +633,18 @@ def register_roles(cubin: str, kernel: str) -> dict:
 # head dims 64 and 128; four at 80).
 def hopper_tile_counts(head_dim: int) -> dict:
     """What one tile and one fill of the Hopper kernel at `head_dim` issue (hopper/body_layout.h HopperTraits):
-    the tile's HGMMA per consumer warpgroup, its cp.async per copying producer thread, the fill's rotation
-    FFMA per lane (two lanes a row, half the rotated pairs each, 2 FFMA a pair) and the epilogue's 16-byte
-    output stores per lane (16 rows of head_dim / 8 chunks over 32 lanes)."""
+    the tile's HGMMA per consumer warpgroup (each of its m_blocks m64 products), a 16-column tile's (control keys:
+    Q K^T and P V; given scores: P V), its cp.async per copying producer thread, the fill's rotation FFMA per
+    lane (two lanes a row, half the rotated pairs each, 2 FFMA a pair, 16 rows at a time: m_blocks passes) and
+    the epilogue's 16-byte output stores per lane (the warp's 16 m_blocks rows of head_dim / 8 chunks over 32
+    lanes)."""
     keys = 64
     chunks = head_dim // 8
+    mb = hopper_roles(head_dim)["m_blocks"]
     producer_warps = 1 if 32 % chunks == 0 else 4
-    return dict(hgmma=head_dim // 16 + keys // 16, copies=keys * chunks * 2 // (32 * producer_warps),
-                fill_ffma=head_dim // 2, epilogue_stores=16 * chunks // 32, producer_warps=producer_warps)
+    return dict(hgmma=mb * (head_dim // 16 + keys // 16), ctrl_hgmma=mb * (head_dim // 16 + 1), direct_hgmma=mb,
+                copies=keys * chunks * 2 // (32 * producer_warps), fill_ffma=mb * head_dim // 2,
+                epilogue_stores=16 * mb * chunks // 32, producer_warps=producer_warps, m_blocks=mb)
 
 
 HOPPER_TILE_HGMMA = hopper_tile_counts(64)["hgmma"]
@@ -656,10 +675,10 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     # (body_kernel.h whole_tile: Q K^T m64n16k16 a key step, then P V, one HGMMA), and a direct record's or an
     # Hn band's (scores given: mainloop.h given_scores; P V alone; on an H100 / H200 the bands', whole_tile too).
     n16 = {a for a, _, line in sass if "HGMMA.64x16x16" in line}
-    ctrl = tile_path(sass, head_dim // 16 + 1, through=n16, copy_ops=("SYNCS",)) if n16 else dict(instructions=None)
+    ctrl = tile_path(sass, counts["ctrl_hgmma"], through=n16, copy_ops=("SYNCS",)) if n16 else dict(instructions=None)
     first, last = function_lines("given_scores")
     given = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
-    direct = tile_path(sass, 1, through=given, copy_ops=("SYNCS",)) if given else dict(instructions=None)
+    direct = tile_path(sass, counts["direct_hgmma"], through=given, copy_ops=("SYNCS",)) if given else dict(instructions=None)
     return dict(consumer_full_tile=full["instructions"], consumer_full_tile_hgmma=full.get("mma"),
                 consumer_full_tile_ops=full.get("ops", {}), consumer_masked_tile=masked["instructions"],
                 consumer_masked_loop_full_tile=voted["instructions"],
@@ -838,9 +857,9 @@ def attn_model_paths(head_dim: int = 128, arch: str = "90a") -> dict:
         return dict(attn_tile_paths(cubin, kernel, head_dim), **attn_fixed_paths(cubin, kernel, head_dim))
 
 
-def hopper_failures(stats: dict) -> list[str]:
-    """The limits a compiled Hopper body kernel breaks (empty: it passes)."""
-    out, L = [], HOPPER_LIMITS
+def hopper_failures(stats: dict, head_dim: int) -> list[str]:
+    """The limits a compiled Hopper body kernel at `head_dim` breaks (empty: it passes)."""
+    out, L, R = [], HOPPER_LIMITS, hopper_roles(head_dim)
     if stats["spill_stores"] or stats["spill_loads"] or stats["stack"] or stats["local"]:
         out.append(f"spills / stack / local memory: {stats['spill_stores']} B stored, {stats['stack']} B stack, "
                    f"{stats['local']} local instructions")
@@ -852,10 +871,13 @@ def hopper_failures(stats: dict) -> list[str]:
     if stats["instructions"] > L["max_sass"]:
         out.append(f"static SASS {stats['instructions']} > {L['max_sass']}")
     roles = stats["setmaxnreg"]
-    if set(roles["producer"]) != {L["producer_regs"]} or set(roles["consumer"]) != {L["consumer_regs"]}:
-        out.append(f"register split {roles} is not producer {L['producer_regs']} / consumers {L['consumer_regs']}")
-    if 128 * L["producer_regs"] + L["consumer_threads"] * L["consumer_regs"] > 65536:
+    if set(roles["producer"]) != {R["producer_regs"]} or set(roles["consumer"]) != {R["consumer_regs"]}:
+        out.append(f"register split {roles} is not producer {R['producer_regs']} / consumers {R['consumer_regs']}")
+    if R["resident"] * (128 * R["producer_regs"] + R["consumer_threads"] * R["consumer_regs"]) > 65536:
         out.append("the register split exceeds the 64K register file")
+    if stats["registers"] is None or stats["registers"] * R["threads"] * R["resident"] > 65536:
+        out.append(f"{stats['registers']} registers at launch: {R['threads']} threads x {R['resident']} CTAs "
+                   f"exceed the 64K register file")
     if stats["setmaxnreg_ignored"]:
         out.append("ptxas ignored setmaxnreg (warning C7508)")
     if stats["wgmma_serialized"]:
@@ -896,7 +918,8 @@ def hopper_gate(sources=HOPPER_SOURCES, head_dims=(64, 80, 128), path_dims=(64, 
                 # (non-wgmma instructions defining accumulators in flight), C7514 (... reading them).
                 stats["wgmma_serialized"] = ("C7515" in report or "C7514" in report
                                              or "wgmma.mma_async instructions are serialized" in report)
-                stats["failures"] = hopper_failures(stats)
+                stats["head_dim"] = d
+                stats["failures"] = hopper_failures(stats, d)
                 results[(src, d)] = stats
     return results
 

@@ -2,7 +2,8 @@
 bf16 and fp16 sources compiled by nvcc for sm_90a, ptxas's report and the SASS held to scripts/cuda_gates.py's
 HOPPER_LIMITS: no spills, stack or local memory; no CALL; HGMMA present at every product's shape (Q K^T at the
 KV tile's width and at 16 columns, P V at the head dim) and no HMMA; HGMMA's work share; the register split
-per role (setmaxnreg: the producer warpgroup at 40, the consumer warpgroups at 232) and ptxas honouring it;
+per role (setmaxnreg, cuda_gates.hopper_roles: at head dim 64 the producer warpgroup at 32 and the one consumer
+warpgroup at 224, two CTAs a multiprocessor; else 40 and two consumer warpgroups at 232) and ptxas honouring it;
 the wgmma kept asynchronous (no C7514 / C7515 serialization advisory);
 the static SASS size. One test per (source, head dim, limit).
 """
@@ -30,13 +31,16 @@ def measured():
 
 
 L = cuda_gates.HOPPER_LIMITS
+ROLES = {d: cuda_gates.hopper_roles(d) for d in HEAD_DIMS}
 LIMIT_CHECKS = {
     "no_spills_or_local_memory": lambda s: not (s["spill_stores"] or s["spill_loads"] or s["stack"] or s["local"]),
     "no_calls": lambda s: not s["calls"] and not s["division_calls"],
     "hgmma_share": lambda s: s["hgmma"] > 0 and s["hgmma_work_share"] >= L["min_hgmma_share"],
     "static_sass": lambda s: s["instructions"] <= L["max_sass"],
-    "register_split": lambda s: (set(s["setmaxnreg"]["producer"]) == {L["producer_regs"]}
-                                 and set(s["setmaxnreg"]["consumer"]) == {L["consumer_regs"]}),
+    "register_split": lambda s: (set(s["setmaxnreg"]["producer"]) == {ROLES[s["head_dim"]]["producer_regs"]}
+                                 and set(s["setmaxnreg"]["consumer"]) == {ROLES[s["head_dim"]]["consumer_regs"]}),
+    "registers_at_launch": lambda s: (s["registers"] is not None and s["registers"] * ROLES[s["head_dim"]]["threads"]
+                                      * ROLES[s["head_dim"]]["resident"] <= 65536),
     "setmaxnreg_honoured": lambda s: not s["setmaxnreg_ignored"],
     "wgmma_not_serialized": lambda s: not s["wgmma_serialized"],
 }
@@ -64,13 +68,18 @@ def test_the_hopper_gate_sees_every_product(measured, case):
 
 
 def test_the_register_split_fits_the_register_file():
-    """The traits' split (hopper/body_layout.h) is the gate's, and 128 producer threads at its count plus 256
-    consumer threads at theirs fit a multiprocessor's 64K registers with the kernel alone on it."""
+    """The traits' split (hopper/body_layout.h: two CTAs of one consumer warpgroup, or one of two) is the gate's
+    (cuda_gates.hopper_roles), and the resident CTAs' 128 producer threads at its count plus their consumer
+    threads at theirs fit a multiprocessor's 64K registers."""
     text = open(os.path.join(ROOT, "csrc", "cuda", "hopper", "body_layout.h")).read()
-    producer = int(re.search(r"kProducerRegs = (\d+)", text).group(1))
-    consumer = int(re.search(r"kConsumerRegs = (\d+)", text).group(1))
-    assert (producer, consumer) == (L["producer_regs"], L["consumer_regs"])
-    assert 128 * producer + L["consumer_threads"] * consumer <= 65536
+    producer = re.search(r"kProducerRegs = kResident == 2 \? (\d+) : (\d+);", text)
+    consumer = re.search(r"kConsumerRegs = kResident == 2 \? (\d+) : (\d+);", text)
+    two, one = ROLES[64], ROLES[128]
+    assert (two["resident"], one["resident"], ROLES[80]["resident"]) == (2, 1, 1)
+    assert (int(producer.group(1)), int(consumer.group(1))) == (two["producer_regs"], two["consumer_regs"])
+    assert (int(producer.group(2)), int(consumer.group(2))) == (one["producer_regs"], one["consumer_regs"])
+    for r in ROLES.values():
+        assert r["resident"] * (128 * r["producer_regs"] + r["consumer_threads"] * r["consumer_regs"]) <= 65536
 
 
 def test_the_register_role_parser_on_sass_lines():
@@ -78,7 +87,7 @@ def test_the_register_role_parser_on_sass_lines():
     dealloc = "        /*0450*/                   USETMAXREG.DEALLOC.CTAPOOL 0x28 ;"
     alloc = "        /*0c90*/                   USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8 ;"
     m1, m2 = cuda_gates.SETMAXREG.search(dealloc), cuda_gates.SETMAXREG.search(alloc)
-    assert (m1.group(1), int(m1.group(2), 0)) == ("DEALLOC", 40)
+    assert (m1.group(1), int(m1.group(2), 0)) == ("DEALLOC", 40)  # 0x28
     assert (m2.group(1), int(m2.group(2), 0)) == ("TRY_ALLOC", 232)
     assert cuda_gates.SETMAXREG.search("        /*0100*/   IMAD.MOV.U32 R1, RZ, RZ, 0x28 ;") is None
 
@@ -107,11 +116,13 @@ def test_the_time_model_reads_the_measured_hopper_tiles(measured):
 def test_control_and_band_tiles_take_no_votes_or_group_barrier(measured, head_dim):
     """A tile every row sees whole (control keys, an Hn band: body_kernel.h whole_tile) skips the masked loop's
     votes and its warpgroup's bar.red.or: its trip holds Q K^T of 16 columns a key step and one P V (control keys),
-    or P V alone (a band's given scores), and no BAR; and it costs less than a masked 64-key tile."""
+    or P V alone (a band's given scores), per m64 product of the group, and no BAR; and it costs less than a
+    masked 64-key tile."""
     s = measured[("csrc/cuda/attn_hopper_bf16.cu", head_dim)]
     ctrl, band = s["consumer_ctrl_tile_ops"], s["consumer_direct_tile_ops"]
-    assert ctrl.get("HGMMA") == head_dim // 16 + 1 and "BAR" not in ctrl, ctrl
-    assert band.get("HGMMA") == 1 and "BAR" not in band, band
+    mb = cuda_gates.hopper_roles(head_dim)["m_blocks"]
+    assert ctrl.get("HGMMA") == mb * (head_dim // 16 + 1) and "BAR" not in ctrl, ctrl
+    assert band.get("HGMMA") == mb and "BAR" not in band, band
     assert s["consumer_ctrl_tile"] < s["consumer_masked_loop_full_tile"] and s["consumer_direct_tile"] < s["consumer_masked_tile"]
 
 
@@ -134,17 +145,19 @@ def test_the_time_model_reads_the_measured_hopper_paths_at_head_dim_128(measured
 
 def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
     """... and its per-CTA costs outside the tile loops (cuda_gates.hopper_fixed_paths): a consumer warp's
-    prologue and epilogue, a fill step, a producer warpgroup warp's prologue; the epilogue's path holds its
-    output stores and the fill step its rotation (16 pairs a lane at head dim 64, 2 FFMA a pair)."""
+    prologue and epilogue, a fill of its rows, a producer warpgroup warp's prologue; the epilogue's path holds its
+    output stores (8 a lane: 32 rows) and the fill its rotation (16 pairs a lane and pass of 16 rows at head dim
+    64, 2 FFMA a pair, two passes)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import cuda_time_model
 
     s = measured[("csrc/cuda/attn_hopper_bf16.cu", 64)]
     assert s["consumer_prologue_ops"].get("USETMAXREG", 0) == 1
-    assert s["consumer_epilogue_ops"].get("STG", 0) >= 4 and s["consumer_epilogue_ops"].get("EXIT", 0) >= 1
-    assert s["fill_step_ops"].get("FFMA", 0) >= 32
-    # ... and writes its 16 rotated pairs (64 bytes a lane) in 16-byte shared stores (mainloop.h store_slot, kCore)
-    assert s["fill_step_ops"].get("STS", 0) == 4
+    assert s["consumer_epilogue_ops"].get("STG", 0) >= 8 and s["consumer_epilogue_ops"].get("EXIT", 0) >= 1
+    assert s["fill_step_ops"].get("FFMA", 0) >= 64
+    # ... and writes its 16 rotated pairs (64 bytes a lane) a pass in 16-byte shared stores (mainloop.h
+    # store_slot, kCore)
+    assert s["fill_step_ops"].get("STS", 0) == 8
     assert cuda_time_model.HOPPER_CONSUMER_PROLOGUE_MEASURED == s["consumer_prologue"]
     assert cuda_time_model.HOPPER_CONSUMER_EPILOGUE_MEASURED == s["consumer_epilogue"]
     assert cuda_time_model.HOPPER_FILL_STEP_MEASURED == s["fill_step"]

@@ -169,6 +169,27 @@ def test_hopper_kernel_at_head_dim_128_fits_an_h200_on_64_key_tiles(simt, monkey
     assert torch.allclose(lse, mma_lse, atol=1e-3)
 
 
+@pytest.mark.parametrize("name,stage", [("rangeswa", "late"), ("rangeswa", "early"), ("rangeswa_lite", "late")])
+def test_hopper_kernel_at_head_dim_64_fits_two_ctas_a_multiprocessor(simt, monkeypatch, name, stage):
+    """At head dim 64 a CTA is one consumer warpgroup of 128 rows (hopper/body_layout.h kMBlocks = 2) and two
+    CTAs share a multiprocessor: with 3 K/V stages and the plan's region each takes at most half an H100 /
+    H200's 233,472 bytes of shared memory less the 1,024 the driver reserves a CTA, for the benchmark's calls
+    (benchmarks/bench_gpu_attention.py: rangeswa late with top-K 8 and early, Lite); and the answer is the
+    mma.sync kernel's."""
+    cfg, C, L = preset(name), 12, 1024
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, C + L, 64, generator=gen).to(torch.bfloat16) for _ in range(3))
+    retrieved = ops.topk_blocks(q, k, cfg, C, stage)
+    args = ops.attn_arguments(cfg, C, stage)
+    out, lse = _attn(simt, monkeypatch, "hopper", q, k, v, retrieved, args)
+    smem = simt.stats()[8]
+    stages = 3 * 64 * (64 + 72) * 2
+    assert 128 * 64 * 2 + stages < smem <= 233472 // 2 - 1024, smem
+    mma, mma_lse = _attn(simt, monkeypatch, "mma", q, k, v, retrieved, args)
+    assert ((out.float() - mma.float()).abs().max() <= 1e-2 * mma.float().abs().max()).item()
+    assert torch.allclose(lse, mma_lse, atol=1e-3)
+
+
 # ---------------------------------------------------------------------------------- the whole grid
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)

@@ -93,14 +93,16 @@ def test_prepare_reads_v_only_where_it_makes_value_arrays():
 
 def test_the_hopper_design_runs_its_products_at_the_wgmma_rate():
     """The sm_90a body kernel's design (issue 30): its body's tensor term is the flops at wgmma's rate, its
-    issue term counts 8 consumer warps and the producer warps' copies per tile, one CTA per SM, and its
+    issue term counts the consumer warps (at head dim 64 4 warps of 32 rows, two CTAs an SM; at 128 8 warps of
+    16 rows, one CTA an SM: hopper/body_layout.h kMBlocks) and the producer warps' copies per tile, and its
     control CTAs take a launch of their own; the mma.sync design's body keeps the mma.sync rate."""
     entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
     hop, now = model.HOPPER, model.SECOND_NOW
-    assert hop.wgmma and hop.warps == 8 and hop.producer_warps > 0 and hop.resident == 1
+    assert hop.wgmma and hop.warps == 4 and hop.producer_warps > 0 and hop.resident == 2
+    assert model.HOPPER_128.warps == 8 and model.HOPPER_128.resident == 1
     phases = dict((p.name, p) for p in model.second_design_phases(hop, entries, "late", 8192))
     body = phases["body"]
-    assert body.wgmma and body.resident == 1 and body.warps_per_cta == 8 + hop.producer_warps
+    assert body.wgmma and body.resident == 2 and body.warps_per_cta == 4 + hop.producer_warps
     r = body.time(model.H200, 0.5)
     assert math.isclose(r["tensor"], body.flops / model.H200.wgmma_flops)
     mma_body = dict((p.name, p) for p in model.second_design_phases(now, entries, "late", 8192))["body"]
@@ -126,23 +128,25 @@ def test_the_hopper_producer_warps_are_the_ones_the_gate_counts():
     assert hop.producer_warps == (1 if 32 % (64 // 8) == 0 else 4)
 
 
-def test_the_hopper_design_charges_logit_tiles_per_16_row_warp():
-    """The sm_90a kernel's consumer warps hold 16 rows: its design reads the census's logit-path tiles per
-    16-row warp (as its masked loop decides them, per warpgroup), not the mma.sync kernel's per 32-row warp."""
+def test_the_hopper_design_charges_logit_tiles_per_warp_of_its_rows():
+    """The sm_90a kernel's consumer warps hold 32 rows at head dim 64 (the mma.sync kernel's warps' rows) and
+    16 at 128: each design reads the census's logit-path tiles per warp of its rows (as its masked loop decides
+    them, per warpgroup); a warp of 16 rows takes the logit path on no more tiles than one of 32."""
     entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
     e = entries["rangeswa_lite|32768|64"]
-    assert 0 < e["logit_path_tiles_per_warp16"] <= e["kv_tiles"] - e["unmasked_tiles"]
-    assert model.HOPPER.extra_tiles == "logit16"
+    assert 0 < e["logit_path_tiles_per_warp16"] <= e["logit_path_tiles_per_warp"] <= e["kv_tiles"] - e["unmasked_tiles"]
+    assert model.HOPPER.extra_tiles == "logit" and model.HOPPER_128.extra_tiles == "logit16"
     census = dict(kv_tiles=e["kv_tiles"], logit=e["logit_path_tiles_per_warp"],
                   logit16=e["logit_path_tiles_per_warp16"], unmasked=e["unmasked_tiles"], fills=e["slot_fills"],
                   cols_per_row=e["cols_per_row"])
-    hop = model.HOPPER
-    body = model.body_phase(hop, census, 32768, True)
-    per_warp = (census["unmasked"] * hop.full_tile + (census["kv_tiles"] - census["unmasked"] - census["logit16"])
-                * hop.masked_loop_full + census["logit16"] * (hop.full_tile + hop.masked_extra) + hop.cta_setup
-                + census["fills"] * hop.fill_instructions)
-    producer = hop.producer_warps * census["kv_tiles"] * hop.producer_tile + hop.producer_setup
-    assert math.isclose(body.warp_instructions, hop.warps * per_warp + producer)
+    for hop in (model.HOPPER, model.HOPPER_128):
+        body = model.body_phase(hop, census, 32768, True)
+        logit = census[hop.extra_tiles]
+        per_warp = (census["unmasked"] * hop.full_tile + (census["kv_tiles"] - census["unmasked"] - logit)
+                    * hop.masked_loop_full + logit * (hop.full_tile + hop.masked_extra) + hop.cta_setup
+                    + census["fills"] * hop.fill_instructions)
+        producer = hop.producer_warps * census["kv_tiles"] * hop.producer_tile + hop.producer_setup
+        assert math.isclose(body.warp_instructions, hop.warps * per_warp + producer)
 
 
 def test_the_hopper_design_at_128_runs_its_own_plan_on_the_calls_union(tmp_path):

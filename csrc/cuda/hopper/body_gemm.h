@@ -5,8 +5,10 @@
 //
 // Accumulators are wgmma's m64nN fragment (hopper.h): d[4 n + e] is row 16 w + g + 8 (e / 2), column
 // 8 n + 2 q + e % 2 for warp w of the warpgroup, lane 4 g + q: per warp exactly mma.sync's m16n8 C fragments
-// of one m16 block, so the mma.sync kernel's logits and softmax (mainloop.h tile_logits, softmax.h) run on
-// them unchanged, viewed as [1][N / 8][4] (as_blocks).
+// of one m16 block. A group's MB products (HopperTraits::kMBlocks) give each warp MB such blocks, which the
+// query slot's row order (HopperTraits::slot_row) makes the warp's consecutive rows, so the mma.sync kernel's
+// logits and softmax (mainloop.h tile_logits, softmax.h) run on them unchanged, viewed as [MB][N / 8][4]
+// (as_blocks).
 #pragma once
 
 #include <cstdint>
@@ -17,10 +19,11 @@
 
 namespace rangeswa::cuda {
 
-// A wgmma accumulator of N / 2 floats viewed as the mma.sync kernel's [1][N / 8][4] fragments.
-template <int N>
-__device__ __forceinline__ float (&as_blocks(float (&d)[N / 2]))[1][N / 8][4] {
-  return *reinterpret_cast<float(*)[1][N / 8][4]>(&d);
+// MB wgmma accumulators of N / 2 floats (a warp's rows in MB m16 blocks: HopperTraits::kMBlocks) viewed as the
+// mma.sync kernel's [MB][N / 8][4] fragments.
+template <int MB, int N>
+__device__ __forceinline__ float (&as_blocks(float (&d)[MB][N / 2]))[MB][N / 8][4] {
+  return *reinterpret_cast<float(*)[MB][N / 8][4]>(&d);
 }
 
 // Descriptors of a core-matrix tile of Dp (K-major) or W (MN-major: a V stage's kValueCols) columns at shared
@@ -53,40 +56,53 @@ template <int W>
 inline constexpr uint32_t kMnmajorHi = uint32_t(hopper::make_smem_desc(0, 16 * W, 128, hopper::Swizzle::kNone) >> 32);
 __device__ __forceinline__ uint64_t desc_words(uint32_t lo, uint32_t hi) { return uint64_t(hi) << 32 | lo; }
 
-// S (64 rows x kCols keys) = Q K^T over the head dim: q_lo and k_lo the low descriptor words (kmajor_lo) of
-// the warpgroup's first slot row and of the tile's first key (core-matrix tiles); the k16 step ks starts
-// 256 ks bytes in.
-template <typename Traits, int kCols>
-__device__ __forceinline__ void qk_issue(float (&s)[kCols / 2], uint32_t q_lo, uint32_t k_lo) {
+// The low descriptor word's step from a group's m64 product to the next (slot rows 64 mb ..: HopperTraits::slot_row).
+template <typename Traits>
+inline constexpr uint32_t kQBlockStep = uint32_t(core_row<Traits::kHeadDim>(64) * sizeof(typename Traits::Element) / 16);
+
+// S (MB products of 64 rows x kCols keys) = Q K^T over the head dim: q_lo and k_lo the low descriptor words
+// (kmajor_lo) of the warpgroup's first slot row and of the tile's first key (core-matrix tiles); product mb's
+// rows start 64 mb slot rows in (kQBlockStep), the k16 step ks 256 ks bytes in. Every product of the same
+// key operand, issued in one group.
+template <typename Traits, int kCols, int MB>
+__device__ __forceinline__ void qk_issue(float (&s)[MB][kCols / 2], uint32_t q_lo, uint32_t k_lo) {
   constexpr int Dp = Traits::kHeadDim;
   hopper::wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < Dp / 16; ++ks)
-    hopper::wgmma_ss<kCols, typename Traits::Element>(s, desc_words(q_lo + 16 * ks, kKmajorHi<Dp>),
-                                                      desc_words(k_lo + 16 * ks, kKmajorHi<Dp>), ks > 0);
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int ks = 0; ks < Dp / 16; ++ks)
+      hopper::wgmma_ss<kCols, typename Traits::Element>(
+          s[mb], desc_words(q_lo + mb * kQBlockStep<Traits> + 16 * ks, kKmajorHi<Dp>),
+          desc_words(k_lo + 16 * ks, kKmajorHi<Dp>), ks > 0);
 }
 
-// P as wgmma's A fragments, one per key step (hopper.h: a[0] = (row g, keys 2q..2q+1), a[1] = (row g + 8, ..),
-// a[2] = (row g, keys 2q+8..), a[3] = (row g + 8, keys 2q+8..)), rounded to the element type.
-template <typename Traits, int kCols>
-__device__ __forceinline__ void pack_p(uint32_t (&a)[kCols / 16][4], const float (&p)[kCols / 2]) {
+// P as wgmma's A fragments, per product and key step (hopper.h: a[0] = (row g, keys 2q..2q+1), a[1] = (row
+// g + 8, ..), a[2] = (row g, keys 2q+8..), a[3] = (row g + 8, keys 2q+8..)), rounded to the element type.
+template <typename Traits, int kCols, int MB>
+__device__ __forceinline__ void pack_p(uint32_t (&a)[MB][kCols / 16][4], const float (&p)[MB][kCols / 2]) {
   using Element = typename Traits::Element;
 #pragma unroll
-  for (int ks = 0; ks < kCols / 16; ++ks)
+  for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a[ks][r] = pack2<Element>(p[8 * ks + 2 * r], p[8 * ks + 2 * r + 1]);
+    for (int ks = 0; ks < kCols / 16; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[mb][ks][r] = pack2<Element>(p[mb][8 * ks + 2 * r], p[mb][8 * ks + 2 * r + 1]);
 }
 
-// O (64 rows x W = kValueCols: the head dim's columns, then the row sums) += P V over the tile's kCols keys:
-// v_lo the low descriptor word (mnmajor_lo) of the tile's first key; the key step ks starts 32 W ks bytes in.
-template <typename Traits, int kCols>
-__device__ __forceinline__ void pv_issue(float (&o)[Traits::kValueCols / 2], const uint32_t (&a)[kCols / 16][4],
-                                         uint32_t v_lo) {
+// O (MB products of 64 rows x W = kValueCols: the head dim's columns, then the row sums) += P V over the tile's
+// kCols keys: v_lo the low descriptor word (mnmajor_lo) of the tile's first key; the key step ks starts 32 W
+// ks bytes in.
+template <typename Traits, int kCols, int MB>
+__device__ __forceinline__ void pv_issue(float (&o)[MB][Traits::kValueCols / 2],
+                                         const uint32_t (&a)[MB][kCols / 16][4], uint32_t v_lo) {
   constexpr int W = Traits::kValueCols;
   hopper::wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < kCols / 16; ++ks)
-    hopper::wgmma_rs<W, typename Traits::Element, 1>(o, a[ks], desc_words(v_lo + 2 * W * ks, kMnmajorHi<W>), 1);
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int ks = 0; ks < kCols / 16; ++ks)
+      hopper::wgmma_rs<W, typename Traits::Element, 1>(o[mb], a[mb][ks], desc_words(v_lo + 2 * W * ks, kMnmajorHi<W>), 1);
 }
 
 }  // namespace rangeswa::cuda

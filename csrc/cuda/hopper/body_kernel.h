@@ -220,6 +220,7 @@ template <typename Traits>
 struct Consumer {
   using Element = typename Traits::Element;
   static constexpr int M = Traits::kBlockM, N = Traits::kBlockN, Dp = Traits::kHeadDim, DT = Dp / 8;
+  static constexpr int MB = Traits::kMBlocks, WR = Traits::kWarpRows;  // a warp's m16 blocks, its rows
   static constexpr int W = Traits::kValueCols, WT = W / 8;  // P V's columns: the values', then the row sums'
   static constexpr int kBandStride = HopperLayout<Traits>::kBandStride;
 
@@ -227,14 +228,14 @@ struct Consumer {
   const HopperCta<Traits>& c;
   const BodyCta& cta;
   const BandRecords& bands;
-  int ct, group, warp, lane, tq;  // warp: the consumer warp (0..7), 16 rows each
-  int row0;                       // the lane's first row (rows row0 and row0 + 8)
-  int my_row;                     // the row this lane keeps per-row state for (lanes 0..15)
+  int ct, group, warp, lane, tq;  // warp: the consumer warp, WR rows each
+  int row0;                       // the lane's first row (rows row0 + 16 mb + 8 h)
+  int my_row;                     // the row this lane keeps per-row state for (lanes 0..WR - 1)
   bool owner;
   uint32_t q_lo;                  // the low descriptor word of the group's first slot row (body_gemm.h)
   uint32_t k_lo, v_lo;            // ... of stage 0's keys and values (a stage adds kStageK / kStageV)
-  OnlineSoftmax<1> softmax;
-  float o[W / 2];  // P V's accumulator: the output (DT 8-column tiles), then the row sums (one more)
+  OnlineSoftmax<MB> softmax;
+  float o[MB][W / 2];  // P V's accumulators: the output (DT 8-column tiles), then the row sums (one more)
   RingSlot<Traits::kStages> slot;
 
   __device__ __forceinline__ Consumer(const AttnKernelParams& p_, const HopperCta<Traits>& c_, const BodyCta& cta_,
@@ -244,15 +245,17 @@ struct Consumer {
     warp = ct / 32;
     lane = ct % 32;
     tq = lane % 4;
-    row0 = 16 * warp + lane / 4;
-    my_row = 16 * warp + (lane & 15);
-    owner = lane < 16;
+    row0 = WR * warp + lane / 4;
+    my_row = WR * warp + lane % WR;
+    owner = lane < WR;
     q_lo = __shfl_sync(0xffffffffu, kmajor_lo<Dp>(hopper::smem_u32(c.sQ + core_row<Dp>(Traits::kGroupRows * group))), 0);
     k_lo = kmajor_lo<Dp>(hopper::smem_u32(c.sK));
     v_lo = mnmajor_lo<W>(hopper::smem_u32(c.sV));
     softmax.init();
 #pragma unroll
-    for (int i = 0; i < W / 2; ++i) o[i] = 0.f;
+    for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+      for (int i = 0; i < W / 2; ++i) o[mb][i] = 0.f;
   }
 
   __device__ __forceinline__ void sync_consumers() const {
@@ -293,44 +296,55 @@ struct Consumer {
       }
       hopper::fence_proxy_async_shared();
       sync_consumers();
-      float sc[kBandBlocks / 2];
+      float sc[MB][kBandBlocks / 2];
       qk_issue<Traits, kBandBlocks>(sc, q_lo, kmajor_lo<Dp>(hopper::smem_u32(c.sBandK)));
       hopper::wgmma_commit();
       hopper::wgmma_wait<0>();
       const BandEdge e = band_edge(side, v);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + 8 * h;
-        const Bounds b = band_columns(e, reinterpret_cast<const int32_t*>(c.sRow + row)[e.field], k0, nb);
-        float* out = c.sBand + (side * M + row) * kBandStride;
+      for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-        for (int n = 0; n < kBandBlocks / 8; ++n)
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + 16 * mb + 8 * h;
+          const Bounds b = band_columns(e, reinterpret_cast<const int32_t*>(c.sRow + row)[e.field], k0, nb);
+          float* out = c.sBand + (side * M + row) * kBandStride;
 #pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int col = n * 8 + 2 * tq + j;
-            if (uint32_t(col - b.lo) < uint32_t(b.hi - b.lo)) out[col] = sc[4 * n + 2 * h + j];
-          }
-      }
+          for (int n = 0; n < kBandBlocks / 8; ++n)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const int col = n * 8 + 2 * tq + j;
+              if (uint32_t(col - b.lo) < uint32_t(b.hi - b.lo)) out[col] = sc[mb][4 * n + 2 * h + j];
+            }
+        }
       sync_consumers();  // both groups read the band tile (the next side or variant overwrites it)
     }
   }
 
   // The slot's variants from fill slot `from` to `to` that the tile needs: after a barrier that ends every
-  // consumer's use of the slot (their wgmma retired), the fill (each warp's 16 rows, two lanes a row: lanes
-  // l and l + 16 each rotate half its pairs, fill_row_vector's kSplit), the async-proxy fence (wgmma reads the
-  // slot), a barrier, the straddling blocks' dots (the row's terms split over the same two lanes) and the bands.
+  // consumer's use of the slot (their wgmma retired), the fill (each warp's rows 16 at a time, two lanes a row:
+  // lanes l and l + 16 each rotate half its pairs, fill_row_vector's kSplit; a row into its slot row,
+  // HopperTraits::slot_row), the async-proxy fence (wgmma reads the slot), a barrier, the straddling blocks'
+  // dots (the row's terms split over the same two lanes) and the bands.
   __device__ __forceinline__ void fill_slots(int32_t from, int32_t to) {
 #pragma unroll 1
     for (int32_t at = from; at <= to; ++at) {
       const QVar v = variant_at(at);
       if (!((cta.needed >> int(v)) & 1)) continue;
       sync_consumers();
-      Element* row = c.sQ + core_row<Dp>(my_row);
-      fill_slot_row<Traits, true, Traits::kFillPairs, true>(p, cta, v, my_row, row, lane / 16);
+#pragma unroll 1
+      for (int mb = 0; mb < MB; ++mb) {
+        const int r = WR * warp + 16 * mb + (lane & 15);
+        fill_slot_row<Traits, true, Traits::kFillPairs, true>(p, cta, v, r, c.sQ + core_row<Dp>(Traits::slot_row(r)),
+                                                              lane / 16);
+      }
       hopper::fence_proxy_async_shared();
       sync_consumers();
-      straddling_dots<Traits, true, Traits::kDotChunks, true>(p, cta, v, my_row, row, c.sRow, c.sMixA, c.sMixB,
-                                                              lane / 16);
+#pragma unroll 1
+      for (int mb = 0; mb < MB; ++mb) {
+        const int r = WR * warp + 16 * mb + (lane & 15);
+        straddling_dots<Traits, true, Traits::kDotChunks, true>(p, cta, v, r, c.sQ + core_row<Dp>(Traits::slot_row(r)),
+                                                                c.sRow, c.sMixA, c.sMixB, lane / 16);
+      }
       band_dots(v);
     }
   }
@@ -343,11 +357,11 @@ struct Consumer {
   // Logits and softmax of the group's scores s on a tile (tile_logits, OnlineSoftmax), P into a, then
   // P V issued (not committed).
   template <int kCols, bool kLogits>
-  __device__ __forceinline__ void softmax_pv(float (&s)[kCols / 2], uint32_t (&a)[kCols / 16][4],
+  __device__ __forceinline__ void softmax_pv(float (&s)[MB][kCols / 2], uint32_t (&a)[MB][kCols / 16][4],
                                              const WarpTile<Element>& w, uint32_t v) {
-    auto& blocks = as_blocks<kCols>(s);
-    if constexpr (kLogits) tile_logits<1, kCols>(blocks, w);
-    softmax.template update<kCols / 8, WT, false>(blocks, as_blocks<W>(o), w.scale_log2, w.bias);
+    auto& blocks = as_blocks<MB, kCols>(s);
+    if constexpr (kLogits) tile_logits<MB, kCols>(blocks, w);
+    softmax.template update<kCols / 8, WT, false>(blocks, as_blocks<MB, W>(o), w.scale_log2, w.bias);
     pack_p<Traits, kCols>(a, s);
     pv_issue<Traits, kCols>(o, a, v);
   }
@@ -355,15 +369,15 @@ struct Consumer {
   // A masked-loop tile of kCols columns for the group: scores (Q K^T, or given), then softmax_pv; retired.
   template <int kCols>
   __device__ __forceinline__ void masked_tile(const WarpTile<Element>& w) {
-    float s[kCols / 2];
+    float s[MB][kCols / 2];
     if (w.given == nullptr) {
       qk_issue<Traits, kCols>(s, q_lo, stage_k(slot.stage));
       hopper::wgmma_commit();
       hopper::wgmma_wait<0>();
     } else {
-      given_scores<1, kCols / 8>(as_blocks<kCols>(s), w.given, w.given_rows, w.given_cols, w.row0, tq);
+      given_scores<MB, kCols / 8>(as_blocks<MB, kCols>(s), w.given, w.given_rows, w.given_cols, w.row0, tq);
     }
-    uint32_t a[kCols / 16][4];
+    uint32_t a[MB][kCols / 16][4];
     softmax_pv<kCols, true>(s, a, w, stage_v(slot.stage));
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
@@ -377,10 +391,10 @@ struct Consumer {
   // retired. The same operations as masked_tile on these tiles.
   template <bool kBand>
   __device__ __forceinline__ void whole_tile(const KvTile& t, const Record& rec) {
-    float s[kCtrlCols / 2];
+    float s[MB][kCtrlCols / 2];
     if constexpr (kBand) {
       const float* given = c.sBand + (Scope(rec.scope) == Scope::kMixedLeft ? 0 : M) * kBandStride;
-      given_scores<1, kCtrlCols / 8>(as_blocks<kCtrlCols>(s), given, kBandStride, 1, row0, tq);
+      given_scores<MB, kCtrlCols / 8>(as_blocks<MB, kCtrlCols>(s), given, kBandStride, 1, row0, tq);
     } else {
       qk_issue<Traits, kCtrlCols>(s, q_lo, stage_k(slot.stage));
       hopper::wgmma_commit();
@@ -395,26 +409,30 @@ struct Consumer {
       if (rec.flags & kRecExclude) dead |= uint32_t(exclusion_bits(p.geo, c.sRet, c.k, t.a, t.n));
       ragged = ragged_column(p.geo, rec, t);
     }
-    if (dead != 0) {  // warp-uniform: s[4 n + 2 h + j] is column 8 n + 2 tq + j (rows row0 + 8 h)
+    if (dead != 0) {  // warp-uniform: s[mb][4 n + 2 h + j] is column 8 n + 2 tq + j (rows row0 + 16 mb + 8 h)
 #pragma unroll
-      for (int n = 0; n < kCtrlCols / 8; ++n)
+      for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
-          if ((dead >> (8 * n + 2 * tq + j)) & 1u) s[4 * n + j] = s[4 * n + 2 + j] = -INFINITY;
+        for (int n = 0; n < kCtrlCols / 8; ++n)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            if ((dead >> (8 * n + 2 * tq + j)) & 1u) s[mb][4 * n + j] = s[mb][4 * n + 2 + j] = -INFINITY;
     }
     if (ragged >= 0) {  // warp-uniform: its column's scores shifted so that the softmax's a x + b has its bias
       const float delta = __fdividef(p.geo.log2_last_block - rec.bias_log2, p.scale_log2);
 #pragma unroll
-      for (int n = 0; n < kCtrlCols / 8; ++n)
+      for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
-          if (8 * n + 2 * tq + j == ragged) {
-            s[4 * n + j] += delta;
-            s[4 * n + 2 + j] += delta;
-          }
+        for (int n = 0; n < kCtrlCols / 8; ++n)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            if (8 * n + 2 * tq + j == ragged) {
+              s[mb][4 * n + j] += delta;
+              s[mb][4 * n + 2 + j] += delta;
+            }
     }
-    uint32_t a[kCtrlCols / 16][4];
-    softmax.template update<kCtrlCols / 8, WT, false>(as_blocks<kCtrlCols>(s), as_blocks<W>(o), p.scale_log2,
+    uint32_t a[MB][kCtrlCols / 16][4];
+    softmax.template update<kCtrlCols / 8, WT, false>(as_blocks<MB, kCtrlCols>(s), as_blocks<MB, W>(o), p.scale_log2,
                                                       rec.bias_log2);
     pack_p<Traits, kCtrlCols>(a, s);
     pv_issue<Traits, kCtrlCols>(o, a, stage_v(slot.stage));
@@ -429,9 +447,9 @@ struct Consumer {
   // next tile's P is packed. The scores have one buffer (P V reads P from its own registers) and nothing is
   // copied between tiles. `cur` is the run's first tile; on return, the tile after the run.
   __device__ __forceinline__ void unmasked_run(SpanCursor& cursor, KvTile& cur) {
-    float s[N / 2];
-    uint32_t a[N / 16][4];
-    float alpha[2];
+    float s[MB][N / 2];
+    uint32_t a[MB][N / 16][4];
+    float alpha[2 * MB];
     // The span's end and its record's bias, read again only where a span ends: within a span the next tile
     // is this one moved on by the span's tile width (what SpanCursor::advance gives, computed in registers).
     int32_t span_end = c.sSpan[cursor.span].end;
@@ -440,8 +458,8 @@ struct Consumer {
     qk_issue<Traits, N>(s, q_lo, stage_k(slot.stage));
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
-    if (softmax.template fold<N / 8, false>(as_blocks<N>(s), p.scale_log2, bias, alpha))
-      softmax.template rescale<WT>(as_blocks<W>(o), alpha);
+    if (softmax.template fold<N / 8, false>(as_blocks<MB, N>(s), p.scale_log2, bias, alpha))
+      softmax.template rescale<WT>(as_blocks<MB, W>(o), alpha);
     pack_p<Traits, N>(a, s);
     KvTile nxt;
 #pragma unroll 1
@@ -466,10 +484,10 @@ struct Consumer {
       pv_issue<Traits, N>(o, a, stage_v(slot.stage));
       hopper::wgmma_commit();
       hopper::wgmma_wait<1>();  // the next tile's Q K^T (this tile's P V, committed after it, may run on)
-      const bool raised = softmax.template fold<N / 8, false>(as_blocks<N>(s), p.scale_log2, bias, alpha);
+      const bool raised = softmax.template fold<N / 8, false>(as_blocks<MB, N>(s), p.scale_log2, bias, alpha);
       hopper::wgmma_wait<0>();  // this tile's P V: its stage is free, the output may be rescaled
       release();
-      if (raised) softmax.template rescale<WT>(as_blocks<W>(o), alpha);
+      if (raised) softmax.template rescale<WT>(as_blocks<MB, W>(o), alpha);
       pack_p<Traits, N>(a, s);
       cur = nxt;
     }
@@ -540,7 +558,7 @@ struct Consumer {
         mine = Bounds{c.sLo[my_row], c.sHi[my_row]};
       }
       cur.excluded = (rec.flags & kRecExclude) ? exclusion_bits(g, c.sRet, c.k, cur.a, cur.n) : 0;
-      const bool row = owner && valid;  // lanes 16..31 hold the same rows: no vote of their own
+      const bool row = owner && valid;  // with one m16 block lanes 16..31 hold the same rows: no vote of their own
       TileWork work = classify(__all_sync(0xffffffffu, row_sees_all(mine, cur, row)),
                                __any_sync(0xffffffffu, row_sees_any(mine, cur, row)), rec);
       if (hopper::named_barrier_or(kGroupBarrier0 + group, 128, work != TileWork::kSkip)) {
@@ -585,38 +603,41 @@ struct Consumer {
     }
   }
 
-  // O / l in the element type, staged through the slot (rows of Dp elements) so that rows leave in 16-byte
-  // stores; the log-sum-exp per row.
+  // O / l in the element type, staged through the slot (rows of Dp elements, in the CTA's row order) so that
+  // rows leave in 16-byte stores; the log-sum-exp per row.
   __device__ __forceinline__ void epilogue() {
-    // Each row's probability sum, from P V's columns of ones (every lane of the row's quad holds it whole).
-    const float row_sum[2] = {o[4 * DT], o[4 * DT + 2]};
     sync_consumers();  // every group is done with the slot
     Element* staged = c.sQ;
     const int64_t out0 = cta.row0;
     const int32_t nrows = cta.nrows;
     constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      const float inv = __fdividef(1.f, row_sum[h]);
+    for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-      for (int dt = 0; dt < DT; ++dt)
-        store2(staged + row * Dp + dt * 8 + 2 * tq, o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
-      if (tq == 0 && row < nrows) p.lse[out0 + row] = (softmax.m[h] + __log2f(row_sum[h])) * kLn2;
-    }
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 16 * mb + 8 * h;
+        // The row's probability sum, from P V's columns of ones (every lane of the row's quad holds it whole).
+        const float row_sum = o[mb][4 * DT + 2 * h];
+        const float inv = __fdividef(1.f, row_sum);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+          store2(staged + row * Dp + dt * 8 + 2 * tq, o[mb][4 * dt + 2 * h] * inv, o[mb][4 * dt + 2 * h + 1] * inv);
+        if (tq == 0 && row < nrows) p.lse[out0 + row] = (softmax.m[2 * mb + h] + __log2f(row_sum)) * kLn2;
+      }
     __syncwarp();
     Element* out = static_cast<Element*>(p.out);
     constexpr int kChunk = 8;
+    const int first = WR * warp;  // the warp's rows: first .. first + WR - 1
     if constexpr (32 % Traits::kChunks == 0) {
       if (p.D % kChunk == 0) {  // whole rows a pass (head dims 64, 128): one column a lane, rows kRowStep apart
         constexpr int kRowStep = 32 / Traits::kChunks;
-        const int row = 16 * warp + lane / Traits::kChunks, col = (lane % Traits::kChunks) * kChunk;
+        const int row = first + lane / Traits::kChunks, col = (lane % Traits::kChunks) * kChunk;
         if (col < p.D) {
           Element* dst = out + (out0 + row) * p.D + col;
           const Element* from = staged + row * Dp + col;
           const int64_t step = int64_t(kRowStep) * p.D;
 #pragma unroll
-          for (int i = 0; i < 16 / kRowStep; ++i)
+          for (int i = 0; i < WR / kRowStep; ++i)
             if (row + kRowStep * i < nrows)
               *reinterpret_cast<uint4*>(dst + i * step) = *reinterpret_cast<const uint4*>(from + i * kRowStep * Dp);
         }
@@ -625,16 +646,16 @@ struct Consumer {
     }
     if (p.D % kChunk == 0) {  // rows of D elements stay 16-byte aligned
 #pragma unroll 1
-      for (int x = lane; x < 16 * Traits::kChunks; x += 32) {
-        const int row = 16 * warp + x / Traits::kChunks, col = (x % Traits::kChunks) * kChunk;
+      for (int x = lane; x < WR * Traits::kChunks; x += 32) {
+        const int row = first + x / Traits::kChunks, col = (x % Traits::kChunks) * kChunk;
         if (row < nrows && col < p.D)
           *reinterpret_cast<uint4*>(out + (out0 + row) * p.D + col) =
               *reinterpret_cast<const uint4*>(staged + row * Dp + col);
       }
     } else {
 #pragma unroll 1
-      for (int x = lane; x < 16 * Dp; x += 32) {
-        const int row = 16 * warp + x / Dp, col = x % Dp;
+      for (int x = lane; x < WR * Dp; x += 32) {
+        const int row = first + x / Dp, col = x % Dp;
         if (row < nrows && col < p.D) out[(out0 + row) * p.D + col] = staged[row * Dp + col];
       }
     }
@@ -786,7 +807,7 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
 // other passes of the build (sm_80 SASS, its PTX) get an empty kernel that the host never launches
 // (hopper/body_launch.h hopper_kernel_built).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1) hopper_attn_kernel(const __grid_constant__ AttnKernelParams p) {
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kResident) hopper_attn_kernel(const __grid_constant__ AttnKernelParams p) {
 #if defined(RANGESWA_SIMT) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   hopper_body_cta<Traits>(p);
 #endif

@@ -27,7 +27,15 @@
 
 namespace rangeswa::cuda {
 
-template <typename Element_, int kHeadDim_>
+// kMBlocks_: the m16 blocks of rows a consumer warp holds, i.e. the m64 accumulators of its warpgroup's
+// products. 1: two consumer warpgroups of 64 rows (warp w of group c: rows 64 c + 16 w ..), one CTA a
+// multiprocessor. 2 (head dim 64): one consumer warpgroup of all 128 rows, two m64 products an operand tile
+// (slot rows 0..63, then 64..127; warp w holds rows 32 w .. 32 w + 31, HopperTraits::slot_row), so a tile's
+// waits, votes, barriers and loop count once for 32 rows a warp instead of 16, and two CTAs a multiprocessor
+// (256 threads: the producer warpgroup at 24 registers, the consumers at 232) overlap one CTA's prologue,
+// fills and epilogue with the other's tiles. Head dims 80 and 128 keep 1: two accumulators of P V's 44 or 68
+// registers a thread would not fit with the scores.
+template <typename Element_, int kHeadDim_, int kMBlocks_ = (kHeadDim_ == 64 ? 2 : 1)>
 struct HopperTraits {
   using Element = Element_;
   static_assert(!std::is_same_v<Element, float>, "wgmma takes 16-bit operands: fp32 stays on the mma.sync kernel");
@@ -35,14 +43,29 @@ struct HopperTraits {
   static constexpr int kHeadDim = kHeadDim_;  // padded
   static constexpr int kBlockM = kAttnTileRows;                  // the plan's query tile
   static constexpr int kBlockN = kHopperTileCols;                 // the plan's KV tile (64 keys)
-  static constexpr int kGroupRows = 64;                          // a consumer warpgroup's rows: wgmma's M
+  static constexpr int kMBlocks = kMBlocks_;                     // m16 blocks a consumer warp, m64 products a group
+  static constexpr int kWarpRows = 16 * kMBlocks;                // a consumer warp's rows
+  static constexpr int kGroupRows = 64 * kMBlocks;               // a consumer warpgroup's rows
   static constexpr int kConsumers = kBlockM / kGroupRows;        // consumer warpgroups
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;        // warpgroup 0 produces
-  static constexpr int kStages = 4;                              // K/V stages of the mbarrier ring
-  // setmaxnreg: the producer gives registers up, the consumers take them (128 x 40 + 256 x 232 <= 64K).
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
+  static constexpr int kResident = kConsumers == 1 ? 2 : 1;      // CTAs a multiprocessor (__launch_bounds__)
+  // K/V stages of the mbarrier ring: 4, or 3 where two CTAs share a multiprocessor (each with the plan's region
+  // within half its shared memory: tests/test_simt_hopper_attn.py; the other CTA's copies overlap this one's).
+  static constexpr int kStages = kResident == 2 ? 3 : 4;
+  // setmaxnreg: the producer gives registers up, the consumers take them (per multiprocessor:
+  // kResident x (128 x producer + kConsumerThreads x consumer) <= 64K).
+  static constexpr int kProducerRegs = kResident == 2 ? 32 : 40;
+  static constexpr int kConsumerRegs = kResident == 2 ? 224 : 232;
+  // The query slot row of CTA row r: warp w's block mb of rows (rows 16 mb .. of its kWarpRows) are rows 16 w ..
+  // of the group's mb-th m64 product, whose A operand is slot rows 64 mb .. 64 mb + 63 (of the group's).
+  // The identity where a warp holds one block.
+  RSWA_HD static constexpr int slot_row(int r) {
+    if constexpr (kMBlocks == 1) return r;
+    else return (r / kGroupRows) * kGroupRows + 64 * ((r % kWarpRows) / 16) + 16 * ((r % kGroupRows) / kWarpRows) + r % 16;
+  }
+  static_assert(kMBlocks == 1 || (slot_row(16) == 64 && slot_row(32) == 16 && slot_row(127) == 127),
+                "warp 0's second block is the second product's first rows, warp 1 the first product's next");
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   // The producer warpgroup's warps that copy (the others leave after setmaxnreg): one where a warp's 32 lanes
   // cover whole rows (head dims 64 and 128: a lane copies one 16-byte column of every (32 / kChunks)-th row,
@@ -64,12 +87,13 @@ struct HopperTraits {
   static constexpr int kKElems = kBlockN * kHeadDim;     // a K stage
   static constexpr int kVElems = kBlockN * kValueCols;   // a V stage
 
-  static_assert(kConsumers == 2, "two consumer warpgroups");
+  static_assert(kMBlocks == 1 || kMBlocks == 2, "one or two m16 blocks a consumer warp");
+  static_assert(kConsumers * kGroupRows == kBlockM, "whole consumer warpgroups");
   // The unmasked loop waits for tile n + 1 while it holds tile n's stage, and the producer arrives on tile
   // n + 1's full barrier only once it has issued tile n + 2, into the stage of tile n + 2 - kStages: that tile
   // must be one the consumers have released (n - 1 or earlier), so at least three stages.
   static_assert(kStages >= 3, "the ring needs three stages or more (the overlap holds one while waiting on the next)");
-  static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "the register file");
+  static_assert(kResident * (128 * kProducerRegs + kConsumerThreads * kConsumerRegs) <= 65536, "the register file");
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "whole k16 steps");
 };
 
