@@ -237,10 +237,12 @@ SECOND_NOW = replace(
     # mixed_dots: two 16-byte loads issued before use, 4 round trips per term, 6 terms per late row.
     mixed_round_trips=24,
     # prepare.h prepare_range: SASS instructions per element of the token loop (sm_90a, scripts/cuda_gates.py
-    # prepare gate), 16-byte I/O, no division or CALL: the full loop (late), and the lean one that Lite runs
-    # (k_nat and k_cond alone, PrepareParams::lean).
+    # prepare gate), 16-byte I/O, no division or CALL: the full loop, which late and Lite both run (Lite writes
+    # rule 4's near summaries, s_nat and s_v, so it is not PrepareParams::lean, whose loop, k_nat and k_cond
+    # alone, SWA and full attention run: PREPARE_LEAN_MEASURED). The full loop's static count is an upper
+    # bound for Lite, which skips its grouped arrays' branches (until 2026-12-03's fifth session the model
+    # gave Lite the lean loop).
     prepare_instructions_per_element=PREPARE_MEASURED,
-    prepare_lite_instructions_per_element=PREPARE_LEAN_MEASURED,
     # The full 64-key tile: the cheapest trip around the kernel's unmasked loop (the tiles the plan's spans
     # send there) that issues a whole tile's 128 MMAs and the next tile's copy, counted in the SASS by
     # scripts/cuda_gates.py (sm_90a, bf16, D = 64, three K/V stages; tests/test_cuda_gates.py holds this figure
@@ -256,9 +258,11 @@ SECOND_NOW = replace(
     ctrl_tile=ATTN_CTRL_TILE_MEASURED, direct_tile=ATTN_DIRECT_TILE_MEASURED,
     # attn_setup.h values_in_place (D = Dp, 16-byte rows): the body values are read from v, not copied; and
     # cond_keys_in_place: the control CTAs rotate the keys they read from k (no k_cond), so late writes k_nat,
-    # k_grp, p_nat and p_grp, Lite k_nat alone (were 5 and 2 with k_cond); Lite (no block means) never loads v
-    # in prepare (prepare.h reads_values).
-    prepare_arrays_written={"late": 4, "lite": 1}, prepare_arrays_read={"late": 2, "lite": 1},
+    # k_grp, p_nat and p_grp, Lite k_nat (were 5 and 2 with k_cond), and both the G-block means of rule 4
+    # (context.h own_arrays: s_nat and s_v, and late's s_grp; L / G rows each, G = 16); both read k and v (the
+    # value means: prepare.h reads_values). (Until 2026-12-03's fifth session the model left the means out
+    # and had Lite read k alone: 4 and 1 written, 2 and 1 read.)
+    prepare_arrays_written={"late": 4 + 3 / 16, "lite": 1 + 2 / 16}, prepare_arrays_read={"late": 2, "lite": 2},
     cond_rotation=COND_ROTATION_MEASURED,
     sources=SECOND_REVIEWED.sources + ("fill and straddling dots: 16-byte loads issued before use",
                                        "prepare: the gate's SASS count of the vector token loop",

@@ -583,8 +583,9 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
 HOPPER_SOURCES = ("csrc/cuda/attn_hopper_bf16.cu", "csrc/cuda/attn_hopper_fp16.cu")
 HOPPER_KERNEL = "hopper_attn_kernel"
 # Its limits: no spills, stack or local memory; no CALL (division or other); the register split of
-# hopper/body_layout.h HopperTraits (setmaxnreg: the producer warpgroup down to 40, the two consumer warpgroups
-# up to 232, within the 64K register file) present in the SASS; HGMMA present, at least 4% of the static SASS (the mma.sync kernel's HMMA limit);
+# hopper/body_layout.h HopperTraits (setmaxnreg, hopper_roles: at head dim 64 the producer warpgroup down to 32
+# and the one consumer warpgroup up to 224, two CTAs a multiprocessor; at 80 and 128 40 and two consumer
+# warpgroups at 232; within the 64K register file, and the registers at launch too) present in the SASS; HGMMA present, at least 4% of the static SASS (the mma.sync kernel's HMMA limit);
 # ptxas neither ignoring setmaxnreg (C7508) nor serializing the wgmma (C7514 / C7515); at most 12,000 static SASS
 # instructions per instantiation (one kernel holds the unmasked loop, the masked
 # loop with 16- and kBlockN-column tiles, the fills, the bands and the epilogue). The HGMMA share counts each

@@ -11,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import cuda_time_model as model  # noqa: E402
+from rangeswa_ext import preset  # noqa: E402
 
 LAST = re.compile(r"^predicted 8k: late ([0-9.]+)x, lite ([0-9.]+)x vs SDPA-flash; first design "
                   r"([0-9.]+) ms / ([0-9.]+) ms predicted vs 65.4 / 16.7 measured$")
@@ -82,13 +83,20 @@ def test_the_control_rows_split_over_the_warps_cost_less_than_one_working_warp()
     assert now.time(model.H200, 0.5)["total"] < before.time(model.H200, 0.5)["total"]
 
 
-def test_prepare_reads_v_only_where_it_makes_value_arrays():
-    """Lite writes no value copy and no value means, so its prepare reads k alone (prepare.h reads_values):
-    one input array a KV head, against late's two."""
+def test_prepare_counts_the_summaries_and_the_value_means_it_writes():
+    """Both presets keep rule 4's summaries (context.h own_arrays: s_nat and s_v, L / G rows each, and late's
+    s_grp), so both preparations read v for the value means (prepare.h reads_values) and run the full loop
+    (Lite is not PrepareParams::lean, which has no summaries): Lite reads k and v and writes k_nat and two
+    means, late k_nat, k_grp, p_nat, p_grp and three means."""
+    lite_cfg, late_cfg = preset("rangeswa_lite"), preset("rangeswa")
+    assert lite_cfg.summaries and not lite_cfg.far_summaries and late_cfg.summaries and late_cfg.far_summaries
+    G = lite_cfg.summary_block
     late, lite = (model.prepare_phase(model.SECOND_NOW, 8192, case) for case in ("late", "lite"))
     elements = model.B * model.H * 8192 * model.D
-    assert lite.bytes == elements * model.ELEMENT_BYTES * (1 + 1)  # k read, k_nat written (no k_cond)
-    assert late.bytes == elements * model.ELEMENT_BYTES * (2 + 4)
+    assert lite.bytes == elements * model.ELEMENT_BYTES * (2 + 1 + 2 / G)
+    assert late.bytes == elements * model.ELEMENT_BYTES * (2 + 4 + 3 / G)
+    assert model.SECOND_NOW.prepare_lite_instructions_per_element is None
+    assert lite.warp_instructions == late.warp_instructions
 
 
 def test_the_hopper_design_runs_its_products_at_the_wgmma_rate():

@@ -1,6 +1,8 @@
 // The warp-specialized body kernel for sm_90a (issue 30): the mma.sync kernel's body CTA (mainloop.h
 // attn_kernel) on Hopper's asynchronous machinery, from the same plan (records and tile spans), with the
-// same logits, softmax and epilogue. One CTA of 384 threads per body tile of 128 query rows:
+// same logits, softmax and epilogue. One CTA per body tile of 128 query rows, a producer warpgroup and one or two
+// consumer warpgroups (HopperTraits::kMBlocks: at head dim 64 one consumer warpgroup of 128 rows, 256 threads,
+// two CTAs a multiprocessor; at 80 and 128 two of 64 rows, 384 threads, one CTA):
 //
 //   all threads   the prologue: the plan, the retrieved blocks, each row's geometry (as attn_kernel's, read
 //                 and computed by the producer warpgroup, a thread a row; the consumer warps meet it at the
@@ -12,12 +14,14 @@
 //                 order as the mma.sync kernel stores them), waiting on the stage's `empty` barrier first and
 //                 arriving on its `full` barrier once the copy landed (cp.async.wait_group, then the
 //                 async-proxy fence: wgmma reads it); one tile's copy stays in flight behind the next's issue
-//   consumers     warpgroups 1 and 2, 64 rows each (warp w of group c: rows 64 c + 16 w ..): the same walk
-//                 over the spans, filling the query slot per variant (with the straddling blocks' dots and the
-//                 Hn bands' products it gives) between named barriers of the 256 consumer threads; per tile:
-//                 wait on `full`, S = Q K^T by wgmma from shared memory, the logits (tile_logits) and the
-//                 online softmax per warp (softmax.h, one m16 block), O += P V by wgmma with P in registers,
-//                 then one arrival per warpgroup on `empty`
+//   consumers     the other warpgroups, kGroupRows rows each, a warp kWarpRows of them (warp w of group c: rows
+//                 kGroupRows c + kWarpRows w ..; with two m16 blocks a warp, block mb of warp w is rows 16 w .. of
+//                 the group's mb-th m64 product, HopperTraits::slot_row): the same walk over the spans, filling
+//                 the query slot per variant (with the straddling blocks' dots and the Hn bands' products it
+//                 gives) between named barriers of the consumer threads; per tile: wait on `full`, S = Q K^T
+//                 by wgmma from shared memory (one m64 product per block of a warp's rows, the same keys), the
+//                 logits (tile_logits) and the online softmax per warp (softmax.h, its m16 blocks), O += P V by
+//                 wgmma with P in registers, then one arrival per warpgroup on `empty`
 //
 // The unmasked loop overlaps the softmax with the next tile's Q K^T: the next tile of the run is waited for
 // and its product issued before the current tile's softmax, and both groups retire together after P V. The

@@ -1,7 +1,8 @@
 // The sm_90a body kernel's sizes and shared memory (hopper/body_kernel.h): the same plan as the mma.sync
 // kernel, laid out on its own tile width (128-row query tiles, KV tiles of kHopperTileCols = 64 keys at every
-// head dim, 16-column tiles for control keys, direct records and Hn bands), three warpgroups (a producer, two
-// consumers of 64 rows each: wgmma's M), and every wgmma operand in shared memory in the canonical no-swizzle
+// head dim, 16-column tiles for control keys, direct records and Hn bands), a producer warpgroup and consumer
+// warpgroups of 64 rows a wgmma product (wgmma's M; HopperTraits::kMBlocks products a group), and every wgmma
+// operand in shared memory in the canonical no-swizzle
 // layout of core matrices (PTX ISA 9.7.15.5.1.2: 8 rows of 16 bytes, 128 contiguous bytes each).
 //
 // Core-matrix layout of a tile of R rows x Dp 16-bit columns (the query slot, a K or V stage, the Hn band's

@@ -21,7 +21,7 @@ template <typename Element, int kHeadDim>
 size_t attn_smem(const AttnKernelParams& p);
 
 // The sm_90a path (hopper/body_launch.h run_attn_hopper): the control CTAs on attn_kernel, the body tiles on
-// hopper_attn_kernel<HopperTraits<Element, kHeadDim>> (384 threads), emulated; returns the body kernel's
+// hopper_attn_kernel<HopperTraits<Element, kHeadDim>> (256 threads at head dim 64, else 384), emulated; returns the body kernel's
 // dynamic shared memory bytes per CTA. bf16 / fp16 (attn_simt_hopper_<dtype>.cpp).
 template <typename Element, int kHeadDim>
 size_t run_attn_hopper(const AttnKernelParams& p);
