@@ -67,6 +67,7 @@ FIRST_DESIGN_H200_MS = {"late": 65.4, "lite": 16.7}
 
 B, H, C, D = 16, 12, 12, 64
 ELEMENT_BYTES = 2
+SUMMARY_BLOCK = 16  # G of both presets (rule 4's G-blocks)
 # Issue efficiency of kernels with many warps per scheduler (prepare, selection): not fitted (no
 # measurement separates them); latency-bound kernels are the ones the chain term describes.
 HIGH_OCCUPANCY_EFFICIENCY = 0.7
@@ -152,6 +153,13 @@ class Design:
     # at 128, each a round trip but the first), in warp instructions a warp; 0: the control rows read a
     # prepared k_cond.
     cond_rotation: float = 0.0
+    # The sm_90a launch at head dim 64 (attn_setup.h nat_keys_from_control): Lite's preparation of the body rows
+    # folded into its control CTAs (mainloop.h control_kernel, NatFold), which write k_nat and the G-block means
+    # s_nat and s_v from the tiles they load; the preparation copies the control rows alone. lite_fold: a control
+    # CTA warp's fold of one 64-key tile (in place of cond_rotation's batch), fold_control_unit: the control
+    # kernel's unit trip; 0: not folded.
+    lite_fold: float = 0.0
+    fold_control_unit: float = 0.0
     control_ctas_per_head: int = 8  # one per chunk of 1,024 keys at 8k (scaled with L)
     launches: int = 10
     sources: tuple[str, ...] = field(default_factory=tuple)
@@ -348,6 +356,12 @@ HOPPER_CONSUMER_PROLOGUE_MEASURED = 262
 HOPPER_CONSUMER_EPILOGUE_MEASURED = 293
 HOPPER_FILL_STEP_MEASURED = 437
 HOPPER_PRODUCER_PROLOGUE_MEASURED = 239
+# Lite's preparation folded into the sm_90a launch's control CTAs (head dim 64; scripts/cuda_gates.py
+# control_fold_paths, the control kernel at sm_90a, bf16, three K/V stages): a thread's share of a 64-key tile in
+# NatFold::run (both rotations of its 4 rows, k_nat's stores, the G-block sums over its rows and lanes, the
+# means) 499, and the control kernel's unit trip 274 (attn_kernel's: 271).
+NAT_FOLD_MEASURED = 499
+FOLD_CONTROL_UNIT_MEASURED = 274
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",
@@ -373,6 +387,7 @@ HOPPER = replace(
     cta_setup=HOPPER_CONSUMER_PROLOGUE_MEASURED + HOPPER_CONSUMER_EPILOGUE_MEASURED,
     producer_setup=4 * HOPPER_PRODUCER_PROLOGUE_MEASURED,
     fill_instructions=HOPPER_FILL_STEP_MEASURED, fill_round_trips=2, mixed_round_trips=8,
+    lite_fold=NAT_FOLD_MEASURED, fold_control_unit=FOLD_CONTROL_UNIT_MEASURED,
     # Its logit tiles counted per 32-row consumer warp, as its masked loop decides them (the warpgroup computes a
     # tile one of its warps needs; a warp that would skip it takes it masked): the census's
     # logit_path_tiles_per_warp, the mma.sync kernel's warps' rows (logit16, per 16-row warp, with 16 rows a
@@ -432,7 +447,7 @@ HOPPER_128_MEASURED = dict(full_tile=219, masked_tile=366, masked_loop_full=289,
 # Its consumer warps hold 16 rows (kMBlocks = 1: two consumer warpgroups, one CTA a multiprocessor), so its logit
 # tiles are the census's per 16-row warp.
 HOPPER_128 = with_paths(
-    replace(HOPPER, warps=8, resident=1, extra_tiles="logit16",
+    replace(HOPPER, warps=8, resident=1, extra_tiles="logit16", lite_fold=0.0, fold_control_unit=0.0,
             sources=tuple(s for s in HOPPER.sources if not s.startswith(("logit tiles", "issue efficiency")))
             + ("logit tiles: the census's per 16-row consumer warp (logit_path_tiles_per_warp16)",
                "issue efficiency: the fit at 8 warps / SM, applied at 9 (8 consumer and 1 producer warps)")),
@@ -576,10 +591,25 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int, head_dim: 
                   ctrl=e["control_tiles"], direct=e["direct_tiles"],
                   cols_per_row=e["cols_per_row"])
     control = control_phase(d, L, head_dim)
+    prepare = prepare_phase(d, L, case, head_dim)
     if d.wgmma:  # hopper/body_launch.h: the control CTAs' grid before the body's, on the mma.sync kernel
         control = replace(control_phase(control_design or SECOND_NOW, L, head_dim), launches=1)
-    return [prepare_phase(d, L, case, head_dim), selection_phase(L, case == "late", head_dim), plan_phase(L), control,
+        if case == "lite" and d.lite_fold:
+            prepare, control = folded_phases(d, control_design or SECOND_NOW, L, head_dim)
+    return [prepare, selection_phase(L, case == "late", head_dim), plan_phase(L), control,
             body_phase(d, census, L, case == "lite", head_dim), combine_phase(L, head_dim)]
+
+
+def folded_phases(d: Design, control_design: Design, L: int, head_dim: int) -> tuple[Phase, Phase]:
+    """Lite's preparation folded into the control CTAs (Design.lite_fold): the preparation copies the C control
+    rows' keys and values alone (read and written: 4 [C, D] arrays a KV head, one launch); the control kernel
+    runs its units at fold_control_unit and, per tile, each warp's fold (lite_fold) in place of the rotation
+    batch, and writes k_nat and the two means (1 + 2 / G arrays of [L, D] a KV head) besides its reads."""
+    control = control_phase(replace(control_design, control_unit=d.fold_control_unit, cond_rotation=d.lite_fold),
+                            L, head_dim)
+    written = _heads() * L * head_dim * ELEMENT_BYTES * (1 + 2 / SUMMARY_BLOCK)
+    prepare = Phase("prepare", bytes=_heads() * C * head_dim * ELEMENT_BYTES * 4)
+    return prepare, replace(control, bytes=control.bytes + written, launches=1)
 
 
 def total(phases: list[Phase], gpu: Gpu, efficiency: float) -> tuple[float, list[tuple[str, dict]]]:

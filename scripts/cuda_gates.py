@@ -55,10 +55,22 @@ KERNEL = "attn_kernel"
 STAGES = (2, 3)
 
 
-def attn_kernel_name(stages: int) -> str:
-    """A substring of the mangled name of attn_kernel<AttnTraits<Element, D, stages>> alone (its last template
-    argument, then the parameter list)."""
-    return f"Li{stages}EEEEEvNS0_16AttnKernelParamsE"
+def attn_kernel_name(stages: int) -> tuple[str, str]:
+    """Substrings of the mangled name of attn_kernel<AttnTraits<Element, D, stages>> alone: the kernel's name, and
+    its last template argument with the parameter list (control_kernel, beside it in the same sources, has the
+    latter too)."""
+    return "11attn_kernelI", f"Li{stages}EEEEEvNS0_16AttnKernelParamsE"
+
+
+def control_kernel_name(stages: int) -> tuple[str, str]:
+    """... and of control_kernel<AttnTraits<Element, D, stages>> (mainloop.h: the control CTAs that fold Lite's
+    preparation in, head dim 64 in bf16 / fp16)."""
+    return "14control_kernelI", f"Li{stages}EEEEEvNS0_16AttnKernelParamsE"
+
+
+def named(line: str, kernel) -> bool:
+    """Whether a report or disassembly line names `kernel`: a substring of its mangled name, or a tuple of them."""
+    return all(k in line for k in kernel) if isinstance(kernel, tuple) else kernel in line
 LIMITS = dict(max_registers=255, max_sass=8000, min_mma_share=0.04, max_isetp64=64, max_bssy=64, max_full_tile=650,
               max_masked_tile=800)
 # MMAs of one 64-key tile at head dim 64 for a warp of 32 rows: Q K^T 2 x 8 x 4 and P V 2 x 8 x 4 (m16n8k16).
@@ -111,7 +123,7 @@ def ptxas_stats(report: str, kernel: str = KERNEL) -> dict:
     block, inside = [], False
     for line in report.splitlines():
         if "Compiling entry function" in line:
-            inside = kernel in line
+            inside = named(line, kernel)
         if inside:
             block.append(line)
     text = "\n".join(block)
@@ -130,7 +142,7 @@ def sass_stats(cubin: str, kernel: str = KERNEL) -> dict:
     ops, calls, inside = [], [], False
     for line in done.stdout.splitlines():
         if "Function :" in line:
-            inside = kernel in line
+            inside = named(line, kernel)
             continue
         if not inside:
             continue
@@ -166,7 +178,7 @@ def function_sass(cubin: str, kernel: str) -> list[tuple[int, str, str]]:
         if "Function :" in line:
             if found:
                 break
-            inside = found = kernel in line
+            inside = found = named(line, kernel)
             continue
         m, a = INSTRUCTION.match(line), ADDRESS.match(line)
         if inside and m and a:
@@ -255,7 +267,7 @@ def source_lines(cubin: str, kernel: str = KERNEL) -> dict[int, tuple[str, int]]
     location = re.compile(r'//## File "([^"]+)", line (\d+)')
     for line in done.stdout.splitlines():
         if line.startswith(".text.") or (line.startswith("\t.section") and ".text." in line):
-            inside = kernel in line
+            inside = named(line, kernel)
             continue
         m = location.search(line)
         if m and "inlined at" not in line:
@@ -560,9 +572,7 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
     # loads, issued before the tile's wait, are about as many). At head dim 64 one batch is a thread's share of
     # a 64-key tile (64 rows x 8 steps over 128 threads), at 128 of a 32-key one (32 x 16), so 4 x this is a
     # tile's rotation in warp instructions.
-    first, last = member_lines("rotate", "mainloop.h")
-    rot = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
-    span = [op.split(".")[0] for a, op, _ in sass if rot and min(rot) <= a <= max(rot)]
+    span = member_span(sass, lines, "rotate", "struct CondRotation")
     stats.update(cond_rotation=len(span) // 2 if span else None,
                  cond_rotation_ops={op: span.count(op) for op in sorted(set(span), key=span.count, reverse=True)})
     # A body warp's 16-column tiles in its masked loop (the census's control_tiles and direct_tiles): a tile of
@@ -688,11 +698,39 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
                 producer_tile=copy["instructions"], producer_tile_ops=copy.get("ops", {}))
 
 
-def member_lines(name: str, file: str) -> tuple[int, int]:
+def member_span(sass: list, lines: dict, member: str, struct: str) -> list[str]:
+    """The opcodes of the static SASS from the first to the last address of a mainloop.h member function's lines
+    (the first `member` past the line starting `struct`: member_lines), inlined helpers included, in each stretch
+    that no other instruction of mainloop.h's CondRotation / NatFold members interrupts (ptxas may lay another
+    member's instantiation between the two layouts' of this one)."""
+    def addresses(m: str, st: str) -> set:
+        first, last = member_lines(m, "mainloop.h", after=st)
+        return {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+
+    own = addresses(member, struct)
+    others = set().union(*(addresses(m, st) for m, st in (("rotate", "struct CondRotation"), ("run", "struct NatFold"))
+                           if (m, st) != (member, struct)))
+    ops, run, last_own = [], [], None
+    for a, op, _ in sass:
+        if a in others and run:
+            ops += run[:last_own + 1]
+            run, last_own = [], None
+        if a in own or run:
+            run.append(op.split(".")[0])
+            if a in own:
+                last_own = len(run) - 1
+    if run:
+        ops += run[:last_own + 1]
+    return ops
+
+
+def member_lines(name: str, file: str, after: str | None = None) -> tuple[int, int]:
     """The lines of a member function `name` of csrc/cuda/`file` (its signature to the closing brace at the
-    signature's indentation)."""
+    signature's indentation): the first such signature, or the first past the line that starts with `after`
+    (a struct's head)."""
     text = (ROOT / "csrc" / "cuda" / file).read_text().splitlines()
-    first = next(n for n, t in enumerate(text, 1) if f" {name}(" in t and "__device__" in t)
+    start = 0 if after is None else next(n for n, t in enumerate(text) if t.startswith(after))
+    first = next(n for n, t in enumerate(text, 1) if n > start and f" {name}(" in t and "__device__" in t)
     indent = len(text[first - 1]) - len(text[first - 1].lstrip())
     last = next(n for n, t in enumerate(text[first:], first + 1) if t == " " * indent + "}")
     return first, last
@@ -939,8 +977,41 @@ def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dic
                 three["failures"] = failures(three)
                 stats["stages3"] = three
             stats["failures"] = failures(stats) + [f"3 stages: {f}" for f in stats.get("stages3", {}).get("failures", [])]
+            if "hdim64" in src and "fp32" not in src:  # the control kernel that folds Lite's preparation in
+                fold = control_fold_paths(cubin, report)
+                stats["control_fold"] = fold
+                stats["failures"] += [f"control kernel: {f}" for f in fold["failures"]]
             results[arch] = stats
     return results
+
+
+def control_fold_paths(cubin: str, report: str, stages: int = 3) -> dict:
+    """mainloop.h control_kernel at head dim 64 (three K/V stages' traits, as an H100 / H200 runs it): its
+    registers, spills and static SASS, held to attn_kernel's limits on registers, spills, local memory and CALLs;
+    its control unit trip (control_unit, the same count as attn_tile_paths'); and a thread's share of a tile in
+    NatFold::run (the static span of its lines, halved: its two layouts; both rotations of its 4 rows, k_nat's
+    stores, the G-block sums and means of keys and values), what the time model's folded control phase reads."""
+    name = control_kernel_name(stages)
+    stats = dict(ptxas_stats(report, name), **sass_stats(cubin, name))
+    sass = function_sass(cubin, name)
+    lines = source_lines(cubin, name)
+    first, last = function_lines("control_unit")
+    unit = {a for a, (n, line) in lines.items() if n == "mainloop.h" and first <= line <= last}
+    control = tile_path(sass, CONTROL_UNIT_MMA, through=unit) if unit else dict(instructions=None, ops={})
+    fold = member_span(sass, lines, "run", "struct NatFold")
+    stats.update(control_unit=control["instructions"], nat_fold=len(fold) // 2 if fold else None,
+                 nat_fold_ops={op: fold.count(op) for op in sorted(set(fold), key=fold.count, reverse=True)})
+    fails = []
+    if stats["spill_stores"] or stats["spill_loads"] or stats["stack"] or stats["local"]:
+        fails.append(f"spills / stack / local memory: {stats['spill_stores']} B stored, {stats['stack']} B stack")
+    if stats["registers"] is None or stats["registers"] > LIMITS["max_registers"]:
+        fails.append(f"registers {stats['registers']} > {LIMITS['max_registers']}")
+    if stats.get("subroutine_calls") or stats["division_calls"]:
+        fails.append("CALLs into subroutines")
+    if stats["nat_fold"] is None or stats["control_unit"] is None:
+        fails.append("no NatFold::run or control unit path found in the SASS")
+    stats["failures"] = fails
+    return stats
 
 
 def main(argv=None) -> int:
@@ -1021,6 +1092,11 @@ def main(argv=None) -> int:
                   f"MMA; masked-loop code on it {t.get('full_tile_masked_code')}), masked tile {t.get('masked_tile')}, a full "
                   f"tile in the masked loop {t.get('masked_loop_full_tile')}, control unit {t.get('control_unit')}, key "
                   f"rotation batch {t.get('cond_rotation')}")
+        c = s.get("control_fold")
+        if c:
+            print(f"sm_{arch}, control kernel (Lite's preparation folded in, 3 K/V stages): registers {c['registers']}, "
+                  f"spills {c['spill_stores']} B, SASS {c['instructions']}, control unit {c['control_unit']}, a thread's "
+                  f"fold of a tile {c['nat_fold']}")
         for f in s["failures"]:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]

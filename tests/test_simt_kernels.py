@@ -365,3 +365,53 @@ def test_control_keys_rotated_from_k_are_the_prepared_ones_bit_for_bit(simt, mon
     err = (out.double() - expect).abs()
     assert (err.max() / expect.abs().max()).item() < 2e-2
     assert (err[:, :, :C].max() / expect[:, :, :C].abs().max()).item() < 2e-2  # the control rows
+
+
+FOLDED = 12  # ... and whether its control CTAs did Lite's preparation of the body rows
+
+
+@pytest.mark.parametrize("case,folded", [("contiguous", True), ("grouped heads", True), ("interleaved", True),
+                                         ("fused qkv", True), ("ragged last block", True), ("head dim 128", False),
+                                         ("rotary dim 32", False), ("rangeswa late", False),
+                                         ("mma.sync kernel", False)])
+def test_lites_preparation_folded_into_the_control_ctas(simt, monkeypatch, case, folded):
+    """attn_setup.h nat_keys_from_control: on the sm_90a launch (its control grid before its body grid), a Lite
+    call at head dim 64 whose control CTAs load every body key and value from k and v themselves, every dim
+    rotated, has those CTAs do the preparation's body rows (mainloop.h NatFold: R(j) k_j into k_nat and the
+    G-block means s_nat and s_v, from the tiles as they land; the first control tile of each KV head's first
+    query head, over its chunks) and the preparation reads no body row. Not at head dim 128, with a partial
+    rotary dim, on a late call (k_grp, prefix sums, far summaries) or on the mma.sync kernel (control and body
+    CTAs share its launch). The emulation's arrays start NaN-filled, so a row or block the control CTAs missed
+    (a second query head of a group, a ragged chunk or block) shows in the output. The output is close to the
+    one RANGESWA_CUDA_FOLD=off gives (the same k_nat; the means summed in another order, so not bit for bit)
+    and to the reference."""
+    name = "rangeswa" if case == "rangeswa late" else "rangeswa_lite"
+    # Lite: Hn = T (no grouping); late: Hn < T (grouping, its arrays)
+    cfg = preset(name, train_length=256, near_range=256 if name == "rangeswa_lite" else 128).replace(
+        rotary_dim=32 if case == "rotary dim 32" else None,
+        rope_style="interleaved" if case == "interleaved" else "half")
+    B, H, C, L = 1, 2, 12, 1500 if case != "ragged last block" else 1093  # two chunks of keys, the second ragged
+    D = 128 if case == "head dim 128" else 64
+    if case == "grouped heads":  # 4 query heads on 2 KV heads
+        g = torch.Generator().manual_seed(7)
+        q = torch.randn(B, 4, C + L, D, generator=g).bfloat16()
+        k, v = (torch.randn(B, 2, C + L, D, generator=g).bfloat16() for _ in range(2))
+    else:
+        q, k, v = layout_inputs("fused qkv" if case == "fused qkv" else "contiguous", (B, H, C + L, D), seed=9,
+                                misaligned="k")
+    monkeypatch.setenv("RANGESWA_CUDA_KERNEL", "mma" if case == "mma.sync kernel" else "hopper")
+    blocks = ops.topk_blocks(q, k, cfg, C) if cfg.topk else None
+    args = ops.attn_arguments(cfg, C)
+    out, lse = simt.attn(q, k, v, blocks, **args)
+    assert simt.stats()[FOLDED] == int(folded)
+    monkeypatch.setenv("RANGESWA_CUDA_FOLD", "off")
+    prepared, prepared_lse = simt.attn(q, k, v, blocks, **args)
+    assert simt.stats()[FOLDED] == 0
+    if folded:
+        assert ((out.float() - prepared.float()).abs().max() <= 1e-2 * prepared.float().abs().max()).item()
+        assert torch.allclose(lse, prepared_lse, atol=1e-3)
+    else:
+        assert torch.equal(out, prepared) and torch.equal(lse, prepared_lse)
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", retrieved=blocks)
+    err = (out.double() - expect).abs()
+    assert (err.max() / expect.abs().max()).item() < 2e-2

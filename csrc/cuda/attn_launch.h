@@ -47,6 +47,25 @@ cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
   });
 }
 
+// The control CTAs alone, folding Lite's preparation in (mainloop.h control_kernel): p's CTAs per head are its
+// control tiles (hopper/body_launch.h run_attn_hopper's control grid when p.fold is set). Head dim 64, 16-bit.
+template <typename Element, int kHeadDim>
+cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream) {
+  return with_traits<Element, kHeadDim>(p, [&](auto traits) -> cudaError_t {
+    using Traits = decltype(traits);
+    const size_t smem = SharedLayout<Traits>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);
+    auto kernel = control_kernel<Traits>;
+    if (smem > 48 * 1024) {
+      const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
+      if (err != cudaSuccess) return err;
+    }
+    const int64_t blocks = int64_t(p.by_ctas_per_head.d) * p.B * p.Hq;
+    if (blocks == 0) return cudaSuccess;
+    if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
+    return RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, p);
+  });
+}
+
 // One launch for every sequence of a packed call (attn_params.h PackedLaunch; mainloop.h attn_packed_kernel):
 // `blocks` CTAs (the sum of the sequences' own grids), `smem` bytes per CTA (the largest of the sequences'
 // attn_smem_bytes), the traits of `kv_stages` (every sequence's p.kv_stages; attn_api.cpp groups them).
@@ -77,3 +96,7 @@ cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_s
   template size_t rangeswa::cuda::attn_smem_bytes<Element, D>(const rangeswa::cuda::AttnKernelParams&);       \
   template cudaError_t rangeswa::cuda::run_attn_packed<Element, D>(const rangeswa::cuda::PackedLaunch&, int64_t, \
                                                                    int32_t, size_t, cudaStream_t);
+// ... and, at head dim 64 in bf16 / fp16, the control kernel that folds Lite's preparation in.
+#define RANGESWA_INSTANTIATE_CONTROL_FOLD(Element)                                                          \
+  template cudaError_t rangeswa::cuda::run_control_fold<Element, 64>(const rangeswa::cuda::AttnKernelParams&, \
+                                                                     cudaStream_t);

@@ -46,12 +46,20 @@ struct PreparedArrays {
   bool cond_raw;
 };
 
+// Lite's preparation folded into the control CTAs (mainloop.h NatFold; attn_setup.h nat_keys_from_control):
+// the arrays they write in its place.
+struct FoldedPrepare {
+  void *k_nat, *s_nat, *s_v;  // the KV heads' arrays (kv's k_nat, s_nat, s_v, writable); k_nat null: no fold
+  float inv_last;             // 1 / the last G-block's tokens (prepare.h last_block_inverse)
+};
+
 struct AttnKernelParams {
   const void* q;  // [B, Hq, Nq, D], before RoPE; rows at q_strides.at(b, h, n)
   RowStrides q_strides;
   void* out;      // [B, Hq, Nq, D], contiguous
   float* lse;     // [B, Hq, Nq], natural log
   PreparedArrays kv;
+  FoldedPrepare fold;  // k_nat null: the preparation wrote every array
 
   // cos/sin [positions, rotary_half] of the query rotations: integer positions 0.. (a negative position
   // p reads row -p with the sine negated), and the conditioning positions i T / L at row i.

@@ -230,6 +230,33 @@ inline void cond_from_keys(const AttnParams& ap, const AttnSetup& s, AttnBuffers
   buf.cond = buf.k_strides;
 }
 
+// Whether Lite's preparation folds into the control CTAs (mainloop.h NatFold): the body runs on the sm_90a
+// kernel (whose launch runs the control grid first, hopper/body_launch.h, so every array is whole before a
+// body CTA reads it), the control CTAs load every body key and value from k and v themselves (cond_raw, and v
+// read in place), and what the preparation would write of the body rows is k_nat and rule 4's means s_nat and
+// s_v alone (Lite: no grouping, prefix sums or far summaries), head dim 64 with every dim rotated and G = 16
+// (a 64-key tile holds 4 whole G-blocks; at head dim 128 the control CTA's registers would not hold the
+// natural tables beside its output). The preparation then reads no body row and writes the control rows
+// alone: one pass over k and v instead of two. RANGESWA_CUDA_FOLD=off keeps the preparation's (A/B
+// measurements and tests).
+inline bool nat_keys_from_control(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf, bool hopper) {
+  const char* env = std::getenv("RANGESWA_CUDA_FOLD");
+  if (env != nullptr && std::string(env) == "off") return false;
+  return hopper && buf.cond_raw && buf.values_in_place && ap.C > 0 && ap.L > 0 && pp.row0 == 0 && ap.D == 64 &&
+         pp.Dp == 64 && 2 * int64_t(pp.rotary_half) == ap.D && pp.G == 16 && pp.unit_tokens == 16 &&
+         pp.k_nat != nullptr && pp.s_nat != nullptr && pp.s_v != nullptr && pp.k_grp == nullptr &&
+         pp.k_cond == nullptr && pp.v_body == nullptr && pp.s_grp == nullptr && pp.p_nat == nullptr &&
+         pp.p_grp == nullptr;
+}
+
+// The call's k_nat, s_nat and s_v to the control CTAs (p.fold) and out of the preparation, which then runs its
+// control rows' units alone (body units from row L on: none).
+inline void nat_keys_to_control(PrepareParams& pp, AttnKernelParams& p) {
+  p.fold = FoldedPrepare{pp.k_nat, pp.s_nat, pp.s_v, last_block_inverse(pp.L, pp.G)};
+  pp.k_nat = pp.s_nat = pp.s_v = nullptr;
+  pp.row0 = pp.L;
+}
+
 inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf) {
   PrepareParams pp{};
   pp.k = buf.k;

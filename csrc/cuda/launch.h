@@ -40,6 +40,10 @@ template <typename Element, int kHeadDim>
 cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream);
 template <typename Element, int kHeadDim>
 size_t attn_smem_bytes(const AttnKernelParams& p);
+// ... its control CTAs alone, folding Lite's preparation in (attn_launch.h run_control_fold; head dim 64, 16-bit:
+// attn_hdim64_<dtype>.cu) ...
+template <typename Element, int kHeadDim>
+cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream);
 // ... and for every sequence of a packed call in one launch (attn_launch.h run_attn_packed).
 template <typename Element, int kHeadDim>
 cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem,

@@ -389,6 +389,107 @@ struct CondRotation {
   }
 };
 
+// Lite's preparation folded into the control CTAs (attn_setup.h nat_keys_from_control: head dim 64, every dim
+// rotated, G = 16, 64-key tiles): as each tile of k's own body rows lands, besides rotating it in place to the
+// conditioning positions (CondRotation's products), the CTA writes what the preparation would have of these
+// keys: R(j) k_j into k_nat, and rule 4's G-block means of R(j) k_j and of v_j into s_nat and s_v (its tile
+// holds 4 whole G-blocks). A thread takes one step of 4 pairs (and the values' 8-dim chunk of the same index)
+// in 4 rows of one G-block, rows b 16 + q + 4 i (thread 4 (8 b + step) + q): its rows' natural and
+// conditioning cos / sin loaded before the tile's own wait (tables), then per row the two rotations from the
+// same landed pieces; the block's sums over its 4 rows, then over the 4 lanes q of its block and step
+// (shuffles), lane q = 0 storing the means. The sums' order (each lane's rows, then the lanes' pairs) is not the
+// preparation's (a block's rows in turn), so the means may differ from its in the last bit.
+
+template <typename Traits>
+struct NatFold {
+  using Element = typename Traits::Element;
+  static constexpr int kSteps = Traits::kHeadDim / 8;  // of 4 pairs: the rotary half / 4, every dim rotated
+  static_assert(Traits::kBlockN == 64 && kSteps == 8, "a 64-key tile at head dim 64: 4 rows a thread");
+  int u, b, q;  // the thread's step (pairs u .. u + 3; the values' dims 2 u .. 2 u + 7), G-block, first row
+  float c[4][4], s[4][4], nc[4][4], ns[4][4];  // its rows' conditioning and natural cos / sin
+
+  __device__ __forceinline__ explicit NatFold(const AttnKernelParams&) {
+    const int t = int(threadIdx.x);
+    q = t % 4;
+    u = 4 * ((t / 4) % kSteps);
+    b = t / (4 * kSteps);
+  }
+  __device__ __forceinline__ int row(int i) const { return 16 * b + q + 4 * i; }
+  // The tables of tile t's rows (rows past its keys: its last row's, never stored).
+  __device__ __forceinline__ void tables(const AttnKernelParams& p, const KvTile& t) {
+    const int half = p.rotary_half;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int32_t at = (t.a + imin(row(i), t.n - 1)) * half + u;
+      load_floats<4>(p.cos_cond + at, c[i]);
+      load_floats<4>(p.sin_cond + at, s[i]);
+      load_floats<4>(p.cos_int + at, nc[i]);
+      load_floats<4>(p.sin_int + at, ns[i]);
+    }
+  }
+  // Tile t's keys (sk) and values (sv) as they landed, the tables loaded; out: the KV head's arrays.
+  template <bool kInterleaved>
+  __device__ __forceinline__ void run(Element* sk, const Element* sv, const KvTile& t, const AttnKernelParams& p,
+                                      Element* k_nat, Element* s_nat, Element* s_v) const {
+    const int half = p.rotary_half;
+    const int xa = kInterleaved ? 2 * u : u, ya = kInterleaved ? 2 * u + 4 : u + half;
+    const int vd = 2 * u;  // the values' 8 dims
+    float kx[4] = {}, ky[4] = {}, vs[8] = {};  // the block's sums over this lane's rows
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = row(i);
+      if (r >= t.n) break;  // rows past the keys: none of this lane's later ones either
+      float a[4], bb[4], x[4], y[4], v[8];
+      Element* kr = sk + r * Traits::kStride;
+      load_elements<Element, 4>(kr + xa, a);
+      load_elements<Element, 4>(kr + ya, bb);
+      load_elements<Element, 8>(sv + r * Traits::kStride + vd, v);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[e] = a[e], y[e] = bb[e];
+      rotate_loaded<4>(x, y, nc[i], ns[i], 1.f, kInterleaved);  // R(j) k_j: the preparation's products
+      Element* nat = k_nat + int64_t(t.a + r) * Traits::kHeadDim;
+      store_elements<Element, 4>(nat + xa, x);
+      store_elements<Element, 4>(nat + ya, y);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) kx[e] += x[e], ky[e] += y[e];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) vs[e] += v[e];
+      rotate_loaded<4>(a, bb, c[i], s[i], 1.f, kInterleaved);  // R(j T / L) k_j, in place
+      store_elements<Element, 4>(kr + xa, a);
+      store_elements<Element, 4>(kr + ya, bb);
+    }
+    // The block's sums over its 4 lanes (lanes 4 k .. 4 k + 3: one block and step), then its means.
+#pragma unroll
+    for (int m = 1; m <= 2; m *= 2) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        kx[e] += __shfl_xor_sync(0xffffffffu, kx[e], m);
+        ky[e] += __shfl_xor_sync(0xffffffffu, ky[e], m);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) vs[e] += __shfl_xor_sync(0xffffffffu, vs[e], m);
+    }
+    const int32_t first = t.a + 16 * b;  // the block's first key
+    if (q == 0 && first < t.a + t.n) {
+      const float inv = t.a + t.n - first < 16 ? 0.f : 0.0625f;
+      const float scale = inv != 0.f ? inv : p.fold.inv_last;  // a ragged block is the last of L's
+#pragma unroll
+      for (int e = 0; e < 4; ++e) kx[e] *= scale, ky[e] *= scale;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) vs[e] *= scale;
+      const int64_t at = int64_t(first / 16) * Traits::kHeadDim;
+      store_elements<Element, 4>(s_nat + at + xa, kx);
+      store_elements<Element, 4>(s_nat + at + ya, ky);
+      store_elements<Element, 8>(s_v + at + vd, vs);
+    }
+  }
+  __device__ __forceinline__ void run(Element* sk, const Element* sv, const KvTile& t, const AttnKernelParams& p,
+                                      Element* k_nat, Element* s_nat, Element* s_v) const {
+    if (p.interleaved) run<true>(sk, sv, t, p, k_nat, s_nat, s_v);
+    else run<false>(sk, sv, t, p, k_nat, s_nat, s_v);
+  }
+};
+
 // kPairs: the rotated pairs a step loads before using any (one global round trip a step): 4 (the mma.sync
 // kernel's), or 8 / 16 (the sm_90a kernel's: half / 16 round trips a fill), the rest of the rotary half by 4.
 // kSplit: two threads fill the row, `part` 0 and 1: each rotates half the pairs (when the rotary half is a
@@ -676,13 +777,16 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
 // key of the records, so a unit is a full tile (column fix-ups past its keys). Each warp leaves its
 // normalised partial output and base-2 log-sum-exp, merged with the other parts by the combine kernel.
 // sBounds: the body's row-bounds buffer, which warp_tile reads on a fixed-up tile but uses only on masked
-// ones (any values serve here).
-template <typename Traits>
+// ones (any values serve here). kFold: this CTA folds Lite's preparation in (NatFold): nat, s_nat and s_v
+// the KV head's k_nat, s_nat and s_v (a walk of its own, so that the fold's registers cost the other CTAs'
+// walk nothing).
+template <typename Traits, bool kFold>
 __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const QueryTile& t, int32_t head,
                                              const typename Traits::Element* sQ, typename Traits::Element* sK,
                                              typename Traits::Element* sV, const Record* sRec,
                                              const RecordArrays<typename Traits::Element>* sArrays, int32_t count,
-                                             const int32_t* sBounds) {
+                                             const int32_t* sBounds, typename Traits::Element* nat,
+                                             typename Traits::Element* s_nat, typename Traits::Element* s_v) {
   using Element = typename Traits::Element;
   constexpr int N = Traits::kBlockN, Dp = Traits::kHeadDim, MB = Traits::kMBlocks, DT = Dp / 8;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tq = lane % 4, gq = lane / 4;
@@ -697,19 +801,24 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   int32_t first = 0;  // the warp of the current tile's first unit
   // Keys read from k itself are rotated as each tile lands (CondRotation), its first cos / sin loaded before.
   const bool cond_raw = p.kv.cond_raw && p.cos_cond != nullptr;
-  CondRotation<Traits> turn(p);
+  std::conditional_t<kFold, NatFold<Traits>, CondRotation<Traits>> turn(p);
   // Iteration n issues the copy of tile n (plain row order) and computes tile n - 1.
   for (;;) {
     const bool have_nxt = cursor.advance<N, kCtrlCols>(p.geo, sRec, count, nullptr, 0, nxt);
     const bool rotates = have_cur && cond_raw && KeySet(sRec[cur.record].keys) == KeySet::kCond;
-    if (rotates) turn.tables(p, cur, turn.r0);
+    if (rotates) {
+      if constexpr (kFold) turn.tables(p, cur);
+      else turn.tables(p, cur, turn.r0);
+    }
     cp_async_wait_all();
     __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2
     copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, false);  // past the last tile: a zero fill
     cp_async_commit();
     if (!have_cur && !have_nxt) break;
     if (rotates) {
-      turn.rotate(sK + stage * Traits::kKVElems, cur, p);  // k's own rows, as they landed
+      // k's own rows, as they landed (and, folding, Lite's preparation of them and of their values)
+      if constexpr (kFold) turn.run(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, cur, p, nat, s_nat, s_v);
+      else turn.rotate(sK + stage * Traits::kKVElems, cur, p);
       __syncthreads();  // every warp reads keys another warp rotated
     }
     if (have_cur) {
@@ -747,8 +856,10 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
 
 // A control CTA (query_tile: kControlTileRows control rows, chunk t.chunk of the keys): its two records
 // (plan.h plan_control_tile) and their arrays, its rows in the slot unrotated, then control_walk. Its own
-// function, so that nothing of the body CTAs' prologue stays live across their walk on its account.
-template <typename Traits>
+// function, so that nothing of the body CTAs' prologue stays live across their walk on its account. kMayFold:
+// the CTA folds Lite's preparation in where p.fold asks (control_kernel's CTAs; attn_kernel's never do, so that
+// it carries none of the fold's code).
+template <typename Traits, bool kMayFold = false>
 __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const QueryTile& t, int32_t head,
                                             int32_t batch, int32_t h, int32_t bh, unsigned char* smem) {
   using Element = typename Traits::Element;
@@ -770,9 +881,23 @@ __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const Que
   const Element* row = tid < t.nrows ? q_rows + int64_t(tid) * p.q_strides.row : nullptr;
   fill_row<Traits>(sQ + tid * Traits::kStride, row, nullptr, nullptr, 1.f, p.rotary_half, p.D, p.interleaved,
                    slot_rows_in_chunks<Traits>(p, q_rows));
-  control_walk<Traits>(p, t, head, sQ, reinterpret_cast<Element*>(smem + Layout::kK),
-                       reinterpret_cast<Element*>(smem + Layout::kV), sRec, sArrays, count,
-                       reinterpret_cast<const int32_t*>(smem + Layout::kRows));
+  // Lite's preparation folded in (attn_setup.h nat_keys_from_control): by the first control tile of the KV head's
+  // first query head, once for every body key over its chunks.
+  // NatFold exists where the control CTAs' tiles are 64 keys at head dim 64 on the tensor cores.
+  constexpr bool kFolds = kMayFold && Traits::kHeadDim == 64 && Traits::kBlockN == 64 && Traits::kTensorCores;
+  Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
+  Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
+  const int32_t* sBounds = reinterpret_cast<const int32_t*>(smem + Layout::kRows);
+  if constexpr (kFolds) {
+    if (p.fold.k_nat != nullptr && t.i0 == 0 && p.by_group.mod(h) == 0) {
+      control_walk<Traits, true>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds,
+                                 static_cast<Element*>(p.fold.k_nat) + bh * p.kv.key_stride,
+                                 static_cast<Element*>(p.fold.s_nat) + bh * p.kv.sum_stride,
+                                 static_cast<Element*>(p.fold.s_v) + bh * p.kv.sum_stride);
+      return;
+    }
+  }
+  control_walk<Traits, false>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds, nullptr, nullptr, nullptr);
 }
 
 // What a body CTA's fills, dots and epilogue need of its tile, kept in shared memory for the walk (not in
@@ -1189,6 +1314,20 @@ __device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 2) attn_kernel(const __grid_constant__ AttnKernelParams p) {
   attn_cta<Traits>(p, int32_t(blockIdx.x));
+}
+
+// The control CTAs of one call alone, Lite's preparation folded into those that p.fold names (attn_setup.h
+// nat_keys_from_control; the sm_90a launch's control grid, hopper/body_launch.h): p's CTAs per head are its
+// control tiles. A kernel of its own, beside attn_kernel, whose CTAs run the same control_cta without the fold.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 2) control_kernel(const __grid_constant__ AttnKernelParams p) {
+  const int32_t cta = int32_t(blockIdx.x);
+  const int32_t head = p.by_ctas_per_head.div(cta);  // b * Hq + h
+  const QueryTile t = query_tile<Traits::kBlockM>(p, p.by_ctas_per_head.mod(cta));
+  if (t.nrows <= 0 || !t.control) return;
+  const int32_t batch = p.by_Hq.div(head), h = p.by_Hq.mod(head);
+  RSWA_DYNAMIC_SHARED(smem);
+  control_cta<Traits, true>(p, t, head, batch, h, batch * p.Hkv + p.by_group.div(h), smem);
 }
 
 // One launch for every sequence of a packed call (attn_params.h PackedLaunch): CTA x is CTA x - first[s] of

@@ -59,6 +59,10 @@ struct PrepareParams {
   }
 };
 
+// 1 / the tokens of the last of L's G-blocks (rule 4's mean over a ragged block), as a float: the preparation's
+// and the control CTAs' (mainloop.h NatFold) factor.
+inline float last_block_inverse(int32_t L, int32_t G) { return L > 0 ? 1.f / float(L - (L - 1) / G * G) : 0.f; }
+
 RSWA_HD int32_t prepare_body_units(const PrepareParams& p) {
   return (p.L - p.row0 + p.unit_tokens - 1) / p.unit_tokens;
 }
@@ -159,7 +163,7 @@ inline PrepareParams prepare_ready(PrepareParams p) {
   p.by_units = FastDiv::make(prepare_units(p));
   p.by_dim_units = FastDiv::make(prepare_dim_units(p));
   p.inv_G = 1.f / float(p.G);
-  p.inv_last = p.L > 0 ? 1.f / float(p.L - (p.L - 1) / p.G * p.G) : 0.f;
+  p.inv_last = last_block_inverse(p.L, p.G);
   return p;
 }
 

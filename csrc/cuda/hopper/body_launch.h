@@ -44,7 +44,11 @@ cudaError_t run_attn_hopper(const AttnKernelParams& p, cudaStream_t stream) {
   if (control > 0) {
     AttnKernelParams pc = p;
     pc.by_ctas_per_head = FastDiv::make(control);
-    const cudaError_t err = run_attn<Element, kHeadDim>(pc, stream);
+    cudaError_t err;
+    // Lite's preparation folded into the control CTAs (attn_setup.h nat_keys_from_control: head dim 64 only).
+    if constexpr (kHeadDim == 64) err = p.fold.k_nat != nullptr ? run_control_fold<Element, 64>(pc, stream)
+                                                                 : run_attn<Element, kHeadDim>(pc, stream);
+    else err = run_attn<Element, kHeadDim>(pc, stream);
     if (err != cudaSuccess) return err;
   }
   const int64_t blocks = int64_t(body) * p.B * p.Hq;

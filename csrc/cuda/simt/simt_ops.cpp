@@ -32,6 +32,7 @@ double g_kernel_seconds = 0.0;
 int64_t g_smem_bytes = 0;
 int64_t g_values_in_place = 0;  // whether the last attn call read its body values from v itself
 int64_t g_cond_raw = 0;         // ... and its control rows' body keys from k itself (attn_setup.h cond_from_keys)
+int64_t g_folded = 0;           // ... and whether its control CTAs did Lite's preparation (attn_setup.h nat_keys_from_control)
 int g_plan_fault = 0;            // plan_fault below
 int64_t g_attn_launches = 0;     // launches of the attention kernels in the last attn call (a packed call: one)
 
@@ -105,6 +106,7 @@ void guard(HostCall& hc, GuardedArrays& g) {
   for (const void** a : {&p.kv.k_ctrl, &p.kv.v_ctrl, &p.kv.k_nat, &p.kv.k_grp, &p.kv.k_cond, &p.kv.v_body,
                          &p.kv.s_nat, &p.kv.s_grp, &p.kv.s_v, &p.kv.p_nat, &p.kv.p_grp})
     g.remap(*a);
+  for (void** a : {&p.fold.k_nat, &p.fold.s_nat, &p.fold.s_v}) g.remap(*a);  // written by the control CTAs
   g.remap(p.cos_int);
   g.remap(p.sin_int);
   g.remap(p.cos_cond);
@@ -228,6 +230,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional
   GuardedArrays guarded;
   g_values_in_place = hc.buf.values_in_place;
   g_cond_raw = hc.buf.cond_raw;
+  g_folded = hc.p.fold.k_nat != nullptr;
   g_attn_launches = 1;
   if (::simt::options().guard_global) guard(hc, guarded);
   simt_errors_as_runtime_errors([&] {
@@ -355,6 +358,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
   GuardedArrays guarded;
   g_values_in_place = calls.front()->buf.values_in_place;
   g_cond_raw = calls.front()->buf.cond_raw;
+  g_folded = 0;
   if (::simt::options().guard_global) {
     guarded.add(with_contiguous_rows(q));
     guarded.add(with_contiguous_rows(k));
@@ -590,12 +594,13 @@ int64_t plan_fault(int64_t fault) {
 
 // The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
 // of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place, how
-// many launches of the attention kernels it made (a packed call on the mma.sync kernel: one), and whether its
-// control CTAs read their body keys from k in place.
+// many launches of the attention kernels it made (a packed call on the mma.sync kernel: one), whether its
+// control CTAs read their body keys from k in place, and whether they did Lite's preparation of the body rows.
 std::vector<int64_t> stats() {
   const ::simt::Stats s = ::simt::last_stats();
   return {s.ctas, s.switches, s.warp_collectives, s.barriers, s.mmas, s.ldmatrix, s.cp_async,
-          int64_t(g_kernel_seconds * 1e6), g_smem_bytes, g_values_in_place, g_attn_launches, g_cond_raw};
+          int64_t(g_kernel_seconds * 1e6), g_smem_bytes, g_values_in_place, g_attn_launches, g_cond_raw,
+          g_folded};
 }
 
 }  // namespace
