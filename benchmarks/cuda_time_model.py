@@ -691,7 +691,7 @@ def main(argv=None) -> int:
     print(f"sm_90a body kernel, predicted: late {h[(D, 'late', 8192)]:.1f}x / {h[(D, 'late', 32768)]:.1f}x, lite "
           f"{h[(D, 'lite', 8192)]:.1f}x / {h[(D, 'lite', 32768)]:.1f}x vs SDPA-flash at 8k / 32k; on the padded union at "
           f"32k: D = 64 late {hopper[(D, 'late', 32768)][1]:.0f} TFLOP/s, D = 128 late "
-          f"{hopper[(128, 'late', 32768)][1]:.0f} ({hopper[(128, 'late', 32768)][1] / H200.wgmma_flops * 1e12:.0%} of the "
+          f"{hopper[(128, 'late', 32768)][1]:.0f} ({hopper[(128, 'late', 32768)][1] / H200.wgmma_flops * 1e12:.1%} of the "
           f"dense bf16 peak), lite {hopper[(128, 'lite', 32768)][1]:.0f}")
     slower = [(n, c, L) for (n, c, L), t in times.items() if n in (HOPPER.name, HOPPER_128.name)
               and t > times[(SECOND_NOW.name if n == HOPPER.name else SECOND_NOW_128.name, c, L)]]

@@ -144,6 +144,32 @@ def test_the_time_model_reads_the_measured_tiles(measured):
     assert cuda_time_model.SECOND_NOW.masked_extra == cuda_time_model.MASKED_TILE_MEASURED - cuda_time_model.FULL_TILE_MEASURED
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_control_kernel_that_folds_lites_preparation_passes_the_limits(measured, arch):
+    """mainloop.h control_kernel (the sm_90a launch's control CTAs when Lite's preparation is folded in): no
+    spills, stack or local memory, at most 255 registers, no CALL into a subroutine; its fold of a tile
+    (NatFold::run) holds both rotations of a thread's 4 rows (8 FFMA a row and rotation at least), k_nat's stores
+    and the means' shuffles (4 + 4 keys' and 8 values' sums over 2 lane steps), and its control unit is a whole
+    unit (32 MMAs); attn_kernel, beside it, carries none of the fold (its rotation batch is CondRotation's)."""
+    c = measured[arch]["control_fold"]
+    assert not c["failures"], c["failures"]
+    ops = c["nat_fold_ops"]
+    assert ops.get("FFMA", 0) >= 4 * 2 * 8 and ops.get("STG", 0) >= 8 and ops.get("SHFL", 0) >= 32, ops
+    assert c["control_unit"] >= 32 + 16 and c["instructions"] < measured[arch]["instructions"]
+    assert measured[arch].get("nat_fold") is None
+
+
+def test_the_time_model_reads_the_measured_fold(measured):
+    """The sm_90a design's folded control phase (cuda_time_model.folded_phases) reads the control kernel's fold
+    of a tile and its unit trip as the gate counts them (sm_90a, bf16, three K/V stages)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import cuda_time_model
+
+    c = measured["90a"]["control_fold"]
+    assert cuda_time_model.NAT_FOLD_MEASURED == c["nat_fold"] == cuda_time_model.HOPPER.lite_fold
+    assert cuda_time_model.FOLD_CONTROL_UNIT_MEASURED == c["control_unit"] == cuda_time_model.HOPPER.fold_control_unit
+
+
 def test_the_path_finder_on_a_hand_made_loop():
     """successors / tile_path on a small listing: a loop whose cheap arm skips the MMA and whose other arm
     holds it; the trip that must issue one MMA takes the MMA arm and counts every instruction on it."""

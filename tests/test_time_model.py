@@ -192,3 +192,31 @@ def test_the_control_rows_read_every_body_keys_cond_key_and_value():
         rotated, not_rotated = (model.control_phase(x, 32768, head_dim) for x in (d, model.replace(d, cond_rotation=0.0)))
         assert rotated.warp_instructions - not_rotated.warp_instructions == tiles * batches * 4 * d.cond_rotation
         assert rotated.chain_cycles - not_rotated.chain_cycles == tiles * (batches - 1) * model.H200.latency_cycles
+
+
+def test_lites_preparation_folded_into_the_control_ctas_at_head_dim_64():
+    """The sm_90a launch at head dim 64 folds Lite's preparation into its control CTAs (attn_setup.h
+    nat_keys_from_control): the preparation moves the control rows alone; the control phase reads k and v of
+    every body key as before and also writes k_nat and the two G-block means, each tile costing a warp the
+    fold (NatFold::run) in place of the rotation batch, each unit the control kernel's trip. Late calls, the
+    mma.sync design and head dim 128 keep the preparation."""
+    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
+    hop, L = model.HOPPER, 32768
+    phases = {p.name: p for p in model.second_design_phases(hop, entries, "lite", L, 64, model.SECOND_NOW)}
+    elements = model.B * model.H * L * model.D
+    assert phases["prepare"].bytes == model.B * model.H * model.C * model.D * model.ELEMENT_BYTES * 4
+    reads = elements * model.ELEMENT_BYTES * 2
+    assert phases["control"].bytes == reads + elements * model.ELEMENT_BYTES * (1 + 2 / model.SUMMARY_BLOCK)
+    chunks = L // 1024
+    per_cta = 1024 / 16 * hop.fold_control_unit + model.SECOND_NOW.cta_setup + 16 * 4 * hop.lite_fold
+    assert math.isclose(phases["control"].warp_instructions, per_cta) and phases["control"].ctas == model.B * model.H * chunks
+    late = {p.name: p for p in model.second_design_phases(hop, entries, "late", L, 64, model.SECOND_NOW)}
+    assert late["prepare"].bytes == model.prepare_phase(hop, L, "late").bytes and late["control"].bytes == reads
+    mma = {p.name: p for p in model.second_design_phases(model.SECOND_NOW, entries, "lite", L, 64)}
+    assert mma["prepare"].bytes == model.prepare_phase(model.SECOND_NOW, L, "lite").bytes
+    assert model.HOPPER_128.lite_fold == 0
+    unfolded = [model.prepare_phase(hop, L, "lite"), model.replace(model.control_phase(model.SECOND_NOW, L), launches=1)]
+    rest = [phases[n] for n in ("selection", "plan", "body", "combine")]
+    t_fold, _ = model.total(list(phases.values()), model.H200, 0.5)
+    t_prep, _ = model.total(unfolded + rest, model.H200, 0.5)
+    assert t_fold < t_prep  # one pass over k and v instead of two
