@@ -307,6 +307,35 @@ def edges_masked_ms(q, k, v, C: int, repeats: int) -> dict:
     return out
 
 
+def fold_ab_ms(q, k, v, C: int, repeats: int) -> dict:
+    """rangeswa_lite on the sm_90a kernel with its preparation folded into the control CTAs (the default at head
+    dim 64: csrc/cuda/attn_setup.h nat_keys_from_control) and with RANGESWA_CUDA_FOLD=off (the preparation's own
+    pass over k and v): both times and their outputs' largest difference (the means' summation order)."""
+    cfg = preset("rangeswa_lite")
+    saved = {key: os.environ.get(key) for key in ("RANGESWA_CUDA_KERNEL", "RANGESWA_CUDA_FOLD")}
+    out = {}
+    try:
+        os.environ["RANGESWA_CUDA_KERNEL"] = "hopper"
+        for label, fold in (("folded", None), ("prepared", "off")):
+            if fold is None:
+                os.environ.pop("RANGESWA_CUDA_FOLD", None)
+            else:
+                os.environ["RANGESWA_CUDA_FOLD"] = fold
+            result = ops.attn(q, k, v, cfg, C, "late").float()
+            out[label] = median_ms(lambda: ops.attn(q, k, v, cfg, C, "late"), repeats)
+            out[f"{label}_output"] = result
+        out["max_abs_diff"] = (out.pop("folded_output") - out.pop("prepared_output")).abs().max().item()
+    except Exception as err:  # noqa: BLE001 (report and carry on)
+        out = dict(error=f"{type(err).__name__}: {err}"[:300])
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return out
+
+
 def kernels_side_by_side(q, k, v, C: int, repeats: int, kernels: list) -> dict:
     """Each body kernel (RANGESWA_CUDA_KERNEL: mma, the mma.sync kernel; hopper, the sm_90a warp-specialized
     one, csrc/cuda/hopper/body_kernel.h) on every case of the same inputs: its time, and the largest difference
@@ -385,6 +414,8 @@ def run(args) -> dict:
                 row["kernels"] = kernels_side_by_side(q, k, v, C, repeats, args.kernels)
             if D == args.head_dims[0] and L in (8192, 32768):  # the plan's edge-free records, A/B
                 row["edges masked"] = edges_masked_ms(q, k, v, C, repeats)
+            if D == 64 and L in (8192, 32768) and "hopper" in args.kernels:  # Lite's folded preparation, A/B
+                row["lite fold"] = fold_ab_ms(q, k, v, C, repeats)
             flex_lengths = (8192,) if args.quick else args.lengths
             if args.flex and D == args.head_dims[0] and L in flex_lengths and time.time() - start_time < args.budget_s - 120:
                 try:
@@ -432,6 +463,14 @@ def markdown(result: dict) -> str:
                          f"{flex['op_speedup_building_masks']:.1f}x)")
         cells.append(f"{r['flash_attn_ms']:.2f}" if "flash_attn_ms" in r else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    folds = [r for r in result["rows"] if r.get("lite fold")]
+    if folds:
+        lines += ["", "rangeswa_lite on the sm_90a kernel, its preparation folded into the control CTAs or not "
+                  "(RANGESWA_CUDA_FOLD=off), ms:", ""]
+        for r in folds:
+            f = r["lite fold"]
+            lines.append(f"- D = {r['D']}, L = {r['L']}: " + (f"error {f['error'][:80]}" if "error" in f else
+                         f"folded {f['folded']:.2f}, prepared {f['prepared']:.2f}, diff {f['max_abs_diff']:.2g}"))
     sides = [r for r in result["rows"] if r.get("kernels")]
     if sides:
         lines += ["", "Body kernels side by side (RANGESWA_CUDA_KERNEL; the same inputs), ms, the speedup over the "
