@@ -130,6 +130,10 @@ class Design:
     edge_tile_extra: float = 0.0  # first design: per-element rule code of an edge tile
     cta_setup: float = 0.0  # per warp: prologue, plan, epilogue
     fill_round_trips: float = 32.0  # dependent global round trips of one query-slot fill
+    # ... of a control CTA's fill of its rows (unrotated: fill_row_vector's plain copy, kCopyBatch chunks a round
+    # trip, 1 at head dim 64 and 4 at 128; one a chunk, 8 and 16, before 2026-12-03's fifth session); None: the
+    # body fill's
+    control_fill_round_trips: float | None = None
     fill_instructions: float = 0.0  # per warp per fill
     mixed_round_trips: float = 0.0  # per CTA: straddling-block dot products (late)
     prepare_instructions_per_element: float = 220.0  # per lane (thread instructions / element)
@@ -240,7 +244,7 @@ SECOND_NOW = replace(
     # mainloop.h fill_row_vector: one thread per row, 4 pairs a step with every load issued first: half / 4
     # = 8 round trips per fill at head dim 64; the fill's warp instructions and the prologue and epilogue
     # counted on the SASS (attn_fixed_paths; were estimates: 8 x 60 a fill, 1,500 a warp).
-    fill_round_trips=8, fill_instructions=ATTN_FILL_STEP_MEASURED,
+    fill_round_trips=8, fill_instructions=ATTN_FILL_STEP_MEASURED, control_fill_round_trips=1,
     cta_setup=ATTN_PROLOGUE_MEASURED + ATTN_EPILOGUE_MEASURED,
     # mixed_dots: two 16-byte loads issued before use, 4 round trips per term, 6 terms per late row.
     mixed_round_trips=24,
@@ -354,7 +358,7 @@ HOPPER_DIRECT_TILE_MEASURED = 246
 # stores a lane): 262 / 293 / 437 / 239.
 HOPPER_CONSUMER_PROLOGUE_MEASURED = 262
 HOPPER_CONSUMER_EPILOGUE_MEASURED = 293
-HOPPER_FILL_STEP_MEASURED = 437
+HOPPER_FILL_STEP_MEASURED = 438  # 437 before the plain copy's loads were batched (mainloop.h fill_row_vector)
 HOPPER_PRODUCER_PROLOGUE_MEASURED = 239
 # Lite's preparation folded into the sm_90a launch's control CTAs (head dim 64; scripts/cuda_gates.py
 # control_fold_paths, the control kernel at sm_90a, bf16, three K/V stages): a thread's share of a 64-key tile in
@@ -425,7 +429,8 @@ ATTN_128_MEASURED = dict(full_tile=462, masked_tile=624, masked_loop_full=527, c
 SECOND_NOW_128 = with_paths(SECOND_NOW, "second design now (main), head dim 128", ATTN_128_MEASURED,
                             "head dim 128: the gate's SASS paths at 128 (attn_model_paths)",
                             control_unit=ATTN_128_MEASURED["control_unit"],
-                            cond_rotation=ATTN_128_MEASURED["cond_rotation"], fill_round_trips=16, mixed_round_trips=48)
+                            cond_rotation=ATTN_128_MEASURED["cond_rotation"], fill_round_trips=16, mixed_round_trips=48,
+                            control_fill_round_trips=4)
 # The sm_90a kernel (scripts/cuda_gates.py hopper_gate at head dim 128), on its own plan of 64-key tiles
 # (kernel_traits.h kHopperTileCols; the census's "|sm90" entries): a consumer warp's whole tile 219 (12 HGMMA:
 # Q K^T m64n64k16 x 8, P V m64n136k16 x 4; the softmax of head dim 64's 64-key tile), masked 365, a tile its
@@ -527,6 +532,7 @@ def control_phase(d: Design, L: int, head_dim: int = D) -> Phase:
     chunks = max(1, L // 1024)
     tiles = 1024 / (64 if head_dim <= 80 else 32)
     reads = _heads() * L * head_dim * ELEMENT_BYTES * 2
+    control_fill = d.fill_round_trips if d.control_fill_round_trips is None else d.control_fill_round_trips
     if d.control_path == "warp split":
         # The warps take the chunk's 16-column units in turn (a 64-key tile is 4 units, one a warp; a 32-key
         # tile 2): 64 units a chunk; the slot's one plain fill stays. Keys read from k itself: every warp rotates
@@ -535,7 +541,7 @@ def control_phase(d: Design, L: int, head_dim: int = D) -> Phase:
         batches = math.ceil(1024 / tiles * head_dim / 8 / 128 / 4) if d.cond_rotation else 0
         return Phase("control", ctas=_heads() * chunks, warps_per_cta=4, resident=2,
                      warp_instructions=1024 / 16 * d.control_unit + d.cta_setup + tiles * batches * 4 * d.cond_rotation,
-                     bytes=reads, chain_cycles=(d.fill_round_trips + tiles * max(1, batches)) * H200.latency_cycles,
+                     bytes=reads, chain_cycles=(control_fill + tiles * max(1, batches)) * H200.latency_cycles,
                      launches=0)
     if d.control_path == "16-row":
         # Rows of a 16-row split-K path inside the body launch: the same tiles, no launch or fill of their own.

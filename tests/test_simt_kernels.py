@@ -338,6 +338,18 @@ def test_body_values_read_in_place_are_the_copy_bit_for_bit(simt, monkeypatch, l
 COND_RAW = 11  # torch.ops.rangeswa_simt.stats(): whether the last attn call's control CTAs read k in place
 
 
+def attn_both_ways(simt, monkeypatch, q, k, v, blocks, args, stat: int, env: str, off: str) -> tuple:
+    """The SIMT op's output and lse as the call runs and simt.stats()[stat] then (whether the path under test
+    ran), then its output and lse with the environment variable env = off, which turns that path off (the stat
+    reads 0 then)."""
+    out, lse = simt.attn(q, k, v, blocks, **args)
+    ran = simt.stats()[stat]
+    monkeypatch.setenv(env, off)
+    other, other_lse = simt.attn(q, k, v, blocks, **args)
+    assert simt.stats()[stat] == 0
+    return out, lse, ran, other, other_lse
+
+
 @pytest.mark.parametrize("layout,raw", [("contiguous", True), ("fused qkv", True), ("interleaved", True),
                                         ("head dim 66", False), ("rotary dim 36", False), ("misaligned", False)])
 def test_control_keys_rotated_from_k_are_the_prepared_ones_bit_for_bit(simt, monkeypatch, layout, raw):
@@ -355,11 +367,9 @@ def test_control_keys_rotated_from_k_are_the_prepared_ones_bit_for_bit(simt, mon
     q, k, v = layout_inputs(layout, (B, H, C + L, D), seed=5, misaligned="k")
     blocks = ops.topk_blocks(q, k, cfg, C)
     args = ops.attn_arguments(cfg, C)
-    out, lse = simt.attn(q, k, v, blocks, **args)
-    assert simt.stats()[COND_RAW] == int(raw)
-    monkeypatch.setenv("RANGESWA_CUDA_COND", "copy")
-    copied, copied_lse = simt.attn(q, k, v, blocks, **args)
-    assert simt.stats()[COND_RAW] == 0
+    out, lse, ran, copied, copied_lse = attn_both_ways(simt, monkeypatch, q, k, v, blocks, args, COND_RAW,
+                                                       "RANGESWA_CUDA_COND", "copy")
+    assert ran == int(raw)
     assert torch.equal(out, copied) and torch.equal(lse, copied_lse)
     expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", retrieved=blocks)
     err = (out.double() - expect).abs()
@@ -402,11 +412,9 @@ def test_lites_preparation_folded_into_the_control_ctas(simt, monkeypatch, case,
     monkeypatch.setenv("RANGESWA_CUDA_KERNEL", "mma" if case == "mma.sync kernel" else "hopper")
     blocks = ops.topk_blocks(q, k, cfg, C) if cfg.topk else None
     args = ops.attn_arguments(cfg, C)
-    out, lse = simt.attn(q, k, v, blocks, **args)
-    assert simt.stats()[FOLDED] == int(folded)
-    monkeypatch.setenv("RANGESWA_CUDA_FOLD", "off")
-    prepared, prepared_lse = simt.attn(q, k, v, blocks, **args)
-    assert simt.stats()[FOLDED] == 0
+    out, lse, ran, prepared, prepared_lse = attn_both_ways(simt, monkeypatch, q, k, v, blocks, args, FOLDED,
+                                                           "RANGESWA_CUDA_FOLD", "off")
+    assert ran == int(folded)
     if folded:
         assert ((out.float() - prepared.float()).abs().max() <= 1e-2 * prepared.float().abs().max()).item()
         assert torch.allclose(lse, prepared_lse, atol=1e-3)

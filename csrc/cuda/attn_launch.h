@@ -27,15 +27,14 @@ size_t attn_smem_bytes(const AttnKernelParams& p) {
   });
 }
 
-// One launch: per head, the control rows' CTAs, then the body tiles' (attn_params.h query_tile). The
-// control CTAs ride among the body CTAs instead of running as a grid of their own before them: no launch
-// gap and no tail of a control-only grid between the two.
-template <typename Element, int kHeadDim>
-cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
+// One launch of the kernel kernel_of(traits) (attn_kernel or control_kernel of p.kv_stages' traits) over p's CTAs,
+// per head by_ctas_per_head of them.
+template <typename Element, int kHeadDim, typename KernelOf>
+cudaError_t launch_tiles(const AttnKernelParams& p, cudaStream_t stream, const KernelOf& kernel_of) {
   return with_traits<Element, kHeadDim>(p, [&](auto traits) -> cudaError_t {
     using Traits = decltype(traits);
     const size_t smem = SharedLayout<Traits>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);
-    auto kernel = attn_kernel<Traits>;
+    auto kernel = kernel_of(traits);
     if (smem > 48 * 1024) {
       const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
       if (err != cudaSuccess) return err;
@@ -47,23 +46,19 @@ cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
   });
 }
 
+// One launch: per head, the control rows' CTAs, then the body tiles' (attn_params.h query_tile). The
+// control CTAs ride among the body CTAs instead of running as a grid of their own before them: no launch
+// gap and no tail of a control-only grid between the two.
+template <typename Element, int kHeadDim>
+cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
+  return launch_tiles<Element, kHeadDim>(p, stream, [](auto traits) { return attn_kernel<decltype(traits)>; });
+}
+
 // The control CTAs alone, folding Lite's preparation in (mainloop.h control_kernel): p's CTAs per head are its
 // control tiles (hopper/body_launch.h run_attn_hopper's control grid when p.fold is set). Head dim 64, 16-bit.
 template <typename Element, int kHeadDim>
 cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream) {
-  return with_traits<Element, kHeadDim>(p, [&](auto traits) -> cudaError_t {
-    using Traits = decltype(traits);
-    const size_t smem = SharedLayout<Traits>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);
-    auto kernel = control_kernel<Traits>;
-    if (smem > 48 * 1024) {
-      const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
-      if (err != cudaSuccess) return err;
-    }
-    const int64_t blocks = int64_t(p.by_ctas_per_head.d) * p.B * p.Hq;
-    if (blocks == 0) return cudaSuccess;
-    if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-    return RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, p);
-  });
+  return launch_tiles<Element, kHeadDim>(p, stream, [](auto traits) { return control_kernel<decltype(traits)>; });
 }
 
 // One launch for every sequence of a packed call (attn_params.h PackedLaunch; mainloop.h attn_packed_kernel):
