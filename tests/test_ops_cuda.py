@@ -140,6 +140,26 @@ def test_attn_cuda_is_deterministic(dtype):
 
 
 @needs_cuda
+def test_attn_cuda_lites_preparation_folded_into_the_control_ctas(monkeypatch):
+    """On an H100 / H200 with the sm_90a body kernel, a Lite call at head dim 64 has its preparation folded into
+    the control CTAs (attn_setup.h nat_keys_from_control): its answer is the preparation's (RANGESWA_CUDA_FOLD=
+    off) but for the G-block means' summation order, and the reference's (grouped heads: the first query head of
+    each KV head writes its arrays)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm_90a body kernel runs on compute capability 9.0")
+    monkeypatch.setenv("RANGESWA_CUDA_KERNEL", "hopper")
+    cfg, C = preset("rangeswa_lite", train_length=256, near_range=256), 12
+    q, k, v = make_qkv(1, 4, 2, C + 3000, 64, seed=12, dtype=torch.bfloat16)
+    out, lse = ops.attn(*_cuda(q, k, v), cfg, C, return_lse=True)
+    monkeypatch.setenv("RANGESWA_CUDA_FOLD", "off")
+    prepared, prepared_lse = ops.attn(*_cuda(q, k, v), cfg, C, return_lse=True)
+    assert ((out.float() - prepared.float()).abs().max() <= 1e-2 * prepared.float().abs().max()).item()
+    assert torch.allclose(lse, prepared_lse, atol=1e-3)
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late")
+    assert ((out.cpu().double() - expect).abs().max() / expect.abs().max()).item() < 2e-2
+
+
+@needs_cuda
 def test_attn_cuda_batch_elements_are_independent():
     cfg = preset("rangeswa", train_length=256)
     q, k, v = _cuda(*make_qkv(3, 2, 1, 12 + 600, 64, seed=10))
