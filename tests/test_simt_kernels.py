@@ -309,32 +309,7 @@ def layout_inputs(layout: str, shape: tuple, seed: int, misaligned: str) -> tupl
     return x["q"], x["k"], x["v"]
 
 
-@pytest.mark.parametrize("layout,in_place", [("contiguous", True), ("fused qkv", True), ("head dim 66", False),
-                                             ("misaligned", False)])
-def test_body_values_read_in_place_are_the_copy_bit_for_bit(simt, monkeypatch, layout, in_place):
-    """attn_setup.h values_in_place: with D = Dp and 16-byte rows the kernel reads v itself (no padded
-    copy), a fused qkv view included; at D = 66 (padded to 80) or on a misaligned v it copies. Either way
-    the output is bit for bit the one of the copy that RANGESWA_CUDA_VALUES=copy forces, and close to the
-    reference."""
-    cfg = preset("rangeswa", train_length=256)
-    B, H, C, L = 1, 2, 12, 700
-    D = 66 if layout == "head dim 66" else 64
-    q, k, v = layout_inputs(layout, (B, H, C + L, D), seed=11, misaligned="v")
-    blocks = ops.topk_blocks(q, k, cfg, C)
-    args = ops.attn_arguments(cfg, C)
-    out, lse = simt.attn(q, k, v, blocks, **args)
-    assert simt.stats()[9] == int(in_place)
-    monkeypatch.setenv("RANGESWA_CUDA_VALUES", "copy")
-    copied, copied_lse = simt.attn(q, k, v, blocks, **args)
-    assert simt.stats()[9] == 0
-    assert torch.equal(out, copied) and torch.equal(lse, copied_lse)
-    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", retrieved=blocks)
-    assert ((out.double() - expect).abs().max() / expect.abs().max()).item() < 2e-2
-
-
-# ------------------------------------------------------------------- attn: the control rows' keys from k
-
-
+IN_PLACE = 9  # torch.ops.rangeswa_simt.stats(): whether the last attn call read its body values from v itself
 COND_RAW = 11  # torch.ops.rangeswa_simt.stats(): whether the last attn call's control CTAs read k in place
 
 
@@ -348,6 +323,32 @@ def attn_both_ways(simt, monkeypatch, q, k, v, blocks, args, stat: int, env: str
     other, other_lse = simt.attn(q, k, v, blocks, **args)
     assert simt.stats()[stat] == 0
     return out, lse, ran, other, other_lse
+
+
+@pytest.mark.parametrize("layout,in_place", [("contiguous", True), ("fused qkv", True), ("head dim 66", False),
+                                             ("misaligned", False)])
+def test_body_values_read_in_place_are_the_copy_bit_for_bit(simt, monkeypatch, layout, in_place):
+    """attn_setup.h values_in_place: with D = Dp and 16-byte rows the kernel reads v itself (no padded
+    copy), a fused qkv view included; at D = 66 (padded to 80) or on a misaligned v it copies. Either way
+    the output is bit for bit the one of the copy that RANGESWA_CUDA_VALUES=copy forces, and close to the
+    reference."""
+    cfg = preset("rangeswa", train_length=256)
+    B, H, C, L = 1, 2, 12, 700
+    D = 66 if layout == "head dim 66" else 64
+    q, k, v = layout_inputs(layout, (B, H, C + L, D), seed=11, misaligned="v")
+    blocks = ops.topk_blocks(q, k, cfg, C)
+    args = ops.attn_arguments(cfg, C)
+    out, lse, ran, copied, copied_lse = attn_both_ways(simt, monkeypatch, q, k, v, blocks, args, IN_PLACE,
+                                                       "RANGESWA_CUDA_VALUES", "copy")
+    assert ran == int(in_place)
+    assert torch.equal(out, copied) and torch.equal(lse, copied_lse)
+    expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", retrieved=blocks)
+    assert ((out.double() - expect).abs().max() / expect.abs().max()).item() < 2e-2
+
+
+# ------------------------------------------------------------------- attn: the control rows' keys from k
+
+
 
 
 @pytest.mark.parametrize("layout,raw", [("contiguous", True), ("fused qkv", True), ("interleaved", True),

@@ -49,6 +49,13 @@ struct AttnSetup {
 // The spans a plan may write (tile.h plan_spans; at most plan.h max_spans, the room each plan has).
 // RANGESWA_CUDA_SPANS=n lowers it to n, for tests of the plans that would pass it (their later records go
 // down the masked loop whole; a plan always gets one span per record).
+// Whether the environment variable `name` is set to `value` (the A/B switches below: RANGESWA_CUDA_EDGES=masked,
+// _VALUES=copy, _COND=copy, _FOLD=off).
+inline bool env_is(const char* name, const char* value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string(env) == value;
+}
+
 inline int32_t span_budget(int32_t k) {
   const char* env = std::getenv("RANGESWA_CUDA_SPANS");
   const int32_t room = max_spans(k);
@@ -129,10 +136,7 @@ inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
 // Whether a call may plan edge-free records (plan.h window_sums, hn_bands): yes unless the environment
 // variable RANGESWA_CUDA_EDGES is "masked", which keeps every edge a masked tile (for A/B measurements
 // and for testing that path).
-inline bool edge_free_allowed() {
-  const char* env = std::getenv("RANGESWA_CUDA_EDGES");
-  return env == nullptr || std::string(env) != "masked";
-}
+inline bool edge_free_allowed() { return !env_is("RANGESWA_CUDA_EDGES", "masked"); }
 
 // The plan's edge-free records for a kernel with KV tiles of `kv_cols` columns: window sums when G = 16
 // and the tiles have 64 keys (each lane of the kernel then holds one whole G-block of a row, mainloop.h
@@ -184,9 +188,7 @@ inline bool rows_in_place(const AttnParams& ap, const AttnSetup& s, const void* 
 // 64, 80 or 128, and 16-byte rows). RANGESWA_CUDA_VALUES=copy keeps the copy (for A/B measurements and tests).
 inline bool values_in_place(const AttnParams& ap, const AttnSetup& s, const void* v, const RowStrides& vs,
                             int64_t element_bytes) {
-  const char* env = std::getenv("RANGESWA_CUDA_VALUES");
-  if (env != nullptr && std::string(env) == "copy") return false;
-  return rows_in_place(ap, s, v, vs, element_bytes);
+  return !env_is("RANGESWA_CUDA_VALUES", "copy") && rows_in_place(ap, s, v, vs, element_bytes);
 }
 
 // The body values the kernel reads (buf.v and buf.v_strides set): v itself when values_in_place, else a
@@ -214,8 +216,7 @@ void body_values(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int
 // measurements and tests).
 inline bool cond_keys_in_place(const AttnParams& ap, const AttnSetup& s, const void* k, const RowStrides& ks,
                                int64_t element_bytes) {
-  const char* env = std::getenv("RANGESWA_CUDA_COND");
-  if (env != nullptr && std::string(env) == "copy") return false;
+  if (env_is("RANGESWA_CUDA_COND", "copy")) return false;
   const int64_t steps = ap.rope.rotary_dim / 8;  // of 4 pairs
   return s.cond_keys && ap.rope.rotary_dim % 8 == 0 && (steps & (steps - 1)) == 0 &&
          rows_in_place(ap, s, k, ks, element_bytes);
@@ -240,9 +241,7 @@ inline void cond_from_keys(const AttnParams& ap, const AttnSetup& s, AttnBuffers
 // alone: one pass over k and v instead of two. RANGESWA_CUDA_FOLD=off keeps the preparation's (A/B
 // measurements and tests).
 inline bool nat_keys_from_control(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf, bool hopper) {
-  const char* env = std::getenv("RANGESWA_CUDA_FOLD");
-  if (env != nullptr && std::string(env) == "off") return false;
-  return hopper && buf.cond_raw && buf.values_in_place && ap.C > 0 && ap.L > 0 && pp.row0 == 0 && ap.D == 64 &&
+  return !env_is("RANGESWA_CUDA_FOLD", "off") && hopper && buf.cond_raw && buf.values_in_place && ap.C > 0 && ap.L > 0 && pp.row0 == 0 && ap.D == 64 &&
          pp.Dp == 64 && 2 * int64_t(pp.rotary_half) == ap.D && pp.G == 16 && pp.unit_tokens == 16 &&
          pp.k_nat != nullptr && pp.s_nat != nullptr && pp.s_v != nullptr && pp.k_grp == nullptr &&
          pp.k_cond == nullptr && pp.v_body == nullptr && pp.s_grp == nullptr && pp.p_nat == nullptr &&
@@ -250,11 +249,10 @@ inline bool nat_keys_from_control(const AttnParams& ap, const PrepareParams& pp,
 }
 
 // The call's k_nat, s_nat and s_v to the control CTAs (p.fold) and out of the preparation, which then runs its
-// control rows' units alone (body units from row L on: none).
+// control rows' units alone (prepare.h prepare_call_rows_only).
 inline void nat_keys_to_control(PrepareParams& pp, AttnKernelParams& p) {
   p.fold = FoldedPrepare{pp.k_nat, pp.s_nat, pp.s_v, last_block_inverse(pp.L, pp.G)};
-  pp.k_nat = pp.s_nat = pp.s_v = nullptr;
-  pp.row0 = pp.L;
+  prepare_call_rows_only(pp);
 }
 
 inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf) {

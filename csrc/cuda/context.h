@@ -92,12 +92,6 @@ void own_arrays(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, cons
   buf.sum_stride = int64_t(s.geo.nG) * s.Dp;
 }
 
-inline void prepare_call_rows_only(PrepareParams& pp) {
-  pp.k_nat = pp.k_grp = pp.k_cond = pp.s_nat = pp.s_grp = pp.s_v = pp.p_nat = pp.p_grp = nullptr;
-  // Values read in place leave nothing of the body to write: only the control rows' units run.
-  if (pp.v_body == nullptr) pp.row0 = pp.L;
-}
-
 // The prepare op's arrays for body rows [first_key, L): the call's setup for the context's numbers, the
 // output list (each slot a fresh [B, Hkv, rows, D] view of zeroed [.., Dp] storage on k's device, or empty)
 // and the buffers prepare_unit writes. The caller sets the rope tables in `buf`, then runs

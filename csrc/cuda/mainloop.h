@@ -471,8 +471,8 @@ struct NatFold {
     }
     const int32_t first = t.a + 16 * b;  // the block's first key
     if (q == 0 && first < t.a + t.n) {
-      const float inv = t.a + t.n - first < 16 ? 0.f : 0.0625f;
-      const float scale = inv != 0.f ? inv : p.fold.inv_last;  // a ragged block is the last of L's
+      // 1 / G (G = 16), or, for a ragged block (the last of L's), 1 / its tokens
+      const float scale = t.a + t.n - first < 16 ? p.fold.inv_last : 0.0625f;
 #pragma unroll
       for (int e = 0; e < 4; ++e) kx[e] *= scale, ky[e] *= scale;
 #pragma unroll

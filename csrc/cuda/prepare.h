@@ -63,6 +63,14 @@ struct PrepareParams {
 // and the control CTAs' (mainloop.h NatFold) factor.
 inline float last_block_inverse(int32_t L, int32_t G) { return L > 0 ? 1.f / float(L - (L - 1) / G * G) : 0.f; }
 
+// A call whose body rows' arrays someone else holds (a prepared context's cache, or the control CTAs that fold
+// Lite's preparation in): the preparation writes none of them; with the values read in place nothing of the
+// body is left, and only the control rows' units run.
+inline void prepare_call_rows_only(PrepareParams& pp) {
+  pp.k_nat = pp.k_grp = pp.k_cond = pp.s_nat = pp.s_grp = pp.s_v = pp.p_nat = pp.p_grp = nullptr;
+  if (pp.v_body == nullptr) pp.row0 = pp.L;
+}
+
 RSWA_HD int32_t prepare_body_units(const PrepareParams& p) {
   return (p.L - p.row0 + p.unit_tokens - 1) / p.unit_tokens;
 }
