@@ -2,3 +2,4 @@
 #include "attn_launch.h"
 
 RANGESWA_INSTANTIATE_ATTN(__half, 128)
+RANGESWA_INSTANTIATE_CONTROL_FOLD(__half, 128)

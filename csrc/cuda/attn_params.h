@@ -46,10 +46,11 @@ struct PreparedArrays {
   bool cond_raw;
 };
 
-// Lite's preparation folded into the control CTAs (mainloop.h NatFold; attn_setup.h nat_keys_from_control):
-// the arrays they write in its place.
+// The preparation's work folded into the control CTAs: the arrays they write in its place. Lite's (mainloop.h
+// NatFold; attn_setup.h nat_keys_from_control): k_nat, s_nat and s_v; or the value means alone (ValueMeans;
+// value_means_from_control): s_v, k_nat and s_nat null.
 struct FoldedPrepare {
-  void *k_nat, *s_nat, *s_v;  // the KV heads' arrays (kv's k_nat, s_nat, s_v, writable); k_nat null: no fold
+  void *k_nat, *s_nat, *s_v;  // the KV heads' arrays (kv's k_nat, s_nat, s_v, writable); s_v null: no fold
   float inv_last;             // 1 / the last G-block's tokens (prepare.h last_block_inverse)
 };
 
@@ -59,7 +60,7 @@ struct AttnKernelParams {
   void* out;      // [B, Hq, Nq, D], contiguous
   float* lse;     // [B, Hq, Nq], natural log
   PreparedArrays kv;
-  FoldedPrepare fold;  // k_nat null: the preparation wrote every array
+  FoldedPrepare fold;  // s_v null: the preparation wrote every array
 
   // cos/sin [positions, rotary_half] of the query rotations: integer positions 0.. (a negative position
   // p reads row -p with the sine negated), and the conditioning positions i T / L at row i.

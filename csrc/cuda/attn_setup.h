@@ -255,6 +255,33 @@ inline void nat_keys_to_control(PrepareParams& pp, AttnKernelParams& p) {
   prepare_call_rows_only(pp);
 }
 
+// Whether rule 4's value means fold into the control CTAs (mainloop.h ValueMeans) where Lite's whole preparation
+// does not: the body runs on the sm_90a kernel (its control grid first), the values are read in place (so the
+// preparation reads v for s_v alone, and the control CTAs load every body value from v), G = 16 in units of one
+// block, and a control tile's G-blocks' dim pairs are its 128 threads (head dims 64 and 128, D = Dp). The
+// preparation then never loads v (prepare.h reads_values): a late call reads k alone, one [L, D] array a KV head
+// less. RANGESWA_CUDA_FOLD=off keeps the preparation's.
+inline bool value_means_from_control(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf,
+                                     bool hopper) {
+  return !env_is("RANGESWA_CUDA_FOLD", "off") && hopper && buf.values_in_place && ap.C > 0 && ap.L > 0 &&
+         pp.row0 == 0 && (pp.Dp == 64 || pp.Dp == 128) && ap.D == pp.Dp && pp.G == 16 && pp.unit_tokens == 16 &&
+         pp.s_v != nullptr && pp.v_body == nullptr;
+}
+
+// The call's s_v to the control CTAs (p.fold) and out of the preparation, which writes the rest.
+inline void value_means_to_control(PrepareParams& pp, AttnKernelParams& p) {
+  p.fold = FoldedPrepare{nullptr, nullptr, pp.s_v, last_block_inverse(pp.L, pp.G)};
+  pp.s_v = nullptr;
+}
+
+// What of a call's preparation its control CTAs take over (p.fold), where they can: Lite's body rows, else the
+// value means. One call on the sm_90a launch (`hopper`), without a prepared context (whose cache holds them).
+inline void fold_into_control(const AttnParams& ap, PrepareParams& pp, const AttnBuffers& buf, bool hopper,
+                              AttnKernelParams& p) {
+  if (nat_keys_from_control(ap, pp, buf, hopper)) nat_keys_to_control(pp, p);
+  else if (value_means_from_control(ap, pp, buf, hopper)) value_means_to_control(pp, p);
+}
+
 inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf) {
   PrepareParams pp{};
   pp.k = buf.k;

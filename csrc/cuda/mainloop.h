@@ -191,13 +191,16 @@ RSWA_HD void load_floats(const float* src, float (&x)[N]) {
   }
 }
 
-// N elements (8, 16 or 32 bytes, aligned so) as floats, and back: one to two vector loads or stores.
+// N elements (4, 8, 16 or 32 bytes, aligned so) as floats, and back: one to two vector loads or stores.
 template <typename Element, int N>
 RSWA_HD void load_elements(const Element* src, float (&x)[N]) {
   constexpr int kBytes = N * int(sizeof(Element));
-  static_assert(kBytes == 8 || kBytes == 16 || kBytes == 32, "8, 16 or 32 bytes");
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16 || kBytes == 32, "4, 8, 16 or 32 bytes");
   Element e[N];
-  if constexpr (kBytes == 8) {
+  if constexpr (kBytes == 4) {
+    const uint32_t raw = *reinterpret_cast<const uint32_t*>(src);
+    memcpy(e, &raw, 4);
+  } else if constexpr (kBytes == 8) {
     const uint2 raw = *reinterpret_cast<const uint2*>(src);
     memcpy(e, &raw, 8);
   } else {
@@ -216,7 +219,11 @@ RSWA_HD void store_elements(Element* dst, const float (&x)[N]) {
   Element e[N];
 #pragma unroll
   for (int i = 0; i < N; ++i) e[i] = from_float<Element>(x[i]);
-  if constexpr (kBytes == 8) {
+  if constexpr (kBytes == 4) {
+    uint32_t raw;
+    memcpy(&raw, e, 4);
+    *reinterpret_cast<uint32_t*>(dst) = raw;
+  } else if constexpr (kBytes == 8) {
     uint2 raw;
     memcpy(&raw, e, 8);
     *reinterpret_cast<uint2*>(dst) = raw;
@@ -487,6 +494,39 @@ struct NatFold {
                                       Element* k_nat, Element* s_nat, Element* s_v) const {
     if (p.interleaved) run<true>(sk, sv, t, p, k_nat, s_nat, s_v);
     else run<false>(sk, sv, t, p, k_nat, s_nat, s_v);
+  }
+};
+
+// Rule 4's value means folded into the control CTAs (attn_setup.h value_means_from_control: a call whose
+// preparation would read v for s_v alone, G = 16; head dims 64 and 128): as each tile of the body keys' values
+// lands, the CTA writes the G-block means of v_j into s_v, and the preparation never loads v. A thread takes
+// two dims of one G-block of the tile (thread b (Dp / 2) + w: block b, dims 2 w and 2 w + 1; the tile's
+// N / 16 blocks times Dp / 2 dim pairs are the CTA's 128 threads) and adds the block's rows in order from 0,
+// then multiplies by 1 / G or by the last block's reciprocal: the vector preparation's sums and products
+// (prepare.h prepare_range), so s_v is its bit for bit.
+template <typename Traits>
+struct ValueMeans {
+  using Element = typename Traits::Element;
+  static constexpr int kPairs = Traits::kHeadDim / 2, kBlocks = Traits::kBlockN / 16;
+  static_assert(kBlocks * kPairs == Traits::kThreads, "a thread a G-block's dim pair");
+  // Tile t's values (sv) as they landed; out: the KV head's s_v.
+  __device__ __forceinline__ static void run(const Element* sv, const KvTile& t, const AttnKernelParams& p,
+                                             Element* s_v) {
+    const int tid = int(threadIdx.x), b = tid / kPairs, d = 2 * (tid % kPairs);
+    const int r0 = 16 * b, rows = imin(16, t.n - r0);  // the block's rows in the tile (the last may be ragged)
+    if (rows <= 0) return;
+    float sum[2] = {0.f, 0.f};
+#pragma unroll 4
+    for (int r = 0; r < rows; ++r) {
+      float x[2];
+      load_elements<Element, 2>(sv + (r0 + r) * Traits::kStride + d, x);
+      sum[0] += x[0];
+      sum[1] += x[1];
+    }
+    const float scale = rows < 16 ? p.fold.inv_last : 0.0625f;  // 1 / G, or 1 / the last block's tokens
+    sum[0] *= scale;
+    sum[1] *= scale;
+    store_elements<Element, 2>(s_v + int64_t((t.a + r0) / 16) * Traits::kHeadDim + d, sum);
   }
 };
 
@@ -791,10 +831,12 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
 // key of the records, so a unit is a full tile (column fix-ups past its keys). Each warp leaves its
 // normalised partial output and base-2 log-sum-exp, merged with the other parts by the combine kernel.
 // sBounds: the body's row-bounds buffer, which warp_tile reads on a fixed-up tile but uses only on masked
-// ones (any values serve here). kFold: this CTA folds Lite's preparation in (NatFold): nat, s_nat and s_v
-// the KV head's k_nat, s_nat and s_v (a walk of its own, so that the fold's registers cost the other CTAs'
-// walk nothing).
-template <typename Traits, bool kFold>
+// ones (any values serve here). kFold: what of the preparation this CTA folds in (a walk of its own, so that the
+// fold's registers cost the other CTAs' walk nothing): Fold::kNat Lite's (NatFold: nat, s_nat and s_v the KV
+// head's k_nat, s_nat and s_v), Fold::kValues the value means alone (ValueMeans: s_v).
+enum class Fold { kNone, kNat, kValues };
+
+template <typename Traits, Fold kFold>
 __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const QueryTile& t, int32_t head,
                                              const typename Traits::Element* sQ, typename Traits::Element* sK,
                                              typename Traits::Element* sV, const Record* sRec,
@@ -815,13 +857,14 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   int32_t first = 0;  // the warp of the current tile's first unit
   // Keys read from k itself are rotated as each tile lands (CondRotation), its first cos / sin loaded before.
   const bool cond_raw = p.kv.cond_raw && p.cos_cond != nullptr;
-  std::conditional_t<kFold, NatFold<Traits>, CondRotation<Traits>> turn(p);
+  constexpr bool kNat = kFold == Fold::kNat;
+  std::conditional_t<kNat, NatFold<Traits>, CondRotation<Traits>> turn(p);
   // Iteration n issues the copy of tile n (plain row order) and computes tile n - 1.
   for (;;) {
     const bool have_nxt = cursor.advance<N, kCtrlCols>(p.geo, sRec, count, nullptr, 0, nxt);
     const bool rotates = have_cur && cond_raw && KeySet(sRec[cur.record].keys) == KeySet::kCond;
     if (rotates) {
-      if constexpr (kFold) turn.tables(p, cur);
+      if constexpr (kNat) turn.tables(p, cur);
       else turn.tables(p, cur, turn.r0);
     }
     cp_async_wait_all();
@@ -831,10 +874,14 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
     if (!have_cur && !have_nxt) break;
     if (rotates) {
       // k's own rows, as they landed (and, folding, Lite's preparation of them and of their values)
-      if constexpr (kFold) turn.run(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, cur, p, nat, s_nat, s_v);
+      if constexpr (kNat) turn.run(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, cur, p, nat, s_nat, s_v);
       else turn.rotate(sK + stage * Traits::kKVElems, cur, p);
       __syncthreads();  // every warp reads keys another warp rotated
     }
+    // The body keys' values, as they landed: their G-block means (read alone: no barrier after)
+    if constexpr (kFold == Fold::kValues)
+      if (have_cur && KeySet(sRec[cur.record].keys) != KeySet::kCtrl)
+        ValueMeans<Traits>::run(sV + stage * Traits::kKVElems, cur, p, s_v);
     if (have_cur) {
       const KvTile mine = control_unit(cur, warp, first);
       if (__any_sync(0xffffffffu, mine.n > 0)) {  // warp-uniform (a vote: ptxas sees it so)
@@ -895,23 +942,35 @@ __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const Que
   const Element* row = tid < t.nrows ? q_rows + int64_t(tid) * p.q_strides.row : nullptr;
   fill_row<Traits>(sQ + tid * Traits::kStride, row, nullptr, nullptr, 1.f, p.rotary_half, p.D, p.interleaved,
                    slot_rows_in_chunks<Traits>(p, q_rows));
-  // Lite's preparation folded in (attn_setup.h nat_keys_from_control): by the first control tile of the KV head's
-  // first query head, once for every body key over its chunks.
-  // NatFold exists where the control CTAs' tiles are 64 keys at head dim 64 on the tensor cores.
-  constexpr bool kFolds = kMayFold && Traits::kHeadDim == 64 && Traits::kBlockN == 64 && Traits::kTensorCores;
+  // The preparation folded in (attn_setup.h nat_keys_from_control, value_means_from_control): by the first control
+  // tile of the KV head's first query head, once for every body key over its chunks. NatFold exists where the
+  // control CTAs' tiles are 64 keys at head dim 64 on the tensor cores, ValueMeans where a tile's G-blocks' dim
+  // pairs are the CTA's threads (head dims 64 and 128).
+  constexpr bool kNat = kMayFold && Traits::kHeadDim == 64 && Traits::kBlockN == 64 && Traits::kTensorCores;
+  constexpr bool kValues = kMayFold && Traits::kTensorCores && Traits::kBlockN % 16 == 0 &&
+                           Traits::kBlockN / 16 * Traits::kHeadDim / 2 == Traits::kThreads;
   Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
   Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
   const int32_t* sBounds = reinterpret_cast<const int32_t*>(smem + Layout::kRows);
-  if constexpr (kFolds) {
-    if (p.fold.k_nat != nullptr && t.i0 == 0 && p.by_group.mod(h) == 0) {
-      control_walk<Traits, true>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds,
-                                 static_cast<Element*>(p.fold.k_nat) + bh * p.kv.key_stride,
-                                 static_cast<Element*>(p.fold.s_nat) + bh * p.kv.sum_stride,
-                                 static_cast<Element*>(p.fold.s_v) + bh * p.kv.sum_stride);
+  const bool folds = t.i0 == 0 && p.by_group.mod(h) == 0;
+  auto head_array = [&](void* a, int64_t stride) { return static_cast<Element*>(a) + bh * stride; };
+  if constexpr (kNat) {
+    if (p.fold.k_nat != nullptr && folds) {
+      control_walk<Traits, Fold::kNat>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds,
+                                       head_array(p.fold.k_nat, p.kv.key_stride),
+                                       head_array(p.fold.s_nat, p.kv.sum_stride),
+                                       head_array(p.fold.s_v, p.kv.sum_stride));
       return;
     }
   }
-  control_walk<Traits, false>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds, nullptr, nullptr, nullptr);
+  if constexpr (kValues) {
+    if (p.fold.k_nat == nullptr && p.fold.s_v != nullptr && folds) {
+      control_walk<Traits, Fold::kValues>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds, nullptr, nullptr,
+                                          head_array(p.fold.s_v, p.kv.sum_stride));
+      return;
+    }
+  }
+  control_walk<Traits, Fold::kNone>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds, nullptr, nullptr, nullptr);
 }
 
 // What a body CTA's fills, dots and epilogue need of its tile, kept in shared memory for the walk (not in

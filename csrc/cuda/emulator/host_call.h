@@ -176,11 +176,11 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   kernels.tables(ap, s, b, hc.keep);
   PrepareParams pp = prepare_params(ap, s, b);
   if (prepared.has_value()) prepare_call_rows_only(pp);
-  // The sm_90a launch (RANGESWA_CUDA_KERNEL=hopper, 16-bit, one call) may fold Lite's preparation into its
+  // The sm_90a launch (RANGESWA_CUDA_KERNEL=hopper, 16-bit, one call) may fold some of the preparation into its
   // control CTAs (folded.fold: the arrays they write).
   const bool hopper = hc.q.scalar_type() != at::kFloat && body_kernel_forced() == BodyKernel::kHopper;
   AttnKernelParams folded{};
-  if (!packed && !prepared.has_value() && nat_keys_from_control(ap, pp, b, hopper)) nat_keys_to_control(pp, folded);
+  if (!packed && !prepared.has_value()) fold_into_control(ap, pp, b, hopper, folded);
   hc.pp = pp;
   if (!packed) kernels.prepare(pp, s.BH, hc.q.scalar_type());
 
