@@ -164,6 +164,11 @@ class Design:
     # kernel's unit trip; 0: not folded.
     lite_fold: float = 0.0
     fold_control_unit: float = 0.0
+    # ... and, where Lite's whole preparation does not fold (late, Lite at head dim 128), rule 4's value means alone
+    # (attn_setup.h value_means_from_control, mainloop.h ValueMeans): a control CTA warp's G-block means of v of a
+    # tile (one warp's a tile), besides the rotation batches; the preparation then reads k alone and the control kernel
+    # writes s_v (1 / G of an [L, D] array a KV head). 0: not folded.
+    value_fold: float = 0.0
     control_ctas_per_head: int = 8  # one per chunk of 1,024 keys at 8k (scaled with L)
     launches: int = 10
     sources: tuple[str, ...] = field(default_factory=tuple)
@@ -218,7 +223,7 @@ MASKED_LOOP_FULL_MEASURED = 648
 CONTROL_UNIT_MEASURED = 271
 # ... and a thread's rotation of one batch of a tile's keys read from k itself (scripts/cuda_gates.py
 # attn_tile_paths cond_rotation: half the static span of mainloop.h CondRotation::rotate's two layouts).
-COND_ROTATION_MEASURED = 231
+COND_ROTATION_MEASURED = 215  # 231 before a bf16 pair took a shift or a mask an element (mainloop.h bf16_pair)
 # A body warp's 16-column tiles in its masked loop (scripts/cuda_gates.py attn_tile_paths, the same SASS): a tile of
 # control keys, through the logit block (its columns past the C keys), and a direct record's or an Hn band's
 # (scores given). Not counted before 2026-12-03 (the census's kv_tiles leave them out).
@@ -233,9 +238,9 @@ PREPARE_LEAN_MEASURED = 16.4
 # through its rows' geometry to its first fill) and epilogue (to EXIT with its 8 output stores a lane), and one
 # fill step of its 32 rows (a thread a row, 32 rotated pairs in 4-pair steps). Were the reviews' estimates:
 # 1,500 a warp, 8 x 60 = 480 a fill.
-ATTN_PROLOGUE_MEASURED = 426
+ATTN_PROLOGUE_MEASURED = 424
 ATTN_EPILOGUE_MEASURED = 447
-ATTN_FILL_STEP_MEASURED = 594
+ATTN_FILL_STEP_MEASURED = 554  # 426 / 594 before bf16_pair (the fill's and the prologue's)
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
 # one input above (the figure names where it comes from).
 SECOND_NOW = replace(
@@ -358,14 +363,21 @@ HOPPER_DIRECT_TILE_MEASURED = 246
 # stores a lane): 262 / 293 / 437 / 239.
 HOPPER_CONSUMER_PROLOGUE_MEASURED = 262
 HOPPER_CONSUMER_EPILOGUE_MEASURED = 293
-HOPPER_FILL_STEP_MEASURED = 438  # 437 before the plain copy's loads were batched (mainloop.h fill_row_vector)
+HOPPER_FILL_STEP_MEASURED = 406  # 437 before the plain copy's loads were batched (mainloop.h fill_row_vector), 438
+# before a bf16 pair took a shift or a mask an element (mainloop.h bf16_pair: were two a element, extracted first)
 HOPPER_PRODUCER_PROLOGUE_MEASURED = 239
 # Lite's preparation folded into the sm_90a launch's control CTAs (head dim 64; scripts/cuda_gates.py
 # control_fold_paths, the control kernel at sm_90a, bf16, three K/V stages): a thread's share of a 64-key tile in
 # NatFold::run (both rotations of its 4 rows, k_nat's stores, the G-block sums over its rows and lanes, the
 # means) 499, and the control kernel's unit trip 274 (attn_kernel's: 271).
-NAT_FOLD_MEASURED = 499
-FOLD_CONTROL_UNIT_MEASURED = 274
+NAT_FOLD_MEASURED = 469  # 499 before the value means' walk and mainloop.h bf16_pair (a bf16 pair a shift or a mask)
+FOLD_CONTROL_UNIT_MEASURED = 271  # 274 before
+# The value means alone (head dims 64 and 128; control_fold_paths value_means: the static span of ValueMeans::run,
+# one warp's a tile, a whole G-block's 16 rows unrolled and the ragged block's rolled loop, so an upper bound of
+# its trip), and at head dim 128 the same and the control kernel's unit trip (attn_kernel's: 352).
+VALUE_MEANS_MEASURED = 341
+VALUE_MEANS_128_MEASURED = 340
+FOLD_CONTROL_UNIT_128_MEASURED = 354
 HOPPER = replace(
     SECOND_NOW,
     name="sm_90a warp-specialized body kernel (hopper/body_kernel.h)",
@@ -391,7 +403,7 @@ HOPPER = replace(
     cta_setup=HOPPER_CONSUMER_PROLOGUE_MEASURED + HOPPER_CONSUMER_EPILOGUE_MEASURED,
     producer_setup=4 * HOPPER_PRODUCER_PROLOGUE_MEASURED,
     fill_instructions=HOPPER_FILL_STEP_MEASURED, fill_round_trips=2, mixed_round_trips=8,
-    lite_fold=NAT_FOLD_MEASURED, fold_control_unit=FOLD_CONTROL_UNIT_MEASURED,
+    lite_fold=NAT_FOLD_MEASURED, fold_control_unit=FOLD_CONTROL_UNIT_MEASURED, value_fold=VALUE_MEANS_MEASURED,
     # Its logit tiles counted per 32-row consumer warp, as its masked loop decides them (the warpgroup computes a
     # tile one of its warps needs; a warp that would skip it takes it masked): the census's
     # logit_path_tiles_per_warp, the mma.sync kernel's warps' rows (logit16, per 16-row warp, with 16 rows a
@@ -424,8 +436,9 @@ def with_paths(base: Design, name: str, paths: dict, source: str, **fields) -> D
 # (16 output stores a lane), fill step 1,146 (64 pairs a thread: 16 round trips of 4-pair steps); a late row's
 # straddling dots 2 chunks a load over 16 chunks, 6 terms: 48 round trips. (472 / 626 / 529 / 327 / 446 before
 # the control CTAs rotated their keys, 2026-12-03.)
-ATTN_128_MEASURED = dict(full_tile=462, masked_tile=624, masked_loop_full=527, control_unit=352, prologue=442,
-                         epilogue=782, fill_step=1146, ctrl_tile=453, direct_tile=370, cond_rotation=233)
+# (Prologue 442, fill 1,146 and rotation 233 before mainloop.h bf16_pair.)
+ATTN_128_MEASURED = dict(full_tile=462, masked_tile=624, masked_loop_full=527, control_unit=352, prologue=439,
+                         epilogue=782, fill_step=1066, ctrl_tile=453, direct_tile=370, cond_rotation=217)
 SECOND_NOW_128 = with_paths(SECOND_NOW, "second design now (main), head dim 128", ATTN_128_MEASURED,
                             "head dim 128: the gate's SASS paths at 128 (attn_model_paths)",
                             control_unit=ATTN_128_MEASURED["control_unit"],
@@ -448,11 +461,13 @@ SECOND_NOW_128 = with_paths(SECOND_NOW, "second design now (main), head dim 128"
 # (The same code generalized to 32-row warps at head dim 64 laid it out again: masked 366, voted 289, prologue 261,
 # epilogue 268; were 365 / 288 / 259 / 273.)
 HOPPER_128_MEASURED = dict(full_tile=219, masked_tile=366, masked_loop_full=289, producer_tile=158, prologue=261,
-                           epilogue=268, fill_step=392, producer_prologue=236, ctrl_tile=153, direct_tile=175)
+                           epilogue=268, fill_step=360, producer_prologue=236, ctrl_tile=153, direct_tile=175)
+# (fill 392 before mainloop.h bf16_pair)
 # Its consumer warps hold 16 rows (kMBlocks = 1: two consumer warpgroups, one CTA a multiprocessor), so its logit
 # tiles are the census's per 16-row warp.
 HOPPER_128 = with_paths(
-    replace(HOPPER, warps=8, resident=1, extra_tiles="logit16", lite_fold=0.0, fold_control_unit=0.0,
+    replace(HOPPER, warps=8, resident=1, extra_tiles="logit16", lite_fold=0.0,
+            fold_control_unit=FOLD_CONTROL_UNIT_128_MEASURED, value_fold=VALUE_MEANS_128_MEASURED,
             sources=tuple(s for s in HOPPER.sources if not s.startswith(("logit tiles", "issue efficiency")))
             + ("logit tiles: the census's per 16-row consumer warp (logit_path_tiles_per_warp16)",
                "issue efficiency: the fit at 8 warps / SM, applied at 9 (8 consumer and 1 producer warps)")),
@@ -602,6 +617,8 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int, head_dim: 
         control = replace(control_phase(control_design or SECOND_NOW, L, head_dim), launches=1)
         if case == "lite" and d.lite_fold:
             prepare, control = folded_phases(d, control_design or SECOND_NOW, L, head_dim)
+        elif d.value_fold:
+            prepare, control = value_fold_phases(d, control_design or SECOND_NOW, L, case, head_dim)
     return [prepare, selection_phase(L, case == "late", head_dim), plan_phase(L), control,
             body_phase(d, census, L, case == "lite", head_dim), combine_phase(L, head_dim)]
 
@@ -616,6 +633,22 @@ def folded_phases(d: Design, control_design: Design, L: int, head_dim: int) -> t
     written = _heads() * L * head_dim * ELEMENT_BYTES * (1 + 2 / SUMMARY_BLOCK)
     prepare = Phase("prepare", bytes=_heads() * C * head_dim * ELEMENT_BYTES * 4)
     return prepare, replace(control, bytes=control.bytes + written, launches=1)
+
+
+def value_fold_phases(d: Design, control_design: Design, L: int, case: str, head_dim: int) -> tuple[Phase, Phase]:
+    """Rule 4's value means folded into the control CTAs (Design.value_fold): the preparation reads k alone (one
+    [L, D] array a KV head less) and writes no s_v; the control kernel runs its units at fold_control_unit and,
+    per tile, one warp's means (value_fold) besides the rotation batches, and writes s_v (1 / G of an [L, D] array
+    a KV head) besides its reads."""
+    prep = replace(d, prepare_arrays_read={**d.prepare_arrays_read, case: d.prepare_arrays_read[case] - 1},
+                   prepare_arrays_written={**d.prepare_arrays_written,
+                                           case: d.prepare_arrays_written[case] - 1 / SUMMARY_BLOCK})
+    control = control_phase(replace(control_design, control_unit=d.fold_control_unit), L, head_dim)
+    tiles = 1024 / (64 if head_dim <= 80 else 32)
+    written = _heads() * L * head_dim * ELEMENT_BYTES / SUMMARY_BLOCK
+    return prepare_phase(prep, L, case, head_dim), replace(
+        control, warp_instructions=control.warp_instructions + tiles * d.value_fold,
+        bytes=control.bytes + written, launches=1)
 
 
 def total(phases: list[Phase], gpu: Gpu, efficiency: float) -> tuple[float, list[tuple[str, dict]]]:

@@ -191,11 +191,37 @@ RSWA_HD void load_floats(const float* src, float (&x)[N]) {
   }
 }
 
+// Two bf16 in one 32-bit word (the first in the low half) as floats: each a shift or a mask (__bfloat162float's
+// bits, one instruction an element where extracting each element first takes two).
+RSWA_HD void bf16_pair(uint32_t w, float& lo, float& hi) {
+  const uint32_t a = w << 16, b = w & 0xffff0000u;
+  memcpy(&lo, &a, 4);
+  memcpy(&hi, &b, 4);
+}
+
 // N elements (4, 8, 16 or 32 bytes, aligned so) as floats, and back: one to two vector loads or stores.
 template <typename Element, int N>
 RSWA_HD void load_elements(const Element* src, float (&x)[N]) {
   constexpr int kBytes = N * int(sizeof(Element));
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16 || kBytes == 32, "4, 8, 16 or 32 bytes");
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    uint32_t w[N / 2];
+    if constexpr (kBytes == 4) {
+      w[0] = *reinterpret_cast<const uint32_t*>(src);
+    } else if constexpr (kBytes == 8) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(src);
+      w[0] = raw.x, w[1] = raw.y;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kBytes / 16; ++i) {
+        const uint4 raw = reinterpret_cast<const uint4*>(src)[i];
+        w[4 * i] = raw.x, w[4 * i + 1] = raw.y, w[4 * i + 2] = raw.z, w[4 * i + 3] = raw.w;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) bf16_pair(w[i], x[2 * i], x[2 * i + 1]);
+    return;
+  }
   Element e[N];
   if constexpr (kBytes == 4) {
     const uint32_t raw = *reinterpret_cast<const uint32_t*>(src);
@@ -499,34 +525,41 @@ struct NatFold {
 
 // Rule 4's value means folded into the control CTAs (attn_setup.h value_means_from_control: a call whose
 // preparation would read v for s_v alone, G = 16; head dims 64 and 128): as each tile of the body keys' values
-// lands, the CTA writes the G-block means of v_j into s_v, and the preparation never loads v. A thread takes
-// two dims of one G-block of the tile (thread b (Dp / 2) + w: block b, dims 2 w and 2 w + 1; the tile's
-// N / 16 blocks times Dp / 2 dim pairs are the CTA's 128 threads) and adds the block's rows in order from 0,
-// then multiplies by 1 / G or by the last block's reciprocal: the vector preparation's sums and products
-// (prepare.h prepare_range), so s_v is its bit for bit.
+// lands, the CTA writes the G-block means of v_j into s_v, and the preparation never loads v. One warp does a
+// tile's: lane b (Dp / 8) + c takes dims 8 c .. 8 c + 7 of G-block b (the tile's N / 16 blocks times Dp / 8
+// chunks are 32 lanes at both head dims), a 16-byte load a row, and adds the block's rows in order from 0, then
+// multiplies by 1 / G or by the last block's reciprocal: the vector preparation's sums and products (prepare.h
+// prepare_range), so s_v is its bit for bit. The walk gives it a warp with no unit of the tile where there is
+// one (head dim 128: a 32-key tile is 2 units of the 4 warps).
 template <typename Traits>
 struct ValueMeans {
   using Element = typename Traits::Element;
-  static constexpr int kPairs = Traits::kHeadDim / 2, kBlocks = Traits::kBlockN / 16;
-  static_assert(kBlocks * kPairs == Traits::kThreads, "a thread a G-block's dim pair");
-  // Tile t's values (sv) as they landed; out: the KV head's s_v.
+  static constexpr int kChunks = Traits::kHeadDim / 8, kBlocks = Traits::kBlockN / 16;
+  static_assert(kBlocks * kChunks == 32, "a lane a G-block's 8-dim chunk");
+  // Tile t's values (sv) as they landed; out: the KV head's s_v. By one warp's lanes.
   __device__ __forceinline__ static void run(const Element* sv, const KvTile& t, const AttnKernelParams& p,
                                              Element* s_v) {
-    const int tid = int(threadIdx.x), b = tid / kPairs, d = 2 * (tid % kPairs);
+    const int lane = int(threadIdx.x) % 32, b = lane / kChunks, d = 8 * (lane % kChunks);
     const int r0 = 16 * b, rows = imin(16, t.n - r0);  // the block's rows in the tile (the last may be ragged)
     if (rows <= 0) return;
-    float sum[2] = {0.f, 0.f};
-#pragma unroll 4
-    for (int r = 0; r < rows; ++r) {
-      float x[2];
-      load_elements<Element, 2>(sv + (r0 + r) * Traits::kStride + d, x);
-      sum[0] += x[0];
-      sum[1] += x[1];
+    float sum[8] = {};
+    auto add = [&](int r) {
+      float x[8];
+      load_elements<Element, 8>(sv + (r0 + r) * Traits::kStride + d, x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum[e] += x[e];
+    };
+    if (rows == 16) {  // a whole block
+#pragma unroll
+      for (int r = 0; r < 16; ++r) add(r);
+    } else {  // the ragged last block of L
+#pragma unroll 1
+      for (int r = 0; r < rows; ++r) add(r);
     }
     const float scale = rows < 16 ? p.fold.inv_last : 0.0625f;  // 1 / G, or 1 / the last block's tokens
-    sum[0] *= scale;
-    sum[1] *= scale;
-    store_elements<Element, 2>(s_v + int64_t((t.a + r0) / 16) * Traits::kHeadDim + d, sum);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sum[e] *= scale;
+    store_elements<Element, 8>(s_v + int64_t((t.a + r0) / 16) * Traits::kHeadDim + d, sum);
   }
 };
 
@@ -878,9 +911,11 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
       else turn.rotate(sK + stage * Traits::kKVElems, cur, p);
       __syncthreads();  // every warp reads keys another warp rotated
     }
-    // The body keys' values, as they landed: their G-block means (read alone: no barrier after)
+    // The body keys' values, as they landed: their G-block means (read alone: no barrier after), by the warp
+    // after the tile's units (one with none where the tile has fewer units than warps)
     if constexpr (kFold == Fold::kValues)
-      if (have_cur && KeySet(sRec[cur.record].keys) != KeySet::kCtrl)
+      if (have_cur && KeySet(sRec[cur.record].keys) != KeySet::kCtrl &&
+          warp == (first + cur.width / kCtrlCols) % kControlSplit)
         ValueMeans<Traits>::run(sV + stage * Traits::kKVElems, cur, p, s_v);
     if (have_cur) {
       const KvTile mine = control_unit(cur, warp, first);
@@ -944,11 +979,11 @@ __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const Que
                    slot_rows_in_chunks<Traits>(p, q_rows));
   // The preparation folded in (attn_setup.h nat_keys_from_control, value_means_from_control): by the first control
   // tile of the KV head's first query head, once for every body key over its chunks. NatFold exists where the
-  // control CTAs' tiles are 64 keys at head dim 64 on the tensor cores, ValueMeans where a tile's G-blocks' dim
-  // pairs are the CTA's threads (head dims 64 and 128).
+  // control CTAs' tiles are 64 keys at head dim 64 on the tensor cores, ValueMeans where a tile's G-blocks' 8-dim
+  // chunks are a warp's lanes (head dims 64 and 128).
   constexpr bool kNat = kMayFold && Traits::kHeadDim == 64 && Traits::kBlockN == 64 && Traits::kTensorCores;
   constexpr bool kValues = kMayFold && Traits::kTensorCores && Traits::kBlockN % 16 == 0 &&
-                           Traits::kBlockN / 16 * Traits::kHeadDim / 2 == Traits::kThreads;
+                           Traits::kBlockN / 16 * (Traits::kHeadDim / 8) == 32;
   Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
   Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
   const int32_t* sBounds = reinterpret_cast<const int32_t*>(smem + Layout::kRows);
