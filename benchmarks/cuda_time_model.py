@@ -360,12 +360,21 @@ HOPPER_DIRECT_TILE_MEASURED = 246
 # 1 known: no sine multiplied by it, 16 FMUL a step fewer; only the right variant's first rows are negative),
 # the counted path: 229 / 154 / 225 / 236; 231 / 154 / 228 / 236 with the control CTAs' rotation. With 32 rows a
 # consumer warp (its fill and its straddling dots in two passes of 16 rows, two lanes a row as before; 8 output
-# stores a lane): 262 / 293 / 437 / 239.
-HOPPER_CONSUMER_PROLOGUE_MEASURED = 262
+# stores a lane): 262 / 293 / 437 / 239; 262 / 293 / 406 / 239 with a bf16 pair a shift or a mask an element
+# (mainloop.h bf16_pair: were two an element, extracted first). Then (2026-12-03, sixth session) a fill counted
+# from body_kernel.h fill_slots (its variant's test and barrier, the rows' slot addresses: what every fill runs,
+# which counted in the prologue alone before; the same code then gives 238 / 293 / 430), with a lane a row at
+# head dim 64 (all its 32 pairs in two steps of 16, the second's q chunks and cos / sin prefetched into L1 before
+# the first's loads: fill_row_vector kPrefetch): 258 / 293 / 378 / 239.
+HOPPER_CONSUMER_PROLOGUE_MEASURED = 258
 HOPPER_CONSUMER_EPILOGUE_MEASURED = 293
-HOPPER_FILL_STEP_MEASURED = 406  # 437 before the plain copy's loads were batched (mainloop.h fill_row_vector), 438
-# before a bf16 pair took a shift or a mask an element (mainloop.h bf16_pair: were two a element, extracted first)
+HOPPER_FILL_STEP_MEASURED = 378
 HOPPER_PRODUCER_PROLOGUE_MEASURED = 239
+# An L1 hit's latency (cycles; H100 / H200 microbenchmarks put it near 33-40): a fill's steps after the first,
+# whose lines the fill prefetched into L1 while its first step's loads were in flight, wait this, not a global
+# round trip.
+L1_HIT_CYCLES = 40.0
+PREFETCHED_FILL_ROUND_TRIPS = 1 + L1_HIT_CYCLES / 500.0  # one global round trip, then one L1 hit (H200.latency_cycles)
 # Lite's preparation folded into the sm_90a launch's control CTAs (head dim 64; scripts/cuda_gates.py
 # control_fold_paths, the control kernel at sm_90a, bf16, three K/V stages): a thread's share of a 64-key tile in
 # NatFold::run (both rotations of its 4 rows, k_nat's stores, the G-block sums over its rows and lanes, the
@@ -391,18 +400,19 @@ HOPPER = replace(
     ctrl_tile=HOPPER_CTRL_TILE_MEASURED, direct_tile=HOPPER_DIRECT_TILE_MEASURED,
     producer_tile=HOPPER_PRODUCER_TILE_MEASURED,
     # Per consumer warp: the prologue and the epilogue (measured: hopper_fixed_paths; was the mma.sync kernel's
-    # estimate of 1,500 a warp), per CTA the producer warpgroup's 4 warps' prologue. Fills: every lane of a
-    # warp, two a row (fill_row_vector's kSplit), each rotating half the row's 32 pairs (head dim 64) in one
-    # step of 16 (kFillPairs), the warp's 32 rows in two passes of 16: the measured fill (was the mma.sync
-    # kernel's estimate of 15 a pair times 16 pairs = 240 for 16 rows). Round trips (the source's loads,
-    # HopperTraits): one step a lane, every load issued first, 1 a pass, 2 a fill (the mma.sync kernel's 4-pair
-    # steps: 8); a straddling dot loads its whole row of 8 chunks first (kDotChunks), one round trip a term, a
+    # estimate of 1,500 a warp), per CTA the producer warpgroup's 4 warps' prologue. Fills: a lane a row of the
+    # warp's 32, its 32 pairs (head dim 64) in two steps of 16 (kFillPairs), the second's loads prefetched into L1
+    # before the first's: the measured fill (was the mma.sync kernel's estimate of 15 a pair times 16 pairs = 240
+    # for 16 rows). Round trips (the source's loads, HopperTraits): every load of a step issued first, the first
+    # step one global round trip, the second an L1 hit (PREFETCHED_FILL_ROUND_TRIPS; two lanes a row in two passes
+    # of 16 rows took 2 a fill, the mma.sync kernel's 4-pair steps take 8); a straddling dot loads its whole row of
+    # 8 chunks first (kDotChunks), one round trip a term, a
     # row's terms split over its two lanes (even / odd): 2 + 1 + 1 for the natural, left and right variants of
     # a late row, twice (the mma.sync kernel's 2 chunks a load, 6 terms in a row: 24). The chain term is halved
     # by the two CTAs a multiprocessor (1 / resident): one CTA's round trips overlap the other's tiles.
     cta_setup=HOPPER_CONSUMER_PROLOGUE_MEASURED + HOPPER_CONSUMER_EPILOGUE_MEASURED,
     producer_setup=4 * HOPPER_PRODUCER_PROLOGUE_MEASURED,
-    fill_instructions=HOPPER_FILL_STEP_MEASURED, fill_round_trips=2, mixed_round_trips=8,
+    fill_instructions=HOPPER_FILL_STEP_MEASURED, fill_round_trips=PREFETCHED_FILL_ROUND_TRIPS, mixed_round_trips=8,
     lite_fold=NAT_FOLD_MEASURED, fold_control_unit=FOLD_CONTROL_UNIT_MEASURED, value_fold=VALUE_MEANS_MEASURED,
     # Its logit tiles counted per 32-row consumer warp, as its masked loop decides them (the warpgroup computes a
     # tile one of its warps needs; a warp that would skip it takes it masked): the census's
@@ -460,9 +470,11 @@ SECOND_NOW_128 = with_paths(SECOND_NOW, "second design now (main), head dim 128"
 # again with the dots in one load).
 # (The same code generalized to 32-row warps at head dim 64 laid it out again: masked 366, voted 289, prologue 261,
 # epilogue 268; were 365 / 288 / 259 / 273.)
-HOPPER_128_MEASURED = dict(full_tile=219, masked_tile=366, masked_loop_full=289, producer_tile=158, prologue=261,
-                           epilogue=268, fill_step=360, producer_prologue=236, ctrl_tile=153, direct_tile=175)
-# (fill 392 before mainloop.h bf16_pair)
+# (Fill 392 before mainloop.h bf16_pair, 360 after; then counted from fill_slots, with its second step's loads
+# prefetched into L1, one round trip and an L1 hit a fill: prologue 237, fill 411; the same count without the
+# prefetch 237 / 384.)
+HOPPER_128_MEASURED = dict(full_tile=219, masked_tile=366, masked_loop_full=289, producer_tile=158, prologue=237,
+                           epilogue=268, fill_step=411, producer_prologue=236, ctrl_tile=153, direct_tile=175)
 # Its consumer warps hold 16 rows (kMBlocks = 1: two consumer warpgroups, one CTA a multiprocessor), so its logit
 # tiles are the census's per 16-row warp.
 HOPPER_128 = with_paths(
@@ -474,7 +486,7 @@ HOPPER_128 = with_paths(
     "sm_90a warp-specialized body kernel, head dim 128", HOPPER_128_MEASURED,
     "head dim 128: the gate's SASS paths at 128 (hopper_gate path_dims)",
     producer_tile=HOPPER_128_MEASURED["producer_tile"], producer_setup=4 * HOPPER_128_MEASURED["producer_prologue"],
-    fill_round_trips=2, mixed_round_trips=4)
+    fill_round_trips=PREFETCHED_FILL_ROUND_TRIPS, mixed_round_trips=4)
 
 
 def union_flops(L: int, cols_per_row: float, head_dim: int) -> float:
