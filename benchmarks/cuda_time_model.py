@@ -164,7 +164,7 @@ class Design:
     # kernel's unit trip; 0: not folded.
     lite_fold: float = 0.0
     fold_control_unit: float = 0.0
-    # ... and, where Lite's whole preparation does not fold (late, Lite at head dim 128), rule 4's value means alone
+    # ... and in a late call (whose preparation is bound by memory), rule 4's value means alone
     # (attn_setup.h value_means_from_control, mainloop.h ValueMeans): a control CTA warp's G-block means of v of a
     # tile (one warp's a tile), besides the rotation batches; the preparation then reads k alone and the control kernel
     # writes s_v (1 / G of an [L, D] array a KV head). 0: not folded.
@@ -629,7 +629,7 @@ def second_design_phases(d: Design, entries: dict, case: str, L: int, head_dim: 
         control = replace(control_phase(control_design or SECOND_NOW, L, head_dim), launches=1)
         if case == "lite" and d.lite_fold:
             prepare, control = folded_phases(d, control_design or SECOND_NOW, L, head_dim)
-        elif d.value_fold:
+        elif case == "late" and d.value_fold:
             prepare, control = value_fold_phases(d, control_design or SECOND_NOW, L, case, head_dim)
     return [prepare, selection_phase(L, case == "late", head_dim), plan_phase(L), control,
             body_phase(d, census, L, case == "lite", head_dim), combine_phase(L, head_dim)]

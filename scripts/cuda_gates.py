@@ -1123,9 +1123,10 @@ def main(argv=None) -> int:
                   f"rotation batch {t.get('cond_rotation')}")
         c = s.get("control_fold")
         if c:
-            print(f"sm_{arch}, control kernel (Lite's preparation folded in, 3 K/V stages): registers {c['registers']}, "
-                  f"spills {c['spill_stores']} B, SASS {c['instructions']}, control unit {c['control_unit']}, a thread's "
-                  f"fold of a tile {c['nat_fold']}")
+            print(f"sm_{arch}, control kernel (the preparation's work folded in, 3 K/V stages): registers "
+                  f"{c['registers']}, spills {c['spill_stores']} B, SASS {c['instructions']}, control unit "
+                  f"{c['control_unit']}, a thread's fold of a tile {c['nat_fold']}, a warp's value means of a tile "
+                  f"{c['value_means']}")
         for f in s["failures"]:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]

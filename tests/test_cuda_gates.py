@@ -153,6 +153,7 @@ def test_the_control_kernel_that_folds_lites_preparation_passes_the_limits(measu
     unit (32 MMAs); attn_kernel, beside it, carries none of the fold (its rotation batch is CondRotation's)."""
     c = measured[arch]["control_fold"]
     assert not c["failures"], c["failures"]
+    assert c["value_means_ops"].get("FADD", 0) >= 128 and c["value_means_ops"].get("LDS", 0) >= 16
     ops = c["nat_fold_ops"]
     assert ops.get("FFMA", 0) >= 4 * 2 * 8 and ops.get("STG", 0) >= 8 and ops.get("SHFL", 0) >= 32, ops
     assert c["control_unit"] >= 32 + 16 and c["instructions"] < measured[arch]["instructions"]
@@ -168,6 +169,7 @@ def test_the_time_model_reads_the_measured_fold(measured):
     c = measured["90a"]["control_fold"]
     assert cuda_time_model.NAT_FOLD_MEASURED == c["nat_fold"] == cuda_time_model.HOPPER.lite_fold
     assert cuda_time_model.FOLD_CONTROL_UNIT_MEASURED == c["control_unit"] == cuda_time_model.HOPPER.fold_control_unit
+    assert cuda_time_model.VALUE_MEANS_MEASURED == c["value_means"] == cuda_time_model.HOPPER.value_fold
 
 
 def test_the_path_finder_on_a_hand_made_loop():
@@ -279,3 +281,10 @@ def test_the_time_model_reads_the_mma_sync_paths_at_head_dim_128():
                 control_unit=s["control_unit"], prologue=s["prologue"], epilogue=s["epilogue"], fill_step=s["fill_step"],
                 ctrl_tile=s["ctrl_tile"], direct_tile=s["direct_tile"], cond_rotation=s["cond_rotation"])
     assert cuda_time_model.ATTN_128_MEASURED == gate
+    # ... and the control kernel beside it, which folds a late call's value means in (mainloop.h ValueMeans: one
+    # warp a tile, its 16 rows' 16-byte loads and 128 adds a lane at least)
+    c = s["control_fold"]
+    assert not c["failures"], c["failures"]
+    assert c["value_means_ops"].get("FADD", 0) >= 128 and c["value_means_ops"].get("LDS", 0) >= 16
+    assert cuda_time_model.VALUE_MEANS_128_MEASURED == c["value_means"] == cuda_time_model.HOPPER_128.value_fold
+    assert cuda_time_model.FOLD_CONTROL_UNIT_128_MEASURED == c["control_unit"] == cuda_time_model.HOPPER_128.fold_control_unit

@@ -146,8 +146,9 @@ def test_the_time_model_reads_the_measured_hopper_paths_at_head_dim_128(measured
 def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
     """... and its per-CTA costs outside the tile loops (cuda_gates.hopper_fixed_paths): a consumer warp's
     prologue and epilogue, a fill of its rows, a producer warpgroup warp's prologue; the epilogue's path holds its
-    output stores (8 a lane: 32 rows) and the fill its rotation (16 pairs a lane and pass of 16 rows at head dim
-    64, 2 FFMA a pair, two passes)."""
+    output stores (8 a lane: 32 rows) and the fill its rotation (a lane a row at head dim 64: 32 pairs, 2 FFMA a
+    pair, in two steps of 16) and the L1 prefetches of its second step (its two q pieces and its cos / sin: 4),
+    which is why the model gives a fill one global round trip and an L1 hit."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import cuda_time_model
 
@@ -155,9 +156,10 @@ def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
     assert s["consumer_prologue_ops"].get("USETMAXREG", 0) == 1
     assert s["consumer_epilogue_ops"].get("STG", 0) >= 8 and s["consumer_epilogue_ops"].get("EXIT", 0) >= 1
     assert s["fill_step_ops"].get("FFMA", 0) >= 64
-    # ... and writes its 16 rotated pairs (64 bytes a lane) a pass in 16-byte shared stores (mainloop.h
-    # store_slot, kCore)
+    # ... and writes its 32 rotated pairs (128 bytes a lane) in 16-byte shared stores (mainloop.h store_slot, kCore)
     assert s["fill_step_ops"].get("STS", 0) == 8
+    assert s["fill_step_ops"].get("CCTL", 0) == 4
+    assert cuda_time_model.HOPPER.fill_round_trips == cuda_time_model.PREFETCHED_FILL_ROUND_TRIPS < 2
     assert cuda_time_model.HOPPER_CONSUMER_PROLOGUE_MEASURED == s["consumer_prologue"]
     assert cuda_time_model.HOPPER_CONSUMER_EPILOGUE_MEASURED == s["consumer_epilogue"]
     assert cuda_time_model.HOPPER_FILL_STEP_MEASURED == s["fill_step"]

@@ -384,9 +384,9 @@ NAT, VALUES = 1, 2
 
 @pytest.mark.parametrize("case,folded", [
     ("contiguous", NAT), ("grouped heads", NAT), ("interleaved", NAT), ("fused qkv", NAT), ("ragged last block", NAT),
-    ("head dim 128", VALUES), ("rotary dim 32", VALUES), ("rangeswa late", VALUES), ("late, head dim 128", VALUES),
-    ("late, grouped heads", VALUES), ("late, ragged last block", VALUES), ("late, head dim 80", 0),
-    ("late, head dim 96", 0), ("mma.sync kernel", 0)])
+    ("head dim 128", 0), ("rotary dim 32", 0), ("rangeswa late", VALUES), ("late, head dim 128", VALUES),
+    ("late, grouped heads", VALUES), ("late, ragged last block", VALUES), ("late, rotary dim 32", VALUES),
+    ("late, interleaved", VALUES), ("late, head dim 80", 0), ("late, head dim 96", 0), ("mma.sync kernel", 0)])
 def test_the_preparation_folded_into_the_control_ctas(simt, monkeypatch, case, folded):
     """attn_setup.h fold_into_control: on the sm_90a launch (its control grid before its body grid), a call whose
     control CTAs load every body value from v itself (read in place) has those CTAs do part of the preparation,
@@ -394,11 +394,12 @@ def test_the_preparation_folded_into_the_control_ctas(simt, monkeypatch, case, f
     - Lite at head dim 64 with every dim rotated and the body keys read from k (nat_keys_from_control): its
       whole body rows (mainloop.h NatFold: R(j) k_j into k_nat, the G-block means s_nat and s_v), so that the
       preparation reads no body row;
-    - else, at head dims 64 and 128 (D = Dp) with G = 16 (value_means_from_control): rule 4's value means s_v
-      (mainloop.h ValueMeans), so that the preparation never loads v: Lite at 128 or with a partial rotary dim,
-      late at 64 and 128 (which keeps its k_grp, prefix sums and far summaries in the preparation).
-    Neither at head dim 80 (its tiles' G-blocks are not the CTA's threads), at 96 (padded to 128: v is not read
-    in place) or on the mma.sync kernel (control and body CTAs share its launch). The emulation's arrays start
+    - a late call at head dims 64 and 128 (D = Dp) with G = 16 (value_means_from_control): rule 4's value means
+      s_v (mainloop.h ValueMeans), so that the preparation never loads v (it keeps k_nat, k_grp, the prefix sums
+      and the other means).
+    Neither Lite at head dim 128 or with a partial rotary dim (its preparation is bound by its instructions, not
+    by memory), nor late at head dim 80 (its tiles' G-blocks are not a warp's lanes), at 96 (padded to 128: v is
+    not read in place) or on the mma.sync kernel (control and body CTAs share its launch). The emulation's arrays start
     NaN-filled, so a row or block the control CTAs missed (a second query head of a group, a ragged chunk or
     block) shows in the output. The value means are the vector preparation's sums and products, so that fold's
     output is bit for bit the one RANGESWA_CUDA_FOLD=off gives; Lite's whole fold sums its means in another
@@ -407,8 +408,8 @@ def test_the_preparation_folded_into_the_control_ctas(simt, monkeypatch, case, f
     name = "rangeswa" if late else "rangeswa_lite"
     # Lite: Hn = T (no grouping); late: Hn < T (grouping, its arrays)
     cfg = preset(name, train_length=256, near_range=256 if name == "rangeswa_lite" else 128).replace(
-        rotary_dim=32 if case == "rotary dim 32" else None,
-        rope_style="interleaved" if case == "interleaved" else "half")
+        rotary_dim=32 if "rotary dim 32" in case else None,
+        rope_style="interleaved" if "interleaved" in case else "half")
     B, H, C = 1, 2, 12
     L = 1093 if "ragged" in case else 1500  # two chunks of keys, the second ragged
     D = next((d for d in (128, 80, 96) if f"head dim {d}" in case), 64)

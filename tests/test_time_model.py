@@ -7,6 +7,7 @@ import math
 import re
 import sys
 from pathlib import Path
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -198,8 +199,8 @@ def test_lites_preparation_folded_into_the_control_ctas_at_head_dim_64():
     """The sm_90a launch at head dim 64 folds Lite's preparation into its control CTAs (attn_setup.h
     nat_keys_from_control): the preparation moves the control rows alone; the control phase reads k and v of
     every body key as before and also writes k_nat and the two G-block means, each tile costing a warp the
-    fold (NatFold::run) in place of the rotation batch, each unit the control kernel's trip. Late calls, the
-    mma.sync design and head dim 128 keep the preparation."""
+    fold (NatFold::run) in place of the rotation batch, each unit the control kernel's trip. The mma.sync design
+    keeps the preparation; late calls and head dim 128 fold the value means alone (next test)."""
     entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
     hop, L = model.HOPPER, 32768
     phases = {p.name: p for p in model.second_design_phases(hop, entries, "lite", L, 64, model.SECOND_NOW)}
@@ -210,8 +211,6 @@ def test_lites_preparation_folded_into_the_control_ctas_at_head_dim_64():
     chunks = L // 1024
     per_cta = 1024 / 16 * hop.fold_control_unit + model.SECOND_NOW.cta_setup + 16 * 4 * hop.lite_fold
     assert math.isclose(phases["control"].warp_instructions, per_cta) and phases["control"].ctas == model.B * model.H * chunks
-    late = {p.name: p for p in model.second_design_phases(hop, entries, "late", L, 64, model.SECOND_NOW)}
-    assert late["prepare"].bytes == model.prepare_phase(hop, L, "late").bytes and late["control"].bytes == reads
     mma = {p.name: p for p in model.second_design_phases(model.SECOND_NOW, entries, "lite", L, 64)}
     assert mma["prepare"].bytes == model.prepare_phase(model.SECOND_NOW, L, "lite").bytes
     assert model.HOPPER_128.lite_fold == 0
@@ -220,3 +219,34 @@ def test_lites_preparation_folded_into_the_control_ctas_at_head_dim_64():
     t_fold, _ = model.total(list(phases.values()), model.H200, 0.5)
     t_prep, _ = model.total(unfolded + rest, model.H200, 0.5)
     assert t_fold < t_prep  # one pass over k and v instead of two
+
+
+@pytest.mark.parametrize("case,head_dim", [("late", 64), ("late", 128), ("lite", 128)])
+def test_the_value_means_folded_into_the_control_ctas(case, head_dim):
+    """In a late call the sm_90a launch folds rule 4's value means into its control CTAs (attn_setup.h
+    value_means_from_control): the preparation reads k alone and writes every array it wrote but s_v; the
+    control phase reads k and v of every body key as before and writes s_v (1 / G of an array), one warp's
+    ValueMeans::run a tile and each unit the control kernel's trip; and the call is faster than with the
+    preparation reading v (bound by memory: k_nat, k_grp and the prefix sums written). Not Lite's at head dim
+    128, whose preparation is bound by its instructions: the fold would make the call slower."""
+    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
+    hop, ctl = (model.HOPPER, model.SECOND_NOW) if head_dim == 64 else (model.HOPPER_128, model.SECOND_NOW_128)
+    L = 32768
+    phases = {p.name: p for p in model.second_design_phases(hop, entries, case, L, head_dim, ctl)}
+    elements = model.B * model.H * L * head_dim
+    array = elements * model.ELEMENT_BYTES
+    kept = model.prepare_phase(hop, L, case, head_dim)
+    if case == "lite":  # not folded, and folding it would cost time
+        assert phases["prepare"].bytes == kept.bytes and phases["control"].bytes == 2 * array
+        prep, ctrl = model.value_fold_phases(hop, ctl, L, case, head_dim)
+        folded = dict(phases, prepare=prep, control=ctrl)
+        assert model.total(list(folded.values()), model.H200, 0.5)[0] > model.total(list(phases.values()), model.H200, 0.5)[0]
+        return
+    assert phases["prepare"].bytes == kept.bytes - array * (1 + 1 / model.SUMMARY_BLOCK)
+    assert phases["control"].bytes == 2 * array + array / model.SUMMARY_BLOCK
+    tiles = 1024 / (64 if head_dim == 64 else 32)
+    plain = model.control_phase(model.replace(ctl, control_unit=hop.fold_control_unit), L, head_dim)
+    assert math.isclose(phases["control"].warp_instructions, plain.warp_instructions + tiles * hop.value_fold)
+    assert hop.value_fold > 0 and hop.lite_fold == (model.NAT_FOLD_MEASURED if head_dim == 64 else 0)
+    unfolded = dict(phases, prepare=kept, control=model.replace(model.control_phase(ctl, L, head_dim), launches=1))
+    assert model.total(list(phases.values()), model.H200, 0.5)[0] < model.total(list(unfolded.values()), model.H200, 0.5)[0]

@@ -255,17 +255,20 @@ inline void nat_keys_to_control(PrepareParams& pp, AttnKernelParams& p) {
   prepare_call_rows_only(pp);
 }
 
-// Whether rule 4's value means fold into the control CTAs (mainloop.h ValueMeans) where Lite's whole preparation
-// does not: the body runs on the sm_90a kernel (its control grid first), the values are read in place (so the
-// preparation reads v for s_v alone, and the control CTAs load every body value from v), G = 16 in units of one
-// block, and a control tile's G-blocks' dim pairs are its 128 threads (head dims 64 and 128, D = Dp). The
-// preparation then never loads v (prepare.h reads_values): a late call reads k alone, one [L, D] array a KV head
-// less. RANGESWA_CUDA_FOLD=off keeps the preparation's.
+// Whether rule 4's value means fold into the control CTAs (mainloop.h ValueMeans): a late call (grouped keys: its
+// preparation writes k_nat, k_grp and the prefix sums, a pass bound by memory), the body on the sm_90a kernel (its
+// control grid first), the values read in place (so the preparation reads v for s_v alone, and the control CTAs
+// load every body value from v), G = 16 in units of one block, and a control tile's G-blocks' 8-dim chunks a
+// warp's lanes (head dims 64 and 128, D = Dp). The preparation then never loads v (prepare.h reads_values): it
+// reads k alone, one [L, D] array a KV head less. Not Lite's (Lite at head dim 64 folds its whole preparation,
+// nat_keys_from_control; elsewhere its preparation, k_nat and the means, is bound by its instructions, which the
+// fold would not lessen, while the control CTAs' would grow: tests/test_time_model.py).
+// RANGESWA_CUDA_FOLD=off keeps the preparation's.
 inline bool value_means_from_control(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf,
                                      bool hopper) {
   return !env_is("RANGESWA_CUDA_FOLD", "off") && hopper && buf.values_in_place && ap.C > 0 && ap.L > 0 &&
          pp.row0 == 0 && (pp.Dp == 64 || pp.Dp == 128) && ap.D == pp.Dp && pp.G == 16 && pp.unit_tokens == 16 &&
-         pp.s_v != nullptr && pp.v_body == nullptr;
+         pp.k_grp != nullptr && pp.s_v != nullptr && pp.v_body == nullptr;
 }
 
 // The call's s_v to the control CTAs (p.fold) and out of the preparation, which writes the rest.
