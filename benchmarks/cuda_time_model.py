@@ -240,7 +240,7 @@ PREPARE_LEAN_MEASURED = 16.4
 # 1,500 a warp, 8 x 60 = 480 a fill.
 ATTN_PROLOGUE_MEASURED = 424
 ATTN_EPILOGUE_MEASURED = 447
-ATTN_FILL_STEP_MEASURED = 554  # 426 / 594 before bf16_pair (the fill's and the prologue's)
+ATTN_FILL_STEP_MEASURED = 552  # 426 / 594 before bf16_pair (the prologue's and the fill's; the fill 554 after it)
 # The second design as the source stands now: the changes of issue 29 that have landed, each replacing
 # one input above (the figure names where it comes from).
 SECOND_NOW = replace(
@@ -446,9 +446,9 @@ def with_paths(base: Design, name: str, paths: dict, source: str, **fields) -> D
 # (16 output stores a lane), fill step 1,146 (64 pairs a thread: 16 round trips of 4-pair steps); a late row's
 # straddling dots 2 chunks a load over 16 chunks, 6 terms: 48 round trips. (472 / 626 / 529 / 327 / 446 before
 # the control CTAs rotated their keys, 2026-12-03.)
-# (Prologue 442, fill 1,146 and rotation 233 before mainloop.h bf16_pair.)
+# (Prologue 442, fill 1,146 and rotation 233 before mainloop.h bf16_pair; fill 1,066 before the fill took kPrefetch.)
 ATTN_128_MEASURED = dict(full_tile=462, masked_tile=624, masked_loop_full=527, control_unit=352, prologue=439,
-                         epilogue=782, fill_step=1066, ctrl_tile=453, direct_tile=370, cond_rotation=217)
+                         epilogue=782, fill_step=1064, ctrl_tile=453, direct_tile=370, cond_rotation=217)
 SECOND_NOW_128 = with_paths(SECOND_NOW, "second design now (main), head dim 128", ATTN_128_MEASURED,
                             "head dim 128: the gate's SASS paths at 128 (attn_model_paths)",
                             control_unit=ATTN_128_MEASURED["control_unit"],
