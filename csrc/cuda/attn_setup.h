@@ -46,9 +46,6 @@ struct AttnSetup {
   int64_t plan_entries() const { return int64_t(max_records) + max_spans; }
 };
 
-// The spans a plan may write (tile.h plan_spans; at most plan.h max_spans, the room each plan has).
-// RANGESWA_CUDA_SPANS=n lowers it to n, for tests of the plans that would pass it (their later records go
-// down the masked loop whole; a plan always gets one span per record).
 // Whether the environment variable `name` is set to `value` (the A/B switches below: RANGESWA_CUDA_EDGES=masked,
 // _VALUES=copy, _COND=copy, _FOLD=off).
 inline bool env_is(const char* name, const char* value) {
@@ -56,6 +53,9 @@ inline bool env_is(const char* name, const char* value) {
   return env != nullptr && std::string(env) == value;
 }
 
+// The spans a plan may write (tile.h plan_spans; at most plan.h max_spans, the room each plan has).
+// RANGESWA_CUDA_SPANS=n lowers it to n, for tests of the plans that would pass it (their later records go
+// down the masked loop whole; a plan always gets one span per record).
 inline int32_t span_budget(int32_t k) {
   const char* env = std::getenv("RANGESWA_CUDA_SPANS");
   const int32_t room = max_spans(k);
@@ -240,11 +240,19 @@ inline void cond_from_keys(const AttnParams& ap, const AttnSetup& s, AttnBuffers
 // natural tables beside its output). The preparation then reads no body row and writes the control rows
 // alone: one pass over k and v instead of two. RANGESWA_CUDA_FOLD=off keeps the preparation's (A/B
 // measurements and tests).
+// What both folds below ask of a call: not turned off (RANGESWA_CUDA_FOLD=off), the sm_90a launch (its control grid
+// before its body grid), control rows and a body, the values read in place (the control CTAs load every body value
+// from v, and the preparation writes no copy of them), a fresh call (no prepared context's rows), and rule 4's
+// G = 16 in preparation units of one block.
+inline bool fold_allowed(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf, bool hopper) {
+  return !env_is("RANGESWA_CUDA_FOLD", "off") && hopper && buf.values_in_place && pp.v_body == nullptr && ap.C > 0 &&
+         ap.L > 0 && pp.row0 == 0 && pp.G == 16 && pp.unit_tokens == 16;
+}
+
 inline bool nat_keys_from_control(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf, bool hopper) {
-  return !env_is("RANGESWA_CUDA_FOLD", "off") && hopper && buf.cond_raw && buf.values_in_place && ap.C > 0 && ap.L > 0 && pp.row0 == 0 && ap.D == 64 &&
-         pp.Dp == 64 && 2 * int64_t(pp.rotary_half) == ap.D && pp.G == 16 && pp.unit_tokens == 16 &&
-         pp.k_nat != nullptr && pp.s_nat != nullptr && pp.s_v != nullptr && pp.k_grp == nullptr &&
-         pp.k_cond == nullptr && pp.v_body == nullptr && pp.s_grp == nullptr && pp.p_nat == nullptr &&
+  return fold_allowed(ap, pp, buf, hopper) && buf.cond_raw && ap.D == 64 && pp.Dp == 64 &&
+         2 * int64_t(pp.rotary_half) == ap.D && pp.k_nat != nullptr && pp.s_nat != nullptr && pp.s_v != nullptr &&
+         pp.k_grp == nullptr && pp.k_cond == nullptr && pp.s_grp == nullptr && pp.p_nat == nullptr &&
          pp.p_grp == nullptr;
 }
 
@@ -266,9 +274,8 @@ inline void nat_keys_to_control(PrepareParams& pp, AttnKernelParams& p) {
 // RANGESWA_CUDA_FOLD=off keeps the preparation's.
 inline bool value_means_from_control(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf,
                                      bool hopper) {
-  return !env_is("RANGESWA_CUDA_FOLD", "off") && hopper && buf.values_in_place && ap.C > 0 && ap.L > 0 &&
-         pp.row0 == 0 && (pp.Dp == 64 || pp.Dp == 128) && ap.D == pp.Dp && pp.G == 16 && pp.unit_tokens == 16 &&
-         pp.k_grp != nullptr && pp.s_v != nullptr && pp.v_body == nullptr;
+  return fold_allowed(ap, pp, buf, hopper) && (pp.Dp == 64 || pp.Dp == 128) && ap.D == pp.Dp &&
+         pp.k_grp != nullptr && pp.s_v != nullptr;
 }
 
 // The call's s_v to the control CTAs (p.fold) and out of the preparation, which writes the rest.
