@@ -23,7 +23,7 @@ from rangeswa_ext import reference as ref
 from rangeswa_ext.cli import main
 from rangeswa_ext.config import preset
 from rangeswa_ext.methods import DENSE_METHODS, METHODS, OP_PRESETS, longllada_theta, make_attention, ntk_theta
-from rangeswa_ext.models import llada as llada_module
+from rangeswa_ext.models import strict as strict_module
 from rangeswa_ext.models.llada import (LLaDA, LLaDAConfig, config_from_hf, load_llada, load_llada_tokenizer,
                                        save_llada)
 from rangeswa_ext.models.strict import CheckpointMismatchError
@@ -242,7 +242,7 @@ def test_presets():
     assert len(state) == 291 and not any("bias" in k for k in state)
     assert tuple(state["model.transformer.blocks.31.ff_out.weight"].shape) == (4096, 12288)
     assert tuple(state["model.transformer.ff_out.weight"].shape) == (126464, 4096)
-    with pytest.raises(ValueError, match="unknown LLaDA preset 'llada-2b'; known presets: llada-8b, llada-tiny"):
+    with pytest.raises(ValueError, match="unknown LLaDA preset 'llada-2b'; known presets: llada-8b, llada-1.5, llada-tiny"):
         LLaDAConfig.from_name("llada-2b")
     with pytest.raises(ValueError, match="mask_id = 500 must be a token id below vocab_size"):
         LLaDAConfig.from_name("llada-tiny", mask_id=500)
@@ -328,6 +328,46 @@ def test_every_method_on_llada_shapes_against_the_reference(name):
 
 
 # ---------------------------------------------------------------------------------------- loader
+#: GSAI-ML/LLaDA-1.5's config.json without its size keys (d_model, n_layers, n_heads, n_kv_heads, mlp_hidden_size,
+#: embedding_size, vocab_size, max_sequence_length): LLaDA-8B-Instruct's keys, which LLaDA-1.5 keeps (docs/llada.md).
+LLADA_15_KEYS = {
+    "activation_type": "silu", "alibi": False, "alibi_bias_max": 8.0, "architectures": ["LLaDAModelLM"],
+    "attention_dropout": 0.0, "attention_layer_norm": False, "attention_layer_norm_with_affine": True,
+    "auto_map": {"AutoConfig": "configuration_llada.LLaDAConfig", "AutoModel": "modeling_llada.LLaDAModelLM",
+                 "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM"},
+    "bias_for_layer_norm": False, "block_group_size": 1, "block_type": "llama", "embedding_dropout": 0.0,
+    "eos_token_id": 126081, "flash_attention": False, "include_bias": False, "include_qkv_bias": False,
+    "init_cutoff_factor": None, "init_device": "meta", "init_fn": "mitchell", "init_std": 0.02, "input_emb_norm": False,
+    "layer_norm_type": "rms", "layer_norm_with_affine": True, "mask_token_id": 126336, "mlp_ratio": 4,
+    "model_type": "llada", "multi_query_attention": None, "pad_token_id": 126081, "precision": "amp_bf16",
+    "residual_dropout": 0.0, "rms_norm_eps": 1e-05, "rope": True, "rope_full_precision": True, "rope_theta": 500000.0,
+    "scale_logits": False, "use_cache": False, "weight_tying": False,
+}
+
+
+def test_llada_15_preset_loads_a_folder_with_its_config_keys(tmp_path):
+    """llada-1.5 is llada-8b's architecture; a tiny folder whose config.json holds LLaDA-1.5's every non-size key
+    (its ids above a tiny vocabulary, so the vocabulary is sized to hold them) loads, and the backbone takes it
+    for --model llada-1.5 only at LLaDA-1.5's sizes."""
+    assert LLaDAConfig.from_name("llada-1.5") == LLaDAConfig.from_name("llada-8b")
+    backbone = backbones.backbone_for("LLaDA_1.5")
+    assert backbone.name == "llada" and "llada-1.5" in backbone.presets
+    config = LLaDAConfig.from_name("llada-tiny", vocab_size=126464 + 64, mask_id=126336, eos_id=126081, dim=32,
+                                   mlp_dim=32, n_head=1)
+    torch.manual_seed(0)
+    folder = save_llada(LLaDA(config).eval(), tmp_path / "llada-1.5")
+    hf = json.loads((folder / "config.json").read_text())
+    hf = {**LLADA_15_KEYS, **{k: hf[k] for k in ("d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden_size",
+                                                 "embedding_size", "vocab_size", "max_sequence_length")}}
+    (folder / "config.json").write_text(json.dumps(hf))
+    loaded = load_llada(folder, attention=full_attention(config))
+    assert loaded.config == config
+    ids = torch.tensor([[5, 126336, 7, 126081]])
+    assert torch.isfinite(loaded(ids)).all()
+    with pytest.raises(ValueError, match="but --model llada-1.5 has n_layer=32, dim=4096, n_head=32, mlp_dim=12288"):
+        backbone.load(folder, "llada-1.5", torch.device("cpu"))
+
+
 def test_sharded_folder_round_trip(tiny_assets):
     ckpt, _, model = tiny_assets
     index = json.loads((ckpt / "model.safetensors.index.json").read_text())
@@ -347,7 +387,7 @@ def test_loader_streams_one_tensor_at_a_time_into_a_meta_model(tiny_assets, monk
     import safetensors
 
     open_files, most_open, on_device = [], [0], []
-    real_open, real_assign = safetensors.safe_open, llada_module.assign_parameter
+    real_open, real_assign = safetensors.safe_open, strict_module.assign_parameter
 
     class Tracking:
         def __init__(self, path, *args, **kwargs):
@@ -367,7 +407,7 @@ def test_loader_streams_one_tensor_at_a_time_into_a_meta_model(tiny_assets, monk
         on_device.append(sum(not p.is_meta for p in net.parameters()))
 
     monkeypatch.setattr(safetensors, "safe_open", Tracking)
-    monkeypatch.setattr(llada_module, "assign_parameter", assign)
+    monkeypatch.setattr(strict_module, "assign_parameter", assign)
     loaded = load_llada(ckpt)
     assert on_device == list(range(1, len(model.state_dict()) + 1))
     assert most_open == [1] and not open_files
@@ -430,7 +470,7 @@ def test_loader_errors_name_the_problem(tiny_assets, tmp_path):
 def test_backbone_checks_size_and_tokenizer(tiny_assets, tmp_path):
     ckpt, tok_dir, _ = tiny_assets
     backbone = backbones.backbone_for("llada-tiny")
-    assert backbone.name == "llada" and backbone.conditional and backbone.presets == ("llada-8b", "llada-tiny")
+    assert backbone.name == "llada" and backbone.conditional and backbone.presets == ("llada-8b", "llada-1.5", "llada-tiny")
     assert backbone.rope(backbone.random_model("llada-tiny")) == dict(theta=5e5, rope_style="half", rotary_dim=None,
                                                                        train_length=32)
     with pytest.raises(ValueError, match="n_layer=2, dim=64, n_head=2, mlp_dim=64, but --model llada-8b has n_layer=32"):

@@ -24,19 +24,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..masking import valid_ranges
-from .kit import (AttentionSeam, PathLike, Presets, WeightedNorm, at_least, attend, check_heads, existing_path,
-                  load_local_tokenizer)
+from .kit import AttentionSeam, PathLike, Presets, WeightedNorm, at_least, attend, check_heads, load_local_tokenizer
 from .linear import Linear
-from .strict import (INDEX_FILE, WEIGHTS_FILE, assign_parameter, build_config, check_state_dict, read_json_object,
-                     read_tensors, save_model, weight_shapes)
+from .strict import build_config, find_hf_folder, read_json_object, save_model, stream_load
 
 
 #: LLaDA-8B (Base and Instruct share config.json: d_model 4096, n_layers 32, n_heads 32 = n_kv_heads,
 #: mlp_hidden_size 12288, embedding_size 126464, rms_norm_eps 1e-5, rope_theta 5e5, max_sequence_length
-#: 4096, mask_token_id 126336, eos 126081), and a tiny model for tests with the same structure (2 heads
-#: of 32, training length 32, the last two ids as EOS and mask).
+#: 4096, mask_token_id 126336, eos 126081); LLaDA-1.5 (GSAI-ML/LLaDA-1.5, LLaDA-8B-Instruct trained further
+#: with VRPO: the same architecture and config.json sizes and ids); and a tiny model for tests with the same
+#: structure (2 heads of 32, training length 32, the last two ids as EOS and mask).
 LLADA_CONFIGS = {
     "llada-8b": dict(),
+    "llada-1.5": dict(),
     "llada-tiny": dict(n_layer=2, dim=64, n_head=2, mlp_dim=64, vocab_size=128, train_length=32,
                        mask_id=127, eos_id=126),
 }
@@ -200,18 +200,7 @@ _CONFIG_KEYS = dict(n_layers="n_layer", d_model="dim", n_heads="n_head", mlp_hid
 def find_checkpoint(path: PathLike) -> Path:
     """The Hugging Face folder ``path`` names, checked to hold config.json and the safetensors weights
     (``model.safetensors.index.json`` with its shards, or one ``model.safetensors``)."""
-    folder = Path(path).expanduser()
-    if folder.is_file() and folder.name in ("config.json", INDEX_FILE, WEIGHTS_FILE):
-        folder = folder.parent
-    existing_path(folder, "LLaDA checkpoint folder", f"pass the folder of a Hugging Face download of "
-                  f"GSAI-ML/LLaDA-8B-Base (config.json, {INDEX_FILE}, the shards, the tokenizer)")
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder (expected config.json, "
-                                f"{INDEX_FILE} and model-0000N-of-0000M.safetensors)")
-    if not (folder / INDEX_FILE).is_file() and not (folder / WEIGHTS_FILE).is_file():
-        raise FileNotFoundError(f"{folder} has no {INDEX_FILE} and no {WEIGHTS_FILE}: the weights are missing "
-                                f"(only safetensors are read)")
-    return folder
+    return find_hf_folder(path, "LLaDA", "GSAI-ML/LLaDA-8B-Base")
 
 
 def config_from_hf(folder: PathLike) -> LLaDAConfig:
@@ -239,13 +228,7 @@ def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dt
     device = torch.device(device)
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     config = config_from_hf(folder)
-    files, shapes = weight_shapes(folder)
-    with torch.device("meta"):
-        model = LLaDA(config, attention=attention)
-    check_state_dict(model, {k: torch.empty(s, device="meta") for k, s in shapes.items()}, str(folder), "LLaDA")
-    for _, name, tensor in read_tensors(files, device, dtype):
-        assign_parameter(model, name, nn.Parameter(tensor, requires_grad=False))
-    return model.eval()
+    return stream_load(folder, lambda: LLaDA(config, attention=attention), device, dtype, "LLaDA")
 
 
 def save_llada(model: LLaDA, folder: PathLike, shards: int = 1) -> Path:

@@ -174,3 +174,37 @@ def assign_parameter(model: nn.Module, name: str, value: torch.Tensor) -> None:
     owner, _, leaf = name.rpartition(".")
     slots = "_parameters" if isinstance(value, nn.Parameter) else "_buffers"
     getattr(model.get_submodule(owner), slots)[leaf] = value
+
+
+def find_hf_folder(path, family: str, download: str) -> Path:
+    """The Hugging Face folder ``path`` names (or its config.json / weights file), checked to hold config.json and
+    the safetensors weights (``model.safetensors.index.json`` with its shards, or one ``model.safetensors``);
+    ``download`` names the official download the message points to."""
+    folder = Path(path).expanduser()
+    if folder.is_file() and folder.name in ("config.json", INDEX_FILE, WEIGHTS_FILE):
+        folder = folder.parent
+    if not folder.exists():
+        raise FileNotFoundError(f"{family} checkpoint folder {folder} does not exist; pass the folder of a Hugging "
+                                f"Face download of {download} (config.json, {INDEX_FILE}, the shards, the tokenizer)")
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder (expected config.json, "
+                                f"{INDEX_FILE} and model-0000N-of-0000M.safetensors)")
+    if not (folder / INDEX_FILE).is_file() and not (folder / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"{folder} has no {INDEX_FILE} and no {WEIGHTS_FILE}: the weights are missing "
+                                f"(only safetensors are read)")
+    return folder
+
+
+def stream_load(folder: Path, build: Callable[[], nn.Module], device: torch.device, dtype: torch.dtype,
+                family: str) -> nn.Module:
+    """The model ``build()`` makes on ``meta``, its weights streamed from the folder's safetensors one tensor at a
+    time (read, cast to ``dtype``, moved to ``device``, assigned), in eval mode: the host never holds more than one
+    tensor beyond the model. Every missing, unexpected or mis-shaped tensor is named in one
+    `CheckpointMismatchError` before any weight is read."""
+    files, shapes = weight_shapes(folder)
+    with torch.device("meta"):
+        model = build()
+    check_state_dict(model, {k: torch.empty(s, device="meta") for k, s in shapes.items()}, str(folder), family)
+    for _, name, tensor in read_tensors(files, device, dtype):
+        assign_parameter(model, name, nn.Parameter(tensor, requires_grad=False))
+    return model.eval()
