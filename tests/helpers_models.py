@@ -1,6 +1,6 @@
 """Tiny models and tokenizers that several test modules build: a random GPT-2 scorer with the real GPT-2
 tokenizer (Gen. PPL, scoring, CoLa, LangFlow) and a random llada-tiny with a tokenizer trained here (LLaDA,
-NeedleBench)."""
+NeedleBench), a random dream-tiny with one (Dream)."""
 
 import functools
 import json
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from rangeswa_ext.models.dream import Dream, DreamConfig
 from rangeswa_ext.models.llada import LLaDA, LLaDAConfig
 
 POSITIONS = 64  # the tiny GPT-2's maximum positions, hence its default chunk size
@@ -52,22 +53,32 @@ def save_tiny_scorer(folder: Path) -> Path:
     return folder
 
 
-def make_llada_tokenizer(folder: Path, texts=(TEXT,), vocab_size: int = 296) -> Path:
-    """A byte-level BPE tokenizer (256 bytes, merges up to ``vocab_size``, then EOS and mask) trained here on
-    ``texts``, saved like LLaDA's."""
+def make_bpe_tokenizer(folder: Path, mask_token: str, texts=(TEXT,), vocab_size: int = 296) -> Path:
+    """A byte-level BPE tokenizer (256 bytes, merges up to ``vocab_size``, then ``<|endoftext|>``, the EOS and pad
+    token, and ``mask_token``) trained here on ``texts``, saved in ``folder``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|mdm_mask|>"],
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", mask_token],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     bpe.train_from_iterator(list(texts) * 4, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   mask_token="<|mdm_mask|>")
+                                   mask_token=mask_token)
     fast.save_pretrained(folder)
     return folder
+
+
+def make_llada_tokenizer(folder: Path, texts=(TEXT,), vocab_size: int = 296) -> Path:
+    """A tokenizer saved like LLaDA's (`make_bpe_tokenizer`, mask ``<|mdm_mask|>``)."""
+    return make_bpe_tokenizer(folder, "<|mdm_mask|>", texts, vocab_size)
+
+
+def make_dream_tokenizer(folder: Path, texts=(TEXT,), vocab_size: int = 296) -> Path:
+    """A tokenizer saved like Dream's (`make_bpe_tokenizer`, mask ``<|mask|>``)."""
+    return make_bpe_tokenizer(folder, "<|mask|>", texts, vocab_size)
 
 
 def tiny_llada(tokenizer, seed: int = 0) -> LLaDA:
@@ -80,4 +91,20 @@ def tiny_llada(tokenizer, seed: int = 0) -> LLaDA:
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0, 1 / math.sqrt(p.shape[1]))
+    return model
+
+
+
+def tiny_dream(tokenizer, seed: int = 0) -> Dream:
+    """dream-tiny sized to the tokenizer (its EOS / pad and mask ids), weights drawn so logits are of order 1."""
+    config = DreamConfig.from_name("dream-tiny", vocab_size=len(tokenizer), eos_id=tokenizer.eos_token_id,
+                                   pad_id=tokenizer.eos_token_id, mask_id=tokenizer.mask_token_id)
+    torch.manual_seed(seed)
+    model = Dream(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(0, 1 / math.sqrt(p.shape[1]))
+            elif name.endswith("bias"):
+                p.normal_(0, 0.1)
     return model
