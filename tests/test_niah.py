@@ -10,12 +10,15 @@ import pytest
 import torch
 
 from conftest import json_lines
-from helpers_models import make_llada_tokenizer, tiny_llada
+from helpers_models import make_dream_tokenizer, make_llada_tokenizer, tiny_dream, tiny_llada
+from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval import niah
 from rangeswa_ext.eval.niah import (DEPTHS, LENGTHS, Needle, PromptBuilder, Task, grid, levenshtein, overall_score,
                                     read_haystack, read_needles, retrieval_question, score)
+from rangeswa_ext.models.dream import load_dream, load_dream_tokenizer, save_dream
 from rangeswa_ext.models.llada import load_llada_tokenizer, save_llada
+from rangeswa_ext.samplers import dream_sampler
 from rangeswa_ext.samplers.llada_sampler import SamplerConfig, generate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -190,7 +193,6 @@ def test_niah_end_to_end(assets, hay, tmp_path):
         assert (out / f"niah_{method}.png").stat().st_size > 1000
         assert (out / f"niah_{method}.svg").read_text().startswith("<?xml")
     # The line's prediction is what the sampler generates from that prompt.
-    from rangeswa_ext import backbones
     from rangeswa_ext.models.llada import load_llada
 
     x = json_lines(out / "full.jsonl")[3]
@@ -259,7 +261,41 @@ def test_errors(assets, hay, tmp_path, capsys):
     assert run(assets, out, "--length-buffer", "70", methods="full") == 2
     assert "every length must exceed the length buffer (70)" in capsys.readouterr().err
     ckpt, tok_dir, _ = assets
-    with pytest.raises(ValueError, match="rangeswa niah runs LLaDA models"):
+    with pytest.raises(ValueError, match="rangeswa niah runs the masked diffusion LMs \\(llada-8b, llada-1.5, "
+                                         "llada-tiny, dream-base"):
         niah.niah(checkpoint=ckpt, tokenizer=tok_dir, out=out, model="elf-tiny")
     with pytest.raises(ValueError, match=r"num_needles must be 1..10"):
         niah.niah(checkpoint=ckpt, tokenizer=tok_dir, out=out, model="llada-tiny", num_needles=11)
+
+
+def test_niah_on_dream_tiny(assets, hay, tmp_path, capsys):
+    """`rangeswa niah --model dream-tiny`: the same grid through the Backbone interface, Dream's sampler settings
+    (greedy, entropy order by default; --alg and --top-k taken) recorded, each prediction what Dream's sampler
+    generates from that prompt; a LLaDA-only setting is refused."""
+    corpus = [*read_haystack()[:400], niah.TEMPLATE, niah.GUIDE, *(n.needle + " " + n.question for n in read_needles())]
+    tok_dir = make_dream_tokenizer(tmp_path / "tok", corpus, vocab_size=1200)
+    tok = load_dream_tokenizer(tok_dir)
+    ckpt = save_dream(tiny_dream(tok, seed=1), tmp_path / "ckpt")
+    out = tmp_path / "niah"
+    argv = ["niah", "--model", "dream-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--out", str(out),
+            "--methods", "full,rangeswa", "--lengths", "64", "--depths", "0,100", "--num-needles", "1",
+            "--length-buffer", "8", "--gen-length", "8", "--steps", "8", "--haystack", str(assets[0] / "hay.txt"),
+            "--device", "cpu", "--dpi", "20", "--no-progress"]
+    assert main([*argv, "--top-k", "5"]) == 0
+    needle = read_needles()[0]
+    lines = json_lines(out / "rangeswa.jsonl")
+    assert [(x["length"], x["depth"]) for x in lines] == [(64, 0), (64, 100)]
+    x = lines[1]
+    assert (x["model"], x["alg"], x["temperature"], x["top_k"], x["gen_length"], x["steps"]) == (
+        "dream-tiny", "entropy", 0.0, 5, 8, 8)
+    model = load_dream(ckpt)
+    model.set_attention(backbones.backbone_for("dream-tiny").attention(model, "rangeswa", scale_windows=True))
+    ids = PromptBuilder(tok, read_haystack([assets[0] / "hay.txt"]), 8).prompt_ids(needle, 64, 100, 0)
+    assert len(ids) == x["prompt_tokens"] and len(ids) > model.config.train_length
+    config = dream_sampler.SamplerConfig(steps=8, temperature=0.0, top_p=1.0, top_k=5, alg="entropy")
+    answer = dream_sampler.generate(model, torch.tensor([ids]), 8, config, indices=[x["index"]])
+    assert x["prediction"] == tok.decode(answer[0].tolist(), skip_special_tokens=True)
+    assert x["score"] == score(x["prediction"], needle.needle, needle.keyword)
+    assert json.loads((out / "niah_summary.json").read_text())["full"]["samples"] == 2
+    assert main([*argv, "--out", str(tmp_path / "other"), "--cfg-scale", "1.0"]) == 2
+    assert "--model dream-tiny (dream) has no sampler setting cfg_scale" in capsys.readouterr().err

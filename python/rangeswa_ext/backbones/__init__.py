@@ -133,6 +133,36 @@ class Backbone:
         raise NotImplementedError
 
 
+class MaskedDiffusionBackbone(Backbone):
+    """A masked diffusion LM continuing prompts (LLaDA, Dream): its tokenizer's ids must fit the embedding, prompts
+    of different lengths share a batch left-padded with ``model.config.pad_id`` (LLaDA: its EOS) and masked, and a
+    sample's row keeps the generated ids before the first EOS. A subclass sets `sampler_sample`, its sampler
+    module's ``sample(model, num, length, seed, start_index, config, *, prompts, prompt_mask, autocast_dtype,
+    progress)``."""
+
+    conditional = True
+    sampler_sample: Callable = None
+
+    def check_tokenizer(self, model, tokenizer, folder: Path) -> None:
+        if len(tokenizer) > model.config.vocab_size:
+            raise ValueError(f"the tokenizer in {folder} has {len(tokenizer)} tokens but the model's embedding only "
+                             f"{model.config.vocab_size}; use the tokenizer the model was trained with")
+
+    def encode(self, tokenizer, text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    def sample(self, model, tokenizer, first, count, length, seed, config, *, autocast_dtype, progress, prompts=None):
+        eos = model.config.eos_id if getattr(tokenizer, "eos_token_id", None) is None else tokenizer.eos_token_id
+        prompt_mask = None
+        if prompts is not None and not isinstance(prompts, torch.Tensor):
+            width, pad = max(len(p) for p in prompts), getattr(model.config, "pad_id", eos)
+            prompt_mask = torch.tensor([[False] * (width - len(p)) + [True] * len(p) for p in prompts])
+            prompts = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long)
+        ids = type(self).sampler_sample(model, count, length, seed, first, config, prompts=prompts,
+                                        prompt_mask=prompt_mask, autocast_dtype=autocast_dtype, progress=progress)
+        return [row[:row.index(eos)] if eos in row else row for row in ids.tolist()]
+
+
 _REGISTRY: dict[str, Backbone] = {}
 _LOADED = False
 

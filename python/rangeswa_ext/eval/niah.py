@@ -1,4 +1,4 @@
-"""`rangeswa niah`: needle in a haystack on LLaDA, LongLLaDA's protocol, every attention method in one run.
+"""`rangeswa niah`: needle in a haystack on LLaDA or Dream, LongLLaDA's protocol, every attention method in one run.
 
 The protocol is LongLLaDA's (OpenMOSS/LongLLaDA needlebench/origin.py and needlebench_summarizer.py, the
 single-needle English NeedleBench of OpenCompass as LongLLaDA patched it): a grid of context lengths x
@@ -35,7 +35,6 @@ from ..generate import DTYPES, resolve_dtype
 from ..jsonl import json_objects
 from ..methods import METHODS, OP_PRESETS
 from ..mini.corpus import kjv_path
-from ..samplers.llada_sampler import SamplerConfig, generate
 from .plots import save_figure
 
 #: LongLLaDA's grid (needlebench_single.py:57, 63) and buffer (line 77).
@@ -43,9 +42,14 @@ LENGTHS = (2000, 4000, 8000, 16000, 24000, 32000)
 DEPTHS = tuple(range(0, 101, 10))
 LENGTH_BUFFER = 600
 DEFAULT_METHODS = ("full", "ntk", "longllada", "self_extend", "swa", "rangeswa", "rangeswa_lite")
-#: LongLLaDA's generation (eval_llada_niah.py: max_out_len 32, steps 32, block_length 32, temperature 0).
-NIAH_SAMPLER = dict(gen_length=32, steps=32, block_length=32, temperature=0.0, cfg_scale=0.0,
-                    remasking="low_confidence")
+#: The generation per backbone: LongLLaDA's for LLaDA (eval_llada_niah.py: max_out_len 32, steps 32, block_length
+#: 32, temperature 0); for Dream the same length and calls, greedy, with the official README's entropy order
+#: (docs/dream.md). ``gen_length`` is every backbone's; the rest are fields of the backbone's sampler config.
+GEN_LENGTH = 32
+NIAH_SAMPLERS = {
+    "llada": dict(steps=32, block_length=32, temperature=0.0, cfg_scale=0.0, remasking="low_confidence"),
+    "dream": dict(steps=32, temperature=0.0, top_p=1.0, top_k=0, alg="entropy", alg_temp=0.0),
+}
 NEEDLES_FILE = Path(__file__).with_name("data") / "needles.jsonl"
 FORMAT_MARK = "Please answer in the format"
 GUIDE = "Before answering, please consider what in the document is most relevant to this question."
@@ -260,7 +264,8 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
 
     Args:
         checkpoint, tokenizer: the model's Hugging Face folder and its tokenizer folder (often the same).
-        model: a LLaDA preset (``llada-8b``; ``llada-tiny`` for tests).
+        model: a LLaDA or Dream preset (``llada-8b``, ``llada-1.5``, ``dream-base``; ``llada-tiny``, ``dream-tiny``
+            for tests).
         methods: attention methods to compare (any of `METHODS`).
         lengths, depths: the grid, in model tokens and percent.
         needles_file, num_needles: the needles (default ours) and how many of them each cell uses (default all).
@@ -274,20 +279,16 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
         seed: run seed; sample randomness (temperature > 0) depends on (seed, sample index) only.
         device, dtype: as for `rangeswa generate`.
         dpi: of the PNG heatmaps (300 as the original).
-        sampler_options: gen_length, steps, block_length, temperature, cfg_scale, remasking (LongLLaDA's by default).
+        sampler_options: gen_length and the backbone's sampler settings (`NIAH_SAMPLERS` by default; LLaDA: steps,
+            block_length, temperature, cfg_scale, remasking; Dream: steps, temperature, top_p, top_k, alg, alg_temp,
+            eps); None values keep the defaults.
     """
-    unknown = sorted(set(sampler_options) - set(NIAH_SAMPLER))
-    if unknown:
-        raise ValueError(f"unknown sampler option(s) {', '.join(unknown)}; known: {', '.join(NIAH_SAMPLER)}")
-    options = {**NIAH_SAMPLER, **{k: v for k, v in sampler_options.items() if v is not None}}
-    gen_length = options.pop("gen_length")
-    sampler_config = SamplerConfig(**options)
-    sampler_config.schedule(gen_length)
     backbone = backbones.backbone_for(model)
     model = backbones.normalize(model)
-    if backbone.name != "llada":
-        raise ValueError(f"rangeswa niah runs LLaDA models ({', '.join(backbones.backbones()['llada'].presets)}); "
-                         f"got --model {model}")
+    if backbone.name not in NIAH_SAMPLERS:
+        known = [m for name in NIAH_SAMPLERS for m in backbones.backbones()[name].presets]
+        raise ValueError(f"rangeswa niah runs the masked diffusion LMs ({', '.join(known)}); got --model {model}")
+    sampler_config, gen_length = niah_sampler(backbone, model, sampler_options)
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
         raise ValueError(f"unknown method(s) {', '.join(bad) or '(none given)'}; known methods: {', '.join(METHODS)}")
@@ -309,7 +310,7 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
 
     out = Path(out).expanduser()
     tasks = grid(lengths, depths, num_needles, repeats)
-    common = dict(model=model, seed=seed, gen_length=gen_length, **dataclasses.asdict(sampler_config), dtype=dtype,
+    common = dict(model=model, seed=seed, gen_length=gen_length, **backbone.sampler_settings(sampler_config), dtype=dtype,
                   length_buffer=length_buffer, haystack=resumable.content_hash("\n".join(records)),
                   needles=resumable.content_hash("\n".join(json.dumps(dataclasses.asdict(n)) for n in needles)),
                   tokens="model", haystack_order="cumulative shuffles, decoded without clean-up")
@@ -335,22 +336,40 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
                     backbone.check_tokenizer(net, tok, tokenizer_folder)
                     builder = PromptBuilder(tok, records, length_buffer)
                 net.set_attention(backbone.attention(net, method, **lines.settings["method_options"]))
-                _run_tasks(lines, mine, net, tok, builder, needles, sampler_config, gen_length, DTYPES[dtype],
-                           progress and world.main)
+                _run_tasks(lines, mine, backbone, net, tok, builder, needles, sampler_config, gen_length,
+                           DTYPES[dtype], progress and world.main)
             written += lines.finish()
         overall = distributed.on_main(lambda: render(out, methods, settings_of, tasks, dpi))
     return NiahResult(out, written, already, overall)
 
 
-def _run_tasks(lines: resumable.LineFile, tasks: list[Task], net, tok, builder: PromptBuilder,
-               needles: list[Needle], sampler_config: SamplerConfig, gen_length: int, autocast_dtype,
-               progress: bool) -> None:
-    """Generate and score ``tasks``, appending one line each to ``lines``."""
+def niah_sampler(backbone, model: str, options: dict) -> tuple:
+    """(the backbone's sampler config for the run, gen_length): `NIAH_SAMPLERS`'s settings with ``options`` (None
+    values ignored) over them, each checked to be a setting of that backbone's sampler."""
+    options = {k: v for k, v in options.items() if v is not None}
+    gen_length = options.pop("gen_length", GEN_LENGTH)
+    known = [f.name for f in dataclasses.fields(backbone.sampler_config)]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"--model {model} ({backbone.name}) has no sampler setting {', '.join(unknown)}; its "
+                         f"settings: gen_length, {', '.join(known)}")
+    if gen_length < 1:
+        raise ValueError(f"gen_length must be >= 1, got {gen_length}")
+    config = backbone.sampler_config(**{**NIAH_SAMPLERS[backbone.name], **options})
+    if hasattr(config, "schedule"):  # LLaDA's blocks must divide the answer: say so before any model is read
+        config.schedule(gen_length)
+    return config, gen_length
+
+
+def _run_tasks(lines: resumable.LineFile, tasks: list[Task], backbone, net, tok, builder: PromptBuilder,
+               needles: list[Needle], sampler_config, gen_length: int, autocast_dtype, progress: bool) -> None:
+    """Generate and score ``tasks``, appending one line each to ``lines``: the whole answer decoded without its
+    special tokens (text after an EOS kept, as LongLLaDA's OpenCompass model decodes it)."""
     for task in tqdm(tasks, desc=f"niah {lines.settings['method']}", unit="sample", disable=not progress):
         needle = needles[task.needle]
         ids = builder.prompt_ids(needle, task.length, task.depth, task.repeat)
-        answer = generate(net, torch.tensor([ids]), gen_length, sampler_config, seed=lines.settings["seed"],
-                          indices=[task.index], autocast_dtype=autocast_dtype)
+        answer = backbone.sampler_sample(net, 1, gen_length, lines.settings["seed"], task.index, sampler_config,
+                                         prompts=torch.tensor([ids]), autocast_dtype=autocast_dtype, progress=False)
         prediction = tok.decode(answer[0].tolist(), skip_special_tokens=True)
         lines.append({task.index: {**dataclasses.asdict(task), "prompt_tokens": len(ids), "prediction": prediction,
                                    "keyword_hit": needle.keyword in prediction,
@@ -453,9 +472,15 @@ def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+#: The sampler settings `rangeswa niah` takes as flags (each backbone refuses those it does not have).
+SAMPLER_FLAGS = ("steps", "temperature", "block_length", "cfg_scale", "remasking", "alg", "alg_temp", "top_p", "top_k",
+                 "eps")
+
+
 def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     parser = subcommand(subparsers, "niah", run_niah)
-    parser.add_argument("--model", default="llada-8b", help="LLaDA preset (default llada-8b)")
+    parser.add_argument("--model", default="llada-8b",
+                        help="LLaDA or Dream preset (llada-8b, llada-1.5, dream-base, dream-instruct; default llada-8b)")
     parser.add_argument("--checkpoint", type=Path, required=True,
                         help="Hugging Face folder of the model (config.json, safetensors shards)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint folder)")
@@ -485,11 +510,18 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
                         help="longllada's ceil(lambda), fixed for every length as LongLLaDA's runs fix it (4, 14, 31, "
                              "55 at 8k, 16k, 24k, 32k); default: each length's own")
     parser.add_argument("--gen-length", type=integer(1), help="generated tokens (default 32)")
-    parser.add_argument("--steps", type=integer(0), help="sampler calls (default 32; 0: one per token)")
-    parser.add_argument("--block-length", type=integer(0), help="block length (default 32; 0: the whole answer)")
-    parser.add_argument("--temperature", type=number(0), help="Gumbel-max temperature (default 0)")
-    parser.add_argument("--cfg-scale", type=number(0), help="classifier-free guidance scale (default 0)")
-    parser.add_argument("--remasking", choices=("low_confidence", "random"), help="remasking (default low_confidence)")
+    parser.add_argument("--steps", type=integer(0), help="sampler calls (default 32; LLaDA: 0 is one per token)")
+    parser.add_argument("--temperature", type=number(0), help="sampling temperature (default 0)")
+    parser.add_argument("--block-length", type=integer(0), help="LLaDA block length (default 32; 0: the whole answer)")
+    parser.add_argument("--cfg-scale", type=number(0), help="LLaDA classifier-free guidance scale (default 0)")
+    parser.add_argument("--remasking", choices=("low_confidence", "random"),
+                        help="LLaDA remasking (default low_confidence)")
+    parser.add_argument("--alg", choices=("origin", "maskgit_plus", "topk_margin", "entropy"),
+                        help="Dream unmasking order (default entropy)")
+    parser.add_argument("--alg-temp", type=number(0), help="Dream confidence-draw temperature (default 0)")
+    parser.add_argument("--top-p", type=number(0), help="Dream nucleus mass (default 1: off)")
+    parser.add_argument("--top-k", type=integer(0), help="Dream top-k (default 0: off)")
+    parser.add_argument("--eps", type=number(0), help="Dream schedule's last time (default 1e-3)")
     parser.add_argument("--seed", type=integer(), default=0, help="run seed (matters only with temperature > 0)")
     parser.add_argument("--dpi", type=integer(1), default=300, help="PNG resolution (default 300, as the original)")
     add_compute_options(parser, dtypes=("auto", *DTYPES),
@@ -498,7 +530,7 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_niah(args: argparse.Namespace) -> int:
-    """needle in a haystack on LLaDA, every attention method in one run (LongLLaDA's protocol)
+    """needle in a haystack on LLaDA or Dream, every attention method in one run (LongLLaDA's protocol)
 
     Needle-in-a-haystack grid (lengths x depths) for each attention method: resumable JSON lines per method,
     heatmaps (PNG, SVG), the per-cell table (CSV, JSON) and the overall scores. Under torchrun the samples are split
@@ -511,8 +543,7 @@ def run_niah(args: argparse.Namespace) -> int:
                   length_buffer=args.length_buffer, windows=args.windows, longllada_factor=args.longllada_factor,
                   seed=args.seed, device=args.device,
                   dtype=args.dtype, dpi=args.dpi, progress=not args.no_progress, gen_length=args.gen_length,
-                  steps=args.steps, block_length=args.block_length, temperature=args.temperature,
-                  cfg_scale=args.cfg_scale, remasking=args.remasking)
+                  **{k: getattr(args, k) for k in SAMPLER_FLAGS})
     if distributed.launched_world().main:
         print(result.summary())
         for method, value in result.overall.items():
