@@ -23,6 +23,7 @@ from .elf_checkpoint import (
     read_flax_checkpoint,
     save_checkpoint,
 )
+from .dream import DREAM_CONFIGS, Dream, DreamConfig, load_dream, load_dream_tokenizer, save_dream
 from .langflow import LANGFLOW_CONFIGS, LangFlow, LangFlowConfig, load_gpt2_tokenizer, load_langflow, save_langflow
 from .llada import LLADA_CONFIGS, LLaDA, LLaDAConfig, load_llada, load_llada_tokenizer, save_llada
 
@@ -50,6 +51,12 @@ __all__ = [
     "read_checkpoint",
     "read_flax_checkpoint",
     "save_checkpoint",
+    "DREAM_CONFIGS",
+    "Dream",
+    "DreamConfig",
+    "load_dream",
+    "load_dream_tokenizer",
+    "save_dream",
     "LANGFLOW_CONFIGS",
     "LangFlow",
     "LangFlowConfig",
