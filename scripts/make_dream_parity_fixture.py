@@ -1,6 +1,7 @@
 """Make tests/fixtures/dream_parity.pt: a tiny random Dream run by the OFFICIAL code.
 
-    python scripts/make_dream_parity_fixture.py --hf-code DIR --source REPO@COMMIT:PATH [--out tests/fixtures/dream_parity.pt]
+    python scripts/make_dream_parity_fixture.py --hf-code DIR --source REPO@COMMIT:PATH \
+        [--out tests/fixtures/dream_parity.pt]
 
 ``--hf-code`` is a folder holding the Hugging Face model code of Dream-org/Dream-v0-Base-7B:
 ``modeling_dream.py``, ``configuration_dream.py`` and ``generation_utils.py`` (``diffusion_generate``). They are

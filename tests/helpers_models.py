@@ -53,6 +53,33 @@ def save_tiny_scorer(folder: Path) -> Path:
     return folder
 
 
+def seam_reference(name: str, method, q, k, v, theta: float, T: int) -> torch.Tensor:
+    """The float64 output the attention method ``name`` (built as ``method`` with half-split RoPE on every head dim,
+    base ``theta``, training length ``T``) must give on q [B, Hq, L, D], k and v [B, Hkv, L, D] (grouped heads
+    repeated) with C = 0 in its late stage: SPEC's reference for the op presets, the dense formula for the others."""
+    from rangeswa_ext import reference as ref
+    from rangeswa_ext.methods import OP_PRESETS, longllada_theta, ntk_theta
+
+    if name in OP_PRESETS:
+        return ref.attention(q.double(), k.double(), v.double(), method.config, 0, "late")[0]
+    L, D = q.shape[2], q.shape[3]
+    positions = torch.arange(L, dtype=torch.float64)
+    base, freqs, mult = theta, None, 1.0
+    if name == "pi":
+        positions = positions * T / L
+    elif name == "ntk":
+        base = ntk_theta(theta, D, L, T)
+    elif name == "longllada":
+        base = longllada_theta(theta, D, L, T)
+    elif name == "yarn":
+        freqs, mult = method.rotation(L, D)[2:]
+    group = q.shape[1] // k.shape[1]
+    qr = ref.rotate(q.double(), positions, base, D, "half", freqs)
+    kr = ref.rotate(k.double(), positions, base, D, "half", freqs).repeat_interleave(group, dim=1)
+    weights = torch.softmax(qr @ kr.transpose(-1, -2) * mult / math.sqrt(D), dim=-1)
+    return weights @ v.double().repeat_interleave(group, dim=1)
+
+
 def make_bpe_tokenizer(folder: Path, mask_token: str, texts=(TEXT,), vocab_size: int = 296) -> Path:
     """A byte-level BPE tokenizer (256 bytes, merges up to ``vocab_size``, then ``<|endoftext|>``, the EOS and pad
     token, and ``mask_token``) trained here on ``texts``, saved in ``folder``."""

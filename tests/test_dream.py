@@ -10,7 +10,6 @@ the sampler must give the same ids (a sampled run's row drawing from a generator
 """
 
 import json
-import math
 import re
 from pathlib import Path
 
@@ -18,12 +17,11 @@ import pytest
 import torch
 
 from conftest import make_qkv, rel_err
-from helpers_models import TEXT, make_dream_tokenizer, tiny_dream
+from helpers_models import TEXT, make_dream_tokenizer, seam_reference, tiny_dream
 from rangeswa_ext import backbones
-from rangeswa_ext import reference as ref
 from rangeswa_ext.cli import main
 from rangeswa_ext.config import preset
-from rangeswa_ext.methods import DENSE_METHODS, METHODS, OP_PRESETS, longllada_theta, make_attention, ntk_theta
+from rangeswa_ext.methods import DENSE_METHODS, METHODS, OP_PRESETS, make_attention
 from rangeswa_ext.models.dream import (TRAIN_LENGTH, Dream, DreamConfig, config_from_hf, load_dream,
                                        load_dream_tokenizer, save_dream)
 from rangeswa_ext.models.strict import CheckpointMismatchError
@@ -72,7 +70,8 @@ def official_model(fixture, tmp_path_factory):
     c = fixture["meta"]["config"]
     config = DreamConfig(n_layer=c["num_hidden_layers"], dim=c["hidden_size"], n_head=c["num_attention_heads"],
                          n_kv_head=c["num_key_value_heads"], mlp_dim=c["intermediate_size"], vocab_size=c["vocab_size"],
-                         norm_eps=c["rms_norm_eps"], rope_theta=c["rope_theta"], train_length=c["max_position_embeddings"],
+                         norm_eps=c["rms_norm_eps"], rope_theta=c["rope_theta"],
+                         train_length=c["max_position_embeddings"],
                          mask_id=c["mask_token_id"], eos_id=c["eos_token_id"], pad_id=c["pad_token_id"])
     with torch.device("meta"):
         staged = Dream(config)
@@ -181,23 +180,8 @@ def test_every_method_on_dream_shapes_against_the_reference(name):
     method = make_attention(name, head_dim=D, theta=theta, rope_style="half", train_length=T, **options)
     out = method(q, k, v, control_tokens=0, stage="late")
     if name in OP_PRESETS:
-        cfg = method.config
-        assert cfg == preset(name).scaled_to(T).replace(theta=theta, rope_style="half", train_length=T)
-        expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, 0, "late")
-    else:
-        positions = torch.arange(L, dtype=torch.float64)
-        base, freqs, mult = theta, None, 1.0
-        if name == "pi":
-            positions = positions * T / L
-        elif name == "ntk":
-            base = ntk_theta(theta, D, L, T)
-        elif name == "longllada":
-            base = longllada_theta(theta, D, L, T)
-        elif name == "yarn":
-            freqs, mult = method.rotation(L, D)[2:]
-        qr = ref.rotate(q.double(), positions, base, D, "half", freqs)
-        kr = ref.rotate(k.double(), positions, base, D, "half", freqs).repeat_interleave(2, dim=1)
-        expect = torch.softmax(qr @ kr.transpose(-1, -2) * mult / math.sqrt(D), dim=-1) @ v.double().repeat_interleave(2, 1)
+        assert method.config == preset(name).scaled_to(T).replace(theta=theta, rope_style="half", train_length=T)
+    expect = seam_reference(name, method, q, k, v, theta, T)
     assert rel_err(out, expect) < 1e-5
     assert name in DENSE_METHODS or name in OP_PRESETS
 
@@ -453,7 +437,8 @@ def test_rangeswa_generate_dream_tiny_continues_prompts(tiny_assets, tmp_path):
     assert main(argv) == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [s["index"] for s in lines] == [0, 1, 2]
-    assert (lines[0]["alg"], lines[0]["top_k"], lines[0]["alg_temp"], lines[0]["top_p"]) == ("topk_margin", 20, 0.5, 1.0)
+    settings = tuple(lines[0][k] for k in ("alg", "top_k", "alg_temp", "top_p"))
+    assert settings == ("topk_margin", 20, 0.5, 1.0)
     backbone = backbones.backbone_for("dream-tiny")
     model = load_dream(ckpt)
     model.set_attention(backbone.attention(model, "rangeswa"))

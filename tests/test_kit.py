@@ -17,7 +17,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "backbones.md"
 @pytest.fixture(scope="module")
 def toy() -> dict:
     """The names the page's example defines."""
-    text = DOC.read_text(encoding="utf-8").split("A fifth backbone, complete", 1)[1]
+    text = DOC.read_text(encoding="utf-8").split("A new backbone, complete", 1)[1]
     code = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
     names: dict = {}
     exec(compile(code, str(DOC), "exec"), names)

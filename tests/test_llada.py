@@ -9,7 +9,6 @@ and must agree within 1e-5 of each output's scale; the sampler fed the same draw
 """
 
 import json
-import math
 import re
 from pathlib import Path
 
@@ -17,12 +16,11 @@ import pytest
 import torch
 
 from conftest import make_qkv, rel_err
-from helpers_models import TEXT, make_llada_tokenizer, tiny_llada
+from helpers_models import TEXT, make_llada_tokenizer, seam_reference, tiny_llada
 from rangeswa_ext import backbones
-from rangeswa_ext import reference as ref
 from rangeswa_ext.cli import main
 from rangeswa_ext.config import preset
-from rangeswa_ext.methods import DENSE_METHODS, METHODS, OP_PRESETS, longllada_theta, make_attention, ntk_theta
+from rangeswa_ext.methods import DENSE_METHODS, METHODS, OP_PRESETS, longllada_theta, make_attention
 from rangeswa_ext.models import strict as strict_module
 from rangeswa_ext.models.llada import (LLaDA, LLaDAConfig, config_from_hf, load_llada, load_llada_tokenizer,
                                        save_llada)
@@ -308,21 +306,7 @@ def test_every_method_on_llada_shapes_against_the_reference(name):
         cfg = method.config
         assert (cfg.rope_style, cfg.theta, cfg.train_length) == ("half", theta, T)
         assert cfg == preset(name).scaled_to(T).replace(theta=theta, rope_style="half", train_length=T)
-        expect, _ = ref.attention(q.double(), k.double(), v.double(), cfg, 0, "late")
-    else:
-        positions = torch.arange(L, dtype=torch.float64)
-        base, freqs, mult = theta, None, 1.0
-        if name == "pi":
-            positions = positions * T / L
-        elif name == "ntk":
-            base = ntk_theta(theta, D, L, T)
-        elif name == "longllada":
-            base = longllada_theta(theta, D, L, T)
-        elif name == "yarn":
-            freqs, mult = method.rotation(L, D)[2:]
-        qr = ref.rotate(q.double(), positions, base, D, "half", freqs)
-        kr = ref.rotate(k.double(), positions, base, D, "half", freqs)
-        expect = torch.softmax(qr @ kr.transpose(-1, -2) * mult / math.sqrt(D), dim=-1) @ v.double()
+    expect = seam_reference(name, method, q, k, v, theta, T)
     assert rel_err(out, expect) < 1e-5
     assert name in DENSE_METHODS or name in OP_PRESETS
 

@@ -310,8 +310,8 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
 
     out = Path(out).expanduser()
     tasks = grid(lengths, depths, num_needles, repeats)
-    common = dict(model=model, seed=seed, gen_length=gen_length, **backbone.sampler_settings(sampler_config), dtype=dtype,
-                  length_buffer=length_buffer, haystack=resumable.content_hash("\n".join(records)),
+    common = dict(model=model, seed=seed, gen_length=gen_length, **backbone.sampler_settings(sampler_config),
+                  dtype=dtype, length_buffer=length_buffer, haystack=resumable.content_hash("\n".join(records)),
                   needles=resumable.content_hash("\n".join(json.dumps(dataclasses.asdict(n)) for n in needles)),
                   tokens="model", haystack_order="cumulative shuffles, decoded without clean-up")
 

@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..masking import valid_ranges
-from .kit import AttentionSeam, PathLike, Presets, at_least, attend, check_heads, load_local_tokenizer
+from .kit import AttentionSeam, PathLike, Presets, at_least, attend, check_heads, check_token_ids, load_local_tokenizer
 from .linear import Linear
 from .llada import RMSNorm
 from .strict import build_config, find_hf_folder, read_json_object, save_model, stream_load
@@ -76,12 +76,7 @@ class DreamConfig(Presets):
         check_heads(self)
         if self.n_head % self.n_kv_head:
             raise ValueError(f"DreamConfig.n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
-        for name in ("mask_id", "eos_id", "pad_id"):
-            if not 0 <= getattr(self, name) < self.vocab_size:
-                raise ValueError(f"DreamConfig.{name} = {getattr(self, name)} must be a token id below "
-                                 f"vocab_size ({self.vocab_size})")
-        if self.rope_theta <= 0 or self.norm_eps <= 0:
-            raise ValueError(f"rope_theta and norm_eps must be > 0, got {self.rope_theta} and {self.norm_eps}")
+        check_token_ids(self, ("mask_id", "eos_id", "pad_id"))
 
     @property
     def head_dim(self) -> int:
@@ -103,7 +98,8 @@ class Attention(nn.Module):
     def forward(self, h: torch.Tensor, attention, stage: str, padding: dict) -> torch.Tensor:
         B, N, _ = h.shape
         q = self.q_proj(h).view(B, N, self.n_head, self.head_dim).transpose(1, 2)
-        k, v = (proj(h).view(B, N, self.n_kv_head, self.head_dim).transpose(1, 2) for proj in (self.k_proj, self.v_proj))
+        k, v = (proj(h).view(B, N, self.n_kv_head, self.head_dim).transpose(1, 2)
+                for proj in (self.k_proj, self.v_proj))
         out = attend(attention, q, k, v, control_tokens=0, stage=stage, **padding)
         return self.o_proj(out.transpose(1, 2).reshape(B, N, -1))
 

@@ -5,6 +5,7 @@
 - `SamplerPresets`: a sampler config's settings per model (``SamplerConfig.for_model``) and its ``replace``.
 - `at_least`: a config's whole-number fields checked against a floor, one message.
 - `check_heads`: a config's width split into heads of an even size, one message.
+- `check_token_ids`: a token model's special ids inside its vocabulary and its RoPE base and norm eps > 0.
 - `AttentionSeam`: the attention method a model calls in every layer, held outside ``state_dict``.
 - `attend`, `checked_input`: an attention call's output and a denoiser's input, checked (one message each).
 - `WeightedNorm`: a normalisation layer's eps and weight (each backbone's norm computes its own way).
@@ -84,6 +85,17 @@ def check_heads(config, dim: str = "dim", heads: str = "n_head") -> None:
         raise ValueError(f"{type(config).__name__}.{dim} ({width}) must be a multiple of {heads} ({count})")
     if width // count % 2:
         raise ValueError(f"head dim {dim} / {heads} = {width // count} must be even (RoPE rotates pairs)")
+
+
+def check_token_ids(config, ids: tuple) -> None:
+    """ValueError naming the first field of ``ids`` that is no token id below ``config.vocab_size``, or
+    ``rope_theta`` or ``norm_eps`` not above 0 (LLaDA, Dream)."""
+    for name in ids:
+        if not 0 <= getattr(config, name) < config.vocab_size:
+            raise ValueError(f"{type(config).__name__}.{name} = {getattr(config, name)} must be a token id below "
+                             f"vocab_size ({config.vocab_size})")
+    if config.rope_theta <= 0 or config.norm_eps <= 0:
+        raise ValueError(f"rope_theta and norm_eps must be > 0, got {config.rope_theta} and {config.norm_eps}")
 
 
 class AttentionSeam:

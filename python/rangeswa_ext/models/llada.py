@@ -24,7 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..masking import valid_ranges
-from .kit import AttentionSeam, PathLike, Presets, WeightedNorm, at_least, attend, check_heads, load_local_tokenizer
+from .kit import (AttentionSeam, PathLike, Presets, WeightedNorm, at_least, attend, check_heads, check_token_ids,
+                  load_local_tokenizer)
 from .linear import Linear
 from .strict import build_config, find_hf_folder, read_json_object, save_model, stream_load
 
@@ -63,12 +64,7 @@ class LLaDAConfig(Presets):
     def __post_init__(self):
         at_least(self, ("n_layer", "dim", "n_head", "mlp_dim", "vocab_size", "train_length"))
         check_heads(self)
-        for name in ("mask_id", "eos_id"):
-            if not 0 <= getattr(self, name) < self.vocab_size:
-                raise ValueError(f"LLaDAConfig.{name} = {getattr(self, name)} must be a token id below "
-                                 f"vocab_size ({self.vocab_size})")
-        if self.rope_theta <= 0 or self.norm_eps <= 0:
-            raise ValueError(f"rope_theta and norm_eps must be > 0, got {self.rope_theta} and {self.norm_eps}")
+        check_token_ids(self, ("mask_id", "eos_id"))
 
     @property
     def head_dim(self) -> int:

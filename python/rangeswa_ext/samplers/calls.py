@@ -49,6 +49,36 @@ def check_counts(**counts: int) -> None:
             raise ValueError(f"{name} must be >= 1, got {value}")
 
 
+def prompt_rows(prompts: torch.Tensor, indices: Optional[Sequence[int]]) -> tuple[int, int, list]:
+    """(B, Lp, the sample index of each row) of a prompt batch [B, Lp] (``indices`` default 0 .. B-1), checked."""
+    if prompts.dim() != 2:
+        raise ValueError(f"prompts must be token ids [B, Lp], got shape {tuple(prompts.shape)}")
+    B, Lp = prompts.shape
+    indices = list(range(B)) if indices is None else list(indices)
+    if len(indices) != B or B < 1:
+        raise ValueError(f"need one sample index per prompt row: {B} row(s), {len(indices)} index(es)")
+    return B, Lp, indices
+
+
+def prompted_sampler(generate: Callable) -> Callable:
+    """The ``sample`` entry of a sampler that continues prompts (LLaDA, Dream), whose ``generate(model, prompts,
+    gen_length, config, *, prompt_mask=, seed=, indices=, autocast_dtype=, progress=)`` it calls."""
+
+    def sample(model, num: int, length: int, seed: int, start_index: int = 0, config=None, *,
+               prompts: Optional[torch.Tensor] = None, prompt_mask: Optional[torch.Tensor] = None,
+               autocast_dtype: Optional[torch.dtype] = None, progress: bool = True) -> torch.Tensor:
+        """Samples ``start_index .. start_index + num - 1`` of run ``seed``: ``length`` tokens after ``prompts``
+        ([num, Lp], default empty, i.e. unconditional; ``prompt_mask`` as in ``generate``). Returns ids
+        [num, length] (int64, CPU)."""
+        check_counts(num=num)
+        prompts = torch.zeros(num, 0, dtype=torch.long) if prompts is None else prompts
+        return generate(model, prompts, length, config, prompt_mask=prompt_mask, seed=seed,
+                        indices=range(start_index, start_index + num), autocast_dtype=autocast_dtype,
+                        progress=progress)
+
+    return sample
+
+
 #: ``trace(call)``, called after every network call.
 Trace = Callable[[NetworkCall], None]
 

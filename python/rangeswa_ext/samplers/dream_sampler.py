@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from ..models.dream import DREAM_CONFIGS
 from ..models.kit import SamplerPresets
-from .calls import Generation, Trace, Tracer, check_counts
+from .calls import Generation, Trace, Tracer, check_counts, prompt_rows, prompted_sampler
 from .draws import SampleDraws
 from .llada_sampler import left_padded
 from .stages import stage_rule
@@ -100,7 +100,8 @@ def filtered(logits: torch.Tensor, config: SamplerConfig) -> torch.Tensor:
     return logits
 
 
-def draw_tokens(logits: torch.Tensor, config: SamplerConfig, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def draw_tokens(logits: torch.Tensor, config: SamplerConfig,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """(confidence, token) of each row of ``logits`` [n, V] (the official sample_tokens): the most probable token,
     or with temperature > 0 one drawn from the generator; the confidence is its probability, the margin of the
     two most probable tokens (topk_margin) or the negative entropy (entropy)."""
@@ -184,12 +185,7 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
     """
     config = config or SamplerConfig()
     check_counts(gen_length=gen_length)
-    if prompts.dim() != 2:
-        raise ValueError(f"prompts must be token ids [B, Lp], got shape {tuple(prompts.shape)}")
-    B, Lp = prompts.shape
-    indices = list(range(B)) if indices is None else list(indices)
-    if len(indices) != B or B < 1:
-        raise ValueError(f"need one sample index per prompt row: {B} row(s), {len(indices)} index(es)")
+    B, Lp, indices = prompt_rows(prompts, indices)
     if generators is None:
         generators = [SampleDraws(seed, k).generator for k in indices]
     if len(generators) != B:
@@ -229,13 +225,5 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
     return Generation(ids, x.cpu(), mask=real.cpu()) if return_all else ids
 
 
-def sample(model, num: int, length: int, seed: int, start_index: int = 0, config: Optional[SamplerConfig] = None,
-           *, prompts: Optional[torch.Tensor] = None, prompt_mask: Optional[torch.Tensor] = None,
-           autocast_dtype: Optional[torch.dtype] = None, progress: bool = True) -> torch.Tensor:
-    """Samples ``start_index .. start_index + num - 1`` of run ``seed``: ``length`` tokens after ``prompts``
-    ([num, Lp], default empty, i.e. unconditional; ``prompt_mask`` as in `generate`). Returns ids [num, length]
-    (int64, CPU)."""
-    check_counts(num=num)
-    prompts = torch.zeros(num, 0, dtype=torch.long) if prompts is None else prompts
-    return generate(model, prompts, length, config, prompt_mask=prompt_mask, seed=seed,
-                    indices=range(start_index, start_index + num), autocast_dtype=autocast_dtype, progress=progress)
+#: Samples of a run (unconditional, or continuing prompts): `calls.prompted_sampler`.
+sample = prompted_sampler(generate)

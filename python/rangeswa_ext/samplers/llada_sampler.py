@@ -25,7 +25,7 @@ from tqdm import tqdm
 from ..masking import valid_ranges
 from ..models.kit import SamplerPresets
 from ..models.llada import LLADA_CONFIGS
-from .calls import Generation, Trace, Tracer, check_counts
+from .calls import Generation, Trace, Tracer, prompt_rows, prompted_sampler
 from .draws import SampleDraws
 from .stages import stage_rule
 
@@ -129,12 +129,7 @@ def generate(model, prompts: torch.Tensor, gen_length: int, config: Optional[Sam
     """
     config = config or SamplerConfig()
     block, blocks, steps = config.schedule(gen_length)
-    if prompts.dim() != 2:
-        raise ValueError(f"prompts must be token ids [B, Lp], got shape {tuple(prompts.shape)}")
-    B, Lp = prompts.shape
-    indices = list(range(B)) if indices is None else list(indices)
-    if len(indices) != B or B < 1:
-        raise ValueError(f"need one sample index per prompt row: {B} row(s), {len(indices)} index(es)")
+    B, Lp, indices = prompt_rows(prompts, indices)
     device = next(model.parameters()).device
     mask_id = model.config.mask_id if mask_id is None else int(mask_id)
     if draws is None:
@@ -218,13 +213,5 @@ def _logits(model, x, prompt_index, mask_id, cfg_scale, window, stage, attention
     return un + (cfg_scale + 1) * (cond - un)
 
 
-def sample(model, num: int, length: int, seed: int, start_index: int = 0, config: Optional[SamplerConfig] = None,
-           *, prompts: Optional[torch.Tensor] = None, prompt_mask: Optional[torch.Tensor] = None,
-           autocast_dtype: Optional[torch.dtype] = None, progress: bool = True) -> torch.Tensor:
-    """Samples ``start_index .. start_index + num - 1`` of run ``seed``: ``length`` tokens after ``prompts``
-    ([num, Lp], default empty, i.e. unconditional; ``prompt_mask`` as in `generate`). Returns ids [num, length]
-    (int64, CPU)."""
-    check_counts(num=num)
-    prompts = torch.zeros(num, 0, dtype=torch.long) if prompts is None else prompts
-    return generate(model, prompts, length, config, prompt_mask=prompt_mask, seed=seed,
-                    indices=range(start_index, start_index + num), autocast_dtype=autocast_dtype, progress=progress)
+#: Samples of a run (unconditional, or continuing prompts): `calls.prompted_sampler`.
+sample = prompted_sampler(generate)
