@@ -80,6 +80,13 @@ def seam_reference(name: str, method, q, k, v, theta: float, T: int) -> torch.Te
     return weights @ v.double().repeat_interleave(group, dim=1)
 
 
+def assert_official_state_dict(model: torch.nn.Module, official: dict) -> None:
+    """``model``'s state dict has the official one's names, in its order, and its tensors."""
+    assert list(model.state_dict()) == list(official)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, official[key]), key
+
+
 def make_bpe_tokenizer(folder: Path, mask_token: str, texts=(TEXT,), vocab_size: int = 296) -> Path:
     """A byte-level BPE tokenizer (256 bytes, merges up to ``vocab_size``, then ``<|endoftext|>``, the EOS and pad
     token, and ``mask_token``) trained here on ``texts``, saved in ``folder``."""

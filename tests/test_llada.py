@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import make_qkv, rel_err
-from helpers_models import TEXT, make_llada_tokenizer, seam_reference, tiny_llada
+from helpers_models import TEXT, assert_official_state_dict, make_llada_tokenizer, seam_reference, tiny_llada
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.config import preset
@@ -87,10 +87,7 @@ def test_fixture_comes_from_the_official_code(fixture):
 
 
 def test_state_dict_names_are_the_official_ones(fixture, official_model):
-    official = fixture["state_dict"]
-    assert list(official_model.state_dict()) == list(official)
-    for key, value in official_model.state_dict().items():
-        assert torch.equal(value, official[key]), key
+    assert_official_state_dict(official_model, fixture["state_dict"])
 
 
 @pytest.mark.parametrize("case", range(4), ids=["L=24<T", "L=32=T", "L=45>T", "L=64=2T"])

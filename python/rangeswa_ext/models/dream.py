@@ -237,8 +237,6 @@ def load_dream(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dt
     one tensor at a time into a model built on ``meta`` (`strict.stream_load`); ``dtype`` defaults to bf16 on
     CUDA and fp32 elsewhere."""
     folder = find_checkpoint(folder)
-    device = torch.device(device)
-    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     config = config_from_hf(folder)
     return stream_load(folder, lambda: Dream(config, attention=attention), device, dtype, "Dream")
 

@@ -221,8 +221,6 @@ def load_llada(folder: PathLike, *, device: Union[str, torch.device] = "cpu", dt
     `CheckpointMismatchError` before any weight is read.
     """
     folder = find_checkpoint(folder)
-    device = torch.device(device)
-    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     config = config_from_hf(folder)
     return stream_load(folder, lambda: LLaDA(config, attention=attention), device, dtype, "LLaDA")
 

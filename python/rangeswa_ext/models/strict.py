@@ -195,12 +195,14 @@ def find_hf_folder(path, family: str, download: str) -> Path:
     return folder
 
 
-def stream_load(folder: Path, build: Callable[[], nn.Module], device: torch.device, dtype: torch.dtype,
+def stream_load(folder: Path, build: Callable[[], nn.Module], device, dtype: Optional[torch.dtype],
                 family: str) -> nn.Module:
     """The model ``build()`` makes on ``meta``, its weights streamed from the folder's safetensors one tensor at a
     time (read, cast to ``dtype``, moved to ``device``, assigned), in eval mode: the host never holds more than one
-    tensor beyond the model. Every missing, unexpected or mis-shaped tensor is named in one
-    `CheckpointMismatchError` before any weight is read."""
+    tensor beyond the model. ``dtype`` None is bf16 on CUDA and fp32 elsewhere. Every missing, unexpected or
+    mis-shaped tensor is named in one `CheckpointMismatchError` before any weight is read."""
+    device = torch.device(device)
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     files, shapes = weight_shapes(folder)
     with torch.device("meta"):
         model = build()
