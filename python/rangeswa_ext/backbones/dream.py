@@ -31,7 +31,8 @@ class DreamBackbone(MaskedDiffusionBackbone):
 
     def benchmark_call(self, model: Dream, length: int, generator: torch.Generator, stage: str = "late"):
         ids = torch.randint(0, model.config.vocab_size, (1, length), generator=generator)
-        return lambda: model.token_logits(ids.to(next(model.parameters()).device), stage=stage)
+        last = slice(max(0, length - 32), length)  # a generation's logits, not the LM head over the whole context
+        return lambda: model.token_logits(ids.to(next(model.parameters()).device), stage=stage, logits_at=last)
 
 
 register(DreamBackbone())
