@@ -14,9 +14,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_the_page_has_an_example_per_entry():
     headings = re.findall(r"^## (.+)$", DOC.read_text(encoding="utf-8"), flags=re.M)
-    assert headings == ["Attention methods and the op", "Hugging Face transformers", "LLaDA", "LangFlow", "CoLa",
-                        "ELF", "Traces and runs"]
-    assert len(BLOCKS) == 11
+    assert headings == ["Attention methods and the op", "Hugging Face transformers", "LLaDA", "Dream", "LangFlow",
+                        "CoLa", "ELF", "Traces and runs"]
+    assert len(BLOCKS) == 12
     for entry in ("token_logits", "parts", "embed", "trace=calls.append", "return_all=True", "attention_mask",
                   "prompt_mask", "official_max_new_tokens", "decode_logits", "mask_id", "prepared=", "PreparedCache",
                   "cu_seqlens_q", "inv_freq=", 'rope_type="llama3"', "pad_token_id=0"):

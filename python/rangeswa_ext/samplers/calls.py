@@ -24,7 +24,7 @@ class NetworkCall:
 
     Attributes:
         index: the call's number in this run, from 0.
-        network: what was called: ``llada``; ``elf`` (denoising) or ``elf_decode``; ``langflow`` or
+        network: what was called: ``llada``; ``dream``; ``elf`` (denoising) or ``elf_decode``; ``langflow`` or
             ``langflow_readout``; for CoLa ``prior_prefill``, ``prior_cond``, ``prior_uncond``,
             ``prior_commit``, ``vae_encode``, ``vae_decode``.
         stage: the attention stage of the call (``early``, ``late``, ``decode``; ``""`` for the CoLa VAE,
@@ -111,7 +111,7 @@ class Generation:
         latents: the final continuous state of each sample (ELF, LangFlow: z before the readout call
             [B, L, D]; CoLa: every generated block's clean latents, one [blocks * block_size, latent_dim]
             tensor per sample), None for LLaDA.
-        mask: LLaDA: [B, N] bool, True where ``sequence`` holds a real token (not prompt padding); else None.
+        mask: LLaDA and Dream: [B, N] bool, True where ``sequence`` holds a real token (not prompt padding); else None.
     """
 
     ids: Any
