@@ -110,8 +110,9 @@ class Generation:
         sequence: every token of each sample's sequence, nothing trimmed (per backbone: docs/api.md).
         latents: the final continuous state of each sample (ELF, LangFlow: z before the readout call
             [B, L, D]; CoLa: every generated block's clean latents, one [blocks * block_size, latent_dim]
-            tensor per sample), None for LLaDA.
-        mask: LLaDA and Dream: [B, N] bool, True where ``sequence`` holds a real token (not prompt padding); else None.
+            tensor per sample), None for LLaDA and Dream.
+        mask: LLaDA and Dream: [B, N] bool, True where ``sequence`` holds a real token (not prompt padding);
+            else None.
     """
 
     ids: Any
