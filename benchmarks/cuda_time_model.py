@@ -611,6 +611,55 @@ def find(rows: list[dict], kernel: str, head_dim: int, case: str, L: int) -> dic
     return next(r for r in rows if (r["kernel"], r["head_dim"], r["case"], r["L"]) == (kernel, head_dim, case, L))
 
 
+# ---- the levers: the recent micro-optimizations re-ranked under the checked model --------------------------
+
+
+def lever_designs(m: Model) -> list[tuple[str, str, int, Design, Design]]:
+    """(lever, its commit, head dim, the sm_90a design without it, its control design without it) for each
+    micro-optimization of 2026-12-03 to 12-06 that the model can undo by its inputs alone. Where the gate's count
+    before the change is known (the commit's message) the design takes it; a fill's prefetches are its CCTLs."""
+    out = []
+    for head_dim in (64, 128):
+        hop, ctl = m.designs[("hopper", head_dim)], m.designs[("mma_sync", head_dim)]
+        # without the prefetch: a fill of two global round trips, less its 4 CCTLs at 64 (411 -> 384 at 128)
+        cctl = 4 if head_dim == 64 else 411 - 384
+        out.append(("a fill's second step prefetched into L1 (kPrefetch)", "afe0a60", head_dim,
+                    replace(hop, fill_round_trips=2.0, fill_instructions=hop.fill_instructions - cctl), ctl))
+        out.append(("late's value means folded into the control CTAs", "9b7fb45", head_dim,
+                    replace(hop, value_fold=0.0), ctl))
+        out.append(("a control CTA's plain fill with every chunk's load first", "6ecfa21", head_dim, hop,
+                    replace(ctl, control_fill_round_trips=8 if head_dim == 64 else 16)))
+        # bf16_pair (2899f9b): fill 437 -> 406 and the rotation 231 -> 215 at 64, Lite's fold 499 -> 469; 384 / 233
+        # -> 360 / 217 at 128
+        more = (31, 16, 30) if head_dim == 64 else (24, 16, 0)
+        out.append(("bf16 pairs widened by a shift or a mask (bf16_pair)", "2899f9b", head_dim,
+                    replace(hop, fill_instructions=hop.fill_instructions + more[0],
+                            lite_fold=hop.lite_fold + more[2] if hop.lite_fold else 0.0),
+                    replace(ctl, cond_rotation=ctl.cond_rotation + more[1])))
+    hop, ctl = m.designs[("hopper", 64)], m.designs[("mma_sync", 64)]
+    out.append(("Lite's preparation folded into the control CTAs", "b5a0b89", 64, replace(hop, lite_fold=0.0), ctl))
+    out.append(("the rotation's first cos / sin before the tile's wait (one round trip a tile fewer)", "dcb495c", 64,
+                hop, replace(ctl, control_fill_round_trips=ctl.control_fill_round_trips + 16)))
+    return out
+
+
+def lever_table(m: Model) -> list[dict]:
+    """Per lever: the call's predicted time without it and with it (the sm_90a kernel, late and Lite at 8k and
+    32k), and whether its gain is beyond the band (a gain smaller than the band is not a gain)."""
+    rows = []
+    for name, commit, head_dim, without, ctl_without in lever_designs(m):
+        hop, ctl = m.designs[("hopper", head_dim)], m.designs[("mma_sync", head_dim)]
+        gains = {}
+        for case in ("late", "lite"):
+            for L in (8192, 32768):
+                now = total(design_phases(hop, m.entries, case, L, head_dim, ctl), H200, m.fit)[0]
+                before = total(design_phases(without, m.entries, case, L, head_dim, ctl_without), H200, m.fit)[0]
+                gains[f"{case} {L // 1024}k"] = before / now - 1
+        best = max(gains.values())
+        rows.append(dict(lever=name, commit=commit, head_dim=head_dim, gains=gains, best=best, pays=best > m.band))
+    return sorted(rows, key=lambda r: -r["best"])
+
+
 # ---- judge mode: measured records against the model -------------------------------------------------------
 
 JUDGE_KEYS = ("method", "stage", "batch", "heads", "kv_heads", "head_dim", "length", "control", "dtype", "kernel", "ms")
@@ -671,6 +720,7 @@ def main(argv=None) -> int:
     p.add_argument("--census", help="the plan census (default: benchmarks/results/plan_census.json)")
     p.add_argument("--out", default=str(RESULTS / "cuda_time_model.json"))
     p.add_argument("--judge", metavar="FILE", help="a JSON list of measured records: print each beside the model's time")
+    p.add_argument("--levers", action="store_true", help="also re-rank the recent micro-optimizations under the model")
     args = p.parse_args(argv)
     try:
         gates, peers, entries = load_gates(args.gates), load_peers(args.peers), load_census(args.census)
@@ -719,6 +769,13 @@ def main(argv=None) -> int:
                band=m.band, peers=[dict(point=label, predicted_ms=pr, measured_ms=me) for label, pr, me in res],
                first_design={k: dict(predicted_ms=v, measured_ms=FIRST_DESIGN_H200_MS[k]) for k, v in first.items()},
                gates_digest=gates["sources_digest"], predictions=rows)
+    if args.levers:
+        print(f"\nthe recent levers, each undone alone (sm_90a kernel; gain = time without / with - 1; band +-{m.band:.0%}):")
+        out["levers"] = lever_table(m)
+        for r in out["levers"]:
+            gains = ", ".join(f"{k} {v:+.1%}" for k, v in r["gains"].items())
+            print(f"  D={r['head_dim']:3d} {r['lever']} ({r['commit']}): {gains} -> "
+                  f"{'pays beyond the band' if r['pays'] else 'within the band'}")
     Path(args.out).write_text(json.dumps(out, indent=1))
     print("\n" + summary_line(m, rows))
     return 0

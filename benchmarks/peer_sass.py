@@ -39,9 +39,11 @@ FA2_KERNELS = {
               block_m=128, block_n=64, warps=4),
 }
 # FlashAttention-3's forward tiles at bf16, not causal (hopper/tile_size.h tile_size_fwd_sm90): kBlockM x
-# kBlockN, and its consumer warpgroups (kBlockM / 64) beside one producer warpgroup.
-FA3_TILES = {64: dict(block_m=192, block_n=192), 128: dict(block_m=128, block_n=176)}
-FA3_KERNEL = "FlashAttnFwdSm90"
+# kBlockN, and its consumer warpgroups (kBlockM / 64) beside one producer warpgroup. Its instantiation holds the
+# causal kernel too (192 x 128 at hdim 64, 128 x 128 at 128): `name` picks the other by its tile shape
+# (CollectiveMainloopFwdSm90's cute::tuple<C<kBlockM>, C<kBlockN>, C<kHeadDim>> as mangled).
+FA3_TILES = {64: dict(block_m=192, block_n=192, name="ILi192EEESA_NS7_ILi64EEEEEE"),
+             128: dict(block_m=128, block_n=176, name="ILi128EEENS7_ILi176EEESA_EEE")}
 
 
 def hmma_per_warp_tile(rows: int, keys: int, head_dim: int) -> int:
@@ -78,12 +80,12 @@ def fa3_counts(objects: dict[int, str]) -> dict:
     HGMMA a tile), passing the pipeline's mbarriers (SYNCS), and the producer's trip (its TMA copies, UTMALDG)."""
     out = {}
     for d, obj in objects.items():
-        sass = cuda_gates.function_sass(obj, FA3_KERNEL)
-        if not sass:
-            raise RuntimeError(f"{obj}: no {FA3_KERNEL} kernel in its SASS")
         t = FA3_TILES[d]
+        sass = cuda_gates.function_sass(obj, ("FlashAttnFwdSm90", t["name"]))
+        if not sass:
+            raise RuntimeError(f"{obj}: no FlashAttnFwdSm90 kernel of a {t['block_m']} x {t['block_n']} tile in its SASS")
         hgmma = d // 16 + t["block_n"] // 16
-        out[str(d)] = dict(t, static=len(sass), consumer_warpgroups=t["block_m"] // 64,
+        out[str(d)] = dict(t, object=Path(obj).name, static=len(sass), consumer_warpgroups=t["block_m"] // 64,
                            consumer=trip_record(sass, hgmma, copy_ops=("SYNCS",)),
                            producer=trip_record(sass, 2, copy_ops=("SYNCS",), count_ops=("UTMALDG",)))
     return out
