@@ -718,7 +718,7 @@ def main(argv=None) -> int:
     p.add_argument("--gates", help="the gates' JSON (default: the newest benchmarks/results/cuda_gates_*.json)")
     p.add_argument("--peers", help="the peers' SASS (default: the newest benchmarks/results/peer_sass_*.json)")
     p.add_argument("--census", help="the plan census (default: benchmarks/results/plan_census.json)")
-    p.add_argument("--out", default=str(RESULTS / "cuda_time_model.json"))
+    p.add_argument("--out", default=str(RESULTS / f"cuda_time_model_{datetime.date.today().isoformat()}.json"))
     p.add_argument("--judge", metavar="FILE", help="a JSON list of measured records: print each beside the model's time")
     p.add_argument("--levers", action="store_true", help="also re-rank the recent micro-optimizations under the model")
     args = p.parse_args(argv)
