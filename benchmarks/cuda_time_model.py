@@ -1,8 +1,12 @@
 """An offline time model of the CUDA fused attention op, checked on FlashAttention's own kernels (issue 49):
 how a kernel change is judged when no GPU is lent, and what the next GPU run judges.
 
-    python benchmarks/cuda_time_model.py [--gates FILE] [--peers FILE] [--census FILE] [--out FILE]
+    python benchmarks/cuda_time_model.py [--gates FILE] [--peers FILE] [--census FILE] [--out FILE] [--levers]
     python benchmarks/cuda_time_model.py --judge MEASURED.json
+
+--levers re-ranks the recent micro-optimizations (each undone alone); --judge prints each measured record of a
+GPU run (a JSON list: method, stage, batch, heads, kv_heads, head_dim, length, control, dtype, kernel, ms) beside
+the model's prediction and its error.
 
 Per phase of one op call (prepare, selection, plan, control, body, combine) the model takes, on one clock,
 
