@@ -32,6 +32,11 @@ least 4% (each m64nNk16 counted as N / 8 m16n8k16), the register split per role 
 instructions (producer 40, consumers 232) and honoured by ptxas, at most 12,000 static SASS instructions;
 tests/test_cuda_gates_hopper.py holds every head dim to them.
 
+--json OUT writes every measurement, plus the mma.sync kernel's trips and fixed costs at head dims 64 and 128
+(model_paths, sm_90a) and the sha256 of the csrc/cuda sources measured (sources_digest): the time model
+(benchmarks/cuda_time_model.py) reads its inputs from the newest benchmarks/results/cuda_gates_*.json and
+refuses one whose digest is not the tree's.
+
 tests/test_cuda_gates.py runs the same checks in the test suite; scripts/gpu_check.sh runs this script on
 the GPU machine's toolchain.
 """
@@ -1043,6 +1048,16 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3, head_dim: int =
     return stats
 
 
+def sources_digest(root: Path = ROOT) -> str:
+    """sha256 of every file under csrc/cuda (its path and bytes, in path order): what the gates' JSON was measured
+    on, so that a reader of the JSON (benchmarks/cuda_time_model.py) can tell when the kernel sources moved on."""
+    import hashlib
+    h = hashlib.sha256()
+    for f in sorted(p for p in (root / "csrc" / "cuda").rglob("*") if p.is_file()):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", default="csrc/cuda/attn_hdim64_bf16.cu")
@@ -1131,7 +1146,12 @@ def main(argv=None) -> int:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(attn=results, prepare=prepare,
+        # The mma.sync kernel's trips and fixed costs at the time model's head dims (sm_90a, three K/V stages), and
+        # the digest of the sources measured (the model refuses a JSON whose digest is not the tree's).
+        model_paths = ({str(d): attn_model_paths(d) for d in (64, 128)}
+                       if "90a" in tuple(args.arch or ("80", "90a")) else {})
+        Path(args.json).write_text(json.dumps(dict(sources_digest=sources_digest(), model_paths=model_paths,
+                                                   attn=results, prepare=prepare,
                                                    hopper={f"{Path(k[0]).stem} D={k[1]}": v for k, v in hopper.items()},
                                                    spills={f"{Path(k[0]).stem} sm_{k[1]}": v for k, v in spills.items()}),
                                               indent=2))

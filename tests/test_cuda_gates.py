@@ -122,26 +122,20 @@ def test_the_control_unit_path_is_a_whole_unit(measured):
 
 
 def test_the_time_model_reads_the_measured_tiles(measured):
-    """benchmarks/cuda_time_model.py judges kernel changes with the full and masked tiles' counts of the
-    H200's architecture and kernel (three K/V stages: attn_api.cpp runs them on an H100 / H200 at the model's
-    head dim 64): they must be the ones this gate measures on the source as it stands."""
+    """benchmarks/cuda_time_model.py judges kernel changes with the tiles' counts of the H200's architecture and
+    kernel (three K/V stages: attn_api.cpp runs them on an H100 / H200 at the model's head dim 64), read from the
+    gates' JSON (model_paths): they must be the ones this gate measures on the source as it stands."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     import cuda_time_model
 
-    measured = {"90a": measured["90a"]["stages3"]}
-
-    assert cuda_time_model.FULL_TILE_MEASURED == measured["90a"]["full_tile"]
-    assert cuda_time_model.MASKED_TILE_MEASURED == measured["90a"]["masked_tile"]
-    assert cuda_time_model.MASKED_LOOP_FULL_MEASURED == measured["90a"]["masked_loop_full_tile"]
-    assert cuda_time_model.SECOND_NOW.masked_loop_full == cuda_time_model.MASKED_LOOP_FULL_MEASURED
-    assert cuda_time_model.CONTROL_UNIT_MEASURED == measured["90a"]["control_unit"]
-    assert cuda_time_model.SECOND_NOW.control_unit == cuda_time_model.CONTROL_UNIT_MEASURED
+    s = measured["90a"]["stages3"]
+    now = cuda_time_model.mma_sync_design(cuda_time_model.load_gates(), 64)
+    assert (now.full_tile, now.masked_extra, now.masked_loop_full, now.control_unit) == (
+        s["full_tile"], s["masked_tile"] - s["full_tile"], s["masked_loop_full_tile"], s["control_unit"])
     # A body warp's 16-column tiles of its masked loop: control keys (32 MMAs) and a band's given scores (P V, 16).
-    assert cuda_time_model.ATTN_CTRL_TILE_MEASURED == measured["90a"]["ctrl_tile"] == cuda_time_model.SECOND_NOW.ctrl_tile
-    assert cuda_time_model.ATTN_DIRECT_TILE_MEASURED == measured["90a"]["direct_tile"] == cuda_time_model.SECOND_NOW.direct_tile
-    assert measured["90a"]["ctrl_tile_ops"].get("HMMA") >= 32 and measured["90a"]["direct_tile_ops"].get("HMMA") >= 16
-    assert cuda_time_model.SECOND_NOW.full_tile == cuda_time_model.FULL_TILE_MEASURED
-    assert cuda_time_model.SECOND_NOW.masked_extra == cuda_time_model.MASKED_TILE_MEASURED - cuda_time_model.FULL_TILE_MEASURED
+    assert (now.ctrl_tile, now.direct_tile) == (s["ctrl_tile"], s["direct_tile"])
+    assert s["ctrl_tile_ops"].get("HMMA") >= 32 and s["direct_tile_ops"].get("HMMA") >= 16
+    assert now.tile_mufu == s["full_tile_ops"].get("MUFU", 0) > 0
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -162,14 +156,13 @@ def test_the_control_kernel_that_folds_lites_preparation_passes_the_limits(measu
 
 def test_the_time_model_reads_the_measured_fold(measured):
     """The sm_90a design's folded control phase (cuda_time_model.folded_phases) reads the control kernel's fold
-    of a tile and its unit trip as the gate counts them (sm_90a, bf16, three K/V stages)."""
+    of a tile and its unit trip as the gate counts them (sm_90a, bf16, three K/V stages), from the gates' JSON."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     import cuda_time_model
 
     c = measured["90a"]["control_fold"]
-    assert cuda_time_model.NAT_FOLD_MEASURED == c["nat_fold"] == cuda_time_model.HOPPER.lite_fold
-    assert cuda_time_model.FOLD_CONTROL_UNIT_MEASURED == c["control_unit"] == cuda_time_model.HOPPER.fold_control_unit
-    assert cuda_time_model.VALUE_MEANS_MEASURED == c["value_means"] == cuda_time_model.HOPPER.value_fold
+    hop = cuda_time_model.hopper_design(cuda_time_model.load_gates(), 64)
+    assert (hop.lite_fold, hop.fold_control_unit, hop.value_fold) == (c["nat_fold"], c["control_unit"], c["value_means"])
 
 
 def test_the_path_finder_on_a_hand_made_loop():
@@ -263,12 +256,12 @@ def test_the_time_model_reads_the_measured_prepare_loops(prepare_measured):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     import cuda_time_model
 
-    assert cuda_time_model.PREPARE_MEASURED == round(prepare_measured["90a"]["per_element"], 1)
-    assert cuda_time_model.PREPARE_LEAN_MEASURED == round(prepare_measured["90a"]["lean"]["per_element"], 1)
+    now = cuda_time_model.mma_sync_design(cuda_time_model.load_gates(), 64)
+    assert now.prepare_instructions_per_element == prepare_measured["90a"]["per_element"]
 
 
 def test_the_time_model_reads_the_mma_sync_paths_at_head_dim_128():
-    """The mma.sync design at head dim 128 (cuda_time_model.ATTN_128_MEASURED, SECOND_NOW_128, the peer of the
+    """The mma.sync design at head dim 128 (cuda_time_model.mma_sync_design, the peer of the
     sm_90a design there) takes its paths from the same gate at 128 (cuda_gates.attn_model_paths: bf16, sm_90a,
     three K/V stages)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
@@ -280,11 +273,16 @@ def test_the_time_model_reads_the_mma_sync_paths_at_head_dim_128():
     gate = dict(full_tile=s["full_tile"], masked_tile=s["masked_tile"], masked_loop_full=s["masked_loop_full_tile"],
                 control_unit=s["control_unit"], prologue=s["prologue"], epilogue=s["epilogue"], fill_step=s["fill_step"],
                 ctrl_tile=s["ctrl_tile"], direct_tile=s["direct_tile"], cond_rotation=s["cond_rotation"])
-    assert cuda_time_model.ATTN_128_MEASURED == gate
+    now = cuda_time_model.mma_sync_design(cuda_time_model.load_gates(), 128)
+    assert (now.full_tile, now.masked_extra + now.full_tile, now.masked_loop_full, now.control_unit,
+            now.cta_setup, now.fill_instructions, now.ctrl_tile, now.direct_tile, now.cond_rotation) == (
+        gate["full_tile"], gate["masked_tile"], gate["masked_loop_full"], gate["control_unit"],
+        gate["prologue"] + gate["epilogue"], gate["fill_step"], gate["ctrl_tile"], gate["direct_tile"],
+        gate["cond_rotation"])
     # ... and the control kernel beside it, which folds a late call's value means in (mainloop.h ValueMeans: one
     # warp a tile, its 16 rows' 16-byte loads and 128 adds a lane at least)
     c = s["control_fold"]
     assert not c["failures"], c["failures"]
     assert c["value_means_ops"].get("FADD", 0) >= 128 and c["value_means_ops"].get("LDS", 0) >= 16
-    assert cuda_time_model.VALUE_MEANS_128_MEASURED == c["value_means"] == cuda_time_model.HOPPER_128.value_fold
-    assert cuda_time_model.FOLD_CONTROL_UNIT_128_MEASURED == c["control_unit"] == cuda_time_model.HOPPER_128.fold_control_unit
+    hop = cuda_time_model.hopper_design(cuda_time_model.load_gates(), 128)
+    assert (hop.value_fold, hop.fold_control_unit) == (c["value_means"], c["control_unit"])

@@ -101,15 +101,11 @@ def test_the_time_model_reads_the_measured_hopper_tiles(measured):
     s = measured[("csrc/cuda/attn_hopper_bf16.cu", 64)]
     assert s["consumer_full_tile_hgmma"] == cuda_gates.HOPPER_TILE_HGMMA
     assert s["producer_tile_ops"].get("LDGSTS", 0) >= cuda_gates.HOPPER_TILE_COPIES
-    assert cuda_time_model.HOPPER_FULL_TILE_MEASURED == s["consumer_full_tile"]
-    assert cuda_time_model.HOPPER_MASKED_TILE_MEASURED == s["consumer_masked_tile"]
-    assert cuda_time_model.HOPPER_PRODUCER_TILE_MEASURED == s["producer_tile"]
-    assert cuda_time_model.HOPPER_MASKED_LOOP_FULL_MEASURED == s["consumer_masked_loop_full_tile"]
-    assert cuda_time_model.HOPPER.masked_loop_full == s["consumer_masked_loop_full_tile"]
-    assert cuda_time_model.HOPPER.full_tile == s["consumer_full_tile"]
-    assert cuda_time_model.HOPPER.producer_tile == s["producer_tile"]
-    assert cuda_time_model.HOPPER.ctrl_tile == cuda_time_model.HOPPER_CTRL_TILE_MEASURED == s["consumer_ctrl_tile"]
-    assert cuda_time_model.HOPPER.direct_tile == cuda_time_model.HOPPER_DIRECT_TILE_MEASURED == s["consumer_direct_tile"]
+    hop = cuda_time_model.hopper_design(cuda_time_model.load_gates(), 64)
+    assert (hop.full_tile, hop.full_tile + hop.masked_extra, hop.masked_loop_full, hop.producer_tile) == (
+        s["consumer_full_tile"], s["consumer_masked_tile"], s["consumer_masked_loop_full_tile"], s["producer_tile"])
+    assert (hop.ctrl_tile, hop.direct_tile) == (s["consumer_ctrl_tile"], s["consumer_direct_tile"])
+    assert hop.tile_mufu == s["consumer_full_tile_ops"].get("MUFU", 0) > 0
 
 
 @pytest.mark.parametrize("head_dim", (64, 128))
@@ -127,7 +123,7 @@ def test_control_and_band_tiles_take_no_votes_or_group_barrier(measured, head_di
 
 
 def test_the_time_model_reads_the_measured_hopper_paths_at_head_dim_128(measured):
-    """The head-dim-128 design (cuda_time_model.HOPPER_128) takes every path from this gate at 128 (bf16)."""
+    """The head-dim-128 design (cuda_time_model.hopper_design at 128) takes every path from this gate at 128 (bf16)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import cuda_time_model
 
@@ -137,10 +133,12 @@ def test_the_time_model_reads_the_measured_hopper_paths_at_head_dim_128(measured
                 prologue=s["consumer_prologue"], epilogue=s["consumer_epilogue"], fill_step=s["fill_step"],
                 producer_prologue=s["producer_prologue"], ctrl_tile=s["consumer_ctrl_tile"],
                 direct_tile=s["consumer_direct_tile"])
-    assert cuda_time_model.HOPPER_128_MEASURED == gate
-    hop = cuda_time_model.HOPPER_128
-    assert (hop.full_tile, hop.ctrl_tile, hop.direct_tile, hop.fill_instructions) == (
-        gate["full_tile"], gate["ctrl_tile"], gate["direct_tile"], gate["fill_step"])
+    hop = cuda_time_model.hopper_design(cuda_time_model.load_gates(), 128)
+    assert (hop.full_tile, hop.full_tile + hop.masked_extra, hop.masked_loop_full, hop.producer_tile, hop.cta_setup,
+            hop.fill_instructions, hop.producer_setup, hop.ctrl_tile, hop.direct_tile) == (
+        gate["full_tile"], gate["masked_tile"], gate["masked_loop_full"], gate["producer_tile"],
+        gate["prologue"] + gate["epilogue"], gate["fill_step"], 4 * gate["producer_prologue"], gate["ctrl_tile"],
+        gate["direct_tile"])
 
 
 def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
@@ -159,19 +157,15 @@ def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
     # ... and writes its 32 rotated pairs (128 bytes a lane) in 16-byte shared stores (mainloop.h store_slot, kCore)
     assert s["fill_step_ops"].get("STS", 0) == 8
     assert s["fill_step_ops"].get("CCTL", 0) == 4
-    assert cuda_time_model.HOPPER.fill_round_trips == cuda_time_model.PREFETCHED_FILL_ROUND_TRIPS < 2
-    assert cuda_time_model.HOPPER_CONSUMER_PROLOGUE_MEASURED == s["consumer_prologue"]
-    assert cuda_time_model.HOPPER_CONSUMER_EPILOGUE_MEASURED == s["consumer_epilogue"]
-    assert cuda_time_model.HOPPER_FILL_STEP_MEASURED == s["fill_step"]
-    assert cuda_time_model.HOPPER_PRODUCER_PROLOGUE_MEASURED == s["producer_prologue"]
-    hop = cuda_time_model.HOPPER
+    hop = cuda_time_model.hopper_design(cuda_time_model.load_gates(), 64)
+    assert hop.fill_round_trips == cuda_time_model.PREFETCHED_FILL_ROUND_TRIPS < 2
     assert hop.cta_setup == s["consumer_prologue"] + s["consumer_epilogue"]
     assert hop.fill_instructions == s["fill_step"]
     assert hop.producer_setup == 4 * s["producer_prologue"]
 
 
 def test_the_time_model_reads_the_mma_sync_kernels_fixed_costs_counted_the_same_way():
-    """The mma.sync kernel's prologue, epilogue and fill step in the time model (SECOND_NOW, the design the
+    """The mma.sync kernel's prologue, epilogue and fill step in the time model (mma_sync_design, the design the
     Hopper kernel is compared with) are cuda_gates.attn_fixed_paths' counts on its SASS (sm_90a, bf16, D = 64,
     three K/V stages: what an H100 / H200 runs), the same cheapest-path count as the Hopper kernel's."""
     import tempfile
@@ -185,8 +179,5 @@ def test_the_time_model_reads_the_mma_sync_kernels_fixed_costs_counted_the_same_
         cubin, _ = cuda_gates.compile_kernel("csrc/cuda/attn_hdim64_bf16.cu", "90a", workdir)
         s = cuda_gates.attn_fixed_paths(cubin, cuda_gates.attn_kernel_name(3))
     assert s["epilogue_ops"].get("STG", 0) >= 8 and s["fill_step_ops"].get("FFMA", 0) >= 64
-    assert cuda_time_model.ATTN_PROLOGUE_MEASURED == s["prologue"]
-    assert cuda_time_model.ATTN_EPILOGUE_MEASURED == s["epilogue"]
-    assert cuda_time_model.ATTN_FILL_STEP_MEASURED == s["fill_step"]
-    now = cuda_time_model.SECOND_NOW
+    now = cuda_time_model.mma_sync_design(cuda_time_model.load_gates(), 64)
     assert now.cta_setup == s["prologue"] + s["epilogue"] and now.fill_instructions == s["fill_step"]

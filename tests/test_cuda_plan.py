@@ -66,7 +66,7 @@ def lite_8k():
 
 
 def test_census_late_columns_within_1_3x_of_the_keys_a_row_uses(late_8k):
-    # SPEC's keys per row at 8k (control + exact + summaries), the DIAGNOSIS figure: 1257.
+    # SPEC's keys per row at 8k (control + exact + summaries): 1257.
     assert late_8k["keys_per_row"] == pytest.approx(1256.9, abs=0.5)
     assert late_8k["cols_per_row"] <= 1.3 * late_8k["keys_per_row"], late_8k
 

@@ -1,12 +1,16 @@
-"""benchmarks/cuda_time_model.py, the offline judge of a CUDA kernel change (issue 29): it runs on the
-committed census, it still predicts the first design's two H200 figures within 30% (the calibration that
-makes its other predictions worth reading), its phases add up, and its last line has the issue's format."""
+"""benchmarks/cuda_time_model.py, the offline judge of a CUDA kernel change (issue 49): its inputs are the gates'
+JSON of the tree's kernels (a kernel source changed without the JSON measured again fails here), its three
+fitted numbers come from the peers alone (FlashAttention-2 as SDPA-flash, FlashAttention-3), which it predicts
+within 25%, it predicts the held-out first design within 30%, its phases add up, every charge it names
+(MUFU, tensor efficiency per MMA kind, one clock, wave quantization, L2) moves a time the right way, its judge
+mode prints a measured record beside its prediction, and its last line has the issue's format."""
 
 import json
 import math
 import re
 import sys
 from pathlib import Path
+
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,8 +18,42 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import cuda_time_model as model  # noqa: E402
 from rangeswa_ext import preset  # noqa: E402
 
-LAST = re.compile(r"^predicted 8k: late ([0-9.]+)x, lite ([0-9.]+)x vs SDPA-flash; first design "
-                  r"([0-9.]+) ms / ([0-9.]+) ms predicted vs 65.4 / 16.7 measured$")
+LAST = re.compile(r"^predicted 8k: late ([0-9.]+)x, lite ([0-9.]+)x vs SDPA-flash, ([0-9.]+)x / ([0-9.]+)x vs FA3; "
+                  r"peers within ([0-9]+)%; first design ([0-9.]+) ms / ([0-9.]+) ms predicted vs 65.4 / 16.7 measured$")
+FIT = model.Fit(1.8e9, 0.9, 0.45)  # a fit for the tests of the model's structure
+
+
+@pytest.fixture(scope="module")
+def gates():
+    return model.load_gates()
+
+
+@pytest.fixture(scope="module")
+def peers():
+    return model.load_peers()
+
+
+@pytest.fixture(scope="module")
+def entries():
+    return model.load_census()
+
+
+@pytest.fixture(scope="module")
+def checked(gates, peers, entries):
+    return model.Model.load(gates, peers, entries)
+
+
+def test_the_gates_json_is_the_trees_kernels(gates, tmp_path, capsys):
+    """The model's instruction counts come from the newest gates' JSON, measured on csrc/cuda as it stands: its
+    digest is the tree's (run scripts/cuda_gates.py --json after a kernel change), and the model refuses a JSON
+    whose digest is not."""
+    assert model.stale_gates(gates) is None, model.stale_gates(gates)
+    stale = dict(gates, sources_digest="0" * 64)
+    assert "other csrc/cuda sources" in model.stale_gates(stale)
+    path = tmp_path / "gates.json"
+    path.write_text(json.dumps(stale))
+    assert model.main(["--gates", str(path), "--out", str(tmp_path / "m.json")]) == 2
+    assert "cuda_gates.py --arch 90a --json" in capsys.readouterr().err
 
 
 def test_the_model_runs_and_ends_with_the_issue_line(tmp_path, capsys):
@@ -24,229 +62,189 @@ def test_the_model_runs_and_ends_with_the_issue_line(tmp_path, capsys):
     m = LAST.match(last)
     assert m, last
     saved = json.loads((tmp_path / "model.json").read_text())
-    now = saved["designs"][model.SECOND_NOW.name]
-    assert float(m.group(1)) == round(now["late|8192"]["x_sdpa_flash"], 1)
-    assert float(m.group(2)) == round(now["lite|8192"]["x_sdpa_flash"], 1)
+    rows = saved["predictions"]
+    late, lite = (model.find(rows, "hopper", 64, case, 8192) for case in ("late", "lite"))
+    assert float(m.group(1)) == round(late["x_sdpa_flash"], 1) and float(m.group(2)) == round(lite["x_sdpa_flash"], 1)
+    assert float(m.group(3)) == round(late["x_fa3"], 1) and float(m.group(4)) == round(lite["x_fa3"], 1)
+    assert int(m.group(5)) == round(saved["band"] * 100)
+    for r in rows:  # every prediction carries its band and both ratios
+        assert math.isclose(r["ms_high"] / r["ms"], 1 + saved["band"]) and r["x_fa3"] < r["x_sdpa_flash"]
 
 
-def test_the_calibration_predicts_the_first_design_within_30_percent():
-    eff, predicted = model.calibrate()
-    assert 0.05 < eff < 1.0
-    for case, measured in model.FIRST_DESIGN_H200_MS.items():
-        assert abs(predicted[case] / measured - 1) <= 0.30, (case, predicted[case], measured)
+def test_the_peers_within_25_percent_and_the_held_out_first_design(checked, peers):
+    """Issue 49's offline targets: FlashAttention-2's three H200 points and FlashAttention-3's two published H100
+    points within 25% of the fitted model; the first design (never fitted) late within 30%. Its Lite point is
+    not (docs/cuda.md, "The time model": +47%): its counts are static totals by source line, an upper bound of
+    what a tile runs (its per-element edge code holds both branches), so the model may only overestimate it."""
+    res = model.residuals(peers, checked.fit)
+    assert len(res) == 5
+    for label, predicted, measured in res:
+        assert abs(predicted / measured - 1) <= 0.25, (label, predicted, measured)
+    assert math.isclose(checked.band, max(abs(p / m - 1) for _, p, m in res))
+    first = checked.first_design_ms()
+    assert abs(first["late"] / model.FIRST_DESIGN_H200_MS["late"] - 1) <= 0.30, first
+    assert first["lite"] > model.FIRST_DESIGN_H200_MS["lite"], first
 
 
-def test_phases_add_up_and_each_is_the_larger_of_its_bounds_plus_latency():
-    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
-    phases = model.second_design_phases(model.SECOND_NOW, entries, "late", 8192)
-    total, rows = model.total(phases, model.H200, 0.5)
-    assert total == sum(r["total"] for _, r in rows)
+def test_the_fit_has_three_numbers_and_reads_the_peers_alone(peers, monkeypatch):
+    """Three fitted numbers (a clock no faster than the boost clock, efficiencies at most 1), and the first
+    design's measured times play no part: changing them changes no fitted number."""
+    fit = model.calibrate(peers)
+    assert len(model.Fit.__dataclass_fields__) == 3
+    assert 1.4e9 <= fit.clock_hz <= model.H200.max_clock_hz and 0 < fit.wgmma_efficiency <= 1 and 0 < fit.issue_efficiency <= 1
+    model._fit_cached.cache_clear()
+    monkeypatch.setattr(model, "FIRST_DESIGN_H200_MS", {"late": 1.0, "lite": 1.0})
+    assert model.calibrate(peers) == fit
+    # ... while the peers' own times do move it
+    monkeypatch.setattr(model, "SDPA_FLASH_H200_MS", {64: {k: 2 * v for k, v in model.SDPA_FLASH_H200_MS[64].items()}})
+    model._fit_cached.cache_clear()
+    assert model.calibrate(peers) != fit
+    model._fit_cached.cache_clear()
+
+
+def test_the_peers_counts_are_recorded_with_what_produced_them(peers):
+    """FlashAttention-2's counts name the torch library they came from; FlashAttention-3's the commit and the
+    command that compiled it; each trip holds a whole tile's MMAs and its exponentials (MUFU)."""
+    assert "torch" in peers["fa2"]["source"]
+    assert re.fullmatch(r"[0-9a-f]{40}", peers["fa3"]["commit"]) and "nvcc" in peers["fa3"]["command"]
+    for d, k in peers["fa2"]["kernels"].items():
+        rows = k["block_m"] // k["warps"]
+        assert k["trip"]["mma"] == model_hmma(rows, k["block_n"], int(d))
+        assert model.mufu(k["trip"]["ops"]) >= rows * k["block_n"] / 32
+    for d, k in peers["fa3"]["kernels"].items():
+        assert k["consumer"]["mma"] == int(d) // 16 + k["block_n"] // 16
+        assert model.mufu(k["consumer"]["ops"]) >= 16 * k["block_n"] / 32
+
+
+def model_hmma(rows, keys, head_dim):
+    return rows // 16 * keys // 8 * head_dim // 16 + rows // 16 * head_dim // 8 * keys // 16
+
+
+def test_each_charge_moves_the_time_the_right_way():
+    """MUFU adds to the tensor pipe; mma.sync runs at MMA_SYNC_SHARE of wgmma's rate; a faster clock is faster
+    for compute and latency alike; a grid one CTA past a full wave takes two waves; L2 traffic binds when it
+    exceeds HBM's."""
+    gpu = model.H200
+    base = model.Phase("x", ctas=264, resident=2, warp_instructions=10.0, flops=1e12, wgmma=True)
+    t = base.time(gpu, FIT)
+    assert math.isclose(t["tensor"], 1e12 / (4096 * FIT.wgmma_efficiency) / (FIT.clock_hz * gpu.sms))
+    with_exp = model.replace(base, mufu=1e5).time(gpu, FIT)
+    assert math.isclose(with_exp["compute"], t["tensor"] + 264 * 1e5 * 2 / (FIT.clock_hz * gpu.sms))
+    sync = model.replace(base, wgmma=False).time(gpu, FIT)
+    assert math.isclose(sync["tensor"], t["tensor"] / model.MMA_SYNC_SHARE)
+    fast = base.time(gpu, model.replace(FIT, clock_hz=2 * FIT.clock_hz))
+    assert math.isclose(fast["compute"], t["compute"] / 2)
+    one_more = model.replace(base, ctas=265, flops=1e12 * 265 / 264).time(gpu, FIT)
+    assert one_more["quantization"] > 1.9 and one_more["compute"] > 1.9 * t["compute"]
+    l2 = model.replace(base, bytes=1e9, l2_bytes=1e11).time(gpu, FIT)
+    assert math.isclose(l2["memory"], 1e11 / gpu.l2_bytes_s)
+
+
+def test_phases_add_up_and_each_is_the_larger_of_compute_and_memory_plus_latency(checked, entries):
+    now = checked.designs[("mma_sync", 64)]
+    phases = model.design_phases(now, entries, "late", 8192)
+    t, rows = model.total(phases, model.H200, FIT)
+    assert t == sum(r["total"] for _, r in rows)
     for p, (_, r) in zip(phases, rows):
-        expected = (max(r["tensor"], r["issue"], r["memory"]) + r["latency"] + p.launches * model.H200.launch_gap_s
-                    + p.fixed_s)
+        expected = max(r["compute"], r["memory"]) + r["latency"] + p.launches * model.H200.launch_gap_s + p.fixed_s
         assert math.isclose(r["total"], expected)
-    # Fewer instructions per tile can only make the body faster; so can fewer round trips per fill.
-    leaner = model.second_design_phases(
-        model.replace(model.SECOND_NOW, full_tile=model.SECOND_NOW.full_tile - 60, fill_round_trips=2), entries,
-        "late", 8192)
-    assert model.total(leaner, model.H200, 0.5)[0] < total
+    leaner = model.design_phases(model.replace(now, full_tile=now.full_tile - 60, fill_round_trips=2), entries,
+                                 "late", 8192)
+    assert model.total(leaner, model.H200, FIT)[0] < t
 
 
-def test_the_unmasked_loop_costs_the_full_tile_and_the_masked_loop_its_own():
-    """The body with the plan's tile spans (SECOND_NOW.masked_loop_full): the census's unmasked-loop tiles pay
-    the full tile, the masked loop's others its whole-tile trip, those with logits the masked one; one loop
-    (masked_loop_full None) or every tile in the masked loop (no unmasked tiles) costs more."""
-    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
+def test_the_body_charges_each_loops_tiles_and_their_exponentials(checked, entries):
+    """The census's unmasked-loop tiles pay the full tile, the masked loop's others its whole-tile trip, those with
+    logits the masked one; every KV tile its exponentials (the SASS trip's MUFU), the 16-column tiles theirs."""
     e = entries["rangeswa late|8192|64"]
-    assert 0 < e["unmasked_tiles"] < e["kv_tiles"]
-    now = model.SECOND_NOW
-    assert now.full_tile < now.masked_loop_full < now.full_tile + now.masked_extra
+    now = checked.designs[("mma_sync", 64)]
     census = dict(kv_tiles=e["kv_tiles"], logit=e["logit_path_tiles_per_warp"], unmasked=e["unmasked_tiles"],
-                  fills=e["slot_fills"], cols_per_row=e["cols_per_row"])
+                  fills=e["slot_fills"], ctrl=e["control_tiles"], direct=e["direct_tiles"], cols_per_row=e["cols_per_row"])
     body = model.body_phase(now, census, 8192, False)
     per_warp = (census["unmasked"] * now.full_tile + (census["kv_tiles"] - census["unmasked"] - census["logit"])
                 * now.masked_loop_full + census["logit"] * (now.full_tile + now.masked_extra) + now.cta_setup
-                + census["fills"] * now.fill_instructions)
+                + census["fills"] * now.fill_instructions + census["ctrl"] * now.ctrl_tile + census["direct"] * now.direct_tile)
     assert math.isclose(body.warp_instructions, now.warps * per_warp)
-    none_unmasked = model.body_phase(now, dict(census, unmasked=0.0), 8192, False)
-    assert none_unmasked.warp_instructions > body.warp_instructions
+    assert math.isclose(body.mufu, now.warps * (census["kv_tiles"] * now.tile_mufu + census["ctrl"] * now.ctrl_mufu
+                                                + census["direct"] * now.direct_mufu))
+    assert now.tile_mufu >= 32 * 64 / 32  # a 32-row warp's exponentials of a 64-key tile
+    assert body.l2_bytes == body.ctas * census["kv_tiles"] * 64 * 64 * 2 * 2
 
 
-def test_the_control_rows_split_over_the_warps_cost_less_than_one_working_warp():
-    """The control CTAs of the source (mainloop.h control_walk): every warp pays its 16-column units (the
-    gate's measured trip) per tile of the chunk, against one warp doing whole tiles while three wait."""
-    now = model.control_phase(model.SECOND_NOW, 8192)
-    d = model.SECOND_NOW
-    assert d.control_path == "warp split" and d.control_unit > 0 and d.cond_rotation > 0
-    # 64 units a chunk of 1,024 keys, and each of its 16 tiles' keys rotated first (one batch a thread).
-    assert now.warp_instructions == 4 * 16 * d.control_unit + d.cta_setup + 16 * 4 * d.cond_rotation
-    before = model.control_phase(model.replace(model.SECOND_NOW, control_path="body launch"), 8192)
-    assert now.time(model.H200, 0.5)["total"] < before.time(model.H200, 0.5)["total"]
+def test_the_hopper_design_runs_its_products_at_the_wgmma_rate(checked, entries):
+    """The sm_90a body kernel: its products at wgmma's rate, 4 consumer warps of 32 rows and two CTAs an SM at head
+    dim 64, 8 of 16 rows and one CTA at 128, logit tiles counted per warp of its rows, its control CTAs in a launch
+    of their own; at 128 it reads its own plan's census ("|sm90", 64-key tiles); the same union of columns."""
+    hop, hop128, now = (checked.designs[k] for k in (("hopper", 64), ("hopper", 128), ("mma_sync", 64)))
+    assert hop.wgmma and hop.warps == 4 and hop.resident == 2 and hop.extra_tiles == "logit"
+    assert hop128.warps == 8 and hop128.resident == 1 and hop128.extra_tiles == "logit16"
+    phases = {p.name: p for p in model.design_phases(hop, entries, "late", 8192, 64, now)}
+    mma = {p.name: p for p in model.design_phases(now, entries, "late", 8192, 64)}
+    assert phases["body"].wgmma and not mma["body"].wgmma and math.isclose(phases["body"].flops, mma["body"].flops)
+    assert phases["control"].launches == 1
+    assert model.census_key(hop128, entries, "late", 32768, 128) == "rangeswa late|32768|128|sm90"
+    assert model.census_key(checked.designs[("mma_sync", 128)], entries, "late", 32768, 128) == "rangeswa late|32768|128"
 
 
-def test_prepare_counts_the_summaries_and_the_value_means_it_writes():
-    """Both presets keep rule 4's summaries (context.h own_arrays: s_nat and s_v, L / G rows each, and late's
-    s_grp), so both preparations read v for the value means (prepare.h reads_values) and run the full loop
-    (Lite is not PrepareParams::lean, which has no summaries): Lite reads k and v and writes k_nat and two
-    means, late k_nat, k_grp, p_nat, p_grp and three means."""
+def test_prepare_counts_the_summaries_and_the_value_means_it_writes(checked):
+    """Both presets keep rule 4's summaries, so both preparations read k and v: Lite writes k_nat and two means,
+    late k_nat, k_grp, p_nat, p_grp and three means."""
     lite_cfg, late_cfg = preset("rangeswa_lite"), preset("rangeswa")
     assert lite_cfg.summaries and not lite_cfg.far_summaries and late_cfg.summaries and late_cfg.far_summaries
     G = lite_cfg.summary_block
-    late, lite = (model.prepare_phase(model.SECOND_NOW, 8192, case) for case in ("late", "lite"))
+    now = checked.designs[("mma_sync", 64)]
+    late, lite = (model.prepare_phase(now, 8192, case) for case in ("late", "lite"))
     elements = model.B * model.H * 8192 * model.D
     assert lite.bytes == elements * model.ELEMENT_BYTES * (2 + 1 + 2 / G)
     assert late.bytes == elements * model.ELEMENT_BYTES * (2 + 4 + 3 / G)
-    assert model.SECOND_NOW.prepare_lite_instructions_per_element is None
-    assert lite.warp_instructions == late.warp_instructions
 
 
-def test_the_hopper_design_runs_its_products_at_the_wgmma_rate():
-    """The sm_90a body kernel's design (issue 30): its body's tensor term is the flops at wgmma's rate, its
-    issue term counts the consumer warps (at head dim 64 4 warps of 32 rows, two CTAs an SM; at 128 8 warps of
-    16 rows, one CTA an SM: hopper/body_layout.h kMBlocks) and the producer warps' copies per tile, and its
-    control CTAs take a launch of their own; the mma.sync design's body keeps the mma.sync rate."""
-    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
-    hop, now = model.HOPPER, model.SECOND_NOW
-    assert hop.wgmma and hop.warps == 4 and hop.producer_warps > 0 and hop.resident == 2
-    assert model.HOPPER_128.warps == 8 and model.HOPPER_128.resident == 1
-    phases = dict((p.name, p) for p in model.second_design_phases(hop, entries, "late", 8192))
-    body = phases["body"]
-    assert body.wgmma and body.resident == 2 and body.warps_per_cta == 4 + hop.producer_warps
-    r = body.time(model.H200, 0.5)
-    assert math.isclose(r["tensor"], body.flops / model.H200.wgmma_flops)
-    mma_body = dict((p.name, p) for p in model.second_design_phases(now, entries, "late", 8192))["body"]
-    assert math.isclose(mma_body.time(model.H200, 0.5)["tensor"], mma_body.flops / model.H200.mma_sync_flops)
-    assert math.isclose(body.flops, mma_body.flops)  # the same columns, the same work
-    e = entries["rangeswa late|8192|64"]
-    assert body.warp_instructions > hop.producer_warps * e["kv_tiles"] * hop.producer_tile
-    assert phases["control"].launches == 1
+def test_the_folds_into_the_control_ctas(checked, entries):
+    """The sm_90a launch folds Lite's preparation (head dim 64) and a late call's value means into its control
+    CTAs: the preparation then moves the control rows alone (Lite) or reads k alone (late), the control phase
+    writes what the preparation no longer does; both calls are faster than unfolded."""
+    hop, now, L = checked.designs[("hopper", 64)], checked.designs[("mma_sync", 64)], 32768
+    array = model.B * model.H * L * model.D * model.ELEMENT_BYTES
+    lite = {p.name: p for p in model.design_phases(hop, entries, "lite", L, 64, now)}
+    assert lite["prepare"].bytes == model.B * model.H * model.C * model.D * model.ELEMENT_BYTES * 4
+    assert lite["control"].bytes == 2 * array + array * (1 + 2 / model.SUMMARY_BLOCK)
+    late = {p.name: p for p in model.design_phases(hop, entries, "late", L, 64, now)}
+    kept = model.prepare_phase(hop, L, "late")
+    assert late["prepare"].bytes == kept.bytes - array * (1 + 1 / model.SUMMARY_BLOCK)
+    for case, phases in (("lite", lite), ("late", late)):
+        unfolded = dict(phases, prepare=model.prepare_phase(hop, L, case),
+                        control=model.replace(model.control_phase(now, L), launches=1))
+        assert model.total(list(phases.values()), model.H200, FIT)[0] < model.total(list(unfolded.values()), model.H200, FIT)[0]
 
 
-def test_the_hopper_producer_warps_are_the_ones_the_gate_counts():
-    """The model's copying producer warps and the gate's copies per producer thread of a whole tile
-    (scripts/cuda_gates.py HOPPER_TILE_COPIES, the trip it measures) split the same tile: 64 keys x 8
-    16-byte chunks of keys and of values at head dim 64 over the copying warps' lanes; and the traits give
-    one copying warp wherever a warp's lanes cover whole rows (hopper/body_layout.h kProducerWarps)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import cuda_gates
-
-    hop = model.HOPPER
-    assert cuda_gates.HOPPER_TILE_COPIES * 32 * hop.producer_warps == 64 * 8 * 2
-    text = (ROOT / "csrc" / "cuda" / "hopper" / "body_layout.h").read_text()
-    assert re.search(r"kProducerWarps = 32 % kChunks == 0 \? 1 : 4;", text)
-    assert hop.producer_warps == (1 if 32 % (64 // 8) == 0 else 4)
+def test_the_fa3_class_time_is_the_models_fa3_corrected_by_its_residual(checked):
+    """At the published point the FA3-class time is the published one; elsewhere the model's FA3 prediction
+    times the same factor."""
+    p = model.FA3_PUBLISHED_H100[64]
+    ph = model.fa3_phase(checked.peers, p["L"], 64, p["batch"], p["heads"])
+    published = ph.flops / (p["tflops"] * 1e12) * 1e3
+    assert math.isclose(checked.fa3_class_ms(p["L"], 64, model.H100, p["batch"], p["heads"]), published)
+    factor = published / checked.fa3_ms(p["L"], 64, model.H100, p["batch"], p["heads"])
+    assert math.isclose(checked.fa3_class_ms(8192), checked.fa3_ms(8192) * factor)
 
 
-def test_the_hopper_design_charges_logit_tiles_per_warp_of_its_rows():
-    """The sm_90a kernel's consumer warps hold 32 rows at head dim 64 (the mma.sync kernel's warps' rows) and
-    16 at 128: each design reads the census's logit-path tiles per warp of its rows (as its masked loop decides
-    them, per warpgroup); a warp of 16 rows takes the logit path on no more tiles than one of 32."""
-    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
-    e = entries["rangeswa_lite|32768|64"]
-    assert 0 < e["logit_path_tiles_per_warp16"] <= e["logit_path_tiles_per_warp"] <= e["kv_tiles"] - e["unmasked_tiles"]
-    assert model.HOPPER.extra_tiles == "logit" and model.HOPPER_128.extra_tiles == "logit16"
-    census = dict(kv_tiles=e["kv_tiles"], logit=e["logit_path_tiles_per_warp"],
-                  logit16=e["logit_path_tiles_per_warp16"], unmasked=e["unmasked_tiles"], fills=e["slot_fills"],
-                  cols_per_row=e["cols_per_row"])
-    for hop in (model.HOPPER, model.HOPPER_128):
-        body = model.body_phase(hop, census, 32768, True)
-        logit = census[hop.extra_tiles]
-        per_warp = (census["unmasked"] * hop.full_tile + (census["kv_tiles"] - census["unmasked"] - logit)
-                    * hop.masked_loop_full + logit * (hop.full_tile + hop.masked_extra) + hop.cta_setup
-                    + census["fills"] * hop.fill_instructions)
-        producer = hop.producer_warps * census["kv_tiles"] * hop.producer_tile + hop.producer_setup
-        assert math.isclose(body.warp_instructions, hop.warps * per_warp + producer)
-
-
-def test_the_hopper_design_at_128_runs_its_own_plan_on_the_calls_union(tmp_path):
-    """At head dim 128 the sm_90a kernel plans 64-key tiles (kernel_traits.h body_tile_cols): its design reads the
-    census's "|sm90" entry, the mma.sync design the 32-key plan's; both TFLOP/s figures count the same flops
-    (the call's union, as bench_gpu_attention.py does), so the wider tiles' padding does not raise the figure."""
-    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
-    mma_key = model.census_key(model.SECOND_NOW_128, entries, "late", 32768, 128)
-    hop_key = model.census_key(model.HOPPER_128, entries, "late", 32768, 128)
-    assert (mma_key, hop_key) == ("rangeswa late|32768|128", "rangeswa late|32768|128|sm90")
-    assert entries[hop_key]["kv_tiles"] < entries[mma_key]["kv_tiles"]
-    assert entries[hop_key]["cols_per_row"] > entries[mma_key]["cols_per_row"]
-    assert model.census_key(model.HOPPER, entries, "late", 32768, 64) == "rangeswa late|32768|64"
-    assert model.main(["--out", str(tmp_path / "model.json")]) == 0
-    designs = json.loads((tmp_path / "model.json").read_text())["designs"]
-    for case in ("late|8192", "lite|32768"):
-        hop, mma = designs[model.HOPPER_128.name][case], designs[model.SECOND_NOW_128.name][case]
-        assert math.isclose(hop["union_tflops"] * hop["h200_ms"], mma["union_tflops"] * mma["h200_ms"], rel_tol=1e-9)
-
-
-def test_the_control_rows_read_every_body_keys_cond_key_and_value():
-    """A control CTA's records read a key row (k itself, or a prepared k_cond) and v of every body key of its
-    chunk (mainloop.h record_arrays, KeySet::kCond), so a call's control phase moves 2 x L x D elements a head;
-    at 32k and head dim 64 that traffic takes longer than the CTAs' issue without the keys' rotation, and about
-    as long with it. The rotation costs each tile's batch (one a 64-key tile at head dim 64, one a 32-key tile at
-    128), its round trip hidden (its cos / sin loaded while the tile lands)."""
-    eff = model.calibrate()[0]
-    for d in (model.SECOND_NOW, model.HOPPER):
-        ph = model.control_phase(d, 32768)
-        assert ph.bytes == model.B * model.H * 32768 * model.D * model.ELEMENT_BYTES * 2
-    plain = model.replace(model.SECOND_NOW, cond_rotation=0.0)
-    r = model.control_phase(plain, 32768).time(model.H200, eff)
-    assert r["memory"] > r["issue"]
-    for d, head_dim, tiles, batches in ((model.SECOND_NOW, 64, 16, 1), (model.SECOND_NOW_128, 128, 32, 1)):
-        rotated, not_rotated = (model.control_phase(x, 32768, head_dim) for x in (d, model.replace(d, cond_rotation=0.0)))
-        assert rotated.warp_instructions - not_rotated.warp_instructions == tiles * batches * 4 * d.cond_rotation
-        assert rotated.chain_cycles - not_rotated.chain_cycles == tiles * (batches - 1) * model.H200.latency_cycles
-
-
-def test_lites_preparation_folded_into_the_control_ctas_at_head_dim_64():
-    """The sm_90a launch at head dim 64 folds Lite's preparation into its control CTAs (attn_setup.h
-    nat_keys_from_control): the preparation moves the control rows alone; the control phase reads k and v of
-    every body key as before and also writes k_nat and the two G-block means, each tile costing a warp the
-    fold (NatFold::run) in place of the rotation batch, each unit the control kernel's trip. The mma.sync design
-    keeps the preparation; late calls and head dim 128 fold the value means alone (next test)."""
-    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
-    hop, L = model.HOPPER, 32768
-    phases = {p.name: p for p in model.second_design_phases(hop, entries, "lite", L, 64, model.SECOND_NOW)}
-    elements = model.B * model.H * L * model.D
-    assert phases["prepare"].bytes == model.B * model.H * model.C * model.D * model.ELEMENT_BYTES * 4
-    reads = elements * model.ELEMENT_BYTES * 2
-    assert phases["control"].bytes == reads + elements * model.ELEMENT_BYTES * (1 + 2 / model.SUMMARY_BLOCK)
-    chunks = L // 1024
-    per_cta = 1024 / 16 * hop.fold_control_unit + model.SECOND_NOW.cta_setup + 16 * 4 * hop.lite_fold
-    assert math.isclose(phases["control"].warp_instructions, per_cta) and phases["control"].ctas == model.B * model.H * chunks
-    mma = {p.name: p for p in model.second_design_phases(model.SECOND_NOW, entries, "lite", L, 64)}
-    assert mma["prepare"].bytes == model.prepare_phase(model.SECOND_NOW, L, "lite").bytes
-    assert model.HOPPER_128.lite_fold == 0
-    unfolded = [model.prepare_phase(hop, L, "lite"), model.replace(model.control_phase(model.SECOND_NOW, L), launches=1)]
-    rest = [phases[n] for n in ("selection", "plan", "body", "combine")]
-    t_fold, _ = model.total(list(phases.values()), model.H200, 0.5)
-    t_prep, _ = model.total(unfolded + rest, model.H200, 0.5)
-    assert t_fold < t_prep  # one pass over k and v instead of two
-
-
-@pytest.mark.parametrize("case,head_dim", [("late", 64), ("late", 128), ("lite", 128)])
-def test_the_value_means_folded_into_the_control_ctas(case, head_dim):
-    """In a late call the sm_90a launch folds rule 4's value means into its control CTAs (attn_setup.h
-    value_means_from_control): the preparation reads k alone and writes every array it wrote but s_v; the
-    control phase reads k and v of every body key as before and writes s_v (1 / G of an array), one warp's
-    ValueMeans::run a tile and each unit the control kernel's trip; and the call is faster than with the
-    preparation reading v (bound by memory: k_nat, k_grp and the prefix sums written). Not Lite's at head dim
-    128, whose preparation is bound by its instructions: the fold would make the call slower."""
-    entries = json.loads((ROOT / "benchmarks" / "results" / "plan_census.json").read_text())["entries"]
-    hop, ctl = (model.HOPPER, model.SECOND_NOW) if head_dim == 64 else (model.HOPPER_128, model.SECOND_NOW_128)
-    L = 32768
-    phases = {p.name: p for p in model.second_design_phases(hop, entries, case, L, head_dim, ctl)}
-    elements = model.B * model.H * L * head_dim
-    array = elements * model.ELEMENT_BYTES
-    kept = model.prepare_phase(hop, L, case, head_dim)
-    if case == "lite":  # not folded, and folding it would cost time
-        assert phases["prepare"].bytes == kept.bytes and phases["control"].bytes == 2 * array
-        prep, ctrl = model.value_fold_phases(hop, ctl, L, case, head_dim)
-        folded = dict(phases, prepare=prep, control=ctrl)
-        assert model.total(list(folded.values()), model.H200, 0.5)[0] > model.total(list(phases.values()), model.H200, 0.5)[0]
-        return
-    assert phases["prepare"].bytes == kept.bytes - array * (1 + 1 / model.SUMMARY_BLOCK)
-    assert phases["control"].bytes == 2 * array + array / model.SUMMARY_BLOCK
-    tiles = 1024 / (64 if head_dim == 64 else 32)
-    plain = model.control_phase(model.replace(ctl, control_unit=hop.fold_control_unit), L, head_dim)
-    assert math.isclose(phases["control"].warp_instructions, plain.warp_instructions + tiles * hop.value_fold)
-    assert hop.value_fold > 0 and hop.lite_fold == (model.NAT_FOLD_MEASURED if head_dim == 64 else 0)
-    unfolded = dict(phases, prepare=kept, control=model.replace(model.control_phase(ctl, L, head_dim), launches=1))
-    assert model.total(list(phases.values()), model.H200, 0.5)[0] < model.total(list(unfolded.values()), model.H200, 0.5)[0]
+def test_judge_prints_each_measured_record_beside_the_prediction(tmp_path, capsys, checked):
+    """--judge FILE: each record the model can describe gets its prediction and error; the others are named as not
+    modelled (here: an early stage, a flex kernel, grouped heads); a file that is not a list is refused."""
+    base = dict(method="rangeswa", stage="late", batch=16, heads=12, kv_heads=12, head_dim=64, length=8192, control=12,
+                dtype="bf16", kernel="hopper", ms=3.0)
+    records = [base, dict(base, method="rangeswa_lite", ms=1.0), dict(base, kernel="sdpa_flash", method="sdpa", ms=15.0),
+               dict(base, kernel="fa3", method="sdpa", ms=6.0), dict(base, stage="early"), dict(base, kernel="flex"),
+               dict(base, kv_heads=4), dict(base, length=12288)]
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps(records))
+    assert model.main(["--judge", str(path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()[1:]
+    assert len(lines) == len(records)
+    predicted = checked.call_ms("hopper", "late", 8192, 64)[0]
+    assert f"predicted {predicted:.2f} ms ({predicted / 3.0 - 1:+.0%}" in lines[0]
+    assert f"predicted {checked.fa2_ms(8192):.2f} ms" in lines[2]
+    assert all("predicted" in line for line in lines[:4]) and all("not modelled" in line for line in lines[4:])
+    path.write_text(json.dumps({"ms": 1}))
+    assert model.main(["--judge", str(path)]) == 2
+    assert "expected a JSON list" in capsys.readouterr().err
