@@ -46,6 +46,10 @@ class Backbone:
     sizes: tuple = ()
     #: RoPE's pairs: ``interleaved`` (GPT-J) or ``half`` (GPT-NeoX), SPEC section 1.
     rope_style: str = "interleaved"
+    #: How a text's likelihood is estimated: ``masked_diffusion`` for masked-diffusion LMs (the model's
+    #: ``token_logits`` predicts the tokens at ``config.mask_id`` positions; `rangeswa ppl` draws masks), or
+    #: ``""`` where the backbone has none.
+    likelihood: str = ""
 
     @property
     def presets(self) -> tuple:

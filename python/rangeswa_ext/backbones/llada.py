@@ -24,7 +24,7 @@ class LLaDABackbone(Backbone):
     name, model_class, config_class, sampler_config = "llada", LLaDA, LLaDAConfig, SamplerConfig
     sizes, conditional = ("n_layer", "dim", "n_head", "mlp_dim"), True
     find_checkpoint, load_tokenizer = staticmethod(find_checkpoint), staticmethod(load_llada_tokenizer)
-    rope_style = "half"
+    rope_style, likelihood = "half", "masked_diffusion"
     tokenizer_help = "folder of the LLaDA tokenizer (tokenizer.json; the model's download folder has it)"
 
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> LLaDA:
