@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .eval.judge import add_judge_parser
     from .eval.niah import add_niah_parser
     from .eval.ppl import add_ppl_parser
+    from .eval.ruler import add_ruler_parser
     from .eval.score import add_score_parser
     from .eval.sweep import add_sweep_parser
     from .generate import add_generate_parser
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_parser(sub)
     add_niah_parser(sub)
     add_ppl_parser(sub)
+    add_ruler_parser(sub)
     add_train_mini_parser(sub)
     return parser
 
