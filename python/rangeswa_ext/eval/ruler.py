@@ -270,7 +270,7 @@ def run_ruler(args: argparse.Namespace) -> int:
     RULER's needle, variable-tracking, common- and frequent-words tasks (QA with a local SQuAD or HotpotQA file)
     at each length for each attention method: resumable JSON lines per method, RULER's string-match scores, a
     table per length (markdown, JSON, CSV). Under torchrun the samples are split over the processes."""
-    require("rangeswa ruler", "eval", ("transformers", "safetensors", "bible"))
+    require("rangeswa ruler", "eval", ("transformers", "safetensors"))
     sampler = {k.removeprefix("sampler_"): v for k, v in vars(args).items()
                if k.startswith("sampler_") and v is not None}
     result = ruler(checkpoint=args.checkpoint, tokenizer=args.tokenizer or args.checkpoint, out=args.out,
