@@ -4,15 +4,20 @@ An evaluation runs one model under several attention methods, each into its own 
 method's lines record the options it ran with: the RangeSWA windows scaled from the paper's T = 1024 to
 the model's training length (``--windows scaled``, the default) or as the paper states them
 (``--windows paper``), and longllada's ceil(lambda) when fixed for the run (``--longllada-factor``, as
-LongLLaDA's ntkN runs fix it). The options are checked before any model is read.
+LongLLaDA's ntkN runs fix it). The options are checked before any model is read. `run_per_method` is the resumable loop over the
+methods that `rangeswa ppl` and `rangeswa ruler` share.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Optional
 
+import torch
+
+from .. import distributed, resumable
 from ..arguments import integer
 from ..methods import METHODS, OP_PRESETS
 
@@ -59,3 +64,26 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--longllada-factor", type=integer(1),
                         help="longllada's ceil(lambda), fixed for every length as LongLLaDA's runs fix it (4, 14, 31, "
                              "55 at 8k, 16k, 24k, 32k); default: each length's own")
+
+
+def run_per_method(out: Path, device: torch.device, names: Sequence[str], settings_of: Callable[[str], dict],
+                   indices: Sequence[int], work: Callable[[resumable.LineFile, list, bool], None],
+                   render: Callable[[], object]) -> tuple[int, int, object]:
+    """Each name's items into ``<out>/<name>.jsonl`` (resumable lines of ``settings_of(name)``), then ``render()``
+    on rank 0; returns (items written now, items already there, what ``render`` returned).
+
+    ``work(lines, mine, main)`` computes this rank's share ``mine`` of the missing ``indices`` (dealt
+    round-robin over torchrun's ranks) and appends their lines; ``main`` says whether this rank shows progress.
+    """
+    written = already = 0
+    with resumable.session(device, out, folder=True) as world:
+        for name in names:
+            lines = resumable.LineFile(out / f"{name}.jsonl", settings_of(name), world)
+            missing = lines.missing(indices)
+            already += len(indices) - len(missing)
+            mine = distributed.deal([i for i in indices if i in missing], world)
+            if mine:
+                work(lines, mine, world.main)
+            written += lines.finish()
+        rendered = distributed.on_main(render)
+    return written, already, rendered

@@ -42,7 +42,7 @@ from .. import backbones, distributed, resumable
 from ..arguments import add_compute_options, integer, integers, output_folder, require, subcommand
 from ..generate import DTYPES, resolve_dtype
 from .genppl import check_causal_lm, load_scorer
-from .method_runs import DEFAULT_METHODS, add_method_arguments, check_methods, method_options
+from .method_runs import DEFAULT_METHODS, add_method_arguments, check_methods, method_options, run_per_method
 from .niah import read_haystack
 from .plots import save_figure
 
@@ -228,18 +228,13 @@ def ppl(*, out, model: Optional[str] = None, checkpoint=None, tokenizer=None, ca
 
     out = Path(out).expanduser()
     chunks = list(range(1, lengths[-1] // chunk_size))
-    written = already = 0
-    with resumable.session(device, out, folder=True) as world:
-        for name in names:
-            lines = resumable.LineFile(out / f"{name}.jsonl", settings[name], world)
-            missing = lines.missing(chunks)
-            already += len(chunks) - len(missing)
-            mine = distributed.deal([j for j in chunks if j in missing], world)
-            if mine:
-                _score_chunks(lines, mine, scorer, backbone, records,
-                              lengths[-1], batch_size, DTYPES[dtype], progress and world.main)
-            written += lines.finish()
-        table = distributed.on_main(lambda: render(out, names, settings, lengths))
+
+    def score(lines: resumable.LineFile, mine: list, main: bool) -> None:
+        _score_chunks(lines, mine, scorer, backbone, records, lengths[-1], batch_size, DTYPES[dtype],
+                      progress and main)
+
+    written, already, table = run_per_method(out, device, names, settings.__getitem__, chunks, score,
+                                             lambda: render(out, names, settings, lengths))
     return PplResult(out, written, already, table)
 
 

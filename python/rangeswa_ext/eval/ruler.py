@@ -28,7 +28,8 @@ from tqdm import tqdm
 from .. import backbones, distributed, resumable
 from ..arguments import add_compute_options, integer, integers, output_folder, require, subcommand
 from ..generate import DTYPES, add_sampler_options, resolve_dtype, sampler_config_for
-from .method_runs import DEFAULT_METHODS, add_method_arguments, check_methods, method_options, names
+from .method_runs import (DEFAULT_METHODS, add_method_arguments, check_methods, method_options, names,
+                          run_per_method)
 from .niah import read_haystack
 from .ruler_tasks import SYNTHETIC, TASKS, Sources, fit, haystack_words, read_hotpotqa, read_squad, score, vocabulary
 
@@ -144,24 +145,22 @@ def ruler(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Seque
     def settings_of(method: str) -> dict:
         return dict(method=method, method_options=method_options(method, windows, longllada_factor), **common)
 
-    written = already = 0
-    with resumable.session(device, out, folder=True) as world:
-        net = tok = None
-        for method in methods:
-            lines = resumable.LineFile(out / f"{method}.jsonl", settings_of(method), world)
-            missing = lines.missing(i.index for i in work)
-            already += len(work) - len(missing)
-            mine = distributed.deal([i for i in work if i.index in missing], world)
-            if mine:
-                if net is None:
-                    tok = backbone.load_tokenizer(tokenizer_folder)
-                    net = backbone.load(checkpoint, model, device)
-                    backbone.check_tokenizer(net, tok, tokenizer_folder)
-                net.set_attention(backbone.attention(net, method, **lines.settings["method_options"]))
-                _run_items(lines, mine, backbone, net, tok, sources, sampler_config, gen_length, DTYPES[dtype],
-                           progress and world.main)
-            written += lines.finish()
-        averages = distributed.on_main(lambda: render(out, methods, settings_of, work))
+    loaded: dict = {}
+    by_index = {i.index: i for i in work}
+
+    def answer(lines: resumable.LineFile, mine: list, main: bool) -> None:
+        if not loaded:
+            tok = backbone.load_tokenizer(tokenizer_folder)
+            net = backbone.load(checkpoint, model, device)
+            backbone.check_tokenizer(net, tok, tokenizer_folder)
+            loaded.update(net=net, tok=tok)
+        net = loaded["net"]
+        net.set_attention(backbone.attention(net, lines.settings["method"], **lines.settings["method_options"]))
+        _run_items(lines, [by_index[i] for i in mine], backbone, net, loaded["tok"], sources, sampler_config,
+                   gen_length, DTYPES[dtype], progress and main)
+
+    written, already, averages = run_per_method(out, device, methods, settings_of, list(by_index), answer,
+                                                lambda: render(out, methods, settings_of, work))
     return RulerResult(out, written, already, averages)
 
 
