@@ -213,3 +213,13 @@ def test_errors(assets, tmp_path, capsys):
     assert "needs a model that continues prompts" in capsys.readouterr().err
     assert run(assets, out, methods="full,sparse") == 2
     assert "unknown method(s) sparse" in capsys.readouterr().err
+
+
+def test_common_words_stop_at_the_vocabulary(assets, sources):
+    """A length whose list would need more distinct words than the vocabulary holds gets every word once."""
+    from rangeswa_ext.eval.ruler_tasks import Sources
+
+    small = Sources(sources.vocabulary[:40], sources.haystack)
+    text, answers, size = fit(TASKS["cwe"], "seed", small, 8192, _count(assets[2]))
+    assert size == 40 and len(answers) == 10
+    assert _count(assets[2])(text) < 8192 - 120

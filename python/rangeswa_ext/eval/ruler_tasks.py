@@ -21,6 +21,7 @@ import string
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Optional
 
 #: constants.py: the template (with the answer prefix prepare.py appends) and tokens_to_generate per kind.
 TEMPLATES = {
@@ -322,32 +323,38 @@ class TooShort(ValueError):
     """Even the smallest sample of a task does not fit its length."""
 
 
-def largest_fitting(make: Callable[[int], str], count: Callable[[str], int], budget: int, least: int) -> int:
-    """The largest size >= ``least`` whose text ``make(size)`` has at most ``budget`` tokens: sizes double
-    until one does not fit, then a binary search between the last that did and it. ValueError when even
-    ``least`` does not fit."""
-    if count(make(least)) > budget:
+def largest_fitting(make: Callable[[int], str], count: Callable[[str], int], budget: int, least: int,
+                    most: Optional[int] = None) -> int:
+    """The largest size in ``least .. most`` (no upper bound for None) whose text ``make(size)`` has at most
+    ``budget`` tokens: sizes double until one does not fit, then a binary search between the last that did
+    and it. `TooShort` when even ``least`` does not fit."""
+    def fits(size: int) -> bool:
+        return (most is None or size <= most) and count(make(size)) <= budget
+
+    if not fits(least):
         raise TooShort(f"the smallest sample does not fit in {budget} tokens; use longer lengths")
-    fits, over = least, 2 * least
-    while count(make(over)) <= budget:
-        fits, over = over, 2 * over
-    while over - fits > 1:
-        middle = (fits + over) // 2
-        fits, over = (middle, over) if count(make(middle)) <= budget else (fits, middle)
-    return fits
+    good, over = least, 2 * least
+    while fits(over):
+        good, over = over, 2 * over
+    while over - good > 1:
+        middle = (good + over) // 2
+        good, over = (middle, over) if fits(middle) else (good, middle)
+    return good
 
 
 def fit(task: Task, seed: str, sources: Sources, length: int, count: Callable[[str], int],
         sample: int = 0) -> tuple[str, list[str], int]:
     """The sample of ``task`` whose prompt takes at most ``length`` minus RULER's answer tokens: (prompt,
-    answers, size)."""
+    answers, size). Common-words lists hold at most every word of the vocabulary once (RULER then draws
+    from a second list; here the prompt stays shorter)."""
     budget = length - task.tokens_to_generate
 
     def make(size: int) -> str:
         return build(task, size, seed, sources, length, count, sample)[0]
 
     try:
-        size = largest_fitting(make, count, budget, least_size(task, sources, sample))
+        most = len(sources.vocabulary) if task.kind == "common_words_extraction" else None
+        size = largest_fitting(make, count, budget, least_size(task, sources, sample), most)
     except TooShort:
         raise ValueError(f"length {length} is too short for RULER's {task.name}: its smallest prompt takes more "
                          f"than the {budget} tokens the answer's {task.tokens_to_generate} leave; use longer "
