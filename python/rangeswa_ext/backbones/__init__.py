@@ -46,6 +46,10 @@ class Backbone:
     sizes: tuple = ()
     #: RoPE's pairs: ``interleaved`` (GPT-J) or ``half`` (GPT-NeoX), SPEC section 1.
     rope_style: str = "interleaved"
+    #: How a text's likelihood is estimated: ``masked_diffusion`` for masked-diffusion LMs (the model's
+    #: ``token_logits`` predicts the tokens at ``config.mask_id`` positions; `rangeswa ppl` draws masks), or
+    #: ``""`` where the backbone has none.
+    likelihood: str = ""
 
     @property
     def presets(self) -> tuple:
@@ -140,7 +144,7 @@ class MaskedDiffusionBackbone(Backbone):
     module's ``sample(model, num, length, seed, start_index, config, *, prompts, prompt_mask, autocast_dtype,
     progress)``."""
 
-    conditional = True
+    conditional, likelihood = True, "masked_diffusion"
     sampler_sample: Callable = None
 
     def check_tokenizer(self, model, tokenizer, folder: Path) -> None:

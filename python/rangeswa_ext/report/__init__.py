@@ -41,7 +41,7 @@ def build_report(runs, out: Optional[Path] = None, *, title: str = "rangeswa rep
 def add_report_parser(subparsers) -> argparse.ArgumentParser:
     parser = subcommand(subparsers, "report", run_report)
     parser.add_argument("runs", nargs="+", type=Path,
-                        help="demo, sweep, judge or niah output folders, .scores.json files, samples .jsonl files")
+                        help="demo, sweep, judge, niah, ppl or ruler output folders, .scores.json files, samples .jsonl files")
     parser.add_argument("--out", type=Path, help="the HTML file (default: report.html in the first run's folder)")
     parser.add_argument("--samples", type=integer(1), default=DEFAULT_SAMPLES,
                         help=f"sample indices per length in the sample browser (default {DEFAULT_SAMPLES})")

@@ -3,7 +3,8 @@
 Sections, each only when the runs have something for it: how to read the page; the demo's summary and
 the paper's claims checked; the tables (Table 1 per model and seed, Table 2 over seeds, Table 3 for
 CoLa and LangFlow models, low-diversity flags); the length plots (Figure 7); the pairwise judge (Table
-17); the NIAH heatmaps; scored files; the sample browser; settings and versions at the foot.
+17); the NIAH heatmaps; the perplexity curves (`rangeswa ppl`); RULER's tables (`rangeswa ruler`); scored
+files; the sample browser; settings and versions at the foot.
 
 The sample browser's data is a JSON block the page's script reads: every shown sample with its text as
 escaped HTML (repeated word 4-grams in ``<mark>``) and its metrics. The query string picks what it shows
@@ -30,6 +31,8 @@ from ..eval.judge_table import table17
 from ..eval.metrics import (LOW_DIVERSITY_ENTROPY, four_gram_repetition, low_diversity, low_diversity_threshold,
                             unigram_entropy, words)
 from ..eval.niah import summary_markdown
+from ..eval.ppl import summary_markdown as ppl_markdown
+from ..eval.ruler import summary_markdown as ruler_markdown
 from ..eval.tables import format_length, format_number, method_label, results_table, seeds_table
 from .markdown import table_html, to_html
 from .runs import Runs, samples_of
@@ -58,6 +61,8 @@ def render_page(runs: Runs, title: str, samples_per_length: int, command: Option
                              f'<div class="figures">{figures}</div>'),
                 ("judge", "Table 17: pairwise judge", "".join(map(judge_section, runs.judgements))),
                 ("niah", "Needle in a haystack", "".join(map(niah_section, runs.niahs))),
+                ("ppl", "Perplexity against context length", "".join(map(ppl_section, runs.ppls))),
+                ("ruler", "RULER", "".join(map(ruler_section, runs.rulers))),
                 ("scores", "Scored files", scores_table(runs.scores) if runs.scores else ""),
                 ("samples", "Sample browser", sample_browser(runs, samples_per_length))]
     sections = [section for section in sections if section[2]]
@@ -93,6 +98,13 @@ def guide(runs: Runs) -> str:
     if runs.niahs:
         items.append("<li><b>Needle in a haystack</b>: how often a fact hidden at a given depth of a long "
                      "context is retrieved (100 = found), per context length.</li>")
+    if runs.ppls:
+        items.append("<li><b>Perplexity against context length</b>: a long text's perplexity, cumulated chunk by "
+                     "chunk, each chunk given every token before it (LongLLaDA's Figure 1). Lower is better; a curve "
+                     "that stays flat past the training length extrapolates.</li>")
+    if runs.rulers:
+        items.append("<li><b>RULER</b>: the share (%) of the expected strings found in the answers of RULER's "
+                     "retrieval, tracking and aggregation tasks, per context length; higher is better.</li>")
     short = sorted({r.length for s in runs.sweeps for r in s.results if math.log(r.length) < LOW_DIVERSITY_ENTROPY})
     if short:
         items.append(f"<li>A sample of n tokens has H at most ln n, so at length {', '.join(map(str, short))} "
@@ -151,6 +163,21 @@ def niah_section(niah) -> str:
     return (f"<h3><code>{html.escape(str(niah.folder))}</code></h3>"
             "<p>Mean score per context length (over needle depths) and overall; 100 means the needle was found.</p>"
             + to_html(summary_markdown(niah.summary)) + f'<div class="figures">{maps}</div>')
+
+
+def ppl_section(run) -> str:
+    """The perplexity table at the lengths asked and the plot of the curves."""
+    plot = figure(run.figure, "cumulative perplexity against context length") if run.figure else ""
+    return (f"<h3><code>{html.escape(str(run.folder))}</code></h3>"
+            "<p>Cumulative perplexity at each context length (tokens of the model), one row per attention method "
+            "(or the causal LM).</p>" + to_html(ppl_markdown(run.summary)) + f'<div class="figures">{plot}</div>')
+
+
+def ruler_section(run) -> str:
+    """RULER's table of each length: one row per method, a column per task and the average."""
+    return (f"<h3><code>{html.escape(str(run.folder))}</code></h3>"
+            "<p>Score (%) per task, the mean of its samples; average: the mean over the tasks.</p>"
+            + to_html(ruler_markdown(run.summary), heading_offset=2))
 
 
 def scores_table(scores) -> str:
@@ -265,6 +292,8 @@ def foot(runs: Runs, command: Optional[str]) -> str:
     parts += [_settings_table(f"{j.folder} · judge", {**j.settings, "bootstrap resamples": j.resamples})
               for j in runs.judgements]
     parts += [_settings_table(f"{niah.folder} · niah", niah.settings) for niah in runs.niahs]
+    parts += [_settings_table(f"{run.folder} · ppl", run.settings) for run in runs.ppls]
+    parts += [_settings_table(f"{run.folder} · ruler", run.settings) for run in runs.rulers]
     return "".join(parts)
 
 

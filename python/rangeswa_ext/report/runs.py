@@ -1,9 +1,10 @@
-"""What `rangeswa report` reads: the output of demo, sweep, score, judge and niah runs, recognised by
-their files.
+"""What `rangeswa report` reads: the output of demo, sweep, score, judge, niah, ppl and ruler runs,
+recognised by their files.
 
 - a folder with ``results.json`` (or ``results/``): a sweep; with ``demo.json`` too, a demo;
-- a folder with ``judge.json``: a judge run; with ``niah_summary.json``: a niah run (one folder may be
-  several of these);
+- a folder with ``judge.json``: a judge run; with ``niah_summary.json``: a niah run; with
+  ``ppl_summary.json``: a ppl run; with ``ruler_summary.json``: a ruler run (one folder may be several
+  of these);
 - ``*.scores.json``: a score result; ``*.jsonl``: a samples file of rangeswa generate (with the score
   result beside it, when there is one).
 """
@@ -60,6 +61,25 @@ class Niah:
 
 
 @dataclass
+class Ppl:
+    """A `rangeswa ppl` output folder: the curves' summary, their plot and the run's settings."""
+
+    folder: Path
+    summary: dict
+    figure: Optional[Path]
+    settings: dict
+
+
+@dataclass
+class Ruler:
+    """A `rangeswa ruler` output folder: the summary (method -> length -> task scores) and the run's settings."""
+
+    folder: Path
+    summary: dict
+    settings: dict
+
+
+@dataclass
 class Scores:
     """A `rangeswa score` result."""
 
@@ -74,6 +94,8 @@ class Runs:
     sweeps: list = field(default_factory=list)
     judgements: list = field(default_factory=list)
     niahs: list = field(default_factory=list)
+    ppls: list = field(default_factory=list)
+    rulers: list = field(default_factory=list)
     scores: list = field(default_factory=list)
     sample_files: list = field(default_factory=list)  # samples files given on their own
     inputs: list = field(default_factory=list)  # (path, what it was read as)
@@ -85,12 +107,12 @@ class Runs:
 def collect(paths) -> Runs:
     """Read every path; raises FileNotFoundError for a missing one and ValueError for one that is no run output."""
     if not paths:
-        raise ValueError("no run given: pass demo, sweep, judge or niah output folders, .scores.json or .jsonl files")
+        raise ValueError("no run given: pass demo, sweep, judge, niah, ppl or ruler output folders, .scores.json or .jsonl files")
     runs = Runs()
     for path in map(Path, paths):
         path = path.expanduser()
         if not path.exists():
-            raise FileNotFoundError(f"{path} does not exist; pass demo, sweep, judge or niah output folders, "
+            raise FileNotFoundError(f"{path} does not exist; pass demo, sweep, judge, niah, ppl or ruler output folders, "
                                     f".scores.json or samples .jsonl files")
         kinds = _read_folder(path, runs) if path.is_dir() else _read_file(path, runs)
         runs.inputs.append((path, " + ".join(kinds)))
@@ -108,9 +130,16 @@ def _read_folder(path: Path, runs: Runs) -> list[str]:
     if (path / "niah_summary.json").is_file():
         runs.niahs.append(read_niah(path))
         kinds.append("niah")
+    if (path / "ppl_summary.json").is_file():
+        runs.ppls.append(read_ppl(path))
+        kinds.append("ppl")
+    if (path / "ruler_summary.json").is_file():
+        runs.rulers.append(read_ruler(path))
+        kinds.append("ruler")
     if not kinds:
         raise ValueError(f"{path} holds no run output: expected a demo or sweep folder (results.json), a judge "
-                         f"folder (judge.json) or a niah folder (niah_summary.json)")
+                         f"folder (judge.json), a niah folder (niah_summary.json), a ppl folder (ppl_summary.json) or a "
+                         f"ruler folder (ruler_summary.json)")
     return kinds
 
 
@@ -118,7 +147,7 @@ def _read_file(path: Path, runs: Runs) -> list[str]:
     if path.name.endswith(".scores.json"):
         runs.scores.append(Scores(path, _json(path)))
         return ["score"]
-    if path.name in ("judge.json", "niah_summary.json", "results.json"):
+    if path.name in ("judge.json", "niah_summary.json", "ppl_summary.json", "ruler_summary.json", "results.json"):
         return _read_folder(path.parent, runs)
     if path.suffix == ".jsonl":
         runs.sample_files.append(path)
@@ -182,6 +211,35 @@ def read_niah(folder: Path) -> Niah:
 #: Keys of a niah line that belong to one sample, not to the run.
 NIAH_SAMPLE_KEYS = ("index", "method", "method_options", "length", "depth", "needle", "repeat", "prompt_tokens",
                     "prediction", "keyword_hit", "score")
+
+
+def read_ppl(folder: Path) -> Ppl:
+    """A ppl folder: the summary, the plot and the settings of its lines."""
+    summary = _json(folder / "ppl_summary.json")
+    figure = _figures({"curves": folder / "ppl_curves"}).get("curves")
+    return Ppl(folder, summary, figure, _run_settings(folder, summary, PPL_CHUNK_KEYS))
+
+
+def read_ruler(folder: Path) -> Ruler:
+    """A ruler folder: the summary and the settings of its lines."""
+    summary = _json(folder / "ruler_summary.json")
+    return Ruler(folder, summary, _run_settings(folder, summary, RULER_SAMPLE_KEYS))
+
+
+#: Keys of a ppl or ruler line that belong to one chunk or sample, not to the run.
+PPL_CHUNK_KEYS = ("index", "method", "method_options", "chunk", "start", "nll", "draw_nll", "masked")
+RULER_SAMPLE_KEYS = ("index", "method", "method_options", "length", "task", "sample", "size", "prompt_tokens",
+                     "answers", "prediction", "score")
+
+
+def _run_settings(folder: Path, names, item_keys) -> dict:
+    """The run's settings: the first line of the first ``<name>.jsonl`` that has one, less ``item_keys``."""
+    for name in names:
+        path = folder / f"{name}.jsonl"
+        first = path.open(encoding="utf-8").readline() if path.is_file() else ""
+        if first.strip():
+            return {k: v for k, v in json.loads(first).items() if k not in item_keys}
+    return {}
 
 
 def samples_of(files, per_length: int) -> list[dict]:
