@@ -1,5 +1,6 @@
 """The `rangeswa` command: `rangeswa demo`, `rangeswa generate`, `rangeswa score`, `rangeswa sweep`,
-`rangeswa judge`, `rangeswa report`, `rangeswa niah`, `rangeswa bench`, `rangeswa train-mini`.
+`rangeswa judge`, `rangeswa report`, `rangeswa niah`, `rangeswa bench`, `rangeswa check`,
+`rangeswa train-mini`.
 
 Every error a user can cause ends the command with one line on stderr and exit status 2: bad options
 are refused by the parser before any work (`arguments`), and what goes wrong later (a missing file, an
@@ -38,6 +39,7 @@ class _Version(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     from .bench import add_bench_parser
+    from .check import add_check_parser
     from .demo import add_demo_parser
     from .eval.judge import add_judge_parser
     from .eval.niah import add_niah_parser
@@ -52,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_demo_parser(sub)
     add_bench_parser(sub)
+    add_check_parser(sub)
     add_score_parser(sub)
     add_generate_parser(sub)
     add_sweep_parser(sub)

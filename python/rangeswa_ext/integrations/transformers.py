@@ -264,7 +264,8 @@ def _traced(module, query, key, value, padding, given, causal: bool, scaling, se
     """`attention` under torch.compile: the same answers without reading a tensor's value on the host, so the
     graph has no data-dependent guard (docs/spec_decisions.md 40). A padding mask must mark every row real
     (asserted on the device; its length, a shape, ends the visible rows); a causal call with position ids sees
-    its keys up to its last query's position + 1, a 0-d tensor: the model's own attention masks by position,
+    its keys up to its last query's position + 1, a 0-d tensor, when it has more key rows than queries (a static
+    cache's empty rows may follow): the model's own attention masks by position,
     the op takes a packed call whose second sequence per sample is the rest of a static cache's rows (no
     queries). Whether the model's own attention runs (L <= T) is decided on the call's key rows, a shape; the
     KV cache's keys are un-rotated whole at every call (no `_DecodeState`, whose marks are read on the host)."""
@@ -274,12 +275,13 @@ def _traced(module, query, key, value, padding, given, causal: bool, scaling, se
         torch._assert_async(padding.all(), "rangeswa attention under torch.compile takes batches without padding")
         if Lq <= padding.shape[1] < L:
             key, value, L = key[:, :, :padding.shape[1]], value[:, :, :padding.shape[1]], padding.shape[1]
-    elif causal and given is not None:
+    elif causal and given is not None:  # the queries at consecutive positions, the last Lq of the visible rows
         given = given.to(query.device)
-        steps = torch.arange(Lq, device=query.device)
-        torch._assert_async(((given - given[..., :1]) == steps).all(),
-                            "rangeswa attention needs each call's position ids consecutive")
-        end = given[..., -1].max() + 1
+        first = given[..., :1] if Lq < L else 0  # all rows visible (no static cache's empty rows): from 0
+        torch._assert_async((given - first == torch.arange(Lq, device=query.device)).all(),
+                            "rangeswa attention needs each call's position ids consecutive, those of its last rows")
+        if Lq < L:
+            end = given[..., -1].max() + 1
     frequencies = _frequencies(module)  # first: builds the module's `_Rope` outside the graph
     rope = _rope(module)
     if rope.moves:
