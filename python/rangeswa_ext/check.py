@@ -224,16 +224,19 @@ def body_kernel(kernel: Optional[str]):
             os.environ["RANGESWA_CUDA_KERNEL"] = saved
 
 
+def kernels_for(device: torch.device, dtype: torch.dtype) -> list[str]:
+    """The body kernels (RANGESWA_CUDA_KERNEL values) this CUDA device runs in ``dtype``: the mma.sync kernel, and
+    on compute capability 9.0 the sm_90a kernel, which takes 16-bit inputs only."""
+    hopper = torch.cuda.get_device_capability(device) == (9, 0) and dtype != torch.float32
+    return ["mma", "hopper"] if hopper else ["mma"]
+
+
 def body_kernels(device: torch.device) -> list[tuple[str, torch.dtype]]:
-    """(RANGESWA_CUDA_KERNEL value, input dtype) of every body kernel this device runs: on CUDA the mma.sync
-    kernel in float32 and bfloat16, and on compute capability 9.0 the sm_90a kernel in bfloat16 (it takes
-    16-bit inputs only); on the CPU its one kernel."""
+    """(body kernel, input dtype) of every check run: on CUDA each kernel of `kernels_for` in float32 and bfloat16;
+    on the CPU its one kernel in float32."""
     if device.type == "cpu":
         return [("cpu", torch.float32)]
-    kernels = [("mma", torch.float32), ("mma", torch.bfloat16)]
-    if torch.cuda.get_device_capability(device) == (9, 0):
-        kernels.append(("hopper", torch.bfloat16))
-    return kernels
+    return [(kernel, dtype) for dtype in (torch.float32, torch.bfloat16) for kernel in kernels_for(device, dtype)]
 
 
 def header(device: torch.device) -> list[str]:
