@@ -301,8 +301,10 @@ def correctness(kernels: list, dtype: torch.dtype, device: torch.device) -> dict
 
 def run_gpu_benchmark(*, methods, stages, lengths, batch: int, heads: int, kv_heads: int, head_dim: int,
                       control: int, dtype: str, repeats: int, kernels: Optional[list] = None, flex_lengths=None,
-                      census: Optional[dict] = None, device: str = "cuda", progress: bool = True) -> list[dict]:
-    """The records (one per kernel or peer, length, method, stage) of the module docstring."""
+                      census: Optional[dict] = None, device: str = "cuda", progress: bool = True,
+                      out: Optional[Path] = None) -> list[dict]:
+    """The records (one per kernel or peer, length, method, stage) of the module docstring; with ``out``, written
+    there after each length (a run cut short keeps what it measured)."""
     dev = torch.device(device)
     torch_dtype = DTYPES[dtype]
     kernels = kernels or check.kernels_for(dev, torch_dtype)
@@ -313,7 +315,6 @@ def run_gpu_benchmark(*, methods, stages, lengths, batch: int, heads: int, kv_he
                 device=torch.cuda.get_device_name(dev), torch=torch.__version__, repeats=repeats,
                 date=datetime.date.today().isoformat())
     records = []
-    shapes = [(L, m, s) for L in lengths for m in methods for s in stages]
     for L in tqdm(lengths, disable=not progress, desc="bench cuda"):
         N = control + L
         g = torch.Generator(device=dev).manual_seed(L)
@@ -344,7 +345,7 @@ def run_gpu_benchmark(*, methods, stages, lengths, batch: int, heads: int, kv_he
         for name, fn in peers.items():
             dense_peer(name, lambda a, b, c, fn=fn: fn(a, b, c), lambda x: x.transpose(1, 2).contiguous())
         sdpa_ms = next((r["ms"] for r in records if r["length"] == L and r["kernel"] == "sdpa_flash" and r["ms"]), None)
-        for method, stage in [(m, s) for (LL, m, s) in shapes if LL == L]:
+        for method, stage in [(m, s) for m in methods for s in stages]:
             cfg = preset(method)
             retrieved = ops.topk_blocks(q, k, cfg, control, stage) if cfg.topk else None
             keys = visited_keys(cfg, stage, L, control, retrieved, dev)
@@ -386,6 +387,8 @@ def run_gpu_benchmark(*, methods, stages, lengths, batch: int, heads: int, kv_he
                     record(method, stage, "flex", error=_error(err))
         del q, k, v
         torch.cuda.empty_cache()
+        if out is not None:
+            write(out, records, echo=False)
     return records
 
 
@@ -419,14 +422,15 @@ def load_census(path: Optional[Path]) -> Optional[dict]:
     return json.loads(Path(path).read_text())["entries"]
 
 
-def write(out: Path, records: list[dict]) -> Path:
-    """gpu_attention.json (the records) and gpu_attention.md in ``out``; prints the table."""
+def write(out: Path, records: list[dict], echo: bool = True) -> Path:
+    """gpu_attention.json (the records) and gpu_attention.md in ``out``; prints the table when ``echo``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_attention.json").write_text(json.dumps(records, indent=1) + "\n")
     text = markdown(records)
     (out / "gpu_attention.md").write_text(text)
-    print(text, end="")
+    if echo:
+        print(text, end="")
     return out / "gpu_attention"
 
 
@@ -439,7 +443,7 @@ def run_from_args(args) -> int:
         methods=args.methods, stages=args.stages, lengths=lengths, batch=args.batch, heads=args.heads,
         kv_heads=args.kv_heads or args.heads, head_dim=args.head_dim, control=args.control, dtype=args.dtype,
         repeats=min(args.repeats, 10) if quick else args.repeats, flex_lengths=lengths[:1] if quick else None,
-        census=load_census(args.census), device=args.device, progress=not args.no_progress)
+        census=load_census(args.census), device=args.device, progress=not args.no_progress, out=args.out)
     stem = write(args.out, records)
     print(f"saved {stem}.json and {stem}.md ({time.perf_counter() - start:.0f} s)")
     return 0

@@ -59,6 +59,8 @@ def render_page(runs: Runs, title: str, samples_per_length: int, command: Option
                 ("judge", "Table 17: pairwise judge", "".join(map(judge_section, runs.judgements))),
                 ("niah", "Needle in a haystack", "".join(map(niah_section, runs.niahs))),
                 ("scores", "Scored files", scores_table(runs.scores) if runs.scores else ""),
+                ("gpu", "GPU attention benchmark", "".join(
+                    f"<h3><code>{html.escape(str(b.path))}</code></h3>" + to_html(b.table) for b in runs.gpu_benches)),
                 ("samples", "Sample browser", sample_browser(runs, samples_per_length))]
     sections = [section for section in sections if section[2]]
     nav = "".join(f'<a href="#{key}">{html.escape(name)}</a>' for key, name, _ in sections)

@@ -68,6 +68,15 @@ class Scores:
 
 
 @dataclass
+class GpuBench:
+    """A `rangeswa bench --device cuda` output: its records (gpu_attention.json) and table (gpu_attention.md)."""
+
+    path: Path
+    records: list
+    table: str
+
+
+@dataclass
 class Runs:
     """Everything found in the paths given to `rangeswa report`."""
 
@@ -75,6 +84,7 @@ class Runs:
     judgements: list = field(default_factory=list)
     niahs: list = field(default_factory=list)
     scores: list = field(default_factory=list)
+    gpu_benches: list = field(default_factory=list)
     sample_files: list = field(default_factory=list)  # samples files given on their own
     inputs: list = field(default_factory=list)  # (path, what it was read as)
 
@@ -108,9 +118,14 @@ def _read_folder(path: Path, runs: Runs) -> list[str]:
     if (path / "niah_summary.json").is_file():
         runs.niahs.append(read_niah(path))
         kinds.append("niah")
+    if (path / "gpu_attention.json").is_file():
+        records = _json(path / "gpu_attention.json")
+        runs.gpu_benches.append(GpuBench(path, records, _text(path / "gpu_attention.md") or ""))
+        kinds.append("GPU benchmark")
     if not kinds:
         raise ValueError(f"{path} holds no run output: expected a demo or sweep folder (results.json), a judge "
-                         f"folder (judge.json) or a niah folder (niah_summary.json)")
+                         f"folder (judge.json), a niah folder (niah_summary.json) or a GPU benchmark "
+                         f"(gpu_attention.json)")
     return kinds
 
 
@@ -118,7 +133,7 @@ def _read_file(path: Path, runs: Runs) -> list[str]:
     if path.name.endswith(".scores.json"):
         runs.scores.append(Scores(path, _json(path)))
         return ["score"]
-    if path.name in ("judge.json", "niah_summary.json", "results.json"):
+    if path.name in ("judge.json", "niah_summary.json", "results.json", "gpu_attention.json"):
         return _read_folder(path.parent, runs)
     if path.suffix == ".jsonl":
         runs.sample_files.append(path)
