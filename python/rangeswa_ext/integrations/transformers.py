@@ -262,7 +262,7 @@ class _DecodeState:
 def _traced(module, query, key, value, padding, given, causal: bool, scaling, settings: Settings, method: str,
             kwargs: dict) -> tuple[torch.Tensor, None]:
     """`attention` under torch.compile: the same answers without reading a tensor's value on the host, so the
-    graph has no data-dependent guard (docs/spec_decisions.md 40). A padding mask must mark every row real
+    graph has no data-dependent guard (docs/spec_decisions.md 30). A padding mask must mark every row real
     (asserted on the device; its length, a shape, ends the visible rows); a causal call with position ids sees
     its keys up to its last query's position + 1, a 0-d tensor, when it has more key rows than queries (a static
     cache's empty rows may follow): the model's own attention masks by position,
