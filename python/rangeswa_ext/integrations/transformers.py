@@ -263,12 +263,12 @@ def _traced(module, query, key, value, padding, given, causal: bool, scaling, se
             kwargs: dict) -> tuple[torch.Tensor, None]:
     """`attention` under torch.compile: the same answers without reading a tensor's value on the host, so the
     graph has no data-dependent guard (docs/spec_decisions.md 30). A padding mask must mark every row real
-    (asserted on the device; its length, a shape, ends the visible rows); a causal call with position ids sees
-    its keys up to its last query's position + 1, a 0-d tensor, when it has more key rows than queries (a static
-    cache's empty rows may follow): the model's own attention masks by position,
-    the op takes a packed call whose second sequence per sample is the rest of a static cache's rows (no
-    queries). Whether the model's own attention runs (L <= T) is decided on the call's key rows, a shape; the
-    KV cache's keys are un-rotated whole at every call (no `_DecodeState`, whose marks are read on the host)."""
+    (asserted on the device; its length, a shape, ends the visible rows); a causal call with position ids and more
+    key rows than queries (a static cache's empty rows may follow) sees its keys up to its last query's position
+    + 1, a 0-d tensor: the model's own attention masks by position, the op takes a packed call whose second
+    sequence per sample is the rest of the rows (no queries), and torch.cond picks between them on that length
+    (L <= T: the model's own, as eagerly). The KV cache's keys are un-rotated whole at every call (no
+    `_DecodeState`, whose marks are read on the host)."""
     Lq, L = query.shape[2], key.shape[2]
     end = None
     if padding is not None:
