@@ -151,6 +151,14 @@ class BuildExtension(cpp_extension.BuildExtension):
             with open(target, "w") as f:
                 f.writelines(lines)
 
+    def copy_extensions_to_source(self):
+        """``--inplace``: the extension, and its kernel_usage.txt beside it."""
+        super().copy_extensions_to_source()
+        built = os.path.join(self.build_lib, "rangeswa_ext", "kernel_usage.txt")
+        if os.path.exists(built):
+            shutil.copyfile(built, os.path.join(os.path.dirname(self.get_ext_fullpath("rangeswa_ext._C")),
+                                                "kernel_usage.txt"))
+
 
 if __name__ == "__main__":  # setuptools runs this file as __main__; the tests import it for its functions
     if shutil.which("ninja") is None:

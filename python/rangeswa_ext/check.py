@@ -254,8 +254,9 @@ def header(device: torch.device) -> list[str]:
                                                   body_kernels(device)) + "; default: mma (RANGESWA_CUDA_KERNEL)")
         lines += kernel_usage_lines()
     else:
-        lines.append("device cpu: the GPU was not checked" + ("" if torch.cuda.is_available() else
-                                                             " (no CUDA device visible to torch)"))
+        why = ("no CUDA device visible to torch" if not torch.cuda.is_available() else
+               "this build has no CUDA kernels" if not ops.CUDA_KERNELS else "--device cpu")
+        lines.append(f"device cpu: the GPU was not checked ({why})")
     return lines
 
 
@@ -298,7 +299,7 @@ def run_check(args) -> int:
     The first command on a new GPU: one line per check (its largest error against each oracle and the bound), the
     device, driver, torch, CUDA and the kernels' ptxas registers and spills, then the verdict; exit status 1 on any
     disagreement. Without a GPU it checks the CPU op and says that the GPU was not checked."""
-    device = distributed.device_for(args.device)
+    device = distributed.device_for(args.device or (None if ops.CUDA_KERNELS else "cpu"))  # a CPU-only build: cpu
     start = time.perf_counter()
     for line in header(device):
         print(line)
