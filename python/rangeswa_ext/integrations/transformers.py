@@ -423,9 +423,10 @@ def _method(method: str, settings: Settings, theta: float, inv_freq: Optional[tu
                           train_length=train_length, scale_windows=settings.scale_windows, **overrides)
 
 
-#: Each attention module's `_Rope`: its rotary embedding, built once (kept outside the module: not its weight, not
-#: moved).
-_ROTARY: "weakref.WeakKeyDictionary[torch.nn.Module, _Rope]" = weakref.WeakKeyDictionary()
+#: The attribute that keeps an attention module's `_Rope`, its rotary embedding built once: a plain attribute (not a
+#: submodule: no weight, not moved), which torch.compile reads like any other (a weak dictionary's entries come and go
+#: with the garbage collector, under the compiler's guards).
+ROPE_ATTRIBUTE = "_rangeswa_rope"
 #: Each attention module's `_DecodeState` while its calls keep a KV cache (dropped by a call without one).
 _DECODE: "weakref.WeakKeyDictionary[torch.nn.Module, _DecodeState]" = weakref.WeakKeyDictionary()
 
@@ -523,9 +524,11 @@ def _frequencies(module) -> tuple:
 
 
 def _rope(module) -> _Rope:
-    if module not in _ROTARY:
-        _ROTARY[module] = _Rope(module)
-    return _ROTARY[module]
+    rope = getattr(module, ROPE_ATTRIBUTE, None)
+    if rope is None:
+        rope = _Rope(module)
+        setattr(module, ROPE_ATTRIBUTE, rope)
+    return rope
 
 
 register()
