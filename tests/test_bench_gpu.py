@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from rangeswa_ext import bench_gpu, ops
+from rangeswa_ext import bench_gpu, ops, preset
 from rangeswa_ext.cli import main
 
 #: What every record holds (the time model's --judge reads these).
@@ -71,3 +71,24 @@ def test_a_small_gpu_run_gives_every_record_its_keys(tmp_path):
 def test_check_on_the_gpu_agrees(capsys):
     assert main(["check", "--device", "cuda"]) == 0
     assert "OK:" in capsys.readouterr().out
+
+
+def test_the_runner_on_the_cpu_with_its_clock_stubbed(monkeypatch, tmp_path):
+    """The whole runner on small CPU tensors, the CUDA-event clock and the profiler stubbed: a record per peer and
+    kernel with the keys the JSON promises, the op's TFLOP/s, the Flex peer with and without building masks."""
+    calls = []
+    monkeypatch.setattr(bench_gpu, "median_ms", lambda fn, repeats, warmup=2: (calls.append(fn()), 2.0)[1])
+    monkeypatch.setattr(bench_gpu, "kernels_ran", lambda fn: dict(kernel="mma_sync", stages=2))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "cpu (stubbed clock)")
+    cfg = dict(train_length=128, late_window=32, summary_block=16, retrieval_block=32, query_block=64, near_range=40)
+    monkeypatch.setattr(bench_gpu, "preset", lambda name: preset(name, **cfg))
+    records = bench_gpu.run_gpu_benchmark(methods=("rangeswa_lite",), stages=("late",), lengths=(300,), batch=1,
+                                          heads=2, kv_heads=1, head_dim=64, control=4, dtype="fp32", repeats=1,
+                                          kernels=["mma"], device="cpu", progress=False, out=tmp_path)
+    by_kernel = {r["kernel"]: r for r in records}
+    assert {"sdpa_flash", "sdpa_cudnn", "mma_sync", "flex", "flex_with_masks"} <= set(by_kernel)
+    assert all(set(KEYS) <= set(r) for r in records)
+    ours = by_kernel["mma_sync"]
+    assert ours["ms"] == 2.0 and ours["stages"] == 2 and ours["tflops"] > 0 and not ours.get("error")
+    assert by_kernel["flex"]["ms"] == 2.0 and by_kernel["flex"]["stage"] == "late"
+    assert json.loads((tmp_path / "gpu_attention.json").read_text()) == records
