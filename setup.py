@@ -127,11 +127,44 @@ def _extension():
     )
 
 
+class BuildExtension(cpp_extension.BuildExtension):
+    """torch's build, with ptxas's registers and spills per kernel instantiation kept (csrc/cuda/nvcc_usage.py runs
+    nvcc with -Xptxas=-v and files its lines per object) and gathered into kernel_usage.txt beside the extension,
+    which `rangeswa check` prints. A PYTORCH_NVCC of the user's (ccache, ...) is left alone, and nothing is kept."""
+
+    def build_extensions(self):
+        usage = os.path.join(os.path.abspath(self.build_temp), "ptxas")  # kept across builds: ninja rebuilds few objects
+        record = _want_cuda() and "PYTORCH_NVCC" not in os.environ
+        if record:
+            nvcc = os.path.join(os.environ.get("CUDA_HOME") or cpp_extension.CUDA_HOME, "bin", "nvcc")
+            os.environ["PYTORCH_NVCC"] = " ".join(
+                [sys.executable, os.path.join(ROOT, "csrc", "cuda", "nvcc_usage.py"), nvcc])
+            os.environ["RANGESWA_PTXAS_DIR"] = usage
+        try:
+            super().build_extensions()
+        finally:
+            if record:
+                del os.environ["PYTORCH_NVCC"], os.environ["RANGESWA_PTXAS_DIR"]
+        if record and os.path.isdir(usage):
+            lines = sorted({line for name in os.listdir(usage) for line in open(os.path.join(usage, name))})
+            target = os.path.join(os.path.dirname(self.get_ext_fullpath("rangeswa_ext._C")), "kernel_usage.txt")
+            with open(target, "w") as f:
+                f.writelines(lines)
+
+    def copy_extensions_to_source(self):
+        """``--inplace``: the extension, and its kernel_usage.txt beside it."""
+        super().copy_extensions_to_source()
+        built = os.path.join(self.build_lib, "rangeswa_ext", "kernel_usage.txt")
+        if os.path.exists(built):
+            shutil.copyfile(built, os.path.join(os.path.dirname(self.get_ext_fullpath("rangeswa_ext._C")),
+                                                "kernel_usage.txt"))
+
+
 if __name__ == "__main__":  # setuptools runs this file as __main__; the tests import it for its functions
     if shutil.which("ninja") is None:
         print("rangeswa: ninja not found, the build will be serial and slow (pip install ninja)", file=sys.stderr)
     setup(
         install_requires=dependencies(),
         ext_modules=[_extension()],
-        cmdclass={"build_ext": cpp_extension.BuildExtension},
+        cmdclass={"build_ext": BuildExtension},
     )

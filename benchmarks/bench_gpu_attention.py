@@ -1,4 +1,5 @@
-"""GPU benchmark of the fused RangeSWA op (issue 18).
+"""GPU benchmark of the fused RangeSWA op (issue 18) at this repository's fixed shapes, with the body kernels' A/Bs
+(`rangeswa bench --device cuda` is the user's benchmark at their shapes; this script shares its timing and peers).
 
     python benchmarks/bench_gpu_attention.py [--lengths 2048,...,32768] [--head-dims 64,128]
         [--repeats 20] [--quick] [--budget-s 400] [--no-flex] [--kernels mma,hopper] [--out DIR]
@@ -32,19 +33,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from rangeswa_ext import ops, preset  # noqa: E402
-from rangeswa_ext.reference import positions as ref_positions  # noqa: E402
+from rangeswa_ext.bench_gpu import (FlexRangeSWA, flops, median_ms, native_positions, sdpa,  # noqa: E402
+                                    visited_keys)
 
 CASES = (  # (label, preset, stage)
     ("rangeswa late", "rangeswa", "late"),
@@ -53,81 +52,15 @@ CASES = (  # (label, preset, stage)
 )
 
 
-# ------------------------------------------------------------------------------------------ timing
-
-
-def median_ms(fn, repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-# ---------------------------------------------------------------------------- keys each row visits
-
-
-def visited_keys(cfg, stage: str, L: int, C: int, retrieved: torch.Tensor | None, device) -> float:
-    """Mean keys per query row (body and control rows) that the method really scores, SPEC section 2."""
-    N = C + L
-    if cfg.method in ("full", "self_extend"):
-        return float(N)
-    G, Hn, W = cfg.summary_block, cfg.near_range, cfg.window_for(stage)
-    r = W // 2
-    i = torch.arange(L, device=device)
-    nG = -(-L // G)
-    wf = (i - r).clamp_min(0) // G
-    wl = (i + r).clamp_max(L - 1) // G
-    window_tokens = (torch.clamp((wl + 1) * G, max=L) - wf * G).double()
-    window_blocks = (wl - wf + 1).double()
-    retrieved_tokens = torch.zeros(L, dtype=torch.float64, device=device)
-    retrieved_blocks = torch.zeros(L, dtype=torch.float64, device=device)
-    if retrieved is not None and retrieved.numel():
-        kb = retrieved.to(device).long()
-        tokens = torch.where(kb >= 0, torch.clamp((kb + 1) * cfg.retrieval_block, max=L) - kb * cfg.retrieval_block, 0)
-        per_qb = tokens.double().sum(-1).mean((0, 1))  # mean over batch and KV heads
-        retrieved_tokens = per_qb[i // cfg.query_block]
-        retrieved_blocks = retrieved_tokens / G  # Rb is a multiple of G; a ragged last block counts as one
-    if cfg.far_summaries:
-        summaries = nG - window_blocks - retrieved_blocks
-    else:  # near blocks (all tokens within Hn) outside the window
-        b = torch.arange(nG, device=device)
-        start, end = b * G, torch.clamp(b * G + G, max=L) - 1
-        near = (start[None, :] >= (i - Hn)[:, None]) & (end[None, :] <= (i + Hn)[:, None])
-        in_window = (b[None, :] >= wf[:, None]) & (b[None, :] <= wl[:, None])
-        summaries = (near & ~in_window).sum(-1).double()
-    body = C + window_tokens + retrieved_tokens + summaries
-    return float((body.sum() + C * N) / N)
-
-
-def flops(visited: float, B: int, H: int, N: int, D: int) -> float:
-    return 4.0 * D * visited * N * B * H
-
-
 # ----------------------------------------------------------------------------------- baselines
-
-
-def native_positions(N, C, device):
-    """Control tokens at position 0, body token i at i (SPEC section 1)."""
-    return (torch.arange(N, dtype=torch.float64, device=device) - C).clamp_min(0)
+# The timing, the keys each row visits, the dense peers and the FlexAttention peer are rangeswa_ext.bench_gpu's
+# (`rangeswa bench --device cuda`); this script keeps the repository's fixed shapes and its kernel A/Bs.
 
 
 def full_attention(q, k, v, C):
     """Dense baseline as a user writes it: native RoPE, then SDPA on the flash backend."""
     pos = native_positions(q.shape[2], C, q.device)
     return sdpa(ops.rope(q, pos), ops.rope(k, pos), v)
-
-
-def sdpa(q, k, v, backend=torch.nn.attention.SDPBackend.FLASH_ATTENTION):
-    with torch.nn.attention.sdpa_kernel(backend):
-        return F.scaled_dot_product_attention(q, k, v)
 
 
 def cudnn_ms(q, k, v, repeats: int) -> dict:
@@ -153,140 +86,6 @@ def flash_attn_fn():
     except Exception:  # noqa: BLE001 (absent, or built for another torch)
         return None
     return flash_attn_func
-
-
-# ------------------------------------------------------------------------------ FlexAttention peer
-
-
-class FlexRangeSWA:
-    """rangeswa (SPEC sections 2-3) written with FlexAttention, the way a user without the fused op would:
-    rotated copies of q and k per position class and block means of the rotated keys; then one
-    flex_attention call per query variant (native, grouped-left, grouped-right) over that variant's keys
-    and block summaries concatenated ([L tokens | nG summaries]), with a BlockMask from SPEC section 2's
-    rules (create_block_mask finds the full and the partial blocks) and the summary bias log n_b as a
-    score_mod; the body rows' control keys (C of them) densely; the parts merged by log-sum-exp. Control
-    query rows (a few) are computed densely. One shortcut: a far summary block straddling distance Hn (at
-    most two per row) is scored with the native block mean instead of token by token.
-
-    `masks(retrieved)` builds the block masks of a call; `__call__(..., masks=None)` builds them itself."""
-
-    def __init__(self, cfg, stage: str, C: int, L: int, device):
-        from torch.nn.attention import flex_attention as fa
-
-        self.fa = fa
-        self.compiled = torch.device(device).type == "cuda"  # eager flex on the CPU (correctness checks only)
-        self.flex = torch.compile(fa.flex_attention, dynamic=False) if self.compiled else fa.flex_attention
-        self.cfg, self.stage, self.C, self.L, self.device = cfg, stage, C, L, device
-        T, Hn = cfg.train_length, cfg.near_range
-        self.extrapolating = ref_positions.corrects_positions(cfg.method, L, T)
-        self.g = ref_positions.group_size(L, T, Hn) if self.extrapolating else 0
-        self.c = Hn - Hn // self.g if self.g else 0
-        G = cfg.summary_block
-        self.nG = -(-L // G)
-        self.log_n = torch.full((self.nG,), math.log(G), device=device)
-        self.log_n[-1] = math.log(L - (self.nG - 1) * G)
-
-    def variants(self):
-        return ("nat", "left", "right") if self.g > 0 else ("nat",)
-
-    def masks(self, retrieved, B: int, H: int) -> dict:
-        """One BlockMask per query variant over [L tokens | nG summaries] keys."""
-        cfg, L, nG = self.cfg, self.L, self.nG
-        G, Hn, Qb, Rb = cfg.summary_block, cfg.near_range, cfg.query_block, cfg.retrieval_block
-        r = cfg.window_for(self.stage) // 2
-        dev = self.device
-        table = torch.zeros(B, H, -(-L // Qb), -(-L // Rb) + 1, dtype=torch.bool, device=dev)
-        if retrieved is not None:
-            idx = torch.where(retrieved >= 0, retrieved.long(), table.shape[-1] - 1)
-            table.scatter_(-1, idx.repeat_interleave(H // retrieved.shape[1], dim=1), True)
-        grouping = self.g > 0
-        Hn_ = Hn if grouping else L  # no grouping: every pair is native
-
-        def wf(i):
-            return torch.clamp(i - r, min=0) // G
-
-        def wl(i):
-            return torch.clamp(i + r, max=L - 1) // G
-
-        def exact(b, h, i, j):
-            return ((j // G >= wf(i)) & (j // G <= wl(i))) | table[b, h, i // Qb, j // Rb]
-
-        def summary(b, h, i, s):  # rule 4 role of block s for row i
-            start, end = s * G, torch.clamp(s * G + G, max=L) - 1
-            near = (start >= i - Hn) & (end <= i + Hn)
-            in_window = (s >= wf(i)) & (s <= wl(i))
-            return ~in_window & ~table[b, h, i // Qb, start // Rb] & (near | cfg.far_summaries)
-
-        def left(i, s):
-            return torch.clamp(s * G + G, max=L) - 1 < i - Hn_
-
-        def right(i, s):
-            return s * G > i + Hn_
-
-        def variant_mod(which):
-            def mod(b, h, i, x):
-                token = x < L
-                j = torch.clamp(x, max=L - 1)
-                s = torch.clamp(x - L, min=0)
-                if which == "nat":
-                    tok = exact(b, h, i, j) & ((i - j).abs() <= Hn_)
-                    summ = summary(b, h, i, s) & ~left(i, s) & ~right(i, s)
-                elif which == "left":
-                    tok, summ = exact(b, h, i, j) & (j < i - Hn), summary(b, h, i, s) & left(i, s)
-                else:
-                    tok, summ = exact(b, h, i, j) & (j > i + Hn), summary(b, h, i, s) & right(i, s)
-                return torch.where(token, tok, summ)
-            return mod
-
-        return {v: self.fa.create_block_mask(variant_mod(v), B, H, L, L + nG, device=dev, _compile=self.compiled)
-                for v in self.variants()}
-
-    def _call(self, q, k, v, block_mask):
-        L, log_n = self.L, self.log_n
-
-        def bias(score, b, h, i, x):
-            return torch.where(x >= L, score + log_n[torch.clamp(x - L, min=0)], score)
-
-        try:
-            out, aux = self.flex(q, k, v, score_mod=bias, block_mask=block_mask,
-                                 return_aux=self.fa.AuxRequest(lse=True))
-            return out, aux.lse
-        except (AttributeError, TypeError):  # torch without AuxRequest
-            return self.flex(q, k, v, score_mod=bias, block_mask=block_mask, return_lse=True)
-
-    def __call__(self, q, k, v, retrieved=None, masks=None):
-        cfg, C, L = self.cfg, self.C, self.L
-        B, H, N, D = q.shape
-        G, T = cfg.summary_block, cfg.train_length
-        if masks is None:
-            masks = self.masks(retrieved, B, H)
-        scale = cfg.resolved_scale(D)
-        rd = cfg.resolved_rotary_dim(D)
-        rot = lambda x, p: ops.rope(x, p.to(torch.float64), cfg.theta, rd, cfg.rope_style)  # noqa: E731
-        i = torch.arange(L, device=q.device)
-        qb, kb, vb = q[:, :, C:], k[:, :, C:], v[:, :, C:]
-        sk_nat, sv = ops.block_summary(kb, vb, i.double(), G, cfg.theta, rd, cfg.rope_style)
-        values = torch.cat([vb, sv], 2)
-        calls = {"nat": (rot(qb, i), torch.cat([rot(kb, i), sk_nat], 2))}
-        if self.g > 0:
-            k_grp = torch.cat([rot(kb, i // self.g), ops.block_summary(kb, vb, (i // self.g).double(), G, cfg.theta, rd,
-                                                                         cfg.rope_style)[0]], 2)
-            calls["left"] = (rot(qb, i // self.g + self.c), k_grp)
-            calls["right"] = (rot(qb, i // self.g - self.c), k_grp)
-        parts = [self._call(qv, kv, values, masks[name]) for name, (qv, kv) in calls.items()]
-        cond_pos = i.double() * T / L if self.extrapolating else i.double()
-        if C:  # rule 1, dense (C keys): body rows at i T / L against unrotated control keys
-            s = (rot(qb, cond_pos).float() @ k[:, :, :C].float().transpose(-1, -2)) * scale
-            parts.append((torch.softmax(s, -1) @ v[:, :, :C].float(), torch.logsumexp(s, -1)))
-        lse = torch.logsumexp(torch.stack([p[1].float() for p in parts]), 0)
-        body = sum(p[0].float() * torch.exp(p[1].float() - lse)[..., None] for p in parts)
-        # Control rows: every key, body keys at j T / L with logit shift -log(L / T) when extrapolating.
-        k_all = torch.cat([k[:, :, :C], rot(kb, cond_pos)], 2).float()
-        s = (q[:, :, :C].float() @ k_all.transpose(-1, -2)) * scale
-        if self.extrapolating:
-            s[..., C:] -= math.log(L / T)
-        control = torch.softmax(s, -1) @ v.float()
-        return torch.cat([control, body], 2).to(q.dtype)
 
 
 # ---------------------------------------------------------------------------------------- driver

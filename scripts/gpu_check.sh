@@ -17,10 +17,11 @@
 #     tests/test_build.py, tests/test_varlen.py without its SIMT ones: packed calls); a test that crashes
 #     the interpreter is deselected and the rest rerun; then the attn tests of tests/test_ops_cuda.py again on the sm_90a body kernel (RANGESWA_CUDA_KERNEL=hopper,
 #     csrc/cuda/hopper/body_kernel.h: the first run of its answers on the device);
-#  6. the attention benchmark (benchmarks/bench_gpu_attention.py --quick: D = 64 at 2k-32k, D = 128 at 8k
-#     and 32k, against SDPA-flash on pre-rotated inputs and FlexAttention at 8k; at 8k and 32k also the
-#     late stage with RANGESWA_CUDA_EDGES=masked, the A/B of the plan's edge-free records; at every shape
-#     both body kernels side by side, RANGESWA_CUDA_KERNEL=mma and =hopper, with their outputs' difference);
+#  6. `rangeswa check` (every op on the device against the CPU op and the float64 reference, each body
+#     kernel, with ptxas's registers and spills), then the user's benchmark, `rangeswa bench --device cuda
+#     --quick` (B = 16, H = 12, C = 12, D = 64, bf16, L = 8k and 32k: the op on each body kernel against
+#     SDPA-flash, SDPA-cuDNN, FlexAttention and FlashAttention where importable), and where
+#     benchmarks/cuda_time_model.py takes --judge, the time model's prediction beside each measured time;
 #  7. the profiler split of one call (benchmarks/profile_gpu_attention.py), and where the machine has Nsight
 #     Compute (`ncu` on PATH or under CUDA_HOME), the body kernel of one late-stage call at 8k: issue slots
 #     busy, tensor pipe, occupancy and stall reasons (benchmarks/ncu_attn_body.py; a machine that denies
@@ -28,10 +29,10 @@
 #  8. ELF-B sampling at 8k (benchmarks/bench_gpu_sampling.py: 32 steps, B = 16, bf16).
 # GPU_CHECK_BUDGET_S (default 480) scales every deadline, for a window shorter or longer than 8 minutes (a
 # 15-minute device lease that must leave room for a rerun: 360); GPU_CHECK_SKIP, a comma-separated list of
-# gates, probe, tests, hopper, bench, profile, ncu, sampling, leaves those steps out and gives their share of
+# gates, probe, tests, hopper, check, bench, profile, ncu, sampling, leaves those steps out and gives their share of
 # the window to the others (the gates are offline evidence this repository already holds: `gates` first).
-# Writes at most 8 files to OUT_DIR: summary.md, summary.json, bench.md, bench.json, profile.md,
-# sampling.md, gates.json and logs.tar.gz (every log).
+# Writes at most 10 files to OUT_DIR: summary.md, summary.json, check.txt, gpu_attention.md, gpu_attention.json,
+# judge.md, profile.md, sampling.md, gates.json and logs.tar.gz (every log).
 # Exit status: 0 all passed, 1 a step failed, 2 no usable GPU or toolchain (nothing was run).
 set -uo pipefail
 
@@ -47,8 +48,8 @@ BUDGET="${GPU_CHECK_BUDGET_S:-480}"
 case "$BUDGET" in ''|*[!0-9]*) echo "gpu_check: GPU_CHECK_BUDGET_S must be a whole number of seconds, got '$BUDGET'" >&2; exit 2;; esac
 SKIP=",${GPU_CHECK_SKIP:-},"
 for step in $(echo "${GPU_CHECK_SKIP:-}" | tr ',' ' '); do
-  case "$step" in gates|probe|tests|hopper|bench|profile|ncu|sampling) ;;
-    *) echo "gpu_check: unknown step '$step' in GPU_CHECK_SKIP (gates, probe, tests, hopper, bench, profile, ncu, sampling)" >&2; exit 2;;
+  case "$step" in gates|probe|tests|hopper|check|bench|profile|ncu|sampling) ;;
+    *) echo "gpu_check: unknown step '$step' in GPU_CHECK_SKIP (gates, probe, tests, hopper, check, bench, profile, ncu, sampling)" >&2; exit 2;;
   esac
 done
 export GPU_CHECK_BUDGET_S="$BUDGET"
@@ -56,8 +57,8 @@ wants() { [[ "$SKIP" != *",$1,"* ]]; }  # whether step $1 runs (not in GPU_CHECK
 # The plan: each step's share of the 8-minute window (the gates and the exception probe run inside the tests'
 # share); a skipped step's share goes to the others, and the shares are scaled to GPU_CHECK_BUDGET_S. A step's
 # deadline is the sum of the shares up to its own, so a step that ends early leaves its time to the next.
-STEPS="build tests hopper bench profile ncu sampling summary"
-declare -A SHARE=([build]=170 [tests]=110 [hopper]=30 [bench]=80 [profile]=22 [ncu]=36 [sampling]=22 [summary]=10)
+STEPS="build tests hopper check bench profile ncu sampling summary"
+declare -A SHARE=([build]=170 [tests]=100 [hopper]=25 [check]=30 [bench]=75 [profile]=20 [ncu]=32 [sampling]=20 [summary]=8)
 declare -A DEADLINE
 total=0
 for step in $STEPS; do wants "$step" && total=$(( total + SHARE[$step] )); done
@@ -102,7 +103,7 @@ BUILD_RC=$?
 BUILD_S=$(( $(date +%s) - B0 ))
 log "build exit $BUILD_RC after ${BUILD_S}s"
 
-GATES_RC=-1; PROBE=""; TESTS_RC=-1; HOPPER_TESTS_RC=-1; BENCH_RC=-1; PROFILE_RC=-1; SAMPLING_RC=-1
+GATES_RC=-1; PROBE=""; TESTS_RC=-1; HOPPER_TESTS_RC=-1; CHECK_RC=-1; BENCH_RC=-1; PROFILE_RC=-1; SAMPLING_RC=-1
 if [ $BUILD_RC -eq 0 ]; then
   # --- 3. offline gates on this toolchain ---------------------------------------------------------------
   if wants gates; then
@@ -196,9 +197,16 @@ EOF
     STEP_RC=$?
     log "$name exit $STEP_RC"
   }
-  run_step bench "attention benchmark" "$WORK/bench.log" benchmarks/bench_gpu_attention.py --quick \
-      --budget-s "$(( $(left bench) - 40 ))" --out "$WORK"
+  run_step check "rangeswa check" "$WORK/check.txt" -m rangeswa_ext.cli check
+  CHECK_RC=$STEP_RC
+  run_step bench "rangeswa bench --device cuda --quick" "$WORK/bench.log" -m rangeswa_ext.cli bench --device cuda \
+      --quick --batch 16 --heads 12 --control 12 --head-dim 64 --no-progress --out "$WORK"
   BENCH_RC=$STEP_RC
+  # The time model's prediction beside each measured time, where benchmarks/cuda_time_model.py takes --judge.
+  if [ -f "$WORK/gpu_attention.json" ] && "$PY" "$ROOT/benchmarks/cuda_time_model.py" --help 2>/dev/null | grep -q -- "--judge"; then
+    (cd "$ROOT" && timeout 60 "$PY" benchmarks/cuda_time_model.py --judge "$WORK/gpu_attention.json") >"$WORK/judge.md" 2>&1
+    log "time model's judgement exit $?"
+  fi
   run_step profile "profiler split" "$WORK/profile.log" benchmarks/profile_gpu_attention.py --calls 5 --out "$WORK"
   PROFILE_RC=$STEP_RC
   NCU="$(command -v ncu || true)"
@@ -227,14 +235,15 @@ fi
 
 # --- summary and the files that come back ---------------------------------------------------------------
 TOTAL_S=$(( $(date +%s) - START ))
-cp "$WORK"/bench.json "$WORK"/bench.md "$WORK"/profile.md "$OUT_DIR"/ 2>/dev/null
+cp "$WORK"/check.txt "$WORK"/gpu_attention.json "$WORK"/gpu_attention.md "$WORK"/judge.md "$WORK"/profile.md "$OUT_DIR"/ 2>/dev/null
 [ -f "$WORK/gpu_elf-b_sampling.md" ] && cp "$WORK/gpu_elf-b_sampling.md" "$OUT_DIR/sampling.md"
 "$PY" - "$OUT_DIR" "$WORK" "$BUILD_RC" "$BUILD_S" "$GATES_RC" "$TESTS_RC" "$BENCH_RC" "$PROFILE_RC" "$SAMPLING_RC" \
-    "$TOTAL_S" "$PROBE" <<'EOF'
+    "$TOTAL_S" "$PROBE" "$CHECK_RC" <<'EOF'
 import glob, json, os, re, sys
 out, work = sys.argv[1], sys.argv[2]
 build_rc, build_s, gates_rc, tests_rc, bench_rc, profile_rc, sampling_rc, total_s = map(int, sys.argv[3:11])
 probe = dict(item.split("=") for item in sys.argv[11].split())
+check_rc = int(sys.argv[12])
 import torch
 def tests_line(pattern):
     """pytest's closing line of the last run; for a run a crash or the time limit cut short (no closing line),
@@ -261,7 +270,7 @@ summary = dict(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, cuda=
                hopper_attn_tests=tests_line("tests_hopper.log"),
                crashed_tests=open(os.path.join(work, "crashes.txt")).read().split("\n")[:-1]
                if os.path.exists(os.path.join(work, "crashes.txt")) else [],
-               bench_exit=bench_rc, profile_exit=profile_rc, sampling_exit=sampling_rc, total_seconds=total_s,
+               check_exit=check_rc, bench_exit=bench_rc, profile_exit=profile_rc, sampling_exit=sampling_rc, total_seconds=total_s,
                budget_seconds=int(os.environ["GPU_CHECK_BUDGET_S"]),
                skipped=[s for s in os.environ.get("GPU_CHECK_SKIP", "").split(",") if s])
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
@@ -269,14 +278,17 @@ lines = ["# gpu_check", "", "| item | value |", "| --- | --- |"] + [f"| {k} | {v
 gates = os.path.join(work, "gates.log")
 if os.path.exists(gates):
     lines += ["", "## Gates", "", "```", open(gates).read().strip(), "```"]
-for name in ("bench.md", "profile.md", "ncu.md", "gpu_elf-b_sampling.md"):
+if os.path.exists(os.path.join(work, "check.txt")):
+    lines += ["", "## rangeswa check", "", "```", open(os.path.join(work, "check.txt")).read().strip(), "```"]
+for name in ("gpu_attention.md", "judge.md", "profile.md", "ncu.md", "gpu_elf-b_sampling.md"):
     if os.path.exists(os.path.join(work, name)):
         lines += ["", open(os.path.join(work, name)).read()]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines[:len(summary) + 4]))
 EOF
 tar -czf "$OUT_DIR/logs.tar.gz" -C "$WORK" . 2>/dev/null
-[ $BUILD_RC -eq 0 ] && [ $GATES_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $HOPPER_TESTS_RC -eq 0 ] && [ $BENCH_RC -eq 0 ] \
+[ $BUILD_RC -eq 0 ] && [ $GATES_RC -eq 0 ] && [ $TESTS_RC -eq 0 ] && [ $HOPPER_TESTS_RC -eq 0 ] && [ $CHECK_RC -eq 0 ] \
+  && [ $BENCH_RC -eq 0 ] \
   && [ $PROFILE_RC -eq 0 ] \
   && [ $SAMPLING_RC -eq 0 ] && exit 0
 exit 1

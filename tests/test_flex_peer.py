@@ -1,4 +1,4 @@
-"""The FlexAttention peer of the GPU benchmark (benchmarks/bench_gpu_attention.py FlexRangeSWA), run eagerly
+"""The FlexAttention peer of the GPU benchmark (rangeswa_ext/bench_gpu.py FlexRangeSWA), run eagerly
 on the CPU against the float64 reference, so the peer the op is timed against computes what it claims:
 exactly RangeSWA-Lite, and RangeSWA up to its one documented shortcut (a far summary block straddling
 distance Hn scored with its native block mean)."""
@@ -13,8 +13,9 @@ from conftest import rel_err
 from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
 
+from rangeswa_ext.bench_gpu import FlexRangeSWA  # noqa: E402
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-from bench_gpu_attention import FlexRangeSWA  # noqa: E402
 
 SMALL = dict(train_length=128, early_window=127, late_window=32, decode_window=255, summary_block=16,
              retrieval_block=32, query_block=64)

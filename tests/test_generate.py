@@ -265,3 +265,14 @@ def test_tokenizer_smaller_than_the_decode_head(tmp_path, tokenizer_dir):
     with pytest.raises(ValueError, match="decode head has 500 tokens but the tokenizer .* knows only"):
         generate(checkpoint=tmp_path / "big_vocab", tokenizer=tokenizer_dir, out=tmp_path / "s.jsonl",
                  model="elf-tiny", num_samples=1, length=8, steps=1, device="cpu", progress=False)
+
+
+@pytest.mark.slow
+def test_compile_samples_what_eager_samples(run, tmp_path, capsys):
+    """`--compile` compiles the network once (and says so) and writes the samples an eager run writes."""
+    eager, compiled = tmp_path / "eager.jsonl", tmp_path / "compiled.jsonl"
+    assert run(eager, num=2, batch=2) == 0
+    capsys.readouterr()
+    assert run(compiled, "--compile", num=2, batch=2) == 0
+    assert "compiled the ELF with torch.compile" in capsys.readouterr().err
+    assert [s["ids"] for s in json_lines(compiled)] == [s["ids"] for s in json_lines(eager)]

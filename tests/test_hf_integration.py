@@ -195,7 +195,7 @@ def test_what_it_refuses():
         with torch.no_grad(), pytest.raises(ValueError, match=r"holds \(8,\) frequencies for 18 rotated dims"):
             model(tokens)
     finally:
-        integration._ROTARY.pop(attn, None)
+        vars(attn).pop(integration.ROPE_ATTRIBUTE, None)
     dropping = tiny("llama", attention_dropout=0.1).train()
     dropping.set_attn_implementation("rangeswa")
     with pytest.raises(ValueError, match="no attention dropout"):

@@ -1,4 +1,5 @@
-"""CPU benchmark of the fused op against dense SDPA: the extension's CPU kernels at growing L.
+"""CPU benchmark of the fused op against dense SDPA: the extension's CPU kernels at growing L. (On a GPU,
+`rangeswa bench --device cuda` runs `bench_gpu`: the op against every attention peer the machine has.)
 
 Every configuration runs on the same tensors in the same process: the op for `rangeswa` (late stage,
 W = 256), `rangeswa` (early stage, W = 1023) and `rangeswa_lite`, against
@@ -250,6 +251,28 @@ def model_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _names(allowed: tuple):
+    """An argparse type: comma-separated names among ``allowed``, each once, as a tuple."""
+    def parse(text: str) -> tuple:
+        names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+        if not names or set(names) - set(allowed):
+            raise argparse.ArgumentTypeError(f"expected comma-separated names among {', '.join(allowed)}, got {text!r}")
+        return names
+    return parse
+
+
+#: The GPU benchmark's shape, method and dtype options: (name, default as typed, parser, help).
+GPU_OPTIONS = (
+    ("methods", "rangeswa,rangeswa_lite", _names(("rangeswa", "rangeswa_lite", "swa", "self_extend")),
+     "comma-separated methods of the op"),
+    ("stages", "late,early", _names(("late", "early", "decode")), "comma-separated stages (each its window)"),
+    ("batch", "1", integer(1), "batch size B"),
+    ("kv_heads", "0", integer(0), "key and value heads H_kv, dividing --heads (0: --heads)"),
+    ("control", "0", integer(0), "control tokens C"),
+    ("dtype", "bf16", _names(("bf16", "fp16", "fp32")), "input dtype: bf16, fp16 or fp32"),
+)
+
+
 def capabilities(text: str) -> list:
     """An argparse type: comma-separated names of `ops.CPU_CAPABILITIES`, each once, at least one."""
     names = [name.strip() for name in text.split(",") if name.strip()]
@@ -263,7 +286,7 @@ def capabilities(text: str) -> list:
 def add_bench_parser(subparsers) -> None:
     p = subcommand(
         subparsers, "bench", run_bench,
-        help="CPU benchmark of the op against SDPA",
+        help="benchmark of the op against SDPA (CPU) or against every attention peer of this GPU",
         description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", type=integers(1), default=None,
                    help="comma-separated body lengths L (default 1024..16384, or 2048,4096,8192 with --model)")
@@ -284,9 +307,39 @@ def add_bench_parser(subparsers) -> None:
     p.add_argument("--elf", metavar="MODEL", dest="model", help="the same as --model MODEL (e.g. elf-b)")
     p.add_argument("--langflow", dest="model", action="store_const", const="langflow-owt",
                    help="the same as --model langflow-owt (one LangFlow-OWT call, C = 0)")
+    gpu = p.add_argument_group("on a GPU (--device cuda; rangeswa_ext/bench_gpu.py): the op against SDPA-flash, "
+                                   "SDPA-cuDNN, FlexAttention and FlashAttention 2 / 3 / 4 where importable")
+    gpu.add_argument("--device", default=None, choices=("cpu", "cuda"),
+                     help="cpu or cuda (default cuda when a GPU and this build's CUDA kernels are there)")
+    for name, default, parse, what in GPU_OPTIONS:
+        gpu.add_argument(f"--{name.replace('_', '-')}", type=parse, default=None, help=f"{what} (default {default})")
+    gpu.add_argument("--quick", action="store_true", help="L = 8192 and 32768, 10 repeats, the Flex peer at 8192 only "
+                                                          "(under 3 minutes on an H100)")
+    gpu.add_argument("--census", type=Path, default=Path("benchmarks/results/plan_census.json"),
+                     help="the plan census for the union TFLOP/s (benchmarks/plan_census.py; skipped when absent)")
+    gpu.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run_bench(args) -> int:
+    device = args.device or ("cuda" if torch.cuda.is_available() and ops.CUDA_KERNELS and not args.model else "cpu")
+    given = [f"--{name.replace('_', '-')}" for name, *_ in GPU_OPTIONS if getattr(args, name) is not None]
+    given += ["--quick"] * args.quick
+    if device == "cuda":
+        if args.model or args.cpu_capabilities:
+            raise ValueError("--model and --cpu-capabilities are CPU benchmarks: add --device cpu")
+        if not (torch.cuda.is_available() and ops.CUDA_KERNELS):
+            raise ValueError("--device cuda needs a GPU visible to torch and this build's CUDA kernels")
+        from . import bench_gpu
+
+        for name, default, parse, _ in GPU_OPTIONS:
+            if getattr(args, name) is None:
+                setattr(args, name, parse(default))
+        args.dtype = args.dtype[0]
+        if args.heads % (args.kv_heads or args.heads):
+            raise ValueError(f"--kv-heads {args.kv_heads} must divide --heads {args.heads}")
+        return bench_gpu.run_from_args(args)
+    if given:
+        raise ValueError(f"{', '.join(given)} set the GPU benchmark's shapes: add --device cuda (a GPU is needed)")
     default = (2048, 4096, 8192) if args.model else (1024, 2048, 4096, 8192, 16384)
     lengths = tuple(args.lengths or default)
     if args.model:

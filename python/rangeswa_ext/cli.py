@@ -1,5 +1,5 @@
 """The `rangeswa` command: `rangeswa demo`, `rangeswa generate`, `rangeswa score`, `rangeswa sweep`,
-`rangeswa judge`, `rangeswa report`, `rangeswa niah`, `rangeswa ppl`, `rangeswa ruler`, `rangeswa bench`,
+`rangeswa judge`, `rangeswa report`, `rangeswa niah`, `rangeswa ppl`, `rangeswa ruler`, `rangeswa bench`, `rangeswa check`,
 `rangeswa train-mini`.
 
 Every error a user can cause ends the command with one line on stderr and exit status 2: bad options
@@ -39,6 +39,7 @@ class _Version(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     from .bench import add_bench_parser
+    from .check import add_check_parser
     from .demo import add_demo_parser
     from .eval.judge import add_judge_parser
     from .eval.niah import add_niah_parser
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_demo_parser(sub)
     add_bench_parser(sub)
+    add_check_parser(sub)
     add_score_parser(sub)
     add_generate_parser(sub)
     add_sweep_parser(sub)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -45,7 +46,7 @@ WINDOWS = ("early_window", "late_window", "decode_window")
 def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = "rangeswa", length: int = 1024,
              num_samples: int = 1000, batch_size: int = 16, seed: int = 0, start_index: int = 0,
              method_options: Optional[dict] = None, device: Optional[str] = None, dtype: str = "auto",
-             prompts=None, prompt_tokens: Optional[int] = None, progress: bool = True,
+             prompts=None, prompt_tokens: Optional[int] = None, progress: bool = True, compile: bool = False,
              **sampler_options) -> resumable.RunResult:
     """Generate samples ``start_index .. start_index + num_samples - 1`` into the JSON-lines file ``out``.
 
@@ -73,6 +74,8 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         prompt_tokens: cut each prompt to its first ``prompt_tokens`` tokens (a prompt shorter than that
             is an error); None keeps whole prompts.
         progress: tqdm bars over samples and steps (rank 0's only under torchrun).
+        compile: compile the network the sampler calls at every step once (`Backbone.compile_network`,
+            ``torch.compile``) before the first batch; the samples agree with eager ones to rounding.
 
     Under torchrun every rank calls this with the same arguments; ``written`` is then the total of all ranks.
     """
@@ -110,7 +113,7 @@ def generate(*, checkpoint, tokenizer, out, model: str = "elf-b", method: str = 
         batches = resumable.batches(wanted, batch_size, missing, world)
         if batches:
             _write_batches(lines, batches, missing, backbone, sampler_config, checkpoint_file, tokenizer_folder,
-                           device, progress and world.main, prompt_texts)
+                           device, progress and world.main, prompt_texts, compile)
         return resumable.RunResult(out, written=lines.finish(), already_done=num_samples - len(missing))
 
 
@@ -155,13 +158,17 @@ def _prompt_ids(backbone, tok, texts: list[str], index: int, prompt_tokens: Opti
 
 def _write_batches(lines: resumable.LineFile, batches: list[range], missing: set, backbone: backbones.Backbone,
                    sampler_config, checkpoint_file: Path, tokenizer_folder: Path, device: torch.device,
-                   progress: bool, prompt_texts: Optional[list[str]] = None) -> None:
+                   progress: bool, prompt_texts: Optional[list[str]] = None, compile: bool = False) -> None:
     """Sample ``batches`` and append their ``missing`` indices to ``lines``, one line each."""
     settings = lines.settings
     tok = backbone.load_tokenizer(tokenizer_folder)
     net = backbone.load(checkpoint_file, settings["model"], device)
     backbone.check_tokenizer(net, tok, tokenizer_folder)
     net.set_attention(backbone.attention(net, settings["method"], **settings["method_options"]))
+    if compile:
+        name = backbone.compile_network(net)
+        print(f"rangeswa generate: compiled the {name} with torch.compile; its first call traces it (once per "
+              f"shape and stage)", file=sys.stderr)
 
     total = sum(k in missing for batch in batches for k in batch)
     with tqdm(total=total, desc="samples", unit="sample", disable=not progress) as bar:
@@ -215,6 +222,9 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--scale-windows", action="store_true", default=None,
                         help="scale the method's windows, blocks and near range from the paper's T = 1024 to the "
                              "model's training length (RangeSWAConfig.scaled_to; e.g. LLaDA's 4096)")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile the network once with torch.compile before sampling (the first step of each "
+                             "shape and stage traces it; docs/generate.md)")
     add_compute_options(parser, dtypes=("auto", *DTYPES),
                         dtype_help="network autocast dtype: auto = bf16 on CUDA, fp32 on CPU")
     return parser
@@ -250,7 +260,8 @@ def run_generate(args: argparse.Namespace) -> int:
                       method=args.method, length=args.length, num_samples=args.num_samples,
                       batch_size=args.batch_size, seed=args.seed, start_index=args.start_index,
                       method_options=options, device=args.device, dtype=args.dtype, prompts=args.prompts,
-                      prompt_tokens=args.prompt_tokens, progress=not args.no_progress, **sampler)
+                      prompt_tokens=args.prompt_tokens, progress=not args.no_progress, compile=args.compile,
+                      **sampler)
     if distributed.launched_world().main:
         print(result.summary())
     return 0

@@ -94,6 +94,12 @@ class Backbone:
         return dict(theta=c.rope_theta, rope_style=self.rope_style, rotary_dim=getattr(c, "rotary_dim", None),
                     train_length=c.train_length)
 
+    def compile_network(self, model) -> str:
+        """Compile, in place, the module the sampler calls at every step (``torch.compile``: traced at its first
+        call, again only when a call's shapes or stage change); returns its name for the message."""
+        model.compile()
+        return type(model).__name__
+
     def attention(self, model, method: str, **options):
         """The attention method ``method`` for ``model`` (its head dim, RoPE and training length),
         with ``options`` as `methods.make_attention` takes them (RangeSWAConfig fields; longllada's factor)."""

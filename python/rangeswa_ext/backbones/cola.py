@@ -60,6 +60,11 @@ class ColaBackbone(Backbone):
                         indices=range(first, first + count), pad_id=tokenizer.token_to_id(PAD_TOKEN), eos_ids=eos,
                         autocast_dtype=autocast_dtype, progress=progress)
 
+    def compile_network(self, model: Cola) -> str:
+        """The prior, which the sampler calls at every step (the VAE runs once a sample)."""
+        model.prior.compile()
+        return f"{type(model).__name__} prior"
+
     def benchmark_call(self, model: Cola, length: int, generator: torch.Generator, stage: str = "late"):
         """One cached prior call: the last block of ``length`` latents over a cache of the ``length - bs``
         before it (random keys and values: the timing does not depend on them), not committed."""

@@ -88,6 +88,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
+from .. import ops
 from ..config import STAGES
 from ..methods import causal_mask, make_attention
 from ..prepared import PreparedCache, grown
@@ -158,6 +159,8 @@ def padding_mask(*args, attention_mask: Optional[torch.Tensor] = None, kv_length
     mask = attention_mask.bool()
     if kv_length is not None and mask.shape[1] > kv_length:
         mask = mask[:, -kv_length:]
+    if torch.compiler.is_compiling():  # no host read: the attention asserts on the device that no row is padded
+        return mask
     return None if bool(mask.all()) else mask
 
 
@@ -181,6 +184,8 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else bool(causal)
     given = kwargs.get("position_ids")
+    if torch.compiler.is_compiling():
+        return _traced(module, query, key, value, attention_mask, given, causal, scaling, settings, method, kwargs)
     key, value = _visible_rows(key, value, attention_mask, given, causal, query.shape[2])
     Lq, L = query.shape[2], key.shape[2]
     if attention_mask is not None and attention_mask.shape[1] != L:
@@ -254,6 +259,83 @@ class _DecodeState:
         return self.keys[:, :, :L], stable
 
 
+def _traced(module, query, key, value, padding, given, causal: bool, scaling, settings: Settings, method: str,
+            kwargs: dict) -> tuple[torch.Tensor, None]:
+    """`attention` under torch.compile: the same answers without reading a tensor's value on the host, so the
+    graph has no data-dependent guard (docs/spec_decisions.md 32). A padding mask must mark every row real
+    (asserted on the device; its length, a shape, ends the visible rows); a causal call with position ids and more
+    key rows than queries (a static cache's empty rows may follow) sees its keys up to its last query's position
+    + 1, a 0-d tensor: the model's own attention masks by position, the op takes a packed call whose second
+    sequence per sample is the rest of the rows (no queries), and torch.cond picks between them on that length
+    (L <= T: the model's own, as eagerly). The KV cache's keys are un-rotated whole at every call (no
+    `_DecodeState`, whose marks are read on the host)."""
+    Lq, L = query.shape[2], key.shape[2]
+    end = None
+    if padding is not None:
+        torch._assert_async(padding.all(), "rangeswa attention under torch.compile takes batches without padding")
+        if Lq <= padding.shape[1] < L:
+            key, value, L = key[:, :, :padding.shape[1]], value[:, :, :padding.shape[1]], padding.shape[1]
+    elif causal and given is not None:  # the queries at consecutive positions, the last Lq of the visible rows
+        given = given.to(query.device)
+        first = given[..., :1] if Lq < L else 0  # all rows visible (no static cache's empty rows): from 0
+        torch._assert_async((given - first == torch.arange(Lq, device=query.device)).all(),
+                            "rangeswa attention needs each call's position ids consecutive, those of its last rows")
+        if Lq < L:
+            end = given[..., -1].max() + 1
+    frequencies = _frequencies(module)  # first: builds the module's `_Rope` outside the graph
+    rope = _rope(module)
+    if rope.moves:
+        raise ValueError(f"rangeswa attention cannot compile a {rope.rotary.rope_type!r} RoPE, whose frequencies "
+                         f"move with each call's length: run this model eagerly")
+    scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
+    T = _train_length(settings, module.config)
+    window = kwargs.get("sliding_window")
+    rows = None if end is None else given
+    native = settings.native_within_train_length
+    if window is not None or (L <= T and native):
+        return _native(query, key, value, causal, scale, window, rows=rows), None
+    q = rope.unrotate(query, torch.arange(L - Lq, L, device=query.device)[None] if rows is None else rows)
+    k = rope.unrotate(key, torch.arange(L, device=query.device)[None])
+    D, rd = query.shape[-1], rope.rotary_dim
+    cfg = _method(method, settings, _theta(module.config), frequencies, None if rd == D else rd, D, T,
+                  scale * rope.logit_factor).config
+    stage = kwargs.get("rangeswa_stage") or settings.stage
+    if end is None:
+        out = ops.attn(q, k, value, cfg, 0, stage, causal_block=1 if causal else 0)
+        return out.transpose(1, 2).contiguous(), None
+
+    # Each branch's output in one layout (torch.cond compares strides, which .contiguous() leaves as they are on
+    # dims of size 1).
+    def method_rows(query, key, value, q, k, rows, end):
+        return _attend_visible(q, k, value, end, cfg, stage).transpose(1, 2).clone(memory_format=torch.contiguous_format)
+
+    if not native:
+        return method_rows(query, key, value, q, k, rows, end), None
+
+    def own_rows(query, key, value, q, k, rows, end):
+        return _native(query, key, value, causal, scale, None, rows=rows).clone(memory_format=torch.contiguous_format)
+
+    # The visible length decides, as eagerly: a static cache longer than T holds calls on either side of it.
+    # (Inductor hands a branch its operands contiguous, whatever strides it traced them with.)
+    operands = tuple(x.contiguous() for x in (query, key, value, q, k, rows, end))
+    return torch.cond(end <= T, own_rows, method_rows, operands), None
+
+
+def _attend_visible(q, k, v, end: torch.Tensor, cfg, stage: str) -> torch.Tensor:
+    """The causal op on each sample's first ``end`` key rows (a 0-d tensor), its queries the last Lq of them, as
+    one packed call: sample b's sequences are its visible rows with its queries and the rest of its rows with
+    none (a static cache's empty rows, no output)."""
+    B, Hq, Lq, D = q.shape
+    Lc, device = k.shape[2], q.device
+    b = torch.arange(B, device=device)
+    zero = b[:1] * 0
+    cu_q = torch.cat([zero, ((b + 1) * Lq).repeat_interleave(2)])
+    cu_k = torch.cat([zero, torch.stack([b * Lc + end, (b + 1) * Lc], 1).flatten()])
+    packed = [x.transpose(0, 1).reshape(1, x.shape[1], B * x.shape[2], D) for x in (q, k, v)]
+    out = ops.attn(*packed, cfg, 0, stage, causal_block=1, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    return out.reshape(Hq, B, Lq, D).transpose(0, 1)
+
+
 def _visible_rows(key, value, padding: Optional[torch.Tensor], position_ids, causal: bool, Lq: int):
     """A causal call's keys up to its last query (a static cache's preallocated rows past it are empty): the
     padding mask's rows (with padding, positions are not row indices), else the last query's position + 1."""
@@ -284,17 +366,21 @@ def _key_positions(padding: Optional[torch.Tensor], given, L: int, Lq: int, devi
 
 
 def _native(query, key, value, causal: bool, scale: float, window: Optional[int],
-            padding: Optional[torch.Tensor] = None) -> torch.Tensor:
+            padding: Optional[torch.Tensor] = None, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The model's own attention on its rotated q and k, [B, Lq, Hq, D]: the queries are the last Lq of the
-    L keys' positions; a sliding-window layer's query i sees the keys j with i - window < j (causal, as
+    L keys' positions, or at ``rows`` [1 or B, Lq] (a static cache's call under torch.compile: the keys past the
+    last query are empty); a sliding-window layer's query i sees the keys j with i - window < j (causal, as
     transformers' sliding_window_overlay) or |i - j| <= window (bidirectional). With a padding mask no
     padded key is seen and padded query rows come back as zeros (as the op gives them)."""
     Lq, L = query.shape[2], key.shape[2]
     mask = causal_mask(0, L, Lq, 1, query.device) if causal and (Lq < L or padding is not None) else None
-    if window is not None:
-        i = torch.arange(L - Lq, L, device=query.device)[:, None]
-        j = torch.arange(L, device=query.device)[None, :]
-        mask = (j <= i) & (i - j < window) if causal else (i - j).abs() <= window
+    if window is not None or rows is not None:
+        i = torch.arange(L - Lq, L, device=query.device)[:, None] if rows is None else rows[:, None, :, None]
+        j = torch.arange(L, device=query.device)
+        mask = (j <= i) if causal else None
+        if window is not None:
+            near = i - j < window if causal else (i - j).abs() <= window
+            mask = near if mask is None else mask & near
     if padding is not None:
         real = padding[:, None, L - Lq:, None]
         seen = padding[:, None, None, :] if mask is None else mask & padding[:, None, None, :]
@@ -337,9 +423,10 @@ def _method(method: str, settings: Settings, theta: float, inv_freq: Optional[tu
                           train_length=train_length, scale_windows=settings.scale_windows, **overrides)
 
 
-#: Each attention module's `_Rope`: its rotary embedding, built once (kept outside the module: not its weight, not
-#: moved).
-_ROTARY: "weakref.WeakKeyDictionary[torch.nn.Module, _Rope]" = weakref.WeakKeyDictionary()
+#: The attribute that keeps an attention module's `_Rope`, its rotary embedding built once: a plain attribute (not a
+#: submodule: no weight, not moved), which torch.compile reads like any other (a weak dictionary's entries come and go
+#: with the garbage collector, under the compiler's guards).
+ROPE_ATTRIBUTE = "_rangeswa_rope"
 #: Each attention module's `_DecodeState` while its calls keep a KV cache (dropped by a call without one).
 _DECODE: "weakref.WeakKeyDictionary[torch.nn.Module, _DecodeState]" = weakref.WeakKeyDictionary()
 
@@ -419,17 +506,29 @@ class _Rope:
         angle = positions.to(torch.float32)[:, None] * freqs.to(positions.device, torch.float32)[None]
         want = torch.cat([angle, angle], dim=-1)
         tol = 2 * torch.finfo(cos.dtype).eps * max(1.0, abs(m))
+        message = ("rangeswa attention re-applies RoPE from the rotary embedding's inv_freq, but this model's cos and "
+                   "sin are not cos(p inv_freq) and sin(p inv_freq) times a constant")
         for got, f in ((cos, torch.cos), (sin, torch.sin)):
-            if (got[0].float() - f(want) * m).abs().max() > tol:
-                raise ValueError("rangeswa attention re-applies RoPE from the rotary embedding's inv_freq, but this "
-                                 "model's cos and sin are not cos(p inv_freq) and sin(p inv_freq) times a constant "
-                                 f"(rope type {getattr(self.rotary, 'rope_type', '?')!r})")
+            wrong = (got[0].float() - f(want) * m).abs().max() > tol
+            if torch.compiler.is_compiling():  # checked on the device, no host read
+                torch._assert_async(~wrong, message)
+            elif wrong:
+                raise ValueError(f"{message} (rope type {getattr(self.rotary, 'rope_type', '?')!r})")
+
+
+@torch.compiler.assume_constant_result
+def _frequencies(module) -> tuple:
+    """The module's RoPE frequencies, which torch.compile takes as a constant of the graph (computed when it traces):
+    a RoPE whose frequencies do not move with the length keeps them."""
+    return _rope(module).frequencies()
 
 
 def _rope(module) -> _Rope:
-    if module not in _ROTARY:
-        _ROTARY[module] = _Rope(module)
-    return _ROTARY[module]
+    rope = getattr(module, ROPE_ATTRIBUTE, None)
+    if rope is None:
+        rope = _Rope(module)
+        setattr(module, ROPE_ATTRIBUTE, rope)
+    return rope
 
 
 register()

@@ -64,6 +64,8 @@ def render_page(runs: Runs, title: str, samples_per_length: int, command: Option
                 ("ppl", "Perplexity against context length", "".join(map(ppl_section, runs.ppls))),
                 ("ruler", "RULER", "".join(map(ruler_section, runs.rulers))),
                 ("scores", "Scored files", scores_table(runs.scores) if runs.scores else ""),
+                ("gpu", "GPU attention benchmark", "".join(
+                    f"<h3><code>{html.escape(str(b.path))}</code></h3>" + to_html(b.table) for b in runs.gpu_benches)),
                 ("samples", "Sample browser", sample_browser(runs, samples_per_length))]
     sections = [section for section in sections if section[2]]
     nav = "".join(f'<a href="#{key}">{html.escape(name)}</a>' for key, name, _ in sections)

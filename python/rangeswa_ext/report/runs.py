@@ -88,6 +88,15 @@ class Scores:
 
 
 @dataclass
+class GpuBench:
+    """A `rangeswa bench --device cuda` output: its records (gpu_attention.json) and table (gpu_attention.md)."""
+
+    path: Path
+    records: list
+    table: str
+
+
+@dataclass
 class Runs:
     """Everything found in the paths given to `rangeswa report`."""
 
@@ -97,6 +106,7 @@ class Runs:
     ppls: list = field(default_factory=list)
     rulers: list = field(default_factory=list)
     scores: list = field(default_factory=list)
+    gpu_benches: list = field(default_factory=list)
     sample_files: list = field(default_factory=list)  # samples files given on their own
     inputs: list = field(default_factory=list)  # (path, what it was read as)
 
@@ -136,10 +146,14 @@ def _read_folder(path: Path, runs: Runs) -> list[str]:
     if (path / "ruler_summary.json").is_file():
         runs.rulers.append(read_ruler(path))
         kinds.append("ruler")
+    if (path / "gpu_attention.json").is_file():
+        records = _json(path / "gpu_attention.json")
+        runs.gpu_benches.append(GpuBench(path, records, _text(path / "gpu_attention.md") or ""))
+        kinds.append("GPU benchmark")
     if not kinds:
         raise ValueError(f"{path} holds no run output: expected a demo or sweep folder (results.json), a judge "
-                         f"folder (judge.json), a niah folder (niah_summary.json), a ppl folder (ppl_summary.json) or a "
-                         f"ruler folder (ruler_summary.json)")
+                         f"folder (judge.json), a niah folder (niah_summary.json), a ppl folder (ppl_summary.json), a "
+                         f"ruler folder (ruler_summary.json) or a GPU benchmark (gpu_attention.json)")
     return kinds
 
 
@@ -147,7 +161,8 @@ def _read_file(path: Path, runs: Runs) -> list[str]:
     if path.name.endswith(".scores.json"):
         runs.scores.append(Scores(path, _json(path)))
         return ["score"]
-    if path.name in ("judge.json", "niah_summary.json", "ppl_summary.json", "ruler_summary.json", "results.json"):
+    if path.name in ("judge.json", "niah_summary.json", "ppl_summary.json", "ruler_summary.json", "results.json",
+                     "gpu_attention.json"):
         return _read_folder(path.parent, runs)
     if path.suffix == ".jsonl":
         runs.sample_files.append(path)
