@@ -10,12 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from conftest import json_lines
-from helpers_models import make_llada_tokenizer, save_tiny_scorer, tiny_gpt2, tiny_llada
+from helpers_models import make_dream_tokenizer, make_llada_tokenizer, save_tiny_scorer, tiny_dream, tiny_gpt2, tiny_llada
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval.niah import read_haystack
 from rangeswa_ext.eval.ppl import (causal_nll, check_lengths, curve, diffusion_nll, draw_masks, leading_tokens,
                                    read_text)
+from rangeswa_ext.models.dream import load_dream, load_dream_tokenizer, save_dream
 from rangeswa_ext.models.llada import load_llada, load_llada_tokenizer, save_llada
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -104,8 +105,9 @@ def test_leading_tokens_are_the_whole_texts_first_tokens(assets):
     tok = assets[2]
     text = read_text([assets[3]])
     whole = tok(text)["input_ids"]
-    assert leading_tokens(tok, text, 200) == whole[:200]
-    assert leading_tokens(tok, "a short text", 200) == tok("a short text")["input_ids"]
+    encode = backbones.backbone_for("llada-tiny").document_ids
+    assert leading_tokens(lambda s: encode(tok, s), text, 200) == whole[:200]
+    assert leading_tokens(lambda s: encode(tok, s), "a short text", 200) == tok("a short text")["input_ids"]
 
 
 def test_causal_nll_is_the_mean_nll_of_the_chunk():
@@ -204,9 +206,88 @@ def test_errors(assets, tmp_path, capsys):
     assert run(assets, out, "--lengths", "262144") == 2
     assert "fewer than the longest length (262144)" in capsys.readouterr().err
     assert main(["ppl", "--model", "elf-b", "--checkpoint", str(tmp_path), "--out", str(out)]) == 2
-    assert "scores masked-diffusion models (llada" in capsys.readouterr().err
+    assert ("scores masked-diffusion models (dream, llada) or a causal LM (--causal-lm); --model elf-b belongs to the "
+            "elf backbone") in capsys.readouterr().err
     assert main(["ppl", "--out", str(out)]) == 2
     assert "give either a masked-diffusion --model" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit:
         run(assets, out, "--draws", "0")
     assert exit.value.code == 2 and "argument --draws" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------- Dream
+@pytest.fixture(scope="module")
+def dream_assets(tmp_path_factory):
+    """A tiny random Dream whose tokenizer has a BOS (as Dream's <|beginoftext|>, which it does not add itself)."""
+    corpus = read_haystack()[:300]
+    tok_dir = make_dream_tokenizer(tmp_path_factory.mktemp("ppl_dream_tok"), corpus, vocab_size=600, bos=True)
+    tok = load_dream_tokenizer(tok_dir)
+    ckpt = save_dream(tiny_dream(tok, seed=2), tmp_path_factory.mktemp("ppl_dream_ckpt"))
+    text = tmp_path_factory.mktemp("ppl_dream_text") / "text.txt"
+    text.write_text("\n\n".join(corpus))
+    return ckpt, tok_dir, tok, text
+
+
+def _dream(dream_assets, method="full", **options):
+    model = load_dream(dream_assets[0])
+    model.set_attention(backbones.backbone_for("dream-tiny").attention(model, method, **options))
+    return model
+
+
+def test_dreams_draw_scores_each_masked_token_with_the_row_before_it(dream_assets):
+    """Dream's network row i scores token i + 1: a masked position's logits are the row before it (masked or
+    not); the chunk starts past position 0, so the first-row rule (docs/spec_decisions.md, item 30) never
+    applies."""
+    model = _dream(dream_assets)
+    ids = list(range(3, 3 + 48))
+    masks = draw_masks(0, 2, 4, 16)
+    losses = diffusion_nll(model, ids, 32, masks, batch_size=4)
+    for mask, loss in zip(masks, losses):
+        noisy = torch.tensor([ids])
+        noisy[0, 32:][mask] = model.config.mask_id
+        rows = model(noisy)[0, 31:47]  # unshifted: row 31 scores token 32
+        expect = F.cross_entropy(rows[mask], torch.tensor(ids[32:])[mask])
+        assert loss == pytest.approx(expect.item(), rel=1e-5)
+        unshifted = F.cross_entropy(model(noisy)[0, 32:][mask], torch.tensor(ids[32:])[mask])
+        assert loss != pytest.approx(unshifted.item(), rel=1e-3)
+
+
+@pytest.mark.parametrize("method", ["full", "rangeswa"])
+def test_a_dream_batch_row_equals_the_row_alone(dream_assets, method):
+    model = _dream(dream_assets, method, **({"scale_windows": True} if method == "rangeswa" else {}))
+    ids = [5 + (i * 7) % 200 for i in range(96)]  # past the training length (32)
+    masks = draw_masks(0, 5, 5, 32)
+    together = diffusion_nll(model, ids, 64, masks, batch_size=5)
+    alone = [diffusion_nll(model, ids, 64, masks[d:d + 1], batch_size=1)[0] for d in range(5)]
+    assert together == pytest.approx(alone, rel=1e-5) and len(set(together)) > 1
+
+
+def test_dream_reads_its_text_after_its_bos(dream_assets):
+    tok = dream_assets[2]
+    encode = backbones.backbone_for("dream-tiny").document_ids
+    assert tok("In the beginning")["input_ids"][0] != tok.bos_token_id  # the tokenizer adds none itself
+    assert encode(tok, "In the beginning") == [tok.bos_token_id, *tok("In the beginning")["input_ids"]]
+    assert encode(tok, "<|beginoftext|>In the beginning") == encode(tok, "In the beginning")  # not twice
+    text = read_text([dream_assets[3]])
+    assert leading_tokens(lambda s: encode(tok, s), text, 100) == encode(tok, text)[:100]
+
+
+def test_ppl_end_to_end_on_dream(dream_assets, tmp_path):
+    ckpt, tok_dir, tok, text = dream_assets
+    out = tmp_path / "ppl"
+    assert main(["ppl", "--model", "dream-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--out",
+                 str(out), "--methods", "full,rangeswa_lite", "--lengths", "64,96", "--chunk-size", "16", "--draws", "3",
+                 "--text", str(text), "--device", "cpu", "--no-progress", "--batch-size", "2"]) == 0
+    ids = [tok.bos_token_id, *tok(read_text([text]))["input_ids"]][:96]
+    for method in ("full", "rangeswa_lite"):
+        lines = json_lines(out / f"{method}.jsonl")
+        assert [x["chunk"] for x in lines] == list(range(1, 6))
+        assert {(x["model"], x["likelihood"], x["draws"]) for x in lines} == {("dream-tiny", "masked_diffusion", 3)}
+    x = json_lines(out / "full.jsonl")[3]
+    masks = draw_masks(0, 4, 3, 16)
+    assert x["masked"] == masks.sum(1).tolist()
+    assert x["draw_nll"] == pytest.approx(diffusion_nll(_dream(dream_assets), ids[:80], 64, masks, 1), rel=1e-5)
+    summary = json.loads((out / "ppl_summary.json").read_text())
+    full = [x["nll"] for x in json_lines(out / "full.jsonl")]
+    assert summary["full"]["lengths"]["96"] == pytest.approx(math.exp(sum(full) / 5), rel=1e-4)
+    assert summary["rangeswa_lite"]["model"] == "dream-tiny" and (out / "ppl_curves.png").exists()
