@@ -99,7 +99,8 @@ def make_bpe_tokenizer(folder: Path, mask_token: str, texts=(TEXT,), vocab_size:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", mask_token, *[bos_token] * bool(bos_token)],
+    specials = ["<|endoftext|>", mask_token, *([bos_token] if bos_token else [])]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     bpe.train_from_iterator(list(texts) * 4, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|endoftext|>",

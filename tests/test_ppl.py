@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import json_lines
-from helpers_models import make_dream_tokenizer, make_llada_tokenizer, save_tiny_scorer, tiny_dream, tiny_gpt2, tiny_llada
+from helpers_models import (make_dream_tokenizer, make_llada_tokenizer, save_tiny_scorer, tiny_dream, tiny_gpt2,
+                            tiny_llada)
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval.niah import read_haystack
@@ -276,8 +277,8 @@ def test_ppl_end_to_end_on_dream(dream_assets, tmp_path):
     ckpt, tok_dir, tok, text = dream_assets
     out = tmp_path / "ppl"
     assert main(["ppl", "--model", "dream-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--out",
-                 str(out), "--methods", "full,rangeswa_lite", "--lengths", "64,96", "--chunk-size", "16", "--draws", "3",
-                 "--text", str(text), "--device", "cpu", "--no-progress", "--batch-size", "2"]) == 0
+                 str(out), "--methods", "full,rangeswa_lite", "--lengths", "64,96", "--chunk-size", "16", "--draws",
+                 "3", "--text", str(text), "--device", "cpu", "--no-progress", "--batch-size", "2"]) == 0
     ids = [tok.bos_token_id, *tok(read_text([text]))["input_ids"]][:96]
     for method in ("full", "rangeswa_lite"):
         lines = json_lines(out / f"{method}.jsonl")
