@@ -274,3 +274,9 @@ def test_ruler_end_to_end_every_task_on_dream(dream_assets, sources, tmp_path):
     assert x["prediction"] == backbone.decode(tok, rows)[0]
     summary = json.loads((out / "ruler_summary.json").read_text())
     assert set(summary["rangeswa_lite"][str(LENGTH)]["tasks"]) == set(TASKS)
+
+
+def test_dream_refuses_llada_settings(dream_assets, tmp_path, capsys):
+    assert main(["ruler", "--model", "dream-tiny", "--checkpoint", str(dream_assets[0]), "--out", str(tmp_path / "r"),
+                 "--tasks", "vt", "--block-length", "8", "--device", "cpu"]) == 2
+    assert "--model dream-tiny (dream) has no sampler setting block_length" in capsys.readouterr().err
