@@ -1,7 +1,9 @@
 """`rangeswa ppl`: the Monte Carlo draws (seeded per chunk, the official estimator's distribution), a chunk's
-loss by hand, a batch row equal to the row alone, the cumulative curve, the command end to end on a tiny random
-LLaDA past its training length and on a tiny causal LM, resumption, shards, and clear errors."""
+loss by hand (Dream's from its shifted rows), a batch row equal to the row alone, the cumulative curve, the
+command end to end on a tiny random LLaDA and a tiny random Dream past their training length (Dream's text after
+its BOS) and on a tiny causal LM, resumption, shards, and clear errors."""
 
+import functools
 import json
 import math
 
@@ -43,39 +45,71 @@ def test_mask_count_is_uniform_like_the_official_forward_process():
 
 
 # ----------------------------------------------------------------------------------------- scoring
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
+#: Per tiny preset: (tokenizer maker, tokenizer loader, random model, saver, loader, how far its network rows
+#: are shifted: Dream's row i scores token i + 1). Dream's tokenizer has a BOS (Dream's <|beginoftext|>),
+#: which it does not add itself.
+FAMILIES = {"llada-tiny": (make_llada_tokenizer, load_llada_tokenizer, tiny_llada, save_llada, load_llada, 0),
+            "dream-tiny": (functools.partial(make_dream_tokenizer, bos=True), load_dream_tokenizer, tiny_dream,
+                           save_dream, load_dream, 1)}
+
+
+def _tiny_assets(factory, preset: str):
+    """(checkpoint folder, tokenizer folder, tokenizer, text file) of a tiny random model of ``preset``."""
+    make_tokenizer, load_tokenizer, tiny, save, _, _ = FAMILIES[preset]
     corpus = read_haystack()[:300]
-    tok_dir = make_llada_tokenizer(tmp_path_factory.mktemp("ppl_tok"), corpus, vocab_size=600)
-    tok = load_llada_tokenizer(tok_dir)
-    ckpt = save_llada(tiny_llada(tok, seed=2), tmp_path_factory.mktemp("ppl_ckpt"))
-    text = tmp_path_factory.mktemp("ppl_text") / "text.txt"
+    tok_dir = make_tokenizer(factory.mktemp("ppl_tok"), corpus, vocab_size=600)
+    tok = load_tokenizer(tok_dir)
+    ckpt = save(tiny(tok, seed=2), factory.mktemp("ppl_ckpt"))
+    text = factory.mktemp("ppl_text") / "text.txt"
     text.write_text("\n\n".join(corpus))
     return ckpt, tok_dir, tok, text
 
 
-def _model(assets, method="full", **options):
-    model = load_llada(assets[0])
-    model.set_attention(backbones.backbone_for("llada-tiny").attention(model, method, **options))
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    return _tiny_assets(tmp_path_factory, "llada-tiny")
+
+
+@pytest.fixture(scope="module")
+def dream_assets(tmp_path_factory):
+    return _tiny_assets(tmp_path_factory, "dream-tiny")
+
+
+def _model(assets, method="full", preset="llada-tiny", **options):
+    model = FAMILIES[preset][4](assets[0])
+    model.set_attention(backbones.backbone_for(preset).attention(model, method, **options))
     return model
 
 
-def test_a_draws_loss_is_the_mean_cross_entropy_at_the_masked_positions(assets):
-    model = _model(assets)
+def _assets_of(request, preset: str):
+    return request.getfixturevalue("dream_assets" if preset == "dream-tiny" else "assets")
+
+
+@pytest.mark.parametrize("preset", FAMILIES)
+def test_a_draws_loss_is_the_mean_cross_entropy_at_the_masked_positions(request, preset):
+    """LLaDA's row i scores token i; Dream's network row i scores token i + 1, so a masked position's logits are
+    the row before it (masked or not); the chunk starts past position 0, so Dream's first-row rule
+    (docs/spec_decisions.md, item 30) never applies."""
+    model, shift = _model(_assets_of(request, preset), preset=preset), FAMILIES[preset][5]
     ids = list(range(3, 3 + 48))
     masks = draw_masks(0, 2, 3, 16)
     losses = diffusion_nll(model, ids, 32, masks, batch_size=3)
     for mask, loss in zip(masks, losses):
         noisy = torch.tensor([ids])
         noisy[0, 32:][mask] = model.config.mask_id
-        logits = model(noisy)[0, 32:]
+        logits = model(noisy)[0, 32 - shift:48 - shift]  # the network's own rows (Dream's unshifted)
         expect = F.cross_entropy(logits[mask], torch.tensor(ids[32:])[mask])
         assert loss == pytest.approx(expect.item(), rel=1e-5)
+        if shift:
+            unshifted = F.cross_entropy(model(noisy)[0, 32:][mask], torch.tensor(ids[32:])[mask])
+            assert loss != pytest.approx(unshifted.item(), rel=1e-3)
 
 
+@pytest.mark.parametrize("preset", FAMILIES)
 @pytest.mark.parametrize("method", ["full", "rangeswa", "longllada"])
-def test_a_batch_row_equals_the_row_alone(assets, method):
-    model = _model(assets, method, **({"scale_windows": True} if method == "rangeswa" else {}))
+def test_a_batch_row_equals_the_row_alone(request, preset, method):
+    model = _model(_assets_of(request, preset), method, preset,
+                   **({"scale_windows": True} if method == "rangeswa" else {}))
     ids = [5 + (i * 7) % 200 for i in range(96)]  # past the training length (32)
     masks = draw_masks(0, 5, 6, 32)
     together = diffusion_nll(model, ids, 64, masks, batch_size=6)
@@ -217,52 +251,6 @@ def test_errors(assets, tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------------------- Dream
-@pytest.fixture(scope="module")
-def dream_assets(tmp_path_factory):
-    """A tiny random Dream whose tokenizer has a BOS (as Dream's <|beginoftext|>, which it does not add itself)."""
-    corpus = read_haystack()[:300]
-    tok_dir = make_dream_tokenizer(tmp_path_factory.mktemp("ppl_dream_tok"), corpus, vocab_size=600, bos=True)
-    tok = load_dream_tokenizer(tok_dir)
-    ckpt = save_dream(tiny_dream(tok, seed=2), tmp_path_factory.mktemp("ppl_dream_ckpt"))
-    text = tmp_path_factory.mktemp("ppl_dream_text") / "text.txt"
-    text.write_text("\n\n".join(corpus))
-    return ckpt, tok_dir, tok, text
-
-
-def _dream(dream_assets, method="full", **options):
-    model = load_dream(dream_assets[0])
-    model.set_attention(backbones.backbone_for("dream-tiny").attention(model, method, **options))
-    return model
-
-
-def test_dreams_draw_scores_each_masked_token_with_the_row_before_it(dream_assets):
-    """Dream's network row i scores token i + 1: a masked position's logits are the row before it (masked or
-    not); the chunk starts past position 0, so the first-row rule (docs/spec_decisions.md, item 30) never
-    applies."""
-    model = _dream(dream_assets)
-    ids = list(range(3, 3 + 48))
-    masks = draw_masks(0, 2, 4, 16)
-    losses = diffusion_nll(model, ids, 32, masks, batch_size=4)
-    for mask, loss in zip(masks, losses):
-        noisy = torch.tensor([ids])
-        noisy[0, 32:][mask] = model.config.mask_id
-        rows = model(noisy)[0, 31:47]  # unshifted: row 31 scores token 32
-        expect = F.cross_entropy(rows[mask], torch.tensor(ids[32:])[mask])
-        assert loss == pytest.approx(expect.item(), rel=1e-5)
-        unshifted = F.cross_entropy(model(noisy)[0, 32:][mask], torch.tensor(ids[32:])[mask])
-        assert loss != pytest.approx(unshifted.item(), rel=1e-3)
-
-
-@pytest.mark.parametrize("method", ["full", "rangeswa"])
-def test_a_dream_batch_row_equals_the_row_alone(dream_assets, method):
-    model = _dream(dream_assets, method, **({"scale_windows": True} if method == "rangeswa" else {}))
-    ids = [5 + (i * 7) % 200 for i in range(96)]  # past the training length (32)
-    masks = draw_masks(0, 5, 5, 32)
-    together = diffusion_nll(model, ids, 64, masks, batch_size=5)
-    alone = [diffusion_nll(model, ids, 64, masks[d:d + 1], batch_size=1)[0] for d in range(5)]
-    assert together == pytest.approx(alone, rel=1e-5) and len(set(together)) > 1
-
-
 def test_dream_reads_its_text_after_its_bos(dream_assets):
     tok = dream_assets[2]
     encode = backbones.backbone_for("dream-tiny").document_ids
@@ -287,7 +275,8 @@ def test_ppl_end_to_end_on_dream(dream_assets, tmp_path):
     x = json_lines(out / "full.jsonl")[3]
     masks = draw_masks(0, 4, 3, 16)
     assert x["masked"] == masks.sum(1).tolist()
-    assert x["draw_nll"] == pytest.approx(diffusion_nll(_dream(dream_assets), ids[:80], 64, masks, 1), rel=1e-5)
+    model = _model(dream_assets, preset="dream-tiny")
+    assert x["draw_nll"] == pytest.approx(diffusion_nll(model, ids[:80], 64, masks, 1), rel=1e-5)
     summary = json.loads((out / "ppl_summary.json").read_text())
     full = [x["nll"] for x in json_lines(out / "full.jsonl")]
     assert summary["full"]["lengths"]["96"] == pytest.approx(math.exp(sum(full) / 5), rel=1e-4)

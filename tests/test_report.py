@@ -305,18 +305,6 @@ def test_ppl_and_ruler_sections(eval_runs):
         "ppl", "ruler"]
 
 
-@needs_chromium
-def test_chromium_renders_the_ppl_and_ruler_sections(eval_runs):
-    with Browser(CHROMIUM) as browser:
-        view = browser.open(eval_runs["page"].as_uri())
-        assert view.evaluate("Array.from(document.querySelectorAll('section h2')).map(h => h.textContent)") == [
-            "How to read this page", "Perplexity against context length", "RULER"]
-        assert view.evaluate("document.querySelectorAll('#ruler table').length") == 2
-        images = view.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
-        assert len(images) == 1 and all(done and width > 100 and height > 100 for done, width, height in images)
-        assert view.problems() == []
-
-
 # ------------------------------------------------------------------ a Dream run's ppl and ruler folders
 @pytest.fixture(scope="module")
 def dream_runs(tmp_path_factory):
@@ -361,13 +349,15 @@ def test_a_dream_runs_sections(dream_runs):
 
 
 @needs_chromium
-def test_chromium_renders_a_dream_runs_sections(dream_runs):
+@pytest.mark.parametrize("runs, ruler_tables", [("eval_runs", 2), ("dream_runs", 1)])
+def test_chromium_renders_the_ppl_and_ruler_sections(request, runs, ruler_tables):
+    """The hand-made LLaDA folders (two RULER lengths) and the Dream run's (one)."""
     with Browser(CHROMIUM) as browser:
-        view = browser.open(dream_runs["page"].as_uri())
+        view = browser.open(request.getfixturevalue(runs)["page"].as_uri())
         assert view.evaluate("Array.from(document.querySelectorAll('section h2')).map(h => h.textContent)") == [
             "How to read this page", "Perplexity against context length", "RULER"]
         assert view.evaluate("document.querySelectorAll('#ppl table').length") == 1
-        assert view.evaluate("document.querySelectorAll('#ruler table').length") == 1
+        assert view.evaluate("document.querySelectorAll('#ruler table').length") == ruler_tables
         images = view.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
         assert len(images) == 1 and all(done and width > 100 and height > 100 for done, width, height in images)
         assert view.problems() == []
