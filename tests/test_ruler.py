@@ -208,6 +208,9 @@ def test_errors(assets, tmp_path, capsys):
     assert "unknown task(s) sudoku" in capsys.readouterr().err
     assert run(assets, out, "--lengths", "300", tasks="cwe") == 2
     assert "length 300 is too short for RULER's cwe" in capsys.readouterr().err
+    # Checked before any sample is answered: the needle task that fits writes nothing first.
+    assert run(assets, out, "--lengths", "512", tasks="niah_single_1,vt") == 2
+    assert "length 512 is too short for RULER's vt" in capsys.readouterr().err and not (out / "full.jsonl").exists()
     assert main(["ruler", "--model", "llada-tiny", "--checkpoint", str(assets[0]), "--out", str(out), "--tasks",
                  "qa_1", "--device", "cpu"]) == 2
     assert "task qa_1 asks questions of squad: give its local JSON file with --qa-squad FILE" in capsys.readouterr().err

@@ -332,7 +332,8 @@ def plot_curves(summary: dict, stem: Path) -> list[Path]:
 # -------------------------------------------------------------------------------------------- CLI
 def add_ppl_parser(subparsers) -> argparse.ArgumentParser:
     parser = subcommand(subparsers, "ppl", run_ppl)
-    parser.add_argument("--model", help="masked-diffusion preset (llada-8b, ...); or give --causal-lm")
+    parser.add_argument("--model", help="masked-diffusion preset (llada-8b, llada-1.5, dream-base, ...); or give "
+                                        "--causal-lm")
     parser.add_argument("--checkpoint", type=Path, help="the model's Hugging Face folder (config.json, safetensors)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint folder)")
     parser.add_argument("--causal-lm", type=Path,

@@ -32,7 +32,8 @@ from ..generate import DTYPES, add_sampler_options, resolve_dtype, sampler_confi
 from .method_runs import (DEFAULT_METHODS, add_method_arguments, check_methods, method_options, names,
                           run_per_method)
 from .niah import read_haystack
-from .ruler_tasks import SYNTHETIC, TASKS, Sources, fit, haystack_words, read_hotpotqa, read_squad, score, vocabulary
+from .ruler_tasks import (SYNTHETIC, TASKS, Sources, check_length, fit, haystack_words, read_hotpotqa, read_squad,
+                          score, vocabulary)
 
 #: LongLLaDA's lengths (ruler_4k / 8k / 16k) and answer tokens (max_out_len 64).
 LENGTHS = (4096, 8192, 16384)
@@ -148,18 +149,21 @@ def ruler(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Seque
     def settings_of(method: str) -> dict:
         return dict(method=method, method_options=method_options(method, windows, longllada_factor), **common)
 
+    tok = backbone.load_tokenizer(tokenizer_folder)
+    for length in sorted(set(lengths)):  # a length too short for a task fails now, not after hours of samples
+        for task in tasks:
+            check_length(TASKS[task], Item(length, task, 0).seed_text, sources, length,
+                         lambda text: len(backbone.document_ids(tok, text)))
     loaded: dict = {}
     by_index = {i.index: i for i in work}
 
     def answer(lines: resumable.LineFile, mine: list, main: bool) -> None:
         if not loaded:
-            tok = backbone.load_tokenizer(tokenizer_folder)
-            net = backbone.load(checkpoint, model, device)
-            backbone.check_tokenizer(net, tok, tokenizer_folder)
-            loaded.update(net=net, tok=tok)
+            loaded.update(net=backbone.load(checkpoint, model, device))
+            backbone.check_tokenizer(loaded["net"], tok, tokenizer_folder)
         net = loaded["net"]
         net.set_attention(backbone.attention(net, lines.settings["method"], **lines.settings["method_options"]))
-        _run_items(lines, [by_index[i] for i in mine], backbone, net, loaded["tok"], sources, sampler_config,
+        _run_items(lines, [by_index[i] for i in mine], backbone, net, tok, sources, sampler_config,
                    gen_length, DTYPES[dtype], progress and main)
 
     written, already, averages = run_per_method(out, device, methods, settings_of, list(by_index), answer,
@@ -241,7 +245,8 @@ def summary_markdown(summary: dict) -> str:
 def add_ruler_parser(subparsers) -> argparse.ArgumentParser:
     parser = subcommand(subparsers, "ruler", run_ruler)
     parser.add_argument("--model", default="llada-8b",
-                        help="preset of a backbone that continues prompts (default llada-8b)")
+                        help="preset of a backbone that continues prompts (llada-8b, llada-1.5, dream-base, "
+                             "dream-instruct, ...; default llada-8b)")
     parser.add_argument("--checkpoint", type=Path, required=True,
                         help="Hugging Face folder of the model (config.json, safetensors shards)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint folder)")
