@@ -6,6 +6,7 @@ import functools
 import json
 import math
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -87,20 +88,23 @@ def assert_official_state_dict(model: torch.nn.Module, official: dict) -> None:
         assert torch.equal(value, official[key]), key
 
 
-def make_bpe_tokenizer(folder: Path, mask_token: str, texts=(TEXT,), vocab_size: int = 296) -> Path:
+def make_bpe_tokenizer(folder: Path, mask_token: str, texts=(TEXT,), vocab_size: int = 296,
+                       bos_token: Optional[str] = None) -> Path:
     """A byte-level BPE tokenizer (256 bytes, merges up to ``vocab_size``, then ``<|endoftext|>``, the EOS and pad
-    token, and ``mask_token``) trained here on ``texts``, saved in ``folder``."""
+    token, ``mask_token`` and ``bos_token`` if given, which the tokenizer does not add itself, as Qwen2's) trained
+    here on ``texts``, saved in ``folder``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", mask_token],
+    specials = ["<|endoftext|>", mask_token, *([bos_token] if bos_token else [])]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     bpe.train_from_iterator(list(texts) * 4, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                   mask_token=mask_token)
+                                   mask_token=mask_token, bos_token=bos_token)
     fast.save_pretrained(folder)
     return folder
 
@@ -110,9 +114,10 @@ def make_llada_tokenizer(folder: Path, texts=(TEXT,), vocab_size: int = 296) -> 
     return make_bpe_tokenizer(folder, "<|mdm_mask|>", texts, vocab_size)
 
 
-def make_dream_tokenizer(folder: Path, texts=(TEXT,), vocab_size: int = 296) -> Path:
-    """A tokenizer saved like Dream's (`make_bpe_tokenizer`, mask ``<|mask|>``)."""
-    return make_bpe_tokenizer(folder, "<|mask|>", texts, vocab_size)
+def make_dream_tokenizer(folder: Path, texts=(TEXT,), vocab_size: int = 296, bos: bool = False) -> Path:
+    """A tokenizer saved like Dream's (`make_bpe_tokenizer`, mask ``<|mask|>``; with ``bos`` its BOS
+    ``<|beginoftext|>``)."""
+    return make_bpe_tokenizer(folder, "<|mask|>", texts, vocab_size, "<|beginoftext|>" if bos else None)
 
 
 def tiny_llada(tokenizer, seed: int = 0) -> LLaDA:

@@ -1,7 +1,9 @@
 """`rangeswa ppl`: the Monte Carlo draws (seeded per chunk, the official estimator's distribution), a chunk's
-loss by hand, a batch row equal to the row alone, the cumulative curve, the command end to end on a tiny random
-LLaDA past its training length and on a tiny causal LM, resumption, shards, and clear errors."""
+loss by hand (Dream's from its shifted rows), a batch row equal to the row alone, the cumulative curve, the
+command end to end on a tiny random LLaDA and a tiny random Dream past their training length (Dream's text after
+its BOS) and on a tiny causal LM, resumption, shards, and clear errors."""
 
+import functools
 import json
 import math
 
@@ -10,12 +12,14 @@ import torch
 import torch.nn.functional as F
 
 from conftest import json_lines
-from helpers_models import make_llada_tokenizer, save_tiny_scorer, tiny_gpt2, tiny_llada
+from helpers_models import (make_dream_tokenizer, make_llada_tokenizer, save_tiny_scorer, tiny_dream, tiny_gpt2,
+                            tiny_llada)
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval.niah import read_haystack
 from rangeswa_ext.eval.ppl import (causal_nll, check_lengths, curve, diffusion_nll, draw_masks, leading_tokens,
                                    read_text)
+from rangeswa_ext.models.dream import load_dream, load_dream_tokenizer, save_dream
 from rangeswa_ext.models.llada import load_llada, load_llada_tokenizer, save_llada
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -41,39 +45,71 @@ def test_mask_count_is_uniform_like_the_official_forward_process():
 
 
 # ----------------------------------------------------------------------------------------- scoring
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
+#: Per tiny preset: (tokenizer maker, tokenizer loader, random model, saver, loader, how far its network rows
+#: are shifted: Dream's row i scores token i + 1). Dream's tokenizer has a BOS (Dream's <|beginoftext|>),
+#: which it does not add itself.
+FAMILIES = {"llada-tiny": (make_llada_tokenizer, load_llada_tokenizer, tiny_llada, save_llada, load_llada, 0),
+            "dream-tiny": (functools.partial(make_dream_tokenizer, bos=True), load_dream_tokenizer, tiny_dream,
+                           save_dream, load_dream, 1)}
+
+
+def _tiny_assets(factory, preset: str):
+    """(checkpoint folder, tokenizer folder, tokenizer, text file) of a tiny random model of ``preset``."""
+    make_tokenizer, load_tokenizer, tiny, save, _, _ = FAMILIES[preset]
     corpus = read_haystack()[:300]
-    tok_dir = make_llada_tokenizer(tmp_path_factory.mktemp("ppl_tok"), corpus, vocab_size=600)
-    tok = load_llada_tokenizer(tok_dir)
-    ckpt = save_llada(tiny_llada(tok, seed=2), tmp_path_factory.mktemp("ppl_ckpt"))
-    text = tmp_path_factory.mktemp("ppl_text") / "text.txt"
+    tok_dir = make_tokenizer(factory.mktemp("ppl_tok"), corpus, vocab_size=600)
+    tok = load_tokenizer(tok_dir)
+    ckpt = save(tiny(tok, seed=2), factory.mktemp("ppl_ckpt"))
+    text = factory.mktemp("ppl_text") / "text.txt"
     text.write_text("\n\n".join(corpus))
     return ckpt, tok_dir, tok, text
 
 
-def _model(assets, method="full", **options):
-    model = load_llada(assets[0])
-    model.set_attention(backbones.backbone_for("llada-tiny").attention(model, method, **options))
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    return _tiny_assets(tmp_path_factory, "llada-tiny")
+
+
+@pytest.fixture(scope="module")
+def dream_assets(tmp_path_factory):
+    return _tiny_assets(tmp_path_factory, "dream-tiny")
+
+
+def _model(assets, method="full", preset="llada-tiny", **options):
+    model = FAMILIES[preset][4](assets[0])
+    model.set_attention(backbones.backbone_for(preset).attention(model, method, **options))
     return model
 
 
-def test_a_draws_loss_is_the_mean_cross_entropy_at_the_masked_positions(assets):
-    model = _model(assets)
+def _assets_of(request, preset: str):
+    return request.getfixturevalue("dream_assets" if preset == "dream-tiny" else "assets")
+
+
+@pytest.mark.parametrize("preset", FAMILIES)
+def test_a_draws_loss_is_the_mean_cross_entropy_at_the_masked_positions(request, preset):
+    """LLaDA's row i scores token i; Dream's network row i scores token i + 1, so a masked position's logits are
+    the row before it (masked or not); the chunk starts past position 0, so Dream's first-row rule
+    (docs/spec_decisions.md, item 30) never applies."""
+    model, shift = _model(_assets_of(request, preset), preset=preset), FAMILIES[preset][5]
     ids = list(range(3, 3 + 48))
     masks = draw_masks(0, 2, 3, 16)
     losses = diffusion_nll(model, ids, 32, masks, batch_size=3)
     for mask, loss in zip(masks, losses):
         noisy = torch.tensor([ids])
         noisy[0, 32:][mask] = model.config.mask_id
-        logits = model(noisy)[0, 32:]
+        logits = model(noisy)[0, 32 - shift:48 - shift]  # the network's own rows (Dream's unshifted)
         expect = F.cross_entropy(logits[mask], torch.tensor(ids[32:])[mask])
         assert loss == pytest.approx(expect.item(), rel=1e-5)
+        if shift:
+            unshifted = F.cross_entropy(model(noisy)[0, 32:][mask], torch.tensor(ids[32:])[mask])
+            assert loss != pytest.approx(unshifted.item(), rel=1e-3)
 
 
+@pytest.mark.parametrize("preset", FAMILIES)
 @pytest.mark.parametrize("method", ["full", "rangeswa", "longllada"])
-def test_a_batch_row_equals_the_row_alone(assets, method):
-    model = _model(assets, method, **({"scale_windows": True} if method == "rangeswa" else {}))
+def test_a_batch_row_equals_the_row_alone(request, preset, method):
+    model = _model(_assets_of(request, preset), method, preset,
+                   **({"scale_windows": True} if method == "rangeswa" else {}))
     ids = [5 + (i * 7) % 200 for i in range(96)]  # past the training length (32)
     masks = draw_masks(0, 5, 6, 32)
     together = diffusion_nll(model, ids, 64, masks, batch_size=6)
@@ -104,8 +140,9 @@ def test_leading_tokens_are_the_whole_texts_first_tokens(assets):
     tok = assets[2]
     text = read_text([assets[3]])
     whole = tok(text)["input_ids"]
-    assert leading_tokens(tok, text, 200) == whole[:200]
-    assert leading_tokens(tok, "a short text", 200) == tok("a short text")["input_ids"]
+    encode = backbones.backbone_for("llada-tiny").document_ids
+    assert leading_tokens(lambda s: encode(tok, s), text, 200) == whole[:200]
+    assert leading_tokens(lambda s: encode(tok, s), "a short text", 200) == tok("a short text")["input_ids"]
 
 
 def test_causal_nll_is_the_mean_nll_of_the_chunk():
@@ -204,9 +241,43 @@ def test_errors(assets, tmp_path, capsys):
     assert run(assets, out, "--lengths", "262144") == 2
     assert "fewer than the longest length (262144)" in capsys.readouterr().err
     assert main(["ppl", "--model", "elf-b", "--checkpoint", str(tmp_path), "--out", str(out)]) == 2
-    assert "scores masked-diffusion models (llada" in capsys.readouterr().err
+    assert ("scores masked-diffusion models (dream, llada) or a causal LM (--causal-lm); --model elf-b belongs to the "
+            "elf backbone") in capsys.readouterr().err
     assert main(["ppl", "--out", str(out)]) == 2
     assert "give either a masked-diffusion --model" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit:
         run(assets, out, "--draws", "0")
     assert exit.value.code == 2 and "argument --draws" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------- Dream
+def test_dream_reads_its_text_after_its_bos(dream_assets):
+    tok = dream_assets[2]
+    encode = backbones.backbone_for("dream-tiny").document_ids
+    assert tok("In the beginning")["input_ids"][0] != tok.bos_token_id  # the tokenizer adds none itself
+    assert encode(tok, "In the beginning") == [tok.bos_token_id, *tok("In the beginning")["input_ids"]]
+    assert encode(tok, "<|beginoftext|>In the beginning") == encode(tok, "In the beginning")  # not twice
+    text = read_text([dream_assets[3]])
+    assert leading_tokens(lambda s: encode(tok, s), text, 100) == encode(tok, text)[:100]
+
+
+def test_ppl_end_to_end_on_dream(dream_assets, tmp_path):
+    ckpt, tok_dir, tok, text = dream_assets
+    out = tmp_path / "ppl"
+    assert main(["ppl", "--model", "dream-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--out",
+                 str(out), "--methods", "full,rangeswa_lite", "--lengths", "64,96", "--chunk-size", "16", "--draws",
+                 "3", "--text", str(text), "--device", "cpu", "--no-progress", "--batch-size", "2"]) == 0
+    ids = [tok.bos_token_id, *tok(read_text([text]))["input_ids"]][:96]
+    for method in ("full", "rangeswa_lite"):
+        lines = json_lines(out / f"{method}.jsonl")
+        assert [x["chunk"] for x in lines] == list(range(1, 6))
+        assert {(x["model"], x["likelihood"], x["draws"]) for x in lines} == {("dream-tiny", "masked_diffusion", 3)}
+    x = json_lines(out / "full.jsonl")[3]
+    masks = draw_masks(0, 4, 3, 16)
+    assert x["masked"] == masks.sum(1).tolist()
+    model = _model(dream_assets, preset="dream-tiny")
+    assert x["draw_nll"] == pytest.approx(diffusion_nll(model, ids[:80], 64, masks, 1), rel=1e-5)
+    summary = json.loads((out / "ppl_summary.json").read_text())
+    full = [x["nll"] for x in json_lines(out / "full.jsonl")]
+    assert summary["full"]["lengths"]["96"] == pytest.approx(math.exp(sum(full) / 5), rel=1e-4)
+    assert summary["rangeswa_lite"]["model"] == "dream-tiny" and (out / "ppl_curves.png").exists()

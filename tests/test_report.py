@@ -305,13 +305,59 @@ def test_ppl_and_ruler_sections(eval_runs):
         "ppl", "ruler"]
 
 
+# ------------------------------------------------------------------ a Dream run's ppl and ruler folders
+@pytest.fixture(scope="module")
+def dream_runs(tmp_path_factory):
+    """`rangeswa ppl` and `rangeswa ruler` run end to end on a tiny random Dream, then one page of both."""
+    from helpers_models import make_dream_tokenizer, tiny_dream
+    from rangeswa_ext.eval.niah import read_haystack
+    from rangeswa_ext.eval.ruler_tasks import NOISE, TEMPLATES
+    from rangeswa_ext.models.dream import load_dream_tokenizer, save_dream
+
+    root = tmp_path_factory.mktemp("dream_runs")
+    corpus = [*read_haystack()[:200], *TEMPLATES.values(), NOISE]
+    tok_dir = make_dream_tokenizer(root / "tok", corpus, vocab_size=600, bos=True)
+    ckpt = save_dream(tiny_dream(load_dream_tokenizer(tok_dir), seed=1), root / "ckpt")
+    text = root / "text.txt"
+    text.write_text("\n\n".join(corpus))
+    common = ["--model", "dream-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--methods",
+              "full,rangeswa", "--device", "cpu", "--no-progress"]
+    assert main(["ppl", *common, "--out", str(root / "ppl"), "--lengths", "32,64", "--chunk-size", "16", "--draws",
+                 "2", "--text", str(text)]) == 0
+    assert main(["ruler", *common, "--out", str(root / "ruler"), "--tasks", "niah_single_1,fwe", "--lengths", "512",
+                 "--samples", "1", "--gen-length", "4"]) == 0
+    return {"root": root, "page": build_report([root / "ppl", root / "ruler"], root / "dream.html")}
+
+
+def test_a_dream_runs_sections(dream_runs):
+    text = dream_runs["page"].read_text(encoding="utf-8")
+    root = dream_runs["root"]
+    summary = json.loads((root / "ppl" / "ppl_summary.json").read_text())
+    for method in ("full", "rangeswa"):
+        values = "".join(f'<td class="num">{summary[method]["lengths"][L]:.3f}</td>' for L in ("32", "64"))
+        assert f"<td>{method}</td><td>dream-tiny</td>{values}" in text
+    ruler = json.loads((root / "ruler" / "ruler_summary.json").read_text())
+    for method in ("full", "rangeswa"):
+        cell = ruler[method]["512"]
+        values = "".join(f'<td class="num">{cell["tasks"][t]["score"]:.2f}</td>' for t in ("niah_single_1", "fwe"))
+        assert f'<td>{method}</td>{values}<td class="num">{cell["average"]:.2f}</td>' in text
+    # Dream's sampler settings are shown with the run (LongLLaDA's Dream defaults, the steps capped at 4).
+    settings = re.search(r"· ruler</summary>(.*?)</details>", text, re.S).group(1)
+    for key, value in (("model", "dream-tiny"), ("alg", "entropy"), ("steps", "4"), ("temperature", "0.2"),
+                       ("top_p", "0.95")):
+        assert f"<tr><th>{key}</th><td>{value}</td></tr>" in settings
+
+
 @needs_chromium
-def test_chromium_renders_the_ppl_and_ruler_sections(eval_runs):
+@pytest.mark.parametrize("runs, ruler_tables", [("eval_runs", 2), ("dream_runs", 1)])
+def test_chromium_renders_the_ppl_and_ruler_sections(request, runs, ruler_tables):
+    """The hand-made LLaDA folders (two RULER lengths) and the Dream run's (one)."""
     with Browser(CHROMIUM) as browser:
-        view = browser.open(eval_runs["page"].as_uri())
+        view = browser.open(request.getfixturevalue(runs)["page"].as_uri())
         assert view.evaluate("Array.from(document.querySelectorAll('section h2')).map(h => h.textContent)") == [
             "How to read this page", "Perplexity against context length", "RULER"]
-        assert view.evaluate("document.querySelectorAll('#ruler table').length") == 2
+        assert view.evaluate("document.querySelectorAll('#ppl table').length") == 1
+        assert view.evaluate("document.querySelectorAll('#ruler table').length") == ruler_tables
         images = view.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
         assert len(images) == 1 and all(done and width > 100 and height > 100 for done, width, height in images)
         assert view.problems() == []

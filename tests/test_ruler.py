@@ -1,6 +1,7 @@
 """`rangeswa ruler`: RULER's scoring on hand-made answers, every task's sample (its answers in the prompt, the
 length it fills, its determinism), QA from local SQuAD and HotpotQA files, and the command end to end on a tiny
-random LLaDA with every task type: lines, tables, resume after a cut line, and clear errors."""
+random LLaDA and a tiny random Dream with every task type: lines, tables, resume after a cut line, LongLLaDA's
+generation settings per backbone, and clear errors."""
 
 import collections
 import json
@@ -9,13 +10,14 @@ import re
 import pytest
 
 from conftest import json_lines
-from helpers_models import make_llada_tokenizer, tiny_llada
+from helpers_models import make_dream_tokenizer, make_llada_tokenizer, tiny_dream, tiny_llada
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval.niah import read_haystack
-from rangeswa_ext.eval.ruler import Item, items, read_sources
+from rangeswa_ext.eval.ruler import Item, items, read_sources, ruler_sampler
 from rangeswa_ext.eval.ruler_tasks import (DEPTHS, NOISE, SYNTHETIC, TASKS, TEMPLATES, build, fit, postprocess,
                                            read_hotpotqa, read_squad, score, sentences)
+from rangeswa_ext.models.dream import load_dream, load_dream_tokenizer, save_dream
 from rangeswa_ext.models.llada import load_llada, load_llada_tokenizer, save_llada
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -206,6 +208,9 @@ def test_errors(assets, tmp_path, capsys):
     assert "unknown task(s) sudoku" in capsys.readouterr().err
     assert run(assets, out, "--lengths", "300", tasks="cwe") == 2
     assert "length 300 is too short for RULER's cwe" in capsys.readouterr().err
+    # Checked before any sample is answered: the needle task that fits writes nothing first.
+    assert run(assets, out, "--lengths", "512", tasks="niah_single_1,vt") == 2
+    assert "length 512 is too short for RULER's vt" in capsys.readouterr().err and not (out / "full.jsonl").exists()
     assert main(["ruler", "--model", "llada-tiny", "--checkpoint", str(assets[0]), "--out", str(out), "--tasks",
                  "qa_1", "--device", "cpu"]) == 2
     assert "task qa_1 asks questions of squad: give its local JSON file with --qa-squad FILE" in capsys.readouterr().err
@@ -223,3 +228,58 @@ def test_common_words_stop_at_the_vocabulary(assets, sources):
     text, answers, size = fit(TASKS["cwe"], "seed", small, 8192, _count(assets[2]))
     assert size == 40 and len(answers) == 10
     assert _count(assets[2])(text) < 8192 - 120
+
+
+# ----------------------------------------------------------------------------------------- Dream
+def test_generation_defaults_are_longlladas_per_backbone():
+    """eval_llada_ruler.py over llada_wrapper.py: LLaDA 64 steps in a 64-token block, greedy; Dream 64 steps of
+    entropy-ordered sampling at temperature 0.2, top-p 0.95; steps never above the answer's tokens."""
+    llada, dream = backbones.backbone_for("llada-8b"), backbones.backbone_for("dream-base")
+    assert ruler_sampler(llada, 64) == dict(steps=64, block_length=64, temperature=0.0)
+    assert ruler_sampler(dream, 64) == dict(steps=64, alg="entropy", temperature=0.2, top_p=0.95)
+    assert ruler_sampler(dream, 8)["steps"] == 8
+
+
+@pytest.fixture(scope="module")
+def dream_assets(tmp_path_factory, assets):
+    corpus = [*read_haystack()[:400], *TEMPLATES.values(), NOISE]
+    tok_dir = make_dream_tokenizer(tmp_path_factory.mktemp("ruler_dream_tok"), corpus, vocab_size=1200, bos=True)
+    tok = load_dream_tokenizer(tok_dir)
+    ckpt = save_dream(tiny_dream(tok, seed=3), tmp_path_factory.mktemp("ruler_dream_ckpt"))
+    return ckpt, tok_dir, tok, assets[3]
+
+
+def test_ruler_end_to_end_every_task_on_dream(dream_assets, sources, tmp_path):
+    ckpt, tok_dir, tok, qa = dream_assets
+    out = tmp_path / "ruler"
+    assert main(["ruler", "--model", "dream-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--out",
+                 str(out), "--methods", "rangeswa_lite", "--tasks", ",".join(TASKS), "--lengths", str(LENGTH),
+                 "--samples", "1", "--qa-squad", str(qa / "squad.json"), "--qa-hotpotqa", str(qa / "hotpot.json"),
+                 "--gen-length", "8", "--device", "cpu", "--no-progress"]) == 0
+    lines = json_lines(out / "rangeswa_lite.jsonl")
+    assert [x["task"] for x in lines] == list(TASKS)
+    for x in lines:
+        assert (x["model"], x["steps"], x["alg"], x["temperature"], x["top_p"], x["top_k"]) == (
+            "dream-tiny", 8, "entropy", 0.2, 0.95, 50)
+        assert x["prompt_tokens"] <= LENGTH - TASKS[x["task"]].tokens_to_generate
+        assert x["score"] == score(x["prediction"], x["answers"], TASKS[x["task"]].metric)
+    # A line's prediction is Dream's sampler answering the prompt read after its BOS, seeded by the sample.
+    x = lines[8]  # vt
+    count = lambda text: len(tok(text)["input_ids"]) + 1  # noqa: E731 -- the BOS counts
+    text, answers, _ = fit(TASKS["vt"], Item(LENGTH, "vt", 0).seed_text, sources, LENGTH, count)
+    assert answers == x["answers"] and x["prompt_tokens"] == count(text)
+    backbone = backbones.backbone_for("dream-tiny")
+    model = load_dream(ckpt)
+    model.set_attention(backbone.attention(model, "rangeswa_lite", scale_windows=True))
+    config = backbone.sampler_config.for_model("dream-tiny", steps=8, alg="entropy", temperature=0.2, top_p=0.95)
+    rows = backbone.sample(model, tok, x["index"], 1, 8, 0, config, autocast_dtype=None, progress=False,
+                           prompts=[[tok.bos_token_id, *tok(text)["input_ids"]]])
+    assert x["prediction"] == backbone.decode(tok, rows)[0]
+    summary = json.loads((out / "ruler_summary.json").read_text())
+    assert set(summary["rangeswa_lite"][str(LENGTH)]["tasks"]) == set(TASKS)
+
+
+def test_dream_refuses_llada_settings(dream_assets, tmp_path, capsys):
+    assert main(["ruler", "--model", "dream-tiny", "--checkpoint", str(dream_assets[0]), "--out", str(tmp_path / "r"),
+                 "--tasks", "vt", "--block-length", "8", "--device", "cpu"]) == 2
+    assert "--model dream-tiny (dream) has no sampler setting block_length" in capsys.readouterr().err

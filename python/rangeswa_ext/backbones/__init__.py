@@ -124,6 +124,11 @@ class Backbone:
         """The token ids of a prompt text (conditional backbones; no special tokens added)."""
         raise NotImplementedError(f"{self.name} does not continue prompts")
 
+    def document_ids(self, tokenizer, text: str) -> list[int]:
+        """The token ids of a text as the model reads a whole document (`rangeswa ppl`'s text, `rangeswa ruler`'s
+        prompts): ``tokenizer(text)``, its special tokens included."""
+        return tokenizer(text)["input_ids"]
+
     # -------------------------------------------------------------------------------- sampling
     def sample(self, model, tokenizer, first: int, count: int, length: int, seed: int, config, *,
                autocast_dtype: Optional[torch.dtype], progress: bool, prompts: Optional[list] = None) -> list[list[int]]:

@@ -29,6 +29,12 @@ class DreamBackbone(MaskedDiffusionBackbone):
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> Dream:
         return self.check_sizes(load_dream(checkpoint, device=device), checkpoint, preset)
 
+    def document_ids(self, tokenizer, text: str) -> list[int]:
+        """``tokenizer(text)`` after the tokenizer's BOS (``<|beginoftext|>``), as LongLLaDA's wrapper feeds Dream
+        (Qwen2's tokenizer adds none); nothing is added where the tokenizer has no BOS or already put it first."""
+        ids, bos = tokenizer(text)["input_ids"], getattr(tokenizer, "bos_token_id", None)
+        return ids if bos is None or ids[:1] == [bos] else [bos, *ids]
+
     def benchmark_call(self, model: Dream, length: int, generator: torch.Generator, stage: str = "late"):
         ids = torch.randint(0, model.config.vocab_size, (1, length), generator=generator)
         last = slice(max(0, length - 32), length)  # a generation's logits, not the LM head over the whole context

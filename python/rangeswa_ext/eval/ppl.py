@@ -30,7 +30,7 @@ import hashlib
 import inspect
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Optional
 
@@ -91,14 +91,15 @@ def draw_masks(seed: int, chunk: int, draws: int, size: int) -> torch.Tensor:
     return torch.stack(masks)
 
 
-def leading_tokens(tokenizer, text: str, count: int) -> list[int]:
-    """The first ``count`` token ids of ``text`` (fewer if it is shorter), as ``tokenizer(text)`` gives them
-    (its special tokens included, as LongLLaDA's), tokenizing only as many whole lines as that needs."""
+def leading_tokens(encode: Callable[[str], list[int]], text: str, count: int) -> list[int]:
+    """The first ``count`` token ids of ``text`` (fewer if it is shorter), as ``encode(text)`` gives them (a
+    backbone's `document_ids`: the tokenizer's special tokens included, as LongLLaDA's), tokenizing only as
+    many whole lines as that needs."""
     lines = text.split("\n")
     take = 1
     while True:
         take = min(len(lines), max(take, 1))
-        ids = tokenizer("\n".join(lines[:take]))["input_ids"]
+        ids = encode("\n".join(lines[:take]))
         if len(ids) >= count + 16 or take == len(lines):  # a margin: the cut may change the last tokens
             return ids[:count]
         take *= 2
@@ -163,6 +164,7 @@ class _Scorer:
 
     kind: str  # masked_diffusion or causal
     load: object
+    encode: Optional[Callable] = None  # (tokenizer, text) -> ids, default tokenizer(text)["input_ids"]
     model: object = None
     tokens: Optional[list] = None
 
@@ -209,7 +211,7 @@ def ppl(*, out, model: Optional[str] = None, checkpoint=None, tokenizer=None, ca
         if backbone.likelihood != "masked_diffusion":
             diffusion = [b.name for b in backbones.backbones().values() if b.likelihood == "masked_diffusion"]
             raise ValueError(f"rangeswa ppl scores masked-diffusion models ({', '.join(diffusion)}) or a causal LM "
-                             f"(--causal-lm); --model {model} is a {backbone.name} model")
+                             f"(--causal-lm); --model {model} belongs to the {backbone.name} backbone")
         if checkpoint is None:
             raise ValueError(f"--model {model} needs --checkpoint, its model folder")
         check_methods(methods, windows, longllada_factor)
@@ -222,7 +224,7 @@ def ppl(*, out, model: Optional[str] = None, checkpoint=None, tokenizer=None, ca
             backbone.check_tokenizer(net, tok, tokenizer_folder)
             return net, tok
 
-        names, scorer = list(methods), _Scorer("masked_diffusion", load)
+        names, scorer = list(methods), _Scorer("masked_diffusion", load, backbone.document_ids)
         settings = {m: dict(model=model, method=m, method_options=method_options(m, windows, longllada_factor),
                             likelihood="masked_diffusion", draws=draws, stage=STAGE, **common) for m in methods}
 
@@ -243,7 +245,8 @@ def _score_chunks(lines: resumable.LineFile, chunks: list[int], scorer: _Scorer,
     """Score ``chunks`` (of one curve), appending one line each to ``lines``."""
     if scorer.model is None:
         scorer.model, tok = scorer.load()
-        scorer.tokens = leading_tokens(tok, text, longest)
+        encode = scorer.encode or (lambda t, s: t(s)["input_ids"])
+        scorer.tokens = leading_tokens(lambda s: encode(tok, s), text, longest)
         if len(scorer.tokens) < longest:
             raise ValueError(f"the text holds {len(scorer.tokens)} tokens of this model, fewer than the longest "
                              f"length ({longest}); give a longer --text or shorter --lengths")
@@ -329,7 +332,8 @@ def plot_curves(summary: dict, stem: Path) -> list[Path]:
 # -------------------------------------------------------------------------------------------- CLI
 def add_ppl_parser(subparsers) -> argparse.ArgumentParser:
     parser = subcommand(subparsers, "ppl", run_ppl)
-    parser.add_argument("--model", help="masked-diffusion preset (llada-8b, ...); or give --causal-lm")
+    parser.add_argument("--model", help="masked-diffusion preset (llada-8b, llada-1.5, dream-base, ...); or give "
+                                        "--causal-lm")
     parser.add_argument("--checkpoint", type=Path, help="the model's Hugging Face folder (config.json, safetensors)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint folder)")
     parser.add_argument("--causal-lm", type=Path,

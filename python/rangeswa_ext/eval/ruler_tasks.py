@@ -356,11 +356,27 @@ def fit(task: Task, seed: str, sources: Sources, length: int, count: Callable[[s
         most = len(sources.vocabulary) if task.kind == "common_words_extraction" else None
         size = largest_fitting(make, count, budget, least_size(task, sources, sample), most)
     except TooShort:
-        raise ValueError(f"length {length} is too short for RULER's {task.name}: its smallest prompt takes more "
-                         f"than the {budget} tokens the answer's {task.tokens_to_generate} leave; use longer "
-                         f"lengths") from None
+        raise _too_short(task, length) from None
     text, answers = build(task, size, seed, sources, length, count, sample)
     return text, answers, size
+
+
+def check_length(task: Task, seed: str, sources: Sources, length: int, count: Callable[[str], int],
+                 sample: int = 0) -> None:
+    """`fit`'s ValueError, before any sample is answered, when the smallest sample of ``task`` (drawn with
+    ``seed``) leaves RULER's answer tokens no room in ``length``."""
+    try:  # variable tracking's worked example may not fit by itself
+        smallest = build(task, least_size(task, sources, sample), seed, sources, length, count, sample)[0]
+    except TooShort:
+        raise _too_short(task, length) from None
+    if count(smallest) > length - task.tokens_to_generate:
+        raise _too_short(task, length)
+
+
+def _too_short(task: Task, length: int) -> ValueError:
+    budget = length - task.tokens_to_generate
+    return ValueError(f"length {length} is too short for RULER's {task.name}: its smallest prompt takes more than "
+                      f"the {budget} tokens the answer's {task.tokens_to_generate} leave; use longer lengths")
 
 
 # ------------------------------------------------------------------------------------------- scoring
