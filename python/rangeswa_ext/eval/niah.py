@@ -518,7 +518,8 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
                         help="longllada's ceil(lambda), fixed for every length as LongLLaDA's runs fix it (4, 14, 31, "
                              "55 at 8k, 16k, 24k, 32k); default: each length's own")
     parser.add_argument("--gen-length", type=integer(1), help="generated tokens (default 32)")
-    parser.add_argument("--steps", type=integer(0), help="sampler calls (default 32, Dream's at most --gen-length; LLaDA: 0 is one per token)")
+    parser.add_argument("--steps", type=integer(0),
+                        help="sampler calls (default 32, Dream's at most --gen-length; LLaDA: 0 is one per token)")
     parser.add_argument("--temperature", type=number(0), help="sampling temperature (default LLaDA 0, Dream 0.2)")
     parser.add_argument("--block-length", type=integer(0), help="LLaDA block length (default 32; 0: the whole answer)")
     parser.add_argument("--cfg-scale", type=number(0), help="LLaDA classifier-free guidance scale (default 0)")
