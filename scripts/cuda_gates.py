@@ -29,7 +29,9 @@ kernel's figures under 'stages3'.
 The sm_90a body kernel (hopper/body_kernel.h; attn_hopper_{bf16,fp16}.cu, issue 30) has limits of its own
 (HOPPER_LIMITS, hopper_gate): no spills / stack / local memory, no CALL, HGMMA present at a work share of at
 least 4% (each m64nNk16 counted as N / 8 m16n8k16), the register split per role read off its setmaxnreg
-instructions (producer 40, consumers 232) and honoured by ptxas, at most 12,000 static SASS instructions;
+instructions (producer 40, consumers 232) and honoured by ptxas, exactly the split's registers at entry (168 for
+384 threads, 128 for 256 at two CTAs: hopper_roles entry_regs), no wgmma serialization advisory (C7514 / C7515),
+at most 12,000 static SASS instructions;
 tests/test_cuda_gates_hopper.py holds every head dim to them.
 
 tests/test_cuda_gates.py runs the same checks in the test suite; scripts/gpu_check.sh runs this script on
@@ -595,7 +597,9 @@ HOPPER_KERNEL = "hopper_attn_kernel"
 # Its limits: no spills, stack or local memory; no CALL (division or other); the register split of
 # hopper/body_layout.h HopperTraits (setmaxnreg, hopper_roles: at head dim 64 the producer warpgroup down to 32
 # and the one consumer warpgroup up to 224, two CTAs a multiprocessor; at 80 and 128 40 and two consumer
-# warpgroups at 232; within the 64K register file, and the registers at launch too) present in the SASS; HGMMA present, at least 4% of the static SASS (the mma.sync kernel's HMMA limit);
+# warpgroups at 232; within the 64K register file, and the registers at launch too) present in the SASS; the
+# registers at entry exactly the split's mean (hopper_roles entry_regs: 128 at head dim 64, 168 at 80 and 128);
+# HGMMA present, at least 4% of the static SASS (the mma.sync kernel's HMMA limit);
 # ptxas neither ignoring setmaxnreg (C7508) nor serializing the wgmma (C7514 / C7515); at most 12,000 static SASS
 # instructions per instantiation (one kernel holds the unmasked loop, the masked
 # loop with 16- and kBlockN-column tiles, the fills, the bands and the epilogue). The HGMMA share counts each
@@ -615,9 +619,15 @@ def hopper_roles(head_dim: int) -> dict:
     m_blocks = 2 if head_dim == 64 else 1
     consumers = 128 // (64 * m_blocks)
     resident = 2 if consumers == 1 else 1
-    return dict(m_blocks=m_blocks, consumer_threads=128 * consumers, threads=128 + 128 * consumers,
-                resident=resident, producer_regs=32 if resident == 2 else 40,
-                consumer_regs=224 if resident == 2 else 232)
+    producer, consumer = (32, 224) if resident == 2 else (40, 232)
+    threads = 128 + 128 * consumers
+    # setmaxnreg moves registers within the CTA's pool, which holds the registers at entry for every thread:
+    # .dec gives the producer's surplus back, .inc blocks until the pool has the consumers' (PTX 9.7.19.8), so the
+    # split runs only if the entry count is exactly the split's mean (fewer: the consumers wait forever; more:
+    # the CTAs do not fit). 168 for 384 threads at 40 / 232, 128 for 256 threads at 32 / 224 (two CTAs).
+    entry = (128 * producer + 128 * consumers * consumer) // threads
+    return dict(m_blocks=m_blocks, consumer_threads=128 * consumers, threads=threads, resident=resident,
+                producer_regs=producer, consumer_regs=consumer, entry_regs=entry)
 
 
 def hopper_kernel_name(head_dim: int) -> str:
@@ -941,6 +951,9 @@ def hopper_failures(stats: dict, head_dim: int) -> list[str]:
     if stats["registers"] is None or stats["registers"] * R["threads"] * R["resident"] > 65536:
         out.append(f"{stats['registers']} registers at launch: {R['threads']} threads x {R['resident']} CTAs "
                    f"exceed the 64K register file")
+    if stats["registers"] != R["entry_regs"]:
+        out.append(f"{stats['registers']} registers at entry, where the setmaxnreg split {R['producer_regs']} / "
+                   f"{R['consumer_regs']} over {R['threads']} threads needs exactly {R['entry_regs']} (the CTA's pool)")
     if stats["setmaxnreg_ignored"]:
         out.append("ptxas ignored setmaxnreg (warning C7508)")
     if stats["wgmma_serialized"]:
