@@ -210,3 +210,25 @@ def test_the_time_model_reads_the_mma_sync_kernels_fixed_costs_counted_the_same_
     assert cuda_time_model.ATTN_FILL_STEP_MEASURED == s["fill_step"]
     now = cuda_time_model.SECOND_NOW
     assert now.cta_setup == s["prologue"] + s["epilogue"] and now.fill_instructions == s["fill_step"]
+
+
+def test_the_products_registers_are_fenced_around_issue_and_wait():
+    """Every product's registers pinned where the source puts them (body_gemm.h fence_products: CUTLASS's
+    warpgroup_fence_operand, as FlashAttention-3 does): qk_issue and pv_issue fence their accumulators (and P)
+    before wgmma.fence and after the last mma_async, and every wait of the body kernel is wait_products, which
+    fences what it retired; so no accumulator access drifts into a wgmma's flight (the gate refuses C7514 /
+    C7515, which such a drift would bring)."""
+    gemm = open(os.path.join(ROOT, "csrc", "cuda", "hopper", "body_gemm.h")).read()
+    body = open(os.path.join(ROOT, "csrc", "cuda", "hopper", "body_kernel.h")).read()
+    for name, regs in (("qk_issue", ("s",)), ("pv_issue", ("o", "a"))):
+        text = gemm[gemm.index(f"void {name}("):]
+        text = text[:text.index("\n}\n")]
+        fence = text.index("hopper::wgmma_fence();")
+        last_mma = text.rindex("hopper::wgmma_")
+        for r in regs:
+            assert f"fence_products({r});" in text[:fence], (name, r)
+            assert f"fence_products({r});" in text[last_mma:], (name, r)
+    assert "hopper::wgmma_wait<" not in body
+    waits = re.findall(r"wait_products<(\d)>\(([^)]*)\);", body)
+    assert len(waits) == body.count("hopper::wgmma_commit();")  # a wait a group (the unmasked loop: wait<1>, then <0>)
+    assert all(regs.strip() for _, regs in waits)
