@@ -1,4 +1,4 @@
-"""Offline gate of the Hopper primitives (csrc/cuda/hopper.h): compiles csrc/cuda/hopper/hopper_tile.cu (the 64 x 64 x 64
+"""Offline gate of the Hopper primitives (csrc/cuda/hopper.h): compiles tests/cpp/hopper_tile.cu (the 64 x 64 x 64
 TMA + wgmma tile kernel Q K^T in three instantiations, P V with P in registers and V N-major, and the two-stage
 producer / consumer ring) with nvcc for
 sm_90a, reads ptxas's register / spill report and the SASS (cuobjdump), and checks that the primitives became
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_gates import cuobjdump_path, nvcc_path  # noqa: E402  the same tool finders as the sm_80 / sm_90a gates
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = "csrc/cuda/hopper/hopper_tile.cu"
+SOURCE = "tests/cpp/hopper_tile.cu"  # test kernels, outside the extension's sources
 OPCODE = re.compile(r"^\s+/\*[0-9a-f]{4,6}\*/\s+(?:@!?U?P[0-9T] )?([A-Z][A-Z0-9_.]*)")
 # Mangled-name pieces -> a readable label of each instantiation.
 LABELS = [

@@ -73,7 +73,8 @@ def _build_simt() -> None:
     cpp_extension.load(
         name="rangeswa_simt", sources=[os.path.join(simt, s) for s in SIMT_SOURCES] + [os.path.join(ROOT, "csrc", "checks.cpp")],
         # simt.h first in every source: the device primitives the kernel headers run on (utils.h leaves its own out).
-        extra_include_paths=[os.path.join(ROOT, "csrc"), include],
+        # tests/cpp: the Hopper test kernels (hopper_tile.cu) that simt_hopper_tests.cpp runs.
+        extra_include_paths=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, "tests", "cpp"), include],
         extra_cflags=["-O2", "-g1", "-DRANGESWA_SIMT", "-include", os.path.join(simt, "simt.h")],
         is_python_module=False, build_directory=build)
 

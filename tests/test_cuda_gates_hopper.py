@@ -3,7 +3,8 @@ bf16 and fp16 sources compiled by nvcc for sm_90a, ptxas's report and the SASS h
 HOPPER_LIMITS: no spills, stack or local memory; no CALL; HGMMA present at every product's shape (Q K^T at the
 KV tile's width and at 16 columns, P V at the head dim) and no HMMA; HGMMA's work share; the register split
 per role (setmaxnreg, cuda_gates.hopper_roles: at head dim 64 the producer warpgroup at 32 and the one consumer
-warpgroup at 224, two CTAs a multiprocessor; else 40 and two consumer warpgroups at 232) and ptxas honouring it;
+warpgroup at 224, two CTAs a multiprocessor; else 40 and two consumer warpgroups at 232), ptxas honouring it, and
+exactly the split's registers at entry (128 / 168: the CTA's pool that setmaxnreg.inc draws on);
 the wgmma kept asynchronous (no C7514 / C7515 serialization advisory);
 the static SASS size. One test per (source, head dim, limit).
 """
@@ -41,6 +42,7 @@ LIMIT_CHECKS = {
                                  and set(s["setmaxnreg"]["consumer"]) == {ROLES[s["head_dim"]]["consumer_regs"]}),
     "registers_at_launch": lambda s: (s["registers"] is not None and s["registers"] * ROLES[s["head_dim"]]["threads"]
                                       * ROLES[s["head_dim"]]["resident"] <= 65536),
+    "registers_at_entry": lambda s: s["registers"] == ROLES[s["head_dim"]]["entry_regs"],
     "setmaxnreg_honoured": lambda s: not s["setmaxnreg_ignored"],
     "wgmma_not_serialized": lambda s: not s["wgmma_serialized"],
 }
@@ -80,6 +82,24 @@ def test_the_register_split_fits_the_register_file():
     assert (int(producer.group(2)), int(consumer.group(2))) == (one["producer_regs"], one["consumer_regs"])
     for r in ROLES.values():
         assert r["resident"] * (128 * r["producer_regs"] + r["consumer_threads"] * r["consumer_regs"]) <= 65536
+
+
+def test_the_entry_registers_are_the_splits_pool():
+    """setmaxnreg.inc blocks until the CTA's pool (its threads x the registers at entry) has the registers: the
+    split runs only with exactly its mean at entry, 168 for 384 threads at 40 / 232 and 128 for 256 threads at
+    32 / 224, which is also what __launch_bounds__(threads, resident) caps ptxas at (64K over the resident
+    threads, rounded down to 8). The gate refuses any other count, an upper bound included."""
+    assert (ROLES[64]["entry_regs"], ROLES[80]["entry_regs"], ROLES[128]["entry_regs"]) == (128, 168, 168)
+    for r in ROLES.values():
+        assert r["entry_regs"] * r["threads"] == 128 * r["producer_regs"] + r["consumer_threads"] * r["consumer_regs"]
+        assert r["entry_regs"] == 65536 // (r["threads"] * r["resident"]) // 8 * 8
+    stats = dict(spill_stores=0, spill_loads=0, stack=0, local=0, calls=[], division_calls=[], hgmma=8,
+                 hgmma_work_share=0.1, instructions=5000, setmaxnreg=dict(producer=[40], consumer=[232]),
+                 setmaxnreg_ignored=False, wgmma_serialized=False)
+    assert cuda_gates.hopper_failures(dict(stats, registers=168), 128) == []
+    for fewer_or_more in (160, 136, 176):
+        fails = cuda_gates.hopper_failures(dict(stats, registers=fewer_or_more), 128)
+        assert any("needs exactly 168" in f for f in fails), fails
 
 
 def test_the_register_role_parser_on_sass_lines():
@@ -181,3 +201,25 @@ def test_the_time_model_reads_the_mma_sync_kernels_fixed_costs_counted_the_same_
     assert s["epilogue_ops"].get("STG", 0) >= 8 and s["fill_step_ops"].get("FFMA", 0) >= 64
     now = cuda_time_model.mma_sync_design(cuda_time_model.load_gates(), 64)
     assert now.cta_setup == s["prologue"] + s["epilogue"] and now.fill_instructions == s["fill_step"]
+
+
+def test_the_products_registers_are_fenced_around_issue_and_wait():
+    """Every product's registers pinned where the source puts them (body_gemm.h fence_products: CUTLASS's
+    warpgroup_fence_operand, as FlashAttention-3 does): qk_issue and pv_issue fence their accumulators (and P)
+    before wgmma.fence and after the last mma_async, and every wait of the body kernel is wait_products, which
+    fences what it retired; so no accumulator access drifts into a wgmma's flight (the gate refuses C7514 /
+    C7515, which such a drift would bring)."""
+    gemm = open(os.path.join(ROOT, "csrc", "cuda", "hopper", "body_gemm.h")).read()
+    body = open(os.path.join(ROOT, "csrc", "cuda", "hopper", "body_kernel.h")).read()
+    for name, regs in (("qk_issue", ("s",)), ("pv_issue", ("o", "a"))):
+        text = gemm[gemm.index(f"void {name}("):]
+        text = text[:text.index("\n}\n")]
+        fence = text.index("hopper::wgmma_fence();")
+        last_mma = text.rindex("hopper::wgmma_")
+        for r in regs:
+            assert f"fence_products({r});" in text[:fence], (name, r)
+            assert f"fence_products({r});" in text[last_mma:], (name, r)
+    assert "hopper::wgmma_wait<" not in body
+    waits = re.findall(r"wait_products<(\d)>\(([^)]*)\);", body)
+    assert len(waits) == body.count("hopper::wgmma_commit();")  # a wait a group (the unmasked loop: wait<1>, then <0>)
+    assert all(regs.strip() for _, regs in waits)

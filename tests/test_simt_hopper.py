@@ -1,7 +1,7 @@
 """The Hopper primitives (csrc/cuda/hopper.h) and their SIMT emulation (csrc/cuda/simt/simt_hopper.cpp).
 
 Hand-worked cases from the PTX ISA's wgmma layout figures and descriptor format, TMA's tensor-map semantics
-(cuTensorMapEncodeTiled), mbarrier phases, and the sm_90a kernels of csrc/cuda/hopper/hopper_tile.cu run through the
+(cuTensorMapEncodeTiled), mbarrier phases, and the sm_90a kernels of tests/cpp/hopper_tile.cu run through the
 emulation (the same source scripts/hopper_gate.py compiles for sm_90a and reads the SASS of):
 
 - (a) the accumulator fragment of wgmma m64nNk16: which thread / register holds D[row][col] (A identity-like,
@@ -317,7 +317,35 @@ MISUSE = [
     ("named:1", r"bar.sync 1, 128 at .* while 128 threads wait at bar.sync 1, 256 at .*one barrier, two thread counts"),
     ("named:2", r"deadlock: no thread can run; threads 0-127 wait at bar.sync 1, 256"),
     ("overwrite:1", r"cp.async at .* overwrites shared memory that the wgmma.mma_async at .* reads and has not finished"),
+    # as strict as PTX (issue 49): no register write between wgmma.fence and the mma_async, no wgmma on a
+    # cp.async in flight, setmaxnreg's register pool
+    ("layout_ss_f16_64:7", r"its accumulator registers were written after its wgmma.fence"),
+    ("layout_rs_f16_64:8", r"its A fragment registers were written after its wgmma.fence"),
+    ("overwrite:2", r"at issue\) reads shared address 0x880, which a cp.async issued by thread 0 .* has not landed"),
+    ("setmaxnreg:1", r"deadlock: no thread can run;.*setmaxnreg.inc 232 \(warpgroup 2, holding 160 a thread\), waiting "
+                     r"for 9216 registers of the CTA's pool, which has 6144"),
+    ("setmaxnreg:2", r"deadlock: no thread can run;.*setmaxnreg.inc 232 \(warpgroup \d, holding 168 a thread\), waiting"),
 ]
+
+
+def test_a_registers_read_in_flight_show_nan(simt):
+    """A fragment registers of a wgmma in flight (the rs form) read as a NaN pair until the wait_group that
+    retires it gives them back; the product is unchanged."""
+    a = torch.eye(64, 16)
+    b = torch.ones(16, 64)
+    out = _run_layout(simt, "layout_rs_f16_64", a, b, mode=9)
+    bits = out[4096:4096 + 128].view(torch.int32)
+    assert bits.eq(0x7fff7fff).all(), bits[:4]
+    _check_layout(out, a @ b, 64)
+
+
+def test_the_register_pool_feeds_the_split_and_landed_copies_pass(simt):
+    """The body kernel's split at 168 registers at entry (producer 40, two consumers 232) runs; a cp.async that
+    its thread waited for, then a barrier, is data a wgmma may read."""
+    out = simt.hopper_probe("setmaxnreg:0", torch.zeros(4096))
+    assert out[:384].eq(1).all()
+    out = simt.hopper_probe("overwrite:3", torch.zeros(4096))
+    assert out[:128].eq(1).all()
 
 
 def test_named_barriers_reduce_per_id_and_count(simt):
@@ -350,3 +378,14 @@ def test_hopper_gate_sass():
     assert hopper_gate.failures(report) == [], report
     tile = report["kernels"]["tile_kernel<bf16, 128, ss, QK>"]
     assert tile["HGMMA"] == 4 and tile["UTMALDG"] == 2 and tile["spill_bytes"] == 0
+
+
+def test_the_tile_kernels_live_with_the_tests():
+    """The early tile kernels are test code: tests/cpp/hopper_tile.cu, which the SIMT build and the sm_90a gate
+    read; no source under csrc/ (the extension's source tree, setup.py's and the sdist's) holds them."""
+    assert os.path.exists(os.path.join(ROOT, "tests", "cpp", "hopper_tile.cu"))
+    for folder, _, files in os.walk(os.path.join(ROOT, "csrc")):
+        for name in files:
+            if name.endswith((".cu", ".h", ".cpp")):
+                text = open(os.path.join(folder, name)).read()
+                assert "namespace rangeswa::cuda::hopper_tile {" not in text, os.path.join(folder, name)

@@ -26,6 +26,31 @@ __device__ __forceinline__ float (&as_blocks(float (&d)[MB][N / 2]))[MB][N / 8][
   return *reinterpret_cast<float(*)[MB][N / 8][4]>(&d);
 }
 
+// The registers of a group's products pinned where the source puts them (hopper.h fence_operand, CUTLASS's
+// warpgroup_fence_operand, as FlashAttention-3 does): around each product's issue and after the wait that
+// retires it, so that the compiler moves no access of the accumulators (or of P, the A registers) into a
+// wgmma's flight, which ptxas would answer by serializing every wgmma (advisories C7514 / C7515, refused by
+// scripts/cuda_gates.py).
+template <int MB, int K>
+__device__ __forceinline__ void fence_products(float (&d)[MB][K]) {
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb) hopper::fence_operand(d[mb]);
+}
+template <int MB, int KS>
+__device__ __forceinline__ void fence_products(uint32_t (&a)[MB][KS][4]) {
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) hopper::fence_operand(a[mb][ks]);
+}
+
+// wgmma.wait_group kPending, then the registers of the products it retired fenced (fence_products).
+template <int kPending, typename... Regs>
+__device__ __forceinline__ void wait_products(Regs&... regs) {
+  hopper::wgmma_wait<kPending>();
+  (fence_products(regs), ...);
+}
+
 // Descriptors of a core-matrix tile of Dp (K-major) or W (MN-major: a V stage's kValueCols) columns at shared
 // address `addr` (body_layout.h).
 template <int Dp>
@@ -67,6 +92,7 @@ inline constexpr uint32_t kQBlockStep = uint32_t(core_row<Traits::kHeadDim>(64) 
 template <typename Traits, int kCols, int MB>
 __device__ __forceinline__ void qk_issue(float (&s)[MB][kCols / 2], uint32_t q_lo, uint32_t k_lo) {
   constexpr int Dp = Traits::kHeadDim;
+  fence_products(s);
   hopper::wgmma_fence();
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb)
@@ -75,6 +101,7 @@ __device__ __forceinline__ void qk_issue(float (&s)[MB][kCols / 2], uint32_t q_l
       hopper::wgmma_ss<kCols, typename Traits::Element>(
           s[mb], desc_words(q_lo + mb * kQBlockStep<Traits> + 16 * ks, kKmajorHi<Dp>),
           desc_words(k_lo + 16 * ks, kKmajorHi<Dp>), ks > 0);
+  fence_products(s);
 }
 
 // P as wgmma's A fragments, per product and key step (hopper.h: a[0] = (row g, keys 2q..2q+1), a[1] = (row
@@ -95,14 +122,18 @@ __device__ __forceinline__ void pack_p(uint32_t (&a)[MB][kCols / 16][4], const f
 // ks bytes in.
 template <typename Traits, int kCols, int MB>
 __device__ __forceinline__ void pv_issue(float (&o)[MB][Traits::kValueCols / 2],
-                                         const uint32_t (&a)[MB][kCols / 16][4], uint32_t v_lo) {
+                                         uint32_t (&a)[MB][kCols / 16][4], uint32_t v_lo) {
   constexpr int W = Traits::kValueCols;
+  fence_products(o);
+  fence_products(a);
   hopper::wgmma_fence();
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
     for (int ks = 0; ks < kCols / 16; ++ks)
       hopper::wgmma_rs<W, typename Traits::Element, 1>(o[mb], a[mb][ks], desc_words(v_lo + 2 * W * ks, kMnmajorHi<W>), 1);
+  fence_products(o);
+  fence_products(a);
 }
 
 }  // namespace rangeswa::cuda

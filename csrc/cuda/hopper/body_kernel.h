@@ -303,7 +303,7 @@ struct Consumer {
       float sc[MB][kBandBlocks / 2];
       qk_issue<Traits, kBandBlocks>(sc, q_lo, kmajor_lo<Dp>(hopper::smem_u32(c.sBandK)));
       hopper::wgmma_commit();
-      hopper::wgmma_wait<0>();
+      wait_products<0>(sc);
       const BandEdge e = band_edge(side, v);
 #pragma unroll
       for (int mb = 0; mb < MB; ++mb)
@@ -382,14 +382,14 @@ struct Consumer {
     if (w.given == nullptr) {
       qk_issue<Traits, kCols>(s, q_lo, stage_k(slot.stage));
       hopper::wgmma_commit();
-      hopper::wgmma_wait<0>();
+      wait_products<0>(s);
     } else {
       given_scores<MB, kCols / 8>(as_blocks<MB, kCols>(s), w.given, w.given_rows, w.given_cols, w.row0, tq);
     }
     uint32_t a[MB][kCols / 16][4];
     softmax_pv<kCols, true>(s, a, w, stage_v(slot.stage));
     hopper::wgmma_commit();
-    hopper::wgmma_wait<0>();
+    wait_products<0>(o, a);
   }
 
   // A 16-column tile that every row sees whole (plan.h record_bounds): control keys (rule 1: every row sees
@@ -407,7 +407,7 @@ struct Consumer {
     } else {
       qk_issue<Traits, kCtrlCols>(s, q_lo, stage_k(slot.stage));
       hopper::wgmma_commit();
-      hopper::wgmma_wait<0>();
+      wait_products<0>(s);
     }
     // The column fix-ups, the same for every row (tile_logits' `live` and its ragged column): the columns past the
     // keys, a band's G-blocks that a retrieved block overlaps (exact keys of another record: exclusion_bits, bit c
@@ -446,7 +446,7 @@ struct Consumer {
     pack_p<Traits, kCtrlCols>(a, s);
     pv_issue<Traits, kCtrlCols>(o, a, stage_v(slot.stage));
     hopper::wgmma_commit();
-    hopper::wgmma_wait<0>();
+    wait_products<0>(o, a);
   }
 
   // The unmasked loop over a run (FlashAttention's: every row sees every key, no fix-up), in
@@ -466,7 +466,7 @@ struct Consumer {
     hopper::mbarrier_wait_parity(&c.full[slot.stage], slot.phase);
     qk_issue<Traits, N>(s, q_lo, stage_k(slot.stage));
     hopper::wgmma_commit();
-    hopper::wgmma_wait<0>();
+    wait_products<0>(s);
     if (softmax.template fold<N / 8, false>(as_blocks<MB, N>(s), p.scale_log2, bias, alpha))
       softmax.template rescale<WT>(as_blocks<MB, W>(o), alpha);
     pack_p<Traits, N>(a, s);
@@ -492,9 +492,9 @@ struct Consumer {
       hopper::wgmma_commit();
       pv_issue<Traits, N>(o, a, stage_v(slot.stage));
       hopper::wgmma_commit();
-      hopper::wgmma_wait<1>();  // the next tile's Q K^T (this tile's P V, committed after it, may run on)
+      wait_products<1>(s);  // the next tile's Q K^T (this tile's P V, committed after it, may run on)
       const bool raised = softmax.template fold<N / 8, false>(as_blocks<MB, N>(s), p.scale_log2, bias, alpha);
-      hopper::wgmma_wait<0>();  // this tile's P V: its stage is free, the output may be rescaled
+      wait_products<0>(o, a);  // this tile's P V: its stage is free, the output may be rescaled
       release();
       if (raised) softmax.template rescale<WT>(as_blocks<MB, W>(o), alpha);
       pack_p<Traits, N>(a, s);
@@ -502,7 +502,7 @@ struct Consumer {
     }
     pv_issue<Traits, N>(o, a, stage_v(slot.stage));  // the run's last tile
     hopper::wgmma_commit();
-    hopper::wgmma_wait<0>();
+    wait_products<0>(o, a);
     release();
     cur = nxt;
   }

@@ -59,10 +59,20 @@ cudaError_t run_attn_hopper(const AttnKernelParams& p, cudaStream_t stream) {
   pb.by_ctas_per_head = FastDiv::make(body);
   const size_t smem = hopper_smem_bytes<Element, kHeadDim>(p);
   auto kernel = hopper_attn_kernel<Traits>;
+  // The registers at entry are the CTA's setmaxnreg pool: another count than the split's would leave the
+  // consumers waiting on setmaxnreg.inc forever, so such a build is refused (the emulation models the pool).
+#if !defined(RANGESWA_SIMT)
+  cudaFuncAttributes attr{};
+  if (const cudaError_t err = cudaFuncGetAttributes(&attr, kernel); err != cudaSuccess) return err;
+  if (attr.numRegs != Traits::kEntryRegs) return cudaErrorInvalidConfiguration;
+#endif
   if (smem > 48 * 1024) {
     const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
     if (err != cudaSuccess) return err;
   }
+#if defined(RANGESWA_SIMT)
+  ::simt::hopper::registers_at_entry(Traits::kEntryRegs);  // this launch's pool
+#endif
   return RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, pb);
 }
 

@@ -58,6 +58,14 @@ struct HopperTraits {
   // kResident x (128 x producer + kConsumerThreads x consumer) <= 64K).
   static constexpr int kProducerRegs = kResident == 2 ? 32 : 40;
   static constexpr int kConsumerRegs = kResident == 2 ? 224 : 232;
+  // The registers a thread starts with: the CTA's pool that setmaxnreg draws on (.inc blocks until the pool has
+  // them), so exactly the split's mean (168 for 384 threads, 128 for 256), which is also what
+  // __launch_bounds__(kThreads, kResident) lets ptxas give (scripts/cuda_gates.py holds ptxas to it; the launcher
+  // refuses another count, body_launch.h).
+  static constexpr int kEntryRegs = (128 * kProducerRegs + kConsumerThreads * kConsumerRegs) / kThreads;
+  static_assert(kEntryRegs * kThreads == 128 * kProducerRegs + kConsumerThreads * kConsumerRegs &&
+                    kEntryRegs == 65536 / (kThreads * kResident) / 8 * 8,
+                "the split's mean is a whole count, the launch bounds' cap");
   // The query slot row of CTA row r: warp w's block mb of rows (rows 16 mb .. of its kWarpRows) are rows 16 w ..
   // of the group's mb-th m64 product, whose A operand is slot rows 64 mb .. 64 mb + 63 (of the group's).
   // The identity where a warp holds one block.

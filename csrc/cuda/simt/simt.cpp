@@ -958,6 +958,15 @@ int thread_rank() {
   return t_fiber->tid;
 }
 int block_threads() { return worker().nthreads; }
+int cp_async_in_flight(const void* shared) {
+  Worker& w = worker();
+  const auto* p = static_cast<const unsigned char*>(shared);
+  return w.opts.check_races && w.in_dynamic(p, 1) ? w.shadow[size_t(p - w.dyn) / 16].inflight : 0;
+}
+std::pair<const char*, const char*> thread_stack() {
+  worker();
+  return {t_fiber->stack, t_fiber->stack + t_fiber->stack_size()};
+}
 
 void wait_until(const std::function<bool()>& ready, const std::string& what, Site site) {
   Worker& w = worker();
@@ -1050,6 +1059,8 @@ void launch_body(dim3 grid, dim3 block, size_t smem, const std::function<void()>
       for (int x = 0; x < workers; ++x) pool.emplace_back(work);
       for (std::thread& t : pool) t.join();
     }
+    for (const Extension& e : extensions())
+      if (e.launch_end) e.launch_end();
     if (!error.empty()) throw Error(error);
   }
   std::lock_guard<std::mutex> lock(g_stats_mutex);

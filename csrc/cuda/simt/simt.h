@@ -158,12 +158,18 @@ struct Extension {
   void (*cta_start)() = nullptr;
   bool (*idle)() = nullptr;
   void (*cta_end)() = nullptr;
+  void (*launch_end)() = nullptr;  // after the launch's last CTA (on the launching thread)
 };
 void add_extension(const Extension& e);  // at library load, before any launch
 std::vector<Extension>& extensions();
 size_t dynamic_shared_bytes();   // of the calling thread's CTA
 int thread_rank();               // the calling thread's linear index in its CTA
 int block_threads();             // threads of the calling thread's CTA
+// A cp.async in flight (not landed by its thread's cp.async.wait_group) onto the 16 bytes of dynamic shared
+// memory at `shared`, in the calling thread's CTA: the issuing thread + 1, or 0 (none, or Options::check_races off).
+int cp_async_in_flight(const void* shared);
+// The calling thread's stack [low, high): its registers (the kernel's locals) live there.
+std::pair<const char*, const char*> thread_stack();
 // Blocks the calling thread until ready() holds (evaluated by the scheduler, on this OS thread, whenever it
 // passes the thread); a state where nothing can run reports the thread as waiting at `what` at `site`.
 void wait_until(const std::function<bool()>& ready, const std::string& what, Site site);

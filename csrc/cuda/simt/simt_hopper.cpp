@@ -13,7 +13,14 @@
 //   the wait changes the result. Consecutive mma_async on the same accumulator chain without a wait (the
 //   ordering PTX guarantees for the same shape). wgmma.fence: a thread's mma_async needs a wgmma.fence since
 //   its last wait_group (or its start) -- stricter than PTX, which asks for the fence only between other
-//   accesses of the registers and the mma_async, but every such access happens after a wait.
+//   accesses of the registers and the mma_async, but every such access happens after a wait -- and no write
+//   of its accumulator or A registers between that fence and the mma_async (the fence takes a copy of the
+//   thread's stack, where the kernel's registers live, and the mma_async compares its registers with it; the
+//   emulation's own poisoning updates the copy). A registers (the rs form) are poisoned too while their
+//   wgmma is in flight (kAPoison, a NaN pair in bf16 and f16: a read before the wait shows as NaN) and given
+//   back when the last wgmma in flight that reads them retires; a change of them before then is reported.
+//   At issue and when it runs, a wgmma reading shared bytes that a TMA copy or a cp.async (its thread's
+//   cp.async.wait_group has not landed it) still writes is reported.
 //   Operands: A (64 x 16) and B (16 x N; B[k][n]) of 16-bit elements; D = A B + C with the products exact in
 //   fp32 and added to C in fp32 in k order (the order and intermediate precision are the implementation's;
 //   real tensor cores round differently). Fragment layouts: hopper.h's header comment.
@@ -41,11 +48,16 @@
 //   onto bytes a wgmma reads that was not complete when its thread arrived on a barrier the copying thread has
 //   waited on since (a stage released before wgmma.wait_group), copies overlapping each other.
 // fence.proxy.async (9.7.13.4): counted (plain shared-memory stores are not tracked, so a missing one is not
-//   detected). setmaxnreg (9.7.19.8): a warpgroup collective; the value in 24..256, a multiple of 8.
+//   detected). setmaxnreg (9.7.19.8): a warpgroup collective; the value in 24..256, a multiple of 8. Where the
+//   launcher declares the registers a thread starts with (registers_at_entry: ptxas's count, which the gate
+//   holds to the split), the CTA's pool is modelled: .dec gives (held - value) x 128 registers back to it,
+//   .inc blocks until it holds (value - held) x 128 (a split the pool cannot feed is a deadlock, reported);
+//   .dec above or .inc below the count held is refused.
 #include "cuda/simt/simt.h"
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -57,6 +69,7 @@ namespace simt::hopper {
 namespace {
 
 constexpr uint32_t kPoison = 0x7fc0ffeeu;  // a quiet NaN: accumulators of a wgmma in flight
+constexpr uint32_t kAPoison = 0x7fff7fffu;  // two NaNs in bf16 and in f16: A registers of a wgmma in flight
 constexpr uint32_t kMapMagic = 0x50414d54u;
 
 enum Kind : int { kCommit = 1, kWait = 2, kMma = 3, kSetmaxnreg = 4 };
@@ -164,6 +177,9 @@ struct Warpgroup {
 
 struct ThreadState {
   bool fenced = false;
+  // The thread's stack from its last wgmma.fence's frame up, as it was then (the kernel's registers).
+  std::vector<char> at_fence;
+  const char* fence_low = nullptr;
   std::vector<int> hazards;  // ops released early (arrive before their wait) by barriers this thread waited on
 };
 
@@ -203,8 +219,14 @@ struct Cta {
   std::deque<Tma> tmas;
   std::vector<std::unique_ptr<Op>> ops;
   std::vector<int32_t> inflight;  // per 16 bytes of dynamic shared memory: issuing thread + 1 of a TMA in flight
+  // The register pool (setmaxnreg) where the launch declared the registers at entry: registers held per
+  // warpgroup's thread, and the CTA's free ones. Empty: not modelled.
+  std::vector<int> regs;
+  int64_t pool = 0;
   Stats stats;
 };
+
+std::atomic<int> g_entry_regs{0};  // registers_at_entry of the launch under way (0: none declared)
 
 thread_local std::unique_ptr<Cta> t_cta;
 std::mutex g_stats_mutex;
@@ -220,6 +242,7 @@ Cta& cta() {
     c.wgs.resize(size_t((c.nthreads + 127) / 128));
     c.threads.resize(size_t(c.nthreads));
     c.inflight.assign((c.dyn_size + 15) / 16, 0);
+    if (const int entry = g_entry_regs.load(); entry > 0) c.regs.assign(c.wgs.size(), entry);
   }
   return *t_cta;
 }
@@ -319,7 +342,34 @@ void check_landed(Cta& c, const Op& op, const char* when) {
       throw Error("wgmma.mma_async at " + op.site.str() + " (warpgroup " + std::to_string(op.wg) + ", " + when +
                   ") reads shared address " + hex(uint64_t(chunk) * 16) + ", which a TMA copy issued by " +
                   who(c.inflight[i] - 1) + " has not written yet: no mbarrier wait has seen that copy complete");
+    if (i < c.inflight.size())
+      if (const int copier = cp_async_in_flight(c.dyn + 16 * i))
+        throw Error("wgmma.mma_async at " + op.site.str() + " (warpgroup " + std::to_string(op.wg) + ", " + when +
+                    ") reads shared address " + hex(uint64_t(chunk) * 16) + ", which a cp.async issued by " +
+                    who(copier - 1) + " has not landed: that thread's cp.async.wait_group has not seen it complete");
   }
+}
+
+// The bytes [p, p + n) of a thread's stack copy taken at its wgmma.fence (null: outside the copy).
+char* at_fence(ThreadState& s, const void* p, size_t n) {
+  const char* b = static_cast<const char*>(p);
+  if (s.fence_low == nullptr || b < s.fence_low || b + n > s.fence_low + s.at_fence.size()) return nullptr;
+  return s.at_fence.data() + (b - s.fence_low);
+}
+
+// A register write between the thread's wgmma.fence and this mma_async (PTX: undefined): its accumulator or
+// A registers differ from the fence's copy of its stack.
+void check_fenced(ThreadState& s, const void* regs, size_t n, const char* what, const std::string& whom, Site site) {
+  const char* copy = at_fence(s, regs, n);
+  if (copy != nullptr && std::memcmp(copy, regs, n) != 0)
+    throw Error("wgmma.mma_async at " + site.str() + " by " + whom + ": its " + what + " registers were written "
+                "after its wgmma.fence (PTX asks for the fence between any other access of the registers and the "
+                "mma_async that uses them)");
+}
+
+// The emulation's own write of registers [p, p + n): the fence's copy follows it.
+void follow(ThreadState& s, const void* p, size_t n) {
+  if (char* copy = at_fence(s, p, n)) std::memcpy(copy, p, n);
 }
 
 // D = A B + C for the 128 threads of the op's warpgroup (the header comment's layouts).
@@ -330,12 +380,18 @@ void execute(Cta& c, Op& op) {
     throw Error("wgmma.mma_async at " + op.site.str() + ": N = " + std::to_string(op.n) + " (8..256, a multiple of 8)");
   float A[64][16], B[16][256];  // wgmma's largest N, 256
   if (op.a_regs) {
+    const std::vector<Op*> pending = pending_ops(c, op.wg);
     for (int t = 0; t < 128; ++t) {
       for (int r = 0; r < 4; ++r)
-        if (op.a_ptr[t][r] != op.a[t][r])
+        if (op.a_ptr[t][r] != kAPoison)
           throw Error("wgmma.mma_async at " + op.site.str() + ": " + who(op.wg * 128 + t) +
                       " changed its A fragment register a[" + std::to_string(r) +
                       "] before the wgmma.wait_group that retires it");
+      // The registers back, unless a later wgmma in flight reads them too.
+      const bool shared = std::any_of(pending.begin(), pending.end(), [&](const Op* o) {
+        return o != &op && !o->done && o->a_regs && o->a_ptr[t] == op.a_ptr[t];
+      });
+      if (!shared) std::memcpy(const_cast<uint32_t*>(op.a_ptr[t]), op.a[t], 16);
       const int w = t / 32, g = (t % 32) / 4, q = t % 4;
       for (int r = 0; r < 4; ++r) {
         const int row = 16 * w + g + 8 * (r & 1), col = 2 * q + 8 * (r >> 1);
@@ -485,6 +541,7 @@ const bool g_registered = [] {
   e.cta_start = &on_cta_start;
   e.idle = &on_idle;
   e.cta_end = &on_cta_end;
+  e.launch_end = [] { g_entry_regs = 0; };  // a declaration holds for its launch
   add_extension(e);
   return true;
 }();
@@ -496,7 +553,13 @@ void* smem_pointer(uint32_t addr, size_t bytes, Site site) { return from_shared(
 
 void wgmma_fence(Site) {
   Cta& c = cta();
-  c.threads[size_t(thread_rank())].fenced = true;
+  ThreadState& s = c.threads[size_t(thread_rank())];
+  s.fenced = true;
+  // The caller's frames lie above this one's: its registers as they are at the fence.
+  const char* low = static_cast<const char*>(__builtin_frame_address(0));
+  const char* high = thread_stack().second;
+  s.fence_low = low;
+  s.at_fence.assign(low, high);
 }
 
 void wgmma_commit(Site site) {
@@ -575,6 +638,12 @@ void wgmma(int n, MmaType type, int trans_a, int trans_b, float* d, const uint32
     check_landed(c, *op, "at issue");
     const std::vector<Op*> before = pending_ops(c, wg);
     const int nacc = n / 2;
+    for (int t = 0; t < 128; ++t) {
+      const WgArgs& x = *static_cast<WgArgs*>(w.args[t]);
+      ThreadState& s = c.threads[size_t(wg * 128 + t)];
+      check_fenced(s, x.d, size_t(nacc) * 4, "accumulator", who(wg * 128 + t), site);
+      if (a) check_fenced(s, x.a, 16, "A fragment", who(wg * 128 + t), site);
+    }
     op->c.assign(size_t(128 * nacc), 0.f);
     for (int t = 0; t < 128; ++t) {
       const WgArgs& x = *static_cast<WgArgs*>(w.args[t]);
@@ -594,13 +663,22 @@ void wgmma(int n, MmaType type, int trans_a, int trans_b, float* d, const uint32
                       ", still in flight");
         }
       }
+      ThreadState& s = c.threads[size_t(wg * 128 + t)];
       if (!op->chained[t]) {
         for (int i = 0; i < nacc; ++i) op->c[size_t(t * nacc + i)] = op->scale_d ? x.d[i] : 0.f;
         poison(x.d, nacc);
+        follow(s, x.d, size_t(nacc) * 4);
       }
       if (a) {
+        // Registers that a wgmma in flight already reads hold kAPoison: their values are that one's.
+        const Op* reader = nullptr;
+        for (const Op* p : before)
+          if (p->a_regs && p->a_ptr[t] == x.a) reader = p;
         op->a_ptr[t] = x.a;
-        for (int r = 0; r < 4; ++r) op->a[t][r] = x.a[r];
+        for (int r = 0; r < 4; ++r) op->a[t][r] = reader != nullptr ? reader->a[t][r] : x.a[r];
+        uint32_t* regs = const_cast<uint32_t*>(x.a);
+        for (int r = 0; r < 4; ++r) regs[r] = kAPoison;
+        follow(s, x.a, 16);
       }
     }
     w.uncommitted.push_back(op->id);
@@ -778,8 +856,32 @@ void check_async_overwrite(const void* dst, size_t bytes, Site site) {
 void setmaxnreg(bool inc, int regs, Site site) {
   if (regs < 24 || regs > 256 || regs % 8)
     throw Error("setmaxnreg at " + site.str() + ": " + std::to_string(regs) + " registers (24..256, multiples of 8)");
-  collective(kSetmaxnreg, regs * 2 + (inc ? 1 : 0), site, nullptr, [](Warpgroup&, int) {});
+  collective(kSetmaxnreg, regs * 2 + (inc ? 1 : 0), site, nullptr, [inc, regs, site](Warpgroup&, int wg) {
+    Cta& c = cta();
+    if (c.regs.empty()) return;  // the launch declared no registers at entry
+    int& held = c.regs[size_t(wg)];
+    const std::string what = std::string(inc ? "setmaxnreg.inc " : "setmaxnreg.dec ") + std::to_string(regs) +
+                             " (warpgroup " + std::to_string(wg) + ", holding " + std::to_string(held) + " a thread)";
+    if (inc ? regs < held : regs > held)
+      throw Error(what + " at " + site.str() + ": " + (inc ? ".inc below" : ".dec above") + " the count it holds");
+    if (!inc) {
+      c.pool += int64_t(held - regs) * 128;
+      held = regs;
+      return;
+    }
+    const int64_t need = int64_t(regs - held) * 128;
+    Cta* cp = &c;
+    if (c.pool < need)
+      wait_until([cp, need] { return cp->pool >= need; },
+                 what + ", waiting for " + std::to_string(need) + " registers of the CTA's pool, which has " +
+                     std::to_string(c.pool),
+                 site);
+    c.pool -= need;
+    held = regs;
+  });
 }
+
+void registers_at_entry(int regs) { g_entry_regs = regs; }
 
 CUresult encode_tensor_map_2d(CUtensorMap* map, CUtensorMapDataType type, void* global, uint64_t dim0, uint64_t dim1,
                               uint64_t stride1_bytes, uint32_t box0, uint32_t box1, CUtensorMapSwizzle swizzle_mode,

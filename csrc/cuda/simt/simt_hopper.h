@@ -13,7 +13,8 @@
 //   tma_load_2d                the box, OOB fill, swizzle of the tensor map; lands (and completes its bytes
 //                              on the mbarrier) only when no thread can run otherwise, as late as possible
 //   fence_proxy_async_shared,  counted; fence_barrier_init is a no-op
-//   setmaxnreg_inc / _dec      a warpgroup collective checking its value
+//   setmaxnreg_inc / _dec      a warpgroup collective checking its value; with registers_at_entry, the CTA's
+//                              register pool (.inc blocks until the pool has the registers)
 //   named_barrier_sync / _or   bar.sync / bar.red.or with an id (1..15) and a thread count: the first `count`
 //                              arrivals release each other (a different count at the same id is reported)
 //   encode_tensor_map_2d       the host's cuTensorMapEncodeTiled for rank 2 (its checks, an emulation map)
@@ -47,6 +48,10 @@ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity, Site site);
 void fence_proxy_async(Site site);
 void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar, Site site);
 void setmaxnreg(bool inc, int regs, Site site);
+// The registers a thread of the next launch's kernel starts with (ptxas's count on the device): its CTAs model
+// setmaxnreg's register pool (threads x regs, setmaxnreg.inc blocking until the pool has what it asks). For
+// that launch only; a launch with no declaration runs setmaxnreg without the pool.
+void registers_at_entry(int regs);
 // bar.sync id, count (reduce false) or bar.red.or.pred (reduce true): returns the OR of pred over the threads.
 int named_barrier(int id, int count, int pred, bool reduce, Site site);
 // A write of generic-proxy data (cp.async) over [dst, dst + bytes) of shared memory: refused while a wgmma in

@@ -5,7 +5,7 @@
 
 #include "cuda/simt/simt.h"
 // The kernel source under test, unmodified.
-#include "cuda/hopper/hopper_tile.cu"
+#include "hopper_tile.cu"  // tests/cpp: the test kernels (tests/cuda_emulator.py puts the folder on the include path)
 
 namespace rangeswa::cuda::simt_hopper_tests {
 namespace {
@@ -56,7 +56,8 @@ void tile_e(int which, int swizzle, bool a_regs, const uint16_t* x, const uint16
 // fragment layout of hopper.h. out[t * N / 2 + i] = d[i] of thread t.
 // mode: 0 correct; 1 reads d[0] between commit and wait (into out[4096 + t]); 2 no wgmma.fence; 3 writes d[0]
 // before the wait; 4 no wait_group; 5 only threads 0-63 issue the wgmma; 6 changes an A register before the
-// wait (kForm 1).
+// wait (kForm 1); 7 writes d[0] between wgmma.fence and the mma_async; 8 changes an A register between them
+// (kForm 1); 9 reads a[0] between commit and wait (into out[4096 + t] as its bits; kForm 1).
 template <typename E, int N, int kForm>
 __global__ void layout_kernel(const float* in, float* out, int mode) {
   RSWA_DYNAMIC_SHARED(smem_raw);
@@ -92,6 +93,8 @@ __global__ void layout_kernel(const float* in, float* out, int mode) {
   const uint64_t desc_a = make_smem_desc(smem_u32(sA), 128, 256, Swizzle::kNone);
   const uint64_t desc_b = make_smem_desc(smem_u32(sB), 128, 256, Swizzle::kNone);
   if (mode != 2) wgmma_fence();
+  if (mode == 7) d[0] = 1.f;
+  if (mode == 8) a[1] ^= 1u;
   if (mode == 5 && t >= 64) return;
   if (kForm == 0) wgmma_ss<N, E>(d, desc_a, desc_b, 0);
   else wgmma_rs<N, E>(d, a, desc_b, 0);
@@ -99,6 +102,7 @@ __global__ void layout_kernel(const float* in, float* out, int mode) {
   if (mode == 1) out[4096 + t] = d[0];
   if (mode == 3) d[0] = 1.f;
   if (mode == 6) a[1] ^= 1u;
+  if (mode == 9) std::memcpy(&out[4096 + t], &a[0], 4);
   if (mode == 4) return;
   wgmma_wait<0>();
   for (int i = 0; i < N / 2; ++i) out[t * (N / 2) + i] = d[i];
@@ -192,10 +196,18 @@ __global__ void named_barrier_kernel(const float*, float* out, int mode) {
 // A cp.async onto a wgmma's operand, 128 threads: one wgmma m64n16k16 (A and B from shared memory, K-major
 // without swizzle) in flight, then thread 0 copies 16 bytes onto B's first chunk: mode 0 after the
 // wgmma.wait_group (allowed), mode 1 before it (the emulation refuses: the wgmma reads those bytes later).
+// Mode 2: thread 0's cp.async onto B's first chunk is committed but not waited for when the wgmma issues (the
+// emulation refuses: the data may land after the wgmma read it); mode 3 waits, then a barrier (allowed).
 __global__ void async_overwrite_kernel(const float* in, float* out, int mode) {
   RSWA_DYNAMIC_SHARED(smem);
   const uint32_t a = smem_u32(smem), b = smem_u32(smem + 2048);
   float d[8];
+  if (mode >= 2 && threadIdx.x == 0) {
+    cp_async_16(smem + 2048, in, true);
+    cp_async_commit();
+    if (mode == 3) cp_async_wait_all();
+  }
+  if (mode == 3) __syncthreads();
   wgmma_fence();
   wgmma_ss<16, __half>(d, make_smem_desc(a, 128, 256, Swizzle::kNone), make_smem_desc(b, 128, 256, Swizzle::kNone), 0);
   wgmma_commit();
@@ -205,10 +217,24 @@ __global__ void async_overwrite_kernel(const float* in, float* out, int mode) {
     cp_async_wait_all();
   }
   wgmma_wait<0>();
+  if (mode == 2 && threadIdx.x == 0) cp_async_wait_all();
   if (mode == 0 && threadIdx.x == 0) {
     cp_async_16(smem + 2048, in, true);
     cp_async_commit();
     cp_async_wait_all();
+  }
+  out[threadIdx.x] = 1.f;
+}
+
+// setmaxnreg's register pool, 384 threads (a producer warpgroup and two consumers, the body kernel's split at
+// head dims 80 and 128): the launch declares `entry` registers a thread (mode 0: 168, the split's mean; 1: 160,
+// fewer), the producer gives registers up (.dec 40; mode 2: it does not) and the consumers take theirs (.inc
+// 232), then every thread writes out[t] = 1. Modes 1 and 2 deadlock: the pool cannot feed both consumers.
+__global__ void setmaxnreg_kernel(const float*, float* out, int mode) {
+  if (threadIdx.x < 128) {
+    if (mode != 2) setmaxnreg_dec<40>();
+  } else {
+    setmaxnreg_inc<232>();
   }
   out[threadIdx.x] = 1.f;
 }
@@ -266,7 +292,10 @@ std::vector<float> probe(const std::string& name, const std::vector<float>& in_)
   else if (base == "chain") ::simt::launch(dim3(1), dim3(128), 1024 + 2048 + 512, chain_kernel, in.data(), out.data(), 0);
   else if (base == "mbarrier") ::simt::launch(dim3(1), dim3(32), 2048, mbarrier_misuse_kernel, in.data(), out.data(), mode);
   else if (base == "named") ::simt::launch(dim3(1), dim3(256), 0, named_barrier_kernel, in.data(), out.data(), mode);
-  else if (base == "overwrite") ::simt::launch(dim3(1), dim3(128), 4096, async_overwrite_kernel, in.data(), out.data(), mode);
+  else if (base == "setmaxnreg") {
+    ::simt::hopper::registers_at_entry(mode == 1 ? 160 : 168);
+    ::simt::launch(dim3(1), dim3(384), 0, setmaxnreg_kernel, in.data(), out.data(), mode);
+  } else if (base == "overwrite") ::simt::launch(dim3(1), dim3(128), 4096, async_overwrite_kernel, in.data(), out.data(), mode);
   else throw ::simt::Error("no hopper probe named " + name);
   return out;
 }

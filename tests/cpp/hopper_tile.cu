@@ -2,10 +2,10 @@
 // swizzled shared memory, an mbarrier, four k16 steps of wgmma m64n64k16, A from shared memory or from
 // registers), O = P V for one tile (V an N-major B), and Q K^T over a ring of K tiles (a producer warp issuing
 // TMA into two stages, a consumer warpgroup waiting on full barriers and releasing stages on empty barriers,
-// setmaxnreg between the roles); their host launchers. Not part of the extension (the folder keeps it out of
-// setup.py's csrc/cuda/*.cu): scripts/hopper_gate.py compiles it with nvcc for sm_90a and reads its SASS, and
-// the SIMT emulation runs the same source, launchers included (csrc/cuda/simt/simt_hopper_tests.cpp, through
-// tests/test_simt_hopper.py). The groundwork of issue 30's body kernel.
+// setmaxnreg between the roles); their host launchers. Test code, not part of the extension (it lives with the
+// tests, outside csrc/): scripts/hopper_gate.py compiles it with nvcc for sm_90a and reads its SASS, and the SIMT
+// emulation runs the same source, launchers included (csrc/cuda/simt/simt_hopper_tests.cpp includes it from
+// tests/cpp, through tests/test_simt_hopper.py). The groundwork of issue 30's body kernel.
 //
 // Shared-memory tiles: a 64 x 64 tile of 16-bit elements is stored as 128 / W column boxes of 64 rows x W bytes
 // (W the swizzle span, 16 with no swizzle), box b holding columns [b W / 2, (b + 1) W / 2) at byte 64 W b, each
