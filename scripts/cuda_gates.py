@@ -1105,11 +1105,15 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3, head_dim: int =
 
 
 def sources_digest(root: Path = ROOT) -> str:
-    """sha256 of every file under csrc/cuda (its path and bytes, in path order): what the gates' JSON was measured
-    on, so that a reader of the JSON (benchmarks/cuda_time_model.py) can tell when the kernel sources moved on."""
+    """sha256 of the device sources under csrc/cuda (every .cu, .cuh, .h and .cpp, its path and bytes, in path order;
+    not the host emulations in simt/ and emulator/, nor the build's Python helpers): what the gates' JSON was
+    measured on, so that a reader of the JSON (benchmarks/cuda_time_model.py) can tell when the kernel sources
+    moved on."""
     import hashlib
     h = hashlib.sha256()
-    for f in sorted(p for p in (root / "csrc" / "cuda").rglob("*") if p.is_file()):
+    cuda = root / "csrc" / "cuda"
+    for f in sorted(p for p in cuda.rglob("*") if p.is_file() and p.suffix in (".cu", ".cuh", ".h", ".cpp")
+                    and p.relative_to(cuda).parts[0] not in ("simt", "emulator")):
         h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
 
