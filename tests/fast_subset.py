@@ -1,0 +1,43 @@
+"""Which tests make up the fast subset (`python -m pytest -q -m fast`, README "Test"): every test but those
+that build the SIMT emulation or the host emulator (tests/cuda_emulator.py), run nvcc (the gates, the build
+and package tests), build packages, or are marked `slow`. The rule reads the test modules' own source, so a
+new test lands in the right set without anyone remembering a marker; tests/test_fast_subset.py holds it."""
+
+import inspect
+from functools import lru_cache
+from pathlib import Path
+
+#: Source that names one of these builds the emulators or runs nvcc.
+HEAVY_WORDS = ("cuda_emulator", "nvcc")
+#: Modules that build packages (sdist, wheel, fresh venvs).
+HEAVY_MODULES = ("test_package.py",)
+
+
+@lru_cache(maxsize=None)
+def _module_reason(path: Path):
+    if path.name in HEAVY_MODULES:
+        return "builds packages"
+    text = path.read_text(encoding="utf-8")
+    for word in HEAVY_WORDS:
+        if word in text:
+            return f"its module names {word}"
+    return None
+
+
+def _fixture_reason(item):
+    """A fixture from conftest.py (the `emulator` fixture) that builds an emulator or runs nvcc."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        for fixturedef in (info.name2fixturedefs.get(name, ()) if info else ()):
+            source = inspect.getsource(fixturedef.func)
+            for word in HEAVY_WORDS:
+                if word in source:
+                    return f"its fixture {name} names {word}"
+    return None
+
+
+def heavy_reason(item):
+    """Why `item` stays out of the fast subset, or None when it belongs there."""
+    if item.get_closest_marker("slow") is not None:
+        return "marked slow"
+    return _module_reason(Path(item.path)) or _fixture_reason(item)
