@@ -1,7 +1,8 @@
 """Which tests make up the fast subset (`python -m pytest -q -m fast`, README "Test"): every test but those
 that build the SIMT emulation or the host emulator (tests/cuda_emulator.py), run nvcc (the gates, the build
-and package tests), build packages, or are marked `slow`. The rule reads the test modules' own source, so a
-new test lands in the right set without anyone remembering a marker; tests/test_fast_subset.py holds it."""
+and package tests), are marked `slow`, or sit in one of the few modules of HEAVY_MODULES. The rule reads the
+test modules' own source, so a new test lands in the right set without anyone remembering a marker;
+tests/test_fast_subset.py holds it."""
 
 import inspect
 from functools import lru_cache
@@ -9,14 +10,23 @@ from pathlib import Path
 
 #: Source that names one of these builds the emulators or runs nvcc.
 HEAVY_WORDS = ("cuda_emulator", "nvcc")
-#: Modules that build packages (sdist, wheel, fresh venvs).
-HEAVY_MODULES = ("test_package.py",)
+#: Modules that build something or start processes by the dozen: each took 10 s to a minute of the fast run
+#: on 2 shared cores (benchmarks/results/fast_tests_2026-12-06.md), more than a developer's loop can afford.
+HEAVY_MODULES = {
+    "test_package.py": "builds packages (sdist, wheel, fresh venvs)",
+    "test_cpp_rules.py": "builds the C++ rule tests with CMake",
+    "test_bench.py": "runs the benchmark commands, each instruction set in its own process",
+    "test_bench_gpu.py": "runs the GPU benchmark's runner and correctness slice on the CPU",
+    "test_compile.py": "compiles models with torch.compile",
+    "test_cpu_dispatch.py": "starts a process per instruction set",
+    "test_distributed.py": "starts torchrun",
+}
 
 
 @lru_cache(maxsize=None)
 def _module_reason(path: Path):
     if path.name in HEAVY_MODULES:
-        return "builds packages"
+        return HEAVY_MODULES[path.name]
     text = path.read_text(encoding="utf-8")
     for word in HEAVY_WORDS:
         if word in text:
