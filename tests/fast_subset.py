@@ -10,7 +10,7 @@ from pathlib import Path
 
 #: Source that names one of these builds the emulators or runs nvcc.
 HEAVY_WORDS = ("cuda_emulator", "nvcc")
-#: Modules that build something or start processes by the dozen: each took 10 s to a minute of the fast run
+#: Modules that build, compile, train or start processes: each took 10 s to a minute and more of the fast run
 #: on 2 shared cores (benchmarks/results/fast_tests_2026-12-06.md), more than a developer's loop can afford.
 HEAVY_MODULES = {
     "test_package.py": "builds packages (sdist, wheel, fresh venvs)",
@@ -20,6 +20,10 @@ HEAVY_MODULES = {
     "test_compile.py": "compiles models with torch.compile",
     "test_cpu_dispatch.py": "starts a process per instruction set",
     "test_distributed.py": "starts torchrun",
+    "test_flex_peer.py": "runs the GPU benchmark's FlexAttention peer eagerly on the CPU",
+    "test_generate.py": "runs rangeswa generate end to end in processes of its own",
+    "test_judge.py": "runs the judge end to end on tiny causal LMs, also under torchrun",
+    "test_mini.py": "trains the miniature and runs rangeswa demo --quick",
 }
 
 
