@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fast_subset import heavy_reason
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -59,6 +61,14 @@ def attn_error_bound(q, k, v, scale, operand_dtype=torch.float32):
     log_n = math.log(max(k.shape[2], 1))
     return (ATTN_BOUND_FACTOR * eps * (1 + M) * V + eps_out * V,
             ATTN_BOUND_FACTOR * eps * (1 + M + log_n))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Marks `fast` every test that builds no emulator, runs no nvcc and builds no package (fast_subset.py)."""
+    for item in items:
+        if heavy_reason(item) is None:
+            item.add_marker(pytest.mark.fast)
 
 
 @pytest.fixture(scope="module")
