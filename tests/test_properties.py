@@ -35,6 +35,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
+from attn_cases import sees_a_summary_in_part
 from conftest import attn_error_bound
 from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
@@ -160,25 +161,6 @@ def test_attn_cpu_matches_reference(call):
         assert torch.equal(ops.topk_blocks(q, k, cfg, C, stage, cb), blocks), describe(call)
     out, lse = ops.attn(q, k, v, cfg, C, stage, return_lse=True, causal_block=cb)  # retrieves by itself
     assert_within_bound(out, lse, q, k, v, call, blocks, torch.float32)
-
-
-def sees_a_summary_in_part(cfg, stage, L, cb) -> bool:
-    """Whether some body row sees a summary block in part (SPEC section 7), row by row: its visible end
-    v = min(L, (i // cb + 1) cb) falls inside a G-block (v % G != 0, v < L) outside the row's window, which
-    rule 4 summarises for it (every such block with far summaries; near ones, within Hn, without)."""
-    if cfg.method != "rangeswa" or not cfg.summaries or not 0 < cb < L:
-        return False
-    G, radius, Hn = cfg.summary_block, cfg.window_for(stage) // 2, cfg.near_range
-    for i in range(L):
-        v = min(L, (i // cb + 1) * cb)
-        if v == L or v % G == 0:
-            continue
-        b = v // G
-        outside = min(L - 1, i + radius) // G < b
-        near = min(L, b * G + G) - 1 <= i + Hn
-        if outside and (cfg.far_summaries or near):
-            return True
-    return False
 
 
 def cuda_refuses(call) -> bool:

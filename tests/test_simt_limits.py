@@ -19,6 +19,7 @@ import re
 import pytest
 import torch
 
+from attn_cases import sees_a_summary_in_part
 from conftest import attn_error_bound, make_qkv
 from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
@@ -197,3 +198,47 @@ def test_the_small_kernels_run_on_guarded_copies(simt):
         simt.configure(guard_global=True)
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+# ----------------------------------------------------- section 7: a summary block seen in part, and no more
+
+
+def test_causal_pairings_run_unless_a_row_sees_a_summary_block_in_part(simt, monkeypatch):
+    """attn_setup.h sees_a_summary_in_part against the row-by-row definition: a call
+    is refused, naming the condition, exactly when some row's visible end falls inside a G-block outside its
+    window that rule 4 summarises for it (attn_cases.sees_a_summary_in_part); every other causal block / summary block pairing runs and is held
+    to the reference (among them pairings the earlier rule refused: cb and G dividing neither one another with
+    a radius below cb - 1)."""
+    ran = refused = formerly_refused = 0
+    for name, G, cb, window, near in [
+            ("rangeswa", 16, 24, 32, 40), ("rangeswa", 16, 24, 8, 40), ("rangeswa", 16, 12, 3, 40),
+            ("rangeswa", 4, 6, 2, 40), ("rangeswa", 4, 6, 5, 40), ("rangeswa", 6, 4, 1, 40), ("rangeswa", 5, 7, 3, 2),
+            ("rangeswa_lite", 16, 12, 5, 0), ("rangeswa_lite", 16, 12, 5, 64), ("rangeswa_lite", 4, 6, 1, 1),
+            ("rangeswa_lite", 4, 6, 1, 4), ("rangeswa_lite", 6, 9, 2, 8), ("rangeswa", 16, 8, 3, 40),
+            ("rangeswa", 4, 6, 12, 40)]:
+        cfg = preset(name, summary_block=G, retrieval_block=G, query_block=16, late_window=window, near_range=near,
+                     train_length=4096)
+        L, C = 70, 3
+        q, k, v = make_qkv(1, 1, 1, C + L, 16, seed=G + cb, dtype=torch.float32)
+        args = ops.attn_arguments(cfg, C, "late", cb)
+        old_rule = cb % G != 0 and G % cb != 0 and window // 2 < cb - 1
+        if sees_a_summary_in_part(cfg, "late", L, cb):
+            for kernel in ("mma", "hopper"):
+                monkeypatch.setenv("RANGESWA_CUDA_KERNEL", kernel)
+                with pytest.raises(ValueError, match="a summary block that a row sees in part"):
+                    simt.attn(q, k, v, None, **args)
+            refused += 1
+            continue
+        out, lse = run(simt, monkeypatch, "mma", q, k, v, None, args)
+        exact, exact_lse = ref.attention(q.double(), k.double(), v.double(), cfg, C, "late", causal_block=cb)
+        bound, lse_bound = attn_error_bound(q, k, v, cfg.resolved_scale(16))
+        assert (out.double() - exact).abs().max().item() <= bound, (name, G, cb, window, near)
+        assert (lse.double() - exact_lse).abs().max().item() <= lse_bound
+        # bf16 on the sm_90a kernel too
+        qb, kb, vb = (x.to(torch.bfloat16) for x in (q, k, v))
+        out, lse = run(simt, monkeypatch, "hopper", qb, kb, vb, None, args)
+        bound, _ = attn_error_bound(qb, kb, vb, cfg.resolved_scale(16), torch.bfloat16)
+        assert (out.double() - exact).abs().max().item() <= 2 * bound, (name, G, cb, window, near)
+        ran += 1
+        formerly_refused += old_rule
+    assert ran >= 5 and refused >= 3 and formerly_refused >= 3, (ran, refused, formerly_refused)
