@@ -242,3 +242,30 @@ def test_causal_pairings_run_unless_a_row_sees_a_summary_block_in_part(simt, mon
         ran += 1
         formerly_refused += old_rule
     assert ran >= 5 and refused >= 3 and formerly_refused >= 3, (ran, refused, formerly_refused)
+
+
+def test_the_refusal_of_a_summary_seen_in_part_is_exact(simt):
+    """attn_setup.h sees_a_summary_in_part (the first and last G / gcd(cb, G) causal blocks) equals the row-by-row
+    definition on every small pairing: L 1-48, G 1-9, cb 1-L, windows 1-17, near ranges 0-9, far summaries or not.
+    A call with no query rows is checked and returns at once, so the sweep costs no kernel."""
+    k = torch.zeros(1, 1, 48, 16)
+    mismatches = []
+    for L in (1, 7, 13, 29, 48):
+        for G in range(1, 10):
+            for cb in range(1, L + 1):
+                for window, near, name in ((1, 0, "rangeswa"), (4, 3, "rangeswa"), (9, 9, "rangeswa"),
+                                           (17, 2, "rangeswa"), (3, 0, "rangeswa_lite"), (5, 4, "rangeswa_lite"),
+                                           (2, 9, "rangeswa_lite")):
+                    cfg = preset(name, summary_block=G, retrieval_block=G, late_window=window, near_range=near,
+                                 train_length=4096)
+                    args = ops.attn_arguments(cfg, 0, "late", cb)
+                    expect = sees_a_summary_in_part(cfg, "late", L, cb)
+                    try:
+                        simt.attn(k[:, :, :0], k[:, :, :L], k[:, :, :L], None, **args)
+                        got = False
+                    except ValueError as e:
+                        assert "a summary block that a row sees in part" in str(e)
+                        got = True
+                    if got != expect:
+                        mismatches.append((name, L, G, cb, window, near, got))
+    assert not mismatches, mismatches[:10]

@@ -75,17 +75,6 @@ inline int32_t kv_stages_forced() {
   return std::atoi(env) == 3 ? 3 : 2;
 }
 
-// The body kernel RANGESWA_CUDA_KERNEL asks for: "mma" the mma.sync kernel on every device, "hopper" the
-// warp-specialized sm_90a kernel (hopper/body_kernel.h; an error where it cannot run: compute capability 9.0,
-// 16-bit elements, a build with its sm_90a code, its shared memory within the device's), "auto" (or unset)
-// the device's choice (attn_api.cpp use_hopper_kernel: the Hopper kernel where it can run when
-// kHopperByDefault, else the mma.sync kernel). The SIMT emulation has no device: it runs the mma.sync kernel
-// unless told "hopper".
-//
-// kHopperByDefault is false until a GPU run has checked the Hopper kernel's answers and its time against the
-// mma.sync kernel's on the same calls (scripts/gpu_check.sh runs both): it has run only in the SIMT
-// emulation, and the offline time model (benchmarks/cuda_time_model.py) predicts it issue-bound behind the
-// mma.sync kernel at head dim 64 (docs/cuda.md, "The sm_90a body kernel").
 // The retrieved blocks a query block can hold: rule 3 retrieves distinct key blocks, so never more than the
 // call's key blocks, whatever K is asked (K = 1000 at L = 180 retrieves at most 12 blocks of 16). The sorted
 // blocks, the plan's records and spans and the kernel's shared memory are sized by it, not by K: a K past the
@@ -99,6 +88,17 @@ inline Rules selection_rules(Rules R) {
   return R;
 }
 
+// The body kernel RANGESWA_CUDA_KERNEL asks for: "mma" the mma.sync kernel on every device, "hopper" the
+// warp-specialized sm_90a kernel (hopper/body_kernel.h; an error where it cannot run: compute capability 9.0,
+// 16-bit elements, a build with its sm_90a code, its shared memory within the device's), "auto" (or unset)
+// the device's choice (attn_api.cpp use_hopper_kernel: the Hopper kernel where it can run when
+// kHopperByDefault, else the mma.sync kernel). The SIMT emulation has no device: it runs the mma.sync kernel
+// unless told "hopper".
+//
+// kHopperByDefault is false until a GPU run has checked the Hopper kernel's answers and its time against the
+// mma.sync kernel's on the same calls (scripts/gpu_check.sh runs both): it has run only in the SIMT
+// emulation, and the offline time model (benchmarks/cuda_time_model.py) predicts it issue-bound behind the
+// mma.sync kernel at head dim 64 (docs/cuda.md, "The sm_90a body kernel").
 enum class BodyKernel : int { kAuto = 0, kMma = 1, kHopper = 2 };
 inline constexpr bool kHopperByDefault = false;
 inline BodyKernel body_kernel_forced() {
@@ -463,7 +463,8 @@ inline bool head_offsets_fit(int64_t rows, int64_t D) {
 // reference compute it. The rows of a causal block share v; the one most likely to see b as a summary is its
 // first (its window ends earliest) or, for near-only summaries, the first that b is near. The pattern repeats
 // every G / gcd(cb, G) causal blocks (a shift by lcm(cb, G) moves rows, ends and blocks alike) and only the end
-// of the body breaks it (toward fewer such rows), so those first causal blocks decide. Never when cb and G divide
+// of the body breaks it (the windows capped at L - 1, the ragged last block nearer), so the first and the last
+// G / gcd(cb, G) causal blocks decide. Never when cb and G divide
 // one another (v is a block end, or lies in the row's own block) or the radius is at least cb - 1 (b then lies in
 // every row's window); CoLa's cb = G = 16 and every such pairing run here.
 inline bool sees_a_summary_in_part(const Rules& R) {
@@ -472,8 +473,9 @@ inline bool sees_a_summary_in_part(const Rules& R) {
     return false;
   int64_t a = R.cb, b = R.G;
   while (b != 0) a = std::exchange(b, a % b);  // gcd(cb, G)
-  const int64_t blocks = ceil_div(R.L, R.cb), period = R.G / a;
-  for (int64_t m = 0; m < std::min(blocks, period); ++m) {
+  const int64_t blocks = ceil_div(R.L, R.cb), period = std::min(blocks, R.G / a);
+  for (int64_t x = 0; x < 2 * period; ++x) {
+    const int64_t m = x < period ? x : blocks - 2 * period + x;  // the first period, then the last
     const int64_t i0 = m * R.cb, v = std::min(R.L, i0 + R.cb);
     if (v >= R.L || v % R.G == 0) continue;
     const int64_t blk = v / R.G;
