@@ -4,9 +4,10 @@ whole valid configuration space; and invalid configurations drawn on purpose.
 The stratified grid (tests/attn_cases.py) picks its cases by hand; here hypothesis draws them: every method
 (rangeswa with and without retrieval, far or near-only summaries, the ablation switches; rangeswa_lite;
 self_extend; swa with sinks; full) in every stage, L from 1 up, T below and above L (grouped positions or
-not), near ranges on both sides of T, G from 1 to far beyond L, ragged blocks, K above the candidates,
-head dims 16-128 with partial rotary dims in both RoPE styles and any base, GQA, control tokens, SPEC
-section 7's causal blocks and query suffixes, fp32 / bf16 / fp16 and logits from tiny to about 4000.
+not), near ranges on both sides of T, G from 1 to far beyond L, ragged blocks, K above the candidates and
+past the key blocks (1000), head dims 16-128 with every partial rotary dim (odd halves included) in both RoPE
+styles and any base, GQA, control tokens from 0 to past L, SPEC section 7's causal blocks (dividing G, divided
+by it, neither) and query suffixes, fp32 / bf16 / fp16 and logits from tiny to about 4000.
 A failure is shrunk to its smallest case by hypothesis.
 
 - `attn`, CPU kernel: output and log-sum-exp within `attn_error_bound` (conftest.py, docs/spec_decisions.md
@@ -14,7 +15,10 @@ A failure is shrunk to its smallest case by hypothesis.
 - `attn`, the CUDA kernels' own source through the SIMT emulation (conftest.py `emulator`) on the reference's
   blocks: the same, with the bound at the precision of the kernel's matrix-product operands (the inputs' dtype).
 - `attn`, every CUDA kernel's own source through the SIMT emulation (tests/cuda_emulator.py `simt_ops`) with
-  retrieved=None: the device's own selection, preparation, plan, kernel and combine, as the op launches them.
+  retrieved=None: the device's own selection, preparation, plan, kernel and combine, as the op launches them,
+  on the mma.sync body kernel and on the sm_90a one (RANGESWA_CUDA_KERNEL=hopper). A call the CUDA op refuses
+  must be refused in words: a summary block a row sees in part (cuda_refuses), or a launch past the device's
+  shared memory (cuda_attn; only in the long profile's sizes).
 - `topk_blocks` exactly, `block_summary` and `rope` within their rounding.
 - Invalid arguments, drawn on purpose for every op and for `RangeSWAConfig`: a ValueError that names the
   argument, raised before any work (never a crash, never a result).

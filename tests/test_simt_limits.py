@@ -247,9 +247,9 @@ def test_causal_pairings_run_unless_a_row_sees_a_summary_block_in_part(simt, mon
 def test_the_refusal_of_a_summary_seen_in_part_is_exact(simt):
     """attn_setup.h sees_a_summary_in_part (the first and last G / gcd(cb, G) causal blocks) equals the row-by-row
     definition on every small pairing: L 1-48, G 1-9, cb 1-L, windows 1-17, near ranges 0-9, far summaries or not.
-    A call with no query rows is checked and returns at once, so the sweep costs no kernel."""
-    k = torch.zeros(1, 1, 48, 16)
-    mismatches = []
+    A call of batch 0 is checked and returns at once, so the sweep costs no kernel."""
+    k = torch.zeros(0, 1, 48, 16)
+    mismatches, refused, old_rule_runs = [], 0, 0
     for L in (1, 7, 13, 29, 48):
         for G in range(1, 10):
             for cb in range(1, L + 1):
@@ -261,11 +261,14 @@ def test_the_refusal_of_a_summary_seen_in_part_is_exact(simt):
                     args = ops.attn_arguments(cfg, 0, "late", cb)
                     expect = sees_a_summary_in_part(cfg, "late", L, cb)
                     try:
-                        simt.attn(k[:, :, :0], k[:, :, :L], k[:, :, :L], None, **args)
+                        simt.attn(k[:, :, :L], k[:, :, :L], k[:, :, :L], None, **args)
                         got = False
                     except ValueError as e:
                         assert "a summary block that a row sees in part" in str(e)
                         got = True
                     if got != expect:
                         mismatches.append((name, L, G, cb, window, near, got))
+                    refused += got
+                    old_rule_runs += not got and cb < L and cb % G != 0 and G % cb != 0 and window // 2 < cb - 1
     assert not mismatches, mismatches[:10]
+    assert refused > 100 and old_rule_runs > 100, (refused, old_rule_runs)  # both sides of the line, and between
