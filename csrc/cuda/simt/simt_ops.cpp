@@ -65,16 +65,29 @@ struct GuardedArrays {
     }
     add(t.data_ptr(), size_t(extent) * t.element_size());
   }
+  // p into the first region that holds it (the attention's arrays: a packed call's sequences into its packed
+  // tensors' copies).
   template <typename T>
   void remap(T*& p) {
     if (p == nullptr) return;
     const char* c = reinterpret_cast<const char*>(p);
     for (Region& r : regions)
-      if (c >= r.base && c < r.base + r.bytes) {
-        if (!r.copy) r.copy = std::make_unique<::simt::GuardedCopy>(r.base, r.bytes);
-        p = reinterpret_cast<T*>(static_cast<char*>(r.copy->data()) + (c - r.base));
-        return;
-      }
+      if (c >= r.base && c < r.base + r.bytes) return point(r, p, c);
+  }
+  // p into the region that starts at it, else the first that holds it (the small kernels' arrays: views of one
+  // storage, a fused qkv's k and v, overlap, and each array's own region holds all of its rows).
+  template <typename T>
+  void remap_own(T*& p) {
+    if (p == nullptr) return;
+    const char* c = reinterpret_cast<const char*>(p);
+    for (Region& r : regions)
+      if (c == r.base && r.bytes > 0) return point(r, p, c);
+    remap(p);
+  }
+  template <typename T>
+  void point(Region& r, T*& p, const char* c) {
+    if (!r.copy) r.copy = std::make_unique<::simt::GuardedCopy>(r.base, r.bytes);
+    p = reinterpret_cast<T*>(static_cast<char*>(r.copy->data()) + (c - r.base));
   }
   void copy_back(const void* base) {
     for (Region& r : regions)
@@ -154,12 +167,12 @@ std::vector<void*> guard_prepare(PrepareParams& pp, GuardedArrays& g, size_t ele
   out(pp.v_ctrl, pp.ctrl_stride, pp.C);
   for (void* a : {pp.k_nat, pp.k_grp, pp.k_cond, pp.v_body, pp.p_nat, pp.p_grp}) out(a, pp.body_stride, body);
   for (void* a : {pp.s_nat, pp.s_grp, pp.s_v}) out(a, pp.sum_stride, blocks);
-  g.remap(pp.k);
-  g.remap(pp.v);
-  for (const float** t : {&pp.cos_int, &pp.sin_int, &pp.cos_cond, &pp.sin_cond}) g.remap(*t);
+  g.remap_own(pp.k);
+  g.remap_own(pp.v);
+  for (const float** t : {&pp.cos_int, &pp.sin_int, &pp.cos_cond, &pp.sin_cond}) g.remap_own(*t);
   for (void** a : {&pp.k_ctrl, &pp.v_ctrl, &pp.k_nat, &pp.k_grp, &pp.k_cond, &pp.v_body, &pp.p_nat, &pp.p_grp,
                    &pp.s_nat, &pp.s_grp, &pp.s_v})
-    g.remap(*a);
+    g.remap_own(*a);
   return written;
 }
 
@@ -175,10 +188,10 @@ cudaError_t rope_table_guarded(float* cos_out, float* sin_out, int64_t count, in
     g.add(s, bytes);
     g.add(inv_freq, size_t(std::max(half, 0)) * sizeof(double));
     g.add(positions, size_t(std::max<int64_t>(count, 0)) * sizeof(double));
-    g.remap(c);
-    g.remap(s);
-    g.remap(inv_freq);
-    g.remap(positions);
+    g.remap_own(c);
+    g.remap_own(s);
+    g.remap_own(inv_freq);
+    g.remap_own(positions);
   }
   const cudaError_t err = launch_rope_table(c, s, count, half, theta, inv_freq, first, step, positions, nullptr);
   g.copy_back(cos_out);
@@ -209,11 +222,11 @@ at::Tensor select_blocks(const at::Tensor& q, const at::Tensor& k, int64_t contr
   GuardedArrays g;  // q, k, the means and the blocks on guarded copies
   if (::simt::options().guard_global) {
     for (const at::Tensor& t : {q, k, sel.out, sel.q_means, sel.k_means}) g.add(t);
-    g.remap(p.q);
-    g.remap(p.k);
-    g.remap(p.out);
-    g.remap(p.q_means);
-    g.remap(p.k_means);
+    g.remap_own(p.q);
+    g.remap_own(p.k);
+    g.remap_own(p.out);
+    g.remap_own(p.q_means);
+    g.remap_own(p.k_means);
   }
   dispatch_dtype(q.scalar_type(),
                  [&](auto tag) { check_launch(launch_topk_blocks<decltype(tag)>(p, nullptr), "topk_blocks"); });
@@ -261,11 +274,11 @@ struct SimtLaunches final : CallKernels {
       g.add(sorted, hc.retrieved_sorted.size() * sizeof(int32_t));
       g.add(records, hc.records.size() * sizeof(Record));
       g.add(counts, hc.record_count.size() * sizeof(int32_t));
-      g.remap(given);
-      g.remap(sorted);
-      g.remap(records);
-      g.remap(counts);
-      g.remap(p.retrieved);
+      g.remap_own(given);
+      g.remap_own(sorted);
+      g.remap_own(records);
+      g.remap_own(counts);
+      g.remap_own(p.retrieved);
     }
     check_launch(launch_plan(p, hc.ap.rules, given, hc.s.given_k, sorted, records, counts, hc.s.plans(), nullptr),
                  "plan");
@@ -291,8 +304,8 @@ struct SimtLaunches final : CallKernels {
     if (::simt::options().guard_global) {
       g.add(kc);
       g.add(out);
-      g.remap(tp.k);
-      g.remap(o);
+      g.remap_own(tp.k);
+      g.remap_own(o);
     }
     dispatch_dtype(kc.scalar_type(), [&](auto tag) {
       check_launch(launch_key_means<decltype(tag)>(tp, first_block, o, nullptr), "key means");
@@ -658,10 +671,10 @@ at::Tensor rope_simt(const at::Tensor& x, const at::Tensor& positions, double th
         g.add(pos);
         g.add(out);
         g.add(freq, size_t(rope.rotary_dim / 2) * sizeof(double));
-        g.remap(x);
-        g.remap(p);
-        g.remap(freq);
-        g.remap(o);
+        g.remap_own(x);
+        g.remap_own(p);
+        g.remap_own(freq);
+        g.remap_own(o);
       }
       check_launch(launch_rope<T>(x, p, o, rows, xc.size(2), xc.size(3), int(rope.rotary_dim), rope.theta, freq,
                                   rope.interleaved, nullptr),
@@ -706,12 +719,12 @@ std::tuple<at::Tensor, at::Tensor> block_summary_simt(const at::Tensor& k, const
         for (const at::Tensor& t : {kc, vc, ks, vs}) g.add(t);
         g.add(cp, size_t(L) * half * sizeof(float));
         g.add(sp, size_t(L) * half * sizeof(float));
-        g.remap(kp);
-        g.remap(vp);
-        g.remap(cp);
-        g.remap(sp);
-        g.remap(ksp);
-        g.remap(vsp);
+        g.remap_own(kp);
+        g.remap_own(vp);
+        g.remap_own(cp);
+        g.remap_own(sp);
+        g.remap_own(ksp);
+        g.remap_own(vsp);
       }
       check_launch(launch_block_summary<T>(kp, vp, cp, sp, ksp, vsp, BH, L, D, summary_block, int(half),
                                            rope.interleaved, nullptr),
