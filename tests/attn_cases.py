@@ -295,3 +295,22 @@ TENSOR_CORE_HANDFUL = [(i, d) for i, d in HANDFUL if d != torch.float32]
 #: A causal / cached pair of CAUSAL_GRID: a grouped retrieval call and a native one with a ragged Lq.
 CAUSAL_HANDFUL = [n for n, c in enumerate(CAUSAL_GRID) if (c["cb"], c["regime"], c["Lq"]) in
                   ((16, "grouped_retrieval", 16), (4, "native", 93))]
+
+
+def sees_a_summary_in_part(cfg, stage, L, cb) -> bool:
+    """Whether some body row sees a summary block in part (SPEC section 7), row by row: its visible end
+    v = min(L, (i // cb + 1) cb) falls inside a G-block (v % G != 0, v < L) outside the row's window, which
+    rule 4 summarises for it (every such block with far summaries; near ones, within Hn, without)."""
+    if cfg.method != "rangeswa" or not cfg.summaries or not 0 < cb < L:
+        return False
+    G, radius, Hn = cfg.summary_block, cfg.window_for(stage) // 2, cfg.near_range
+    for i in range(L):
+        v = min(L, (i // cb + 1) * cb)
+        if v == L or v % G == 0:
+            continue
+        b = v // G
+        outside = min(L - 1, i + radius) // G < b
+        near = min(L, b * G + G) - 1 <= i + Hn
+        if outside and (cfg.far_summaries or near):
+            return True
+    return False

@@ -4,9 +4,10 @@ whole valid configuration space; and invalid configurations drawn on purpose.
 The stratified grid (tests/attn_cases.py) picks its cases by hand; here hypothesis draws them: every method
 (rangeswa with and without retrieval, far or near-only summaries, the ablation switches; rangeswa_lite;
 self_extend; swa with sinks; full) in every stage, L from 1 up, T below and above L (grouped positions or
-not), near ranges on both sides of T, G from 1 to far beyond L, ragged blocks, K above the candidates,
-head dims 16-128 with partial rotary dims in both RoPE styles and any base, GQA, control tokens, SPEC
-section 7's causal blocks and query suffixes, fp32 / bf16 / fp16 and logits from tiny to about 4000.
+not), near ranges on both sides of T, G from 1 to far beyond L, ragged blocks, K above the candidates and
+past the key blocks (1000), head dims 16-128 with every partial rotary dim (odd halves included) in both RoPE
+styles and any base, GQA, control tokens from 0 to past L, SPEC section 7's causal blocks (dividing G, divided
+by it, neither) and query suffixes, fp32 / bf16 / fp16 and logits from tiny to about 4000.
 A failure is shrunk to its smallest case by hypothesis.
 
 - `attn`, CPU kernel: output and log-sum-exp within `attn_error_bound` (conftest.py, docs/spec_decisions.md
@@ -14,7 +15,10 @@ A failure is shrunk to its smallest case by hypothesis.
 - `attn`, the CUDA kernels' own source through the SIMT emulation (conftest.py `emulator`) on the reference's
   blocks: the same, with the bound at the precision of the kernel's matrix-product operands (the inputs' dtype).
 - `attn`, every CUDA kernel's own source through the SIMT emulation (tests/cuda_emulator.py `simt_ops`) with
-  retrieved=None: the device's own selection, preparation, plan, kernel and combine, as the op launches them.
+  retrieved=None: the device's own selection, preparation, plan, kernel and combine, as the op launches them,
+  on the mma.sync body kernel and on the sm_90a one (RANGESWA_CUDA_KERNEL=hopper). A call the CUDA op refuses
+  must be refused in words: a summary block a row sees in part (cuda_refuses), or a launch past the device's
+  shared memory (cuda_attn; only in the long profile's sizes).
 - `topk_blocks` exactly, `block_summary` and `rope` within their rounding.
 - Invalid arguments, drawn on purpose for every op and for `RangeSWAConfig`: a ValueError that names the
   argument, raised before any work (never a crash, never a result).
@@ -28,12 +32,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
+from attn_cases import sees_a_summary_in_part
 from conftest import attn_error_bound
 from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
@@ -69,6 +75,9 @@ def _sizes(lo: int, hi: int):
 @st.composite
 def rope_settings(draw, head_dim: int):
     even = st.integers(0, head_dim // 2).map(lambda n: 2 * n)
+    # Partial dims just short of D and 2: halves that are odd or no multiple of 4 (the kernels' scalar paths).
+    near = [d for d in (2, head_dim - 2, head_dim - 4, head_dim - 6) if 0 < d <= head_dim and d % 2 == 0]
+    even = even | st.sampled_from(near) if near else even
     rotary_dim = draw(st.none() | even if head_dim % 2 == 0 else even)  # None: all of D, which must be even
     theta = draw(st.sampled_from((10000.0, 500000.0, 10.0, 1.5)) | st.floats(1.01, 1e6))
     return dict(rotary_dim=rotary_dim, theta=theta, rope_style=draw(st.sampled_from(("interleaved", "half"))))
@@ -81,23 +90,27 @@ def attn_calls(draw, head_dims=(16, 32, 64, 66, 80, 96, 128), max_length=EXAMPLE
     L = draw(_sizes(1, max_length))
     T = draw(_sizes(1, 2 * L + 2))  # L > T (grouped positions, corrections) about half the time
     D = draw(st.sampled_from(head_dims))
-    G = draw(_sizes(1, 24) | st.just(2**20))
+    G = draw(st.sampled_from((16, 32)) | _sizes(1, 24) | st.just(2**20))  # 16: the kernels' folds and window sums
     windows = st.one_of(_sizes(1, 8), _sizes(1, 2 * L + 4))
     fields = dict(early_window=draw(windows), late_window=draw(windows), decode_window=draw(windows),
                   summary_block=G, retrieval_block=G * draw(_sizes(1, 4)), query_block=draw(_sizes(1, 80) | st.just(2**20)),
                   near_range=draw(_sizes(0, 2 * T)), train_length=T, scale=draw(st.none() | st.floats(0.02, 1.0)),
                   **draw(rope_settings(D)))
     if name == "rangeswa":
-        fields.update(topk=draw(_sizes(0, 12) | _sizes(13, 64)), far_summaries=draw(st.booleans()),
+        # K up to and past the key blocks (1000: a "retrieve everything" ablation; the CUDA kernels keep
+        # min(K, key blocks), attn_setup.h retrieved_room).
+        fields.update(topk=draw(_sizes(0, 12) | _sizes(13, 64) | st.just(1000)), far_summaries=draw(st.booleans()),
                       summaries=draw(st.booleans()), cond_correction=draw(st.booleans()))
     if name == "rangeswa_lite":
         fields.update(cond_correction=draw(st.booleans()))
     if name == "swa":
         fields.update(sinks=draw(_sizes(0, 10)))
     Hkv = draw(_sizes(1, 2))
+    # Causal blocks against G: dividing it, divided by it, neither (SPEC section 7's partly seen summaries).
+    paired = st.sampled_from((G, 2 * G, 3 * G, max(1, G // 2), G + 1, max(1, G - 1), max(1, 3 * G // 2)))
     return dict(cfg=preset(name, **fields), stage=draw(st.sampled_from(STAGES)), L=L, D=D,
-                C=draw(st.sampled_from((0, 12)) | _sizes(0, 20)), B=draw(_sizes(1, 2)), Hkv=Hkv,
-                Hq=Hkv * draw(_sizes(1, 3)), cb=draw(st.sampled_from((0, L)) | _sizes(1, L + 3)),
+                C=draw(st.sampled_from((0, 12)) | _sizes(0, 20) | _sizes(L + 1, L + 40)), B=draw(_sizes(1, 2)), Hkv=Hkv,
+                Hq=Hkv * draw(_sizes(1, 3)), cb=draw(st.sampled_from((0, L)) | _sizes(1, L + 3) | paired),
                 Lq=draw(st.just(L) | _sizes(1, L)), dtype=draw(st.sampled_from(DTYPES)),
                 magnitude=draw(st.sampled_from((1.0, 1.0, 1e-3, 4.0, 16.0))), seed=draw(_sizes(0, 2**31 - 1)))
 
@@ -155,12 +168,22 @@ def test_attn_cpu_matches_reference(call):
 
 
 def cuda_refuses(call) -> bool:
-    """attn_setup.h cuda_unsupported: rows that can see a summary block in part stay on the CPU (only with
-    summaries, and a causal block shorter than L: from L on it is the bidirectional call)."""
-    cfg, cb = call["cfg"], call["cb"]
-    G, radius = cfg.summary_block, cfg.window_for(call["stage"]) // 2
-    return (cfg.method == "rangeswa" and cfg.summaries and 0 < cb < call["L"] and cb % G != 0 and G % cb != 0
-            and radius < cb - 1)
+    """attn_setup.h cuda_unsupported: a call in which a row sees a summary block in part stays on the CPU (the
+    CUDA kernels' summary tiles hold one value per block)."""
+    return sees_a_summary_in_part(call["cfg"], call["stage"], call["L"], call["cb"])
+
+
+def cuda_attn(attn_op, q, k, v, blocks, args):
+    """(out, lse) of a CUDA attn op, or None where it refuses the launch before any work, in words that name
+    topk (attn_setup.h launch_refusal: the plan's room for min(K, key blocks) past the shared memory per CTA;
+    only very large K over many key blocks)."""
+    try:
+        return attn_op(q, k, v, blocks, **args)
+    except ValueError as refused:
+        if not re.search(r"retrieved blocks per query block \(K = \d+: topk.*more than the device's limit",
+                         str(refused)):
+            raise
+        return None
 
 
 @profile("emulated")
@@ -170,11 +193,15 @@ def test_attn_cuda_plan_matches_reference(emulator, call):
     blocks = reference_blocks(q, k, call)
     args = ops.attn_arguments(call["cfg"], call["C"], call["stage"], call["cb"])
     if cuda_refuses(call):
-        with pytest.raises(ValueError, match="causal_block and summary_block to divide one another"):
+        with pytest.raises(ValueError, match="a summary block that a row sees in part"):
             emulator(q, k, v, blocks, **args)
         return
-    out, lse = emulator(q, k, v, blocks, **args)
-    assert_within_bound(out, lse, q, k, v, call, blocks, q.dtype)
+    result = cuda_attn(emulator, q, k, v, blocks, args)
+    if result is not None:
+        assert_within_bound(*result, q, k, v, call, blocks, q.dtype)
+
+
+HOPPER_STAT = 13  # simt.stats(): whether the last attn call's body ran on the sm_90a kernel
 
 
 @pytest.fixture(scope="module")
@@ -202,8 +229,11 @@ def test_attn_hopper_body_kernel_matches_reference(simt, call):
     try:
         simt.hopper_stats()  # reset
         ran = check_simt_call(simt, call)
-        wgmma = simt.hopper_stats()[0]
-        assert (wgmma > 0) == (ran and call["dtype"] != torch.float32 and call["Lq"] > 0), (wgmma, describe(call))
+        wgmma, on_hopper = simt.hopper_stats()[0], simt.stats()[HOPPER_STAT]
+        # The body on the sm_90a kernel for every 16-bit call it takes (attn_setup.h choose_body_kernel: all at
+        # the emulated device's limit that the mma.sync kernel takes, in this profile's sizes).
+        assert not ran or on_hopper == (call["dtype"] != torch.float32), (on_hopper, describe(call))
+        assert (wgmma > 0) == (ran and on_hopper == 1 and call["Lq"] > 0), (wgmma, describe(call))
     finally:
         if saved is None:
             del os.environ["RANGESWA_CUDA_KERNEL"]
@@ -217,11 +247,13 @@ def check_simt_call(simt, call) -> bool:
     blocks = reference_blocks(q, k, call)
     args = ops.attn_arguments(call["cfg"], call["C"], call["stage"], call["cb"])
     if cuda_refuses(call):
-        with pytest.raises(ValueError, match="causal_block and summary_block to divide one another"):
+        with pytest.raises(ValueError, match="a summary block that a row sees in part"):
             simt.attn(q, k, v, None, **args)
         return False
-    out, lse = simt.attn(q, k, v, None, **args)
-    assert_within_bound(out, lse, q, k, v, call, blocks, q.dtype)
+    result = cuda_attn(simt.attn, q, k, v, None, args)
+    if result is None:
+        return False
+    assert_within_bound(*result, q, k, v, call, blocks, q.dtype)
     return True
 
 

@@ -174,7 +174,7 @@ def _check_causal_case(simt, case, dtype=torch.float32):
     cfg, q, k, v, retrieved, args = causal_setup(case, dtype)
     C, cb = case["C"], case["cb"]
     if case["regime"] == "partial":  # attn_setup.h cuda_unsupported
-        with pytest.raises(ValueError, match="divide one another"):
+        with pytest.raises(ValueError, match="a summary block that a row sees in part"):
             simt.attn(q, k, v, retrieved, **args)
         return
     out, lse = simt.attn(q, k, v, retrieved, **args)

@@ -67,7 +67,7 @@ def _check_causal_case(simt, monkeypatch, case, dtype):
     C, cb = case["C"], case["cb"]
     if case["regime"] == "partial":  # attn_setup.h cuda_unsupported, before any kernel
         monkeypatch.setenv("RANGESWA_CUDA_KERNEL", "hopper")
-        with pytest.raises(ValueError, match="divide one another"):
+        with pytest.raises(ValueError, match="a summary block that a row sees in part"):
             simt.attn(q, k, v, retrieved, **args)
         return
     out, lse = _attn(simt, monkeypatch, "hopper", q, k, v, retrieved, args)

@@ -279,30 +279,31 @@ size_t hopper_smem_for(const AttnKernelParams& p, int64_t D) {
                                                                : hopper_smem_bytes<Element, 128>(p);
 }
 
-// Whether the call's body tiles run on the Hopper kernel (attn_setup.h body_kernel_forced): where it can run
-// (compute capability 9.0, bf16 / fp16, the build's sm_90a code, its shared memory within the device's) when
-// RANGESWA_CUDA_KERNEL=hopper, or unset / auto with kHopperByDefault; RANGESWA_CUDA_KERNEL=hopper where it
-// cannot run is an error.
+// Whether the call's body tiles run on the Hopper kernel: attn_setup.h choose_body_kernel on this device
+// (compute capability 9.0 and the build's sm_90a code; the kernel's shared memory against the device's opt-in
+// limit). RANGESWA_CUDA_KERNEL=hopper on a device that cannot run it is an error; a call whose configuration keeps
+// it out runs on the mma.sync kernel, with a warning that says why.
 bool use_hopper_kernel(const at::Tensor& q, const AttnKernelParams& probe, int64_t D) {
   const BodyKernel forced = body_kernel_forced();
   if (forced == BodyKernel::kMma || (forced == BodyKernel::kAuto && !kHopperByDefault)) return false;
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
   const bool sm90 = prop->major == 9 && prop->minor == 0;
-  bool built = false, fits = false;
+  bool built = false;
+  size_t smem = 0;
   if (q.scalar_type() != at::kFloat && sm90)
     dispatch_dtype(q.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (!std::is_same_v<T, float>) {
         built = hopper_built_for<T>(D);
-        fits = hopper_smem_for<T>(probe, D) <= size_t(max_shared_memory(q.device()));
+        smem = hopper_smem_for<T>(probe, D);
       }
     });
-  const bool ok = sm90 && built && fits;
-  if (forced == BodyKernel::kHopper)
-    TORCH_CHECK_VALUE(ok, "RANGESWA_CUDA_KERNEL=hopper: the sm_90a body kernel needs compute capability 9.0 (this "
-                      "device: ", prop->major, ".", prop->minor, "), bf16 or fp16 inputs, a build with the 90a "
-                      "target (RANGESWA_CUDA_ARCHS) and its shared memory within the device's opt-in limit");
-  return ok;
+  const BodyKernelChoice choice = choose_body_kernel(forced, q.scalar_type() != at::kFloat, sm90 && built, smem,
+                                                     size_t(max_shared_memory(q.device())));
+  TORCH_CHECK_VALUE(!choice.refused, "RANGESWA_CUDA_KERNEL=hopper: ", choice.why, " (this device: ", prop->major,
+                    ".", prop->minor, ")");
+  if (!choice.why.empty() && forced == BodyKernel::kHopper) TORCH_WARN("RANGESWA_CUDA_KERNEL=hopper: ", choice.why);
+  return choice.hopper;
 }
 
 // One call's checked configuration: every check of attn, before any device work.
@@ -327,7 +328,7 @@ CallCheck check_call(RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prep
   // A user's blocks are checked by the plan's sort kernel on the device (no host copy, no sync).
   const bool computes = retrieves && !given && R.topk > 0;
   if (computes) check_topk_fits(R, q.device());
-  const int64_t K = given ? retrieved->size(3) : computes ? R.topk : 0;
+  const int64_t K = given ? retrieved->size(3) : computes ? retrieved_room(R, R.topk) : 0;
   AttnSetup s = setup_attn(ap, K);
   AttnKernelParams probe{};
   probe.max_records = s.max_records;
@@ -365,9 +366,8 @@ CallCheck check_call(RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prep
   // The body kernel first: its KV tile is the plan's (kernel_traits.h body_tile_cols: 64 keys on the sm_90a kernel).
   const bool hopper = use_hopper_kernel(q, probe, ap.D);
   plan_edges(s, body_tile_cols(q.scalar_type() != at::kFloat, Dp, hopper), band);
-  TORCH_CHECK_VALUE(smem <= size_t(max_shared_memory(q.device())), "attn on CUDA with ", K,
-                    " retrieved blocks per query block needs ", smem, " bytes of shared memory, more than this GPU's ",
-                    max_shared_memory(q.device()), "; use a smaller topk");
+  const std::string refusal = launch_refusal(ap, s, smem, size_t(max_shared_memory(q.device())));
+  TORCH_CHECK_VALUE(refusal.empty(), refusal);
   return CallCheck{ap, s, given, computes, hopper, smem};
 }
 
@@ -398,9 +398,9 @@ CallState stage_call(const CallCheck& c, RSWA_ATTN_PARAMS, const std::optional<a
   if (c.given) blocks = retrieved->contiguous();
   const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
   const at::Tensor means = given_means ? (*prepared)[kKeyMeans] : at::Tensor();
-  if (c.computes && !packed) blocks = topk_blocks_device(qc, kc, ap.C, R, means);
+  if (c.computes && !packed) blocks = topk_blocks_device(qc, kc, ap.C, selection_rules(R), means);
   if (c.computes && packed) {  // its workspaces and output now, its launches with the other sequences'
-    Selection sel = selection(qc, kc, ap.C, R, means);
+    Selection sel = selection(qc, kc, ap.C, selection_rules(R), means);
     blocks = sel.out;
     st.topk = sel.p;
     st.selects = sel.launch;
@@ -445,7 +445,7 @@ CallState stage_call(const CallCheck& c, RSWA_ATTN_PARAMS, const std::optional<a
   buf.sin_cond = ptr_or_null<const float>(cond.second);
   if (s.retrieved_k > 0) {
     buf.retrieved = blocks.data_ptr<int32_t>();
-    keep.push_back(at::empty_like(blocks));
+    keep.push_back(at::empty({ap.B, ap.Hkv, s.nQb, s.retrieved_k}, opts.dtype(at::kInt)));
     buf.retrieved_sorted = keep.back().data_ptr<int32_t>();
   }
   keep.push_back(at::empty({std::max<int64_t>(1, s.plans() * s.plan_entries()), 4}, opts.dtype(at::kInt)));
@@ -472,7 +472,7 @@ CallState stage_call(const CallCheck& c, RSWA_ATTN_PARAMS, const std::optional<a
     st.pp = prepare_ready<T>(pp);
     if (packed) return;
     check_launch(launch_prepare<T>(pp, stream), "attn key preparation");
-    check_launch(launch_plan(st.p, R, buf.retrieved, buf.retrieved_sorted, buf.records, buf.record_count,
+    check_launch(launch_plan(st.p, R, buf.retrieved, s.given_k, buf.retrieved_sorted, buf.records, buf.record_count,
                              s.plans(), stream),
                  "attn plan");
   });
@@ -557,7 +557,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_packed(RSWA_ATTN_PARAMS, std::optio
     const CallState& st = states.back();
     size_t smem = 0;  // the mma.sync kernel's shared memory per CTA for its parameters (run_attn's)
     dispatch_dtype(q.scalar_type(), [&](auto tag) { smem = attn_smem_for<decltype(tag)>(st.p, c.ap.D); });
-    calls.add(st.p, st.pp, st.selects ? &st.topk : nullptr, c.ap.rules, st.given, !c.hopper, smem);
+    calls.add(st.p, st.pp, st.selects ? &st.topk : nullptr, c.ap.rules, st.given, c.s.given_k, !c.hopper, smem);
   }
   TORCH_CHECK(calls.prepare_fits, "attn on CUDA: a sequence's preparation has more work items than a launch indexes");
   // The sequences' parameters and work offsets on the device (one copy).

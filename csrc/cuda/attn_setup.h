@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "checks.h"
 #include "cuda/attn_params.h"
@@ -36,7 +37,9 @@ struct AttnSetup {
   // Tile layout (attn_params.h).
   int32_t tile_block, tiles_per_block, first_tile_block, body_tiles;
   int32_t control_tiles, control_chunks, control_chunk_keys;
-  int32_t nQb, retrieved_k, max_records, max_spans, span_budget;
+  // retrieved_k: the sorted blocks a query block keeps (retrieved_room), given_k: the call's K (the columns of
+  // the given or selected blocks, which the sort reads).
+  int32_t nQb, retrieved_k, given_k, max_records, max_spans, span_budget;
   int32_t kv_stages;  // K/V pipeline stages of the body walk (kv_stages_forced; attn_api.cpp per device)
   float scale_log2, control_bias_log2;
 
@@ -72,6 +75,19 @@ inline int32_t kv_stages_forced() {
   return std::atoi(env) == 3 ? 3 : 2;
 }
 
+// The retrieved blocks a query block can hold: rule 3 retrieves distinct key blocks, so never more than the
+// call's key blocks, whatever K is asked (K = 1000 at L = 180 retrieves at most 12 blocks of 16). The sorted
+// blocks, the plan's records and spans and the kernel's shared memory are sized by it, not by K: a K past the
+// key blocks runs as K = nKb does.
+inline int64_t retrieved_room(const Rules& R, int64_t K) { return std::min<int64_t>(K, R.num_key_blocks()); }
+
+// The rules of attn's own selection (retrieved=None): K clamped to retrieved_room. The selection keeps
+// min(K, nKb) blocks anyway (topk_blocks.cu kept); its table then has no columns that would only hold -1.
+inline Rules selection_rules(Rules R) {
+  R.topk = retrieved_room(R, R.topk);
+  return R;
+}
+
 // The body kernel RANGESWA_CUDA_KERNEL asks for: "mma" the mma.sync kernel on every device, "hopper" the
 // warp-specialized sm_90a kernel (hopper/body_kernel.h; an error where it cannot run: compute capability 9.0,
 // 16-bit elements, a build with its sm_90a code, its shared memory within the device's), "auto" (or unset)
@@ -90,6 +106,57 @@ inline BodyKernel body_kernel_forced() {
   if (env == nullptr) return BodyKernel::kAuto;
   const std::string v(env);
   return v == "mma" ? BodyKernel::kMma : v == "hopper" ? BodyKernel::kHopper : BodyKernel::kAuto;
+}
+
+// Which kernel runs a call's body tiles: the one function that decides, for the op (attn_api.cpp
+// use_hopper_kernel, where `device_runs_it` is compute capability 9.0 with the build's sm_90a code) and the SIMT
+// emulation (which runs either kernel). The sm_90a kernel when it is asked for (RANGESWA_CUDA_KERNEL=hopper, or
+// auto with kHopperByDefault), the inputs are 16-bit and its shared memory per CTA (`hopper_smem`) is within
+// the device's opt-in `limit`; else the mma.sync kernel, which takes every call the sm_90a kernel takes and more
+// (fp32: its FFMA path). Where the sm_90a kernel was asked for and a call's configuration keeps it out, `why` says
+// so (the op warns); where the device cannot run it at all, `refused` (RANGESWA_CUDA_KERNEL=hopper: an error).
+struct BodyKernelChoice {
+  bool hopper = false;
+  bool refused = false;
+  std::string why;
+};
+inline BodyKernelChoice choose_body_kernel(BodyKernel forced, bool sixteen_bit, bool device_runs_it,
+                                           size_t hopper_smem, size_t limit) {
+  BodyKernelChoice c;
+  const bool wanted = forced == BodyKernel::kHopper || (forced == BodyKernel::kAuto && kHopperByDefault);
+  if (!wanted || !sixteen_bit) return c;
+  if (!device_runs_it) {
+    c.refused = forced == BodyKernel::kHopper;
+    c.why = "the sm_90a body kernel needs compute capability 9.0 and a build with the 90a target "
+            "(RANGESWA_CUDA_ARCHS)";
+    return c;
+  }
+  if (hopper_smem > limit) {
+    c.why = "the sm_90a body kernel needs " + std::to_string(hopper_smem) +
+            " bytes of shared memory per CTA for this call (its plan's room grows with topk), more than the "
+            "device's " + std::to_string(limit) + "; its body tiles run on the mma.sync kernel";
+    return c;
+  }
+  c.hopper = true;
+  return c;
+}
+
+// Why a call's attention launch cannot be made (empty: it can), checked before anything is allocated: its
+// kernel's shared memory per CTA (`smem`, of the kernel choose_body_kernel chose) within the device's opt-in
+// `limit`, and its grid of CTAs within CUDA's 2^31 - 1. The plan's room, and so the shared memory, grows with
+// the retrieved blocks a query block keeps (retrieved_room: topk, at most the key blocks).
+inline std::string launch_refusal(const AttnParams& ap, const AttnSetup& s, size_t smem, size_t limit) {
+  if (smem > limit)
+    return "attn on CUDA keeps min(K, key blocks) = " + std::to_string(s.retrieved_k) + " retrieved blocks per " +
+           "query block (K = " + std::to_string(s.given_k) + ": topk, or the last dimension of retrieved), whose " +
+           "plan needs " + std::to_string(smem) +
+           " bytes of shared memory per CTA, more than the device's limit of " + std::to_string(limit) +
+           "; use a smaller topk";
+  const int64_t ctas = s.ctas_per_head() * ap.B * ap.Hq;
+  if (ctas > int64_t(0x7fffffff))
+    return "attn on CUDA: the call needs " + std::to_string(ctas) + " CTAs (B x H_q x tiles per head), more than a "
+           "launch's 2^31 - 1; split the batch or the heads";
+  return std::string();
 }
 
 inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
@@ -122,7 +189,8 @@ inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
   s.control_chunk_keys = kControlChunkKeys;
   s.control_chunks = int32_t(std::max<int64_t>(1, ceil_div(ap.L, kControlChunkKeys)));
   s.nQb = int32_t(R.num_query_blocks());
-  s.retrieved_k = rangeswa ? int32_t(retrieved_k) : 0;
+  s.given_k = rangeswa ? int32_t(retrieved_k) : 0;
+  s.retrieved_k = rangeswa ? int32_t(retrieved_room(R, retrieved_k)) : 0;
   s.max_records = max_records(s.retrieved_k);
   s.max_spans = max_spans(s.retrieved_k);
   s.span_budget = span_budget(s.retrieved_k);
@@ -388,19 +456,44 @@ inline bool head_offsets_fit(int64_t rows, int64_t D) {
   return rows * int64_t(padded_head_dim(D)) < (int64_t(1) << 31);
 }
 
-// Calls the CUDA kernel does not run, with the reason (nullptr: supported). Section 7 lets a row see
-// a summary block in part only when the causal block cb and G divide neither each other (a row's
-// visible end then falls inside a G-block other than its own) and the window radius is below cb - 1
-// (that block lies outside its window). Such a summary has a value of its own per row, which the
-// kernel's shared summary tiles cannot hold; the CPU kernel and the reference compute it. CoLa's
-// cb = G = 16 and every cb dividing or divided by G run here.
+// Whether some body row sees a summary block in part (section 7): its visible end v = min(L, (i // cb + 1) cb)
+// falls inside G-block b = v // G (v % G != 0, v < L) and b is a summary for the row (rules.h block_role: outside
+// its window, and near it unless far summaries). Such a summary has a value of its own per row (the mean of the
+// block's visible tokens), which the kernel's shared summary tiles cannot hold; the CPU kernel and the
+// reference compute it. The rows of a causal block share v; the one most likely to see b as a summary is its
+// first (its window ends earliest) or, for near-only summaries, the first that b is near. The pattern repeats
+// every G / gcd(cb, G) causal blocks (a shift by lcm(cb, G) moves rows, ends and blocks alike) and only the end
+// of the body breaks it (the windows capped at L - 1, the ragged last block nearer), so the first and the last
+// G / gcd(cb, G) causal blocks decide. Never when cb and G divide
+// one another (v is a block end, or lies in the row's own block) or the radius is at least cb - 1 (b then lies in
+// every row's window); CoLa's cb = G = 16 and every such pairing run here.
+inline bool sees_a_summary_in_part(const Rules& R) {
+  if (R.method != Method::kRangeSwa || !R.summaries || R.cb <= 0 || R.cb >= R.L || R.cb % R.G == 0 ||
+      R.G % R.cb == 0 || R.radius >= R.cb - 1)
+    return false;
+  int64_t a = R.cb, b = R.G;
+  while (b != 0) a = std::exchange(b, a % b);  // gcd(cb, G)
+  const int64_t blocks = ceil_div(R.L, R.cb), period = std::min(blocks, R.G / a);
+  for (int64_t x = 0; x < 2 * period; ++x) {
+    const int64_t m = x < period ? x : blocks - 2 * period + x;  // the first period, then the last
+    const int64_t i0 = m * R.cb, v = std::min(R.L, i0 + R.cb);
+    if (v >= R.L || v % R.G == 0) continue;
+    const int64_t blk = v / R.G;
+    // The first row of the causal block for which blk is a summary at all (near-only: within Hn of it).
+    const int64_t i = R.far_summaries ? i0 : std::max(i0, R.block_end(blk) - 1 - R.Hn);
+    if (i < v && !R.in_window(i, blk)) return true;
+  }
+  return false;
+}
+
+// Calls the CUDA kernel does not run, with the reason (nullptr: supported).
 inline const char* cuda_unsupported(const AttnParams& ap) {
   const Rules& R = ap.rules;
-  if (R.method == Method::kRangeSwa && R.summaries && R.cb > 0 && R.cb < R.L && R.cb % R.G != 0 &&
-      R.G % R.cb != 0 && R.radius < R.cb - 1)
-    return "attn on CUDA needs causal_block and summary_block to divide one another, or a window radius "
-           "W // 2 of at least causal_block - 1 (otherwise a row can see a summary block in part, which only "
-           "the CPU kernel computes); run this configuration on the CPU";
+  if (sees_a_summary_in_part(R))
+    return "attn on CUDA does not compute a summary block that a row sees in part (section 7: causal_block and "
+           "summary_block divide neither one another, the window radius W // 2 is below causal_block - 1, and a "
+           "row's visible end falls inside a block outside its window), which only the CPU kernel computes; run "
+           "this configuration on the CPU, or use a causal_block that divides or is divided by summary_block";
   if (ap.L + ap.C >= kMaxPlanTokens)
     return "attn on CUDA takes sequences of fewer than 2^29 tokens (C + L)";
   if (!head_offsets_fit(ap.L + ap.C, ap.D))

@@ -13,9 +13,10 @@
 namespace rangeswa::cuda {
 
 // Rule 3's retrieved blocks sorted per (KV head, query block) and checked against `rules` (an invalid one
-// is a device-side assertion: attn_params.h sort_retrieved), then the records of every body tile.
-cudaError_t launch_plan(const AttnKernelParams& p, const Rules& rules, const int32_t* given, int32_t* sorted,
-                        Record* records, int32_t* counts, int64_t plans, cudaStream_t stream);
+// is a device-side assertion: attn_params.h sort_retrieved), then the records of every body tile. `given` has
+// `given_k` blocks per row (the call's K), `sorted` p.retrieved_k (attn_setup.h retrieved_room).
+cudaError_t launch_plan(const AttnKernelParams& p, const Rules& rules, const int32_t* given, int32_t given_k,
+                        int32_t* sorted, Record* records, int32_t* counts, int64_t plans, cudaStream_t stream);
 
 // The control rows' outputs and log-sum-exp from their chunks (combine.h).
 template <typename Element>
@@ -29,6 +30,7 @@ cudaError_t launch_combine(const AttnKernelParams& p, cudaStream_t stream);
 struct SortJob {
   Rules rules;
   const int32_t* given;
+  int32_t given_k;  // blocks per row of `given` (the sorted rows have pk.seq[s].retrieved_k)
 };
 cudaError_t launch_sort_packed(const PackedLaunch& pk, const SortJob* jobs, int64_t rows, cudaStream_t stream);
 cudaError_t launch_plan_packed(const PackedLaunch& pk, int64_t plans, cudaStream_t stream);

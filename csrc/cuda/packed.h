@@ -40,14 +40,14 @@ struct PackedCalls {
     for (auto& f : first) f.assign(1, 0);
   }
   // Sequence p (its call's parameters) and pp (its preparation's, readied), its selection (null: it selects
-  // nothing), the unsorted blocks the sort reads (null: none), whether its body runs on the mma.sync kernel, and
+  // nothing), the unsorted blocks the sort reads (null: none) and their count per row, whether its body runs on the mma.sync kernel, and
   // that kernel's shared memory for it.
   void add(const AttnKernelParams& p, const PrepareParams& pp, const TopkParams* tp, const Rules& rules,
-           const int32_t* given, bool mma_body, size_t bytes) {
+           const int32_t* given, int32_t given_k, bool mma_body, size_t bytes) {
     seq.push_back(p);
     prep.push_back(pp);
     topk.push_back(tp != nullptr ? *tp : TopkParams{});
-    jobs.push_back(SortJob{rules, given});
+    jobs.push_back(SortJob{rules, given, given_k});
     const int64_t heads = int64_t(p.B) * p.Hq;
     auto grow = [&](int x, int64_t n) { first[x].push_back(first[x].back() + n); };
     grow(kSort, p.retrieved != nullptr && p.retrieved_k > 0 ? int64_t(p.B) * p.Hkv * p.nQb : 0);

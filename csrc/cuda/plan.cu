@@ -16,19 +16,21 @@ constexpr int kThreads = 128;
 
 // A user's invalid block stops the kernel with a device-side assertion, as torch's indexing does (the
 // host would have to wait for the device to see the values and raise).
-// Row `row` (a (KV head, query block)) of one call's blocks.
-__device__ __forceinline__ void sort_row(const Rules& rules, const int32_t* given, int32_t* sorted, int64_t row,
-                                         int32_t k) {
+// Row `row` (a (KV head, query block)) of one call's blocks: `given_k` given, `k` sorted (attn_params.h
+// sort_retrieved).
+__device__ __forceinline__ void sort_row(const Rules& rules, const int32_t* given, int32_t given_k, int32_t* sorted,
+                                         int64_t row, int32_t k) {
   const int64_t qb = row % rules.num_query_blocks();
   int32_t bad = -1;
-  if (!sort_retrieved(given + row * k, sorted + row * k, k, rules, qb, &bad))
+  if (!sort_retrieved(given + row * given_k, given_k, sorted + row * k, k, rules, qb, &bad))
     RSWA_DEVICE_FAIL(RSWA_BAD_RETRIEVED, int(bad), (long long)qb, (long long)rules.num_key_blocks());
 }
 
-__global__ void sort_kernel(const Rules rules, const int32_t* given, int32_t* sorted, int64_t rows, int32_t k) {
+__global__ void sort_kernel(const Rules rules, const int32_t* given, int32_t given_k, int32_t* sorted, int64_t rows,
+                            int32_t k) {
   const int64_t row = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (row >= rows) return;
-  sort_row(rules, given, sorted, row, k);
+  sort_row(rules, given, given_k, sorted, row, k);
 }
 
 __global__ void plan_kernel(const __grid_constant__ AttnKernelParams p, int64_t plans, Record* records,
@@ -44,7 +46,8 @@ __global__ void sort_packed_kernel(const __grid_constant__ PackedLaunch pk, cons
   if (x >= rows) return;
   const int32_t s = packed_sequence(pk, x);
   const AttnKernelParams& p = pk.seq[s];
-  sort_row(jobs[s].rules, jobs[s].given, const_cast<int32_t*>(p.retrieved), x - pk.first[s], p.retrieved_k);
+  sort_row(jobs[s].rules, jobs[s].given, jobs[s].given_k, const_cast<int32_t*>(p.retrieved), x - pk.first[s],
+           p.retrieved_k);
 }
 
 __global__ void plan_packed_kernel(const __grid_constant__ PackedLaunch pk, int64_t plans) {
@@ -89,13 +92,13 @@ unsigned ctas(int64_t items) { return unsigned((items + kThreads - 1) / kThreads
 
 }  // namespace
 
-cudaError_t launch_plan(const AttnKernelParams& p, const Rules& rules, const int32_t* given, int32_t* sorted,
-                        Record* records, int32_t* counts, int64_t plans, cudaStream_t stream) {
+cudaError_t launch_plan(const AttnKernelParams& p, const Rules& rules, const int32_t* given, int32_t given_k,
+                        int32_t* sorted, Record* records, int32_t* counts, int64_t plans, cudaStream_t stream) {
   if (p.retrieved_k > 0) {
     const int64_t rows = int64_t(p.B) * p.Hkv * p.nQb;
     if (rows > 0) {
       const cudaError_t err =
-          RSWA_LAUNCH(sort_kernel, ctas(rows), kThreads, 0, stream, rules, given, sorted, rows, p.retrieved_k);
+          RSWA_LAUNCH(sort_kernel, ctas(rows), kThreads, 0, stream, rules, given, given_k, sorted, rows, p.retrieved_k);
       if (err != cudaSuccess) return err;
     }
   }

@@ -65,14 +65,22 @@ struct HostCall {
   AttnBuffers buf{};
   AttnKernelParams p{};
   PrepareParams pp{};  // its preparation's parameters (before prepare_ready)
+  // Whether its body runs on the sm_90a kernel: the SIMT emulation sets it (attn_setup.h choose_body_kernel, on
+  // its emulated device) before build; unset, RANGESWA_CUDA_KERNEL=hopper with 16-bit inputs (the plan census).
+  std::optional<bool> hopper;
 };
 
-// The plan's KV tile on the host (attn_api.cpp's choice): the sm_90a kernel's 64 keys when
-// RANGESWA_CUDA_KERNEL=hopper runs a 16-bit call (the SIMT emulation launches that kernel then, and the census
-// counts its plan), the mma.sync kernel's otherwise.
+inline bool runs_hopper(const HostCall& hc) {
+  return hc.hopper.has_value() ? *hc.hopper
+                               : hc.q.scalar_type() != at::kFloat && body_kernel_forced() == BodyKernel::kHopper;
+}
+
+// The plan's KV tile on the host (attn_api.cpp's choice): the sm_90a kernel's 64 keys when its body runs there
+// (runs_hopper: the SIMT emulation launches that kernel then, and the census counts its plan), the mma.sync
+// kernel's otherwise.
 inline int host_tile_cols(const HostCall& hc) {
   const bool tensor_cores = hc.q.scalar_type() != at::kFloat;
-  return body_tile_cols(tensor_cores, hc.s.Dp, tensor_cores && body_kernel_forced() == BodyKernel::kHopper);
+  return body_tile_cols(tensor_cores, hc.s.Dp, tensor_cores && runs_hopper(hc));
 }
 
 inline at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
@@ -178,14 +186,14 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   if (prepared.has_value()) prepare_call_rows_only(pp);
   // The sm_90a launch (RANGESWA_CUDA_KERNEL=hopper, 16-bit, one call) may fold some of the preparation into its
   // control CTAs (folded.fold: the arrays they write).
-  const bool hopper = hc.q.scalar_type() != at::kFloat && body_kernel_forced() == BodyKernel::kHopper;
+  const bool hopper = runs_hopper(hc);
   AttnKernelParams folded{};
   if (!packed && !prepared.has_value()) fold_into_control(ap, pp, b, hopper, folded);
   hc.pp = pp;
   if (!packed) kernels.prepare(pp, s.BH, hc.q.scalar_type());
 
   if (given.defined()) {
-    hc.retrieved_sorted.resize(given.numel());
+    hc.retrieved_sorted.resize(given.numel() / std::max<int64_t>(1, s.given_k) * s.retrieved_k);
     b.retrieved = given.data_ptr<int32_t>();
     b.retrieved_sorted = hc.retrieved_sorted.data();
     hc.keep.push_back(given);
@@ -224,7 +232,8 @@ struct HostLanes final : CallKernels {
         const Rules& R = hc.ap.rules;
         const int64_t qb = row % R.num_query_blocks();
         int32_t bad = -1;
-        if (!sort_retrieved(hc.buf.retrieved + row * p.retrieved_k, hc.retrieved_sorted.data() + row * p.retrieved_k,
+        const int32_t given_k = hc.s.given_k;
+        if (!sort_retrieved(hc.buf.retrieved + row * given_k, given_k, hc.retrieved_sorted.data() + row * p.retrieved_k,
                             p.retrieved_k, R, qb, &bad)) {
           char message[512];
           std::snprintf(message, sizeof message, RSWA_BAD_RETRIEVED, int(bad), (long long)qb,

@@ -25,5 +25,8 @@ size_t attn_smem(const AttnKernelParams& p);
 // dynamic shared memory bytes per CTA. bf16 / fp16 (attn_simt_hopper_<dtype>.cpp).
 template <typename Element, int kHeadDim>
 size_t run_attn_hopper(const AttnKernelParams& p);
+// ... and its body kernel's dynamic shared memory per CTA (hopper/body_launch.h hopper_smem_bytes).
+template <typename Element, int kHeadDim>
+size_t hopper_smem(const AttnKernelParams& p);
 
 }  // namespace rangeswa::cuda::simt_attn

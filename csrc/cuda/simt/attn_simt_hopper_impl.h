@@ -18,9 +18,17 @@ size_t run_attn_hopper(const AttnKernelParams& p) {
   return hopper_smem_bytes<Element, kHeadDim>(p);
 }
 
+template <typename Element, int kHeadDim>
+size_t hopper_smem(const AttnKernelParams& p) {
+  return hopper_smem_bytes<Element, kHeadDim>(p);
+}
+
 }  // namespace rangeswa::cuda::simt_attn
 
 #define RANGESWA_SIMT_INSTANTIATE_HOPPER(Element)                                                             \
   template size_t rangeswa::cuda::simt_attn::run_attn_hopper<Element, 64>(const rangeswa::cuda::AttnKernelParams&); \
   template size_t rangeswa::cuda::simt_attn::run_attn_hopper<Element, 80>(const rangeswa::cuda::AttnKernelParams&); \
-  template size_t rangeswa::cuda::simt_attn::run_attn_hopper<Element, 128>(const rangeswa::cuda::AttnKernelParams&);
+  template size_t rangeswa::cuda::simt_attn::run_attn_hopper<Element, 128>(const rangeswa::cuda::AttnKernelParams&); \
+  template size_t rangeswa::cuda::simt_attn::hopper_smem<Element, 64>(const rangeswa::cuda::AttnKernelParams&);     \
+  template size_t rangeswa::cuda::simt_attn::hopper_smem<Element, 80>(const rangeswa::cuda::AttnKernelParams&);     \
+  template size_t rangeswa::cuda::simt_attn::hopper_smem<Element, 128>(const rangeswa::cuda::AttnKernelParams&);

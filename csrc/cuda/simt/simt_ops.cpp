@@ -35,6 +35,7 @@ int64_t g_cond_raw = 0;         // ... and its control rows' body keys from k it
 int64_t g_folded = 0;           // ... and what of the preparation its control CTAs did: 1 Lite's (attn_setup.h nat_keys_from_control), 2 the value means (value_means_from_control)
 int g_plan_fault = 0;            // plan_fault below
 int64_t g_attn_launches = 0;     // launches of the attention kernels in the last attn call (a packed call: one)
+int64_t g_hopper = 0;            // whether the last attn call's body ran on the sm_90a kernel (one sequence's did)
 
 // The kernel's arrays as guarded copies (simt::GuardedCopy): every array the kernel parameters point into is
 // copied so that it ends at an inaccessible page (the two rope tables of a table tensor separately), the
@@ -64,16 +65,29 @@ struct GuardedArrays {
     }
     add(t.data_ptr(), size_t(extent) * t.element_size());
   }
+  // p into the first region that holds it (the attention's arrays: a packed call's sequences into its packed
+  // tensors' copies).
   template <typename T>
   void remap(T*& p) {
     if (p == nullptr) return;
     const char* c = reinterpret_cast<const char*>(p);
     for (Region& r : regions)
-      if (c >= r.base && c < r.base + r.bytes) {
-        if (!r.copy) r.copy = std::make_unique<::simt::GuardedCopy>(r.base, r.bytes);
-        p = reinterpret_cast<T*>(static_cast<char*>(r.copy->data()) + (c - r.base));
-        return;
-      }
+      if (c >= r.base && c < r.base + r.bytes) return point(r, p, c);
+  }
+  // p into the region that starts at it, else the first that holds it (the small kernels' arrays: views of one
+  // storage, a fused qkv's k and v, overlap, and each array's own region holds all of its rows).
+  template <typename T>
+  void remap_own(T*& p) {
+    if (p == nullptr) return;
+    const char* c = reinterpret_cast<const char*>(p);
+    for (Region& r : regions)
+      if (c == r.base && r.bytes > 0) return point(r, p, c);
+    remap(p);
+  }
+  template <typename T>
+  void point(Region& r, T*& p, const char* c) {
+    if (!r.copy) r.copy = std::make_unique<::simt::GuardedCopy>(r.base, r.bytes);
+    p = reinterpret_cast<T*>(static_cast<char*>(r.copy->data()) + (c - r.base));
   }
   void copy_back(const void* base) {
     for (Region& r : regions)
@@ -118,6 +132,73 @@ void guard(HostCall& hc, GuardedArrays& g) {
   g.remap(p.ctrl_lse);
 }
 
+// The small kernels run on guarded copies too (Options::guard_global): each launch registers the arrays it
+// reads and writes (by the extents the kernel may touch), points its parameters at their copies, and copies the
+// arrays it wrote back afterwards.
+
+// The bytes of a [heads, rows, Dp] array that a kernel may touch: heads `stride` elements apart.
+size_t head_rows_bytes(int64_t heads, int64_t stride, int64_t rows, int64_t Dp, size_t element) {
+  return heads > 0 && rows > 0 ? size_t((heads - 1) * stride + rows * Dp) * element : 0;
+}
+
+// The preparation's arrays (prepare.h PrepareParams) as guarded regions of the extents it may touch: k and v
+// [B, Hkv, C + L, D] at their strides, the control rows' copies [BH, C, Dp], the body rows' arrays [BH, L - row0,
+// Dp] and the block means [BH, blocks from row0 / G, Dp] at the call's head strides, the rope tables [L, half]
+// (the conditioning ones where k_cond is written); the pointers remapped. Returns the written arrays' bases.
+std::vector<void*> guard_prepare(PrepareParams& pp, GuardedArrays& g, size_t element) {
+  const int64_t BH = pp.BH, B = pp.Hkv > 0 ? BH / pp.Hkv : 0, N = int64_t(pp.C) + pp.L;
+  auto input = [&](const RowStrides& st) {
+    return B > 0 && N > 0 ? size_t(st.at(B - 1, pp.Hkv - 1, N - 1) + pp.D) * element : 0;
+  };
+  g.add(pp.k, input(pp.k_strides));
+  g.add(pp.v, input(pp.v_strides));
+  const int64_t body = pp.L - pp.row0, blocks = (int64_t(pp.L) + pp.G - 1) / pp.G - pp.row0 / pp.G;
+  const size_t table = size_t(pp.L) * pp.rotary_half * sizeof(float);
+  g.add(pp.cos_int, table);
+  g.add(pp.sin_int, table);
+  if (pp.k_cond != nullptr) g.add(pp.cos_cond, table);
+  if (pp.k_cond != nullptr) g.add(pp.sin_cond, table);
+  std::vector<void*> written;
+  auto out = [&](void* a, int64_t stride, int64_t rows) {
+    g.add(a, head_rows_bytes(BH, stride, rows, pp.Dp, element));
+    if (a != nullptr) written.push_back(a);
+  };
+  out(pp.k_ctrl, pp.ctrl_stride, pp.C);
+  out(pp.v_ctrl, pp.ctrl_stride, pp.C);
+  for (void* a : {pp.k_nat, pp.k_grp, pp.k_cond, pp.v_body, pp.p_nat, pp.p_grp}) out(a, pp.body_stride, body);
+  for (void* a : {pp.s_nat, pp.s_grp, pp.s_v}) out(a, pp.sum_stride, blocks);
+  g.remap_own(pp.k);
+  g.remap_own(pp.v);
+  for (const float** t : {&pp.cos_int, &pp.sin_int, &pp.cos_cond, &pp.sin_cond}) g.remap_own(*t);
+  for (void** a : {&pp.k_ctrl, &pp.v_ctrl, &pp.k_nat, &pp.k_grp, &pp.k_cond, &pp.v_body, &pp.p_nat, &pp.p_grp,
+                   &pp.s_nat, &pp.s_grp, &pp.s_v})
+    g.remap_own(*a);
+  return written;
+}
+
+// The rope table kernel (prepare.h launch_rope_table) on guarded copies of its outputs cos and sin ([count,
+// half] each), its frequencies (half) and positions (count).
+cudaError_t rope_table_guarded(float* cos_out, float* sin_out, int64_t count, int half, double theta,
+                               const double* inv_freq, double first, double step, const double* positions) {
+  GuardedArrays g;
+  float *c = cos_out, *s = sin_out;
+  if (::simt::options().guard_global) {
+    const size_t bytes = size_t(std::max<int64_t>(count, 0)) * std::max(half, 0) * sizeof(float);
+    g.add(c, bytes);
+    g.add(s, bytes);
+    g.add(inv_freq, size_t(std::max(half, 0)) * sizeof(double));
+    g.add(positions, size_t(std::max<int64_t>(count, 0)) * sizeof(double));
+    g.remap_own(c);
+    g.remap_own(s);
+    g.remap_own(inv_freq);
+    g.remap_own(positions);
+  }
+  const cudaError_t err = launch_rope_table(c, s, count, half, theta, inv_freq, first, step, positions, nullptr);
+  g.copy_back(cos_out);
+  g.copy_back(sin_out);
+  return err;
+}
+
 // A launcher's cudaError_t: its own refusals (grid limits, shared memory) as errors of the op.
 void check_launch(cudaError_t err, const char* what) {
   TORCH_CHECK(err == cudaSuccess, "simt: the ", what, " launcher refused its launch (cudaError ", int(err), ")");
@@ -136,9 +217,20 @@ auto simt_errors_as_runtime_errors(const F& f) {
 at::Tensor select_blocks(const at::Tensor& q, const at::Tensor& k, int64_t control_tokens, const Rules& rules,
                          const at::Tensor& key_means = at::Tensor()) {
   Selection sel = selection(q, k, control_tokens, rules, key_means);
-  if (sel.launch)
-    dispatch_dtype(q.scalar_type(),
-                   [&](auto tag) { check_launch(launch_topk_blocks<decltype(tag)>(sel.p, nullptr), "topk_blocks"); });
+  if (!sel.launch) return sel.out;
+  TopkParams p = sel.p;
+  GuardedArrays g;  // q, k, the means and the blocks on guarded copies
+  if (::simt::options().guard_global) {
+    for (const at::Tensor& t : {q, k, sel.out, sel.q_means, sel.k_means}) g.add(t);
+    g.remap_own(p.q);
+    g.remap_own(p.k);
+    g.remap_own(p.out);
+    g.remap_own(p.q_means);
+    g.remap_own(p.k_means);
+  }
+  dispatch_dtype(q.scalar_type(),
+                 [&](auto tag) { check_launch(launch_topk_blocks<decltype(tag)>(p, nullptr), "topk_blocks"); });
+  g.copy_back(sel.out.data_ptr());
   return sel.out;
 }
 
@@ -149,22 +241,50 @@ struct SimtLaunches final : CallKernels {
       const int64_t half = ap.rope.rotary_dim / 2;
       at::Tensor t = at::full({2, std::max<int64_t>(rows, 1), std::max<int64_t>(half, 1)}, NAN, at::kFloat);
       float* c = t.data_ptr<float>();
-      check_launch(launch_rope_table(c, c + t.size(1) * t.size(2), rows, int(half), ap.rope.theta,
-                                     ap.rope.given_frequencies(), 0.0, step, nullptr, nullptr), "rope table");
+      check_launch(rope_table_guarded(c, c + t.size(1) * t.size(2), rows, int(half), ap.rope.theta,
+                                      ap.rope.given_frequencies(), 0.0, step, nullptr), "rope table");
       return t;
     });
   }
-  void prepare(const PrepareParams& pp, int64_t, at::ScalarType type) const override {
+  void prepare(const PrepareParams& given, int64_t, at::ScalarType type) const override {
+    PrepareParams pp = given;
+    GuardedArrays g;
+    std::vector<void*> written;
+    if (::simt::options().guard_global) written = guard_prepare(pp, g, at::elementSize(type));
     dispatch_dtype(type, [&](auto tag) { check_launch(launch_prepare<decltype(tag)>(pp, nullptr), "prepare"); });
+    for (void* a : written) g.copy_back(a);
   }
   at::Tensor select(const HostCall& hc, const std::optional<at::TensorList>& prepared) const override {
     const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
-    return select_blocks(hc.q, hc.k, hc.ap.C, hc.ap.rules, given_means ? (*prepared)[kKeyMeans] : at::Tensor());
+    return select_blocks(hc.q, hc.k, hc.ap.C, selection_rules(hc.ap.rules),
+                         given_means ? (*prepared)[kKeyMeans] : at::Tensor());
   }
   void plan(HostCall& hc) const override {
     std::fill(hc.record_count.begin(), hc.record_count.end(), -1);  // a plan the kernel forgets shows
-    check_launch(launch_plan(hc.p, hc.ap.rules, hc.buf.retrieved, hc.buf.retrieved_sorted, hc.records.data(),
-                             hc.record_count.data(), hc.s.plans(), nullptr), "plan");
+    // The sort and the plan on guarded copies of the given blocks, the sorted ones, the records and their counts.
+    AttnKernelParams p = hc.p;
+    const int32_t* given = hc.buf.retrieved;
+    int32_t* sorted = hc.buf.retrieved_sorted;
+    Record* records = hc.records.data();
+    int32_t* counts = hc.record_count.data();
+    GuardedArrays g;
+    if (::simt::options().guard_global) {
+      const int64_t rows = hc.ap.B * hc.ap.Hkv * int64_t(hc.s.nQb);
+      g.add(given, size_t(rows) * hc.s.given_k * sizeof(int32_t));
+      g.add(sorted, hc.retrieved_sorted.size() * sizeof(int32_t));
+      g.add(records, hc.records.size() * sizeof(Record));
+      g.add(counts, hc.record_count.size() * sizeof(int32_t));
+      g.remap_own(given);
+      g.remap_own(sorted);
+      g.remap_own(records);
+      g.remap_own(counts);
+      g.remap_own(p.retrieved);
+    }
+    check_launch(launch_plan(p, hc.ap.rules, given, hc.s.given_k, sorted, records, counts, hc.s.plans(), nullptr),
+                 "plan");
+    for (const void* a : {static_cast<const void*>(hc.buf.retrieved_sorted), static_cast<const void*>(hc.records.data()),
+                          static_cast<const void*>(hc.record_count.data())})
+      g.copy_back(a);
     if (g_plan_fault == 1)  // every masked span of KV tiles to the unmasked loop (plan_fault)
       for (int64_t x = 0; x < hc.s.plans(); ++x) {
         TileSpan* spans = spans_of(hc.p, hc.records.data(), x);
@@ -178,10 +298,19 @@ struct SimtLaunches final : CallKernels {
   }
   at::Tensor key_means(const at::Tensor& kc, const ContextParams& cp, int64_t first_block) const override {
     at::Tensor out = at::full({cp.B, cp.Hkv, cp.rules.num_key_blocks() - first_block, cp.D}, NAN, at::kDouble);
-    const TopkParams tp = key_means_params(kc, cp);
+    TopkParams tp = key_means_params(kc, cp);
+    double* o = out.data_ptr<double>();
+    GuardedArrays g;  // k and the means on guarded copies
+    if (::simt::options().guard_global) {
+      g.add(kc);
+      g.add(out);
+      g.remap_own(tp.k);
+      g.remap_own(o);
+    }
     dispatch_dtype(kc.scalar_type(), [&](auto tag) {
-      check_launch(launch_key_means<decltype(tag)>(tp, first_block, out.data_ptr<double>(), nullptr), "key means");
+      check_launch(launch_key_means<decltype(tag)>(tp, first_block, o, nullptr), "key means");
     });
+    g.copy_back(out.data_ptr());
     return out;
   }
 };
@@ -201,7 +330,8 @@ struct SimtPackedSequence final : CallKernels {
   }
   at::Tensor select(const HostCall& hc, const std::optional<at::TensorList>& prepared) const override {
     const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
-    Selection sel = selection(hc.q, hc.k, hc.ap.C, hc.ap.rules, given_means ? (*prepared)[kKeyMeans] : at::Tensor());
+    Selection sel = selection(hc.q, hc.k, hc.ap.C, selection_rules(hc.ap.rules),
+                              given_means ? (*prepared)[kKeyMeans] : at::Tensor());
     topk = sel.p;
     selects = sel.launch;
     keep = {sel.q_means, sel.k_means, sel.out};
@@ -213,11 +343,57 @@ struct SimtPackedSequence final : CallKernels {
   }
 };
 
+// The attention kernel's dynamic shared memory per CTA for one call.
+size_t attn_smem_of(const AttnKernelParams& p, at::ScalarType type) {
+  size_t bytes = 0;
+  dispatch_dtype(type, [&](auto tag) {
+    using Element = decltype(tag);
+    bytes = p.Dp == 64 ? simt_attn::attn_smem<Element, 64>(p) : p.Dp == 80 ? simt_attn::attn_smem<Element, 80>(p)
+                                                                            : simt_attn::attn_smem<Element, 128>(p);
+  });
+  return bytes;
+}
+
+// A call's body kernel on the emulated device (an sm_90a GPU whose opt-in shared memory per CTA is
+// Options::max_shared_bytes) and its launch's limits, as attn_api.cpp check_call decides and checks them, before
+// any work: attn_setup.h choose_body_kernel (RANGESWA_CUDA_KERNEL=hopper where the sm_90a kernel cannot take
+// the call: the mma.sync kernel, with a warning that says why), then launch_refusal on the mma.sync kernel's
+// shared memory (the sm_90a launch's control CTAs run that kernel too). K: the given blocks' or topk.
+bool body_kernel_of(const AttnParams& ap, const std::optional<at::Tensor>& retrieved, at::ScalarType type) {
+  const Rules& R = ap.rules;
+  const bool retrieves = R.method == Method::kRangeSwa && ap.L > 0;
+  const int64_t K = !retrieves ? 0 : retrieved.has_value() ? retrieved->size(3) : retrieved_room(R, R.topk);
+  const AttnSetup s = setup_attn(ap, K);
+  AttnKernelParams probe{};
+  probe.max_records = s.max_records;
+  probe.max_spans = s.max_spans;
+  probe.retrieved_k = s.retrieved_k;
+  probe.kv_stages = s.kv_stages;
+  probe.geo.band_ok = edge_free_allowed();  // host_call.h build: plan_edges(s, cols, true)
+  probe.Dp = s.Dp;
+  const size_t limit = ::simt::options().max_shared_bytes;
+  size_t hopper_smem = 0;
+  dispatch_dtype(type, [&](auto tag) {
+    using Element = decltype(tag);
+    if constexpr (!std::is_same_v<Element, float>)
+      hopper_smem = s.Dp == 64 ? simt_attn::hopper_smem<Element, 64>(probe)
+                    : s.Dp == 80 ? simt_attn::hopper_smem<Element, 80>(probe)
+                                 : simt_attn::hopper_smem<Element, 128>(probe);
+  });
+  const BodyKernel forced = body_kernel_forced();
+  const BodyKernelChoice choice = choose_body_kernel(forced, type != at::kFloat, true, hopper_smem, limit);
+  if (!choice.why.empty() && forced == BodyKernel::kHopper) TORCH_WARN("RANGESWA_CUDA_KERNEL=hopper: ", choice.why);
+  const std::string refusal = launch_refusal(ap, s, attn_smem_of(probe, type), limit);
+  TORCH_CHECK_VALUE(refusal.empty(), refusal);
+  return choice.hopper;
+}
+
 std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
   HostCall hc;
   hc.ap = checked(RSWA_ATTN_ARGS, prepared);
   if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
     return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
+  hc.hopper = body_kernel_of(hc.ap, retrieved, q.scalar_type());
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
   const SimtLaunches kernels;
   simt_errors_as_runtime_errors([&] {
@@ -237,10 +413,10 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional
     dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
       using Element = decltype(tag);
       const auto start = std::chrono::steady_clock::now();
-      // RANGESWA_CUDA_KERNEL=hopper: the sm_90a body kernel (16-bit elements; attn_setup.h body_kernel_forced).
+      // The sm_90a body kernel where body_kernel_of chose it (16-bit elements only).
       bool hopper = false;
       if constexpr (!std::is_same_v<Element, float>) {
-        hopper = body_kernel_forced() == BodyKernel::kHopper;
+        hopper = *hc.hopper;
         if (hopper) {
           if (hc.s.Dp == 64) g_smem_bytes = int64_t(simt_attn::run_attn_hopper<Element, 64>(hc.p));
           else if (hc.s.Dp == 80) g_smem_bytes = int64_t(simt_attn::run_attn_hopper<Element, 80>(hc.p));
@@ -252,6 +428,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional
         else if (hc.s.Dp == 80) g_smem_bytes = int64_t(simt_attn::run_attn<Element, 80>(hc.p));
         else g_smem_bytes = int64_t(simt_attn::run_attn<Element, 128>(hc.p));
       }
+      g_hopper = hopper;
       g_kernel_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (hc.ap.C > 0) kernels.combine(hc.p, hc.q.scalar_type());  // on the guarded arrays, as the op launches it
     });
@@ -266,17 +443,6 @@ std::vector<at::Tensor> prepare_simt_one(RSWA_PREPARE_PARAMS) {
   const ContextParams cp = check_prepare(RSWA_PREPARE_ARGS);
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
   return simt_errors_as_runtime_errors([&] { return prepare_call(k, v, cp, first_key, SimtLaunches{}); });
-}
-
-// The attention kernel's dynamic shared memory per CTA for one call.
-size_t attn_smem_of(const AttnKernelParams& p, at::ScalarType type) {
-  size_t bytes = 0;
-  dispatch_dtype(type, [&](auto tag) {
-    using Element = decltype(tag);
-    bytes = p.Dp == 64 ? simt_attn::attn_smem<Element, 64>(p) : p.Dp == 80 ? simt_attn::attn_smem<Element, 80>(p)
-                                                                            : simt_attn::attn_smem<Element, 128>(p);
-  });
-  return bytes;
 }
 
 // A packed call as the CUDA op runs it (attn_api.cpp attn_cuda_packed): every sequence checked as its own call,
@@ -296,13 +462,14 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
                      const std::optional<at::TensorList>& prepared) { return checked(RSWA_ATTN_ARGS, prepared); };
       return one(x.q, x.k, x.v, x.C, x.context());
     }));
+  std::vector<bool> hoppers;  // every sequence's body kernel and launch checked before any work
+  for (const AttnParams& ap : aps) hoppers.push_back(body_kernel_of(ap, std::nullopt, q.scalar_type()));
   const int64_t total_q = q.size(2), D = q.size(3);
   if (q.size(1) == 0 || seqs.empty())
     return {at::zeros(q.sizes(), q.options()), at::zeros({1, q.size(1), total_q}, q.options().dtype(at::kFloat))};
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
   // Never read by a correct kernel: NaN shows rows the kernels forgot to write.
   at::Tensor out = at::full(q.sizes(), NAN, q.options()), lse = at::full({1, q.size(1), total_q}, NAN, q.options().dtype(at::kFloat));
-  const bool hopper = q.scalar_type() != at::kFloat && body_kernel_forced() == BodyKernel::kHopper;
   std::vector<std::unique_ptr<HostCall>> calls;
   std::vector<std::unique_ptr<SimtPackedSequence>> kernels;
   PackedCalls table;
@@ -311,6 +478,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
       calls.push_back(std::make_unique<HostCall>());
       HostCall& hc = *calls.back();
       hc.ap = aps[x];
+      hc.hopper = hoppers[x];
       kernels.push_back(std::make_unique<SimtPackedSequence>());
       build(hc, seqs[x].q, seqs[x].k, seqs[x].v, std::nullopt, seqs[x].context(), *kernels.back(), /*packed=*/true);
       // Its rows of the packed output (B = 1): q rows per head are the packed rows.
@@ -321,7 +489,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
       PrepareParams pp{};
       dispatch_dtype(q.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(hc.pp); });
       const SimtPackedSequence& kx = *kernels.back();
-      table.add(hc.p, pp, kx.selects ? &kx.topk : nullptr, hc.ap.rules, hc.buf.retrieved, !hopper,
+      table.add(hc.p, pp, kx.selects ? &kx.topk : nullptr, hc.ap.rules, hc.buf.retrieved, hc.s.given_k, !*hc.hopper,
                 attn_smem_of(hc.p, q.scalar_type()));
     }
     TORCH_CHECK(table.prepare_fits, "attn on CUDA: a sequence's preparation has more work items than a launch indexes");
@@ -391,15 +559,17 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
         else if (D <= 80) simt_attn::run_attn_packed<Element, 80>(launch, ctas, x + 2, smem);
         else simt_attn::run_attn_packed<Element, 128>(launch, ctas, x + 2, smem);
       }
+      g_hopper = 0;
       if constexpr (!std::is_same_v<Element, float>) {
-        if (hopper)  // the sm_90a body kernel: per sequence
-          for (size_t x = 0; x < calls.size(); ++x) {
+        for (size_t x = 0; x < calls.size(); ++x)  // the sm_90a body kernel: per sequence that runs it
+          if (*calls[x]->hopper) {
             const AttnKernelParams& p = table.seq[x];
             const int64_t bytes = int64_t(D <= 64    ? simt_attn::run_attn_hopper<Element, 64>(p)
                                           : D <= 80 ? simt_attn::run_attn_hopper<Element, 80>(p)
                                                     : simt_attn::run_attn_hopper<Element, 128>(p));
             g_smem_bytes = std::max(g_smem_bytes, bytes);
             ++g_attn_launches;
+            g_hopper = 1;
           }
       }
       g_kernel_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -491,10 +661,25 @@ at::Tensor rope_simt(const at::Tensor& x, const at::Tensor& positions, double th
   simt_errors_as_runtime_errors([&] {
     dispatch_dtype(xc.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      check_launch(launch_rope<T>(static_cast<const T*>(xc.data_ptr()), pos.data_ptr<double>(),
-                                  static_cast<T*>(out.data_ptr()), rows, xc.size(2), xc.size(3), int(rope.rotary_dim),
-                                  rope.theta, rope.given_frequencies(), rope.interleaved, nullptr),
+      const T* x = static_cast<const T*>(xc.data_ptr());
+      const double* p = pos.data_ptr<double>();
+      const double* freq = rope.given_frequencies();
+      T* o = static_cast<T*>(out.data_ptr());
+      GuardedArrays g;  // x, the positions, the frequencies and the output on guarded copies
+      if (::simt::options().guard_global) {
+        g.add(xc);
+        g.add(pos);
+        g.add(out);
+        g.add(freq, size_t(rope.rotary_dim / 2) * sizeof(double));
+        g.remap_own(x);
+        g.remap_own(p);
+        g.remap_own(freq);
+        g.remap_own(o);
+      }
+      check_launch(launch_rope<T>(x, p, o, rows, xc.size(2), xc.size(3), int(rope.rotary_dim), rope.theta, freq,
+                                  rope.interleaved, nullptr),
                    "rope");
+      g.copy_back(out.data_ptr());
     });
     return 0;
   });
@@ -518,18 +703,34 @@ std::tuple<at::Tensor, at::Tensor> block_summary_simt(const at::Tensor& k, const
     if (positions.has_value() && half > 0) {
       const at::Tensor pos = positions->to(at::kDouble).contiguous();
       table = at::full({2, L, half}, NAN, at::kFloat);
-      check_launch(launch_rope_table(table[0].data_ptr<float>(), table[1].data_ptr<float>(), L, int(half), rope.theta,
-                                     rope.given_frequencies(), 0.0, 0.0, pos.data_ptr<double>(), nullptr),
+      check_launch(rope_table_guarded(table[0].data_ptr<float>(), table[1].data_ptr<float>(), L, int(half), rope.theta,
+                                      rope.given_frequencies(), 0.0, 0.0, pos.data_ptr<double>()),
                    "rope table");
     }
     const float* cos_t = table.defined() && L > 0 ? table[0].data_ptr<float>() : nullptr;
     const float* sin_t = table.defined() && L > 0 ? table[1].data_ptr<float>() : nullptr;
     dispatch_dtype(kc.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      check_launch(launch_block_summary<T>(static_cast<const T*>(kc.data_ptr()), static_cast<const T*>(vc.data_ptr()),
-                                           cos_t, sin_t, static_cast<T*>(ks.data_ptr()), static_cast<T*>(vs.data_ptr()),
-                                           BH, L, D, summary_block, int(half), rope.interleaved, nullptr),
+      const T *kp = static_cast<const T*>(kc.data_ptr()), *vp = static_cast<const T*>(vc.data_ptr());
+      const float *cp = cos_t, *sp = sin_t;
+      T *ksp = static_cast<T*>(ks.data_ptr()), *vsp = static_cast<T*>(vs.data_ptr());
+      GuardedArrays g;  // k, v, the two rope tables [L, half] and the summaries on guarded copies
+      if (::simt::options().guard_global) {
+        for (const at::Tensor& t : {kc, vc, ks, vs}) g.add(t);
+        g.add(cp, size_t(L) * half * sizeof(float));
+        g.add(sp, size_t(L) * half * sizeof(float));
+        g.remap_own(kp);
+        g.remap_own(vp);
+        g.remap_own(cp);
+        g.remap_own(sp);
+        g.remap_own(ksp);
+        g.remap_own(vsp);
+      }
+      check_launch(launch_block_summary<T>(kp, vp, cp, sp, ksp, vsp, BH, L, D, summary_block, int(half),
+                                           rope.interleaved, nullptr),
                    "block_summary");
+      g.copy_back(ks.data_ptr());
+      g.copy_back(vs.data_ptr());
     });
     return 0;
   });
@@ -568,12 +769,14 @@ at::Tensor probe(c10::string_view name, const std::optional<at::Tensor>& input) 
 }
 
 // simt.h Options: workers (0: torch's thread count), poison_shared, check_races, eager_copies, schedule_seed,
-// guard_global, stack_bytes; returns the previous values in that order.
+// guard_global, stack_bytes, max_shared_bytes (the emulated device's opt-in shared memory per CTA); returns the
+// previous values in that order.
 std::vector<int64_t> configure(int64_t workers, bool poison_shared, bool check_races, bool eager_copies,
-                               int64_t schedule_seed, bool guard_global, int64_t stack_bytes) {
+                               int64_t schedule_seed, bool guard_global, int64_t stack_bytes, int64_t max_shared_bytes) {
   ::simt::Options& o = ::simt::options();
   std::vector<int64_t> old{o.workers, o.poison_shared, o.check_races, o.eager_copies, int64_t(o.schedule_seed),
-                           o.guard_global, int64_t(o.stack_bytes)};
+                           o.guard_global, int64_t(o.stack_bytes), int64_t(o.max_shared_bytes)};
+  o.max_shared_bytes = size_t(max_shared_bytes);
   o.guard_global = guard_global;
   o.workers = int(workers);
   o.poison_shared = poison_shared;
@@ -595,12 +798,13 @@ int64_t plan_fault(int64_t fault) {
 // The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
 // of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place, how
 // many launches of the attention kernels it made (a packed call on the mma.sync kernel: one), whether its
-// control CTAs read their body keys from k in place, and what of the preparation they did (1: Lite's of the body rows, 2: the value means).
+// control CTAs read their body keys from k in place, what of the preparation they did (1: Lite's of the body rows, 2: the value means),
+// and whether its body ran on the sm_90a kernel (body_kernel_of).
 std::vector<int64_t> stats() {
   const ::simt::Stats s = ::simt::last_stats();
   return {s.ctas, s.switches, s.warp_collectives, s.barriers, s.mmas, s.ldmatrix, s.cp_async,
           int64_t(g_kernel_seconds * 1e6), g_smem_bytes, g_values_in_place, g_attn_launches, g_cond_raw,
-          g_folded};
+          g_folded, g_hopper};
 }
 
 }  // namespace
@@ -616,7 +820,7 @@ TORCH_LIBRARY(rangeswa_simt, m) {
   // Catch-all kernels: these take no tensor (or an optional one) to dispatch on.
   m.def("probe(str name, Tensor? input=None) -> Tensor", &rangeswa::cuda::probe);
   m.def("configure(int workers=0, bool poison_shared=True, bool check_races=True, bool eager_copies=False, "
-        "int schedule_seed=0, bool guard_global=True, int stack_bytes=262144) -> int[]",
+        "int schedule_seed=0, bool guard_global=True, int stack_bytes=262144, int max_shared_bytes=232448) -> int[]",
         &rangeswa::cuda::configure);
   m.def("stats() -> int[]", &rangeswa::cuda::stats);
   m.def("plan_fault(int fault) -> int", &rangeswa::cuda::plan_fault);
