@@ -403,6 +403,28 @@ def test_simt_packed_call_is_each_sequence_alone_and_the_cpu_op(simt, dtype):
         assert (lse - expect_lse).abs().max().item() < LSE_TOL
 
 
+@pytest.mark.parametrize("launch,kernel", [(1, "topk_blocks"), (2, "prepare"), (3, "sort_retrieved"),
+                                           (4, "plan")])
+def test_simt_packed_calls_small_kernels_write_guarded_copies(simt, launch, kernel):
+    """The packed call's shared selection, preparation, sort and plan launches run on guarded copies: with one
+    launch's written arrays guarded 16 bytes short (rangeswa_simt.guard_cut), its last writes are an illegal
+    memory access; without the cut the call runs and is each sequence alone."""
+    cfg = _cfg("rangeswa")
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_SEQUENCES, Hq=2, Hkv=1, seed=23, dtype=torch.bfloat16)
+    args = dict(ops.attn_arguments(cfg), cu_seqlens_q=cq, cu_seqlens_k=ck, control_counts=counts)
+    assert simt.guard_cut(launch) == 0
+    try:
+        with pytest.raises(RuntimeError, match="illegal memory access") as fault:
+            simt.attn(q, k, v, None, **args)
+        assert kernel in str(fault.value)
+    finally:
+        simt.guard_cut(0)
+    out, lse = simt.attn(q, k, v, None, **args)
+    for s, (qs, ks, vs, C) in enumerate(parts):
+        o, l = simt.attn(qs, ks, vs, None, **ops.attn_arguments(cfg, C))
+        assert torch.equal(out[:, :, cq[s]:cq[s + 1]], o) and torch.equal(lse[:, :, cq[s]:cq[s + 1]], l), s
+
+
 def test_simt_packed_prepare_and_attn_with_it(simt):
     cfg = _cfg("rangeswa")
     parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_SEQUENCES, Hq=2, Hkv=1, seed=21, dtype=torch.bfloat16)

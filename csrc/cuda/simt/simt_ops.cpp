@@ -34,6 +34,7 @@ int64_t g_values_in_place = 0;  // whether the last attn call read its body valu
 int64_t g_cond_raw = 0;         // ... and its control rows' body keys from k itself (attn_setup.h cond_from_keys)
 int64_t g_folded = 0;           // ... and what of the preparation its control CTAs did: 1 Lite's (attn_setup.h nat_keys_from_control), 2 the value means (value_means_from_control)
 int g_plan_fault = 0;            // plan_fault below
+int g_guard_cut = 0;             // guard_cut below
 int64_t g_attn_launches = 0;     // launches of the attention kernels in the last attn call (a packed call: one)
 int64_t g_hopper = 0;            // whether the last attn call's body ran on the sm_90a kernel (one sequence's did)
 
@@ -136,6 +137,15 @@ void guard(HostCall& hc, GuardedArrays& g) {
 // reads and writes (by the extents the kernel may touch), points its parameters at their copies, and copies the
 // arrays it wrote back afterwards.
 
+// The launches whose written arrays guard_cut may shorten (guard_cut below).
+enum class Small { kSelect = 1, kPrepare = 2, kSort = 3, kPlan = 4 };
+
+// A written array's guarded bytes: 16 fewer (a guarded copy's granule, simt.h GuardedCopy) for the launch
+// guard_cut names, so that its last writes fault.
+size_t written_bytes(Small launch, size_t bytes) {
+  return g_guard_cut == int(launch) && bytes >= 16 ? bytes - 16 : bytes;
+}
+
 // The bytes of a [heads, rows, Dp] array that a kernel may touch: heads `stride` elements apart.
 size_t head_rows_bytes(int64_t heads, int64_t stride, int64_t rows, int64_t Dp, size_t element) {
   return heads > 0 && rows > 0 ? size_t((heads - 1) * stride + rows * Dp) * element : 0;
@@ -160,7 +170,7 @@ std::vector<void*> guard_prepare(PrepareParams& pp, GuardedArrays& g, size_t ele
   if (pp.k_cond != nullptr) g.add(pp.sin_cond, table);
   std::vector<void*> written;
   auto out = [&](void* a, int64_t stride, int64_t rows) {
-    g.add(a, head_rows_bytes(BH, stride, rows, pp.Dp, element));
+    g.add(a, written_bytes(Small::kPrepare, head_rows_bytes(BH, stride, rows, pp.Dp, element)));
     if (a != nullptr) written.push_back(a);
   };
   out(pp.k_ctrl, pp.ctrl_stride, pp.C);
@@ -199,6 +209,44 @@ cudaError_t rope_table_guarded(float* cos_out, float* sin_out, int64_t count, in
   return err;
 }
 
+// The selection's arrays (selection.h Selection, its parameters p) as guarded regions: q, k, the blocks and the
+// means; the pointers remapped. Returns the written array's base (the blocks).
+std::vector<void*> guard_select(TopkParams& p, const at::Tensor& q, const at::Tensor& k, const Selection& sel,
+                                GuardedArrays& g) {
+  const at::Tensor& out = sel.out;
+  g.add(out.data_ptr(), written_bytes(Small::kSelect, size_t(out.numel()) * out.element_size()));
+  for (const at::Tensor& t : {q, k, sel.q_means, sel.k_means}) g.add(t);
+  g.remap_own(p.q);
+  g.remap_own(p.k);
+  g.remap_own(p.out);
+  g.remap_own(p.q_means);
+  g.remap_own(p.k_means);
+  return {sel.out.data_ptr()};
+}
+
+// The sort's and the plan's arrays of a call as guarded regions: the given blocks (`given`, [rows, given_k]), the
+// sorted ones, the records and their counts; `given`, `sorted`, `records`, `counts` and p's pointers to them
+// remapped. Returns the written arrays' bases.
+std::vector<void*> guard_plan(HostCall& hc, AttnKernelParams& p, const int32_t*& given, int32_t*& sorted,
+                              Record*& records, int32_t*& counts, GuardedArrays& g) {
+  const int64_t rows = hc.ap.B * hc.ap.Hkv * int64_t(hc.s.nQb);
+  g.add(given, size_t(rows) * hc.s.given_k * sizeof(int32_t));
+  g.add(sorted, written_bytes(Small::kSort, hc.retrieved_sorted.size() * sizeof(int32_t)));
+  g.add(records, hc.records.size() * sizeof(Record));
+  g.add(counts, written_bytes(Small::kPlan, hc.record_count.size() * sizeof(int32_t)));
+  std::vector<void*> written;
+  for (void* a : {static_cast<void*>(sorted), static_cast<void*>(records), static_cast<void*>(counts)})
+    if (a != nullptr) written.push_back(a);
+  g.remap_own(given);
+  g.remap_own(sorted);
+  g.remap_own(records);
+  g.remap_own(counts);
+  g.remap_own(p.retrieved);
+  g.remap_own(p.records);
+  g.remap_own(p.record_count);
+  return written;
+}
+
 // A launcher's cudaError_t: its own refusals (grid limits, shared memory) as errors of the op.
 void check_launch(cudaError_t err, const char* what) {
   TORCH_CHECK(err == cudaSuccess, "simt: the ", what, " launcher refused its launch (cudaError ", int(err), ")");
@@ -220,14 +268,7 @@ at::Tensor select_blocks(const at::Tensor& q, const at::Tensor& k, int64_t contr
   if (!sel.launch) return sel.out;
   TopkParams p = sel.p;
   GuardedArrays g;  // q, k, the means and the blocks on guarded copies
-  if (::simt::options().guard_global) {
-    for (const at::Tensor& t : {q, k, sel.out, sel.q_means, sel.k_means}) g.add(t);
-    g.remap_own(p.q);
-    g.remap_own(p.k);
-    g.remap_own(p.out);
-    g.remap_own(p.q_means);
-    g.remap_own(p.k_means);
-  }
+  if (::simt::options().guard_global) guard_select(p, q, k, sel, g);
   dispatch_dtype(q.scalar_type(),
                  [&](auto tag) { check_launch(launch_topk_blocks<decltype(tag)>(p, nullptr), "topk_blocks"); });
   g.copy_back(sel.out.data_ptr());
@@ -268,23 +309,11 @@ struct SimtLaunches final : CallKernels {
     Record* records = hc.records.data();
     int32_t* counts = hc.record_count.data();
     GuardedArrays g;
-    if (::simt::options().guard_global) {
-      const int64_t rows = hc.ap.B * hc.ap.Hkv * int64_t(hc.s.nQb);
-      g.add(given, size_t(rows) * hc.s.given_k * sizeof(int32_t));
-      g.add(sorted, hc.retrieved_sorted.size() * sizeof(int32_t));
-      g.add(records, hc.records.size() * sizeof(Record));
-      g.add(counts, hc.record_count.size() * sizeof(int32_t));
-      g.remap_own(given);
-      g.remap_own(sorted);
-      g.remap_own(records);
-      g.remap_own(counts);
-      g.remap_own(p.retrieved);
-    }
+    std::vector<void*> written;
+    if (::simt::options().guard_global) written = guard_plan(hc, p, given, sorted, records, counts, g);
     check_launch(launch_plan(p, hc.ap.rules, given, hc.s.given_k, sorted, records, counts, hc.s.plans(), nullptr),
                  "plan");
-    for (const void* a : {static_cast<const void*>(hc.buf.retrieved_sorted), static_cast<const void*>(hc.records.data()),
-                          static_cast<const void*>(hc.record_count.data())})
-      g.copy_back(a);
+    for (void* a : written) g.copy_back(a);
     if (g_plan_fault == 1)  // every masked span of KV tiles to the unmasked loop (plan_fault)
       for (int64_t x = 0; x < hc.s.plans(); ++x) {
         TileSpan* spans = spans_of(hc.p, hc.records.data(), x);
@@ -316,12 +345,10 @@ struct SimtLaunches final : CallKernels {
 };
 
 // A packed call's sequence (attn_simt_packed): the small kernels as SimtLaunches runs them, except that its
-// selection only sets up its arrays (topk, kept in `keep`), launched with the other sequences'.
+// selection only sets up its arrays (sel), launched with the other sequences'.
 struct SimtPackedSequence final : CallKernels {
   SimtLaunches launches;
-  mutable TopkParams topk{};
-  mutable bool selects = false;
-  mutable std::vector<at::Tensor> keep;
+  mutable Selection sel{};
   void tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& k) const override {
     launches.tables(ap, s, b, k);
   }
@@ -330,11 +357,8 @@ struct SimtPackedSequence final : CallKernels {
   }
   at::Tensor select(const HostCall& hc, const std::optional<at::TensorList>& prepared) const override {
     const bool given_means = prepared.has_value() && (*prepared)[kKeyMeans].numel() > 0;
-    Selection sel = selection(hc.q, hc.k, hc.ap.C, selection_rules(hc.ap.rules),
-                              given_means ? (*prepared)[kKeyMeans] : at::Tensor());
-    topk = sel.p;
-    selects = sel.launch;
-    keep = {sel.q_means, sel.k_means, sel.out};
+    sel = selection(hc.q, hc.k, hc.ap.C, selection_rules(hc.ap.rules),
+                    given_means ? (*prepared)[kKeyMeans] : at::Tensor());
     return sel.out;
   }
   void plan(HostCall& hc) const override { launches.plan(hc); }
@@ -473,6 +497,8 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
   std::vector<std::unique_ptr<HostCall>> calls;
   std::vector<std::unique_ptr<SimtPackedSequence>> kernels;
   PackedCalls table;
+  GuardedArrays small;  // the selection's, preparation's, sort's and plan's arrays
+  std::vector<void*> small_written;
   simt_errors_as_runtime_errors([&] {
     for (size_t x = 0; x < seqs.size(); ++x) {
       calls.push_back(std::make_unique<HostCall>());
@@ -486,10 +512,25 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
       hc.p.lse = lse.data_ptr<float>() + pk.q0[seqs[x].s];
       hc.p.Nq = int32_t(total_q);
       std::fill(hc.record_count.begin(), hc.record_count.end(), -1);  // a plan the kernel forgets shows
-      PrepareParams pp{};
-      dispatch_dtype(q.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(hc.pp); });
+      // Its selection, preparation, sort and plan on guarded copies (as SimtLaunches runs them for one call):
+      // each sequence's arrays are its own, so their copies go back whole after the shared launches.
       const SimtPackedSequence& kx = *kernels.back();
-      table.add(hc.p, pp, kx.selects ? &kx.topk : nullptr, hc.ap.rules, hc.buf.retrieved, hc.s.given_k, !*hc.hopper,
+      AttnKernelParams p = hc.p;
+      PrepareParams given_pp = hc.pp;
+      TopkParams topk = kx.sel.p;
+      const int32_t* given = hc.buf.retrieved;
+      if (::simt::options().guard_global) {
+        auto written = [&](const std::vector<void*>& bases) { for (void* a : bases) small_written.push_back(a); };
+        if (kx.sel.launch) written(guard_select(topk, hc.q, hc.k, kx.sel, small));  // first: the sort reads its blocks
+        written(guard_prepare(given_pp, small, q.element_size()));
+        int32_t* sorted = hc.buf.retrieved_sorted;
+        Record* records = hc.records.data();
+        int32_t* counts = hc.record_count.data();
+        written(guard_plan(hc, p, given, sorted, records, counts, small));
+      }
+      PrepareParams pp{};
+      dispatch_dtype(q.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(given_pp); });
+      table.add(p, pp, kx.sel.launch ? &topk : nullptr, hc.ap.rules, given, hc.s.given_k, !*hc.hopper,
                 attn_smem_of(hc.p, q.scalar_type()));
     }
     TORCH_CHECK(table.prepare_fits, "attn on CUDA: a sequence's preparation has more work items than a launch indexes");
@@ -513,6 +554,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
                                     table.total(PackedCalls::kSort), nullptr), "sort");
     check_launch(launch_plan_packed(table.launch(base, PackedCalls::kPlan), table.total(PackedCalls::kPlan), nullptr),
                  "plan");
+    for (void* a : small_written) small.copy_back(a);
     return 0;
   });
   if (g_plan_fault == 1)  // every masked span of KV tiles to the unmasked loop (plan_fault)
@@ -795,6 +837,15 @@ int64_t plan_fault(int64_t fault) {
   return old;
 }
 
+// For tests that must see the small kernels' guard fault: the launch whose written arrays' guarded copies end 16
+// bytes early in the next attn calls (0 none, 1 the selection's blocks, 2 the preparation's arrays, 3 the sorted
+// blocks, 4 the plan's counts), so that its last writes are illegal memory accesses. Returns the previous one.
+int64_t guard_cut(int64_t launch) {
+  const int64_t old = g_guard_cut;
+  g_guard_cut = int(launch);
+  return old;
+}
+
 // The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
 // of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place, how
 // many launches of the attention kernels it made (a packed call on the mma.sync kernel: one), whether its
@@ -824,6 +875,7 @@ TORCH_LIBRARY(rangeswa_simt, m) {
         &rangeswa::cuda::configure);
   m.def("stats() -> int[]", &rangeswa::cuda::stats);
   m.def("plan_fault(int fault) -> int", &rangeswa::cuda::plan_fault);
+  m.def("guard_cut(int launch) -> int", &rangeswa::cuda::guard_cut);
 }
 
 TORCH_LIBRARY_IMPL(rangeswa_simt, CPU, m) {
