@@ -419,10 +419,7 @@ def test_simt_packed_calls_small_kernels_write_guarded_copies(simt, launch, kern
         assert kernel in str(fault.value)
     finally:
         simt.guard_cut(0)
-    out, lse = simt.attn(q, k, v, None, **args)
-    for s, (qs, ks, vs, C) in enumerate(parts):
-        o, l = simt.attn(qs, ks, vs, None, **ops.attn_arguments(cfg, C))
-        assert torch.equal(out[:, :, cq[s]:cq[s + 1]], o) and torch.equal(lse[:, :, cq[s]:cq[s + 1]], l), s
+    _simt_packed_is_each_sequence(simt, cfg, parts, q, k, v, cq, ck, counts)
 
 
 def test_simt_packed_prepare_and_attn_with_it(simt):
