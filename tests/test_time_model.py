@@ -74,8 +74,9 @@ def test_the_model_runs_and_ends_with_the_issue_line(tmp_path, capsys):
 def test_the_peers_within_25_percent_and_the_held_out_first_design(checked, peers):
     """Issue 49's offline targets: FlashAttention-2's three H200 points and FlashAttention-3's two published H100
     points within 25% of the fitted model; the first design (never fitted) late within 30%. Its Lite point is
-    not (docs/cuda.md, "The time model": +47%): its counts are static totals by source line, an upper bound of
-    what a tile runs (its per-element edge code holds both branches), so the model may only overestimate it."""
+    not (+47%: benchmarks/results/cuda_time_model_2026-12-06.md): its counts are static totals by source line,
+    an upper bound of what a tile runs (its per-element edge code holds both branches), so the model may only
+    overestimate it."""
     res = model.residuals(peers, checked.fit)
     assert len(res) == 5
     for label, predicted, measured in res:
