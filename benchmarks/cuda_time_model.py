@@ -371,7 +371,10 @@ def hopper_design(gates: dict, head_dim: int) -> Design:
 # per-element edge logits 9,198, the multi-class keep test 4,716, next_kv_tile 1,152, the mixed pass 836, the
 # prologue and plan 538 + 961, a fill 514, and 4,149 on no such line (taken as the per-tile core); 64-row CTAs of
 # four 16-row warps. Its census at 8k, D = 64 (per CTA): late 27.2 KV tiles, 9.9 edge tiles, 9.6 extra passes,
-# 3.98 fills; Lite 8.9, 4.9, 0, 1.99. Its fill: one round trip a pair (32).
+# 3.98 fills; Lite 8.9, 4.9, 0, 1.99. Its fill: one round trip a pair (32). These static totals are not how the
+# other designs are counted: the cheapest paths a warp runs on the same SASS are about 7x fewer (an interior tile
+# 662, not 5,301), under which the model predicts this design 3-5x too fast; its time was set by a cost the model
+# has no term for (a 276 KB tile loop: instruction fetch). benchmarks/results/cuda_time_model_firstdesign_2026-12-06.md
 FIRST = Design(name="first design (c7e4b29, measured on the H200)", rows_per_cta=64, warps=4,
                full_tile=1152 + 4149, masked_extra=0.0, cta_setup=538 + 961, fill_round_trips=32,
                fill_instructions=514, prepare_instructions_per_element=220,
