@@ -152,12 +152,13 @@ def cuobjdump_path() -> str | None:
     return None
 
 
-def compile_kernel(src: str, arch: str, workdir: str) -> tuple[str, str]:
+def compile_kernel(src: str, arch: str, workdir: str, root: Path = ROOT) -> tuple[str, str]:
     """nvcc -Xptxas -v -cubin for one architecture, with line information (source lines per instruction,
-    which leaves the machine code as it is); returns (cubin path, ptxas report)."""
+    which leaves the machine code as it is); returns (cubin path, ptxas report). root: the tree whose csrc is
+    compiled (another commit's, scripts/first_design_paths.py)."""
     cubin = os.path.join(workdir, f"kernel_sm{arch}.cubin")
-    command = [nvcc_path(), "-O3", "--expt-relaxed-constexpr", "-std=c++17", "-lineinfo", "-I", str(ROOT / "csrc"),
-               f"-gencode=arch=compute_{arch},code=sm_{arch}", "-Xptxas", "-v", "-cubin", str(ROOT / src), "-o", cubin]
+    command = [nvcc_path(), "-O3", "--expt-relaxed-constexpr", "-std=c++17", "-lineinfo", "-I", str(root / "csrc"),
+               f"-gencode=arch=compute_{arch},code=sm_{arch}", "-Xptxas", "-v", "-cubin", str(root / src), "-o", cubin]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"nvcc failed for sm_{arch}:\n{done.stderr[-4000:]}")
@@ -334,9 +335,9 @@ def logit_block_lines() -> tuple[int, int]:
     return first, first
 
 
-def function_lines(name: str, file: str = "mainloop.h") -> tuple[int, int]:
+def function_lines(name: str, file: str = "mainloop.h", root: Path = ROOT) -> tuple[int, int]:
     """The lines of csrc/cuda/`file` function `name` (its signature to its closing brace at column 0)."""
-    text = (ROOT / "csrc" / "cuda" / file).read_text().splitlines()
+    text = (root / "csrc" / "cuda" / file).read_text().splitlines()
     first = next(n for n, t in enumerate(text, 1) if f" {name}(" in t and not t.lstrip().startswith("//"))
     last = next(n for n, t in enumerate(text[first - 1:], first) if t == "}")
     return first, last
@@ -444,6 +445,22 @@ def _trip(sass: list[tuple[int, str, str]], graph: dict, best_head: int, mma_per
         state = parent[state]
     return dict(instructions=finish[0], head=best_head, mma=ops.get("HMMA", 0) + ops.get("HGMMA", 0),
                 ops=dict(sorted(ops.items(), key=lambda x: -x[1])), path=path[::-1])
+
+
+# A trip farther than this from one instruction to the next leaves the neighbourhood an instruction cache line's
+# prefetch covers (the first design's tile loop jumps this far dozens of times a tile; the current kernels' never).
+FAR_JUMP_BYTES = 4096
+
+
+def code_span(path: list[int], loop: bool = True) -> dict:
+    """The code a trip (tile_path's or cheapest_path's `path`: addresses in the order run) spans: bytes from its
+    lowest to its highest instruction (16 bytes each), distinct 128-byte lines, and steps farther than
+    FAR_JUMP_BYTES (with `loop`, the step from its last instruction back to its first too: a tile loop's trip)."""
+    if not path:
+        return dict(bytes=0, lines=0, far_jumps=0)
+    steps = list(zip(path, path[1:] + (path[:1] if loop else [])))
+    return dict(bytes=max(path) - min(path) + 16, lines=len({a // 128 for a in path}),
+                far_jumps=sum(abs(b - a) > FAR_JUMP_BYTES for a, b in steps))
 
 
 def _prepare_loop(cubin: str, report: str, kernel: str) -> dict:
@@ -783,11 +800,11 @@ def member_span(sass: list, lines: dict, member: str, struct: str) -> list[str]:
     return ops
 
 
-def member_lines(name: str, file: str, after: str | None = None) -> tuple[int, int]:
+def member_lines(name: str, file: str, after: str | None = None, root: Path = ROOT) -> tuple[int, int]:
     """The lines of a member function `name` of csrc/cuda/`file` (its signature to the closing brace at the
     signature's indentation): the first such signature, or the first past the line that starts with `after`
     (a struct's head)."""
-    text = (ROOT / "csrc" / "cuda" / file).read_text().splitlines()
+    text = (root / "csrc" / "cuda" / file).read_text().splitlines()
     start = 0 if after is None else next(n for n, t in enumerate(text) if t.startswith(after))
     first = next(n for n, t in enumerate(text, 1) if n > start and f" {name}(" in t and "__device__" in t)
     indent = len(text[first - 1]) - len(text[first - 1].lstrip())
