@@ -452,15 +452,14 @@ def _trip(sass: list[tuple[int, str, str]], graph: dict, best_head: int, mma_per
 FAR_JUMP_BYTES = 4096
 
 
-def code_span(path: list[int], loop: bool = True) -> dict:
+def code_span(path: list[int]) -> dict:
     """The code a trip (tile_path's or cheapest_path's `path`: addresses in the order run) spans: bytes from its
-    lowest to its highest instruction (16 bytes each), distinct 128-byte lines, and steps farther than
-    FAR_JUMP_BYTES (with `loop`, the step from its last instruction back to its first too: a tile loop's trip)."""
+    lowest to its highest instruction (16 bytes each), distinct 128-byte lines, and steps along it farther than
+    FAR_JUMP_BYTES (a tile trip's closing branch back to its head, which every loop has, is not a step of it)."""
     if not path:
         return dict(bytes=0, lines=0, far_jumps=0)
-    steps = list(zip(path, path[1:] + (path[:1] if loop else [])))
     return dict(bytes=max(path) - min(path) + 16, lines=len({a // 128 for a in path}),
-                far_jumps=sum(abs(b - a) > FAR_JUMP_BYTES for a, b in steps))
+                far_jumps=sum(abs(b - a) > FAR_JUMP_BYTES for a, b in zip(path, path[1:])))
 
 
 def _prepare_loop(cubin: str, report: str, kernel: str) -> dict:

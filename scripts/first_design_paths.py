@@ -183,7 +183,8 @@ def main(argv=None) -> int:
         counts.update(registers=g.ptxas_stats(report)["registers"])
         print("[3/3] compiling this tree's kernels for sm_90a ...", flush=True)
         spans = current_spans(tmp)
-    version = subprocess.run([g.nvcc_path(), "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    version = next(t for t in subprocess.run([g.nvcc_path(), "--version"], capture_output=True, text=True).stdout
+                   .splitlines() if "release" in t)
     out = dict(date=datetime.date.today().isoformat(), commit=full,
                command=f"python scripts/first_design_paths.py --commit {args.commit}",
                compile=f"git archive {args.commit} csrc; nvcc -O3 --expt-relaxed-constexpr -std=c++17 -lineinfo -I csrc "
