@@ -36,7 +36,7 @@ too fast, and the held-out point does NOT confirm the model for that design: its
 hundreds of KB of code with dozens of jumps farther than 4 KB a tile, and the model has no term for the cost
 such a layout leaves (instruction fetch: inferred from the SASS, not measured;
 benchmarks/results/cuda_time_model_firstdesign_2026-12-06.md). The current kernels' tile trips are compact
-(about 10 KB, no far jump; printed beside the held-out point), as the peers' are, on which the model is fitted:
+(within 12 KB, no far jump; printed beside the held-out point), as the peers' are, on which the model is fitted:
 for them the check is the first GPU run (scripts/gpu_check.sh prints the prediction beside each measured time).
 
 The band of every prediction is the largest peer residual. The last line is issue 49's summary.
@@ -416,11 +416,6 @@ def first_design(paths: dict) -> Design:
 
 def _heads(batch: int = B, heads: int = H) -> int:
     return batch * heads
-
-
-def tile_mufu_by_geometry(rows_per_warp: int, keys: int) -> float:
-    """A warp's exponentials of a tile where the SASS's MUFU was not counted: one a logit, 32 lanes a warp."""
-    return rows_per_warp * keys / 32
 
 
 def body_phase(d: Design, census: dict, L: int, lite: bool, head_dim: int = D, batch: int = B,
