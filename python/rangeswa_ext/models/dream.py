@@ -29,8 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..masking import valid_ranges
-from .kit import AttentionSeam, PathLike, Presets, at_least, attend, check_heads, check_token_ids, load_local_tokenizer
+from .kit import (AttentionSeam, PathLike, Presets, at_least, attend, check_heads, check_token_ids,
+                  load_local_tokenizer, token_input)
 from .linear import Linear
 from .llada import RMSNorm
 from .strict import build_config, find_hf_folder, read_json_object, save_model, stream_load
@@ -160,10 +160,7 @@ class Dream(AttentionSeam, nn.Module):
                attention_mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[list]]:
         """(the final normed hidden states [B, N, dim], each row's run of real tokens or None without padding)."""
         self.require_attention()
-        if ids.dim() != 2 or ids.shape[1] < 1 or ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"ids must be integer token ids [B, N] with N >= 1, got {ids.dtype} {tuple(ids.shape)}")
-        ranges = None if attention_mask is None else valid_ranges(attention_mask, *ids.shape)
-        padding = {} if ranges is None else dict(attention_mask=attention_mask)
+        ranges, padding = token_input(ids, attention_mask)
         m = self.model
         x = m.embed_tokens(ids)
         for layer in m.layers:
