@@ -85,6 +85,17 @@ def _assets_of(request, preset: str):
     return request.getfixturevalue("dream_assets" if preset == "dream-tiny" else "assets")
 
 
+def test_every_masked_diffusion_backbone_scores_only_the_asked_rows():
+    """diffusion_nll asks ``token_logits(ids, stage=, logits_at=)`` of every masked-diffusion backbone's model
+    (Backbone.likelihood): each one's token_logits takes those keywords."""
+    import inspect
+
+    diffusion = [b for b in backbones.backbones().values() if b.likelihood == "masked_diffusion"]
+    assert {b.name for b in diffusion} >= {"llada", "dream"}
+    for backbone in diffusion:
+        assert {"stage", "logits_at"} <= set(inspect.signature(backbone.model_class.token_logits).parameters)
+
+
 @pytest.mark.parametrize("preset", FAMILIES)
 def test_a_draws_loss_is_the_mean_cross_entropy_at_the_masked_positions(request, preset):
     """LLaDA's row i scores token i; Dream's network row i scores token i + 1, so a masked position's logits are

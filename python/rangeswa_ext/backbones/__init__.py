@@ -47,7 +47,8 @@ class Backbone:
     #: RoPE's pairs: ``interleaved`` (GPT-J) or ``half`` (GPT-NeoX), SPEC section 1.
     rope_style: str = "interleaved"
     #: How a text's likelihood is estimated: ``masked_diffusion`` for masked-diffusion LMs (the model's
-    #: ``token_logits`` predicts the tokens at ``config.mask_id`` positions; `rangeswa ppl` draws masks), or
+    #: ``token_logits(ids, stage=, logits_at=)`` predicts the tokens at ``config.mask_id`` positions, row i
+    #: scoring token i, for the positions of the ``logits_at`` slice; `rangeswa ppl` draws masks), or
     #: ``""`` where the backbone has none.
     likelihood: str = ""
 
