@@ -135,6 +135,7 @@ def test_page_holds_every_table_and_image(page, runs):
     assert "<td>RangeSWA vs SWA</td>" in text
     assert text.count('<img src="data:image/svg+xml;base64,') == 4  # Figure 7 of both models, two heatmaps
     assert '<td>rangeswa</td><td class="num">40.00</td><td class="num">50.00</td>' in text  # the niah summary
+    assert collect([runs["niah"]]).niahs[0].settings == {"model": "llada-tiny", "seed": 0}  # a line less its sample
     assert "yarn.scores.json" in text and "stub-judge" in text and "steps" in text
     assert "Settings and versions" in text and "torch " in text
 

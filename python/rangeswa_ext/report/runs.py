@@ -212,15 +212,7 @@ def read_niah(folder: Path) -> Niah:
     """A niah folder: the summary, each method's heatmap and the settings of its samples."""
     summary = _json(folder / "niah_summary.json")
     heatmaps = _figures({method: folder / f"niah_{method}" for method in summary})
-    settings = {}
-    for method in summary:
-        path = folder / f"{method}.jsonl"
-        first = path.open(encoding="utf-8").readline() if path.is_file() else ""
-        if first.strip():
-            line = json.loads(first)
-            settings = {k: v for k, v in line.items() if k not in NIAH_SAMPLE_KEYS}
-            break
-    return Niah(folder, summary, heatmaps, settings)
+    return Niah(folder, summary, heatmaps, _run_settings(folder, summary, NIAH_SAMPLE_KEYS))
 
 
 #: Keys of a niah line that belong to one sample, not to the run.
