@@ -10,8 +10,8 @@ from typing import Optional
 
 import torch
 
-from rangeswa_ext.models.dream import Dream, DreamConfig
-from rangeswa_ext.models.llada import LLaDA, LLaDAConfig
+from rangeswa_ext.models.dream import Dream, DreamConfig, load_dream_tokenizer, save_dream
+from rangeswa_ext.models.llada import LLaDA, LLaDAConfig, load_llada_tokenizer, save_llada
 
 POSITIONS = 64  # the tiny GPT-2's maximum positions, hence its default chunk size
 #: The tiny LLaDA tokenizer's default corpus.
@@ -147,3 +147,15 @@ def tiny_dream(tokenizer, seed: int = 0) -> Dream:
             elif name.endswith("bias"):
                 p.normal_(0, 0.1)
     return model
+
+
+def tiny_checkpoint(family: str, tok_dir: Path, ckpt_dir: Path, texts=(TEXT,), vocab_size: int = 296, seed: int = 0,
+                    shards: int = 1, **tokenizer_options):
+    """(checkpoint folder, tokenizer folder, tokenizer, model) of a tiny random ``family`` model (``llada`` or
+    ``dream``): its tokenizer trained on ``texts`` into ``tok_dir`` (``make_dream_tokenizer``'s ``bos`` among
+    ``tokenizer_options``), the model sized to it (`tiny_llada`, `tiny_dream`) saved in ``shards`` files."""
+    make, load, tiny, save = {"llada": (make_llada_tokenizer, load_llada_tokenizer, tiny_llada, save_llada),
+                              "dream": (make_dream_tokenizer, load_dream_tokenizer, tiny_dream, save_dream)}[family]
+    tok = load(make(tok_dir, texts, vocab_size, **tokenizer_options))
+    model = tiny(tok, seed=seed)
+    return save(model, ckpt_dir, shards=shards), tok_dir, tok, model

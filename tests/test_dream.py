@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from conftest import make_qkv, rel_err
-from helpers_models import TEXT, assert_official_state_dict, make_dream_tokenizer, seam_reference, tiny_dream
+from helpers_models import (TEXT, assert_official_state_dict, make_dream_tokenizer, seam_reference,
+                            tiny_checkpoint)
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.config import preset
@@ -51,10 +52,8 @@ def full_attention(config: DreamConfig, name: str = "full", **options):
 @pytest.fixture(scope="module")
 def tiny_assets(tmp_path_factory):
     """(checkpoint folder in 3 shards with an index, tokenizer folder, the model)."""
-    tok_dir = make_dream_tokenizer(tmp_path_factory.mktemp("dream_tok"))
-    tok = load_dream_tokenizer(tok_dir)
-    model = tiny_dream(tok)
-    ckpt = save_dream(model, tmp_path_factory.mktemp("dream_ckpt"), shards=3)
+    ckpt, tok_dir, _, model = tiny_checkpoint("dream", tmp_path_factory.mktemp("dream_tok"),
+                                              tmp_path_factory.mktemp("dream_ckpt"), shards=3)
     return ckpt, tok_dir, model
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import make_qkv, rel_err
-from helpers_models import TEXT, assert_official_state_dict, make_llada_tokenizer, seam_reference, tiny_llada
+from helpers_models import TEXT, assert_official_state_dict, seam_reference, tiny_checkpoint
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.config import preset
@@ -40,10 +40,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def tiny_assets(tmp_path_factory):
     """(checkpoint folder in 3 shards with an index, tokenizer folder, the model)."""
-    tok_dir = make_llada_tokenizer(tmp_path_factory.mktemp("llada_tok"))
-    tok = load_llada_tokenizer(tok_dir)
-    model = tiny_llada(tok)
-    ckpt = save_llada(model, tmp_path_factory.mktemp("llada_ckpt"), shards=3)
+    ckpt, tok_dir, _, model = tiny_checkpoint("llada", tmp_path_factory.mktemp("llada_tok"),
+                                              tmp_path_factory.mktemp("llada_ckpt"), shards=3)
     return ckpt, tok_dir, model
 
 

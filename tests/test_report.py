@@ -310,15 +310,14 @@ def test_ppl_and_ruler_sections(eval_runs):
 @pytest.fixture(scope="module")
 def dream_runs(tmp_path_factory):
     """`rangeswa ppl` and `rangeswa ruler` run end to end on a tiny random Dream, then one page of both."""
-    from helpers_models import make_dream_tokenizer, tiny_dream
+    from helpers_models import tiny_checkpoint
     from rangeswa_ext.eval.niah import read_haystack
     from rangeswa_ext.eval.ruler_tasks import NOISE, TEMPLATES
-    from rangeswa_ext.models.dream import load_dream_tokenizer, save_dream
 
     root = tmp_path_factory.mktemp("dream_runs")
     corpus = [*read_haystack()[:200], *TEMPLATES.values(), NOISE]
-    tok_dir = make_dream_tokenizer(root / "tok", corpus, vocab_size=600, bos=True)
-    ckpt = save_dream(tiny_dream(load_dream_tokenizer(tok_dir), seed=1), root / "ckpt")
+    ckpt, tok_dir, _, _ = tiny_checkpoint("dream", root / "tok", root / "ckpt", corpus, vocab_size=600, seed=1,
+                                          bos=True)
     text = root / "text.txt"
     text.write_text("\n\n".join(corpus))
     common = ["--model", "dream-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--methods",
