@@ -54,31 +54,46 @@ def save_tiny_scorer(folder: Path) -> Path:
     return folder
 
 
-def seam_reference(name: str, method, q, k, v, theta: float, T: int) -> torch.Tensor:
-    """The float64 output the attention method ``name`` (built as ``method`` with half-split RoPE on every head dim,
-    base ``theta``, training length ``T``) must give on q [B, Hq, L, D], k and v [B, Hkv, L, D] (grouped heads
-    repeated) with C = 0 in its late stage: SPEC's reference for the op presets, the dense formula for the others."""
+def dense_reference(name: str, q, k, v, theta: float, T: int, style: str = "half",
+                    control_tokens: int = 0) -> torch.Tensor:
+    """The float64 output of the dense method ``name`` (full, pi, ntk, longllada, yarn) written out here on q
+    [B, Hq, C + L, D], k and v [B, Hkv, C + L, D] (grouped heads repeated): a softmax over RoPE'd q and k (``style``
+    pairs on every head dim) at body positions j * T / L (pi), base theta' (ntk, longllada), or yarn's
+    per-frequency inv_freq and logit multiplier, from base ``theta`` and training length ``T``; the C control
+    tokens stay at position 0."""
     from rangeswa_ext import reference as ref
-    from rangeswa_ext.methods import OP_PRESETS, longllada_theta, ntk_theta
+    from rangeswa_ext.methods import longllada_theta, ntk_theta, yarn_frequencies
 
-    if name in OP_PRESETS:
-        return ref.attention(q.double(), k.double(), v.double(), method.config, 0, "late")[0]
-    L, D = q.shape[2], q.shape[3]
-    positions = torch.arange(L, dtype=torch.float64)
+    C, D = control_tokens, q.shape[3]
+    L = q.shape[2] - C
+    j = torch.arange(L, dtype=torch.float64)
     base, freqs, mult = theta, None, 1.0
     if name == "pi":
-        positions = positions * T / L
+        j = j * T / L
     elif name == "ntk":
         base = ntk_theta(theta, D, L, T)
     elif name == "longllada":
         base = longllada_theta(theta, D, L, T)
     elif name == "yarn":
-        freqs, mult = method.rotation(L, D)[2:]
+        freqs, mult = yarn_frequencies(theta, D, L, T)
+    positions = torch.cat([torch.zeros(C, dtype=torch.float64), j])
     group = q.shape[1] // k.shape[1]
-    qr = ref.rotate(q.double(), positions, base, D, "half", freqs)
-    kr = ref.rotate(k.double(), positions, base, D, "half", freqs).repeat_interleave(group, dim=1)
+    qr = ref.rotate(q.double(), positions, base, D, style, freqs)
+    kr = ref.rotate(k.double(), positions, base, D, style, freqs).repeat_interleave(group, dim=1)
     weights = torch.softmax(qr @ kr.transpose(-1, -2) * mult / math.sqrt(D), dim=-1)
     return weights @ v.double().repeat_interleave(group, dim=1)
+
+
+def seam_reference(name: str, method, q, k, v, theta: float, T: int) -> torch.Tensor:
+    """The float64 output the attention method ``name`` (built as ``method`` with half-split RoPE on every head dim,
+    base ``theta``, training length ``T``) must give on q [B, Hq, L, D], k and v [B, Hkv, L, D] (grouped heads
+    repeated) with C = 0 in its late stage: SPEC's reference for the op presets, `dense_reference` for the others."""
+    from rangeswa_ext import reference as ref
+    from rangeswa_ext.methods import OP_PRESETS
+
+    if name in OP_PRESETS:
+        return ref.attention(q.double(), k.double(), v.double(), method.config, 0, "late")[0]
+    return dense_reference(name, q, k, v, theta, T)
 
 
 def assert_official_state_dict(model: torch.nn.Module, official: dict) -> None:
