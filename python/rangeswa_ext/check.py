@@ -140,10 +140,10 @@ def attn_checks(device: torch.device, dtype) -> list[tuple[str, Callable[[], dic
         def check(case=case, seed=seed):
             cfg = preset(case.method, **SMALL)
             q, k, v = _attn_inputs(case, seed, dtype, device)
-            errors = {"float64": relative_error(_attn(case, q, k, v, cfg), _attn_reference(case, q, k, v, cfg))}
+            got = _attn(case, q, k, v, cfg)
+            errors = {"float64": relative_error(got, _attn_reference(case, q, k, v, cfg))}
             if device.type != "cpu":
-                cpu = _attn(case, *(x.float().cpu() for x in (q, k, v)), cfg)
-                errors["CPU op"] = relative_error(_attn(case, q, k, v, cfg), cpu)
+                errors["CPU op"] = relative_error(got, _attn(case, *(x.float().cpu() for x in (q, k, v)), cfg))
             return errors
         checks.append((case.name, check))
     return checks
@@ -156,9 +156,10 @@ def other_op_checks(device: torch.device, dtype) -> list[tuple[str, Callable[[],
 
     def on_both(fn, want: torch.Tensor) -> dict:
         q, k, v = _inputs(1, 2, 1, C + L, D, 7, dtype, device)
-        errors = {"float64": relative_error(fn(q, k, v), want(q, k, v))}
+        got = fn(q, k, v)
+        errors = {"float64": relative_error(got, want(q, k, v))}
         if device.type != "cpu":
-            errors["CPU op"] = relative_error(fn(q, k, v), fn(*(x.float().cpu() for x in (q, k, v))))
+            errors["CPU op"] = relative_error(got, fn(*(x.float().cpu() for x in (q, k, v))))
         return errors
 
     positions = torch.arange(C + L, dtype=torch.float64) * 0.75
