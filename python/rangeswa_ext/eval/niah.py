@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from .. import backbones, distributed, resumable
 from ..arguments import add_compute_options, integer, integers, number, output_folder, require, subcommand
-from ..generate import DTYPES, resolve_dtype
+from ..generate import DTYPES, resolve_dtype, sampler_config_for
 from ..jsonl import json_objects
 from ..mini.corpus import kjv_path
 from .method_runs import DEFAULT_METHODS, add_method_arguments, check_methods, method_options, run_per_method
@@ -330,21 +330,16 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
 
 def niah_sampler(backbone, model: str, options: dict) -> tuple:
     """(the backbone's sampler config for the run, gen_length): `NIAH_SAMPLERS`'s settings with ``options`` (None
-    values ignored) over them, each checked to be a setting of that backbone's sampler (`CAPPED_STEPS`: the default
-    steps at most ``gen_length``)."""
+    values ignored) over them, each checked to be a setting of that backbone's sampler (`generate.sampler_config_for`;
+    `CAPPED_STEPS`: the default steps at most ``gen_length``)."""
     options = {k: v for k, v in options.items() if v is not None}
     gen_length = options.pop("gen_length", GEN_LENGTH)
-    known = [f.name for f in dataclasses.fields(backbone.sampler_config)]
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise ValueError(f"--model {model} ({backbone.name}) has no sampler setting {', '.join(unknown)}; its "
-                         f"settings: gen_length, {', '.join(known)}")
     if gen_length < 1:
         raise ValueError(f"gen_length must be >= 1, got {gen_length}")
     defaults = dict(NIAH_SAMPLERS[backbone.name])
     if backbone.name in CAPPED_STEPS:
         defaults["steps"] = min(defaults["steps"], gen_length)
-    config = backbone.sampler_config(**{**defaults, **options})
+    config = sampler_config_for(backbone, model, {**defaults, **options})
     if hasattr(config, "schedule"):  # LLaDA's blocks must divide the answer: say so before any model is read
         config.schedule(gen_length)
     return config, gen_length
