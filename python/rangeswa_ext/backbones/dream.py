@@ -29,6 +29,12 @@ class DreamBackbone(MaskedDiffusionBackbone):
     def load(self, checkpoint: Path, preset: str, device: torch.device) -> Dream:
         return self.check_sizes(load_dream(checkpoint, device=device), checkpoint, preset)
 
+    def compile_network(self, model: Dream) -> str:
+        """The transformer (`Dream.model`), which `Dream.forward` and the sampler's `Dream.token_logits` both call
+        (token_logits does not go through the model's own call, so compiling the model would miss it)."""
+        model.model.compile()
+        return "Dream transformer"
+
     def document_ids(self, tokenizer, text: str) -> list[int]:
         """``tokenizer(text)`` after the tokenizer's BOS (``<|beginoftext|>``), as LongLLaDA's wrapper feeds Dream
         (Qwen2's tokenizer adds none); nothing is added where the tokenizer has no BOS or already put it first."""

@@ -133,13 +133,21 @@ class DecoderLayer(nn.Module):
 
 
 class BaseModel(nn.Module):
-    """``model`` of the official DreamModel (DreamBaseModel): embed_tokens, layers, norm."""
+    """``model`` of the official DreamModel (DreamBaseModel): embed_tokens, layers, norm. Its call is the network
+    both `Dream.forward` and `Dream.token_logits` run (the module `rangeswa generate --compile` compiles)."""
 
     def __init__(self, config: DreamConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
+
+    def forward(self, ids: torch.Tensor, attention, stage: str, padding: dict) -> torch.Tensor:
+        """The final normed hidden states [B, N, dim] of checked ids (``padding``: the attention calls' mask)."""
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = layer(x, attention, stage, padding)
+        return self.norm(x)
 
 
 class Dream(AttentionSeam, nn.Module):
@@ -161,11 +169,7 @@ class Dream(AttentionSeam, nn.Module):
         """(the final normed hidden states [B, N, dim], each row's run of real tokens or None without padding)."""
         self.require_attention()
         ranges, padding = token_input(ids, attention_mask)
-        m = self.model
-        x = m.embed_tokens(ids)
-        for layer in m.layers:
-            x = layer(x, self.attention, stage, padding)
-        return m.norm(x), ranges
+        return self.model(ids, self.attention, stage, padding), ranges
 
     def forward(self, ids: torch.Tensor, stage: str = "late", logits_at: Optional[slice] = None,
                 attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
