@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-from rangeswa_ext import ops, preset  # noqa: E402
+from rangeswa_ext import check, ops, preset  # noqa: E402
 from rangeswa_ext.bench_gpu import (FlexRangeSWA, flops, median_ms, native_positions, sdpa,  # noqa: E402
                                     visited_keys)
 
@@ -143,11 +143,9 @@ def kernels_side_by_side(q, k, v, C: int, repeats: int, kernels: list) -> dict:
     of its output from the first kernel's (both compute the same plan's answer). A kernel the device cannot
     run records its error."""
     out, first = {}, {}
-    saved = os.environ.get("RANGESWA_CUDA_KERNEL")
-    try:
-        for kernel in kernels:
-            os.environ["RANGESWA_CUDA_KERNEL"] = kernel
-            cells = {}
+    for kernel in kernels:
+        cells = {}
+        with check.body_kernel(kernel):
             for label, name, stage in CASES:
                 cfg = preset(name)
                 try:
@@ -161,13 +159,7 @@ def kernels_side_by_side(q, k, v, C: int, repeats: int, kernels: list) -> dict:
                 except Exception as err:  # noqa: BLE001 (report and carry on)
                     cell = dict(error=f"{type(err).__name__}: {err}"[:300])
                 cells[label] = cell
-            out[kernel] = cells
-    finally:
-        if saved is None:
-            os.environ.pop("RANGESWA_CUDA_KERNEL", None)
-        else:
-            os.environ["RANGESWA_CUDA_KERNEL"] = saved
-        first.clear()
+        out[kernel] = cells
     return out
 
 

@@ -95,10 +95,16 @@ def assets(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def emulator():
-    """torch.ops.rangeswa_simt.attn: the CUDA attention op on the host, every kernel's own source run thread
-    by thread (csrc/cuda/simt, through the device's own launchers), with exactly the attn schema
-    (tests/cuda_emulator.py builds it once per session into this checkout's build/simt with g++)."""
+def simt():
+    """torch.ops.rangeswa_simt: the CUDA ops on the host, every kernel's own source run thread by thread
+    (csrc/cuda/simt, through the device's own launchers; tests/cuda_emulator.py builds it once per session into
+    this checkout's build/simt with g++)."""
     from cuda_emulator import simt_ops
 
-    return simt_ops().attn.default
+    return simt_ops()
+
+
+@pytest.fixture(scope="session")
+def emulator(simt):
+    """torch.ops.rangeswa_simt.attn: the CUDA attention op on the host (`simt`), with exactly the attn schema."""
+    return simt.attn.default

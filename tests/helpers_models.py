@@ -10,8 +10,8 @@ from typing import Optional
 
 import torch
 
-from rangeswa_ext.models.dream import Dream, DreamConfig
-from rangeswa_ext.models.llada import LLaDA, LLaDAConfig
+from rangeswa_ext.models.dream import Dream, DreamConfig, load_dream_tokenizer, save_dream
+from rangeswa_ext.models.llada import LLaDA, LLaDAConfig, load_llada_tokenizer, save_llada
 
 POSITIONS = 64  # the tiny GPT-2's maximum positions, hence its default chunk size
 #: The tiny LLaDA tokenizer's default corpus.
@@ -54,31 +54,76 @@ def save_tiny_scorer(folder: Path) -> Path:
     return folder
 
 
-def seam_reference(name: str, method, q, k, v, theta: float, T: int) -> torch.Tensor:
-    """The float64 output the attention method ``name`` (built as ``method`` with half-split RoPE on every head dim,
-    base ``theta``, training length ``T``) must give on q [B, Hq, L, D], k and v [B, Hkv, L, D] (grouped heads
-    repeated) with C = 0 in its late stage: SPEC's reference for the op presets, the dense formula for the others."""
+def dense_reference(name: str, q, k, v, theta: float, T: int, style: str = "half",
+                    control_tokens: int = 0) -> torch.Tensor:
+    """The float64 output of the dense method ``name`` (full, pi, ntk, longllada, yarn) written out here on q
+    [B, Hq, C + L, D], k and v [B, Hkv, C + L, D] (grouped heads repeated): a softmax over RoPE'd q and k (``style``
+    pairs on every head dim) at body positions j * T / L (pi), base theta' (ntk, longllada), or yarn's
+    per-frequency inv_freq and logit multiplier, from base ``theta`` and training length ``T``; the C control
+    tokens stay at position 0."""
     from rangeswa_ext import reference as ref
-    from rangeswa_ext.methods import OP_PRESETS, longllada_theta, ntk_theta
+    from rangeswa_ext.methods import longllada_theta, ntk_theta, yarn_frequencies
 
-    if name in OP_PRESETS:
-        return ref.attention(q.double(), k.double(), v.double(), method.config, 0, "late")[0]
-    L, D = q.shape[2], q.shape[3]
-    positions = torch.arange(L, dtype=torch.float64)
+    C, D = control_tokens, q.shape[3]
+    L = q.shape[2] - C
+    j = torch.arange(L, dtype=torch.float64)
     base, freqs, mult = theta, None, 1.0
     if name == "pi":
-        positions = positions * T / L
+        j = j * T / L
     elif name == "ntk":
         base = ntk_theta(theta, D, L, T)
     elif name == "longllada":
         base = longllada_theta(theta, D, L, T)
     elif name == "yarn":
-        freqs, mult = method.rotation(L, D)[2:]
+        freqs, mult = yarn_frequencies(theta, D, L, T)
+    positions = torch.cat([torch.zeros(C, dtype=torch.float64), j])
     group = q.shape[1] // k.shape[1]
-    qr = ref.rotate(q.double(), positions, base, D, "half", freqs)
-    kr = ref.rotate(k.double(), positions, base, D, "half", freqs).repeat_interleave(group, dim=1)
+    qr = ref.rotate(q.double(), positions, base, D, style, freqs)
+    kr = ref.rotate(k.double(), positions, base, D, style, freqs).repeat_interleave(group, dim=1)
     weights = torch.softmax(qr @ kr.transpose(-1, -2) * mult / math.sqrt(D), dim=-1)
     return weights @ v.double().repeat_interleave(group, dim=1)
+
+
+def full_attention(config, name: str = "full", **options):
+    """The attention method ``name`` (``options`` as make_attention takes them) for a LLaDA or Dream ``config``:
+    half-split RoPE on every head dim at its ``rope_theta`` and ``train_length``."""
+    from rangeswa_ext.methods import make_attention
+
+    return make_attention(name, head_dim=config.head_dim, theta=config.rope_theta, rope_style="half",
+                          train_length=config.train_length, **options)
+
+
+def check_method_on_backbone_shapes(name: str, n_head: int, n_kv_head: int, theta: float) -> None:
+    """D = 128, ``n_head`` query heads sharing ``n_kv_head`` key/value heads, half-split RoPE at ``theta``, C = 0,
+    windows scaled to the training length (here T = 256 so the float64 reference stays small), L = 640 > T: the
+    method ``name`` against `seam_reference`, its config (op presets) the scaled preset with the model's RoPE."""
+    from conftest import make_qkv, rel_err
+    from rangeswa_ext.config import preset
+    from rangeswa_ext.methods import DENSE_METHODS, OP_PRESETS, make_attention
+
+    D, T, L = 128, 256, 640
+    q, k, v = make_qkv(1, n_head, n_kv_head, L, D, seed=7)
+    options = dict(scale_windows=True) if name in OP_PRESETS else {}
+    method = make_attention(name, head_dim=D, theta=theta, rope_style="half", train_length=T, **options)
+    out = method(q, k, v, control_tokens=0, stage="late")
+    if name in OP_PRESETS:
+        cfg = method.config
+        assert (cfg.rope_style, cfg.theta, cfg.train_length) == ("half", theta, T)
+        assert cfg == preset(name).scaled_to(T).replace(theta=theta, rope_style="half", train_length=T)
+    assert rel_err(out, seam_reference(name, method, q, k, v, theta, T)) < 1e-5
+    assert name in DENSE_METHODS or name in OP_PRESETS
+
+
+def seam_reference(name: str, method, q, k, v, theta: float, T: int) -> torch.Tensor:
+    """The float64 output the attention method ``name`` (built as ``method`` with half-split RoPE on every head dim,
+    base ``theta``, training length ``T``) must give on q [B, Hq, L, D], k and v [B, Hkv, L, D] (grouped heads
+    repeated) with C = 0 in its late stage: SPEC's reference for the op presets, `dense_reference` for the others."""
+    from rangeswa_ext import reference as ref
+    from rangeswa_ext.methods import OP_PRESETS
+
+    if name in OP_PRESETS:
+        return ref.attention(q.double(), k.double(), v.double(), method.config, 0, "late")[0]
+    return dense_reference(name, q, k, v, theta, T)
 
 
 def assert_official_state_dict(model: torch.nn.Module, official: dict) -> None:
@@ -147,3 +192,35 @@ def tiny_dream(tokenizer, seed: int = 0) -> Dream:
             elif name.endswith("bias"):
                 p.normal_(0, 0.1)
     return model
+
+
+def tiny_checkpoint(family: str, tok_dir: Path, ckpt_dir: Path, texts=(TEXT,), vocab_size: int = 296, seed: int = 0,
+                    shards: int = 1, **tokenizer_options):
+    """(checkpoint folder, tokenizer folder, tokenizer, model) of a tiny random ``family`` model (``llada`` or
+    ``dream``): its tokenizer trained on ``texts`` into ``tok_dir`` (``make_dream_tokenizer``'s ``bos`` among
+    ``tokenizer_options``), the model sized to it (`tiny_llada`, `tiny_dream`) saved in ``shards`` files."""
+    make, load, tiny, save = {"llada": (make_llada_tokenizer, load_llada_tokenizer, tiny_llada, save_llada),
+                              "dream": (make_dream_tokenizer, load_dream_tokenizer, tiny_dream, save_dream)}[family]
+    tok = load(make(tok_dir, texts, vocab_size, **tokenizer_options))
+    model = tiny(tok, seed=seed)
+    return save(model, ckpt_dir, shards=shards), tok_dir, tok, model
+
+
+def check_batched_prompts_equal_each_alone(generate, model, config, pad: int):
+    """Prompts of 5, 12 and 0 tokens in one batch, left-padded with ``pad`` or right-padded with id 3 (each with its
+    mask), generate 24 tokens each (samples 4, 5, 6 of seed 3): every row's ids are the row's generated alone and
+    its mask is the left-padded layout's. Returns (the left-padded batch, the two batches' `Generation`s, the ids
+    generated alone)."""
+    prompts = [torch.randint(0, 100, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (5, 12, 0)]
+    left = torch.tensor([[pad] * (12 - len(p)) + p for p in prompts])
+    right = torch.tensor([p + [3] * (12 - len(p)) for p in prompts])
+    left_mask = torch.tensor([[0] * (12 - len(p)) + [1] * len(p) for p in prompts])
+    right_mask = left_mask.flip(1)  # the empty prompt: no real token in either layout
+    out = [generate(model, p, 24, config, prompt_mask=m, seed=3, indices=[4, 5, 6], return_all=True)
+           for p, m in ((left, left_mask), (right, right_mask))]
+    alone = torch.cat([generate(model, torch.tensor([p], dtype=torch.long).view(1, -1), 24, config, seed=3,
+                                indices=[k]) for p, k in zip(prompts, (4, 5, 6))])
+    for whole in out:
+        assert torch.equal(whole.ids, alone)
+        assert whole.mask[0].tolist() == [False] * 7 + [True] * 29
+    return left, out, alone

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from rangeswa_ext import bench_gpu, ops, preset
+from rangeswa_ext import bench_gpu, check, ops, preset
 from rangeswa_ext.cli import main
 
 #: What every record holds (the time model's --judge reads these).
@@ -46,6 +46,14 @@ def test_a_report_shows_the_benchmark(tmp_path):
 def test_the_correctness_slice_passes_on_the_cpu():
     """The slice `bench` runs before timing a kernel: `check`'s attn cases (here on the CPU op)."""
     assert bench_gpu.correctness(["mma"], torch.float32, torch.device("cpu")) == {"mma": None}
+
+
+def test_a_disagreeing_kernel_gets_the_failing_checks(monkeypatch):
+    """A bound no kernel meets: the verdict names each failing check with its error against each oracle."""
+    monkeypatch.setattr(check, "ATTN_CASES", check.ATTN_CASES[:2])
+    monkeypatch.setitem(check.TOLERANCE, torch.float32, 1e-15)
+    (verdict,) = bench_gpu.correctness(["mma"], torch.float32, torch.device("cpu")).values()
+    assert verdict.startswith("attn late (retrieved=None) (float64 ") and "; attn early (float64 " in verdict
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")

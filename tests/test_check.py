@@ -42,7 +42,7 @@ def test_an_op_that_raises_is_a_failed_check(monkeypatch):
     def broken():
         raise RuntimeError("no kernel image for this device")
 
-    monkeypatch.setattr(check, "attn_checks", lambda device, dtype, where: [("attn", broken)])
+    monkeypatch.setattr(check, "attn_checks", lambda device, dtype: [("attn", broken)])
     monkeypatch.setattr(check, "other_op_checks", lambda device, dtype: [])
     (result,) = check.run_checks(torch.device("cpu"), progress=False)
     assert not result.ok and "no kernel image" in result.line()

@@ -97,8 +97,8 @@ def test_a_padded_batch_under_compile_is_refused_on_the_device():
 
 # -------------------------------------------------------------------------------------------- backbones
 
-#: Each method on one backbone (every backbone twice or more), at a body length past the method's T.
-BACKBONE_CASES = [(name, ("elf-tiny", "langflow-tiny", "llada-tiny", "cola-tiny")[i % 4])
+#: Each method on one backbone (every backbone once or more), at a body length past the method's T.
+BACKBONE_CASES = [(name, ("elf-tiny", "langflow-tiny", "llada-tiny", "cola-tiny", "dream-tiny")[i % 5])
                   for i, name in enumerate(METHODS)]
 
 
@@ -113,6 +113,24 @@ def test_every_backbone_forward_compiles_with_every_method(method, model):
         want, got = eager(), compiled(same)()
     want, got = (x[0] if isinstance(x, tuple) else x for x in (want, got))
     assert rel_err(got, want) < 1e-5
+
+
+@pytest.mark.parametrize("model", ["elf-tiny", "langflow-tiny", "llada-tiny", "cola-tiny", "dream-tiny"])
+def test_compile_network_compiles_what_each_step_calls(model):
+    """`Backbone.compile_network` (`rangeswa generate --compile`) compiles a module that the step's network call
+    (`Backbone.benchmark_call`, the sampler's call) goes through: a compiled module the call bypassed would leave
+    the run eager. The compiled callables are swapped for counting eager ones, so nothing is compiled here."""
+    backbone = backbones.backbone_for(model)
+    net = backbone.random_model(model)
+    net.set_attention(backbone.attention(net, "full"))
+    backbone.compile_network(net)
+    modules = [m for m in net.modules() if getattr(m, "_compiled_call_impl", None) is not None]
+    calls = []
+    for m in modules:
+        m._compiled_call_impl = lambda *args, m=m, **kwargs: (calls.append(m), m._call_impl(*args, **kwargs))[1]
+    with torch.no_grad():
+        backbone.benchmark_call(net, 40, torch.Generator().manual_seed(0))()
+    assert modules and calls
 
 
 # ------------------------------------------------------------------------------------------------ the op

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import make_qkv, rel_err
-from helpers_models import TEXT, assert_official_state_dict, make_dream_tokenizer, seam_reference, tiny_dream
+from conftest import rel_err
+from helpers_models import (TEXT, assert_official_state_dict, check_batched_prompts_equal_each_alone,
+                            check_method_on_backbone_shapes, full_attention, make_dream_tokenizer, tiny_checkpoint)
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
-from rangeswa_ext.config import preset
-from rangeswa_ext.methods import DENSE_METHODS, METHODS, OP_PRESETS, make_attention
+from rangeswa_ext.methods import METHODS, OP_PRESETS
 from rangeswa_ext.models.dream import (TRAIN_LENGTH, Dream, DreamConfig, config_from_hf, load_dream,
                                        load_dream_tokenizer, save_dream)
 from rangeswa_ext.models.strict import CheckpointMismatchError
@@ -42,19 +42,12 @@ TOL = 1e-5
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def full_attention(config: DreamConfig, name: str = "full", **options):
-    return make_attention(name, head_dim=config.head_dim, theta=config.rope_theta, rope_style="half",
-                          train_length=config.train_length, **options)
-
-
 # ------------------------------------------------------------------------------------- tiny assets
 @pytest.fixture(scope="module")
 def tiny_assets(tmp_path_factory):
     """(checkpoint folder in 3 shards with an index, tokenizer folder, the model)."""
-    tok_dir = make_dream_tokenizer(tmp_path_factory.mktemp("dream_tok"))
-    tok = load_dream_tokenizer(tok_dir)
-    model = tiny_dream(tok)
-    ckpt = save_dream(model, tmp_path_factory.mktemp("dream_ckpt"), shards=3)
+    ckpt, tok_dir, _, model = tiny_checkpoint("dream", tmp_path_factory.mktemp("dream_tok"),
+                                              tmp_path_factory.mktemp("dream_ckpt"), shards=3)
     return ckpt, tok_dir, model
 
 
@@ -169,18 +162,9 @@ def test_every_algorithm_is_in_the_fixture(fixture):
 # -------------------------------------------------------------------------------- attention seam
 @pytest.mark.parametrize("name", METHODS)
 def test_every_method_on_dream_shapes_against_the_reference(name):
-    """D = 128, 4 query heads sharing 2 key/value heads (Dream's grouped-query attention), half-split RoPE,
-    theta 1e6, C = 0, windows scaled to T = 256, L = 640 > T: each method against the dense float64 oracle."""
-    D, T, L, theta = 128, 256, 640, 1e6
-    q, k, v = make_qkv(1, 4, 2, L, D, seed=7)
-    options = dict(scale_windows=True) if name in OP_PRESETS else {}
-    method = make_attention(name, head_dim=D, theta=theta, rope_style="half", train_length=T, **options)
-    out = method(q, k, v, control_tokens=0, stage="late")
-    if name in OP_PRESETS:
-        assert method.config == preset(name).scaled_to(T).replace(theta=theta, rope_style="half", train_length=T)
-    expect = seam_reference(name, method, q, k, v, theta, T)
-    assert rel_err(out, expect) < 1e-5
-    assert name in DENSE_METHODS or name in OP_PRESETS
+    """4 query heads sharing 2 key/value heads (Dream's grouped-query attention), theta 1e6: each method against
+    the float64 oracle (helpers_models.check_method_on_backbone_shapes)."""
+    check_method_on_backbone_shapes(name, 4, 2, 1e6)
 
 
 class Recording:
@@ -242,20 +226,9 @@ def test_prompts_of_different_lengths_equal_each_alone(tiny_assets, alg):
     generated alone; past the training length (12 + 24 > T = 32), with rangeswa."""
     _, _, model = tiny_assets
     model.set_attention(full_attention(model.config, "rangeswa", scale_windows=True))
-    pad = model.config.pad_id
-    prompts = [torch.randint(0, 100, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (5, 12, 0)]
-    left = torch.tensor([[pad] * (12 - len(p)) + p for p in prompts])
-    right = torch.tensor([p + [3] * (12 - len(p)) for p in prompts])
-    left_mask = torch.tensor([[0] * (12 - len(p)) + [1] * len(p) for p in prompts])
     config = SamplerConfig(steps=10, temperature=0.8, top_p=0.9, alg=alg, alg_temp=0.0 if alg == "origin" else 0.5)
-    out = [generate(model, p, 24, config, prompt_mask=m, seed=3, indices=[4, 5, 6], return_all=True)
-           for p, m in ((left, left_mask), (right, left_mask.flip(1)))]
-    alone = [generate(model, torch.tensor([p], dtype=torch.long).view(1, -1), 24, config, seed=3, indices=[k])
-             for p, k in zip(prompts, (4, 5, 6))]
-    for whole in out:
-        assert torch.equal(whole.ids, torch.cat(alone))
-        assert whole.mask[0].tolist() == [False] * 7 + [True] * 29
-    assert (torch.cat(alone) != model.config.mask_id).all()
+    _, _, alone = check_batched_prompts_equal_each_alone(generate, model, config, model.config.pad_id)
+    assert (alone != model.config.mask_id).all()
     model.set_attention(None)
 
 

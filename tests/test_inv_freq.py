@@ -214,13 +214,6 @@ def test_fake_kernels_and_compile_take_the_frequencies():
 # ---------------------------------------------------------------------------- the CUDA kernels on the host
 
 
-@pytest.fixture(scope="module")
-def simt():
-    from cuda_emulator import simt_ops
-
-    return simt_ops()
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_rope_and_block_summary_kernels_with_frequencies_match_the_cpu_op(simt, dtype):
     x, k, v = make_qkv(2, 3, 3, 150, 80, seed=21, dtype=dtype)

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import make_qkv, rel_err
-from helpers_models import TEXT, assert_official_state_dict, make_llada_tokenizer, seam_reference, tiny_llada
+from conftest import rel_err
+from helpers_models import (TEXT, assert_official_state_dict, check_batched_prompts_equal_each_alone,
+                            check_method_on_backbone_shapes, full_attention, tiny_checkpoint)
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.config import preset
-from rangeswa_ext.methods import DENSE_METHODS, METHODS, OP_PRESETS, longllada_theta, make_attention
+from rangeswa_ext.methods import METHODS, OP_PRESETS, longllada_theta
 from rangeswa_ext.models import strict as strict_module
 from rangeswa_ext.models.llada import (LLaDA, LLaDAConfig, config_from_hf, load_llada, load_llada_tokenizer,
                                        save_llada)
@@ -40,16 +41,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def tiny_assets(tmp_path_factory):
     """(checkpoint folder in 3 shards with an index, tokenizer folder, the model)."""
-    tok_dir = make_llada_tokenizer(tmp_path_factory.mktemp("llada_tok"))
-    tok = load_llada_tokenizer(tok_dir)
-    model = tiny_llada(tok)
-    ckpt = save_llada(model, tmp_path_factory.mktemp("llada_ckpt"), shards=3)
+    ckpt, tok_dir, _, model = tiny_checkpoint("llada", tmp_path_factory.mktemp("llada_tok"),
+                                              tmp_path_factory.mktemp("llada_ckpt"), shards=3)
     return ckpt, tok_dir, model
-
-
-def full_attention(config: LLaDAConfig, name: str = "full", **options):
-    return make_attention(name, head_dim=config.head_dim, theta=config.rope_theta, rope_style="half",
-                          train_length=config.train_length, **options)
 
 
 # ------------------------------------------------------------------------------------------ parity
@@ -182,22 +176,12 @@ def test_generate_with_prompts_of_different_lengths_equals_each_alone(tiny_asset
     _, _, model = tiny_assets
     options = dict(scale_windows=True) if name in OP_PRESETS else {}
     model.set_attention(full_attention(model.config, name, **options))
-    eos = model.config.eos_id
-    prompts = [torch.randint(0, 100, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (5, 12, 0)]
-    left = torch.tensor([[eos] * (12 - len(p)) + p for p in prompts])
-    right = torch.tensor([p + [3] * (12 - len(p)) for p in prompts])
-    left_mask = torch.tensor([[0] * (12 - len(p)) + [1] * len(p) for p in prompts])
-    right_mask = left_mask.flip(1)  # the empty prompt: no real token in either layout
     for config in (SamplerConfig(steps=12, block_length=8, temperature=1.0),
                    SamplerConfig(steps=6, block_length=8, temperature=0.5, cfg_scale=1.0, remasking="random")):
-        out = [generate(model, p, 24, config, prompt_mask=m, seed=3, indices=[4, 5, 6], return_all=True)
-               for p, m in ((left, left_mask), (right, right_mask))]
-        alone = [generate(model, torch.tensor([p], dtype=torch.long).view(1, -1), 24, config, seed=3, indices=[k])
-                 for p, k in zip(prompts, (4, 5, 6))]
+        left, out, _ = check_batched_prompts_equal_each_alone(generate, model, config, model.config.eos_id)
         for whole in out:
-            assert torch.equal(whole.ids, torch.cat(alone))
             assert torch.equal(whole.sequence[:, 12:], whole.ids) and torch.equal(whole.sequence[0, 7:12], left[0, 7:])
-            assert whole.mask[0].tolist() == [False] * 7 + [True] * 29 and whole.latents is None
+            assert whole.latents is None
     model.set_attention(None)
 
 
@@ -292,20 +276,9 @@ def test_forward_logits_at_and_bad_inputs(tiny_assets):
 
 @pytest.mark.parametrize("name", METHODS)
 def test_every_method_on_llada_shapes_against_the_reference(name):
-    """D = 128, half-split RoPE, theta 5e5, C = 0, windows scaled to the training length (here T = 256 so the
-    float64 reference stays small), L = 640 > T: each method against the dense float64 oracle."""
-    D, T, L, theta = 128, 256, 640, 5e5
-    q, k, v = make_qkv(1, 2, 2, L, D, seed=7)
-    options = dict(scale_windows=True) if name in OP_PRESETS else {}
-    method = make_attention(name, head_dim=D, theta=theta, rope_style="half", train_length=T, **options)
-    out = method(q, k, v, control_tokens=0, stage="late")
-    if name in OP_PRESETS:
-        cfg = method.config
-        assert (cfg.rope_style, cfg.theta, cfg.train_length) == ("half", theta, T)
-        assert cfg == preset(name).scaled_to(T).replace(theta=theta, rope_style="half", train_length=T)
-    expect = seam_reference(name, method, q, k, v, theta, T)
-    assert rel_err(out, expect) < 1e-5
-    assert name in DENSE_METHODS or name in OP_PRESETS
+    """2 heads, each its own key/value head (LLaDA's multi-head attention), theta 5e5: each method against the
+    float64 oracle (helpers_models.check_method_on_backbone_shapes)."""
+    check_method_on_backbone_shapes(name, 2, 2, 5e5)
 
 
 # ---------------------------------------------------------------------------------------- loader

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from conftest import make_qkv, rel_err
+from helpers_models import dense_reference
 from rangeswa_ext import reference as ref
 from rangeswa_ext.config import preset
 from rangeswa_ext.methods import DENSE_METHODS, METHODS, longllada_theta, make_attention, ntk_theta, yarn_frequencies
@@ -50,29 +51,16 @@ def test_methods_differ_from_full_beyond_training_length(name):
 @pytest.mark.parametrize("style", ["interleaved", "half"])
 @pytest.mark.parametrize("name", ["pi", "ntk", "yarn", "longllada"])
 def test_dense_baselines_beyond_training_length_follow_their_formulas(name, style):
-    """Each baseline at L > T against a dense softmax written out here in float64: positions j*T/L
-    (pi), base theta' (ntk, longllada), per-frequency inv_freq and logit multiplier (yarn); control
-    tokens stay at position 0."""
+    """Each baseline at L > T against a dense softmax written out in float64 (helpers_models.dense_reference):
+    positions j*T/L (pi), base theta' (ntk, longllada), per-frequency inv_freq and logit multiplier (yarn);
+    control tokens stay at position 0."""
     C, L, T, D, theta = 12, 300, 64, 64, 1e4
     q, k, v = make_qkv(1, 2, 2, C + L, D, seed=4)
-    j = torch.arange(L, dtype=torch.float64)
-    base, freqs, mult = theta, None, 1.0
-    if name == "pi":
-        j = j * T / L
-    elif name == "ntk":
-        base = ntk_theta(theta, D, L, T)
-    elif name == "longllada":
-        base = longllada_theta(theta, D, L, T)
-    else:
-        freqs, mult = yarn_frequencies(theta, D, L, T)
-    pos = torch.cat([torch.zeros(C, dtype=torch.float64), j])
-    qr = ref.rotate(q.double(), pos, base, D, style, freqs)
-    kr = ref.rotate(k.double(), pos, base, D, style, freqs)
-    probs = torch.softmax(qr @ kr.transpose(-1, -2) * mult / math.sqrt(D), dim=-1)
+    expect = dense_reference(name, q, k, v, theta, T, style, control_tokens=C)
     method = make_attention(name, head_dim=D, train_length=T, rope_style=style)
-    assert rel_err(method(q, k, v, control_tokens=C), probs @ v.double()) < 1e-5
+    assert rel_err(method(q, k, v, control_tokens=C), expect) < 1e-5
     # float64 inputs (a model in double for checks) take the explicit rotation, same result
-    assert rel_err(method(q.double(), k.double(), v.double(), control_tokens=C), probs @ v.double()) < 1e-12
+    assert rel_err(method(q.double(), k.double(), v.double(), control_tokens=C), expect) < 1e-12
 
 
 @pytest.mark.parametrize("L", [40, 64, 300])

@@ -11,14 +11,13 @@ import pytest
 import torch
 
 from conftest import json_lines
-from helpers_models import make_dream_tokenizer, make_llada_tokenizer, tiny_dream, tiny_llada
+from helpers_models import tiny_checkpoint
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval import niah
 from rangeswa_ext.eval.niah import (DEPTHS, LENGTHS, Needle, PromptBuilder, Task, grid, levenshtein, overall_score,
                                     read_haystack, read_needles, retrieval_question, score)
-from rangeswa_ext.models.dream import load_dream, load_dream_tokenizer, save_dream
-from rangeswa_ext.models.llada import load_llada_tokenizer, save_llada
+from rangeswa_ext.models.dream import load_dream
 from rangeswa_ext.samplers import dream_sampler
 from rangeswa_ext.samplers.llada_sampler import SamplerConfig, generate
 
@@ -110,9 +109,9 @@ def test_user_files_and_their_errors(tmp_path):
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     corpus = [*read_haystack()[:400], niah.TEMPLATE, niah.GUIDE, *(n.needle + " " + n.question for n in read_needles())]
-    tok_dir = make_llada_tokenizer(tmp_path_factory.mktemp("niah_tok"), corpus, vocab_size=1200)
-    tok = load_llada_tokenizer(tok_dir)
-    ckpt = save_llada(tiny_llada(tok, seed=1), tmp_path_factory.mktemp("niah_ckpt"), shards=2)
+    ckpt, tok_dir, tok, _ = tiny_checkpoint("llada", tmp_path_factory.mktemp("niah_tok"),
+                                            tmp_path_factory.mktemp("niah_ckpt"), corpus, vocab_size=1200, seed=1,
+                                            shards=2)
     return ckpt, tok_dir, tok
 
 
@@ -293,9 +292,8 @@ def test_niah_on_dream_tiny(assets, hay, tmp_path, capsys):
     generated tokens; --top-k taken), each prompt read after Dream's BOS as LongLLaDA's wrapper feeds it and each
     prediction what Dream's sampler generates from that prompt; a LLaDA-only setting is refused."""
     corpus = [*read_haystack()[:400], niah.TEMPLATE, niah.GUIDE, *(n.needle + " " + n.question for n in read_needles())]
-    tok_dir = make_dream_tokenizer(tmp_path / "tok", corpus, vocab_size=1200, bos=True)
-    tok = load_dream_tokenizer(tok_dir)
-    ckpt = save_dream(tiny_dream(tok, seed=1), tmp_path / "ckpt")
+    ckpt, tok_dir, tok, _ = tiny_checkpoint("dream", tmp_path / "tok", tmp_path / "ckpt", corpus, vocab_size=1200,
+                                            seed=1, bos=True)
     out = tmp_path / "niah"
     argv = ["niah", "--model", "dream-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--out", str(out),
             "--methods", "full,rangeswa", "--lengths", "64", "--depths", "0,100", "--num-needles", "1",

@@ -3,7 +3,6 @@ loss by hand (Dream's from its shifted rows), a batch row equal to the row alone
 command end to end on a tiny random LLaDA and a tiny random Dream past their training length (Dream's text after
 its BOS) and on a tiny causal LM, resumption, shards, and clear errors."""
 
-import functools
 import json
 import math
 
@@ -12,15 +11,14 @@ import torch
 import torch.nn.functional as F
 
 from conftest import json_lines
-from helpers_models import (make_dream_tokenizer, make_llada_tokenizer, save_tiny_scorer, tiny_dream, tiny_gpt2,
-                            tiny_llada)
+from helpers_models import save_tiny_scorer, tiny_checkpoint, tiny_gpt2
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval.niah import read_haystack
 from rangeswa_ext.eval.ppl import (causal_nll, check_lengths, curve, diffusion_nll, draw_masks, leading_tokens,
                                    read_text)
-from rangeswa_ext.models.dream import load_dream, load_dream_tokenizer, save_dream
-from rangeswa_ext.models.llada import load_llada, load_llada_tokenizer, save_llada
+from rangeswa_ext.models.dream import load_dream
+from rangeswa_ext.models.llada import load_llada
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,21 +43,17 @@ def test_mask_count_is_uniform_like_the_official_forward_process():
 
 
 # ----------------------------------------------------------------------------------------- scoring
-#: Per tiny preset: (tokenizer maker, tokenizer loader, random model, saver, loader, how far its network rows
-#: are shifted: Dream's row i scores token i + 1). Dream's tokenizer has a BOS (Dream's <|beginoftext|>),
-#: which it does not add itself.
-FAMILIES = {"llada-tiny": (make_llada_tokenizer, load_llada_tokenizer, tiny_llada, save_llada, load_llada, 0),
-            "dream-tiny": (functools.partial(make_dream_tokenizer, bos=True), load_dream_tokenizer, tiny_dream,
-                           save_dream, load_dream, 1)}
+#: Per tiny preset: (family, tokenizer options, loader, how far its network rows are shifted: Dream's row i scores
+#: token i + 1). Dream's tokenizer has a BOS (Dream's <|beginoftext|>), which it does not add itself.
+FAMILIES = {"llada-tiny": ("llada", {}, load_llada, 0), "dream-tiny": ("dream", dict(bos=True), load_dream, 1)}
 
 
 def _tiny_assets(factory, preset: str):
     """(checkpoint folder, tokenizer folder, tokenizer, text file) of a tiny random model of ``preset``."""
-    make_tokenizer, load_tokenizer, tiny, save, _, _ = FAMILIES[preset]
+    family, options, _, _ = FAMILIES[preset]
     corpus = read_haystack()[:300]
-    tok_dir = make_tokenizer(factory.mktemp("ppl_tok"), corpus, vocab_size=600)
-    tok = load_tokenizer(tok_dir)
-    ckpt = save(tiny(tok, seed=2), factory.mktemp("ppl_ckpt"))
+    ckpt, tok_dir, tok, _ = tiny_checkpoint(family, factory.mktemp("ppl_tok"), factory.mktemp("ppl_ckpt"), corpus,
+                                            vocab_size=600, seed=2, **options)
     text = factory.mktemp("ppl_text") / "text.txt"
     text.write_text("\n\n".join(corpus))
     return ckpt, tok_dir, tok, text
@@ -76,7 +70,7 @@ def dream_assets(tmp_path_factory):
 
 
 def _model(assets, method="full", preset="llada-tiny", **options):
-    model = FAMILIES[preset][4](assets[0])
+    model = FAMILIES[preset][2](assets[0])
     model.set_attention(backbones.backbone_for(preset).attention(model, method, **options))
     return model
 
@@ -85,12 +79,23 @@ def _assets_of(request, preset: str):
     return request.getfixturevalue("dream_assets" if preset == "dream-tiny" else "assets")
 
 
+def test_every_masked_diffusion_backbone_scores_only_the_asked_rows():
+    """diffusion_nll asks ``token_logits(ids, stage=, logits_at=)`` of every masked-diffusion backbone's model
+    (Backbone.likelihood): each one's token_logits takes those keywords."""
+    import inspect
+
+    diffusion = [b for b in backbones.backbones().values() if b.likelihood == "masked_diffusion"]
+    assert {b.name for b in diffusion} >= {"llada", "dream"}
+    for backbone in diffusion:
+        assert {"stage", "logits_at"} <= set(inspect.signature(backbone.model_class.token_logits).parameters)
+
+
 @pytest.mark.parametrize("preset", FAMILIES)
 def test_a_draws_loss_is_the_mean_cross_entropy_at_the_masked_positions(request, preset):
     """LLaDA's row i scores token i; Dream's network row i scores token i + 1, so a masked position's logits are
     the row before it (masked or not); the chunk starts past position 0, so Dream's first-row rule
     (docs/spec_decisions.md, item 30) never applies."""
-    model, shift = _model(_assets_of(request, preset), preset=preset), FAMILIES[preset][5]
+    model, shift = _model(_assets_of(request, preset), preset=preset), FAMILIES[preset][3]
     ids = list(range(3, 3 + 48))
     masks = draw_masks(0, 2, 3, 16)
     losses = diffusion_nll(model, ids, 32, masks, batch_size=3)

@@ -204,13 +204,6 @@ def test_attn_cuda_plan_matches_reference(emulator, call):
 HOPPER_STAT = 13  # simt.stats(): whether the last attn call's body ran on the sm_90a kernel
 
 
-@pytest.fixture(scope="module")
-def simt():
-    from cuda_emulator import simt_ops
-
-    return simt_ops()
-
-
 @profile("simt")
 @given(call=attn_calls(head_dims=(16, 64, 66, 80, 128), max_length=min(EXAMPLES["max_length"], 300)))
 def test_attn_cuda_kernels_with_their_own_selection_match_reference(simt, call):

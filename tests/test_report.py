@@ -135,6 +135,7 @@ def test_page_holds_every_table_and_image(page, runs):
     assert "<td>RangeSWA vs SWA</td>" in text
     assert text.count('<img src="data:image/svg+xml;base64,') == 4  # Figure 7 of both models, two heatmaps
     assert '<td>rangeswa</td><td class="num">40.00</td><td class="num">50.00</td>' in text  # the niah summary
+    assert collect([runs["niah"]]).niahs[0].settings == {"model": "llada-tiny", "seed": 0}  # a line less its sample
     assert "yarn.scores.json" in text and "stub-judge" in text and "steps" in text
     assert "Settings and versions" in text and "torch " in text
 
@@ -309,15 +310,14 @@ def test_ppl_and_ruler_sections(eval_runs):
 @pytest.fixture(scope="module")
 def dream_runs(tmp_path_factory):
     """`rangeswa ppl` and `rangeswa ruler` run end to end on a tiny random Dream, then one page of both."""
-    from helpers_models import make_dream_tokenizer, tiny_dream
+    from helpers_models import tiny_checkpoint
     from rangeswa_ext.eval.niah import read_haystack
     from rangeswa_ext.eval.ruler_tasks import NOISE, TEMPLATES
-    from rangeswa_ext.models.dream import load_dream_tokenizer, save_dream
 
     root = tmp_path_factory.mktemp("dream_runs")
     corpus = [*read_haystack()[:200], *TEMPLATES.values(), NOISE]
-    tok_dir = make_dream_tokenizer(root / "tok", corpus, vocab_size=600, bos=True)
-    ckpt = save_dream(tiny_dream(load_dream_tokenizer(tok_dir), seed=1), root / "ckpt")
+    ckpt, tok_dir, _, _ = tiny_checkpoint("dream", root / "tok", root / "ckpt", corpus, vocab_size=600, seed=1,
+                                          bos=True)
     text = root / "text.txt"
     text.write_text("\n\n".join(corpus))
     common = ["--model", "dream-tiny", "--checkpoint", str(ckpt), "--tokenizer", str(tok_dir), "--methods",

@@ -10,15 +10,15 @@ import re
 import pytest
 
 from conftest import json_lines
-from helpers_models import make_dream_tokenizer, make_llada_tokenizer, tiny_dream, tiny_llada
+from helpers_models import tiny_checkpoint
 from rangeswa_ext import backbones
 from rangeswa_ext.cli import main
 from rangeswa_ext.eval.niah import read_haystack
 from rangeswa_ext.eval.ruler import Item, items, read_sources, ruler_sampler
 from rangeswa_ext.eval.ruler_tasks import (DEPTHS, NOISE, SYNTHETIC, TASKS, TEMPLATES, build, fit, postprocess,
                                            read_hotpotqa, read_squad, score, sentences)
-from rangeswa_ext.models.dream import load_dream, load_dream_tokenizer, save_dream
-from rangeswa_ext.models.llada import load_llada, load_llada_tokenizer, save_llada
+from rangeswa_ext.models.dream import load_dream
+from rangeswa_ext.models.llada import load_llada
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 LENGTH = 2048
@@ -47,9 +47,8 @@ def test_task_table_is_rulers():
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     corpus = [*read_haystack()[:400], *TEMPLATES.values(), NOISE]
-    tok_dir = make_llada_tokenizer(tmp_path_factory.mktemp("ruler_tok"), corpus, vocab_size=1200)
-    tok = load_llada_tokenizer(tok_dir)
-    ckpt = save_llada(tiny_llada(tok, seed=3), tmp_path_factory.mktemp("ruler_ckpt"))
+    ckpt, tok_dir, tok, _ = tiny_checkpoint("llada", tmp_path_factory.mktemp("ruler_tok"),
+                                            tmp_path_factory.mktemp("ruler_ckpt"), corpus, vocab_size=1200, seed=3)
     qa = tmp_path_factory.mktemp("ruler_qa")
     squad = dict(data=[dict(paragraphs=[
         dict(context="The lighthouse keeper of Varn Island is Mirela Osk.",
@@ -243,9 +242,9 @@ def test_generation_defaults_are_longlladas_per_backbone():
 @pytest.fixture(scope="module")
 def dream_assets(tmp_path_factory, assets):
     corpus = [*read_haystack()[:400], *TEMPLATES.values(), NOISE]
-    tok_dir = make_dream_tokenizer(tmp_path_factory.mktemp("ruler_dream_tok"), corpus, vocab_size=1200, bos=True)
-    tok = load_dream_tokenizer(tok_dir)
-    ckpt = save_dream(tiny_dream(tok, seed=3), tmp_path_factory.mktemp("ruler_dream_ckpt"))
+    ckpt, tok_dir, tok, _ = tiny_checkpoint("dream", tmp_path_factory.mktemp("ruler_dream_tok"),
+                                            tmp_path_factory.mktemp("ruler_dream_ckpt"), corpus, vocab_size=1200,
+                                            seed=3, bos=True)
     return ckpt, tok_dir, tok, assets[3]
 
 

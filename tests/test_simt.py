@@ -30,14 +30,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIMT = os.path.join(ROOT, "csrc", "cuda", "simt")
 
 
-@pytest.fixture(scope="module")
-def simt():
-    """torch.ops.rangeswa_simt, built once per run with g++ into build/simt (tests/cuda_emulator.py)."""
-    from cuda_emulator import simt_ops
-
-    return simt_ops()
-
-
 # ------------------------------------------------------------------------------------- PTX semantics
 
 

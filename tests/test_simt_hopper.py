@@ -27,13 +27,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_BASE = 0x80  # simt_hopper.h kSharedBase: where the emulation's dynamic shared memory starts
 
 
-@pytest.fixture(scope="module")
-def simt():
-    from cuda_emulator import simt_ops
-
-    return simt_ops()
-
-
 # ------------------------------------------------------------------------------ layouts, written independently
 
 

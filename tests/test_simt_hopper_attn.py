@@ -26,13 +26,6 @@ DTYPES = [torch.bfloat16, torch.float16]
 DTYPE_IDS = ["bf16", "fp16"]
 
 
-@pytest.fixture(scope="module")
-def simt():
-    from cuda_emulator import simt_ops
-
-    return simt_ops()
-
-
 def _attn(simt, monkeypatch, kernel, q, k, v, retrieved, args):
     """One call on the given body kernel; on the Hopper kernel, checks that its wgmma and mbarriers ran."""
     monkeypatch.setenv("RANGESWA_CUDA_KERNEL", kernel)

@@ -29,13 +29,6 @@ SMALL = dict(train_length=128, early_window=127, late_window=32, decode_window=2
              retrieval_block=32, query_block=64, near_range=40, topk=3)
 
 
-@pytest.fixture(scope="module")
-def simt():
-    from cuda_emulator import simt_ops
-
-    return simt_ops()
-
-
 @pytest.fixture
 def schedules(simt):
     """Runs f() under other thread orders with early and late cp.async copies; restores the defaults."""

@@ -28,13 +28,6 @@ HOPPER = 13  # simt.stats(): whether the last attn call's body ran on the sm_90a
 SMEM = 8     # ... its dynamic shared memory per CTA
 
 
-@pytest.fixture(scope="module")
-def simt():
-    from cuda_emulator import simt_ops
-
-    return simt_ops()
-
-
 @pytest.fixture
 def limit(simt):
     """Sets the emulated device's opt-in shared memory per CTA; restores it."""

@@ -381,13 +381,6 @@ def test_cuda_packed_call_is_each_sequence_alone_bit_for_bit(name, dtype, kernel
     assert rel_err(out.float().cpu(), cpu) < (1e-4 if dtype == torch.float32 else 2e-2)
 
 
-@pytest.fixture(scope="module")
-def simt():
-    from cuda_emulator import simt_ops
-
-    return simt_ops()
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_simt_packed_call_is_each_sequence_alone_and_the_cpu_op(simt, dtype):
     cfg = _cfg("rangeswa")

@@ -290,15 +290,9 @@ def correctness(kernels: list, dtype: torch.dtype, device: torch.device) -> dict
     verdict = {}
     for kernel in kernels:
         with check.body_kernel(kernel):
-            failed = []
-            for name, run in check.attn_checks(device, dtype, kernel):
-                try:
-                    errors = run()
-                except Exception as err:  # noqa: BLE001 (a failing op is a failed check)
-                    errors = {_error(err): float("inf")}
-                if any(e > check.TOLERANCE[dtype] for e in errors.values()):
-                    failed.append(f"{name} ({', '.join(f'{o} {e:.1e}' for o, e in errors.items())})")
-        verdict[kernel] = "; ".join(failed) or None
+            failed = [r for r in check.run_each(check.attn_checks(device, dtype), kernel, dtype) if not r.ok]
+        verdict[kernel] = "; ".join(f"{r.name} ({', '.join(f'{o} {e:.1e}' for o, e in r.errors.items())})"
+                                    for r in failed) or None
     return verdict
 
 

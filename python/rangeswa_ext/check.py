@@ -17,7 +17,7 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -133,17 +133,17 @@ def _attn_inputs(case: AttnCase, seed: int, dtype, device):
     return q, k, v
 
 
-def attn_checks(device: torch.device, dtype, where: str) -> list[tuple[str, Callable[[], dict]]]:
+def attn_checks(device: torch.device, dtype) -> list[tuple[str, Callable[[], dict]]]:
     """(name, check) per attn case: each check returns {oracle: relative error}."""
     checks = []
     for seed, case in enumerate(ATTN_CASES):
         def check(case=case, seed=seed):
             cfg = preset(case.method, **SMALL)
             q, k, v = _attn_inputs(case, seed, dtype, device)
-            errors = {"float64": relative_error(_attn(case, q, k, v, cfg), _attn_reference(case, q, k, v, cfg))}
+            got = _attn(case, q, k, v, cfg)
+            errors = {"float64": relative_error(got, _attn_reference(case, q, k, v, cfg))}
             if device.type != "cpu":
-                cpu = _attn(case, *(x.float().cpu() for x in (q, k, v)), cfg)
-                errors["CPU op"] = relative_error(_attn(case, q, k, v, cfg), cpu)
+                errors["CPU op"] = relative_error(got, _attn(case, *(x.float().cpu() for x in (q, k, v)), cfg))
             return errors
         checks.append((case.name, check))
     return checks
@@ -156,9 +156,10 @@ def other_op_checks(device: torch.device, dtype) -> list[tuple[str, Callable[[],
 
     def on_both(fn, want: torch.Tensor) -> dict:
         q, k, v = _inputs(1, 2, 1, C + L, D, 7, dtype, device)
-        errors = {"float64": relative_error(fn(q, k, v), want(q, k, v))}
+        got = fn(q, k, v)
+        errors = {"float64": relative_error(got, want(q, k, v))}
         if device.type != "cpu":
-            errors["CPU op"] = relative_error(fn(q, k, v), fn(*(x.float().cpu() for x in (q, k, v))))
+            errors["CPU op"] = relative_error(got, fn(*(x.float().cpu() for x in (q, k, v))))
         return errors
 
     positions = torch.arange(C + L, dtype=torch.float64) * 0.75
@@ -271,18 +272,24 @@ def kernel_usage_lines(path: Path = KERNEL_USAGE) -> list[str]:
             *(f"  {line}" for line in rows)]
 
 
+def run_each(checks: list[tuple[str, Callable[[], dict]]], where: str, dtype) -> Iterator[Result]:
+    """The `Result` of each (name, check) against ``dtype``'s bound, as it runs; an op that raises is a failed
+    check whose error names the exception."""
+    for name, check in checks:
+        try:
+            errors = check()
+        except Exception as err:  # noqa: BLE001 (a failing op is a failed check, reported)
+            errors = {f"error {type(err).__name__}: {' '.join(str(err).split())[:120]}": float("inf")}
+        yield Result(name, where, errors, TOLERANCE[dtype])
+
+
 def run_checks(device: torch.device, progress: bool = True) -> list[Result]:
     results = []
     for kernel, dtype in body_kernels(device):
         where = f"{device.type}{'' if kernel == 'cpu' else ' ' + kernel} {str(dtype).removeprefix('torch.')}"
         with body_kernel(None if kernel == "cpu" else kernel):
-            checks = attn_checks(device, dtype, where) + (other_op_checks(device, dtype) if kernel in ("cpu", "mma") else [])
-            for name, check in checks:
-                try:
-                    errors = check()
-                except Exception as err:  # noqa: BLE001 (a failing op is a failed check, reported)
-                    errors = {f"error {type(err).__name__}: {' '.join(str(err).split())[:120]}": float("inf")}
-                result = Result(name, where, errors, TOLERANCE[dtype])
+            checks = attn_checks(device, dtype) + (other_op_checks(device, dtype) if kernel in ("cpu", "mma") else [])
+            for result in run_each(checks, where, dtype):
                 results.append(result)
                 if progress:
                     print(result.line(), flush=True)

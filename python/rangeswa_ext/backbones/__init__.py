@@ -47,7 +47,8 @@ class Backbone:
     #: RoPE's pairs: ``interleaved`` (GPT-J) or ``half`` (GPT-NeoX), SPEC section 1.
     rope_style: str = "interleaved"
     #: How a text's likelihood is estimated: ``masked_diffusion`` for masked-diffusion LMs (the model's
-    #: ``token_logits`` predicts the tokens at ``config.mask_id`` positions; `rangeswa ppl` draws masks), or
+    #: ``token_logits(ids, stage=, logits_at=)`` predicts the tokens at ``config.mask_id`` positions, row i
+    #: scoring token i, for the positions of the ``logits_at`` slice; `rangeswa ppl` draws masks), or
     #: ``""`` where the backbone has none.
     likelihood: str = ""
 
@@ -153,10 +154,21 @@ class MaskedDiffusionBackbone(Backbone):
     of different lengths share a batch left-padded with ``model.config.pad_id`` (LLaDA: its EOS) and masked, and a
     sample's row keeps the generated ids before the first EOS. A subclass sets `sampler_sample`, its sampler
     module's ``sample(model, num, length, seed, start_index, config, *, prompts, prompt_mask, autocast_dtype,
-    progress)``."""
+    progress)``, and `load_model`, its model module's ``load(folder, *, device)``."""
 
     conditional, likelihood = True, "masked_diffusion"
     sampler_sample: Callable = None
+    load_model: Callable = None
+
+    def load(self, checkpoint: Path, preset: str, device: torch.device) -> torch.nn.Module:
+        return self.check_sizes(type(self).load_model(checkpoint, device=device), checkpoint, preset)
+
+    def benchmark_call(self, model, length: int, generator: torch.Generator, stage: str = "late"):
+        """One sampler call: the token logits of one 32-token block at the end (the sampler asks for the
+        generation's logits, not the LM head over the whole context)."""
+        ids = torch.randint(0, model.config.vocab_size, (1, length), generator=generator)
+        last = slice(max(0, length - 32), length)
+        return lambda: model.token_logits(ids.to(next(model.parameters()).device), stage=stage, logits_at=last)
 
     def check_tokenizer(self, model, tokenizer, folder: Path) -> None:
         if len(tokenizer) > model.config.vocab_size:

@@ -10,10 +10,6 @@ left-padded and masked, each generated as it would be alone.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
-
 from ..models.dream import Dream, DreamConfig, find_checkpoint, load_dream, load_dream_tokenizer
 from ..samplers.dream_sampler import SamplerConfig, sample
 from . import MaskedDiffusionBackbone, register
@@ -22,12 +18,16 @@ from . import MaskedDiffusionBackbone, register
 class DreamBackbone(MaskedDiffusionBackbone):
     name, model_class, config_class, sampler_config = "dream", Dream, DreamConfig, SamplerConfig
     sizes, sampler_sample = ("n_layer", "dim", "n_head", "n_kv_head", "mlp_dim"), staticmethod(sample)
+    load_model = staticmethod(load_dream)
     find_checkpoint, load_tokenizer = staticmethod(find_checkpoint), staticmethod(load_dream_tokenizer)
     rope_style = "half"
     tokenizer_help = "folder of the Dream tokenizer (vocab.json and merges.txt; the model's download folder has them)"
 
-    def load(self, checkpoint: Path, preset: str, device: torch.device) -> Dream:
-        return self.check_sizes(load_dream(checkpoint, device=device), checkpoint, preset)
+    def compile_network(self, model: Dream) -> str:
+        """The transformer (`Dream.model`), which `Dream.forward` and the sampler's `Dream.token_logits` both call
+        (token_logits does not go through the model's own call, so compiling the model would miss it)."""
+        model.model.compile()
+        return "Dream transformer"
 
     def document_ids(self, tokenizer, text: str) -> list[int]:
         """``tokenizer(text)`` after the tokenizer's BOS (``<|beginoftext|>``), as LongLLaDA's wrapper feeds Dream
@@ -35,10 +35,6 @@ class DreamBackbone(MaskedDiffusionBackbone):
         ids, bos = tokenizer(text)["input_ids"], getattr(tokenizer, "bos_token_id", None)
         return ids if bos is None or ids[:1] == [bos] else [bos, *ids]
 
-    def benchmark_call(self, model: Dream, length: int, generator: torch.Generator, stage: str = "late"):
-        ids = torch.randint(0, model.config.vocab_size, (1, length), generator=generator)
-        last = slice(max(0, length - 32), length)  # a generation's logits, not the LM head over the whole context
-        return lambda: model.token_logits(ids.to(next(model.parameters()).device), stage=stage, logits_at=last)
 
 
 register(DreamBackbone())

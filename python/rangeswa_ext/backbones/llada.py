@@ -11,10 +11,6 @@ the sampler directly).
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
-
 from ..models.llada import LLaDA, LLaDAConfig, find_checkpoint, load_llada, load_llada_tokenizer
 from ..samplers.llada_sampler import SamplerConfig, sample
 from . import MaskedDiffusionBackbone, register
@@ -23,17 +19,11 @@ from . import MaskedDiffusionBackbone, register
 class LLaDABackbone(MaskedDiffusionBackbone):
     name, model_class, config_class, sampler_config = "llada", LLaDA, LLaDAConfig, SamplerConfig
     sizes, sampler_sample = ("n_layer", "dim", "n_head", "mlp_dim"), staticmethod(sample)
+    load_model = staticmethod(load_llada)
     find_checkpoint, load_tokenizer = staticmethod(find_checkpoint), staticmethod(load_llada_tokenizer)
     rope_style = "half"
     tokenizer_help = "folder of the LLaDA tokenizer (tokenizer.json; the model's download folder has it)"
 
-    def load(self, checkpoint: Path, preset: str, device: torch.device) -> LLaDA:
-        return self.check_sizes(load_llada(checkpoint, device=device), checkpoint, preset)
-
-    def benchmark_call(self, model: LLaDA, length: int, generator: torch.Generator, stage: str = "late"):
-        ids = torch.randint(0, model.config.vocab_size, (1, length), generator=generator)
-        last = slice(max(0, length - 32), length)  # the sampler asks for one block's logits
-        return lambda: model(ids.to(next(model.parameters()).device), stage=stage, logits_at=last)
 
 
 register(LLaDABackbone())

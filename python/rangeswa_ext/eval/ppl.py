@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import inspect
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -106,20 +105,13 @@ def leading_tokens(encode: Callable[[str], list[int]], text: str, count: int) ->
 
 
 # ------------------------------------------------------------------------------------------ scoring
-def _logits_from(model, ids: torch.Tensor, start: int) -> torch.Tensor:
-    """The model's logits of positions ``start..`` of ``ids``; only those are computed where its
-    ``token_logits`` takes ``logits_at`` (the LM head over a 16k context would be gigabytes a row)."""
-    if "logits_at" in inspect.signature(model.token_logits).parameters:
-        return model.token_logits(ids, stage=STAGE, logits_at=slice(start, ids.shape[1]))
-    return model.token_logits(ids, stage=STAGE)[:, start:]
-
-
 @torch.no_grad()
 def diffusion_nll(model, ids: Sequence[int], start: int, masks: torch.Tensor, batch_size: int = DRAWS,
                   autocast_dtype: Optional[torch.dtype] = None) -> list[float]:
     """Each draw's loss for tokens ``ids[start:]`` given ``ids[:start]``: the mean cross-entropy at the
     positions ``masks`` [draws, len(ids) - start] replaces by the model's mask token. Draws go
-    ``batch_size`` rows a call; a row's loss does not depend on the others."""
+    ``batch_size`` rows a call; a row's loss does not depend on the others. Only the scored positions' logits
+    are computed (``token_logits(..., logits_at=)``: the LM head over a 16k context would be gigabytes a row)."""
     device = next(model.parameters()).device
     seq = torch.as_tensor(list(ids), dtype=torch.long, device=device)
     target = seq[start:]
@@ -129,7 +121,7 @@ def diffusion_nll(model, ids: Sequence[int], start: int, masks: torch.Tensor, ba
         rows = seq.repeat(len(group), 1)
         rows[:, start:] = torch.where(group, model.config.mask_id, target)
         with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            logits = _logits_from(model, rows, start)
+            logits = model.token_logits(rows, stage=STAGE, logits_at=slice(start, rows.shape[1]))
         ce = F.cross_entropy(logits.float().flatten(0, 1), target.repeat(len(group)), reduction="none")
         ce = ce.view(len(group), -1)
         losses += ((ce * group).sum(1) / group.sum(1)).tolist()

@@ -29,8 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..masking import valid_ranges
-from .kit import AttentionSeam, PathLike, Presets, at_least, attend, check_heads, check_token_ids, load_local_tokenizer
+from .kit import (AttentionSeam, PathLike, Presets, at_least, attend, check_heads, check_token_ids,
+                  load_local_tokenizer, token_input)
 from .linear import Linear
 from .llada import RMSNorm
 from .strict import build_config, find_hf_folder, read_json_object, save_model, stream_load
@@ -133,13 +133,21 @@ class DecoderLayer(nn.Module):
 
 
 class BaseModel(nn.Module):
-    """``model`` of the official DreamModel (DreamBaseModel): embed_tokens, layers, norm."""
+    """``model`` of the official DreamModel (DreamBaseModel): embed_tokens, layers, norm. Its call is the network
+    both `Dream.forward` and `Dream.token_logits` run (the module `rangeswa generate --compile` compiles)."""
 
     def __init__(self, config: DreamConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.dim, config.norm_eps)
+
+    def forward(self, ids: torch.Tensor, attention, stage: str, padding: dict) -> torch.Tensor:
+        """The final normed hidden states [B, N, dim] of checked ids (``padding``: the attention calls' mask)."""
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = layer(x, attention, stage, padding)
+        return self.norm(x)
 
 
 class Dream(AttentionSeam, nn.Module):
@@ -160,15 +168,8 @@ class Dream(AttentionSeam, nn.Module):
                attention_mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[list]]:
         """(the final normed hidden states [B, N, dim], each row's run of real tokens or None without padding)."""
         self.require_attention()
-        if ids.dim() != 2 or ids.shape[1] < 1 or ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"ids must be integer token ids [B, N] with N >= 1, got {ids.dtype} {tuple(ids.shape)}")
-        ranges = None if attention_mask is None else valid_ranges(attention_mask, *ids.shape)
-        padding = {} if ranges is None else dict(attention_mask=attention_mask)
-        m = self.model
-        x = m.embed_tokens(ids)
-        for layer in m.layers:
-            x = layer(x, self.attention, stage, padding)
-        return m.norm(x), ranges
+        ranges, padding = token_input(ids, attention_mask)
+        return self.model(ids, self.attention, stage, padding), ranges
 
     def forward(self, ids: torch.Tensor, stage: str = "late", logits_at: Optional[slice] = None,
                 attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:

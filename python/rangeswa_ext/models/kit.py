@@ -8,6 +8,7 @@
 - `check_token_ids`: a token model's special ids inside its vocabulary and its RoPE base and norm eps > 0.
 - `AttentionSeam`: the attention method a model calls in every layer, held outside ``state_dict``.
 - `attend`, `checked_input`: an attention call's output and a denoiser's input, checked (one message each).
+- `token_input`: a token model's ids and padding mask, checked (LLaDA, Dream).
 - `WeightedNorm`: a normalisation layer's eps and weight (each backbone's norm computes its own way).
 - `RopeBuffer`: a checkpoint's RoPE frequency buffer, kept for ``state_dict`` only.
 - `existing_path`: a checkpoint or tokenizer path that must exist, one message.
@@ -24,6 +25,8 @@ from typing import ClassVar, Mapping, Optional, Union
 
 import torch
 import torch.nn as nn
+
+from ..masking import valid_ranges
 
 PathLike = Union[str, Path]
 
@@ -134,6 +137,16 @@ def attend(attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **call)
         raise ValueError(f"the attention method returned shape {tuple(out.shape)}; expected [B, H, N, D] = "
                          f"{tuple(q.shape)}")
     return out
+
+
+def token_input(ids: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> tuple[Optional[list], dict]:
+    """A token model's call checked: (each row's run of real tokens, None when nothing is padded; the keywords
+    every attention call gets: ``attention_mask`` where something is padded, else none). ValueError for ids that
+    are not integer token ids [B, N] with N >= 1, or a mask `masking.valid_ranges` refuses."""
+    if ids.dim() != 2 or ids.shape[1] < 1 or ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"ids must be integer token ids [B, N] with N >= 1, got {ids.dtype} {tuple(ids.shape)}")
+    ranges = None if attention_mask is None else valid_ranges(attention_mask, *ids.shape)
+    return ranges, ({} if ranges is None else dict(attention_mask=attention_mask))
 
 
 def checked_input(z: torch.Tensor, self_cond: Optional[torch.Tensor], width: int) -> torch.Tensor:

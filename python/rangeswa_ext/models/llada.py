@@ -23,9 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..masking import valid_ranges
 from .kit import (AttentionSeam, PathLike, Presets, WeightedNorm, at_least, attend, check_heads, check_token_ids,
-                  load_local_tokenizer)
+                  load_local_tokenizer, token_input)
 from .linear import Linear
 from .strict import build_config, find_hf_folder, read_json_object, save_model, stream_load
 
@@ -163,11 +162,7 @@ class LLaDA(AttentionSeam, nn.Module):
             official model returns them.
         """
         self.require_attention()
-        if ids.dim() != 2 or ids.shape[1] < 1 or ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"ids must be integer token ids [B, N] with N >= 1, got {ids.dtype} {tuple(ids.shape)}")
-        padding = {}
-        if attention_mask is not None and valid_ranges(attention_mask, *ids.shape) is not None:
-            padding = dict(attention_mask=attention_mask)  # methods are called without it when nothing is padded
+        _, padding = token_input(ids, attention_mask)  # methods are called without a mask when nothing is padded
         t = self.model.transformer
         x = t.wte(ids)
         for block in t.blocks:

@@ -10,6 +10,8 @@ from typing import Callable, Iterator, Mapping, Optional, TypeVar
 import torch
 import torch.nn as nn
 
+from .kit import existing_path
+
 # A Hugging Face folder's weights in one file, and its map of sharded safetensors weights.
 WEIGHTS_FILE, INDEX_FILE = "model.safetensors", "model.safetensors.index.json"
 T = TypeVar("T")
@@ -183,9 +185,8 @@ def find_hf_folder(path, family: str, download: str) -> Path:
     folder = Path(path).expanduser()
     if folder.is_file() and folder.name in ("config.json", INDEX_FILE, WEIGHTS_FILE):
         folder = folder.parent
-    if not folder.exists():
-        raise FileNotFoundError(f"{family} checkpoint folder {folder} does not exist; pass the folder of a Hugging "
-                                f"Face download of {download} (config.json, {INDEX_FILE}, the shards, the tokenizer)")
+    existing_path(folder, f"{family} checkpoint folder", f"pass the folder of a Hugging Face download of {download} "
+                  f"(config.json, {INDEX_FILE}, the shards, the tokenizer)")
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder (expected config.json, "
                                 f"{INDEX_FILE} and model-0000N-of-0000M.safetensors)")

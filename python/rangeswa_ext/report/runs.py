@@ -134,22 +134,10 @@ def _read_folder(path: Path, runs: Runs) -> list[str]:
     if (path / "results.json").is_file() or (path / "results").is_dir():
         runs.sweeps.append(read_sweep(path))
         kinds.append("demo" if (path / "demo.json").is_file() else "sweep")
-    if (path / "judge.json").is_file():
-        runs.judgements.append(read_judgement(path))
-        kinds.append("judge")
-    if (path / "niah_summary.json").is_file():
-        runs.niahs.append(read_niah(path))
-        kinds.append("niah")
-    if (path / "ppl_summary.json").is_file():
-        runs.ppls.append(read_ppl(path))
-        kinds.append("ppl")
-    if (path / "ruler_summary.json").is_file():
-        runs.rulers.append(read_ruler(path))
-        kinds.append("ruler")
-    if (path / "gpu_attention.json").is_file():
-        records = _json(path / "gpu_attention.json")
-        runs.gpu_benches.append(GpuBench(path, records, _text(path / "gpu_attention.md") or ""))
-        kinds.append("GPU benchmark")
+    for marker, (kind, found, read) in RUN_FOLDERS.items():
+        if (path / marker).is_file():
+            getattr(runs, found).append(read(path))
+            kinds.append(kind)
     if not kinds:
         raise ValueError(f"{path} holds no run output: expected a demo or sweep folder (results.json), a judge "
                          f"folder (judge.json), a niah folder (niah_summary.json), a ppl folder (ppl_summary.json), a "
@@ -161,8 +149,7 @@ def _read_file(path: Path, runs: Runs) -> list[str]:
     if path.name.endswith(".scores.json"):
         runs.scores.append(Scores(path, _json(path)))
         return ["score"]
-    if path.name in ("judge.json", "niah_summary.json", "ppl_summary.json", "ruler_summary.json", "results.json",
-                     "gpu_attention.json"):
+    if path.name == "results.json" or path.name in RUN_FOLDERS:
         return _read_folder(path.parent, runs)
     if path.suffix == ".jsonl":
         runs.sample_files.append(path)
@@ -212,15 +199,7 @@ def read_niah(folder: Path) -> Niah:
     """A niah folder: the summary, each method's heatmap and the settings of its samples."""
     summary = _json(folder / "niah_summary.json")
     heatmaps = _figures({method: folder / f"niah_{method}" for method in summary})
-    settings = {}
-    for method in summary:
-        path = folder / f"{method}.jsonl"
-        first = path.open(encoding="utf-8").readline() if path.is_file() else ""
-        if first.strip():
-            line = json.loads(first)
-            settings = {k: v for k, v in line.items() if k not in NIAH_SAMPLE_KEYS}
-            break
-    return Niah(folder, summary, heatmaps, settings)
+    return Niah(folder, summary, heatmaps, _run_settings(folder, summary, NIAH_SAMPLE_KEYS))
 
 
 #: Keys of a niah line that belong to one sample, not to the run.
@@ -240,6 +219,18 @@ def read_ruler(folder: Path) -> Ruler:
     summary = _json(folder / "ruler_summary.json")
     return Ruler(folder, summary, _run_settings(folder, summary, RULER_SAMPLE_KEYS))
 
+
+def read_gpu_bench(folder: Path) -> GpuBench:
+    """A GPU benchmark folder: its records and its table."""
+    return GpuBench(folder, _json(folder / "gpu_attention.json"), _text(folder / "gpu_attention.md") or "")
+
+
+#: The runs a folder holds besides a sweep, by the file that marks each: (its kind, its `Runs` list, its reader).
+RUN_FOLDERS = {"judge.json": ("judge", "judgements", read_judgement),
+               "niah_summary.json": ("niah", "niahs", read_niah),
+               "ppl_summary.json": ("ppl", "ppls", read_ppl),
+               "ruler_summary.json": ("ruler", "rulers", read_ruler),
+               "gpu_attention.json": ("GPU benchmark", "gpu_benches", read_gpu_bench)}
 
 #: Keys of a ppl or ruler line that belong to one chunk or sample, not to the run.
 PPL_CHUNK_KEYS = ("index", "method", "method_options", "chunk", "start", "nll", "draw_nll", "masked")
