@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
-from attn_cases import (FP32_TOL, GRID, HEAD_DIMS, LSE_TOL, REGIMES, assert_low_precision_close, attn_reference,
-                        case_id, case_properties, config, inputs, opcheck_samples, retrieved_for)
+from attn_cases import (FP32_TOL, GRID, HEAD_DIMS, LOW_PRECISION, LSE_TOL, REGIMES, assert_low_precision_close,
+                        attn_reference, case_id, case_properties, config, inputs, opcheck_samples, retrieved_for)
 from conftest import make_qkv, rel_err
 from rangeswa_ext import ops, preset, RangeSWAConfig
 from rangeswa_ext import reference as ref
@@ -41,9 +41,6 @@ def test_attn_matches_reference_fp32(case):
     assert out.dtype == torch.float32 and out.shape == q.shape
     assert rel_err(out, expect) < FP32_TOL
     assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
-
-
-LOW_PRECISION = [c for c in GRID if c["regime"] in REGIMES and c["C"] == 12] + [c for c in GRID if c["regime"] == "swa"]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
