@@ -1,6 +1,7 @@
 """Which tests make up the fast subset (`python -m pytest -q -m fast`, README "Test"): every test but those
 that build the SIMT emulation or the host emulator (tests/cuda_emulator.py), run nvcc (the gates, the build
-and package tests), are marked `slow`, sit in one of the few modules of HEAVY_MODULES, or are a large case of
+and package tests), are marked `slow` or `heavy` (a test that costs seconds of CPU or starts processes for
+a check the subset makes more cheaply elsewhere, marked where it is defined, with its reason), sit in one of the few modules of HEAVY_MODULES, or are a large case of
 tests/attn_cases.py's grids (`heavy_case`: the grids keep their small cases and the smallest case of each
 method, regime and dtype). The rule reads the test modules' own source and the cases' own sizes, so a new
 test or case lands in the right set without anyone remembering a marker; tests/test_fast_subset.py holds it."""
@@ -121,4 +122,7 @@ def heavy_reason(item):
     """Why `item` stays out of the fast subset, or None when it belongs there."""
     if item.get_closest_marker("slow") is not None:
         return "marked slow"
+    heavy = item.get_closest_marker("heavy")
+    if heavy is not None:
+        return "marked heavy: " + " ".join(map(str, heavy.args))
     return _module_reason(Path(item.path)) or _fixture_reason(item) or heavy_case(item)

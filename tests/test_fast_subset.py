@@ -82,7 +82,7 @@ def fast_rows(collected_rows):
     return [row for row in collected_rows if row["fast"]]
 
 
-def test_fast_subset_leaves_out_the_emulators_nvcc_packages_and_slow_tests(fast_rows):
+def test_fast_subset_leaves_out_the_emulators_nvcc_packages_slow_and_heavy_tests(collected_rows, fast_rows):
     heavy_modules = {path.name for path in TESTS.glob("test_*.py")
                      if _imports_emulator(ast.parse(path.read_text(encoding="utf-8")))
                      or "nvcc" in path.read_text(encoding="utf-8")}
@@ -92,7 +92,8 @@ def test_fast_subset_leaves_out_the_emulators_nvcc_packages_and_slow_tests(fast_
     for row in fast_rows:
         assert row["module"] not in heavy_modules | {"test_package.py"}, row
         assert not fixtures & set(row["fixtures"]), row
-        assert "slow" not in row["markers"], row
+        assert not {"slow", "heavy"} & set(row["markers"]), row
+    assert any("heavy" in row["markers"] for row in collected_rows)  # still in the full run
 
 
 def test_fast_subset_keeps_the_checks_of_an_edit_test_loop(fast_rows):

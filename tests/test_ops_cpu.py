@@ -75,6 +75,7 @@ def test_schema_defaults_are_the_papers_rangeswa():
     assert topk_defaults == ops.topk_arguments(RangeSWAConfig(), 0, "late")
 
 
+@pytest.mark.heavy("the paper's defaults on 1500 keys: a float64 reference of about 10 s")
 def test_attn_with_no_arguments_but_q_k_v_is_rangeswa():
     q, k, v = make_qkv(1, 2, 1, 1500, 64, seed=21)
     cfg = RangeSWAConfig()
