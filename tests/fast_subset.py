@@ -1,8 +1,8 @@
 """Which tests make up the fast subset (`python -m pytest -q -m fast`, README "Test"): every test but those
 that build the SIMT emulation or the host emulator (tests/cuda_emulator.py), run nvcc (the gates, the build
 and package tests), are marked `slow` or `heavy` (a test that costs seconds of CPU or starts processes for
-a check the subset makes more cheaply elsewhere, marked where it is defined, with its reason), sit in one of the few modules of HEAVY_MODULES, or are a large case of
-tests/attn_cases.py's grids (`heavy_case`: the grids keep their small cases and the smallest case of each
+a check the subset makes more cheaply elsewhere, marked where it is defined, with its reason), sit in one of
+the few modules of HEAVY_MODULES, or are a large case of tests/attn_cases.py's grids (`heavy_case`: the grids keep their small cases and the smallest case of each
 method, regime and dtype). The rule reads the test modules' own source and the cases' own sizes, so a new
 test or case lands in the right set without anyone remembering a marker; tests/test_fast_subset.py holds it."""
 
@@ -60,7 +60,7 @@ CASE_FIELDS = {"name", "regime", "C", "L", "Hq"}
 #: well under a second: every such case stays (the native, SWA, tiny and short Self-Extend cases).
 SMALL_LOGITS = 1 << 17
 #: Paper-sized cases (more keys than this: L = 2101 at the paper's T = 1024) stay out even when they are the
-#: smallest of their stratum: about 13 s of CPU each (benchmarks/results/fast_tests_2026-12-06b.md).
+#: smallest of their stratum: about 23 s of wall each on 2 shared cores (benchmarks/results/fast_tests_2026-12-06.md).
 MAX_KEYS = 2048
 
 
@@ -113,7 +113,7 @@ def heavy_case(item):
     peers = [c for c in _parametrized_values(item, argname)
              if isinstance(c, dict) and case_stratum(c, dtype) == stratum and c["C"] + c["L"] <= MAX_KEYS]
     smallest = min(peers, key=case_logits, default=case)
-    if smallest is case or smallest == case:
+    if smallest == case:
         return None
     return f"a large case of its grid ({case_logits(case)} logits; {stratum[:2]} runs on a smaller one)"
 
