@@ -3,8 +3,9 @@ that build the SIMT emulation or the host emulator (tests/cuda_emulator.py), run
 and package tests), are marked `slow` or `heavy` (a test that costs seconds of CPU or starts processes for
 a check the subset makes more cheaply elsewhere, marked where it is defined, with its reason), sit in one of
 the few modules of HEAVY_MODULES, or are a large case of tests/attn_cases.py's grids (`heavy_case`: the
-grids keep their small cases and the smallest case of each method, regime and dtype). The rule reads the test modules' own source and the cases' own sizes, so a new
-test or case lands in the right set without anyone remembering a marker; tests/test_fast_subset.py holds it."""
+grids keep their small cases and the smallest case of each method, regime and dtype). The rule reads the
+test modules' own source and the cases' own sizes, so a new test or case lands in the right set without
+anyone remembering a marker; tests/test_fast_subset.py holds it."""
 
 import inspect
 from functools import lru_cache
