@@ -82,6 +82,8 @@ def _others():
 
 
 GRID = _stratified() + _others()
+#: The cases the CPU kernel runs in bf16 and fp16: the hard regimes with control rows, and SWA.
+LOW_PRECISION = [c for c in GRID if c["regime"] in REGIMES and c["C"] == 12] + [c for c in GRID if c["regime"] == "swa"]
 
 
 def case_id(case) -> str:

@@ -63,9 +63,15 @@ def attn_error_bound(q, k, v, scale, operand_dtype=torch.float32):
             ATTN_BOUND_FACTOR * eps * (1 + M + log_n))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "heavy(reason): seconds of CPU or processes of its own for a check the fast "
+                            "subset makes more cheaply elsewhere; left out of `-m fast`, run by the default command")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Marks `fast` every test that builds no emulator, runs no nvcc and builds no package (fast_subset.py)."""
+    """Marks `fast` every test that tests/fast_subset.py keeps: no emulator, no nvcc, no package, not slow or
+    heavy, not a large case of the attention grids."""
     for item in items:
         if heavy_reason(item) is None:
             item.add_marker(pytest.mark.fast)

@@ -350,7 +350,8 @@ def test_flax_tree_conversion_gives_identical_outputs():
     assert flax_to_state_dict(tree["params"]).keys() == state.keys()
 
 
-@pytest.mark.parametrize("orbax", [True, False], ids=["orbax", "msgpack"])
+@pytest.mark.parametrize("orbax", [pytest.param(True, id="orbax", marks=pytest.mark.heavy("imports orbax and JAX")),
+                                   pytest.param(False, id="msgpack")])
 def test_reading_a_flax_checkpoint_written_by_flax(tmp_path, orbax):
     """A checkpoint written by flax's own writer, as the official JAX code does, read back through
     `read_flax_checkpoint` (flax and orbax-checkpoint are test dependencies: the [test] extra)."""

@@ -303,6 +303,7 @@ def test_every_method_compiles_with_static_shapes(name):
     assert rel_err(compiled(q, k, v), call(q, k, v)) < 1e-6
 
 
+@pytest.mark.heavy("torch.compile of every method")
 @pytest.mark.parametrize("name", METHODS)
 def test_every_method_compiles_once_for_every_length(name):
     """dynamic=True: one graph serves every body length past T (a compile counter: no recompilation per L)."""

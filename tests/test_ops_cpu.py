@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
-from attn_cases import (FP32_TOL, GRID, HEAD_DIMS, LSE_TOL, REGIMES, assert_low_precision_close, attn_reference,
-                        case_id, case_properties, config, inputs, opcheck_samples, retrieved_for)
+from attn_cases import (FP32_TOL, GRID, HEAD_DIMS, LOW_PRECISION, LSE_TOL, REGIMES, assert_low_precision_close,
+                        attn_reference, case_id, case_properties, config, inputs, opcheck_samples, retrieved_for)
 from conftest import make_qkv, rel_err
 from rangeswa_ext import ops, preset, RangeSWAConfig
 from rangeswa_ext import reference as ref
@@ -43,9 +43,6 @@ def test_attn_matches_reference_fp32(case):
     assert (lse.double() - expect_lse.double()).abs().max().item() < LSE_TOL
 
 
-LOW_PRECISION = [c for c in GRID if c["regime"] in REGIMES and c["C"] == 12] + [c for c in GRID if c["regime"] == "swa"]
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("case", LOW_PRECISION, ids=[case_id(c) for c in LOW_PRECISION])
 def test_attn_low_precision_within_twice_the_same_dtype_reference(case, dtype):
@@ -78,6 +75,7 @@ def test_schema_defaults_are_the_papers_rangeswa():
     assert topk_defaults == ops.topk_arguments(RangeSWAConfig(), 0, "late")
 
 
+@pytest.mark.heavy("the paper's defaults on 1500 keys: a float64 reference of about 10 s")
 def test_attn_with_no_arguments_but_q_k_v_is_rangeswa():
     q, k, v = make_qkv(1, 2, 1, 1500, 64, seed=21)
     cfg = RangeSWAConfig()

@@ -124,6 +124,7 @@ def test_covering_window_equals_sdpa_when_within_training_length(name):
     assert rel_err(out, ref.sdpa_with_rope(q, k, v, preset("full"), C)) < 1e-12
 
 
+@pytest.mark.heavy("three float64 references on 712 keys, about 10 s")
 def test_rangeswa_with_covering_window_equals_self_extend_beyond_training_length():
     C, L, T = 12, 700, 200
     q, k, v = make_qkv(1, 2, 2, C + L, 64, seed=4, dtype=torch.float64)

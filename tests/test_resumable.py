@@ -104,6 +104,7 @@ def test_a_changed_configuration_is_refused_and_the_file_kept(tmp_path, uninterr
 # ---------------------------------------------------------------- torchrun
 
 
+@pytest.mark.heavy("starts torchrun")
 @pytest.mark.parametrize("processes", [1, 2])
 def test_torchrun_writes_what_one_plain_process_writes(tmp_path, uninterrupted, processes):
     out = tmp_path / "torchrun.jsonl"

@@ -248,6 +248,7 @@ def dream_assets(tmp_path_factory, assets):
     return ckpt, tok_dir, tok, assets[3]
 
 
+@pytest.mark.heavy("the end-to-end run of test_ruler_end_to_end_every_task again, on Dream")
 def test_ruler_end_to_end_every_task_on_dream(dream_assets, sources, tmp_path):
     ckpt, tok_dir, tok, qa = dream_assets
     out = tmp_path / "ruler"

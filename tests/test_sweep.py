@@ -72,6 +72,7 @@ def test_outputs(reference):
     assert log.count("generated 3 sample(s), 0 already there") == 4 and log.count(": scored ppl=") == 4
 
 
+@pytest.mark.heavy("kills a sweep process and resumes it (test_resumed_after_simulated_kills resumes in-process)")
 def test_killed_halfway_and_resumed(assets, reference, tmp_path):
     config = write_config(tmp_path, assets)
     out = tmp_path / "out"
