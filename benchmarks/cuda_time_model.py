@@ -301,7 +301,6 @@ class Design:
     cond_rotation: float = 0.0  # a control CTA warp's rotation batch of a tile's keys read from k
     lite_fold: float = 0.0  # sm_90a at head dim 64: Lite's preparation folded into the control CTAs
     fold_control_unit: float = 0.0
-    value_fold: float = 0.0  # ... and late's value means
     wgmma: bool = False
     producer_warps: int = 0
     producer_tile: float = 0.0
@@ -325,7 +324,6 @@ def mma_sync_design(gates: dict, head_dim: int) -> Design:
     steps with every load issued first, 8 a fill at 64 and 16 at 128, a control CTA's plain copy 1 and 4;
     mixed_dots: two 16-byte loads a term, 24 round trips a late row at 64 and 48 at 128)."""
     p = gates["model_paths"][str(head_dim)]
-    fold = p["control_fold"]
     return Design(
         name=f"mma.sync kernel, head dim {head_dim}", rows_per_cta=128, warps=4,
         full_tile=p["full_tile"], masked_extra=p["masked_tile"] - p["full_tile"],
@@ -336,8 +334,7 @@ def mma_sync_design(gates: dict, head_dim: int) -> Design:
         mixed_round_trips=24 if head_dim == 64 else 48,
         prepare_instructions_per_element=gates["prepare"]["90a"]["per_element"],
         control_unit=p["control_unit"], control_unit_mufu=mufu(p["control_unit_ops"]),
-        cond_rotation=p["cond_rotation"], fold_control_unit=fold["control_unit"],
-        tile_keys=64 if head_dim <= 80 else 32,
+        cond_rotation=p["cond_rotation"], tile_keys=64 if head_dim <= 80 else 32,
         sources=("every count: the gates' JSON (model_paths, prepare)",))
 
 
@@ -345,11 +342,10 @@ def hopper_design(gates: dict, head_dim: int) -> Design:
     """The sm_90a warp-specialized body kernel (hopper/body_kernel.h), every count from the gates' JSON (hopper
     'attn_hopper_bf16 D=<d>'): at head dim 64 one consumer warpgroup of 128 rows (4 warps of 32), two CTAs an SM;
     at 128 two consumer warpgroups of 16-row warps, one CTA an SM; one copying producer warp; its control CTAs on
-    the mma.sync kernel's control kernel, which at head dim 64 folds Lite's preparation in and in late calls the
-    value means. Round trips from the source's loads: a fill one global round trip and one L1 hit
-    (kPrefetch), a late row's straddling dots one a term (kDotChunks), 8 a CTA at 64 and 4 at 128."""
+    the mma.sync kernel's control kernel, which at head dim 64 folds Lite's preparation in. Round trips from the
+    source's loads: a fill one global round trip and one L1 hit (kPrefetch), a late row's straddling dots one a term (kDotChunks), 8 a CTA at 64 and 4 at 128."""
     s = gates["hopper"][f"attn_hopper_bf16 D={head_dim}"]
-    fold = gates["model_paths"][str(head_dim)]["control_fold"]
+    fold = gates["model_paths"]["64"]["control_fold"] if head_dim == 64 else dict(nat_fold=0.0, control_unit=0.0)
     return Design(
         name=f"sm_90a body kernel, head dim {head_dim}", rows_per_cta=128, warps=4 if head_dim == 64 else 8,
         extra_tiles="logit" if head_dim == 64 else "logit16",
@@ -360,8 +356,7 @@ def hopper_design(gates: dict, head_dim: int) -> Design:
         cta_setup=s["consumer_prologue"] + s["consumer_epilogue"], fill_instructions=s["fill_step"],
         fill_round_trips=PREFETCHED_FILL_ROUND_TRIPS, mixed_round_trips=8 if head_dim == 64 else 4,
         prepare_instructions_per_element=gates["prepare"]["90a"]["per_element"],
-        lite_fold=fold["nat_fold"] if head_dim == 64 else 0.0, fold_control_unit=fold["control_unit"],
-        value_fold=fold["value_means"], wgmma=True, producer_warps=1, producer_tile=s["producer_tile"],
+        lite_fold=fold["nat_fold"], fold_control_unit=fold["control_unit"], wgmma=True, producer_warps=1, producer_tile=s["producer_tile"],
         producer_setup=4 * s["producer_prologue"], resident=2 if head_dim == 64 else 1,
         sources=("every count: the gates' JSON (hopper, model_paths' control kernel, prepare)",))
 
@@ -484,8 +479,7 @@ def census_key(d: Design, entries: dict, case: str, L: int, head_dim: int) -> st
 def design_phases(d: Design, entries: dict, case: str, L: int, head_dim: int = D,
                   control_design: Design | None = None, batch: int = B, heads: int = H) -> list[Phase]:
     """The phases of one op call with body design `d`; the sm_90a design's control CTAs run on `control_design`
-    (the mma.sync design at that head dim) in a launch of their own, folding Lite's preparation (head dim 64) or
-    late's value means."""
+    (the mma.sync design at that head dim) in a launch of their own, folding Lite's preparation (head dim 64)."""
     e = entries[census_key(d, entries, case, L, head_dim)]
     census = dict(kv_tiles=e["kv_tiles"], logit=e["logit_path_tiles_per_warp"],
                   logit16=e.get("logit_path_tiles_per_warp16", e["logit_path_tiles_per_warp"]),
@@ -499,8 +493,6 @@ def design_phases(d: Design, entries: dict, case: str, L: int, head_dim: int = D
         control = replace(control_phase(ctl, L, head_dim, **hw), launches=1)
         if case == "lite" and d.lite_fold:
             prepare, control = folded_phases(d, ctl, L, head_dim, **hw)
-        elif case == "late" and d.value_fold:
-            prepare, control = value_fold_phases(d, ctl, L, case, head_dim, **hw)
     return [prepare, selection_phase(L, case == "late", head_dim, **hw), plan_phase(L, **hw), control,
             body_phase(d, census, L, case == "lite", head_dim, **hw), combine_phase(L, head_dim, **hw)]
 
@@ -514,21 +506,6 @@ def folded_phases(d: Design, ctl: Design, L: int, head_dim: int, batch: int = B,
     written = _heads(batch, heads) * L * head_dim * ELEMENT_BYTES * (1 + 2 / SUMMARY_BLOCK)
     prepare = Phase("prepare", bytes=_heads(batch, heads) * C * head_dim * ELEMENT_BYTES * 4)
     return prepare, replace(control, bytes=control.bytes + written, launches=1)
-
-
-def value_fold_phases(d: Design, ctl: Design, L: int, case: str, head_dim: int, batch: int = B,
-                      heads: int = H) -> tuple[Phase, Phase]:
-    """Rule 4's value means folded into the control CTAs: the preparation reads k alone and writes no s_v; the
-    control kernel adds one warp's means a tile and writes s_v (1 / G of an [L, D] array a KV head)."""
-    prep = replace(d, prepare_arrays_read={**d.prepare_arrays_read, case: d.prepare_arrays_read[case] - 1},
-                   prepare_arrays_written={**d.prepare_arrays_written,
-                                           case: d.prepare_arrays_written[case] - 1 / SUMMARY_BLOCK})
-    control = control_phase(replace(ctl, control_unit=d.fold_control_unit), L, head_dim, batch, heads)
-    tiles = 1024 / (64 if head_dim <= 80 else 32)
-    written = _heads(batch, heads) * L * head_dim * ELEMENT_BYTES / SUMMARY_BLOCK
-    return prepare_phase(prep, L, case, head_dim, batch, heads), replace(
-        control, warp_instructions=control.warp_instructions + tiles * d.value_fold,
-        bytes=control.bytes + written, launches=1)
 
 
 def union_flops(L: int, cols_per_row: float, head_dim: int) -> float:
@@ -629,8 +606,6 @@ def lever_designs(m: Model) -> list[tuple[str, str, int, Design, Design]]:
         cctl = 4 if head_dim == 64 else 411 - 384
         out.append(("a fill's second step prefetched into L1 (kPrefetch)", "afe0a60", head_dim,
                     replace(hop, fill_round_trips=2.0, fill_instructions=hop.fill_instructions - cctl), ctl))
-        out.append(("late's value means folded into the control CTAs", "9b7fb45", head_dim,
-                    replace(hop, value_fold=0.0), ctl))
         out.append(("a control CTA's plain fill with every chunk's load first", "6ecfa21", head_dim, hop,
                     replace(ctl, control_fill_round_trips=8 if head_dim == 64 else 16)))
         # bf16_pair (2899f9b): fill 437 -> 406 and the rotation 231 -> 215 at 64, Lite's fold 499 -> 469; 384 / 233

@@ -76,8 +76,8 @@ def attn_kernel_name(stages: int) -> tuple[str, str]:
 
 
 def control_kernel_name(stages: int) -> tuple[str, str]:
-    """... and of control_kernel<AttnTraits<Element, D, stages>> (mainloop.h: the control CTAs that fold the
-    preparation's work in, head dims 64 and 128 in bf16 / fp16; one head dim a cubin)."""
+    """... and of control_kernel<AttnTraits<Element, D, stages>> (mainloop.h: the control CTAs that fold Lite's
+    preparation in, head dim 64 in bf16 / fp16)."""
     return "14control_kernelI", f"Li{stages}EEEEEvNS0_16AttnKernelParamsE"
 
 
@@ -759,15 +759,14 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
 def member_span(sass: list, lines: dict, member: str, struct: str) -> list[str]:
     """The opcodes of the static SASS from the first to the last address of a mainloop.h member function's lines
     (the first `member` past the line starting `struct`: member_lines), inlined helpers included, in each stretch
-    that no other instruction of mainloop.h's CondRotation / NatFold / ValueMeans members interrupts (ptxas may lay
-    another member's instantiation between the two layouts' of this one)."""
+    that no other instruction of mainloop.h's CondRotation / NatFold members interrupts (ptxas may lay another
+    member's instantiation between the two layouts' of this one)."""
     def addresses(m: str, st: str) -> set:
         first, last = member_lines(m, "mainloop.h", after=st)
         return {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
 
     own = addresses(member, struct)
-    others = set().union(*(addresses(m, st) for m, st in (("rotate", "struct CondRotation"), ("run", "struct NatFold"),
-                                                          ("run", "struct ValueMeans"))
+    others = set().union(*(addresses(m, st) for m, st in (("rotate", "struct CondRotation"), ("run", "struct NatFold"))
                            if (m, st) != (member, struct)))
     ops, run, last_own = [], [], None
     for a, op, _ in sass:
@@ -966,16 +965,16 @@ def attn_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
 def attn_model_paths(head_dim: int = 128, arch: str = "90a") -> dict:
     """The mma.sync kernel's trips and costs outside its tile loops at `head_dim` (bf16, three K/V stages: what
     an H100 / H200 runs), for the time model's head dim 128 (no limits: the gate's are set at head dim 64). The
-    Hopper launch's control CTAs run on this kernel, so its control unit is that design's too; and, as
-    control_fold, the control kernel that folds the value means in beside it (control_fold_paths, with its
+    Hopper launch's control CTAs run on this kernel, so its control unit is that design's too; and, at head dim 64,
+    as control_fold, the control kernel that folds Lite's preparation in beside it (control_fold_paths, with its
     failures)."""
     if nvcc_path() is None or cuobjdump_path() is None:
         raise FileNotFoundError("the gates need nvcc (CUDA_HOME) and cuobjdump (CUDA toolkit or the triton package)")
     with tempfile.TemporaryDirectory() as workdir:
         cubin, report = compile_kernel(f"csrc/cuda/attn_hdim{head_dim}_bf16.cu", arch, workdir)
         kernel = attn_kernel_name(3)
-        return dict(attn_tile_paths(cubin, kernel, head_dim), **attn_fixed_paths(cubin, kernel, head_dim),
-                    control_fold=control_fold_paths(cubin, report, 3, head_dim))
+        fold = dict(control_fold=control_fold_paths(cubin, report)) if head_dim == 64 else {}
+        return dict(attn_tile_paths(cubin, kernel, head_dim), **attn_fixed_paths(cubin, kernel, head_dim), **fold)
 
 
 def hopper_failures(stats: dict, head_dim: int) -> list[str]:
@@ -1070,14 +1069,12 @@ def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dic
     return results
 
 
-def control_fold_paths(cubin: str, report: str, stages: int = 3, head_dim: int = 64) -> dict:
-    """mainloop.h control_kernel at `head_dim` (three K/V stages' traits, as an H100 / H200 runs it): its
+def control_fold_paths(cubin: str, report: str, stages: int = 3) -> dict:
+    """mainloop.h control_kernel at head dim 64 (three K/V stages' traits, as an H100 / H200 runs it): its
     registers, spills and static SASS, held to attn_kernel's limits on registers, spills, local memory and CALLs;
-    its control unit trip (control_unit, the same count as attn_tile_paths'); at head dim 64 a thread's share of
-    a tile in NatFold::run (the static span of its lines, halved: its two layouts; both rotations of its 4 rows,
-    k_nat's stores, the G-block sums and means of keys and values); and a thread's share of a tile in
-    ValueMeans::run (the static span of its lines: a whole block's 16 rows unrolled, and the ragged block's rolled
-    loop, so an upper bound of the trip), what the time model's folded control phases read."""
+    its control unit trip (control_unit, the same count as attn_tile_paths'); and a thread's share of a tile in
+    NatFold::run (the static span of its lines, halved: its two layouts; both rotations of its 4 rows, k_nat's
+    stores, the G-block sums and means of keys and values), what the time model's folded control phase reads."""
     name = control_kernel_name(stages)
     stats = dict(ptxas_stats(report, name), **sass_stats(cubin, name))
     sass = function_sass(cubin, name)
@@ -1086,11 +1083,8 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3, head_dim: int =
     unit = {a for a, (n, line) in lines.items() if n == "mainloop.h" and first <= line <= last}
     control = tile_path(sass, CONTROL_UNIT_MMA, through=unit) if unit else dict(instructions=None, ops={})
     fold = member_span(sass, lines, "run", "struct NatFold")
-    means = member_span(sass, lines, "run", "struct ValueMeans")
     stats.update(control_unit=control["instructions"], nat_fold=len(fold) // 2 if fold else None,
-                 nat_fold_ops={op: fold.count(op) for op in sorted(set(fold), key=fold.count, reverse=True)},
-                 value_means=len(means) if means else None,
-                 value_means_ops={op: means.count(op) for op in sorted(set(means), key=means.count, reverse=True)})
+                 nat_fold_ops={op: fold.count(op) for op in sorted(set(fold), key=fold.count, reverse=True)})
     fails = []
     if stats["spill_stores"] or stats["spill_loads"] or stats["stack"] or stats["local"]:
         fails.append(f"spills / stack / local memory: {stats['spill_stores']} B stored, {stats['stack']} B stack")
@@ -1098,8 +1092,8 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3, head_dim: int =
         fails.append(f"registers {stats['registers']} > {LIMITS['max_registers']}")
     if stats.get("subroutine_calls") or stats["division_calls"]:
         fails.append("CALLs into subroutines")
-    if (head_dim == 64 and stats["nat_fold"] is None) or stats["value_means"] is None or stats["control_unit"] is None:
-        fails.append("no NatFold::run (head dim 64), ValueMeans::run or control unit path found in the SASS")
+    if stats["nat_fold"] is None or stats["control_unit"] is None:
+        fails.append("no NatFold::run or control unit path found in the SASS")
     stats["failures"] = fails
     return stats
 
@@ -1205,10 +1199,9 @@ def main(argv=None) -> int:
                   f"rotation batch {t.get('cond_rotation')}")
         c = s.get("control_fold")
         if c:
-            print(f"sm_{arch}, control kernel (the preparation's work folded in, 3 K/V stages): registers "
+            print(f"sm_{arch}, control kernel (Lite's preparation folded in, 3 K/V stages): registers "
                   f"{c['registers']}, spills {c['spill_stores']} B, SASS {c['instructions']}, control unit "
-                  f"{c['control_unit']}, a thread's fold of a tile {c['nat_fold']}, a warp's value means of a tile "
-                  f"{c['value_means']}")
+                  f"{c['control_unit']}, a thread's fold of a tile {c['nat_fold']}")
         for f in s["failures"]:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]

@@ -523,46 +523,6 @@ struct NatFold {
   }
 };
 
-// Rule 4's value means folded into the control CTAs (attn_setup.h value_means_from_control: a call whose
-// preparation would read v for s_v alone, G = 16; head dims 64 and 128): as each tile of the body keys' values
-// lands, the CTA writes the G-block means of v_j into s_v, and the preparation never loads v. One warp does a
-// tile's: lane b (Dp / 8) + c takes dims 8 c .. 8 c + 7 of G-block b (the tile's N / 16 blocks times Dp / 8
-// chunks are 32 lanes at both head dims), a 16-byte load a row, and adds the block's rows in order from 0, then
-// multiplies by 1 / G or by the last block's reciprocal: the vector preparation's sums and products (prepare.h
-// prepare_range), so s_v is its bit for bit. The walk gives it a warp with no unit of the tile where there is
-// one (head dim 128: a 32-key tile is 2 units of the 4 warps).
-template <typename Traits>
-struct ValueMeans {
-  using Element = typename Traits::Element;
-  static constexpr int kChunks = Traits::kHeadDim / 8, kBlocks = Traits::kBlockN / 16;
-  static_assert(kBlocks * kChunks == 32, "a lane a G-block's 8-dim chunk");
-  // Tile t's values (sv) as they landed; out: the KV head's s_v. By one warp's lanes.
-  __device__ __forceinline__ static void run(const Element* sv, const KvTile& t, const AttnKernelParams& p,
-                                             Element* s_v) {
-    const int lane = int(threadIdx.x) % 32, b = lane / kChunks, d = 8 * (lane % kChunks);
-    const int r0 = 16 * b, rows = imin(16, t.n - r0);  // the block's rows in the tile (the last may be ragged)
-    if (rows <= 0) return;
-    float sum[8] = {};
-    auto add = [&](int r) {
-      float x[8];
-      load_elements<Element, 8>(sv + (r0 + r) * Traits::kStride + d, x);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum[e] += x[e];
-    };
-    if (rows == 16) {  // a whole block
-#pragma unroll
-      for (int r = 0; r < 16; ++r) add(r);
-    } else {  // the ragged last block of L
-#pragma unroll 1
-      for (int r = 0; r < rows; ++r) add(r);
-    }
-    const float scale = rows < 16 ? p.fold.inv_last : 0.0625f;  // 1 / G, or 1 / the last block's tokens
-#pragma unroll
-    for (int e = 0; e < 8; ++e) sum[e] *= scale;
-    store_elements<Element, 8>(s_v + int64_t((t.a + r0) / 16) * Traits::kHeadDim + d, sum);
-  }
-};
-
 // kPairs: the rotated pairs a step loads before using any (one global round trip a step): 4 (the mma.sync
 // kernel's), or 8 / 16 (the sm_90a kernel's: half / 16 round trips a fill), the rest of the rotary half by 4.
 // kSplit: two threads fill the row, `part` 0 and 1: each rotates half the pairs (when the rotary half is a
@@ -872,12 +832,9 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
 // key of the records, so a unit is a full tile (column fix-ups past its keys). Each warp leaves its
 // normalised partial output and base-2 log-sum-exp, merged with the other parts by the combine kernel.
 // sBounds: the body's row-bounds buffer, which warp_tile reads on a fixed-up tile but uses only on masked
-// ones (any values serve here). kFold: what of the preparation this CTA folds in (a walk of its own, so that the
-// fold's registers cost the other CTAs' walk nothing): Fold::kNat Lite's (NatFold: nat, s_nat and s_v the KV
-// head's k_nat, s_nat and s_v), Fold::kValues the value means alone (ValueMeans: s_v).
-enum class Fold { kNone, kNat, kValues };
-
-template <typename Traits, Fold kFold>
+// ones (any values serve here). kFold: this CTA folds Lite's preparation in (NatFold: nat, s_nat and s_v the KV
+// head's k_nat, s_nat and s_v; a walk of its own, so that the fold's registers cost the other CTAs' walk nothing).
+template <typename Traits, bool kFold>
 __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const QueryTile& t, int32_t head,
                                              const typename Traits::Element* sQ, typename Traits::Element* sK,
                                              typename Traits::Element* sV, const Record* sRec,
@@ -898,14 +855,13 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   int32_t first = 0;  // the warp of the current tile's first unit
   // Keys read from k itself are rotated as each tile lands (CondRotation), its first cos / sin loaded before.
   const bool cond_raw = p.kv.cond_raw && p.cos_cond != nullptr;
-  constexpr bool kNat = kFold == Fold::kNat;
-  std::conditional_t<kNat, NatFold<Traits>, CondRotation<Traits>> turn(p);
+  std::conditional_t<kFold, NatFold<Traits>, CondRotation<Traits>> turn(p);
   // Iteration n issues the copy of tile n (plain row order) and computes tile n - 1.
   for (;;) {
     const bool have_nxt = cursor.advance<N, kCtrlCols>(p.geo, sRec, count, nullptr, 0, nxt);
     const bool rotates = have_cur && cond_raw && KeySet(sRec[cur.record].keys) == KeySet::kCond;
     if (rotates) {
-      if constexpr (kNat) turn.tables(p, cur);
+      if constexpr (kFold) turn.tables(p, cur);
       else turn.tables(p, cur, turn.r0);
     }
     cp_async_wait_all();
@@ -915,16 +871,10 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
     if (!have_cur && !have_nxt) break;
     if (rotates) {
       // k's own rows, as they landed (and, folding, Lite's preparation of them and of their values)
-      if constexpr (kNat) turn.run(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, cur, p, nat, s_nat, s_v);
+      if constexpr (kFold) turn.run(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, cur, p, nat, s_nat, s_v);
       else turn.rotate(sK + stage * Traits::kKVElems, cur, p);
       __syncthreads();  // every warp reads keys another warp rotated
     }
-    // The body keys' values, as they landed: their G-block means (read alone: no barrier after), by the warp
-    // after the tile's units (one with none where the tile has fewer units than warps)
-    if constexpr (kFold == Fold::kValues)
-      if (have_cur && KeySet(sRec[cur.record].keys) != KeySet::kCtrl &&
-          warp == (first + cur.width / kCtrlCols) % kControlSplit)
-        ValueMeans<Traits>::run(sV + stage * Traits::kKVElems, cur, p, s_v);
     if (have_cur) {
       const KvTile mine = control_unit(cur, warp, first);
       if (__any_sync(0xffffffffu, mine.n > 0)) {  // warp-uniform (a vote: ptxas sees it so)
@@ -985,35 +935,23 @@ __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const Que
   const Element* row = tid < t.nrows ? q_rows + int64_t(tid) * p.q_strides.row : nullptr;
   fill_row<Traits>(sQ + tid * Traits::kStride, row, nullptr, nullptr, 1.f, p.rotary_half, p.D, p.interleaved,
                    slot_rows_in_chunks<Traits>(p, q_rows));
-  // The preparation folded in (attn_setup.h nat_keys_from_control, value_means_from_control): by the first control
-  // tile of the KV head's first query head, once for every body key over its chunks. NatFold exists where the
-  // control CTAs' tiles are 64 keys at head dim 64 on the tensor cores, ValueMeans where a tile's G-blocks' 8-dim
-  // chunks are a warp's lanes (head dims 64 and 128).
+  // Lite's preparation folded in (attn_setup.h nat_keys_from_control): by the first control tile of the KV head's
+  // first query head, once for every body key over its chunks. NatFold exists where the control CTAs' tiles are
+  // 64 keys at head dim 64 on the tensor cores.
   constexpr bool kNat = kMayFold && Traits::kHeadDim == 64 && Traits::kBlockN == 64 && Traits::kTensorCores;
-  constexpr bool kValues = kMayFold && Traits::kTensorCores && Traits::kBlockN % 16 == 0 &&
-                           Traits::kBlockN / 16 * (Traits::kHeadDim / 8) == 32;
   Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
   Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
   const int32_t* sBounds = reinterpret_cast<const int32_t*>(smem + Layout::kRows);
-  const bool folds = t.i0 == 0 && p.by_group.mod(h) == 0;
-  auto head_array = [&](void* a, int64_t stride) { return static_cast<Element*>(a) + bh * stride; };
   if constexpr (kNat) {
-    if (p.fold.k_nat != nullptr && folds) {
-      control_walk<Traits, Fold::kNat>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds,
-                                       head_array(p.fold.k_nat, p.kv.key_stride),
-                                       head_array(p.fold.s_nat, p.kv.sum_stride),
-                                       head_array(p.fold.s_v, p.kv.sum_stride));
+    if (p.fold.k_nat != nullptr && t.i0 == 0 && p.by_group.mod(h) == 0) {
+      control_walk<Traits, true>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds,
+                                 static_cast<Element*>(p.fold.k_nat) + bh * p.kv.key_stride,
+                                 static_cast<Element*>(p.fold.s_nat) + bh * p.kv.sum_stride,
+                                 static_cast<Element*>(p.fold.s_v) + bh * p.kv.sum_stride);
       return;
     }
   }
-  if constexpr (kValues) {
-    if (p.fold.k_nat == nullptr && p.fold.s_v != nullptr && folds) {
-      control_walk<Traits, Fold::kValues>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds, nullptr, nullptr,
-                                          head_array(p.fold.s_v, p.kv.sum_stride));
-      return;
-    }
-  }
-  control_walk<Traits, Fold::kNone>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds, nullptr, nullptr, nullptr);
+  control_walk<Traits, false>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds, nullptr, nullptr, nullptr);
 }
 
 // What a body CTA's fills, dots and epilogue need of its tile, kept in shared memory for the walk (not in
