@@ -310,12 +310,6 @@ class Design:
     sources: tuple[str, ...] = field(default_factory=tuple)
 
 
-# An L1 hit's latency (cycles; H100 / H200 microbenchmarks put it near 33-40): the sm_90a fill's second step,
-# whose lines the fill prefetched into L1 while its first step's loads were in flight, waits this.
-L1_HIT_CYCLES = 40.0
-PREFETCHED_FILL_ROUND_TRIPS = 1 + L1_HIT_CYCLES / H200.latency_cycles
-
-
 def mma_sync_design(gates: dict, head_dim: int) -> Design:
     """The mma.sync kernel an H100 / H200 runs (sm_90a, bf16, three K/V stages) at `head_dim`, every count from
     the gates' JSON (model_paths: the cheapest trips of a converged warp, so lower bounds where a plan takes
@@ -343,7 +337,9 @@ def hopper_design(gates: dict, head_dim: int) -> Design:
     'attn_hopper_bf16 D=<d>'): at head dim 64 one consumer warpgroup of 128 rows (4 warps of 32), two CTAs an SM;
     at 128 two consumer warpgroups of 16-row warps, one CTA an SM; one copying producer warp; its control CTAs on
     the mma.sync kernel's control kernel, which at head dim 64 folds Lite's preparation in. Round trips from the
-    source's loads: a fill one global round trip and one L1 hit (kPrefetch), a late row's straddling dots one a term (kDotChunks), 8 a CTA at 64 and 4 at 128."""
+    source's loads: a fill two (body_kernel.h fill_slots: two lanes a row, 16-pair steps; two rows a lane at head
+    dim 64, two steps a row at 128), a late row's straddling dots one a term (kDotChunks), 8 a CTA at 64 and 4 at
+    128."""
     s = gates["hopper"][f"attn_hopper_bf16 D={head_dim}"]
     fold = gates["model_paths"]["64"]["control_fold"] if head_dim == 64 else dict(nat_fold=0.0, control_unit=0.0)
     return Design(
@@ -354,7 +350,7 @@ def hopper_design(gates: dict, head_dim: int) -> Design:
         direct_tile=s["consumer_direct_tile"], tile_mufu=mufu(s["consumer_full_tile_ops"]),
         ctrl_mufu=mufu(s["consumer_ctrl_tile_ops"]), direct_mufu=mufu(s["consumer_direct_tile_ops"]),
         cta_setup=s["consumer_prologue"] + s["consumer_epilogue"], fill_instructions=s["fill_step"],
-        fill_round_trips=PREFETCHED_FILL_ROUND_TRIPS, mixed_round_trips=8 if head_dim == 64 else 4,
+        fill_round_trips=2, mixed_round_trips=8 if head_dim == 64 else 4,
         prepare_instructions_per_element=gates["prepare"]["90a"]["per_element"],
         lite_fold=fold["nat_fold"], fold_control_unit=fold["control_unit"], wgmma=True, producer_warps=1, producer_tile=s["producer_tile"],
         producer_setup=4 * s["producer_prologue"], resident=2 if head_dim == 64 else 1,
@@ -598,14 +594,10 @@ def find(rows: list[dict], kernel: str, head_dim: int, case: str, L: int) -> dic
 def lever_designs(m: Model) -> list[tuple[str, str, int, Design, Design]]:
     """(lever, its commit, head dim, the sm_90a design without it, its control design without it) for each
     micro-optimization of 2026-12-03 to 12-06 that the model can undo by its inputs alone. Where the gate's count
-    before the change is known (the commit's message) the design takes it; a fill's prefetches are its CCTLs."""
+    before the change is known (the commit's message) the design takes it."""
     out = []
     for head_dim in (64, 128):
         hop, ctl = m.designs[("hopper", head_dim)], m.designs[("mma_sync", head_dim)]
-        # without the prefetch: a fill of two global round trips, less its 4 CCTLs at 64 (411 -> 384 at 128)
-        cctl = 4 if head_dim == 64 else 411 - 384
-        out.append(("a fill's second step prefetched into L1 (kPrefetch)", "afe0a60", head_dim,
-                    replace(hop, fill_round_trips=2.0, fill_instructions=hop.fill_instructions - cctl), ctl))
         out.append(("a control CTA's plain fill with every chunk's load first", "6ecfa21", head_dim, hop,
                     replace(ctl, control_fill_round_trips=8 if head_dim == 64 else 16)))
         # bf16_pair (2899f9b): fill 437 -> 406 and the rotation 231 -> 215 at 64, Lite's fold 499 -> 469; 384 / 233

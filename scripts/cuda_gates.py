@@ -847,9 +847,8 @@ def cheapest_path(sass: list[tuple[int, str, str]], starts: set, ends: set, thro
     return dict(instructions=finish[0], ops=dict(sorted(ops.items(), key=lambda x: -x[1])), path=path[::-1])
 
 
-# mainloop.h's functions a fill of a query slot row runs (fill_slot_row and what it calls); the sm_90a kernel's
-# fill prefetches its later steps into L1 first (fill_row_vector kPrefetch).
-FILL_FUNCTIONS = ("fill_slot_row", "slot_row_tables", "fill_row", "fill_row_vector", "rotate_pairs", "rotate_loaded")
+# mainloop.h's functions a fill of a query slot row runs (fill_slot_row and what it calls).
+FILL_FUNCTIONS = ("fill_slot_row", "fill_row", "fill_row_vector", "rotate_pairs", "rotate_loaded")
 
 
 def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
@@ -863,9 +862,9 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
       and shared stores (the producer warpgroup reads the plan), the roles' split, the Consumer's set-up
       and the walk's first cursor steps;
     - fill_step: one fill of the warp's query slot rows (a rotated variant: head_dim / 4 pairs a lane, 2 FFMA
-      each, in steps of 16 pairs: one step at head dim 64, two at 128; the L1 prefetches of its later rows
-      first), from that first instruction to the first of the straddling dots (the async-proxy fence and the
-      barrier between);
+      each, in steps of 16 pairs: two lanes a row, one step a row at head dim 64 (two rows a lane), two at 128),
+      from that first instruction to the first of the straddling dots (the async-proxy fence and the barrier
+      between);
     - consumer_epilogue: from the epilogue's first instruction (body_kernel.h Consumer::epilogue) to EXIT with
       its 16-byte output stores a lane (16 rows x head_dim / 8 chunks over 32 lanes: 4 at head dim 64);
     - producer_prologue: a producer warpgroup warp whose lanes compute the rows' geometry (tid < 128: all
@@ -895,21 +894,10 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     pro = cheapest_path(sass, entry, fill_start, through=(alloc,))
     # The fill from the prologue's last instruction (the first of fill_slots on the consumer's path).
     first_fill = min(fill_start & {a for a, _, _ in sass if a >= min(alloc)}) if alloc and fill_start else None
-    # Two lanes a row, each rotating half the row's head_dim / 2 pairs with two FFMA a pair; through every L1
-    # prefetch of the fill's later steps (fill_row_vector kPrefetch: their q chunks and their tables' entries,
-    # the loop over them once; padding and plain rows branch around them, which the cheapest path would take):
-    # through the first and the last prefetch of one of the straight runs of them (one run a layout and sign).
+    # Two lanes a row, each rotating half the row's head_dim / 2 pairs with two FFMA a pair.
     counts = hopper_tile_counts(head_dim)
-    runs = []
-    for a, op, _ in sass:
-        if op.startswith("CCTL.E.PF1"):
-            if runs and a - runs[-1][-1] <= 0x80:
-                runs[-1].append(a)
-            else:
-                runs.append([a])
-    prefetches = ({r[0] for r in runs}, {r[-1] for r in runs}) if runs else ()
-    step = (cheapest_path(sass, {first_fill}, dots, through=prefetches, count_ops=("FFMA",),
-                          min_count=counts["fill_ffma"], count_within=rotate)
+    step = (cheapest_path(sass, {first_fill}, dots, count_ops=("FFMA",), min_count=counts["fill_ffma"],
+                          count_within=rotate)
             if first_fill is not None else dict(instructions=None))
     epi = (cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=counts["epilogue_stores"])
            if epilogue else dict(instructions=None))

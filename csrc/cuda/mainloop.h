@@ -527,9 +527,7 @@ struct NatFold {
 // kernel's), or 8 / 16 (the sm_90a kernel's: half / 16 round trips a fill), the rest of the rotary half by 4.
 // kSplit: two threads fill the row, `part` 0 and 1: each rotates half the pairs (when the rotary half is a
 // multiple of 16: whole aligned steps; else part 0 all of them) and copies every other 16-byte chunk of the rest.
-// kPrefetch (steps of 8 or 16 pairs): every later step's q chunks and cos / sin brought into L1 before the first
-// step's loads (prefetch_l1), so that the steps after the first wait on L1, not on another global round trip.
-template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false, bool kPrefetch = false>
+template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false>
 __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, const typename Traits::Element* row,
                                                 const float* cs, const float* sn, float sign, int half, int D,
                                                 bool interleaved, int part = 0) {
@@ -550,16 +548,6 @@ __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, c
       // too (a row at a non-negative position, every row of most fills: its steps multiply no sine by the sign,
       // 16 FMUL a step fewer; a negative one keeps the multiply).
       auto steps = [&](auto layout, float sg) {
-        if constexpr (kPrefetch) {
-          constexpr bool kInterleaved = decltype(layout)::value == 1;
-#pragma unroll 1
-          for (int w = u + kPairs; w + kPairs <= end; w += kPairs) {
-            prefetch_l1(row + (kInterleaved ? 2 * w : w));
-            prefetch_l1(row + (kInterleaved ? 2 * w + kPairs : w + half));
-            prefetch_l1(cs + w);
-            prefetch_l1(sn + w);
-          }
-        }
 #pragma unroll 1
         for (; u + kPairs <= end; u += kPairs)
           rotate_pairs<Traits, kCore, kPairs, decltype(layout)::value>(dst, row, cs, sn, sg, half, u, interleaved);
@@ -612,13 +600,13 @@ __device__ __forceinline__ bool slot_rows_in_chunks(const AttnKernelParams& p, c
 // null); rotated by the table rows cs / sn (null: not rotated) with sign -1 for a negative position. Rows
 // in 16-byte chunks (slot_rows_in_chunks) take fill_row_vector, others element pairs u (dims da, db): a
 // rotated pair (interleaved (2u, 2u+1), half (u, u + half)) or two dims past the rotary ones.
-template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false, bool kPrefetch = false>
+template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false>
 __device__ __forceinline__ void fill_row(typename Traits::Element* dst, const typename Traits::Element* row,
                                          const float* cs, const float* sn, float sign, int half, int D,
                                          bool interleaved, bool chunks, int part = 0) {
   using Element = typename Traits::Element;
   if (chunks) {
-    fill_row_vector<Traits, kCore, kPairs, kSplit, kPrefetch>(dst, row, cs, sn, sign, half, D, interleaved, part);
+    fill_row_vector<Traits, kCore, kPairs, kSplit>(dst, row, cs, sn, sign, half, D, interleaved, part);
     return;
   }
   if (kSplit && part != 0) return;  // element pairs: part 0 fills the whole row
@@ -964,36 +952,24 @@ struct BodyCta {
   bool q_chunks;       // slot_rows_in_chunks
 };
 
-// Row r's table rows under query variant v (cs / sn null: not rotated: the plain variant, no RoPE, or a padding
-// row, which reads no table row past L) and the sign of its position (-1: negative, the sine negated).
-__device__ __forceinline__ void slot_row_tables(const AttnKernelParams& p, const BodyCta& cta, QVar v, int r,
-                                                const float*& cs, const float*& sn, float& sign) {
+// Row r of a body tile under query variant v into its slot row dst (kCore: a wgmma operand's layout,
+// slot_col): rotated from q with the rope tables, zero on padding rows. kPairs, kSplit, part: fill_row_vector's.
+template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false>
+__device__ __forceinline__ void fill_slot_row(const AttnKernelParams& p, const BodyCta& cta, QVar v, int r,
+                                              typename Traits::Element* dst, int part = 0) {
+  using Element = typename Traits::Element;
+  const Geometry& g = p.geo;
   const int half = p.rotary_half;
-  cs = sn = nullptr;
-  sign = 1.f;
-  if (r < cta.nrows && v != QVar::kPlain && half > 0) {
-    const int32_t pos = v == QVar::kCond ? cta.i0 + r : variant_position(p.geo, v, cta.i0 + r);
+  const bool in = r < cta.nrows;
+  const float *cs = nullptr, *sn = nullptr;  // this row's table rows (null: no rotation)
+  float sign = 1.f;
+  if (in && v != QVar::kPlain && half > 0) {  // padding rows read no table row (past L)
+    const int32_t pos = v == QVar::kCond ? cta.i0 + r : variant_position(g, v, cta.i0 + r);
     const int64_t at = int64_t(pos < 0 ? -pos : pos) * half;
     cs = (v == QVar::kCond ? p.cos_cond : p.cos_int) + at;
     sn = (v == QVar::kCond ? p.sin_cond : p.sin_int) + at;
     sign = pos < 0 ? -1.f : 1.f;
   }
-}
-
-// Row r of a body tile under query variant v into its slot row dst (kCore: a wgmma operand's layout,
-// slot_col): rotated from q with the rope tables, zero on padding rows. kPairs, kSplit, kPrefetch, part:
-// fill_row_vector's.
-template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false, bool kPrefetch = false>
-__device__ __forceinline__ void fill_slot_row(const AttnKernelParams& p, const BodyCta& cta, QVar v, int r,
-                                              typename Traits::Element* dst, int part = 0) {
-  using Element = typename Traits::Element;
-  const float *cs, *sn;
-  float sign;
-  slot_row_tables(p, cta, v, r, cs, sn, sign);
-  const Element* row = r < cta.nrows ? static_cast<const Element*>(cta.q_rows) + int64_t(r) * p.q_strides.row : nullptr;
-  fill_row<Traits, kCore, kPairs, kSplit, kPrefetch>(dst, row, cs, sn, sign, p.rotary_half, p.D, p.interleaved,
-                                                     cta.q_chunks, part);
-}
 
 // Straddling blocks (plan.h mixed_block): the parts of row r's logits that variant v gives, as (array, row,
 // target, sign) terms, from its slot row qr (kCore: slot_col's layout); sMixA / sMixB [2][M] per side and row.
