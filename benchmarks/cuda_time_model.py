@@ -600,13 +600,6 @@ def lever_designs(m: Model) -> list[tuple[str, str, int, Design, Design]]:
         hop, ctl = m.designs[("hopper", head_dim)], m.designs[("mma_sync", head_dim)]
         out.append(("a control CTA's plain fill with every chunk's load first", "6ecfa21", head_dim, hop,
                     replace(ctl, control_fill_round_trips=8 if head_dim == 64 else 16)))
-        # bf16_pair (2899f9b): fill 437 -> 406 and the rotation 231 -> 215 at 64, Lite's fold 499 -> 469; 384 / 233
-        # -> 360 / 217 at 128
-        more = (31, 16, 30) if head_dim == 64 else (24, 16, 0)
-        out.append(("bf16 pairs widened by a shift or a mask (bf16_pair)", "2899f9b", head_dim,
-                    replace(hop, fill_instructions=hop.fill_instructions + more[0],
-                            lite_fold=hop.lite_fold + more[2] if hop.lite_fold else 0.0),
-                    replace(ctl, cond_rotation=ctl.cond_rotation + more[1])))
     hop, ctl = m.designs[("hopper", 64)], m.designs[("mma_sync", 64)]
     out.append(("Lite's preparation folded into the control CTAs", "b5a0b89", 64, replace(hop, lite_fold=0.0), ctl))
     out.append(("the rotation's first cos / sin before the tile's wait (one round trip a tile fewer)", "dcb495c", 64,

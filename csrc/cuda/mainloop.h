@@ -191,37 +191,11 @@ RSWA_HD void load_floats(const float* src, float (&x)[N]) {
   }
 }
 
-// Two bf16 in one 32-bit word (the first in the low half) as floats: each a shift or a mask (__bfloat162float's
-// bits, one instruction an element where extracting each element first takes two).
-RSWA_HD void bf16_pair(uint32_t w, float& lo, float& hi) {
-  const uint32_t a = w << 16, b = w & 0xffff0000u;
-  memcpy(&lo, &a, 4);
-  memcpy(&hi, &b, 4);
-}
-
 // N elements (4, 8, 16 or 32 bytes, aligned so) as floats, and back: one to two vector loads or stores.
 template <typename Element, int N>
 RSWA_HD void load_elements(const Element* src, float (&x)[N]) {
   constexpr int kBytes = N * int(sizeof(Element));
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16 || kBytes == 32, "4, 8, 16 or 32 bytes");
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    uint32_t w[N / 2];
-    if constexpr (kBytes == 4) {
-      w[0] = *reinterpret_cast<const uint32_t*>(src);
-    } else if constexpr (kBytes == 8) {
-      const uint2 raw = *reinterpret_cast<const uint2*>(src);
-      w[0] = raw.x, w[1] = raw.y;
-    } else {
-#pragma unroll
-      for (int i = 0; i < kBytes / 16; ++i) {
-        const uint4 raw = reinterpret_cast<const uint4*>(src)[i];
-        w[4 * i] = raw.x, w[4 * i + 1] = raw.y, w[4 * i + 2] = raw.z, w[4 * i + 3] = raw.w;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) bf16_pair(w[i], x[2 * i], x[2 * i + 1]);
-    return;
-  }
   Element e[N];
   if constexpr (kBytes == 4) {
     const uint32_t raw = *reinterpret_cast<const uint32_t*>(src);
