@@ -315,7 +315,7 @@ def mma_sync_design(gates: dict, head_dim: int) -> Design:
     the gates' JSON (model_paths: the cheapest trips of a converged warp, so lower bounds where a plan takes
     more): its tiles, a control unit, a control CTA's rotation batch, prologue, epilogue and fill step; the
     preparation's per-element count. Round trips from the source's loads (mainloop.h fill_row_vector: 4-pair
-    steps with every load issued first, 8 a fill at 64 and 16 at 128, a control CTA's plain copy 1 and 4;
+    steps with every load issued first, 8 a fill at 64 and 16 at 128, a control CTA's plain copy one a 16-byte chunk;
     mixed_dots: two 16-byte loads a term, 24 round trips a late row at 64 and 48 at 128)."""
     p = gates["model_paths"][str(head_dim)]
     return Design(
@@ -324,7 +324,7 @@ def mma_sync_design(gates: dict, head_dim: int) -> Design:
         masked_loop_full=p["masked_loop_full_tile"], ctrl_tile=p["ctrl_tile"], direct_tile=p["direct_tile"],
         tile_mufu=mufu(p["full_tile_ops"]), ctrl_mufu=mufu(p["ctrl_tile_ops"]), direct_mufu=mufu(p["direct_tile_ops"]),
         cta_setup=p["prologue"] + p["epilogue"], fill_instructions=p["fill_step"],
-        fill_round_trips=8 if head_dim == 64 else 16, control_fill_round_trips=1 if head_dim == 64 else 4,
+        fill_round_trips=8 if head_dim == 64 else 16, control_fill_round_trips=head_dim // 8,
         mixed_round_trips=24 if head_dim == 64 else 48,
         prepare_instructions_per_element=gates["prepare"]["90a"]["per_element"],
         control_unit=p["control_unit"], control_unit_mufu=mufu(p["control_unit_ops"]),
@@ -598,8 +598,6 @@ def lever_designs(m: Model) -> list[tuple[str, str, int, Design, Design]]:
     out = []
     for head_dim in (64, 128):
         hop, ctl = m.designs[("hopper", head_dim)], m.designs[("mma_sync", head_dim)]
-        out.append(("a control CTA's plain fill with every chunk's load first", "6ecfa21", head_dim, hop,
-                    replace(ctl, control_fill_round_trips=8 if head_dim == 64 else 16)))
     hop, ctl = m.designs[("hopper", 64)], m.designs[("mma_sync", 64)]
     out.append(("Lite's preparation folded into the control CTAs", "b5a0b89", 64, replace(hop, lite_fold=0.0), ctl))
     out.append(("the rotation's first cos / sin before the tile's wait (one round trip a tile fewer)", "dcb495c", 64,

@@ -537,28 +537,14 @@ __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, c
 #pragma unroll 1
     for (; u < end; u += 4) rotate_pairs<Traits, kCore, 4>(dst, row, cs, sn, sign, half, u, interleaved);
   }
-  // The rest (every dim when there is no rotation): copied, zero past D and on padding rows, kCopyBatch chunks'
-  // loads issued before any is stored (a plain row, the control CTAs' and the plain variant's: one round trip
-  // at head dim 64, where one a chunk took 8).
+  // The rest (every dim when there is no rotation): copied, zero past D and on padding rows.
   constexpr int kChunk = 16 / int(sizeof(Element));
   constexpr int kStride = kSplit ? 2 * kChunk : kChunk;
-  constexpr int kCopyBatch = Traits::kHeadDim <= 64 ? 8 : 4;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 1
-  for (int d0 = (cs != nullptr ? 2 * half : 0) + (kSplit ? part * kChunk : 0); d0 < Traits::kHeadDim;
-       d0 += kCopyBatch * kStride) {
-    uint4 chunk[kCopyBatch];
-#pragma unroll
-    for (int i = 0; i < kCopyBatch; ++i) {
-      const int d = d0 + i * kStride;
-      chunk[i] = row != nullptr && d < D ? *reinterpret_cast<const uint4*>(row + d) : zero;  // D <= the head dim
-    }
-#pragma unroll
-    for (int i = 0; i < kCopyBatch; ++i) {
-      const int d = d0 + i * kStride;
-      if (d < Traits::kHeadDim) *reinterpret_cast<uint4*>(dst + slot_col<kCore>(d)) = chunk[i];
-    }
-  }
+  for (int d = (cs != nullptr ? 2 * half : 0) + (kSplit ? part * kChunk : 0); d < Traits::kHeadDim; d += kStride)
+    *reinterpret_cast<uint4*>(dst + slot_col<kCore>(d)) =
+        row != nullptr && d < D ? *reinterpret_cast<const uint4*>(row + d) : zero;
 }
 
 // Whether the query slot's rows take fill_row_vector: D, the rotary half and the row stride whole 16-byte
