@@ -400,20 +400,25 @@ def body_phase(d: Design, census: dict, L: int, lite: bool, head_dim: int = D, b
                  l2_bytes=ctas * census["kv_tiles"] * tile_bytes, chain_cycles=chain, launches=1)
 
 
-def control_phase(d: Design, L: int, head_dim: int = D, batch: int = B, heads: int = H) -> Phase:
+def control_phase(d: Design, L: int, head_dim: int = D, batch: int = B, heads: int = H,
+                  tables_first: bool = False) -> Phase:
     """C control rows x every body key, chunks of 1,024 keys (one 32-row CTA each, its 4 warps splitting each tile
     into 16-column units, mainloop.h control_unit), merged by the combine kernel; every warp rotates its share
-    of each tile's keys read from k (one batch a tile, its round trip hidden but the first). Every body key's k and v
-    row is read once a head (mainloop.h record_arrays)."""
+    of each tile's keys read from k (mainloop.h rotate_cond_rows: batches of 256 / head_dim steps of 4 pairs a
+    thread, one a 64-key tile at head dim 64 and two a 32-key tile at 128, a round trip each after the tile's
+    own; tables_first: one batch a tile whose cos / sin are loaded before the tile's wait, NatFold's, no round
+    trip of its own). Every body key's k and v row is read once a head (mainloop.h record_arrays)."""
     chunks = max(1, L // 1024)
     tiles = 1024 / (64 if head_dim <= 80 else 32)
     reads = _heads(batch, heads) * L * head_dim * ELEMENT_BYTES * 2
     fill = d.fill_round_trips if d.control_fill_round_trips is None else d.control_fill_round_trips
-    batches = math.ceil(1024 / tiles * head_dim / 8 / 128 / 4) if d.cond_rotation else 0
+    batches = (0 if not d.cond_rotation else 1 if tables_first
+               else math.ceil(1024 / tiles * head_dim / 8 / 128 / max(1, 256 // head_dim)))
     return Phase("control", ctas=_heads(batch, heads) * chunks, resident=2,
                  warp_instructions=1024 / 16 * d.control_unit + d.cta_setup + tiles * batches * 4 * d.cond_rotation,
                  mufu=1024 / 16 * d.control_unit_mufu, bytes=reads,
-                 chain_cycles=(fill + tiles * max(1, batches)) * H200.latency_cycles, launches=0)
+                 chain_cycles=(fill + tiles * (1 + (0 if tables_first else batches))) * H200.latency_cycles,
+                 launches=0)
 
 
 def combine_phase(L: int, head_dim: int = D, batch: int = B, heads: int = H) -> Phase:
@@ -498,7 +503,7 @@ def folded_phases(d: Design, ctl: Design, L: int, head_dim: int, batch: int = B,
     control kernel runs its units at fold_control_unit and each tile's fold in place of the rotation batch, and
     writes k_nat and the two means (1 + 2 / G arrays of [L, D] a KV head)."""
     control = control_phase(replace(ctl, control_unit=d.fold_control_unit, cond_rotation=d.lite_fold), L, head_dim,
-                            batch, heads)
+                            batch, heads, tables_first=True)
     written = _heads(batch, heads) * L * head_dim * ELEMENT_BYTES * (1 + 2 / SUMMARY_BLOCK)
     prepare = Phase("prepare", bytes=_heads(batch, heads) * C * head_dim * ELEMENT_BYTES * 4)
     return prepare, replace(control, bytes=control.bytes + written, launches=1)
@@ -600,8 +605,6 @@ def lever_designs(m: Model) -> list[tuple[str, str, int, Design, Design]]:
         hop, ctl = m.designs[("hopper", head_dim)], m.designs[("mma_sync", head_dim)]
     hop, ctl = m.designs[("hopper", 64)], m.designs[("mma_sync", 64)]
     out.append(("Lite's preparation folded into the control CTAs", "b5a0b89", 64, replace(hop, lite_fold=0.0), ctl))
-    out.append(("the rotation's first cos / sin before the tile's wait (one round trip a tile fewer)", "dcb495c", 64,
-                hop, replace(ctl, control_fill_round_trips=ctl.control_fill_round_trips + 16)))
     return out
 
 

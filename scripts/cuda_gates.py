@@ -615,14 +615,13 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
     stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
                  control_unit_ops=control["ops"])
     # A control CTA thread's rotation of one batch of its tile's keys read from k itself (mainloop.h
-    # CondRotation::rotate: kBatch = 4 steps of 4 pairs, 8 FFMA and two 4-element stores a step):
-    # the static SASS between the first and the last address of its lines, halved. Its two layouts'
-    # instantiations lie there one after the other, each a straight-line batch (unrolled) with the loop's test
-    # and a later batch's cos / sin loads, so half the span is one layout's batch (its first batch's table
-    # loads, issued before the tile's wait, are about as many). At head dim 64 one batch is a thread's share of
-    # a 64-key tile (64 rows x 8 steps over 128 threads), at 128 of a 32-key one (32 x 16), so 4 x this is a
-    # tile's rotation in warp instructions.
-    span = member_span(sass, lines, "rotate", "struct CondRotation")
+    # rotate_cond_rows: kBatch = 256 / head_dim steps of 4 pairs, 8 FFMA and two 4-element stores a step): the
+    # static SASS between the first and the last address of its lines, halved. Its two layouts' instantiations
+    # lie there one after the other, each a straight-line batch (unrolled) with the tile's set-up and the loop's
+    # test, so half the span is one layout's batch and set-up. At head dim 64 one batch is a thread's share of a
+    # 64-key tile (64 rows x 8 steps over 128 threads), at 128 half a 32-key one's (32 x 16), so 4 x this is a
+    # batch of a tile's rotation in warp instructions.
+    span = rotation_span(sass, lines, "rotate_cond_rows")
     stats.update(cond_rotation=len(span) // 2 if span else None,
                  cond_rotation_ops={op: span.count(op) for op in sorted(set(span), key=span.count, reverse=True)})
     # A body warp's 16-column tiles in its masked loop (the census's control_tiles and direct_tiles): a tile of
@@ -756,18 +755,20 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
                 producer_tile=copy["instructions"], producer_tile_ops=copy.get("ops", {}))
 
 
-def member_span(sass: list, lines: dict, member: str, struct: str) -> list[str]:
-    """The opcodes of the static SASS from the first to the last address of a mainloop.h member function's lines
-    (the first `member` past the line starting `struct`: member_lines), inlined helpers included, in each stretch
-    that no other instruction of mainloop.h's CondRotation / NatFold members interrupts (ptxas may lay another
-    member's instantiation between the two layouts' of this one)."""
-    def addresses(m: str, st: str) -> set:
-        first, last = member_lines(m, "mainloop.h", after=st)
+def rotation_span(sass: list, lines: dict, which: str) -> list[str]:
+    """The opcodes of the static SASS from the first to the last address of the lines of one of mainloop.h's two
+    rotations of a control tile's keys (`which`: "rotate_cond_rows" or "NatFold::run"), inlined helpers included,
+    in each stretch that no instruction of the other interrupts (ptxas may lay the other's instantiation between
+    the two layouts' of this one)."""
+    spans = {"rotate_cond_rows": function_lines("rotate_cond_rows"),
+             "NatFold::run": member_lines("run", "mainloop.h", after="struct NatFold")}
+
+    def addresses(first_last: tuple[int, int]) -> set:
+        first, last = first_last
         return {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
 
-    own = addresses(member, struct)
-    others = set().union(*(addresses(m, st) for m, st in (("rotate", "struct CondRotation"), ("run", "struct NatFold"))
-                           if (m, st) != (member, struct)))
+    own = addresses(spans[which])
+    others = set().union(*(addresses(v) for k, v in spans.items() if k != which))
     ops, run, last_own = [], [], None
     for a, op, _ in sass:
         if a in others and run:
@@ -1070,7 +1071,7 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3) -> dict:
     first, last = function_lines("control_unit")
     unit = {a for a, (n, line) in lines.items() if n == "mainloop.h" and first <= line <= last}
     control = tile_path(sass, CONTROL_UNIT_MMA, through=unit) if unit else dict(instructions=None, ops={})
-    fold = member_span(sass, lines, "run", "struct NatFold")
+    fold = rotation_span(sass, lines, "NatFold::run")
     stats.update(control_unit=control["instructions"], nat_fold=len(fold) // 2 if fold else None,
                  nat_fold_ops={op: fold.count(op) for op in sorted(set(fold), key=fold.count, reverse=True)})
     fails = []

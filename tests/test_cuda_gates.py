@@ -144,7 +144,7 @@ def test_the_control_kernel_that_folds_lites_preparation_passes_the_limits(measu
     spills, stack or local memory, at most 255 registers, no CALL into a subroutine; its fold of a tile
     (NatFold::run) holds both rotations of a thread's 4 rows (8 FFMA a row and rotation at least), k_nat's stores
     and the means' shuffles (4 + 4 keys' and 8 values' sums over 2 lane steps), and its control unit is a whole
-    unit (32 MMAs); attn_kernel, beside it, carries none of the fold (its rotation batch is CondRotation's)."""
+    unit (32 MMAs); attn_kernel, beside it, carries none of the fold (its rotation batch is rotate_cond_rows')."""
     c = measured[arch]["control_fold"]
     assert not c["failures"], c["failures"]
     ops = c["nat_fold_ops"]

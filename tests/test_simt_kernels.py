@@ -356,7 +356,7 @@ def test_body_values_read_in_place_are_the_copy_bit_for_bit(simt, monkeypatch, l
 def test_control_keys_rotated_from_k_are_the_prepared_ones_bit_for_bit(simt, monkeypatch, layout, raw):
     """attn_setup.h cond_keys_in_place: with D = Dp, 16-byte rows and a rotary half in steps of 4 pairs, the
     control CTAs read the control rows' body keys from k itself and rotate each tile to the conditioning
-    positions in shared memory (mainloop.h CondRotation), and the preparation writes no k_cond; otherwise
+    positions in shared memory (mainloop.h rotate_cond_keys), and the preparation writes no k_cond; otherwise
     (head dim 66, a rotary half of 18, a misaligned k) the preparation writes k_cond. Either way the output is
     bit for bit the one RANGESWA_CUDA_COND=copy forces (the same products, on the host's compile), and close to
     the reference, control rows included."""

@@ -41,7 +41,7 @@ struct PreparedArrays {
   RowStrides values;
   // cond_raw: k_cond is k itself at its first body row, rows at cond.at(b, h, r), unrotated; the control
   // CTAs rotate each tile to the conditioning positions as it lands (attn_setup.h cond_keys_in_place,
-  // mainloop.h CondRotation), and the preparation writes no k_cond.
+  // mainloop.h rotate_cond_keys), and the preparation writes no k_cond.
   RowStrides cond;
   bool cond_raw;
 };

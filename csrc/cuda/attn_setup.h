@@ -275,10 +275,10 @@ void body_values(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int
 }
 
 // Whether the control CTAs read the control rows' body keys from k itself and rotate them to the
-// conditioning positions as each tile lands (mainloop.h CondRotation) instead of reading a k_cond array
+// conditioning positions as each tile lands (mainloop.h rotate_cond_keys) instead of reading a k_cond array
 // that the preparation writes: the call has the conditioning correction and no prepared context (whose
 // cache holds k_cond), the head dim is its own padding, k's rows start on 16 bytes (cp.async 16) as
-// values_in_place asks of v, and the rotary half is 4 x a power of two pairs (CondRotation: a thread's
+// values_in_place asks of v, and the rotary half is 4 x a power of two pairs (rotate_cond_rows: a thread's
 // step of 4 pairs the same in every row it rotates; 64 at head dim 128, 32 at 64). The same products
 // as the preparation's, one array less written and read. RANGESWA_CUDA_COND=copy keeps the array (for A/B
 // measurements and tests).

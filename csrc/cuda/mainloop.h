@@ -335,70 +335,56 @@ __device__ __forceinline__ void rotate_pairs(typename Traits::Element* dst, cons
   store_slot<Element, kCore, P>(dst, y, b);
 }
 
-// A control CTA's tiles of the control rows' body keys read from k itself (PreparedArrays::cond_raw), rotated
-// in their stage to the conditioning positions (key t.a + r at cos_cond / sin_cond row t.a + r) by the CTA's
+// A control CTA's tile of the control rows' body keys read from k itself (PreparedArrays::cond_raw), rotated
+// in its stage to the conditioning positions (key t.a + r at cos_cond / sin_cond row t.a + r) by the CTA's
 // threads, as the preparation would have written k_cond: the same pairs and products (rotate_loaded). A thread
 // keeps one step of 4 pairs (the rotary half is 4 x a power of two: attn_setup.h cond_keys_in_place) in rows
-// `pass` apart, kBatch of them with every load issued before any is used. The first batch's cos / sin are
-// loaded before the tile's own copy is waited for (CondRotation::tables), so their round trip overlaps the
-// copy's: a full rotary's tile is one batch of 4 steps a thread at head dims 64 and 128 (a 64-key tile of 8
-// steps a row, a 32-key one of 16) and waits on nothing more. (Batches of 4 spill nothing at any head dim:
-// scripts/cuda_gates.py.)
-template <typename Traits>
-struct CondRotation {
-  static constexpr int kBatch = 4;
-  int half, shift, pass, u, r0;  // steps = half / 4 = 1 << shift; the thread's step u and its first row r0
-  float c[kBatch][4], s[kBatch][4];
-
-  __device__ __forceinline__ explicit CondRotation(const AttnKernelParams& p) : half(p.rotary_half), shift(0) {
-    while ((4 << shift) < half) ++shift;  // at most 16 steps: head dims up to 128
-    pass = Traits::kThreads >> shift;
-    u = 4 * (int(threadIdx.x) & ((half / 4) - 1));
-    r0 = int(threadIdx.x) >> shift;
-  }
-  // The cos / sin of the batch from row `from` of tile t (rows past its keys: its last row's, never stored).
-  __device__ __forceinline__ void tables(const AttnKernelParams& p, const KvTile& t, int from) {
+// kThreads / steps apart, kBatch of them with every load issued before any is used (one round trip a batch:
+// one a 64-key tile at head dim 64, two a 32-key tile at 128); the layout is a template, branched on once.
+template <typename Traits, bool kInterleaved>
+__device__ __forceinline__ void rotate_cond_rows(typename Traits::Element* sk, const KvTile& t,
+                                                 const AttnKernelParams& p) {
+  using Element = typename Traits::Element;
+  constexpr int kBatch = 256 / Traits::kHeadDim > 0 ? 256 / Traits::kHeadDim : 1;
+  const int half = p.rotary_half;
+  int shift = 0;  // steps = half / 4 = 1 << shift (at most 16 steps: head dims up to 128)
+  while ((4 << shift) < half) ++shift;
+  const int pass = Traits::kThreads >> shift;                    // rows a pass of the CTA's threads
+  const int u = 4 * (int(threadIdx.x) & ((half / 4) - 1));
+  const int xa = kInterleaved ? 2 * u : u, ya = kInterleaved ? 2 * u + 4 : u + half;
+  const float *cs = p.cos_cond + u, *sn = p.sin_cond + u;
+#pragma unroll 1
+  for (int r0 = int(threadIdx.x) >> shift; r0 < t.n; r0 += kBatch * pass) {
+    float a[kBatch][4], b[kBatch][4], c[kBatch][4], s[kBatch][4];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      const int32_t at = (t.a + imin(from + i * pass, t.n - 1)) * half + u;
-      load_floats<4>(p.cos_cond + at, c[i]);
-      load_floats<4>(p.sin_cond + at, s[i]);
+      const int r = imin(r0 + i * pass, t.n - 1);  // past the keys: the last row again, not stored
+      const Element* row = sk + r * Traits::kStride;
+      load_elements<Element, 4>(row + xa, a[i]);
+      load_elements<Element, 4>(row + ya, b[i]);
+      load_floats<4>(cs + (t.a + r) * half, c[i]);
+      load_floats<4>(sn + (t.a + r) * half, s[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int r = r0 + i * pass;
+      if (r >= t.n) break;
+      rotate_loaded<4>(a[i], b[i], c[i], s[i], 1.f, kInterleaved);
+      store_elements<Element, 4>(sk + r * Traits::kStride + xa, a[i]);
+      store_elements<Element, 4>(sk + r * Traits::kStride + ya, b[i]);
     }
   }
-  // Tile t's keys in stage sk, the first batch's tables already loaded (tables(p, t, r0)).
-  template <bool kInterleaved>
-  __device__ __forceinline__ void rotate(typename Traits::Element* sk, const KvTile& t, const AttnKernelParams& p) {
-    using Element = typename Traits::Element;
-    const int xa = kInterleaved ? 2 * u : u, ya = kInterleaved ? 2 * u + 4 : u + half;
-#pragma unroll 1
-    for (int from = r0; from < t.n; from += kBatch * pass) {
-      if (from != r0) tables(p, t, from);
-      float a[kBatch][4], b[kBatch][4];
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const Element* row = sk + imin(from + i * pass, t.n - 1) * Traits::kStride;
-        load_elements<Element, 4>(row + xa, a[i]);
-        load_elements<Element, 4>(row + ya, b[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int r = from + i * pass;
-        if (r >= t.n) break;
-        rotate_loaded<4>(a[i], b[i], c[i], s[i], 1.f, kInterleaved);
-        store_elements<Element, 4>(sk + r * Traits::kStride + xa, a[i]);
-        store_elements<Element, 4>(sk + r * Traits::kStride + ya, b[i]);
-      }
-    }
-  }
-  __device__ __forceinline__ void rotate(typename Traits::Element* sk, const KvTile& t, const AttnKernelParams& p) {
-    if (p.interleaved) rotate<true>(sk, t, p);
-    else rotate<false>(sk, t, p);
-  }
-};
+}
+template <typename Traits>
+__device__ __forceinline__ void rotate_cond_keys(typename Traits::Element* sk, const KvTile& t,
+                                                 const AttnKernelParams& p) {
+  if (p.interleaved) rotate_cond_rows<Traits, true>(sk, t, p);
+  else rotate_cond_rows<Traits, false>(sk, t, p);
+}
 
 // Lite's preparation folded into the control CTAs (attn_setup.h nat_keys_from_control: head dim 64, every dim
 // rotated, G = 16, 64-key tiles): as each tile of k's own body rows lands, besides rotating it in place to the
-// conditioning positions (CondRotation's products), the CTA writes what the preparation would have of these
+// conditioning positions (rotate_cond_rows' products), the CTA writes what the preparation would have of these
 // keys: R(j) k_j into k_nat, and rule 4's G-block means of R(j) k_j and of v_j into s_nat and s_v (its tile
 // holds 4 whole G-blocks). A thread takes one step of 4 pairs (and the values' 8-dim chunk of the same index)
 // in 4 rows of one G-block, rows b 16 + q + 4 i (thread 4 (8 b + step) + q): its rows' natural and
@@ -495,6 +481,10 @@ struct NatFold {
     if (p.interleaved) run<true>(sk, sv, t, p, k_nat, s_nat, s_v);
     else run<false>(sk, sv, t, p, k_nat, s_nat, s_v);
   }
+};
+// control_walk's stand-in for NatFold in a CTA that folds nothing.
+struct NoFold {
+  __device__ __forceinline__ explicit NoFold(const AttnKernelParams&) {}
 };
 
 // kPairs: the rotated pairs a step loads before using any (one global round trip a step): 4 (the mma.sync
@@ -801,17 +791,16 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   bool have_cur = false;
   int stage = 1;
   int32_t first = 0;  // the warp of the current tile's first unit
-  // Keys read from k itself are rotated as each tile lands (CondRotation), its first cos / sin loaded before.
+  // Keys read from k itself are rotated as each tile lands (rotate_cond_keys; folding, NatFold, its cos / sin
+  // loaded before the tile's wait).
   const bool cond_raw = p.kv.cond_raw && p.cos_cond != nullptr;
-  std::conditional_t<kFold, NatFold<Traits>, CondRotation<Traits>> turn(p);
+  [[maybe_unused]] std::conditional_t<kFold, NatFold<Traits>, NoFold> fold(p);
   // Iteration n issues the copy of tile n (plain row order) and computes tile n - 1.
   for (;;) {
     const bool have_nxt = cursor.advance<N, kCtrlCols>(p.geo, sRec, count, nullptr, 0, nxt);
     const bool rotates = have_cur && cond_raw && KeySet(sRec[cur.record].keys) == KeySet::kCond;
-    if (rotates) {
-      if constexpr (kFold) turn.tables(p, cur);
-      else turn.tables(p, cur, turn.r0);
-    }
+    if constexpr (kFold)
+      if (rotates) fold.tables(p, cur);
     cp_async_wait_all();
     __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2
     copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, false);  // past the last tile: a zero fill
@@ -819,8 +808,8 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
     if (!have_cur && !have_nxt) break;
     if (rotates) {
       // k's own rows, as they landed (and, folding, Lite's preparation of them and of their values)
-      if constexpr (kFold) turn.run(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, cur, p, nat, s_nat, s_v);
-      else turn.rotate(sK + stage * Traits::kKVElems, cur, p);
+      if constexpr (kFold) fold.run(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, cur, p, nat, s_nat, s_v);
+      else rotate_cond_keys<Traits>(sK + stage * Traits::kKVElems, cur, p);
       __syncthreads();  // every warp reads keys another warp rotated
     }
     if (have_cur) {
@@ -930,6 +919,9 @@ __device__ __forceinline__ void fill_slot_row(const AttnKernelParams& p, const B
     sn = (v == QVar::kCond ? p.sin_cond : p.sin_int) + at;
     sign = pos < 0 ? -1.f : 1.f;
   }
+  const Element* row = in ? static_cast<const Element*>(cta.q_rows) + int64_t(r) * p.q_strides.row : nullptr;
+  fill_row<Traits, kCore, kPairs, kSplit>(dst, row, cs, sn, sign, half, p.D, p.interleaved, cta.q_chunks, part);
+}
 
 // Straddling blocks (plan.h mixed_block): the parts of row r's logits that variant v gives, as (array, row,
 // target, sign) terms, from its slot row qr (kCore: slot_col's layout); sMixA / sMixB [2][M] per side and row.
