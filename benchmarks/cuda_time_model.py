@@ -598,14 +598,10 @@ def find(rows: list[dict], kernel: str, head_dim: int, case: str, L: int) -> dic
 
 def lever_designs(m: Model) -> list[tuple[str, str, int, Design, Design]]:
     """(lever, its commit, head dim, the sm_90a design without it, its control design without it) for each
-    micro-optimization of 2026-12-03 to 12-06 that the model can undo by its inputs alone. Where the gate's count
-    before the change is known (the commit's message) the design takes it."""
-    out = []
-    for head_dim in (64, 128):
-        hop, ctl = m.designs[("hopper", head_dim)], m.designs[("mma_sync", head_dim)]
+    micro-optimization of 2026-12-03 to 12-06 still in the kernels that the model can undo by its inputs alone:
+    Lite's preparation folded into the control CTAs (the others were within the band and are gone)."""
     hop, ctl = m.designs[("hopper", 64)], m.designs[("mma_sync", 64)]
-    out.append(("Lite's preparation folded into the control CTAs", "b5a0b89", 64, replace(hop, lite_fold=0.0), ctl))
-    return out
+    return [("Lite's preparation folded into the control CTAs", "b5a0b89", 64, replace(hop, lite_fold=0.0), ctl)]
 
 
 def lever_table(m: Model) -> list[dict]:
@@ -623,6 +619,77 @@ def lever_table(m: Model) -> list[dict]:
         best = max(gains.values())
         rows.append(dict(lever=name, commit=commit, head_dim=head_dim, gains=gains, best=best, pays=best > m.band))
     return sorted(rows, key=lambda r: -r["best"])
+
+
+# The levers not yet taken: each a cost of the sm_90a call (head dim 64) that the model charges, from its phase,
+# cut by a fraction f. (phase, what, the design with f of it gone; None: f of the phase's predicted time gone).
+NEXT_LEVERS = (
+    ("body", "a KV tile's consumer trip (full_tile)",
+     lambda d, f: replace(d, full_tile=d.full_tile * (1 - f), masked_loop_full=d.masked_loop_full - f * d.full_tile)),
+    ("body", "a masked tile's logit path (masked_extra)", lambda d, f: replace(d, masked_extra=d.masked_extra * (1 - f))),
+    ("body", "the query-slot fills",
+     lambda d, f: replace(d, fill_instructions=d.fill_instructions * (1 - f), fill_round_trips=d.fill_round_trips * (1 - f))),
+    ("control", "the control CTAs' own launch (run beside the body's CTAs)", None),
+    ("prepare", "the preparation's pass over k and v", None),
+    ("selection", "the block selection", None),
+)
+# Issue 49's targets: the sm_90a kernel at head dim 64 against a FlashAttention-3-class kernel (x FA3-class).
+TARGETS = {("late", 8192): 3.0, ("lite", 8192): 8.0, ("late", 32768): 6.0, ("lite", 32768): 25.0}
+
+
+def cut_ms(m: Model, lever: tuple, case: str, L: int, f: float, head_dim: int = D) -> float:
+    """The call's predicted ms (sm_90a kernel, H200) with a fraction f of the lever's cost gone."""
+    phase, _, design = lever
+    hop, ctl = m.designs[("hopper", head_dim)], m.designs[("mma_sync", head_dim)]
+    rows = total(design_phases(design(hop, f) if design else hop, m.entries, case, L, head_dim, ctl), H200, m.fit)[1]
+    return sum(r["total"] * (1 - f if design is None and name == phase else 1) for name, r in rows) * 1e3
+
+
+def next_levers(m: Model) -> dict:
+    """Per lever not yet taken: its gain with all of its cost gone (time now / time without it - 1) for each target
+    shape; per target: the time it asks, each lever's cut that would reach it alone (the least fraction, None where
+    even all of it would not), and the lever the model points to (the largest gain there)."""
+    gains = [dict(phase=lv[0], lever=lv[1], gains={f"{c} {L // 1024}k": m.call_ms("hopper", c, L, D)[0] /
+                                                   cut_ms(m, lv, c, L, 1.0) - 1 for c, L in TARGETS})
+             for lv in NEXT_LEVERS]
+    targets = []
+    for (case, L), want in TARGETS.items():
+        now, fa3 = m.call_ms("hopper", case, L, D)[0], m.fa3_class_ms(L)
+        need = fa3 / want
+        cuts = []
+        for lv in NEXT_LEVERS:
+            lo, hi = 0.0, 1.0
+            if cut_ms(m, lv, case, L, 1.0) > need:
+                cuts.append(None)
+                continue
+            for _ in range(30):
+                mid = (lo + hi) / 2
+                lo, hi = (lo, mid) if cut_ms(m, lv, case, L, mid) <= need else (mid, hi)
+            cuts.append(hi)
+        key = f"{case} {L // 1024}k"
+        best = max(range(len(NEXT_LEVERS)), key=lambda i: gains[i]["gains"][key])
+        targets.append(dict(case=case, L=L, target=want, now=fa3 / now, ms=now, need_ms=need,
+                            cuts={NEXT_LEVERS[i][1]: c for i, c in enumerate(cuts)}, points_to=NEXT_LEVERS[best][1],
+                            phase=NEXT_LEVERS[best][0], gain=gains[best]["gains"][key]))
+    return dict(levers=gains, targets=targets)
+
+
+def next_lever_lines(m: Model, nl: dict) -> list[str]:
+    lines = [f"the levers not yet taken, each alone with all of its cost gone (sm_90a, D=64; gain = time now / time "
+             f"without it - 1; band +-{m.band:.0%}):"]
+    for g in sorted(nl["levers"], key=lambda g: -g["gains"]["late 8k"]):
+        lines.append(f"  {g['phase']:9s} {g['lever']}: " + ", ".join(f"{k} {v:+.1%}" for k, v in g["gains"].items()))
+    lines.append("issue 49's targets vs FA3 (sm_90a, D=64) and the next lever the model points to:")
+    for t in nl["targets"]:
+        head = f"  {t['case']} {t['L'] // 1024}k: {t['now']:.1f}x, target >= {t['target']:.0f}x"
+        if t["now"] >= t["target"]:
+            lines.append(head + ": met (predicted)")
+            continue
+        closing = [f"{name} cut by {c:.0%}" for name, c in t["cuts"].items() if c is not None]
+        lines.append(head + f" ({t['ms']:.2f} -> {t['need_ms']:.2f} ms: {t['ms'] / t['need_ms'] - 1:+.0%} needed); next "
+                     f"lever: {t['points_to']} ({t['phase']}, at most {t['gain']:+.0%}); closes it alone: "
+                     + ("; ".join(closing) if closing else "none"))
+    return lines
 
 
 # ---- judge mode: measured records against the model -------------------------------------------------------
@@ -741,6 +808,8 @@ def main(argv=None) -> int:
             gains = ", ".join(f"{k} {v:+.1%}" for k, v in r["gains"].items())
             print(f"  D={r['head_dim']:3d} {r['lever']} ({r['commit']}): {gains} -> "
                   f"{'pays beyond the band' if r['pays'] else 'within the band'}")
+        out["next_levers"] = next_levers(m)
+        print("\n" + "\n".join(next_lever_lines(m, out["next_levers"])))
     Path(args.out).write_text(json.dumps(out, indent=1))
     print("\n" + summary_line(m, rows))
     return 0

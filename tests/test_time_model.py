@@ -246,3 +246,31 @@ def test_judge_prints_each_measured_record_beside_the_prediction(tmp_path, capsy
     path.write_text(json.dumps({"ms": 1}))
     assert model.main(["--judge", str(path)]) == 2
     assert "expected a JSON list" in capsys.readouterr().err
+
+
+def test_the_lever_list_holds_only_the_levers_in_the_kernels(checked):
+    """--levers re-ranks the recent micro-optimizations still in the kernels: Lite's preparation folded into the
+    control CTAs alone (the others were within the band and are gone), which speeds Lite and leaves late alone."""
+    rows = model.lever_table(checked)
+    assert [(r["commit"], r["head_dim"]) for r in rows] == [("b5a0b89", 64)]
+    assert rows[0]["gains"]["late 8k"] == 0.0 and rows[0]["gains"]["lite 8k"] > 0.0
+
+
+def test_the_next_lever_is_the_largest_gain_not_taken_and_its_cut_reaches_the_target(checked):
+    """For each of issue 49's targets the model names the lever with the largest gain there, and where a lever's
+    cut closes the gap alone that cut reaches the target's time and a slightly smaller one does not."""
+    nl = model.next_levers(checked)
+    assert {g["lever"] for g in nl["levers"]} == {lv[1] for lv in model.NEXT_LEVERS}
+    for t in nl["targets"]:
+        key = f"{t['case']} {t['L'] // 1024}k"
+        assert t["gain"] == max(g["gains"][key] for g in nl["levers"])
+        assert math.isclose(t["now"], checked.fa3_class_ms(t["L"]) / t["ms"])
+        for lv in model.NEXT_LEVERS:
+            cut = t["cuts"][lv[1]]
+            full = model.cut_ms(checked, lv, t["case"], t["L"], 1.0)
+            assert (cut is None) == (full > t["need_ms"])
+            if cut is not None and cut > 0.01:
+                assert model.cut_ms(checked, lv, t["case"], t["L"], cut) <= t["need_ms"]
+                assert model.cut_ms(checked, lv, t["case"], t["L"], cut - 0.01) > t["need_ms"]
+    assert model.cut_ms(checked, model.NEXT_LEVERS[0], "late", 8192, 0.0) == pytest.approx(
+        checked.call_ms("hopper", "late", 8192, 64)[0])
