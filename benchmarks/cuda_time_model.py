@@ -4,9 +4,10 @@ how a kernel change is judged when no GPU is lent, and what the next GPU run jud
     python benchmarks/cuda_time_model.py [--gates FILE] [--peers FILE] [--census FILE] [--out FILE] [--levers]
     python benchmarks/cuda_time_model.py --judge MEASURED.json
 
---levers re-ranks the recent micro-optimizations (each undone alone); --judge prints each measured record of a
-GPU run (a JSON list: method, stage, batch, heads, kv_heads, head_dim, length, control, dtype, kernel, ms) beside
-the model's prediction and its error.
+--levers re-ranks the recent micro-optimizations still in the kernels (each undone alone) and names the next
+levers (each cost the model charges, cut alone, against issue 49's targets vs FA3); --judge prints each measured
+record of a GPU run (a JSON list: method, stage, batch, heads, kv_heads, head_dim, length, control, dtype, kernel,
+ms) beside the model's prediction and its error.
 
 Per phase of one op call (prepare, selection, plan, control, body, combine) the model takes, on one clock,
 
@@ -752,7 +753,7 @@ def main(argv=None) -> int:
     p.add_argument("--census", help="the plan census (default: benchmarks/results/plan_census.json)")
     p.add_argument("--out", default=str(RESULTS / f"cuda_time_model_{datetime.date.today().isoformat()}.json"))
     p.add_argument("--judge", metavar="FILE", help="a JSON list of measured records: print each beside the model's time")
-    p.add_argument("--levers", action="store_true", help="also re-rank the recent micro-optimizations under the model")
+    p.add_argument("--levers", action="store_true", help="also re-rank the recent micro-optimizations under the model and name the next levers")
     args = p.parse_args(argv)
     try:
         gates, peers, entries = load_gates(args.gates), load_peers(args.peers), load_census(args.census)
