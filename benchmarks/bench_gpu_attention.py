@@ -106,13 +106,12 @@ def edges_masked_ms(q, k, v, C: int, repeats: int) -> dict:
     return out
 
 
-def fold_ab_ms(q, k, v, C: int, repeats: int, name: str = "rangeswa_lite") -> dict:
-    """A call of preset `name` on the sm_90a kernel with part of its preparation folded into the control CTAs (the
-    default: csrc/cuda/attn_setup.h fold_into_control; rangeswa_lite at head dim 64 its whole preparation, late
-    calls at head dims 64 and 128 the value means) and with RANGESWA_CUDA_FOLD=off (the preparation's own pass over
-    k and v): both times and their outputs' largest difference (Lite's means' summation order; late's value means
-    are the preparation's bit for bit)."""
-    cfg = preset(name)
+def fold_ab_ms(q, k, v, C: int, repeats: int) -> dict:
+    """A rangeswa_lite call on the sm_90a kernel with its preparation folded into the control CTAs (the default:
+    csrc/cuda/attn_setup.h fold_into_control; rangeswa_lite at head dim 64) and with RANGESWA_CUDA_FOLD=off (the
+    preparation's own pass over k and v): both times and their outputs' largest difference (the means' summation
+    order)."""
+    cfg = preset("rangeswa_lite")
     saved = {key: os.environ.get(key) for key in ("RANGESWA_CUDA_KERNEL", "RANGESWA_CUDA_FOLD")}
     out = {}
     try:
@@ -207,11 +206,8 @@ def run(args) -> dict:
                 row["kernels"] = kernels_side_by_side(q, k, v, C, repeats, args.kernels)
             if D == args.head_dims[0] and L in (8192, 32768):  # the plan's edge-free records, A/B
                 row["edges masked"] = edges_masked_ms(q, k, v, C, repeats)
-            if L in (8192, 32768) and "hopper" in args.kernels:  # the folded preparation, A/B
-                if D == 64:
-                    row["lite fold"] = fold_ab_ms(q, k, v, C, repeats)
-                if D in (64, 128):
-                    row["late fold"] = fold_ab_ms(q, k, v, C, repeats, "rangeswa")
+            if L in (8192, 32768) and "hopper" in args.kernels and D == 64:  # the folded preparation, A/B
+                row["lite fold"] = fold_ab_ms(q, k, v, C, repeats)
             flex_lengths = (8192,) if args.quick else args.lengths
             if args.flex and D == args.head_dims[0] and L in flex_lengths and time.time() - start_time < args.budget_s - 120:
                 try:
@@ -259,15 +255,14 @@ def markdown(result: dict) -> str:
                          f"{flex['op_speedup_building_masks']:.1f}x)")
         cells.append(f"{r['flash_attn_ms']:.2f}" if "flash_attn_ms" in r else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    for key, what in (("lite fold", "rangeswa_lite on the sm_90a kernel, its preparation folded into the control CTAs"),
-                      ("late fold", "rangeswa late on the sm_90a kernel, its value means folded into the control CTAs")):
-        folds = [r for r in result["rows"] if r.get(key)]
-        if folds:
-            lines += ["", f"{what} or not (RANGESWA_CUDA_FOLD=off), ms:", ""]
-            for r in folds:
-                f = r[key]
-                lines.append(f"- D = {r['D']}, L = {r['L']}: " + (f"error {f['error'][:80]}" if "error" in f else
-                             f"folded {f['folded']:.2f}, prepared {f['prepared']:.2f}, diff {f['max_abs_diff']:.2g}"))
+    folds = [r for r in result["rows"] if r.get("lite fold")]
+    if folds:
+        lines += ["", "rangeswa_lite on the sm_90a kernel, its preparation folded into the control CTAs or not "
+                  "(RANGESWA_CUDA_FOLD=off), ms:", ""]
+        for r in folds:
+            f = r["lite fold"]
+            lines.append(f"- D = {r['D']}, L = {r['L']}: " + (f"error {f['error'][:80]}" if "error" in f else
+                         f"folded {f['folded']:.2f}, prepared {f['prepared']:.2f}, diff {f['max_abs_diff']:.2g}"))
     sides = [r for r in result["rows"] if r.get("kernels")]
     if sides:
         lines += ["", "Body kernels side by side (RANGESWA_CUDA_KERNEL; the same inputs), ms, the speedup over the "

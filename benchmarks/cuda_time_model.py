@@ -5,9 +5,10 @@ how a kernel change is judged when no GPU is lent, and what the next GPU run jud
                                          [--levers]
     python benchmarks/cuda_time_model.py --judge MEASURED.json
 
---levers re-ranks the recent micro-optimizations (each undone alone); --judge prints each measured record of a
-GPU run (a JSON list: method, stage, batch, heads, kv_heads, head_dim, length, control, dtype, kernel, ms) beside
-the model's prediction and its error.
+--levers re-ranks the recent micro-optimizations still in the kernels (each undone alone) and names the next
+levers (each cost the model charges, cut alone, against issue 49's targets vs FA3); --judge prints each measured
+record of a GPU run (a JSON list: method, stage, batch, heads, kv_heads, head_dim, length, control, dtype, kernel,
+ms) beside the model's prediction and its error.
 
 Per phase of one op call (prepare, selection, plan, control, body, combine) the model takes, on one clock,
 
@@ -312,7 +313,6 @@ class Design:
     cond_rotation: float = 0.0  # a control CTA warp's rotation batch of a tile's keys read from k
     lite_fold: float = 0.0  # sm_90a at head dim 64: Lite's preparation folded into the control CTAs
     fold_control_unit: float = 0.0
-    value_fold: float = 0.0  # ... and late's value means
     wgmma: bool = False
     producer_warps: int = 0
     producer_tile: float = 0.0
@@ -322,33 +322,25 @@ class Design:
     sources: tuple[str, ...] = field(default_factory=tuple)
 
 
-# An L1 hit's latency (cycles; H100 / H200 microbenchmarks put it near 33-40): the sm_90a fill's second step,
-# whose lines the fill prefetched into L1 while its first step's loads were in flight, waits this.
-L1_HIT_CYCLES = 40.0
-PREFETCHED_FILL_ROUND_TRIPS = 1 + L1_HIT_CYCLES / H200.latency_cycles
-
-
 def mma_sync_design(gates: dict, head_dim: int) -> Design:
     """The mma.sync kernel an H100 / H200 runs (sm_90a, bf16, three K/V stages) at `head_dim`, every count from
     the gates' JSON (model_paths: the cheapest trips of a converged warp, so lower bounds where a plan takes
     more): its tiles, a control unit, a control CTA's rotation batch, prologue, epilogue and fill step; the
     preparation's per-element count. Round trips from the source's loads (mainloop.h fill_row_vector: 4-pair
-    steps with every load issued first, 8 a fill at 64 and 16 at 128, a control CTA's plain copy 1 and 4;
+    steps with every load issued first, 8 a fill at 64 and 16 at 128, a control CTA's plain copy one a 16-byte chunk;
     mixed_dots: two 16-byte loads a term, 24 round trips a late row at 64 and 48 at 128)."""
     p = gates["model_paths"][str(head_dim)]
-    fold = p["control_fold"]
     return Design(
         name=f"mma.sync kernel, head dim {head_dim}", rows_per_cta=128, warps=4,
         full_tile=p["full_tile"], masked_extra=p["masked_tile"] - p["full_tile"],
         masked_loop_full=p["masked_loop_full_tile"], ctrl_tile=p["ctrl_tile"], direct_tile=p["direct_tile"],
         tile_mufu=mufu(p["full_tile_ops"]), ctrl_mufu=mufu(p["ctrl_tile_ops"]), direct_mufu=mufu(p["direct_tile_ops"]),
         cta_setup=p["prologue"] + p["epilogue"], fill_instructions=p["fill_step"],
-        fill_round_trips=8 if head_dim == 64 else 16, control_fill_round_trips=1 if head_dim == 64 else 4,
+        fill_round_trips=8 if head_dim == 64 else 16, control_fill_round_trips=head_dim // 8,
         mixed_round_trips=24 if head_dim == 64 else 48,
         prepare_instructions_per_element=gates["prepare"]["90a"]["per_element"],
         control_unit=p["control_unit"], control_unit_mufu=mufu(p["control_unit_ops"]),
-        cond_rotation=p["cond_rotation"], fold_control_unit=fold["control_unit"],
-        tile_keys=64 if head_dim <= 80 else 32,
+        cond_rotation=p["cond_rotation"], tile_keys=64 if head_dim <= 80 else 32,
         sources=("every count: the gates' JSON (model_paths, prepare)",))
 
 
@@ -356,11 +348,12 @@ def hopper_design(gates: dict, head_dim: int) -> Design:
     """The sm_90a warp-specialized body kernel (hopper/body_kernel.h), every count from the gates' JSON (hopper
     'attn_hopper_bf16 D=<d>'): at head dim 64 one consumer warpgroup of 128 rows (4 warps of 32), two CTAs an SM;
     at 128 two consumer warpgroups of 16-row warps, one CTA an SM; one copying producer warp; its control CTAs on
-    the mma.sync kernel's control kernel, which at head dim 64 folds Lite's preparation in and in late calls the
-    value means. Round trips from the source's loads: a fill one global round trip and one L1 hit
-    (kPrefetch), a late row's straddling dots one a term (kDotChunks), 8 a CTA at 64 and 4 at 128."""
+    the mma.sync kernel's control kernel, which at head dim 64 folds Lite's preparation in. Round trips from the
+    source's loads: a fill two (body_kernel.h fill_slots: two lanes a row, 16-pair steps; two rows a lane at head
+    dim 64, two steps a row at 128), a late row's straddling dots one a term (kDotChunks), 8 a CTA at 64 and 4 at
+    128."""
     s = gates["hopper"][f"attn_hopper_bf16 D={head_dim}"]
-    fold = gates["model_paths"][str(head_dim)]["control_fold"]
+    fold = gates["model_paths"]["64"]["control_fold"] if head_dim == 64 else dict(nat_fold=0.0, control_unit=0.0)
     return Design(
         name=f"sm_90a body kernel, head dim {head_dim}", rows_per_cta=128, warps=4 if head_dim == 64 else 8,
         extra_tiles="logit" if head_dim == 64 else "logit16",
@@ -369,10 +362,9 @@ def hopper_design(gates: dict, head_dim: int) -> Design:
         direct_tile=s["consumer_direct_tile"], tile_mufu=mufu(s["consumer_full_tile_ops"]),
         ctrl_mufu=mufu(s["consumer_ctrl_tile_ops"]), direct_mufu=mufu(s["consumer_direct_tile_ops"]),
         cta_setup=s["consumer_prologue"] + s["consumer_epilogue"], fill_instructions=s["fill_step"],
-        fill_round_trips=PREFETCHED_FILL_ROUND_TRIPS, mixed_round_trips=8 if head_dim == 64 else 4,
+        fill_round_trips=2, mixed_round_trips=8 if head_dim == 64 else 4,
         prepare_instructions_per_element=gates["prepare"]["90a"]["per_element"],
-        lite_fold=fold["nat_fold"] if head_dim == 64 else 0.0, fold_control_unit=fold["control_unit"],
-        value_fold=fold["value_means"], wgmma=True, producer_warps=1, producer_tile=s["producer_tile"],
+        lite_fold=fold["nat_fold"], fold_control_unit=fold["control_unit"], wgmma=True, producer_warps=1, producer_tile=s["producer_tile"],
         producer_setup=4 * s["producer_prologue"], resident=2 if head_dim == 64 else 1,
         sources=("every count: the gates' JSON (hopper, model_paths' control kernel, prepare)",))
 
@@ -437,20 +429,25 @@ def body_phase(d: Design, census: dict, L: int, lite: bool, head_dim: int = D, b
                  l2_bytes=ctas * census["kv_tiles"] * tile_bytes, chain_cycles=chain, launches=1)
 
 
-def control_phase(d: Design, L: int, head_dim: int = D, batch: int = B, heads: int = H) -> Phase:
+def control_phase(d: Design, L: int, head_dim: int = D, batch: int = B, heads: int = H,
+                  tables_first: bool = False) -> Phase:
     """C control rows x every body key, chunks of 1,024 keys (one 32-row CTA each, its 4 warps splitting each tile
     into 16-column units, mainloop.h control_unit), merged by the combine kernel; every warp rotates its share
-    of each tile's keys read from k (one batch a tile, its round trip hidden but the first). Every body key's k and v
-    row is read once a head (mainloop.h record_arrays)."""
+    of each tile's keys read from k (mainloop.h rotate_cond_rows: batches of 256 / head_dim steps of 4 pairs a
+    thread, one a 64-key tile at head dim 64 and two a 32-key tile at 128, a round trip each after the tile's
+    own; tables_first: one batch a tile whose cos / sin are loaded before the tile's wait, NatFold's, no round
+    trip of its own). Every body key's k and v row is read once a head (mainloop.h record_arrays)."""
     chunks = max(1, L // 1024)
     tiles = 1024 / (64 if head_dim <= 80 else 32)
     reads = _heads(batch, heads) * L * head_dim * ELEMENT_BYTES * 2
     fill = d.fill_round_trips if d.control_fill_round_trips is None else d.control_fill_round_trips
-    batches = math.ceil(1024 / tiles * head_dim / 8 / 128 / 4) if d.cond_rotation else 0
+    batches = (0 if not d.cond_rotation else 1 if tables_first
+               else math.ceil(1024 / tiles * head_dim / 8 / 128 / max(1, 256 // head_dim)))
     return Phase("control", ctas=_heads(batch, heads) * chunks, resident=2,
                  warp_instructions=1024 / 16 * d.control_unit + d.cta_setup + tiles * batches * 4 * d.cond_rotation,
                  mufu=1024 / 16 * d.control_unit_mufu, bytes=reads,
-                 chain_cycles=(fill + tiles * max(1, batches)) * H200.latency_cycles, launches=0)
+                 chain_cycles=(fill + tiles * (1 + (0 if tables_first else batches))) * H200.latency_cycles,
+                 launches=0)
 
 
 def combine_phase(L: int, head_dim: int = D, batch: int = B, heads: int = H) -> Phase:
@@ -520,8 +517,7 @@ def census_key(d: Design, entries: dict, case: str, L: int, head_dim: int) -> st
 def design_phases(d: Design, entries: dict, case: str, L: int, head_dim: int = D,
                   control_design: Design | None = None, batch: int = B, heads: int = H) -> list[Phase]:
     """The phases of one op call with body design `d`; the sm_90a design's control CTAs run on `control_design`
-    (the mma.sync design at that head dim) in a launch of their own, folding Lite's preparation (head dim 64) or
-    late's value means."""
+    (the mma.sync design at that head dim) in a launch of their own, folding Lite's preparation (head dim 64)."""
     e = entries[census_key(d, entries, case, L, head_dim)]
     census = dict(kv_tiles=e["kv_tiles"], logit=e["logit_path_tiles_per_warp"],
                   logit16=e.get("logit_path_tiles_per_warp16", e["logit_path_tiles_per_warp"]),
@@ -535,8 +531,6 @@ def design_phases(d: Design, entries: dict, case: str, L: int, head_dim: int = D
         control = replace(control_phase(ctl, L, head_dim, **hw), launches=1)
         if case == "lite" and d.lite_fold:
             prepare, control = folded_phases(d, ctl, L, head_dim, **hw)
-        elif case == "late" and d.value_fold:
-            prepare, control = value_fold_phases(d, ctl, L, case, head_dim, **hw)
     return [prepare, selection_phase(L, case == "late", head_dim, **hw), plan_phase(L, **hw), control,
             body_phase(d, census, L, case == "lite", head_dim, **hw), combine_phase(L, head_dim, **hw)]
 
@@ -546,25 +540,10 @@ def folded_phases(d: Design, ctl: Design, L: int, head_dim: int, batch: int = B,
     control kernel runs its units at fold_control_unit and each tile's fold in place of the rotation batch, and
     writes k_nat and the two means (1 + 2 / G arrays of [L, D] a KV head)."""
     control = control_phase(replace(ctl, control_unit=d.fold_control_unit, cond_rotation=d.lite_fold), L, head_dim,
-                            batch, heads)
+                            batch, heads, tables_first=True)
     written = _heads(batch, heads) * L * head_dim * ELEMENT_BYTES * (1 + 2 / SUMMARY_BLOCK)
     prepare = Phase("prepare", bytes=_heads(batch, heads) * C * head_dim * ELEMENT_BYTES * 4)
     return prepare, replace(control, bytes=control.bytes + written, launches=1)
-
-
-def value_fold_phases(d: Design, ctl: Design, L: int, case: str, head_dim: int, batch: int = B,
-                      heads: int = H) -> tuple[Phase, Phase]:
-    """Rule 4's value means folded into the control CTAs: the preparation reads k alone and writes no s_v; the
-    control kernel adds one warp's means a tile and writes s_v (1 / G of an [L, D] array a KV head)."""
-    prep = replace(d, prepare_arrays_read={**d.prepare_arrays_read, case: d.prepare_arrays_read[case] - 1},
-                   prepare_arrays_written={**d.prepare_arrays_written,
-                                           case: d.prepare_arrays_written[case] - 1 / SUMMARY_BLOCK})
-    control = control_phase(replace(ctl, control_unit=d.fold_control_unit), L, head_dim, batch, heads)
-    tiles = 1024 / (64 if head_dim <= 80 else 32)
-    written = _heads(batch, heads) * L * head_dim * ELEMENT_BYTES / SUMMARY_BLOCK
-    return prepare_phase(prep, L, case, head_dim, batch, heads), replace(
-        control, warp_instructions=control.warp_instructions + tiles * d.value_fold,
-        bytes=control.bytes + written, launches=1)
 
 
 def union_flops(L: int, cols_per_row: float, head_dim: int) -> float:
@@ -660,31 +639,10 @@ def find(rows: list[dict], kernel: str, head_dim: int, case: str, L: int) -> dic
 
 def lever_designs(m: Model) -> list[tuple[str, str, int, Design, Design]]:
     """(lever, its commit, head dim, the sm_90a design without it, its control design without it) for each
-    micro-optimization of 2026-12-03 to 12-06 that the model can undo by its inputs alone. Where the gate's count
-    before the change is known (the commit's message) the design takes it; a fill's prefetches are its CCTLs."""
-    out = []
-    for head_dim in (64, 128):
-        hop, ctl = m.designs[("hopper", head_dim)], m.designs[("mma_sync", head_dim)]
-        # without the prefetch: a fill of two global round trips, less its 4 CCTLs at 64 (411 -> 384 at 128)
-        cctl = 4 if head_dim == 64 else 411 - 384
-        out.append(("a fill's second step prefetched into L1 (kPrefetch)", "afe0a60", head_dim,
-                    replace(hop, fill_round_trips=2.0, fill_instructions=hop.fill_instructions - cctl), ctl))
-        out.append(("late's value means folded into the control CTAs", "9b7fb45", head_dim,
-                    replace(hop, value_fold=0.0), ctl))
-        out.append(("a control CTA's plain fill with every chunk's load first", "6ecfa21", head_dim, hop,
-                    replace(ctl, control_fill_round_trips=8 if head_dim == 64 else 16)))
-        # bf16_pair (2899f9b): fill 437 -> 406 and the rotation 231 -> 215 at 64, Lite's fold 499 -> 469; 384 / 233
-        # -> 360 / 217 at 128
-        more = (31, 16, 30) if head_dim == 64 else (24, 16, 0)
-        out.append(("bf16 pairs widened by a shift or a mask (bf16_pair)", "2899f9b", head_dim,
-                    replace(hop, fill_instructions=hop.fill_instructions + more[0],
-                            lite_fold=hop.lite_fold + more[2] if hop.lite_fold else 0.0),
-                    replace(ctl, cond_rotation=ctl.cond_rotation + more[1])))
+    micro-optimization of 2026-12-03 to 12-06 still in the kernels that the model can undo by its inputs alone:
+    Lite's preparation folded into the control CTAs (the others were within the band and are gone)."""
     hop, ctl = m.designs[("hopper", 64)], m.designs[("mma_sync", 64)]
-    out.append(("Lite's preparation folded into the control CTAs", "b5a0b89", 64, replace(hop, lite_fold=0.0), ctl))
-    out.append(("the rotation's first cos / sin before the tile's wait (one round trip a tile fewer)", "dcb495c", 64,
-                hop, replace(ctl, control_fill_round_trips=ctl.control_fill_round_trips + 16)))
-    return out
+    return [("Lite's preparation folded into the control CTAs", "b5a0b89", 64, replace(hop, lite_fold=0.0), ctl)]
 
 
 def lever_table(m: Model) -> list[dict]:
@@ -702,6 +660,77 @@ def lever_table(m: Model) -> list[dict]:
         best = max(gains.values())
         rows.append(dict(lever=name, commit=commit, head_dim=head_dim, gains=gains, best=best, pays=best > m.band))
     return sorted(rows, key=lambda r: -r["best"])
+
+
+# The levers not yet taken: each a cost of the sm_90a call (head dim 64) that the model charges, from its phase,
+# cut by a fraction f. (phase, what, the design with f of it gone; None: f of the phase's predicted time gone).
+NEXT_LEVERS = (
+    ("body", "a KV tile's consumer trip (full_tile)",
+     lambda d, f: replace(d, full_tile=d.full_tile * (1 - f), masked_loop_full=d.masked_loop_full - f * d.full_tile)),
+    ("body", "a masked tile's logit path (masked_extra)", lambda d, f: replace(d, masked_extra=d.masked_extra * (1 - f))),
+    ("body", "the query-slot fills",
+     lambda d, f: replace(d, fill_instructions=d.fill_instructions * (1 - f), fill_round_trips=d.fill_round_trips * (1 - f))),
+    ("control", "the control CTAs' own launch (run beside the body's CTAs)", None),
+    ("prepare", "the preparation's pass over k and v", None),
+    ("selection", "the block selection", None),
+)
+# Issue 49's targets: the sm_90a kernel at head dim 64 against a FlashAttention-3-class kernel (x FA3-class).
+TARGETS = {("late", 8192): 3.0, ("lite", 8192): 8.0, ("late", 32768): 6.0, ("lite", 32768): 25.0}
+
+
+def cut_ms(m: Model, lever: tuple, case: str, L: int, f: float, head_dim: int = D) -> float:
+    """The call's predicted ms (sm_90a kernel, H200) with a fraction f of the lever's cost gone."""
+    phase, _, design = lever
+    hop, ctl = m.designs[("hopper", head_dim)], m.designs[("mma_sync", head_dim)]
+    rows = total(design_phases(design(hop, f) if design else hop, m.entries, case, L, head_dim, ctl), H200, m.fit)[1]
+    return sum(r["total"] * (1 - f if design is None and name == phase else 1) for name, r in rows) * 1e3
+
+
+def next_levers(m: Model) -> dict:
+    """Per lever not yet taken: its gain with all of its cost gone (time now / time without it - 1) for each target
+    shape; per target: the time it asks, each lever's cut that would reach it alone (the least fraction, None where
+    even all of it would not), and the lever the model points to (the largest gain there)."""
+    gains = [dict(phase=lv[0], lever=lv[1], gains={f"{c} {L // 1024}k": m.call_ms("hopper", c, L, D)[0] /
+                                                   cut_ms(m, lv, c, L, 1.0) - 1 for c, L in TARGETS})
+             for lv in NEXT_LEVERS]
+    targets = []
+    for (case, L), want in TARGETS.items():
+        now, fa3 = m.call_ms("hopper", case, L, D)[0], m.fa3_class_ms(L)
+        need = fa3 / want
+        cuts = []
+        for lv in NEXT_LEVERS:
+            lo, hi = 0.0, 1.0
+            if cut_ms(m, lv, case, L, 1.0) > need:
+                cuts.append(None)
+                continue
+            for _ in range(30):
+                mid = (lo + hi) / 2
+                lo, hi = (lo, mid) if cut_ms(m, lv, case, L, mid) <= need else (mid, hi)
+            cuts.append(hi)
+        key = f"{case} {L // 1024}k"
+        best = max(range(len(NEXT_LEVERS)), key=lambda i: gains[i]["gains"][key])
+        targets.append(dict(case=case, L=L, target=want, now=fa3 / now, ms=now, need_ms=need,
+                            cuts={NEXT_LEVERS[i][1]: c for i, c in enumerate(cuts)}, points_to=NEXT_LEVERS[best][1],
+                            phase=NEXT_LEVERS[best][0], gain=gains[best]["gains"][key]))
+    return dict(levers=gains, targets=targets)
+
+
+def next_lever_lines(m: Model, nl: dict) -> list[str]:
+    lines = [f"the levers not yet taken, each alone with all of its cost gone (sm_90a, D=64; gain = time now / time "
+             f"without it - 1; band +-{m.band:.0%}):"]
+    for g in sorted(nl["levers"], key=lambda g: -g["gains"]["late 8k"]):
+        lines.append(f"  {g['phase']:9s} {g['lever']}: " + ", ".join(f"{k} {v:+.1%}" for k, v in g["gains"].items()))
+    lines.append("issue 49's targets vs FA3 (sm_90a, D=64) and the next lever the model points to:")
+    for t in nl["targets"]:
+        head = f"  {t['case']} {t['L'] // 1024}k: {t['now']:.1f}x, target >= {t['target']:.0f}x"
+        if t["now"] >= t["target"]:
+            lines.append(head + ": met (predicted)")
+            continue
+        closing = [f"{name} cut by {c:.0%}" for name, c in t["cuts"].items() if c is not None]
+        lines.append(head + f" ({t['ms']:.2f} -> {t['need_ms']:.2f} ms: {t['ms'] / t['need_ms'] - 1:+.0%} needed); next "
+                     f"lever: {t['points_to']} ({t['phase']}, at most {t['gain']:+.0%}); closes it alone: "
+                     + ("; ".join(closing) if closing else "none"))
+    return lines
 
 
 # ---- judge mode: measured records against the model -------------------------------------------------------
@@ -782,7 +811,7 @@ def main(argv=None) -> int:
                                    "benchmarks/results/first_design_paths_*.json)")
     p.add_argument("--out", default=str(RESULTS / f"cuda_time_model_{datetime.date.today().isoformat()}.json"))
     p.add_argument("--judge", metavar="FILE", help="a JSON list of measured records: print each beside the model's time")
-    p.add_argument("--levers", action="store_true", help="also re-rank the recent micro-optimizations under the model")
+    p.add_argument("--levers", action="store_true", help="also re-rank the recent micro-optimizations under the model and name the next levers")
     args = p.parse_args(argv)
     try:
         gates, peers, entries = load_gates(args.gates), load_peers(args.peers), load_census(args.census)
@@ -843,6 +872,8 @@ def main(argv=None) -> int:
             gains = ", ".join(f"{k} {v:+.1%}" for k, v in r["gains"].items())
             print(f"  D={r['head_dim']:3d} {r['lever']} ({r['commit']}): {gains} -> "
                   f"{'pays beyond the band' if r['pays'] else 'within the band'}")
+        out["next_levers"] = next_levers(m)
+        print("\n" + "\n".join(next_lever_lines(m, out["next_levers"])))
     Path(args.out).write_text(json.dumps(out, indent=1))
     print("\n" + summary_line(m, rows))
     return 0

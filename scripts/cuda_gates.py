@@ -76,8 +76,8 @@ def attn_kernel_name(stages: int) -> tuple[str, str]:
 
 
 def control_kernel_name(stages: int) -> tuple[str, str]:
-    """... and of control_kernel<AttnTraits<Element, D, stages>> (mainloop.h: the control CTAs that fold the
-    preparation's work in, head dims 64 and 128 in bf16 / fp16; one head dim a cubin)."""
+    """... and of control_kernel<AttnTraits<Element, D, stages>> (mainloop.h: the control CTAs that fold Lite's
+    preparation in, head dim 64 in bf16 / fp16)."""
     return "14control_kernelI", f"Li{stages}EEEEEvNS0_16AttnKernelParamsE"
 
 
@@ -631,14 +631,13 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
     stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
                  control_unit_ops=control["ops"])
     # A control CTA thread's rotation of one batch of its tile's keys read from k itself (mainloop.h
-    # CondRotation::rotate: kBatch = 4 steps of 4 pairs, 8 FFMA and two 4-element stores a step):
-    # the static SASS between the first and the last address of its lines, halved. Its two layouts'
-    # instantiations lie there one after the other, each a straight-line batch (unrolled) with the loop's test
-    # and a later batch's cos / sin loads, so half the span is one layout's batch (its first batch's table
-    # loads, issued before the tile's wait, are about as many). At head dim 64 one batch is a thread's share of
-    # a 64-key tile (64 rows x 8 steps over 128 threads), at 128 of a 32-key one (32 x 16), so 4 x this is a
-    # tile's rotation in warp instructions.
-    span = member_span(sass, lines, "rotate", "struct CondRotation")
+    # rotate_cond_rows: kBatch = 256 / head_dim steps of 4 pairs, 8 FFMA and two 4-element stores a step): the
+    # static SASS between the first and the last address of its lines, halved. Its two layouts' instantiations
+    # lie there one after the other, each a straight-line batch (unrolled) with the tile's set-up and the loop's
+    # test, so half the span is one layout's batch and set-up. At head dim 64 one batch is a thread's share of a
+    # 64-key tile (64 rows x 8 steps over 128 threads), at 128 half a 32-key one's (32 x 16), so 4 x this is a
+    # batch of a tile's rotation in warp instructions.
+    span = rotation_span(sass, lines, "rotate_cond_rows")
     stats.update(cond_rotation=len(span) // 2 if span else None,
                  cond_rotation_ops={op: span.count(op) for op in sorted(set(span), key=span.count, reverse=True)})
     # A body warp's 16-column tiles in its masked loop (the census's control_tiles and direct_tiles): a tile of
@@ -772,19 +771,20 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
                 producer_tile=copy["instructions"], producer_tile_ops=copy.get("ops", {}))
 
 
-def member_span(sass: list, lines: dict, member: str, struct: str) -> list[str]:
-    """The opcodes of the static SASS from the first to the last address of a mainloop.h member function's lines
-    (the first `member` past the line starting `struct`: member_lines), inlined helpers included, in each stretch
-    that no other instruction of mainloop.h's CondRotation / NatFold / ValueMeans members interrupts (ptxas may lay
-    another member's instantiation between the two layouts' of this one)."""
-    def addresses(m: str, st: str) -> set:
-        first, last = member_lines(m, "mainloop.h", after=st)
+def rotation_span(sass: list, lines: dict, which: str) -> list[str]:
+    """The opcodes of the static SASS from the first to the last address of the lines of one of mainloop.h's two
+    rotations of a control tile's keys (`which`: "rotate_cond_rows" or "NatFold::run"), inlined helpers included,
+    in each stretch that no instruction of the other interrupts (ptxas may lay the other's instantiation between
+    the two layouts' of this one)."""
+    spans = {"rotate_cond_rows": function_lines("rotate_cond_rows"),
+             "NatFold::run": member_lines("run", "mainloop.h", after="struct NatFold")}
+
+    def addresses(first_last: tuple[int, int]) -> set:
+        first, last = first_last
         return {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
 
-    own = addresses(member, struct)
-    others = set().union(*(addresses(m, st) for m, st in (("rotate", "struct CondRotation"), ("run", "struct NatFold"),
-                                                          ("run", "struct ValueMeans"))
-                           if (m, st) != (member, struct)))
+    own = addresses(spans[which])
+    others = set().union(*(addresses(v) for k, v in spans.items() if k != which))
     ops, run, last_own = [], [], None
     for a, op, _ in sass:
         if a in others and run:
@@ -864,9 +864,8 @@ def cheapest_path(sass: list[tuple[int, str, str]], starts: set, ends: set, thro
     return dict(instructions=finish[0], ops=dict(sorted(ops.items(), key=lambda x: -x[1])), path=path[::-1])
 
 
-# mainloop.h's functions a fill of a query slot row runs (fill_slot_row and what it calls); the sm_90a kernel's
-# fill prefetches its later steps into L1 first (fill_row_vector kPrefetch).
-FILL_FUNCTIONS = ("fill_slot_row", "slot_row_tables", "fill_row", "fill_row_vector", "rotate_pairs", "rotate_loaded")
+# mainloop.h's functions a fill of a query slot row runs (fill_slot_row and what it calls).
+FILL_FUNCTIONS = ("fill_slot_row", "fill_row", "fill_row_vector", "rotate_pairs", "rotate_loaded")
 
 
 def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
@@ -880,9 +879,9 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
       and shared stores (the producer warpgroup reads the plan), the roles' split, the Consumer's set-up
       and the walk's first cursor steps;
     - fill_step: one fill of the warp's query slot rows (a rotated variant: head_dim / 4 pairs a lane, 2 FFMA
-      each, in steps of 16 pairs: one step at head dim 64, two at 128; the L1 prefetches of its later rows
-      first), from that first instruction to the first of the straddling dots (the async-proxy fence and the
-      barrier between);
+      each, in steps of 16 pairs: two lanes a row, one step a row at head dim 64 (two rows a lane), two at 128),
+      from that first instruction to the first of the straddling dots (the async-proxy fence and the barrier
+      between);
     - consumer_epilogue: from the epilogue's first instruction (body_kernel.h Consumer::epilogue) to EXIT with
       its 16-byte output stores a lane (16 rows x head_dim / 8 chunks over 32 lanes: 4 at head dim 64);
     - producer_prologue: a producer warpgroup warp whose lanes compute the rows' geometry (tid < 128: all
@@ -912,21 +911,10 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     pro = cheapest_path(sass, entry, fill_start, through=(alloc,))
     # The fill from the prologue's last instruction (the first of fill_slots on the consumer's path).
     first_fill = min(fill_start & {a for a, _, _ in sass if a >= min(alloc)}) if alloc and fill_start else None
-    # Two lanes a row, each rotating half the row's head_dim / 2 pairs with two FFMA a pair; through every L1
-    # prefetch of the fill's later steps (fill_row_vector kPrefetch: their q chunks and their tables' entries,
-    # the loop over them once; padding and plain rows branch around them, which the cheapest path would take):
-    # through the first and the last prefetch of one of the straight runs of them (one run a layout and sign).
+    # Two lanes a row, each rotating half the row's head_dim / 2 pairs with two FFMA a pair.
     counts = hopper_tile_counts(head_dim)
-    runs = []
-    for a, op, _ in sass:
-        if op.startswith("CCTL.E.PF1"):
-            if runs and a - runs[-1][-1] <= 0x80:
-                runs[-1].append(a)
-            else:
-                runs.append([a])
-    prefetches = ({r[0] for r in runs}, {r[-1] for r in runs}) if runs else ()
-    step = (cheapest_path(sass, {first_fill}, dots, through=prefetches, count_ops=("FFMA",),
-                          min_count=counts["fill_ffma"], count_within=rotate)
+    step = (cheapest_path(sass, {first_fill}, dots, count_ops=("FFMA",), min_count=counts["fill_ffma"],
+                          count_within=rotate)
             if first_fill is not None else dict(instructions=None))
     epi = (cheapest_path(sass, {min(epilogue)}, exits, count_ops=("STG.E.128",), min_count=counts["epilogue_stores"])
            if epilogue else dict(instructions=None))
@@ -982,16 +970,16 @@ def attn_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
 def attn_model_paths(head_dim: int = 128, arch: str = "90a") -> dict:
     """The mma.sync kernel's trips and costs outside its tile loops at `head_dim` (bf16, three K/V stages: what
     an H100 / H200 runs), for the time model's head dim 128 (no limits: the gate's are set at head dim 64). The
-    Hopper launch's control CTAs run on this kernel, so its control unit is that design's too; and, as
-    control_fold, the control kernel that folds the value means in beside it (control_fold_paths, with its
+    Hopper launch's control CTAs run on this kernel, so its control unit is that design's too; and, at head dim 64,
+    as control_fold, the control kernel that folds Lite's preparation in beside it (control_fold_paths, with its
     failures)."""
     if nvcc_path() is None or cuobjdump_path() is None:
         raise FileNotFoundError("the gates need nvcc (CUDA_HOME) and cuobjdump (CUDA toolkit or the triton package)")
     with tempfile.TemporaryDirectory() as workdir:
         cubin, report = compile_kernel(f"csrc/cuda/attn_hdim{head_dim}_bf16.cu", arch, workdir)
         kernel = attn_kernel_name(3)
-        return dict(attn_tile_paths(cubin, kernel, head_dim), **attn_fixed_paths(cubin, kernel, head_dim),
-                    control_fold=control_fold_paths(cubin, report, 3, head_dim))
+        fold = dict(control_fold=control_fold_paths(cubin, report)) if head_dim == 64 else {}
+        return dict(attn_tile_paths(cubin, kernel, head_dim), **attn_fixed_paths(cubin, kernel, head_dim), **fold)
 
 
 def hopper_failures(stats: dict, head_dim: int) -> list[str]:
@@ -1086,14 +1074,12 @@ def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dic
     return results
 
 
-def control_fold_paths(cubin: str, report: str, stages: int = 3, head_dim: int = 64) -> dict:
-    """mainloop.h control_kernel at `head_dim` (three K/V stages' traits, as an H100 / H200 runs it): its
+def control_fold_paths(cubin: str, report: str, stages: int = 3) -> dict:
+    """mainloop.h control_kernel at head dim 64 (three K/V stages' traits, as an H100 / H200 runs it): its
     registers, spills and static SASS, held to attn_kernel's limits on registers, spills, local memory and CALLs;
-    its control unit trip (control_unit, the same count as attn_tile_paths'); at head dim 64 a thread's share of
-    a tile in NatFold::run (the static span of its lines, halved: its two layouts; both rotations of its 4 rows,
-    k_nat's stores, the G-block sums and means of keys and values); and a thread's share of a tile in
-    ValueMeans::run (the static span of its lines: a whole block's 16 rows unrolled, and the ragged block's rolled
-    loop, so an upper bound of the trip), what the time model's folded control phases read."""
+    its control unit trip (control_unit, the same count as attn_tile_paths'); and a thread's share of a tile in
+    NatFold::run (the static span of its lines, halved: its two layouts; both rotations of its 4 rows, k_nat's
+    stores, the G-block sums and means of keys and values), what the time model's folded control phase reads."""
     name = control_kernel_name(stages)
     stats = dict(ptxas_stats(report, name), **sass_stats(cubin, name))
     sass = function_sass(cubin, name)
@@ -1101,12 +1087,9 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3, head_dim: int =
     first, last = function_lines("control_unit")
     unit = {a for a, (n, line) in lines.items() if n == "mainloop.h" and first <= line <= last}
     control = tile_path(sass, CONTROL_UNIT_MMA, through=unit) if unit else dict(instructions=None, ops={})
-    fold = member_span(sass, lines, "run", "struct NatFold")
-    means = member_span(sass, lines, "run", "struct ValueMeans")
+    fold = rotation_span(sass, lines, "NatFold::run")
     stats.update(control_unit=control["instructions"], nat_fold=len(fold) // 2 if fold else None,
-                 nat_fold_ops={op: fold.count(op) for op in sorted(set(fold), key=fold.count, reverse=True)},
-                 value_means=len(means) if means else None,
-                 value_means_ops={op: means.count(op) for op in sorted(set(means), key=means.count, reverse=True)})
+                 nat_fold_ops={op: fold.count(op) for op in sorted(set(fold), key=fold.count, reverse=True)})
     fails = []
     if stats["spill_stores"] or stats["spill_loads"] or stats["stack"] or stats["local"]:
         fails.append(f"spills / stack / local memory: {stats['spill_stores']} B stored, {stats['stack']} B stack")
@@ -1114,8 +1097,8 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3, head_dim: int =
         fails.append(f"registers {stats['registers']} > {LIMITS['max_registers']}")
     if stats.get("subroutine_calls") or stats["division_calls"]:
         fails.append("CALLs into subroutines")
-    if (head_dim == 64 and stats["nat_fold"] is None) or stats["value_means"] is None or stats["control_unit"] is None:
-        fails.append("no NatFold::run (head dim 64), ValueMeans::run or control unit path found in the SASS")
+    if stats["nat_fold"] is None or stats["control_unit"] is None:
+        fails.append("no NatFold::run or control unit path found in the SASS")
     stats["failures"] = fails
     return stats
 
@@ -1221,10 +1204,9 @@ def main(argv=None) -> int:
                   f"rotation batch {t.get('cond_rotation')}")
         c = s.get("control_fold")
         if c:
-            print(f"sm_{arch}, control kernel (the preparation's work folded in, 3 K/V stages): registers "
+            print(f"sm_{arch}, control kernel (Lite's preparation folded in, 3 K/V stages): registers "
                   f"{c['registers']}, spills {c['spill_stores']} B, SASS {c['instructions']}, control unit "
-                  f"{c['control_unit']}, a thread's fold of a tile {c['nat_fold']}, a warp's value means of a tile "
-                  f"{c['value_means']}")
+                  f"{c['control_unit']}, a thread's fold of a tile {c['nat_fold']}")
         for f in s["failures"]:
             print(f"  FAIL sm_{arch}: {f}")
         ok = ok and not s["failures"]

@@ -100,3 +100,29 @@ def test_the_runner_on_the_cpu_with_its_clock_stubbed(monkeypatch, tmp_path):
     assert ours["ms"] == 2.0 and ours["stages"] == 2 and ours["tflops"] > 0 and not ours.get("error")
     assert by_kernel["flex"]["ms"] == 2.0 and by_kernel["flex"]["stage"] == "late"
     assert json.loads((tmp_path / "gpu_attention.json").read_text()) == records
+
+
+def test_lites_fold_is_timed_both_ways_on_the_sm90a_kernel(monkeypatch, tmp_path):
+    """rangeswa_lite on the sm_90a kernel at head dim 64 is timed a second time with RANGESWA_CUDA_FOLD=off (the
+    A/B of its preparation folded into the control CTAs), the switch restored after; the table names both times.
+    The mma.sync kernel's record has no such time."""
+    import os
+
+    monkeypatch.delenv("RANGESWA_CUDA_FOLD", raising=False)
+    monkeypatch.setattr(bench_gpu, "median_ms",
+                        lambda fn, repeats, warmup=2: (fn(), 2.5 if os.environ.get("RANGESWA_CUDA_FOLD") == "off" else 2.0)[1])
+    monkeypatch.setattr(bench_gpu, "kernels_ran", lambda fn: dict(kernel=None, stages=2))
+    monkeypatch.setattr(bench_gpu, "correctness", lambda kernels, dtype, device: {k: None for k in kernels})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "cpu (stubbed clock)")
+    cfg = dict(train_length=128, late_window=32, summary_block=16, retrieval_block=32, query_block=64, near_range=40)
+    monkeypatch.setattr(bench_gpu, "preset", lambda name: preset(name, **cfg))
+    records = bench_gpu.run_gpu_benchmark(methods=("rangeswa_lite",), stages=("late",), lengths=(300,), batch=1,
+                                          heads=2, kv_heads=1, head_dim=64, control=4, dtype="fp32", repeats=1,
+                                          kernels=["mma", "hopper"], device="cpu", progress=False, out=tmp_path,
+                                          flex_lengths=())
+    by_kernel = {r["kernel"]: r for r in records}
+    assert by_kernel["hopper"]["ms"] == 2.0 and by_kernel["hopper"]["ms_fold_off"] == 2.5
+    assert "ms_fold_off" not in by_kernel["mma_sync"]
+    assert "RANGESWA_CUDA_FOLD" not in os.environ
+    assert "- L = 300: folded 2.000, not folded 2.500 (+25.0% without the fold)" in (
+        tmp_path / "gpu_attention.md").read_text().splitlines()

@@ -164,9 +164,8 @@ def test_the_time_model_reads_the_measured_hopper_paths_at_head_dim_128(measured
 def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
     """... and its per-CTA costs outside the tile loops (cuda_gates.hopper_fixed_paths): a consumer warp's
     prologue and epilogue, a fill of its rows, a producer warpgroup warp's prologue; the epilogue's path holds its
-    output stores (8 a lane: 32 rows) and the fill its rotation (a lane a row at head dim 64: 32 pairs, 2 FFMA a
-    pair, in two steps of 16) and the L1 prefetches of its second step (its two q pieces and its cos / sin: 4),
-    which is why the model gives a fill one global round trip and an L1 hit."""
+    output stores (8 a lane: 32 rows) and the fill its rotation (16 pairs a lane and pass of 16 rows at head dim
+    64, 2 FFMA a pair, two passes: two global round trips in the model)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import cuda_time_model
 
@@ -174,11 +173,12 @@ def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
     assert s["consumer_prologue_ops"].get("USETMAXREG", 0) == 1
     assert s["consumer_epilogue_ops"].get("STG", 0) >= 8 and s["consumer_epilogue_ops"].get("EXIT", 0) >= 1
     assert s["fill_step_ops"].get("FFMA", 0) >= 64
-    # ... and writes its 32 rotated pairs (128 bytes a lane) in 16-byte shared stores (mainloop.h store_slot, kCore)
+    # ... and writes its 16 rotated pairs (64 bytes a lane) a pass in 16-byte shared stores (mainloop.h
+    # store_slot, kCore)
     assert s["fill_step_ops"].get("STS", 0) == 8
-    assert s["fill_step_ops"].get("CCTL", 0) == 4
+    assert s["fill_step_ops"].get("CCTL", 0) == 0
     hop = cuda_time_model.hopper_design(cuda_time_model.load_gates(), 64)
-    assert hop.fill_round_trips == cuda_time_model.PREFETCHED_FILL_ROUND_TRIPS < 2
+    assert hop.fill_round_trips == 2
     assert hop.cta_setup == s["consumer_prologue"] + s["consumer_epilogue"]
     assert hop.fill_instructions == s["fill_step"]
     assert hop.producer_setup == 4 * s["producer_prologue"]

@@ -349,7 +349,7 @@ def test_body_values_read_in_place_are_the_copy_bit_for_bit(simt, monkeypatch, l
 def test_control_keys_rotated_from_k_are_the_prepared_ones_bit_for_bit(simt, monkeypatch, layout, raw):
     """attn_setup.h cond_keys_in_place: with D = Dp, 16-byte rows and a rotary half in steps of 4 pairs, the
     control CTAs read the control rows' body keys from k itself and rotate each tile to the conditioning
-    positions in shared memory (mainloop.h CondRotation), and the preparation writes no k_cond; otherwise
+    positions in shared memory (mainloop.h rotate_cond_keys), and the preparation writes no k_cond; otherwise
     (head dim 66, a rotary half of 18, a misaligned k) the preparation writes k_cond. Either way the output is
     bit for bit the one RANGESWA_CUDA_COND=copy forces (the same products, on the host's compile), and close to
     the reference, control rows included."""
@@ -371,41 +371,33 @@ def test_control_keys_rotated_from_k_are_the_prepared_ones_bit_for_bit(simt, mon
     assert (err[:, :, :C].max() / expect[:, :, :C].abs().max()).item() < 2e-2  # the control rows
 
 
-FOLDED = 12  # ... and what of the preparation its control CTAs did: 1 Lite's body rows, 2 the value means
-NAT, VALUES = 1, 2
+FOLDED = 12  # ... and whether its control CTAs did Lite's preparation of the body rows
 
 
 @pytest.mark.parametrize("case,folded", [
-    ("contiguous", NAT), ("grouped heads", NAT), ("interleaved", NAT), ("fused qkv", NAT), ("ragged last block", NAT),
-    ("head dim 128", 0), ("rotary dim 32", 0), ("rangeswa late", VALUES), ("late, head dim 128", VALUES),
-    ("late, grouped heads", VALUES), ("late, ragged last block", VALUES), ("late, rotary dim 32", VALUES),
-    ("late, interleaved", VALUES), ("late, head dim 80", 0), ("late, head dim 96", 0), ("mma.sync kernel", 0)])
+    ("contiguous", True), ("grouped heads", True), ("interleaved", True), ("fused qkv", True),
+    ("ragged last block", True), ("head dim 128", False), ("rotary dim 32", False), ("rangeswa late", False),
+    ("mma.sync kernel", False)])
 def test_the_preparation_folded_into_the_control_ctas(simt, monkeypatch, case, folded):
-    """attn_setup.h fold_into_control: on the sm_90a launch (its control grid before its body grid), a call whose
-    control CTAs load every body value from v itself (read in place) has those CTAs do part of the preparation,
-    from the tiles as they land (the first control tile of each KV head's first query head, over its chunks):
-    - Lite at head dim 64 with every dim rotated and the body keys read from k (nat_keys_from_control): its
-      whole body rows (mainloop.h NatFold: R(j) k_j into k_nat, the G-block means s_nat and s_v), so that the
-      preparation reads no body row;
-    - a late call at head dims 64 and 128 (D = Dp) with G = 16 (value_means_from_control): rule 4's value means
-      s_v (mainloop.h ValueMeans), so that the preparation never loads v (it keeps k_nat, k_grp, the prefix sums
-      and the other means).
-    Neither Lite at head dim 128 or with a partial rotary dim (its preparation is bound by its instructions, not
-    by memory), nor late at head dim 80 (its tiles' G-blocks are not a warp's lanes), at 96 (padded to 128: v is
-    not read in place) or on the mma.sync kernel (control and body CTAs share its launch). The emulation's arrays start
-    NaN-filled, so a row or block the control CTAs missed (a second query head of a group, a ragged chunk or
-    block) shows in the output. The value means are the vector preparation's sums and products, so that fold's
-    output is bit for bit the one RANGESWA_CUDA_FOLD=off gives; Lite's whole fold sums its means in another
-    order, so its output is only close to it; both are close to the reference."""
-    late = case.startswith("late") or case == "rangeswa late"
-    name = "rangeswa" if late else "rangeswa_lite"
+    """attn_setup.h fold_into_control: on the sm_90a launch (its control grid before its body grid), a Lite call at
+    head dim 64 with every dim rotated, the body keys read from k and the values read in place
+    (nat_keys_from_control) has its control CTAs do its whole preparation of the body rows from the tiles as they
+    land (mainloop.h NatFold: R(j) k_j into k_nat, the G-block means s_nat and s_v; the first control tile of each
+    KV head's first query head, over its chunks), so that the preparation reads no body row. Not Lite at head dim
+    128 or with a partial rotary dim (its preparation is bound by its instructions, not by memory), not a late call
+    (grouped keys: the preparation writes them) and not on the mma.sync kernel (control and body CTAs share its
+    launch). The emulation's arrays start NaN-filled, so a row or block the control CTAs missed (a second query
+    head of a group, a ragged chunk or block) shows in the output. The fold sums its means in another order than
+    the preparation, so its output is only close to the one RANGESWA_CUDA_FOLD=off gives (bit for bit where it
+    does not fold); both are close to the reference."""
+    name = "rangeswa" if case == "rangeswa late" else "rangeswa_lite"
     # Lite: Hn = T (no grouping); late: Hn < T (grouping, its arrays)
     cfg = preset(name, train_length=256, near_range=256 if name == "rangeswa_lite" else 128).replace(
         rotary_dim=32 if "rotary dim 32" in case else None,
         rope_style="interleaved" if "interleaved" in case else "half")
     B, H, C = 1, 2, 12
     L = 1093 if "ragged" in case else 1500  # two chunks of keys, the second ragged
-    D = next((d for d in (128, 80, 96) if f"head dim {d}" in case), 64)
+    D = 128 if case == "head dim 128" else 64
     if "grouped heads" in case:  # 4 query heads on 2 KV heads
         g = torch.Generator().manual_seed(7)
         q = torch.randn(B, 4, C + L, D, generator=g).bfloat16()
@@ -418,8 +410,8 @@ def test_the_preparation_folded_into_the_control_ctas(simt, monkeypatch, case, f
     args = ops.attn_arguments(cfg, C)
     out, lse, ran, prepared, prepared_lse = attn_both_ways(simt, monkeypatch, q, k, v, blocks, args, FOLDED,
                                                            "RANGESWA_CUDA_FOLD", "off")
-    assert ran == folded
-    if folded == NAT:
+    assert ran == int(folded)
+    if folded:
         assert ((out.float() - prepared.float()).abs().max() <= 1e-2 * prepared.float().abs().max()).item()
         assert torch.allclose(lse, prepared_lse, atol=1e-3)
     else:

@@ -268,22 +268,20 @@ def test_prepare_counts_the_summaries_and_the_value_means_it_writes(checked):
     assert late.bytes == elements * model.ELEMENT_BYTES * (2 + 4 + 3 / G)
 
 
-def test_the_folds_into_the_control_ctas(checked, entries):
-    """The sm_90a launch folds Lite's preparation (head dim 64) and a late call's value means into its control
-    CTAs: the preparation then moves the control rows alone (Lite) or reads k alone (late), the control phase
-    writes what the preparation no longer does; both calls are faster than unfolded."""
+def test_the_fold_into_the_control_ctas(checked, entries):
+    """The sm_90a launch folds Lite's preparation (head dim 64) into its control CTAs: the preparation then moves
+    the control rows alone, the control phase writes what the preparation no longer does, and the call is faster
+    than unfolded; a late call keeps its preparation."""
     hop, now, L = checked.designs[("hopper", 64)], checked.designs[("mma_sync", 64)], 32768
     array = model.B * model.H * L * model.D * model.ELEMENT_BYTES
     lite = {p.name: p for p in model.design_phases(hop, entries, "lite", L, 64, now)}
     assert lite["prepare"].bytes == model.B * model.H * model.C * model.D * model.ELEMENT_BYTES * 4
     assert lite["control"].bytes == 2 * array + array * (1 + 2 / model.SUMMARY_BLOCK)
     late = {p.name: p for p in model.design_phases(hop, entries, "late", L, 64, now)}
-    kept = model.prepare_phase(hop, L, "late")
-    assert late["prepare"].bytes == kept.bytes - array * (1 + 1 / model.SUMMARY_BLOCK)
-    for case, phases in (("lite", lite), ("late", late)):
-        unfolded = dict(phases, prepare=model.prepare_phase(hop, L, case),
-                        control=model.replace(model.control_phase(now, L), launches=1))
-        assert model.total(list(phases.values()), model.H200, FIT)[0] < model.total(list(unfolded.values()), model.H200, FIT)[0]
+    assert late["prepare"].bytes == model.prepare_phase(hop, L, "late").bytes
+    unfolded = dict(lite, prepare=model.prepare_phase(hop, L, "lite"),
+                    control=model.replace(model.control_phase(now, L), launches=1))
+    assert model.total(list(lite.values()), model.H200, FIT)[0] < model.total(list(unfolded.values()), model.H200, FIT)[0]
 
 
 def test_the_fa3_class_time_is_the_models_fa3_corrected_by_its_residual(checked):
@@ -317,3 +315,31 @@ def test_judge_prints_each_measured_record_beside_the_prediction(tmp_path, capsy
     path.write_text(json.dumps({"ms": 1}))
     assert model.main(["--judge", str(path)]) == 2
     assert "expected a JSON list" in capsys.readouterr().err
+
+
+def test_the_lever_list_holds_only_the_levers_in_the_kernels(checked):
+    """--levers re-ranks the recent micro-optimizations still in the kernels: Lite's preparation folded into the
+    control CTAs alone (the others were within the band and are gone), which speeds Lite and leaves late alone."""
+    rows = model.lever_table(checked)
+    assert [(r["commit"], r["head_dim"]) for r in rows] == [("b5a0b89", 64)]
+    assert rows[0]["gains"]["late 8k"] == 0.0 and rows[0]["gains"]["lite 8k"] > 0.0
+
+
+def test_the_next_lever_is_the_largest_gain_not_taken_and_its_cut_reaches_the_target(checked):
+    """For each of issue 49's targets the model names the lever with the largest gain there, and where a lever's
+    cut closes the gap alone that cut reaches the target's time and a slightly smaller one does not."""
+    nl = model.next_levers(checked)
+    assert {g["lever"] for g in nl["levers"]} == {lv[1] for lv in model.NEXT_LEVERS}
+    for t in nl["targets"]:
+        key = f"{t['case']} {t['L'] // 1024}k"
+        assert t["gain"] == max(g["gains"][key] for g in nl["levers"])
+        assert math.isclose(t["now"], checked.fa3_class_ms(t["L"]) / t["ms"])
+        for lv in model.NEXT_LEVERS:
+            cut = t["cuts"][lv[1]]
+            full = model.cut_ms(checked, lv, t["case"], t["L"], 1.0)
+            assert (cut is None) == (full > t["need_ms"])
+            if cut is not None and cut > 0.01:
+                assert model.cut_ms(checked, lv, t["case"], t["L"], cut) <= t["need_ms"]
+                assert model.cut_ms(checked, lv, t["case"], t["L"], cut - 0.01) > t["need_ms"]
+    assert model.cut_ms(checked, model.NEXT_LEVERS[0], "late", 8192, 0.0) == pytest.approx(
+        checked.call_ms("hopper", "late", 8192, 64)[0])

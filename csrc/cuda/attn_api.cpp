@@ -463,8 +463,7 @@ CallState stage_call(const CallCheck& c, RSWA_ATTN_PARAMS, const std::optional<a
   if (context) prepare_call_rows_only(pp);  // everything else is the context's
   st.p = kernel_params(ap, s, buf);
   st.p.Nq = int32_t(rows);  // q rows per head of the output (the packed rows in a packed call)
-  // The preparation's work folded into the control CTAs (sm_90a launch, one call): Lite's body rows, or the value
-  // means.
+  // Lite's preparation folded into the control CTAs (sm_90a launch, one call): it reads no body row.
   if (!packed && !context) fold_into_control(ap, pp, buf, c.hopper, st.p);
   st.given = buf.retrieved;
   dispatch_dtype(qc.scalar_type(), [&](auto tag) {

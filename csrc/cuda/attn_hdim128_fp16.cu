@@ -2,4 +2,3 @@
 #include "attn_launch.h"
 
 RANGESWA_INSTANTIATE_ATTN(__half, 128)
-RANGESWA_INSTANTIATE_CONTROL_FOLD(__half, 128)

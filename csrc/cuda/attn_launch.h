@@ -54,9 +54,8 @@ cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
   return launch_tiles<Element, kHeadDim>(p, stream, [](auto traits) { return attn_kernel<decltype(traits)>; });
 }
 
-// The control CTAs alone, folding the preparation's work in (mainloop.h control_kernel): p's CTAs per head are its
-// control tiles (hopper/body_launch.h run_attn_hopper's control grid when p.fold is set). Head dims 64 and 128,
-// 16-bit.
+// The control CTAs alone, folding Lite's preparation in (mainloop.h control_kernel): p's CTAs per head are its
+// control tiles (hopper/body_launch.h run_attn_hopper's control grid when p.fold is set). Head dim 64, 16-bit.
 template <typename Element, int kHeadDim>
 cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream) {
   return launch_tiles<Element, kHeadDim>(p, stream, [](auto traits) { return control_kernel<decltype(traits)>; });
@@ -92,7 +91,7 @@ cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_s
   template size_t rangeswa::cuda::attn_smem_bytes<Element, D>(const rangeswa::cuda::AttnKernelParams&);       \
   template cudaError_t rangeswa::cuda::run_attn_packed<Element, D>(const rangeswa::cuda::PackedLaunch&, int64_t, \
                                                                    int32_t, size_t, cudaStream_t);
-// ... and, at head dims 64 and 128 in bf16 / fp16, the control kernel that folds the preparation's work in.
+// ... and, at head dim 64 in bf16 / fp16, the control kernel that folds Lite's preparation in.
 #define RANGESWA_INSTANTIATE_CONTROL_FOLD(Element, D)                                                      \
   template cudaError_t rangeswa::cuda::run_control_fold<Element, D>(const rangeswa::cuda::AttnKernelParams&, \
                                                                      cudaStream_t);

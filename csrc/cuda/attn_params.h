@@ -41,14 +41,13 @@ struct PreparedArrays {
   RowStrides values;
   // cond_raw: k_cond is k itself at its first body row, rows at cond.at(b, h, r), unrotated; the control
   // CTAs rotate each tile to the conditioning positions as it lands (attn_setup.h cond_keys_in_place,
-  // mainloop.h CondRotation), and the preparation writes no k_cond.
+  // mainloop.h rotate_cond_keys), and the preparation writes no k_cond.
   RowStrides cond;
   bool cond_raw;
 };
 
-// The preparation's work folded into the control CTAs: the arrays they write in its place. Lite's (mainloop.h
-// NatFold; attn_setup.h nat_keys_from_control): k_nat, s_nat and s_v; or the value means alone (ValueMeans;
-// value_means_from_control): s_v, k_nat and s_nat null.
+// Lite's preparation folded into the control CTAs (mainloop.h NatFold; attn_setup.h nat_keys_from_control):
+// the arrays they write in its place, k_nat, s_nat and s_v.
 struct FoldedPrepare {
   void *k_nat, *s_nat, *s_v;  // the KV heads' arrays (kv's k_nat, s_nat, s_v, writable); s_v null: no fold
   float inv_last;             // 1 / the last G-block's tokens (prepare.h last_block_inverse)

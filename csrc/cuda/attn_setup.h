@@ -275,10 +275,10 @@ void body_values(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int
 }
 
 // Whether the control CTAs read the control rows' body keys from k itself and rotate them to the
-// conditioning positions as each tile lands (mainloop.h CondRotation) instead of reading a k_cond array
+// conditioning positions as each tile lands (mainloop.h rotate_cond_keys) instead of reading a k_cond array
 // that the preparation writes: the call has the conditioning correction and no prepared context (whose
 // cache holds k_cond), the head dim is its own padding, k's rows start on 16 bytes (cp.async 16) as
-// values_in_place asks of v, and the rotary half is 4 x a power of two pairs (CondRotation: a thread's
+// values_in_place asks of v, and the rotary half is 4 x a power of two pairs (rotate_cond_rows: a thread's
 // step of 4 pairs the same in every row it rotates; 64 at head dim 128, 32 at 64). The same products
 // as the preparation's, one array less written and read. RANGESWA_CUDA_COND=copy keeps the array (for A/B
 // measurements and tests).
@@ -308,20 +308,12 @@ inline void cond_from_keys(const AttnParams& ap, const AttnSetup& s, AttnBuffers
 // natural tables beside its output). The preparation then reads no body row and writes the control rows
 // alone: one pass over k and v instead of two. RANGESWA_CUDA_FOLD=off keeps the preparation's (A/B
 // measurements and tests).
-// What both folds below ask of a call: not turned off (RANGESWA_CUDA_FOLD=off), the sm_90a launch (its control grid
-// before its body grid), control rows and a body, the values read in place (the control CTAs load every body value
-// from v, and the preparation writes no copy of them), a fresh call (no prepared context's rows), and rule 4's
-// G = 16 in preparation units of one block.
-inline bool fold_allowed(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf, bool hopper) {
-  return !env_is("RANGESWA_CUDA_FOLD", "off") && hopper && buf.values_in_place && pp.v_body == nullptr && ap.C > 0 &&
-         ap.L > 0 && pp.row0 == 0 && pp.G == 16 && pp.unit_tokens == 16;
-}
-
 inline bool nat_keys_from_control(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf, bool hopper) {
-  return fold_allowed(ap, pp, buf, hopper) && buf.cond_raw && ap.D == 64 && pp.Dp == 64 &&
-         2 * int64_t(pp.rotary_half) == ap.D && pp.k_nat != nullptr && pp.s_nat != nullptr && pp.s_v != nullptr &&
-         pp.k_grp == nullptr && pp.k_cond == nullptr && pp.s_grp == nullptr && pp.p_nat == nullptr &&
-         pp.p_grp == nullptr;
+  return !env_is("RANGESWA_CUDA_FOLD", "off") && hopper && buf.cond_raw && buf.values_in_place && ap.C > 0 &&
+         ap.L > 0 && pp.row0 == 0 && ap.D == 64 && pp.Dp == 64 && 2 * int64_t(pp.rotary_half) == ap.D && pp.G == 16 &&
+         pp.unit_tokens == 16 && pp.k_nat != nullptr && pp.s_nat != nullptr && pp.s_v != nullptr &&
+         pp.k_grp == nullptr && pp.k_cond == nullptr && pp.v_body == nullptr && pp.s_grp == nullptr &&
+         pp.p_nat == nullptr && pp.p_grp == nullptr;
 }
 
 // The call's k_nat, s_nat and s_v to the control CTAs (p.fold) and out of the preparation, which then runs its
@@ -331,33 +323,11 @@ inline void nat_keys_to_control(PrepareParams& pp, AttnKernelParams& p) {
   prepare_call_rows_only(pp);
 }
 
-// Whether rule 4's value means fold into the control CTAs (mainloop.h ValueMeans): a late call (grouped keys: its
-// preparation writes k_nat, k_grp and the prefix sums, a pass bound by memory), the body on the sm_90a kernel (its
-// control grid first), the values read in place (so the preparation reads v for s_v alone, and the control CTAs
-// load every body value from v), G = 16 in units of one block, and a control tile's G-blocks' 8-dim chunks a
-// warp's lanes (head dims 64 and 128, D = Dp). The preparation then never loads v (prepare.h reads_values): it
-// reads k alone, one [L, D] array a KV head less. Not Lite's (Lite at head dim 64 folds its whole preparation,
-// nat_keys_from_control; elsewhere its preparation, k_nat and the means, is bound by its instructions, which the
-// fold would not lessen, while the control CTAs' would grow: tests/test_time_model.py).
-// RANGESWA_CUDA_FOLD=off keeps the preparation's.
-inline bool value_means_from_control(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf,
-                                     bool hopper) {
-  return fold_allowed(ap, pp, buf, hopper) && (pp.Dp == 64 || pp.Dp == 128) && ap.D == pp.Dp &&
-         pp.k_grp != nullptr && pp.s_v != nullptr;
-}
-
-// The call's s_v to the control CTAs (p.fold) and out of the preparation, which writes the rest.
-inline void value_means_to_control(PrepareParams& pp, AttnKernelParams& p) {
-  p.fold = FoldedPrepare{nullptr, nullptr, pp.s_v, last_block_inverse(pp.L, pp.G)};
-  pp.s_v = nullptr;
-}
-
-// What of a call's preparation its control CTAs take over (p.fold), where they can: Lite's body rows, else the
-// value means. One call on the sm_90a launch (`hopper`), without a prepared context (whose cache holds them).
+// What of a call's preparation its control CTAs take over (p.fold), where they can: Lite's body rows. One call on
+// the sm_90a launch (`hopper`), without a prepared context (whose cache holds them).
 inline void fold_into_control(const AttnParams& ap, PrepareParams& pp, const AttnBuffers& buf, bool hopper,
                               AttnKernelParams& p) {
   if (nat_keys_from_control(ap, pp, buf, hopper)) nat_keys_to_control(pp, p);
-  else if (value_means_from_control(ap, pp, buf, hopper)) value_means_to_control(pp, p);
 }
 
 inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf) {

@@ -42,8 +42,8 @@ template <typename Element, int kHeadDim>
 cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream);
 template <typename Element, int kHeadDim>
 size_t attn_smem_bytes(const AttnKernelParams& p);
-// ... its control CTAs alone, folding the preparation's work in (attn_launch.h run_control_fold; head dims 64
-// and 128, 16-bit: attn_hdim64_<dtype>.cu, attn_hdim128_<dtype>.cu) ...
+// ... its control CTAs alone, folding Lite's preparation in (attn_launch.h run_control_fold; head dim 64, 16-bit:
+// attn_hdim64_<dtype>.cu) ...
 template <typename Element, int kHeadDim>
 cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream);
 // ... and for every sequence of a packed call in one launch (attn_launch.h run_attn_packed).

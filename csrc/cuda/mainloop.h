@@ -191,37 +191,11 @@ RSWA_HD void load_floats(const float* src, float (&x)[N]) {
   }
 }
 
-// Two bf16 in one 32-bit word (the first in the low half) as floats: each a shift or a mask (__bfloat162float's
-// bits, one instruction an element where extracting each element first takes two).
-RSWA_HD void bf16_pair(uint32_t w, float& lo, float& hi) {
-  const uint32_t a = w << 16, b = w & 0xffff0000u;
-  memcpy(&lo, &a, 4);
-  memcpy(&hi, &b, 4);
-}
-
 // N elements (4, 8, 16 or 32 bytes, aligned so) as floats, and back: one to two vector loads or stores.
 template <typename Element, int N>
 RSWA_HD void load_elements(const Element* src, float (&x)[N]) {
   constexpr int kBytes = N * int(sizeof(Element));
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16 || kBytes == 32, "4, 8, 16 or 32 bytes");
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
-    uint32_t w[N / 2];
-    if constexpr (kBytes == 4) {
-      w[0] = *reinterpret_cast<const uint32_t*>(src);
-    } else if constexpr (kBytes == 8) {
-      const uint2 raw = *reinterpret_cast<const uint2*>(src);
-      w[0] = raw.x, w[1] = raw.y;
-    } else {
-#pragma unroll
-      for (int i = 0; i < kBytes / 16; ++i) {
-        const uint4 raw = reinterpret_cast<const uint4*>(src)[i];
-        w[4 * i] = raw.x, w[4 * i + 1] = raw.y, w[4 * i + 2] = raw.z, w[4 * i + 3] = raw.w;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) bf16_pair(w[i], x[2 * i], x[2 * i + 1]);
-    return;
-  }
   Element e[N];
   if constexpr (kBytes == 4) {
     const uint32_t raw = *reinterpret_cast<const uint32_t*>(src);
@@ -361,70 +335,56 @@ __device__ __forceinline__ void rotate_pairs(typename Traits::Element* dst, cons
   store_slot<Element, kCore, P>(dst, y, b);
 }
 
-// A control CTA's tiles of the control rows' body keys read from k itself (PreparedArrays::cond_raw), rotated
-// in their stage to the conditioning positions (key t.a + r at cos_cond / sin_cond row t.a + r) by the CTA's
+// A control CTA's tile of the control rows' body keys read from k itself (PreparedArrays::cond_raw), rotated
+// in its stage to the conditioning positions (key t.a + r at cos_cond / sin_cond row t.a + r) by the CTA's
 // threads, as the preparation would have written k_cond: the same pairs and products (rotate_loaded). A thread
 // keeps one step of 4 pairs (the rotary half is 4 x a power of two: attn_setup.h cond_keys_in_place) in rows
-// `pass` apart, kBatch of them with every load issued before any is used. The first batch's cos / sin are
-// loaded before the tile's own copy is waited for (CondRotation::tables), so their round trip overlaps the
-// copy's: a full rotary's tile is one batch of 4 steps a thread at head dims 64 and 128 (a 64-key tile of 8
-// steps a row, a 32-key one of 16) and waits on nothing more. (Batches of 4 spill nothing at any head dim:
-// scripts/cuda_gates.py.)
-template <typename Traits>
-struct CondRotation {
-  static constexpr int kBatch = 4;
-  int half, shift, pass, u, r0;  // steps = half / 4 = 1 << shift; the thread's step u and its first row r0
-  float c[kBatch][4], s[kBatch][4];
-
-  __device__ __forceinline__ explicit CondRotation(const AttnKernelParams& p) : half(p.rotary_half), shift(0) {
-    while ((4 << shift) < half) ++shift;  // at most 16 steps: head dims up to 128
-    pass = Traits::kThreads >> shift;
-    u = 4 * (int(threadIdx.x) & ((half / 4) - 1));
-    r0 = int(threadIdx.x) >> shift;
-  }
-  // The cos / sin of the batch from row `from` of tile t (rows past its keys: its last row's, never stored).
-  __device__ __forceinline__ void tables(const AttnKernelParams& p, const KvTile& t, int from) {
+// kThreads / steps apart, kBatch of them with every load issued before any is used (one round trip a batch:
+// one a 64-key tile at head dim 64, two a 32-key tile at 128); the layout is a template, branched on once.
+template <typename Traits, bool kInterleaved>
+__device__ __forceinline__ void rotate_cond_rows(typename Traits::Element* sk, const KvTile& t,
+                                                 const AttnKernelParams& p) {
+  using Element = typename Traits::Element;
+  constexpr int kBatch = 256 / Traits::kHeadDim > 0 ? 256 / Traits::kHeadDim : 1;
+  const int half = p.rotary_half;
+  int shift = 0;  // steps = half / 4 = 1 << shift (at most 16 steps: head dims up to 128)
+  while ((4 << shift) < half) ++shift;
+  const int pass = Traits::kThreads >> shift;                    // rows a pass of the CTA's threads
+  const int u = 4 * (int(threadIdx.x) & ((half / 4) - 1));
+  const int xa = kInterleaved ? 2 * u : u, ya = kInterleaved ? 2 * u + 4 : u + half;
+  const float *cs = p.cos_cond + u, *sn = p.sin_cond + u;
+#pragma unroll 1
+  for (int r0 = int(threadIdx.x) >> shift; r0 < t.n; r0 += kBatch * pass) {
+    float a[kBatch][4], b[kBatch][4], c[kBatch][4], s[kBatch][4];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      const int32_t at = (t.a + imin(from + i * pass, t.n - 1)) * half + u;
-      load_floats<4>(p.cos_cond + at, c[i]);
-      load_floats<4>(p.sin_cond + at, s[i]);
+      const int r = imin(r0 + i * pass, t.n - 1);  // past the keys: the last row again, not stored
+      const Element* row = sk + r * Traits::kStride;
+      load_elements<Element, 4>(row + xa, a[i]);
+      load_elements<Element, 4>(row + ya, b[i]);
+      load_floats<4>(cs + (t.a + r) * half, c[i]);
+      load_floats<4>(sn + (t.a + r) * half, s[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int r = r0 + i * pass;
+      if (r >= t.n) break;
+      rotate_loaded<4>(a[i], b[i], c[i], s[i], 1.f, kInterleaved);
+      store_elements<Element, 4>(sk + r * Traits::kStride + xa, a[i]);
+      store_elements<Element, 4>(sk + r * Traits::kStride + ya, b[i]);
     }
   }
-  // Tile t's keys in stage sk, the first batch's tables already loaded (tables(p, t, r0)).
-  template <bool kInterleaved>
-  __device__ __forceinline__ void rotate(typename Traits::Element* sk, const KvTile& t, const AttnKernelParams& p) {
-    using Element = typename Traits::Element;
-    const int xa = kInterleaved ? 2 * u : u, ya = kInterleaved ? 2 * u + 4 : u + half;
-#pragma unroll 1
-    for (int from = r0; from < t.n; from += kBatch * pass) {
-      if (from != r0) tables(p, t, from);
-      float a[kBatch][4], b[kBatch][4];
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const Element* row = sk + imin(from + i * pass, t.n - 1) * Traits::kStride;
-        load_elements<Element, 4>(row + xa, a[i]);
-        load_elements<Element, 4>(row + ya, b[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int r = from + i * pass;
-        if (r >= t.n) break;
-        rotate_loaded<4>(a[i], b[i], c[i], s[i], 1.f, kInterleaved);
-        store_elements<Element, 4>(sk + r * Traits::kStride + xa, a[i]);
-        store_elements<Element, 4>(sk + r * Traits::kStride + ya, b[i]);
-      }
-    }
-  }
-  __device__ __forceinline__ void rotate(typename Traits::Element* sk, const KvTile& t, const AttnKernelParams& p) {
-    if (p.interleaved) rotate<true>(sk, t, p);
-    else rotate<false>(sk, t, p);
-  }
-};
+}
+template <typename Traits>
+__device__ __forceinline__ void rotate_cond_keys(typename Traits::Element* sk, const KvTile& t,
+                                                 const AttnKernelParams& p) {
+  if (p.interleaved) rotate_cond_rows<Traits, true>(sk, t, p);
+  else rotate_cond_rows<Traits, false>(sk, t, p);
+}
 
 // Lite's preparation folded into the control CTAs (attn_setup.h nat_keys_from_control: head dim 64, every dim
 // rotated, G = 16, 64-key tiles): as each tile of k's own body rows lands, besides rotating it in place to the
-// conditioning positions (CondRotation's products), the CTA writes what the preparation would have of these
+// conditioning positions (rotate_cond_rows' products), the CTA writes what the preparation would have of these
 // keys: R(j) k_j into k_nat, and rule 4's G-block means of R(j) k_j and of v_j into s_nat and s_v (its tile
 // holds 4 whole G-blocks). A thread takes one step of 4 pairs (and the values' 8-dim chunk of the same index)
 // in 4 rows of one G-block, rows b 16 + q + 4 i (thread 4 (8 b + step) + q): its rows' natural and
@@ -522,54 +482,16 @@ struct NatFold {
     else run<false>(sk, sv, t, p, k_nat, s_nat, s_v);
   }
 };
-
-// Rule 4's value means folded into the control CTAs (attn_setup.h value_means_from_control: a call whose
-// preparation would read v for s_v alone, G = 16; head dims 64 and 128): as each tile of the body keys' values
-// lands, the CTA writes the G-block means of v_j into s_v, and the preparation never loads v. One warp does a
-// tile's: lane b (Dp / 8) + c takes dims 8 c .. 8 c + 7 of G-block b (the tile's N / 16 blocks times Dp / 8
-// chunks are 32 lanes at both head dims), a 16-byte load a row, and adds the block's rows in order from 0, then
-// multiplies by 1 / G or by the last block's reciprocal: the vector preparation's sums and products (prepare.h
-// prepare_range), so s_v is its bit for bit. The walk gives it a warp with no unit of the tile where there is
-// one (head dim 128: a 32-key tile is 2 units of the 4 warps).
-template <typename Traits>
-struct ValueMeans {
-  using Element = typename Traits::Element;
-  static constexpr int kChunks = Traits::kHeadDim / 8, kBlocks = Traits::kBlockN / 16;
-  static_assert(kBlocks * kChunks == 32, "a lane a G-block's 8-dim chunk");
-  // Tile t's values (sv) as they landed; out: the KV head's s_v. By one warp's lanes.
-  __device__ __forceinline__ static void run(const Element* sv, const KvTile& t, const AttnKernelParams& p,
-                                             Element* s_v) {
-    const int lane = int(threadIdx.x) % 32, b = lane / kChunks, d = 8 * (lane % kChunks);
-    const int r0 = 16 * b, rows = imin(16, t.n - r0);  // the block's rows in the tile (the last may be ragged)
-    if (rows <= 0) return;
-    float sum[8] = {};
-    auto add = [&](int r) {
-      float x[8];
-      load_elements<Element, 8>(sv + (r0 + r) * Traits::kStride + d, x);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum[e] += x[e];
-    };
-    if (rows == 16) {  // a whole block
-#pragma unroll
-      for (int r = 0; r < 16; ++r) add(r);
-    } else {  // the ragged last block of L
-#pragma unroll 1
-      for (int r = 0; r < rows; ++r) add(r);
-    }
-    const float scale = rows < 16 ? p.fold.inv_last : 0.0625f;  // 1 / G, or 1 / the last block's tokens
-#pragma unroll
-    for (int e = 0; e < 8; ++e) sum[e] *= scale;
-    store_elements<Element, 8>(s_v + int64_t((t.a + r0) / 16) * Traits::kHeadDim + d, sum);
-  }
+// control_walk's stand-in for NatFold in a CTA that folds nothing.
+struct NoFold {
+  __device__ __forceinline__ explicit NoFold(const AttnKernelParams&) {}
 };
 
 // kPairs: the rotated pairs a step loads before using any (one global round trip a step): 4 (the mma.sync
 // kernel's), or 8 / 16 (the sm_90a kernel's: half / 16 round trips a fill), the rest of the rotary half by 4.
 // kSplit: two threads fill the row, `part` 0 and 1: each rotates half the pairs (when the rotary half is a
 // multiple of 16: whole aligned steps; else part 0 all of them) and copies every other 16-byte chunk of the rest.
-// kPrefetch (steps of 8 or 16 pairs): every later step's q chunks and cos / sin brought into L1 before the first
-// step's loads (prefetch_l1), so that the steps after the first wait on L1, not on another global round trip.
-template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false, bool kPrefetch = false>
+template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false>
 __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, const typename Traits::Element* row,
                                                 const float* cs, const float* sn, float sign, int half, int D,
                                                 bool interleaved, int part = 0) {
@@ -590,16 +512,6 @@ __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, c
       // too (a row at a non-negative position, every row of most fills: its steps multiply no sine by the sign,
       // 16 FMUL a step fewer; a negative one keeps the multiply).
       auto steps = [&](auto layout, float sg) {
-        if constexpr (kPrefetch) {
-          constexpr bool kInterleaved = decltype(layout)::value == 1;
-#pragma unroll 1
-          for (int w = u + kPairs; w + kPairs <= end; w += kPairs) {
-            prefetch_l1(row + (kInterleaved ? 2 * w : w));
-            prefetch_l1(row + (kInterleaved ? 2 * w + kPairs : w + half));
-            prefetch_l1(cs + w);
-            prefetch_l1(sn + w);
-          }
-        }
 #pragma unroll 1
         for (; u + kPairs <= end; u += kPairs)
           rotate_pairs<Traits, kCore, kPairs, decltype(layout)::value>(dst, row, cs, sn, sg, half, u, interleaved);
@@ -615,28 +527,14 @@ __device__ __forceinline__ void fill_row_vector(typename Traits::Element* dst, c
 #pragma unroll 1
     for (; u < end; u += 4) rotate_pairs<Traits, kCore, 4>(dst, row, cs, sn, sign, half, u, interleaved);
   }
-  // The rest (every dim when there is no rotation): copied, zero past D and on padding rows, kCopyBatch chunks'
-  // loads issued before any is stored (a plain row, the control CTAs' and the plain variant's: one round trip
-  // at head dim 64, where one a chunk took 8).
+  // The rest (every dim when there is no rotation): copied, zero past D and on padding rows.
   constexpr int kChunk = 16 / int(sizeof(Element));
   constexpr int kStride = kSplit ? 2 * kChunk : kChunk;
-  constexpr int kCopyBatch = Traits::kHeadDim <= 64 ? 8 : 4;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll 1
-  for (int d0 = (cs != nullptr ? 2 * half : 0) + (kSplit ? part * kChunk : 0); d0 < Traits::kHeadDim;
-       d0 += kCopyBatch * kStride) {
-    uint4 chunk[kCopyBatch];
-#pragma unroll
-    for (int i = 0; i < kCopyBatch; ++i) {
-      const int d = d0 + i * kStride;
-      chunk[i] = row != nullptr && d < D ? *reinterpret_cast<const uint4*>(row + d) : zero;  // D <= the head dim
-    }
-#pragma unroll
-    for (int i = 0; i < kCopyBatch; ++i) {
-      const int d = d0 + i * kStride;
-      if (d < Traits::kHeadDim) *reinterpret_cast<uint4*>(dst + slot_col<kCore>(d)) = chunk[i];
-    }
-  }
+  for (int d = (cs != nullptr ? 2 * half : 0) + (kSplit ? part * kChunk : 0); d < Traits::kHeadDim; d += kStride)
+    *reinterpret_cast<uint4*>(dst + slot_col<kCore>(d)) =
+        row != nullptr && d < D ? *reinterpret_cast<const uint4*>(row + d) : zero;
 }
 
 // Whether the query slot's rows take fill_row_vector: D, the rotary half and the row stride whole 16-byte
@@ -652,13 +550,13 @@ __device__ __forceinline__ bool slot_rows_in_chunks(const AttnKernelParams& p, c
 // null); rotated by the table rows cs / sn (null: not rotated) with sign -1 for a negative position. Rows
 // in 16-byte chunks (slot_rows_in_chunks) take fill_row_vector, others element pairs u (dims da, db): a
 // rotated pair (interleaved (2u, 2u+1), half (u, u + half)) or two dims past the rotary ones.
-template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false, bool kPrefetch = false>
+template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false>
 __device__ __forceinline__ void fill_row(typename Traits::Element* dst, const typename Traits::Element* row,
                                          const float* cs, const float* sn, float sign, int half, int D,
                                          bool interleaved, bool chunks, int part = 0) {
   using Element = typename Traits::Element;
   if (chunks) {
-    fill_row_vector<Traits, kCore, kPairs, kSplit, kPrefetch>(dst, row, cs, sn, sign, half, D, interleaved, part);
+    fill_row_vector<Traits, kCore, kPairs, kSplit>(dst, row, cs, sn, sign, half, D, interleaved, part);
     return;
   }
   if (kSplit && part != 0) return;  // element pairs: part 0 fills the whole row
@@ -872,12 +770,9 @@ __device__ __forceinline__ void warp_tile(float (&o)[Traits::kMBlocks][Traits::k
 // key of the records, so a unit is a full tile (column fix-ups past its keys). Each warp leaves its
 // normalised partial output and base-2 log-sum-exp, merged with the other parts by the combine kernel.
 // sBounds: the body's row-bounds buffer, which warp_tile reads on a fixed-up tile but uses only on masked
-// ones (any values serve here). kFold: what of the preparation this CTA folds in (a walk of its own, so that the
-// fold's registers cost the other CTAs' walk nothing): Fold::kNat Lite's (NatFold: nat, s_nat and s_v the KV
-// head's k_nat, s_nat and s_v), Fold::kValues the value means alone (ValueMeans: s_v).
-enum class Fold { kNone, kNat, kValues };
-
-template <typename Traits, Fold kFold>
+// ones (any values serve here). kFold: this CTA folds Lite's preparation in (NatFold: nat, s_nat and s_v the KV
+// head's k_nat, s_nat and s_v; a walk of its own, so that the fold's registers cost the other CTAs' walk nothing).
+template <typename Traits, bool kFold>
 __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const QueryTile& t, int32_t head,
                                              const typename Traits::Element* sQ, typename Traits::Element* sK,
                                              typename Traits::Element* sV, const Record* sRec,
@@ -896,18 +791,16 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   bool have_cur = false;
   int stage = 1;
   int32_t first = 0;  // the warp of the current tile's first unit
-  // Keys read from k itself are rotated as each tile lands (CondRotation), its first cos / sin loaded before.
+  // Keys read from k itself are rotated as each tile lands (rotate_cond_keys; folding, NatFold, its cos / sin
+  // loaded before the tile's wait).
   const bool cond_raw = p.kv.cond_raw && p.cos_cond != nullptr;
-  constexpr bool kNat = kFold == Fold::kNat;
-  std::conditional_t<kNat, NatFold<Traits>, CondRotation<Traits>> turn(p);
+  [[maybe_unused]] std::conditional_t<kFold, NatFold<Traits>, NoFold> fold(p);
   // Iteration n issues the copy of tile n (plain row order) and computes tile n - 1.
   for (;;) {
     const bool have_nxt = cursor.advance<N, kCtrlCols>(p.geo, sRec, count, nullptr, 0, nxt);
     const bool rotates = have_cur && cond_raw && KeySet(sRec[cur.record].keys) == KeySet::kCond;
-    if (rotates) {
-      if constexpr (kNat) turn.tables(p, cur);
-      else turn.tables(p, cur, turn.r0);
-    }
+    if constexpr (kFold)
+      if (rotates) fold.tables(p, cur);
     cp_async_wait_all();
     __syncthreads();  // tile n - 1 landed; every warp is done with tile n - 2
     copy_tile<Traits>(sK, sV, stage ^ 1, sArrays, nxt, false);  // past the last tile: a zero fill
@@ -915,16 +808,10 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
     if (!have_cur && !have_nxt) break;
     if (rotates) {
       // k's own rows, as they landed (and, folding, Lite's preparation of them and of their values)
-      if constexpr (kNat) turn.run(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, cur, p, nat, s_nat, s_v);
-      else turn.rotate(sK + stage * Traits::kKVElems, cur, p);
+      if constexpr (kFold) fold.run(sK + stage * Traits::kKVElems, sV + stage * Traits::kKVElems, cur, p, nat, s_nat, s_v);
+      else rotate_cond_keys<Traits>(sK + stage * Traits::kKVElems, cur, p);
       __syncthreads();  // every warp reads keys another warp rotated
     }
-    // The body keys' values, as they landed: their G-block means (read alone: no barrier after), by the warp
-    // after the tile's units (one with none where the tile has fewer units than warps)
-    if constexpr (kFold == Fold::kValues)
-      if (have_cur && KeySet(sRec[cur.record].keys) != KeySet::kCtrl &&
-          warp == (first + cur.width / kCtrlCols) % kControlSplit)
-        ValueMeans<Traits>::run(sV + stage * Traits::kKVElems, cur, p, s_v);
     if (have_cur) {
       const KvTile mine = control_unit(cur, warp, first);
       if (__any_sync(0xffffffffu, mine.n > 0)) {  // warp-uniform (a vote: ptxas sees it so)
@@ -985,35 +872,23 @@ __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const Que
   const Element* row = tid < t.nrows ? q_rows + int64_t(tid) * p.q_strides.row : nullptr;
   fill_row<Traits>(sQ + tid * Traits::kStride, row, nullptr, nullptr, 1.f, p.rotary_half, p.D, p.interleaved,
                    slot_rows_in_chunks<Traits>(p, q_rows));
-  // The preparation folded in (attn_setup.h nat_keys_from_control, value_means_from_control): by the first control
-  // tile of the KV head's first query head, once for every body key over its chunks. NatFold exists where the
-  // control CTAs' tiles are 64 keys at head dim 64 on the tensor cores, ValueMeans where a tile's G-blocks' 8-dim
-  // chunks are a warp's lanes (head dims 64 and 128).
+  // Lite's preparation folded in (attn_setup.h nat_keys_from_control): by the first control tile of the KV head's
+  // first query head, once for every body key over its chunks. NatFold exists where the control CTAs' tiles are
+  // 64 keys at head dim 64 on the tensor cores.
   constexpr bool kNat = kMayFold && Traits::kHeadDim == 64 && Traits::kBlockN == 64 && Traits::kTensorCores;
-  constexpr bool kValues = kMayFold && Traits::kTensorCores && Traits::kBlockN % 16 == 0 &&
-                           Traits::kBlockN / 16 * (Traits::kHeadDim / 8) == 32;
   Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
   Element* sV = reinterpret_cast<Element*>(smem + Layout::kV);
   const int32_t* sBounds = reinterpret_cast<const int32_t*>(smem + Layout::kRows);
-  const bool folds = t.i0 == 0 && p.by_group.mod(h) == 0;
-  auto head_array = [&](void* a, int64_t stride) { return static_cast<Element*>(a) + bh * stride; };
   if constexpr (kNat) {
-    if (p.fold.k_nat != nullptr && folds) {
-      control_walk<Traits, Fold::kNat>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds,
-                                       head_array(p.fold.k_nat, p.kv.key_stride),
-                                       head_array(p.fold.s_nat, p.kv.sum_stride),
-                                       head_array(p.fold.s_v, p.kv.sum_stride));
+    if (p.fold.k_nat != nullptr && t.i0 == 0 && p.by_group.mod(h) == 0) {
+      control_walk<Traits, true>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds,
+                                 static_cast<Element*>(p.fold.k_nat) + bh * p.kv.key_stride,
+                                 static_cast<Element*>(p.fold.s_nat) + bh * p.kv.sum_stride,
+                                 static_cast<Element*>(p.fold.s_v) + bh * p.kv.sum_stride);
       return;
     }
   }
-  if constexpr (kValues) {
-    if (p.fold.k_nat == nullptr && p.fold.s_v != nullptr && folds) {
-      control_walk<Traits, Fold::kValues>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds, nullptr, nullptr,
-                                          head_array(p.fold.s_v, p.kv.sum_stride));
-      return;
-    }
-  }
-  control_walk<Traits, Fold::kNone>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds, nullptr, nullptr, nullptr);
+  control_walk<Traits, false>(p, t, head, sQ, sK, sV, sRec, sArrays, count, sBounds, nullptr, nullptr, nullptr);
 }
 
 // What a body CTA's fills, dots and epilogue need of its tile, kept in shared memory for the walk (not in
@@ -1026,35 +901,26 @@ struct BodyCta {
   bool q_chunks;       // slot_rows_in_chunks
 };
 
-// Row r's table rows under query variant v (cs / sn null: not rotated: the plain variant, no RoPE, or a padding
-// row, which reads no table row past L) and the sign of its position (-1: negative, the sine negated).
-__device__ __forceinline__ void slot_row_tables(const AttnKernelParams& p, const BodyCta& cta, QVar v, int r,
-                                                const float*& cs, const float*& sn, float& sign) {
+// Row r of a body tile under query variant v into its slot row dst (kCore: a wgmma operand's layout,
+// slot_col): rotated from q with the rope tables, zero on padding rows. kPairs, kSplit, part: fill_row_vector's.
+template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false>
+__device__ __forceinline__ void fill_slot_row(const AttnKernelParams& p, const BodyCta& cta, QVar v, int r,
+                                              typename Traits::Element* dst, int part = 0) {
+  using Element = typename Traits::Element;
+  const Geometry& g = p.geo;
   const int half = p.rotary_half;
-  cs = sn = nullptr;
-  sign = 1.f;
-  if (r < cta.nrows && v != QVar::kPlain && half > 0) {
-    const int32_t pos = v == QVar::kCond ? cta.i0 + r : variant_position(p.geo, v, cta.i0 + r);
+  const bool in = r < cta.nrows;
+  const float *cs = nullptr, *sn = nullptr;  // this row's table rows (null: no rotation)
+  float sign = 1.f;
+  if (in && v != QVar::kPlain && half > 0) {  // padding rows read no table row (past L)
+    const int32_t pos = v == QVar::kCond ? cta.i0 + r : variant_position(g, v, cta.i0 + r);
     const int64_t at = int64_t(pos < 0 ? -pos : pos) * half;
     cs = (v == QVar::kCond ? p.cos_cond : p.cos_int) + at;
     sn = (v == QVar::kCond ? p.sin_cond : p.sin_int) + at;
     sign = pos < 0 ? -1.f : 1.f;
   }
-}
-
-// Row r of a body tile under query variant v into its slot row dst (kCore: a wgmma operand's layout,
-// slot_col): rotated from q with the rope tables, zero on padding rows. kPairs, kSplit, kPrefetch, part:
-// fill_row_vector's.
-template <typename Traits, bool kCore = false, int kPairs = 4, bool kSplit = false, bool kPrefetch = false>
-__device__ __forceinline__ void fill_slot_row(const AttnKernelParams& p, const BodyCta& cta, QVar v, int r,
-                                              typename Traits::Element* dst, int part = 0) {
-  using Element = typename Traits::Element;
-  const float *cs, *sn;
-  float sign;
-  slot_row_tables(p, cta, v, r, cs, sn, sign);
-  const Element* row = r < cta.nrows ? static_cast<const Element*>(cta.q_rows) + int64_t(r) * p.q_strides.row : nullptr;
-  fill_row<Traits, kCore, kPairs, kSplit, kPrefetch>(dst, row, cs, sn, sign, p.rotary_half, p.D, p.interleaved,
-                                                     cta.q_chunks, part);
+  const Element* row = in ? static_cast<const Element*>(cta.q_rows) + int64_t(r) * p.q_strides.row : nullptr;
+  fill_row<Traits, kCore, kPairs, kSplit>(dst, row, cs, sn, sign, half, p.D, p.interleaved, cta.q_chunks, part);
 }
 
 // Straddling blocks (plan.h mixed_block): the parts of row r's logits that variant v gives, as (array, row,

@@ -132,7 +132,6 @@ RSWA_HD void prepare_unit(const PrepareParams& p, int32_t bh, int32_t unit, int 
         const int32_t blk = j / p.G;
         const float n = float(j + 1 - blk * p.G);
         out(p.s_nat, p.sum_stride, blk - block0)[d] = from_float<Element>(run_nat / n);
-        // s_v is null where the control CTAs write the value means (attn_setup.h value_means_to_control).
         if (p.s_v != nullptr) out(p.s_v, p.sum_stride, blk - block0)[d] = from_float<Element>(run_v / n);
         if (p.s_grp != nullptr) out(p.s_grp, p.sum_stride, blk - block0)[d] = from_float<Element>(run_grp / n);
       }

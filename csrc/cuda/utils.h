@@ -49,10 +49,6 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
-// Brings the global line holding `p` into L1 ahead of a load that will read it (prefetch.global.L1: no register,
-// no wait; a later ld.global of the line hits L1 once it has landed).
-__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
-
 // Waits for every copy this thread issued; a __syncthreads() afterwards publishes them to the block.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // Waits for every copy group this thread committed but the newest kPending (a third K/V stage keeps one

@@ -6,6 +6,9 @@ Per (length, method, stage), on the same q, k, v ([B, H, C + L, D] queries, [B, 
   this device runs (RANGESWA_CUDA_KERNEL), after `check`'s attn slice for that kernel and dtype: a kernel that
   disagrees with the reference gets no time, its record says why. Which kernel and how many K/V stages ran is
   read from the profiler's kernel names (``attn_kernel<AttnTraits<T, D, stages>>``, ``hopper_attn_kernel``).
+  rangeswa_lite on ``hopper`` at head dim 64 is also timed with RANGESWA_CUDA_FOLD=off (``ms_fold_off``): the A/B
+  of its preparation folded into the control CTAs (csrc/cuda/attn_setup.h nat_keys_from_control) against the
+  preparation's own pass over k and v.
 - dense peers on the native RoPE (control tokens at position 0): ``sdpa_flash`` and ``sdpa_cudnn``
   (F.scaled_dot_product_attention on that backend), ``fa2`` (flash_attn), ``fa3`` (flash_attn_interface, its
   Hopper build), ``fa4`` (flash_attn.cute) where importable. The rotation a user pays before them is timed
@@ -25,6 +28,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import re
 import statistics
 import time
@@ -61,6 +65,19 @@ def median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def fold_off_ms(fn: Callable[[], object], repeats: int) -> float:
+    """``fn``'s median time with RANGESWA_CUDA_FOLD=off (the preparation not folded into the control CTAs)."""
+    saved = os.environ.get("RANGESWA_CUDA_FOLD")
+    os.environ["RANGESWA_CUDA_FOLD"] = "off"
+    try:
+        return median_ms(fn, repeats)
+    finally:
+        if saved is None:
+            os.environ.pop("RANGESWA_CUDA_FOLD", None)
+        else:
+            os.environ["RANGESWA_CUDA_FOLD"] = saved
 
 
 def kernels_ran(fn: Callable[[], object]) -> dict:
@@ -361,6 +378,8 @@ def run_gpu_benchmark(*, methods, stages, lengths, batch: int, heads: int, kv_he
                         row = record(method, stage, ran["kernel"] or BODY_KERNELS[kernel], ms, asked=kernel,
                                      stages=ran["stages"], keys_per_row=round(keys, 1), tflops=work / ms / 1e9,
                                      speedup_vs_sdpa_flash=sdpa_ms / ms if sdpa_ms else None)
+                        if kernel == "hopper" and method == "rangeswa_lite" and head_dim == 64:
+                            row["ms_fold_off"] = fold_off_ms(call, repeats)
                         plan = (census or {}).get(f"{case}|{L}|{head_dim}")
                         plan = (census or {}).get(f"{case}|{L}|{head_dim}|sm90", plan) if kernel == "hopper" else plan
                         if plan is not None:  # body rows over their GEMM columns, control rows over every key
@@ -409,6 +428,12 @@ def markdown(records: list[dict]) -> str:
                      f"{r['ms_without_rotation']:.3f}" if r.get("ms_without_rotation") else "",
                      f"{speed:.2f}x" if speed else "", f"{r['tflops']:.0f}{union}" if r.get("tflops") else ""]
         lines.append("| " + " | ".join([str(r["length"]), r["method"], r["stage"] or "", r["kernel"], *cells]) + " |")
+    folds = [r for r in records if r.get("ms_fold_off")]
+    if folds:
+        lines += ["", "rangeswa_lite on the sm_90a kernel, its preparation folded into the control CTAs or not "
+                  "(RANGESWA_CUDA_FOLD=off), ms:", ""]
+        lines += [f"- L = {r['length']}: folded {r['ms']:.3f}, not folded {r['ms_fold_off']:.3f} "
+                  f"({r['ms_fold_off'] / r['ms'] - 1:+.1%} without the fold)" for r in folds]
     return "\n".join(lines) + "\n"
 
 

@@ -184,7 +184,7 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   kernels.tables(ap, s, b, hc.keep);
   PrepareParams pp = prepare_params(ap, s, b);
   if (prepared.has_value()) prepare_call_rows_only(pp);
-  // The sm_90a launch (RANGESWA_CUDA_KERNEL=hopper, 16-bit, one call) may fold some of the preparation into its
+  // The sm_90a launch (RANGESWA_CUDA_KERNEL=hopper, 16-bit, one call) may fold Lite's preparation into its
   // control CTAs (folded.fold: the arrays they write).
   const bool hopper = runs_hopper(hc);
   AttnKernelParams folded{};

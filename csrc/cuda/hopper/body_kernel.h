@@ -325,26 +325,21 @@ struct Consumer {
   }
 
   // The slot's variants from fill slot `from` to `to` that the tile needs: after a barrier that ends every
-  // consumer's use of the slot (their wgmma retired), the fill (a row into its slot row, HopperTraits::slot_row:
-  // a warp of 32 rows a lane a row, all its pairs; of 16 rows two lanes a row, l and l + 16 each rotating half its
-  // pairs, fill_row_vector's kSplit; in steps of kFillPairs, two a lane at head dims 64 and 128, the second's
-  // loads prefetched into L1 before the first's, kPrefetch: one global round trip a fill), the async-proxy fence
-  // (wgmma reads the slot), a barrier, the straddling blocks' dots (a row's terms split over two lanes, 16 rows at
-  // a time) and the bands.
+  // consumer's use of the slot (their wgmma retired), the fill (each warp's rows 16 at a time, two lanes a row:
+  // lanes l and l + 16 each rotate half its pairs, fill_row_vector's kSplit; a row into its slot row,
+  // HopperTraits::slot_row), the async-proxy fence (wgmma reads the slot), a barrier, the straddling blocks'
+  // dots (the row's terms split over the same two lanes) and the bands.
   __device__ __forceinline__ void fill_slots(int32_t from, int32_t to) {
 #pragma unroll 1
     for (int32_t at = from; at <= to; ++at) {
       const QVar v = variant_at(at);
       if (!((cta.needed >> int(v)) & 1)) continue;
       sync_consumers();
-      if constexpr (WR == 32) {  // a lane a row, all its pairs
-        const int r = WR * warp + lane;
-        fill_slot_row<Traits, true, Traits::kFillPairs, false, true>(p, cta, v, r,
-                                                                     c.sQ + core_row<Dp>(Traits::slot_row(r)));
-      } else {  // two lanes a row, half its pairs each
-        const int r = WR * warp + (lane & 15);
-        fill_slot_row<Traits, true, Traits::kFillPairs, true, true>(p, cta, v, r,
-                                                                    c.sQ + core_row<Dp>(Traits::slot_row(r)), lane / 16);
+#pragma unroll 1
+      for (int mb = 0; mb < MB; ++mb) {
+        const int r = WR * warp + 16 * mb + (lane & 15);
+        fill_slot_row<Traits, true, Traits::kFillPairs, true>(p, cta, v, r, c.sQ + core_row<Dp>(Traits::slot_row(r)),
+                                                              lane / 16);
       }
       hopper::fence_proxy_async_shared();
       sync_consumers();

@@ -45,9 +45,8 @@ cudaError_t run_attn_hopper(const AttnKernelParams& p, cudaStream_t stream) {
     AttnKernelParams pc = p;
     pc.by_ctas_per_head = FastDiv::make(control);
     cudaError_t err;
-    // The preparation's work folded into the control CTAs (attn_setup.h nat_keys_from_control: head dim 64;
-    // value_means_from_control: 64 and 128).
-    if constexpr (kHeadDim == 64 || kHeadDim == 128)
+    // Lite's preparation folded into the control CTAs (attn_setup.h nat_keys_from_control: head dim 64 only).
+    if constexpr (kHeadDim == 64)
       err = p.fold.s_v != nullptr ? run_control_fold<Element, kHeadDim>(pc, stream) : run_attn<Element, kHeadDim>(pc, stream);
     else err = run_attn<Element, kHeadDim>(pc, stream);
     if (err != cudaSuccess) return err;

@@ -307,8 +307,6 @@ inline void cp_async_16(void* smem, const void* gmem, bool valid, std::source_lo
   ::simt::cp_async_16(smem, gmem, valid, site);
 }
 inline void cp_async_commit() { ::simt::cp_async_commit(); }
-// prefetch.global.L1: a hint with no effect on any value (the emulation has no caches).
-inline void prefetch_l1(const void*) {}
 // cp.async.wait_group 0: every committed copy of this thread lands now.
 inline void cp_async_wait_all(std::source_location site = RSWA_SIMT_HERE) { ::simt::cp_async_wait_all(site); }
 // cp.async.wait_group kPending: every committed group of this thread but the newest kPending lands now.

@@ -32,7 +32,7 @@ double g_kernel_seconds = 0.0;
 int64_t g_smem_bytes = 0;
 int64_t g_values_in_place = 0;  // whether the last attn call read its body values from v itself
 int64_t g_cond_raw = 0;         // ... and its control rows' body keys from k itself (attn_setup.h cond_from_keys)
-int64_t g_folded = 0;           // ... and what of the preparation its control CTAs did: 1 Lite's (attn_setup.h nat_keys_from_control), 2 the value means (value_means_from_control)
+int64_t g_folded = 0;           // ... and whether its control CTAs did Lite's preparation (attn_setup.h nat_keys_from_control)
 int g_plan_fault = 0;            // plan_fault below
 int g_guard_cut = 0;             // guard_cut below
 int64_t g_attn_launches = 0;     // launches of the attention kernels in the last attn call (a packed call: one)
@@ -430,7 +430,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional
   GuardedArrays guarded;
   g_values_in_place = hc.buf.values_in_place;
   g_cond_raw = hc.buf.cond_raw;
-  g_folded = hc.p.fold.k_nat != nullptr ? 1 : hc.p.fold.s_v != nullptr ? 2 : 0;
+  g_folded = hc.p.fold.k_nat != nullptr;
   g_attn_launches = 1;
   if (::simt::options().guard_global) guard(hc, guarded);
   simt_errors_as_runtime_errors([&] {
@@ -849,7 +849,7 @@ int64_t guard_cut(int64_t launch) {
 // The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
 // of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place, how
 // many launches of the attention kernels it made (a packed call on the mma.sync kernel: one), whether its
-// control CTAs read their body keys from k in place, what of the preparation they did (1: Lite's of the body rows, 2: the value means),
+// control CTAs read their body keys from k in place, whether they did Lite's preparation of the body rows,
 // and whether its body ran on the sm_90a kernel (body_kernel_of).
 std::vector<int64_t> stats() {
   const ::simt::Stats s = ::simt::last_stats();
