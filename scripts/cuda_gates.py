@@ -84,7 +84,7 @@ def control_kernel_name(stages: int) -> tuple[str, str]:
 def packed_kernel_name(stages: int) -> tuple[str, str]:
     """... and of attn_packed_kernel<AttnTraits<Element, D, stages>> (mainloop.h: one launch for every sequence of
     a packed call, each CTA on its sequence's parameters read from global memory; the same CTA code)."""
-    return "18attn_packed_kernelI", f"Li{stages}EEEEEvNS0_12PackedLaunchE"
+    return "18attn_packed_kernelI", f"Li{stages}EEEEEvNS0_16PackedAttnLaunchE"
 
 
 # The packed kernel against attn_kernel of the same source (issue 49): its divergent regions (BSSY) at most this

@@ -46,7 +46,8 @@ size_t attn_smem_bytes(const AttnKernelParams& p);
 // and 128, 16-bit: attn_hdim64_<dtype>.cu, attn_hdim128_<dtype>.cu) ...
 template <typename Element, int kHeadDim>
 cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream);
-// ... and for every sequence of a packed call in one launch (attn_launch.h run_attn_packed).
+// ... and for every sequence of a packed call, pk in host memory (attn_launch.h run_attn_packed: one launch per
+// PackedAttnLaunch::kSeqs sequences).
 template <typename Element, int kHeadDim>
 cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem,
                             cudaStream_t stream);

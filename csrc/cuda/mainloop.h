@@ -1405,6 +1405,7 @@ __device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_
   const int64_t row0 = cta.row0;
   const int32_t nrows = cta.nrows;
   constexpr float kLn2 = 0.6931471805599453f;
+  float* const lse = p.lse + row0;  // read once: stores under a condition are then predicated
 #pragma unroll
   for (int rr = 0; rr < 2 * MB; ++rr) {
     const int row = row_of(rr);
@@ -1413,7 +1414,7 @@ __device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_
     for (int dt = 0; dt < DT; ++dt)
       store2(sQ + row * Traits::kStride + dt * 8 + 2 * tq, o[rr / 2][dt][2 * (rr % 2)] * inv,
              o[rr / 2][dt][2 * (rr % 2) + 1] * inv);
-    if (tq == 0 && row < nrows) p.lse[row0 + row] = (softmax.m[rr] + __log2f(row_sum[rr])) * kLn2;
+    if (tq == 0 && row < nrows) lse[row] = (softmax.m[rr] + __log2f(row_sum[rr])) * kLn2;
   }
   __syncwarp();
   Element* out = static_cast<Element*>(p.out);
@@ -1455,11 +1456,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) control_kernel(const __gr
   control_cta<Traits, true>(p, t, head, batch, h, batch * p.Hkv + p.by_group.div(h), smem);
 }
 
-// One launch for every sequence of a packed call (attn_params.h PackedLaunch): CTA x is CTA x - first[s] of
-// sequence s's own launch, run on its own parameters (read from global memory). The same CTA code as
-// attn_kernel's; the one-call kernel is unchanged by it.
+// One launch for up to PackedAttnLaunch::kSeqs sequences of a packed call (attn_params.h): CTA x is CTA x - first[s]
+// of sequence s's own launch, run on its own parameters (in the kernel parameter space, so warp-uniform as
+// attn_kernel's). The same CTA code as attn_kernel's; the one-call kernel is unchanged by it.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 2) attn_packed_kernel(const __grid_constant__ PackedLaunch pk) {
+__global__ void __launch_bounds__(Traits::kThreads, 2) attn_packed_kernel(const __grid_constant__ PackedAttnLaunch pk) {
   const int32_t s = packed_sequence(pk, int64_t(blockIdx.x));
   attn_cta<Traits>(pk.seq[s], int32_t(int64_t(blockIdx.x) - pk.first[s]));
 }

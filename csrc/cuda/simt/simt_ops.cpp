@@ -593,7 +593,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
       for (int x = 0; x < 2; ++x) {
         const int64_t ctas = table.total(PackedCalls::kAttn + x);
         if (ctas == 0) continue;
-        const PackedLaunch launch = table.launch(buffer.data(), PackedCalls::kAttn + x);
+        const PackedLaunch launch = table.attn_launch(PackedCalls::kAttn + x);
         const size_t smem = table.smem[x];
         g_smem_bytes = std::max(g_smem_bytes, int64_t(smem));
         ++g_attn_launches;
