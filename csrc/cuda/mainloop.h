@@ -696,10 +696,13 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
   }
   const bool body = keys == KeySet::kNat || keys == KeySet::kGrp || keys == KeySet::kCond;
   const bool raw = keys == KeySet::kCond && a.cond_raw;  // k's own rows (the control CTAs rotate them)
-  out.k = static_cast<const Element*>(kb) + (raw ? a.cond.at(batch, kv_head, 0) : bh * stride);
-  out.k_row = int32_t(raw ? a.cond.row : Dp);
-  out.v = static_cast<const Element*>(vb) + (body ? a.values.at(batch, kv_head, 0) : bh * stride);
-  out.v_row = int32_t(body ? a.values.row : Dp);
+  // Every candidate read before the selects (no branch around a parameter's read).
+  const int64_t own = bh * stride, cond_at = a.cond.at(batch, kv_head, 0), value_at = a.values.at(batch, kv_head, 0);
+  const int32_t cond_row = int32_t(a.cond.row), value_row = int32_t(a.values.row);
+  out.k = static_cast<const Element*>(kb) + (raw ? cond_at : own);
+  out.k_row = raw ? cond_row : Dp;
+  out.v = static_cast<const Element*>(vb) + (body ? value_at : own);
+  out.v_row = body ? value_row : Dp;
 }
 
 // Issues the copy of KV tile t (its record's arrays, sArrays) into K/V stage `stage`, a 64-key tile in
@@ -944,6 +947,8 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   float row_sum[2 * MB];
   softmax.finish(row_sum);
   const int64_t at = (int64_t(t.chunk * kControlSplit + warp) * p.B * p.Hq + head) * p.geo.C + t.i0;
+  float* const ctrl_o = p.ctrl_o + at * Dp;  // read once: the stores under a condition are then predicated
+  float* const ctrl_lse = p.ctrl_lse + at;
 #pragma unroll
   for (int rr = 0; rr < 2 * MB; ++rr) {
     const int row = (rr / 2) * 16 + gq + 8 * (rr % 2);
@@ -952,9 +957,9 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
     const float inv = row_sum[rr] > 0.f ? __fdividef(1.f, row_sum[rr]) : 0.f;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt)
-      *reinterpret_cast<float2*>(p.ctrl_o + (at + row) * Dp + dt * 8 + 2 * tq) =
+      *reinterpret_cast<float2*>(ctrl_o + row * Dp + dt * 8 + 2 * tq) =
           make_float2(o[rr / 2][dt][2 * (rr % 2)] * inv, o[rr / 2][dt][2 * (rr % 2) + 1] * inv);
-    if (tq == 0) p.ctrl_lse[at + row] = softmax.m[rr] + __log2f(row_sum[rr]);
+    if (tq == 0) ctrl_lse[row] = softmax.m[rr] + __log2f(row_sum[rr]);
   }
 }
 
