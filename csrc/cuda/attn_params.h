@@ -126,9 +126,9 @@ constexpr size_t kMaxKernelParamBytes = 32764;
 // sequences takes several launches (attn_launch.h run_attn_packed).
 struct PackedAttnLaunch {
   static constexpr int kSeqs =
-      int((kMaxKernelParamBytes - 2 * sizeof(int64_t)) / (sizeof(AttnKernelParams) + sizeof(int64_t)));
+      int((kMaxKernelParamBytes - 2 * sizeof(int64_t)) / (sizeof(AttnKernelParams) + sizeof(int32_t)));
   AttnKernelParams seq[kSeqs];
-  int64_t first[kSeqs + 1];  // first[0] = 0, nondecreasing
+  int32_t first[kSeqs + 1];  // first[0] = 0, increasing (a launch's CTAs are indexed in 32 bits)
   int32_t S;
 };
 static_assert(sizeof(PackedAttnLaunch) <= kMaxKernelParamBytes, "a packed attention launch fits the parameter space");

@@ -1466,8 +1466,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) control_kernel(const __gr
 // attn_kernel's). The same CTA code as attn_kernel's; the one-call kernel is unchanged by it.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 2) attn_packed_kernel(const __grid_constant__ PackedAttnLaunch pk) {
-  const int32_t s = packed_sequence(pk, int64_t(blockIdx.x));
-  attn_cta<Traits>(pk.seq[s], int32_t(int64_t(blockIdx.x) - pk.first[s]));
+  const int32_t x = int32_t(blockIdx.x);
+  // The last sequence s with first[s] <= x. sm_90a: a scan at fixed offsets, in uniform registers; sm_80: a binary
+  // search (ptxas spills at head dim 128 with three stages on sm_90a with the search, on sm_80 with the scan).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  const int32_t s = packed_sequence(pk, x);
+#else
+  int32_t s = 0;
+#pragma unroll
+  for (int j = 1; j < PackedAttnLaunch::kSeqs; ++j) s += int32_t(j < pk.S && pk.first[j] <= x);
+#endif
+  attn_cta<Traits>(pk.seq[s], x - pk.first[s]);
 }
 
 }  // namespace rangeswa::cuda
