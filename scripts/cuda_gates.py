@@ -39,11 +39,12 @@ tests/test_cuda_gates_hopper.py holds every head dim to them.
 (benchmarks/cuda_time_model.py) reads its inputs from the newest benchmarks/results/cuda_gates_*.json and
 refuses one whose digest is not the tree's.
 
-The packed kernel (mainloop.h attn_packed_kernel, every padded batch's path) is measured beside attn_kernel in
-every source the spill gate compiles (packed_stats: spills, subroutine CALLs, BSSY against attn_kernel's) and its
-breaches of attn_kernel's limits are printed as OPEN: issue 49 asks for no CALL on sm_80, no spill at any head dim
-and BSSY within 10% of attn_kernel's, which it does not meet yet (tests/test_cuda_gates.py holds it to what it
-measured, so it cannot get worse).
+The packed kernel (mainloop.h attn_packed_kernel, every padded batch's path; its sequences' parameters in the kernel
+parameter space, attn_params.h PackedAttnLaunch) is held beside attn_kernel in every source the spill gate compiles,
+at both stage counts (packed_stats, issue 49): no spill, stack or local memory at any head dim on either
+architecture, no CALL into a subroutine (sm_80's warp-sync slow paths, or division), divergent regions (BSSY) at most
+PACKED_BSSY_SLACK (10%) above attn_kernel's of the same source; a breach fails the spill gate, but for the few bytes
+ptxas still spills at head dim 128 on sm_90a (PACKED_OPEN_SPILL: printed as OPEN, more fail).
 
 tests/test_cuda_gates.py runs the same checks in the test suite; scripts/gpu_check.sh runs this script on
 the GPU machine's toolchain.
@@ -83,13 +84,18 @@ def control_kernel_name(stages: int) -> tuple[str, str]:
 
 def packed_kernel_name(stages: int) -> tuple[str, str]:
     """... and of attn_packed_kernel<AttnTraits<Element, D, stages>> (mainloop.h: one launch for every sequence of
-    a packed call, each CTA on its sequence's parameters read from global memory; the same CTA code)."""
-    return "18attn_packed_kernelI", f"Li{stages}EEEEEvNS0_12PackedLaunchE"
+    a packed call, each CTA on its sequence's parameters passed by value; the same CTA code)."""
+    return "18attn_packed_kernelI", f"Li{stages}EEEEEvNS0_16PackedAttnLaunchE"
 
 
 # The packed kernel against attn_kernel of the same source (issue 49): its divergent regions (BSSY) at most this
 # much above attn_kernel's.
 PACKED_BSSY_SLACK = 0.10
+# What is left open of it (issue 49): at head dim 128 on sm_90a, where attn_kernel itself holds 254-255 registers,
+# ptxas spills a few bytes of the packed kernel (the sequence's parameter offset is one more live register):
+# up to this many bytes are printed as OPEN (measured 2026-12-06, nvcc 13.0: at most 8, bf16 / fp16, two or three
+# stages), more fail. (head dim, arch) -> bytes.
+PACKED_OPEN_SPILL = {(128, "90a"): 8}
 
 
 def packed_stats(cubin: str, report: str, arch: str, stages: int) -> dict:
@@ -541,9 +547,14 @@ def spill_gate(sources=SPILL_SOURCES, archs=("80", "90a")) -> dict:
                 out = stats
             else:
                 out[f"stages{stages}"] = stats
-        # The packed kernel of the same source against attn_kernel's gates (issue 49): measured, its breaches
-        # listed under its own 'failures' (not yet this gate's: its CALLs, divergent regions and spills are open).
+        # The packed kernel of the same source against attn_kernel's gates (issue 49): its breaches are this gate's,
+        # but for the spills PACKED_OPEN_SPILL leaves open ('open').
         out["packed"] = {f"stages{stages}": packed_stats(cubin, report, arch, stages) for stages in STAGES}
+        head_dim = int(Path(src).stem.split("hdim")[1].split("_")[0])
+        for key, k in out["packed"].items():
+            tolerated = k["spill_stores"] <= PACKED_OPEN_SPILL.get((head_dim, arch), 0)
+            k["open"] = [f for f in k["failures"] if tolerated and " B spilled" in f]
+            fails += [f"packed kernel, {key}: {f}" for f in k["failures"] if f not in k["open"]]
         out["failures"] = fails
         return out
 
@@ -1171,8 +1182,8 @@ def main(argv=None) -> int:
                   f"{k['stack']} B, SASS {k['instructions']} (attn_kernel {k['attn_instructions']}), subroutine CALLs "
                   f"{len(k['subroutine_calls'])} (attn_kernel {k['attn_subroutine_calls']}), BSSY {k['bssy']} "
                   f"(attn_kernel {k['attn_bssy']})")
-            for f in k["failures"]:
-                print(f"  OPEN (issue 49, not gated yet) {Path(src).stem} sm_{arch} packed kernel, {key}: {f}")
+            for f in k["open"]:
+                print(f"  OPEN (issue 49) {Path(src).stem} sm_{arch} packed kernel, {key}: {f}")
         for f in s["failures"]:
             print(f"  FAIL {Path(src).stem} sm_{arch}: {f}")
         ok = ok and not s["failures"]

@@ -281,26 +281,25 @@ def test_the_time_model_reads_the_mma_sync_paths_at_head_dim_128():
     assert "control_fold" not in s  # the control kernel folds Lite's preparation in at head dim 64 alone
 
 
-# ---- the packed kernel (issue 49, open) ---------------------------------------------------------------
-# attn_packed_kernel is to be held to attn_kernel's gates (no CALL on sm_80, no spill at any head dim, BSSY within
-# cuda_gates.PACKED_BSSY_SLACK of attn_kernel's); it is not yet (cuda_gates packed_stats lists the breaches). Until
-# it is, it may get no worse than measured on 2026-12-06 (benchmarks/results/cuda_gates_2026-12-06.json, nvcc 13.0):
-# per (head dim, architecture), the most over both element types and stage counts of its subroutine CALLs, its
-# BSSY and its spilled bytes.
-PACKED_MEASURED = {(64, "80"): (25, 72, 0), (64, "90a"): (0, 67, 0), (80, "80"): (25, 93, 4),
-                   (80, "90a"): (0, 81, 16), (128, "80"): (25, 71, 0), (128, "90a"): (0, 66, 94)}
+# ---- the packed kernel (issue 49) ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("src", cuda_gates.SPILL_SOURCES, ids=[s.split("/")[-1][:-3] for s in cuda_gates.SPILL_SOURCES])
-def test_the_packed_kernel_gets_no_worse(spills_measured, src, arch):
-    """The packed kernel beside attn_kernel in each source: measured (both stage counts), and no more subroutine
-    CALLs, divergent regions or spilled bytes than on 2026-12-06; on sm_90a no CALL at all, as attn_kernel."""
+def test_the_packed_kernel_holds_attn_kernels_gates(spills_measured, src, arch):
+    """attn_packed_kernel beside attn_kernel in each source, at both stage counts (its sequences' parameters in the
+    kernel parameter space, attn_params.h PackedAttnLaunch): no spill, stack or local memory, no CALL into a
+    subroutine (sm_80's warp-sync slow paths, or division), at most PACKED_BSSY_SLACK more divergent regions (BSSY)
+    than attn_kernel; each breach is a failure of the spill gate. Open (issue 49): at head dim 128 on sm_90a ptxas
+    still spills a few bytes (cuda_gates.PACKED_OPEN_SPILL, measured 2026-12-06: at most 8), no more."""
+    stats = spills_measured[(src, arch)]
     head_dim = int(src.split("hdim")[1].split("_")[0])
-    calls, bssy, spilled = PACKED_MEASURED[(head_dim, arch)]
     for key in ("stages2", "stages3"):
-        k = spills_measured[(src, arch)]["packed"][key]
-        assert k["registers"] is not None and k["instructions"] > 0, (src, arch, key, k)
-        assert len(k["subroutine_calls"]) <= calls and not k["division_calls"], (src, arch, key, k["subroutine_calls"])
-        assert k["bssy"] <= bssy, (src, arch, key, k["bssy"], k["attn_bssy"])
-        assert k["spill_stores"] <= spilled, (src, arch, key, k["spill_stores"])
+        k = stats["packed"][key]
+        assert k["registers"] is not None and k["instructions"] > 0 and k["attn_instructions"] > 0, (src, arch, key, k)
+        allowed = cuda_gates.PACKED_OPEN_SPILL.get((head_dim, arch), 0)
+        assert k["spill_stores"] <= allowed, (src, arch, key, k)
+        assert allowed or not (k["spill_loads"] or k["stack"] or k["local"]), (src, arch, key, k)
+        assert not k["subroutine_calls"] and not k["division_calls"], (src, arch, key, k["subroutine_calls"])
+        assert k["bssy"] <= k["attn_bssy"] * (1 + cuda_gates.PACKED_BSSY_SLACK), (src, arch, key, k["bssy"], k["attn_bssy"])
+        assert not [f for f in k["failures"] if f not in k["open"]], (src, arch, key, k["failures"])

@@ -489,6 +489,21 @@ def test_simt_packed_call_is_one_launch_with_each_sequences_bits(simt, name, dty
     assert not out.isnan().any() and not lse.isnan().any()
 
 
+def test_simt_packed_call_over_several_launches_keeps_each_sequences_bits(simt):
+    """More sequences than one launch takes (attn_launch.h run_attn_packed: the parameters of at most
+    PackedAttnLaunch::kSeqs a launch; here 2, rangeswa_simt.packed_launch_seqs): the five sequences with query rows
+    go on three launches, each CTA on its own sequence's parameters, each sequence's rows bit for bit its own call's."""
+    cfg = _cfg("rangeswa")
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_MIXED, Hq=2, Hkv=1, seed=29, dtype=torch.bfloat16)
+    old = simt.packed_launch_seqs(2)
+    try:
+        out, lse, launches = _simt_packed_is_each_sequence(simt, cfg, parts, q, k, v, cq, ck, counts)
+    finally:
+        simt.packed_launch_seqs(old)
+    assert launches == 3
+    assert not out.isnan().any() and not lse.isnan().any()
+
+
 def test_simt_packed_call_with_three_kv_stages(simt, monkeypatch):
     """RANGESWA_CUDA_STAGES=3: the packed launch runs the three-stage kernel, each sequence's bits its own."""
     monkeypatch.setenv("RANGESWA_CUDA_STAGES", "3")

@@ -585,11 +585,12 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_packed(RSWA_ATTN_PARAMS, std::optio
     for (int x = 0; x < 2; ++x) {
       const int64_t ctas = calls.total(PackedCalls::kAttn + x);
       if (ctas == 0) continue;
-      const PackedLaunch launch = calls.launch(base, PackedCalls::kAttn + x);
+      const PackedLaunch launch = calls.attn_launch(PackedCalls::kAttn + x);
       const size_t smem = calls.smem[x];
-      if (D <= 64) check_launch(run_attn_packed<T, 64>(launch, ctas, x + 2, smem, stream), "attn");
-      else if (D <= 80) check_launch(run_attn_packed<T, 80>(launch, ctas, x + 2, smem, stream), "attn");
-      else check_launch(run_attn_packed<T, 128>(launch, ctas, x + 2, smem, stream), "attn");
+      const int32_t per = PackedAttnLaunch::kSeqs;  // sequences a launch (attn_launch.h run_attn_packed)
+      if (D <= 64) check_launch(run_attn_packed<T, 64>(launch, ctas, x + 2, smem, stream, per), "attn");
+      else if (D <= 80) check_launch(run_attn_packed<T, 80>(launch, ctas, x + 2, smem, stream, per), "attn");
+      else check_launch(run_attn_packed<T, 128>(launch, ctas, x + 2, smem, stream, per), "attn");
     }
   });
   for (size_t x = 0; x < seqs.size(); ++x)  // the sm_90a body kernel: per sequence

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
+
 #include "attn_params.h"
 #include "kernel_traits.h"
 #include "mainloop.h"
@@ -61,12 +63,14 @@ cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream) {
   return launch_tiles<Element, kHeadDim>(p, stream, [](auto traits) { return control_kernel<decltype(traits)>; });
 }
 
-// One launch for every sequence of a packed call (attn_params.h PackedLaunch; mainloop.h attn_packed_kernel):
-// `blocks` CTAs (the sum of the sequences' own grids), `smem` bytes per CTA (the largest of the sequences'
-// attn_smem_bytes), the traits of `kv_stages` (every sequence's p.kv_stages; attn_api.cpp groups them).
+// Every sequence of a packed call on the attention kernel (mainloop.h attn_packed_kernel): pk in host memory (the
+// sequences' parameters and first CTAs, packed.h PackedCalls::attn_launch), `blocks` CTAs in all (pk.first[S]),
+// `smem` bytes per CTA (the largest of the sequences' attn_smem_bytes), the traits of `kv_stages` (every
+// sequence's p.kv_stages; attn_api.cpp groups them). The sequences with CTAs go `per_launch` (at most
+// PackedAttnLaunch::kSeqs; fewer: the SIMT emulation's tests) to a launch: one launch for any call of up to that many.
 template <typename Element, int kHeadDim>
 cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, int32_t per_launch) {
   AttnKernelParams probe{};
   probe.kv_stages = kv_stages;
   return with_traits<Element, kHeadDim>(probe, [&](auto traits) -> cudaError_t {
@@ -77,8 +81,29 @@ cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_s
       if (err != cudaSuccess) return err;
     }
     if (blocks == 0) return cudaSuccess;
-    if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-    return RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, pk);
+    if (blocks != pk.first[pk.S]) return cudaErrorInvalidValue;
+    auto launch = std::make_unique<PackedAttnLaunch>();  // ~32 KB: off the stack
+    PackedAttnLaunch& one = *launch;
+    constexpr int64_t kMaxGrid = 0x7fffffff;
+    int32_t s = 0;
+    while (s < pk.S) {
+      one.S = 0;
+      one.first[0] = 0;
+      for (; s < pk.S && one.S < imin(imax(per_launch, 1), PackedAttnLaunch::kSeqs); ++s) {
+        const int64_t ctas = pk.first[s + 1] - pk.first[s];
+        if (ctas == 0) continue;
+        if (ctas > kMaxGrid) return cudaErrorInvalidConfiguration;
+        if (one.first[one.S] + ctas > kMaxGrid) break;  // the next launch's
+        one.seq[one.S] = pk.seq[s];
+        one.first[one.S + 1] = int32_t(one.first[one.S] + ctas);
+        ++one.S;
+      }
+      const int32_t grid = one.first[one.S];
+      if (grid == 0) continue;
+      const cudaError_t err = RSWA_LAUNCH(kernel, unsigned(grid), Traits::kThreads, smem, stream, one);
+      if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
   });
 }
 
@@ -90,7 +115,7 @@ cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_s
                                                             cudaStream_t);                                \
   template size_t rangeswa::cuda::attn_smem_bytes<Element, D>(const rangeswa::cuda::AttnKernelParams&);       \
   template cudaError_t rangeswa::cuda::run_attn_packed<Element, D>(const rangeswa::cuda::PackedLaunch&, int64_t, \
-                                                                   int32_t, size_t, cudaStream_t);
+                                                                   int32_t, size_t, cudaStream_t, int32_t);
 // ... and, at head dim 64 in bf16 / fp16, the control kernel that folds Lite's preparation in.
 #define RANGESWA_INSTANTIATE_CONTROL_FOLD(Element, D)                                                      \
   template cudaError_t rangeswa::cuda::run_control_fold<Element, D>(const rangeswa::cuda::AttnKernelParams&, \

@@ -114,6 +114,24 @@ struct PackedLaunch {
   int32_t S;
 };
 
+// The bytes of kernel parameters a launch may pass (CUDA 12.1 and later, Volta and later devices).
+constexpr size_t kMaxKernelParamBytes = 32764;
+
+// The attention kernel's packed launch (mainloop.h attn_packed_kernel): up to kSeqs sequences' parameters and
+// first CTAs (as PackedLaunch's) passed by value, in the kernel parameter space, as attn_kernel's own parameters
+// are: each CTA reads its sequence's fields from the constant bank at an offset that depends only on blockIdx, so
+// ptxas knows every field warp-uniform (read through a pointer into global or shared memory, they are not: the
+// branches on them diverge and sm_80's shuffles after them take the warp-sync slow path). A call with more
+// sequences takes several launches (attn_launch.h run_attn_packed).
+struct PackedAttnLaunch {
+  static constexpr int kSeqs =
+      int((kMaxKernelParamBytes - 2 * sizeof(int64_t)) / (sizeof(AttnKernelParams) + sizeof(int32_t)));
+  AttnKernelParams seq[kSeqs];
+  int32_t first[kSeqs + 1];  // first[0] = 0, increasing (a launch's CTAs are indexed in 32 bits)
+  int32_t S;
+};
+static_assert(sizeof(PackedAttnLaunch) <= kMaxKernelParamBytes, "a packed attention launch fits the parameter space");
+
 // The control rows' partial results: one per chunk of body keys and warp of its CTA (kControlSplit).
 RSWA_HD int32_t control_partials(const AttnKernelParams& p) { return p.control_chunks * kControlSplit; }
 

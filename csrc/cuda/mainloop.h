@@ -594,10 +594,13 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
   }
   const bool body = keys == KeySet::kNat || keys == KeySet::kGrp || keys == KeySet::kCond;
   const bool raw = keys == KeySet::kCond && a.cond_raw;  // k's own rows (the control CTAs rotate them)
-  out.k = static_cast<const Element*>(kb) + (raw ? a.cond.at(batch, kv_head, 0) : bh * stride);
-  out.k_row = int32_t(raw ? a.cond.row : Dp);
-  out.v = static_cast<const Element*>(vb) + (body ? a.values.at(batch, kv_head, 0) : bh * stride);
-  out.v_row = int32_t(body ? a.values.row : Dp);
+  // Every candidate read before the selects (no branch around a parameter's read).
+  const int64_t own = bh * stride, cond_at = a.cond.at(batch, kv_head, 0), value_at = a.values.at(batch, kv_head, 0);
+  const int32_t cond_row = int32_t(a.cond.row), value_row = int32_t(a.values.row);
+  out.k = static_cast<const Element*>(kb) + (raw ? cond_at : own);
+  out.k_row = raw ? cond_row : Dp;
+  out.v = static_cast<const Element*>(vb) + (body ? value_at : own);
+  out.v_row = body ? value_row : Dp;
 }
 
 // Issues the copy of KV tile t (its record's arrays, sArrays) into K/V stage `stage`, a 64-key tile in
@@ -831,6 +834,8 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   float row_sum[2 * MB];
   softmax.finish(row_sum);
   const int64_t at = (int64_t(t.chunk * kControlSplit + warp) * p.B * p.Hq + head) * p.geo.C + t.i0;
+  float* const ctrl_o = p.ctrl_o + at * Dp;  // read once: the stores under a condition are then predicated
+  float* const ctrl_lse = p.ctrl_lse + at;
 #pragma unroll
   for (int rr = 0; rr < 2 * MB; ++rr) {
     const int row = (rr / 2) * 16 + gq + 8 * (rr % 2);
@@ -839,9 +844,9 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
     const float inv = row_sum[rr] > 0.f ? __fdividef(1.f, row_sum[rr]) : 0.f;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt)
-      *reinterpret_cast<float2*>(p.ctrl_o + (at + row) * Dp + dt * 8 + 2 * tq) =
+      *reinterpret_cast<float2*>(ctrl_o + row * Dp + dt * 8 + 2 * tq) =
           make_float2(o[rr / 2][dt][2 * (rr % 2)] * inv, o[rr / 2][dt][2 * (rr % 2) + 1] * inv);
-    if (tq == 0) p.ctrl_lse[at + row] = softmax.m[rr] + __log2f(row_sum[rr]);
+    if (tq == 0) ctrl_lse[row] = softmax.m[rr] + __log2f(row_sum[rr]);
   }
 }
 
@@ -1271,6 +1276,7 @@ __device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_
   const int64_t row0 = cta.row0;
   const int32_t nrows = cta.nrows;
   constexpr float kLn2 = 0.6931471805599453f;
+  float* const lse = p.lse + row0;  // read once: stores under a condition are then predicated
 #pragma unroll
   for (int rr = 0; rr < 2 * MB; ++rr) {
     const int row = row_of(rr);
@@ -1279,7 +1285,7 @@ __device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_
     for (int dt = 0; dt < DT; ++dt)
       store2(sQ + row * Traits::kStride + dt * 8 + 2 * tq, o[rr / 2][dt][2 * (rr % 2)] * inv,
              o[rr / 2][dt][2 * (rr % 2) + 1] * inv);
-    if (tq == 0 && row < nrows) p.lse[row0 + row] = (softmax.m[rr] + __log2f(row_sum[rr])) * kLn2;
+    if (tq == 0 && row < nrows) lse[row] = (softmax.m[rr] + __log2f(row_sum[rr])) * kLn2;
   }
   __syncwarp();
   Element* out = static_cast<Element*>(p.out);
@@ -1321,13 +1327,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 2) control_kernel(const __gr
   control_cta<Traits, true>(p, t, head, batch, h, batch * p.Hkv + p.by_group.div(h), smem);
 }
 
-// One launch for every sequence of a packed call (attn_params.h PackedLaunch): CTA x is CTA x - first[s] of
-// sequence s's own launch, run on its own parameters (read from global memory). The same CTA code as
-// attn_kernel's; the one-call kernel is unchanged by it.
+// One launch for up to PackedAttnLaunch::kSeqs sequences of a packed call (attn_params.h): CTA x is CTA x - first[s]
+// of sequence s's own launch, run on its own parameters (in the kernel parameter space, so warp-uniform as
+// attn_kernel's). The same CTA code as attn_kernel's; the one-call kernel is unchanged by it.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 2) attn_packed_kernel(const __grid_constant__ PackedLaunch pk) {
-  const int32_t s = packed_sequence(pk, int64_t(blockIdx.x));
-  attn_cta<Traits>(pk.seq[s], int32_t(int64_t(blockIdx.x) - pk.first[s]));
+__global__ void __launch_bounds__(Traits::kThreads, 2) attn_packed_kernel(const __grid_constant__ PackedAttnLaunch pk) {
+  const int32_t x = int32_t(blockIdx.x);
+  // The last sequence s with first[s] <= x. sm_90a: a scan at fixed offsets, in uniform registers; sm_80: a binary
+  // search (ptxas spills at head dim 128 with three stages on sm_90a with the search, on sm_80 with the scan).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  const int32_t s = packed_sequence(pk, x);
+#else
+  int32_t s = 0;
+#pragma unroll
+  for (int j = 1; j < PackedAttnLaunch::kSeqs; ++j) s += int32_t(j < pk.S && pk.first[j] <= x);
+#endif
+  attn_cta<Traits>(pk.seq[s], x - pk.first[s]);
 }
 
 }  // namespace rangeswa::cuda

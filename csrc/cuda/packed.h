@@ -91,6 +91,9 @@ struct PackedCalls {
     return PackedLaunch{reinterpret_cast<const AttnKernelParams*>(base),
                         reinterpret_cast<const int64_t*>(base + first_at(x)), S()};
   }
+  // The attention kernel's launch x (kAttn or kAttn + 1) over the host's copy: run_attn_packed passes the
+  // parameters by value (attn_params.h PackedAttnLaunch).
+  PackedLaunch attn_launch(int x) const { return PackedLaunch{seq.data(), first[x].data(), S()}; }
   const SortJob* jobs_in(const char* base) const { return reinterpret_cast<const SortJob*>(base + jobs_at()); }
   PackedPrepare prepare_launch(const char* base, int variant) const {
     return PackedPrepare{reinterpret_cast<const PrepareParams*>(base + prep_at()),

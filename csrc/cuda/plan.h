@@ -169,8 +169,8 @@ RSWA_HD int32_t visible_end(const Geometry& g, int32_t i) {
   return g.cb == 0 ? g.L : imin(g.L, (g.by_cb.div(i) + 1) * g.cb);
 }
 RSWA_HD int32_t visible_blocks(const Geometry& g, int32_t i) {
-  const int32_t end = visible_end(g, i);
-  return end == g.L ? g.nG : g.by_G.div(end);
+  const int32_t end = visible_end(g, i), whole = g.by_G.div(end);  // both read before the select: no branch
+  return end == g.L ? g.nG : whole;
 }
 // Rule 4's near blocks [near_first, near_last] and the blocks wholly farther than Hn: [0, far_left_end)
 // and [far_right_begin, nG) (rules.h, same names).

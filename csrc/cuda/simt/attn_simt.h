@@ -13,10 +13,11 @@ namespace rangeswa::cuda::simt_attn {
 template <typename Element, int kHeadDim>
 size_t run_attn(const AttnKernelParams& p);
 
-// A packed call's sequences in one launch (attn_launch.h run_attn_packed: attn_packed_kernel), emulated;
-// attn_smem: the dynamic shared memory per CTA of one call (attn_launch.h attn_smem_bytes).
+// A packed call's sequences (pk in host memory) on attn_packed_kernel (attn_launch.h run_attn_packed: per_launch
+// sequences a launch), emulated; attn_smem: the dynamic shared memory per CTA of one call (attn_launch.h
+// attn_smem_bytes).
 template <typename Element, int kHeadDim>
-void run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem);
+void run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem, int32_t per_launch);
 template <typename Element, int kHeadDim>
 size_t attn_smem(const AttnKernelParams& p);
 

@@ -17,8 +17,8 @@ size_t run_attn(const AttnKernelParams& p) {
 }
 
 template <typename Element, int kHeadDim>
-void run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem) {
-  const cudaError_t err = cuda::run_attn_packed<Element, kHeadDim>(pk, blocks, kv_stages, smem, nullptr);
+void run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem, int32_t per_launch) {
+  const cudaError_t err = cuda::run_attn_packed<Element, kHeadDim>(pk, blocks, kv_stages, smem, nullptr, per_launch);
   if (err != cudaSuccess) throw ::simt::Error("simt: the packed attn launcher refused the launch (cudaError " +
                                               std::to_string(int(err)) + ")");
 }
@@ -34,7 +34,7 @@ size_t attn_smem(const AttnKernelParams& p) {
   template size_t rangeswa::cuda::simt_attn::run_attn<Element, D>(const rangeswa::cuda::AttnKernelParams&);   \
   template size_t rangeswa::cuda::simt_attn::attn_smem<Element, D>(const rangeswa::cuda::AttnKernelParams&);  \
   template void rangeswa::cuda::simt_attn::run_attn_packed<Element, D>(const rangeswa::cuda::PackedLaunch&,   \
-                                                                        int64_t, int32_t, size_t);
+                                                                        int64_t, int32_t, size_t, int32_t);
 #define RANGESWA_SIMT_INSTANTIATE(Element)  \
   RANGESWA_SIMT_INSTANTIATE_D(Element, 64)  \
   RANGESWA_SIMT_INSTANTIATE_D(Element, 80)  \

@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -36,6 +37,7 @@ int64_t g_folded = 0;           // ... and whether its control CTAs did Lite's p
 int g_plan_fault = 0;            // plan_fault below
 int g_guard_cut = 0;             // guard_cut below
 int64_t g_attn_launches = 0;     // launches of the attention kernels in the last attn call (a packed call: one)
+int32_t g_packed_seqs = PackedAttnLaunch::kSeqs;  // packed_launch_seqs below
 int64_t g_hopper = 0;            // whether the last attn call's body ran on the sm_90a kernel (one sequence's did)
 
 // The kernel's arrays as guarded copies (simt::GuardedCopy): every array the kernel parameters point into is
@@ -593,13 +595,15 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
       for (int x = 0; x < 2; ++x) {
         const int64_t ctas = table.total(PackedCalls::kAttn + x);
         if (ctas == 0) continue;
-        const PackedLaunch launch = table.launch(buffer.data(), PackedCalls::kAttn + x);
+        const PackedLaunch launch = table.attn_launch(PackedCalls::kAttn + x);
         const size_t smem = table.smem[x];
         g_smem_bytes = std::max(g_smem_bytes, int64_t(smem));
-        ++g_attn_launches;
-        if (D <= 64) simt_attn::run_attn_packed<Element, 64>(launch, ctas, x + 2, smem);
-        else if (D <= 80) simt_attn::run_attn_packed<Element, 80>(launch, ctas, x + 2, smem);
-        else simt_attn::run_attn_packed<Element, 128>(launch, ctas, x + 2, smem);
+        int32_t busy = 0;  // the sequences with CTAs in this launch: g_packed_seqs of them a launch
+        for (int32_t s = 0; s < launch.S; ++s) busy += launch.first[s + 1] > launch.first[s];
+        g_attn_launches += (busy + g_packed_seqs - 1) / g_packed_seqs;
+        if (D <= 64) simt_attn::run_attn_packed<Element, 64>(launch, ctas, x + 2, smem, g_packed_seqs);
+        else if (D <= 80) simt_attn::run_attn_packed<Element, 80>(launch, ctas, x + 2, smem, g_packed_seqs);
+        else simt_attn::run_attn_packed<Element, 128>(launch, ctas, x + 2, smem, g_packed_seqs);
       }
       g_hopper = 0;
       if constexpr (!std::is_same_v<Element, float>) {
@@ -846,6 +850,14 @@ int64_t guard_cut(int64_t launch) {
   return old;
 }
 
+// The sequences a packed call's attention kernel launch takes (attn_launch.h run_attn_packed: at most, and by default,
+// PackedAttnLaunch::kSeqs), fewer for tests that must see a call split over several launches. Returns the previous.
+int64_t packed_launch_seqs(int64_t seqs) {
+  const int64_t old = g_packed_seqs;
+  g_packed_seqs = int32_t(std::clamp<int64_t>(seqs, 1, PackedAttnLaunch::kSeqs));
+  return old;
+}
+
 // The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
 // of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place, how
 // many launches of the attention kernels it made (a packed call on the mma.sync kernel: one), whether its
@@ -876,6 +888,7 @@ TORCH_LIBRARY(rangeswa_simt, m) {
   m.def("stats() -> int[]", &rangeswa::cuda::stats);
   m.def("plan_fault(int fault) -> int", &rangeswa::cuda::plan_fault);
   m.def("guard_cut(int launch) -> int", &rangeswa::cuda::guard_cut);
+  m.def("packed_launch_seqs(int seqs) -> int", &rangeswa::cuda::packed_launch_seqs);
 }
 
 TORCH_LIBRARY_IMPL(rangeswa_simt, CPU, m) {
