@@ -342,7 +342,7 @@ CallCheck check_call(RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prep
                       prop->minor, ")");
   }
   if (!cfg.why.empty() && o.kernel == BodyKernel::kHopper) TORCH_WARN("RANGESWA_CUDA_KERNEL=hopper: ", cfg.why);
-  configure(s, cfg);
+  apply_config(s, cfg);
   const std::string refusal = launch_refusal(ap, s, cfg.smem, size_t(max_shared_memory(q.device())));
   TORCH_CHECK_VALUE(refusal.empty(), refusal);
   return CallCheck{ap, s, given, computes, cfg.hopper, cfg.smem};

@@ -41,9 +41,9 @@ struct AttnSetup {
   // retrieved_k: the sorted blocks a query block keeps (retrieved_room), given_k: the call's K (the columns of
   // the given or selected blocks, which the sort reads).
   int32_t nQb, retrieved_k, given_k, max_records, max_spans, span_budget;
-  int32_t kv_stages;  // K/V pipeline stages of the body walk (configure: api/config.h choose_config)
+  int32_t kv_stages;  // K/V pipeline stages of the body walk (apply_config: api/config.h choose_config)
   float scale_log2, control_bias_log2;
-  Config config;  // how the call runs (configure; the default until then: two stages, no bands)
+  Config config;  // how the call runs (apply_config; the default until then: two stages, no bands)
 
   int64_t ctas_per_head() const { return int64_t(control_tiles) * control_chunks + body_tiles; }
   int64_t plans() const { return BH * body_tiles; }
@@ -154,7 +154,7 @@ CallShape call_shape(const AttnSetup& s, bool sixteen_bit, const MmaSmem& mma, c
 
 // The chosen configuration into the setup: its stages, span budget and the plan's edge-free records (plan.h
 // window_sums, hn_bands) for the body kernel's KV tile.
-inline void configure(AttnSetup& s, const Config& c) {
+inline void apply_config(AttnSetup& s, const Config& c) {
   s.config = c;
   s.kv_stages = c.kv_stages;
   s.span_budget = c.span_budget;

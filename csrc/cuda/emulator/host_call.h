@@ -85,7 +85,7 @@ struct HostCall {
 inline AttnSetup emulated_setup(const AttnParams& ap, int64_t K, at::ScalarType type, const CallKernels& kernels,
                                 const Overrides& o) {
   AttnSetup s = setup_attn(ap, K);
-  configure(s, choose_config(kernels.shape(s, type), kernels.device(), o));
+  apply_config(s, choose_config(kernels.shape(s, type), kernels.device(), o));
   return s;
 }
 
