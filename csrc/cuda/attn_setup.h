@@ -126,7 +126,8 @@ inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
 
 // The call's shape for choose_config (api/config.h): the shared memory per CTA of the mma.sync kernel (`mma(p)`)
 // and of the sm_90a kernel (`hopper(p)`, asked for 16-bit calls alone) for each configuration it weighs, from
-// parameters that hold the call's plan room.
+// parameters that hold what their layouts read (the plan's room, the retrieved blocks, the bands, the stages; Dp
+// picks the SIMT emulation's instantiation).
 template <typename MmaSmem, typename HopperSmem>
 CallShape call_shape(const AttnSetup& s, bool sixteen_bit, const MmaSmem& mma, const HopperSmem& hopper) {
   CallShape c;
@@ -136,8 +137,6 @@ CallShape call_shape(const AttnSetup& s, bool sixteen_bit, const MmaSmem& mma, c
   c.max_spans = s.max_spans;
   AttnKernelParams probe{};
   probe.max_records = s.max_records;
-  probe.max_spans = s.max_spans;
-  probe.span_budget = s.max_spans;
   probe.retrieved_k = s.retrieved_k;
   probe.Dp = s.Dp;
   for (int band = 0; band < 2; ++band) {
