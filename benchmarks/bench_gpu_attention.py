@@ -92,7 +92,7 @@ def flash_attn_fn():
 
 
 def edges_masked_ms(q, k, v, C: int, repeats: int) -> dict:
-    """The op's times with RANGESWA_CUDA_EDGES=masked (csrc/cuda/attn_setup.h): every window and Hn edge a
+    """The op's times with RANGESWA_CUDA_EDGES=masked (csrc/cuda/api/config.h): every window and Hn edge a
     masked tile, no window sums or Hn bands; the A/B of docs/cuda.md's edge-free records."""
     out = {}
     os.environ["RANGESWA_CUDA_EDGES"] = "masked"

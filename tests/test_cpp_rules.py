@@ -1,5 +1,6 @@
-"""Builds and runs the C++ unit tests through CMakeLists.txt (cmake + ctest): csrc/rules.h, and the CPU
-kernels of every instruction-set build this CPU runs (tests/cpp/test_cpu_kernels.cpp)."""
+"""Builds and runs the C++ unit tests through CMakeLists.txt (cmake + ctest): csrc/rules.h, the CUDA op's
+configuration (csrc/cuda/api/config.h, tests/cpp/test_config.cpp), and the CPU kernels of every instruction-set
+build this CPU runs (tests/cpp/test_cpu_kernels.cpp)."""
 
 import shutil
 import subprocess

@@ -223,7 +223,7 @@ def test_attn_hopper_body_kernel_matches_reference(simt, call):
         simt.hopper_stats()  # reset
         ran = check_simt_call(simt, call)
         wgmma, on_hopper = simt.hopper_stats()[0], simt.stats()[HOPPER_STAT]
-        # The body on the sm_90a kernel for every 16-bit call it takes (attn_setup.h choose_body_kernel: all at
+        # The body on the sm_90a kernel for every 16-bit call it takes (api/config.h choose_config: all at
         # the emulated device's limit that the mma.sync kernel takes, in this profile's sizes).
         assert not ran or on_hopper == (call["dtype"] != torch.float32), (on_hopper, describe(call))
         assert (wgmma > 0) == (ran and on_hopper == 1 and call["Lq"] > 0), (wgmma, describe(call))

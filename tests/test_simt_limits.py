@@ -7,8 +7,8 @@ checked on the kernels' own source under the host SIMT emulation (csrc/cuda/simt
   so K = 1000 gives exactly K = nKb's output;
 - a launch that cannot be made (its shared memory past the device's opt-in limit) is a ValueError that names
   topk and the limit, raised before any kernel runs, never a CUDA error code; where only the sm_90a kernel's
-  shared memory is past the limit, the call runs on the mma.sync kernel and a warning says so (attn_setup.h
-  choose_body_kernel, the one function that decides);
+  shared memory is past the limit, the call runs on the mma.sync kernel and a warning says so (api/config.h
+  choose_config, the one function that decides);
 - control rows with a partial rotary dim that is not a multiple of 8 on the sm_90a path (the preparation read
   a null s_v when the control CTAs took the value means over, prepare.h prepare_unit);
 - every small kernel on guarded copies: an array that ends at an inaccessible page.
@@ -123,7 +123,7 @@ def test_a_launch_past_the_shared_memory_limit_is_refused_naming_topk(simt, monk
 
 
 def test_the_sm90a_kernel_falls_back_to_the_mma_kernel_and_says_so(simt, monkeypatch, limit, capfd):
-    """choose_body_kernel: where the sm_90a kernel's shared memory is past the limit and the mma.sync kernel's
+    """choose_config: where the sm_90a kernel's shared memory is past the limit and the mma.sync kernel's
     is not, RANGESWA_CUDA_KERNEL=hopper runs the body on the mma.sync kernel, with a warning naming why (c10's
     TORCH_WARN, on stderr from a torch.ops call)."""
     cfg = preset("rangeswa", topk=4)

@@ -40,12 +40,9 @@ void dispatch_dtype(at::ScalarType type, const F& f) {
   else f(float{});
 }
 
-// Shared memory a CTA may opt in to, and a multiprocessor's, on `device` (ATen caches the properties).
+// Shared memory a CTA may opt in to on `device` (ATen caches the properties).
 int max_shared_memory(const at::Device& device) {
   return int(at::cuda::getDeviceProperties(device.index())->sharedMemPerBlockOptin);
-}
-int shared_memory_per_sm(const at::Device& device) {
-  return int(at::cuda::getDeviceProperties(device.index())->sharedMemPerMultiprocessor);
 }
 
 // The positions argument of rope / block_summary: 1-D, n entries, floating, on `device`.
@@ -279,31 +276,20 @@ size_t hopper_smem_for(const AttnKernelParams& p, int64_t D) {
                                                                : hopper_smem_bytes<Element, 128>(p);
 }
 
-// Whether the call's body tiles run on the Hopper kernel: attn_setup.h choose_body_kernel on this device
-// (compute capability 9.0 and the build's sm_90a code; the kernel's shared memory against the device's opt-in
-// limit). RANGESWA_CUDA_KERNEL=hopper on a device that cannot run it is an error; a call whose configuration keeps
-// it out runs on the mma.sync kernel, with a warning that says why.
-bool use_hopper_kernel(const at::Tensor& q, const AttnKernelParams& probe, int64_t D) {
-  const BodyKernel forced = body_kernel_forced();
-  if (forced == BodyKernel::kMma || (forced == BodyKernel::kAuto && !kHopperByDefault)) return false;
+// The device's part of choose_config (api/config.h): its shared memory per CTA (opt-in) and per multiprocessor, and
+// whether it runs the sm_90a body kernel (compute capability 9.0 and the build's sm_90a code for the call's element
+// type and head dim; asked only where the overrides want that kernel).
+DeviceCaps device_caps(const at::Tensor& q, int64_t D, const Overrides& o) {
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
-  const bool sm90 = prop->major == 9 && prop->minor == 0;
-  bool built = false;
-  size_t smem = 0;
-  if (q.scalar_type() != at::kFloat && sm90)
+  DeviceCaps d;
+  d.smem_opt_in = size_t(prop->sharedMemPerBlockOptin);
+  d.smem_per_sm = size_t(prop->sharedMemPerMultiprocessor);
+  if (hopper_wanted(o) && q.scalar_type() != at::kFloat && prop->major == 9 && prop->minor == 0)
     dispatch_dtype(q.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      if constexpr (!std::is_same_v<T, float>) {
-        built = hopper_built_for<T>(D);
-        smem = hopper_smem_for<T>(probe, D);
-      }
+      if constexpr (!std::is_same_v<T, float>) d.runs_hopper = hopper_built_for<T>(D);
     });
-  const BodyKernelChoice choice = choose_body_kernel(forced, q.scalar_type() != at::kFloat, sm90 && built, smem,
-                                                     size_t(max_shared_memory(q.device())));
-  TORCH_CHECK_VALUE(!choice.refused, "RANGESWA_CUDA_KERNEL=hopper: ", choice.why, " (this device: ", prop->major,
-                    ".", prop->minor, ")");
-  if (!choice.why.empty() && forced == BodyKernel::kHopper) TORCH_WARN("RANGESWA_CUDA_KERNEL=hopper: ", choice.why);
-  return choice.hopper;
+  return d;
 }
 
 // One call's checked configuration: every check of attn, before any device work.
@@ -330,45 +316,36 @@ CallCheck check_call(RSWA_ATTN_PARAMS, const std::optional<at::TensorList>& prep
   if (computes) check_topk_fits(R, q.device());
   const int64_t K = given ? retrieved->size(3) : computes ? retrieved_room(R, R.topk) : 0;
   AttnSetup s = setup_attn(ap, K);
-  AttnKernelParams probe{};
-  probe.max_records = s.max_records;
-  probe.max_spans = s.max_spans;
-  probe.span_budget = s.span_budget;
-  probe.retrieved_k = s.retrieved_k;
-  const auto smem_for = [&](bool band, int32_t stages) {
-    probe.geo.band_ok = band;
-    probe.kv_stages = stages;
+  // How the call runs (api/config.h choose_config), from the switches (read here, at the op's boundary), this device
+  // and both kernels' shared memory for the call's plan room. RANGESWA_CUDA_KERNEL=hopper on a device that cannot
+  // run the sm_90a kernel is an error; a call whose configuration keeps it out runs on the mma.sync kernel, with a
+  // warning that says why.
+  const Overrides o = overrides_from_env();
+  const auto mma_smem = [&](const AttnKernelParams& p) {
     size_t bytes = 0;
-    dispatch_dtype(q.scalar_type(), [&](auto tag) { bytes = attn_smem_for<decltype(tag)>(probe, ap.D); });
+    dispatch_dtype(q.scalar_type(), [&](auto tag) { bytes = attn_smem_for<decltype(tag)>(p, ap.D); });
     return bytes;
   };
-  // CTAs of `bytes` of shared memory a multiprocessor holds (the kernel runs up to 2; 1 KB reserved per CTA).
-  const size_t per_sm = size_t(shared_memory_per_sm(q.device())), opt_in = size_t(max_shared_memory(q.device()));
-  const auto ctas = [&](size_t bytes) { return bytes <= opt_in ? std::min<size_t>(2, per_sm / (bytes + 1024)) : 0; };
-  // The Hn bands' buffers (plan.h hn_bands) when they cost no CTA per multiprocessor: on an H100 / H200
-  // always, on an A100 at head dims whose tiles leave room.
-  const bool band = [&] {
-    const size_t with = smem_for(true, 2);
-    return with <= opt_in && ctas(with) >= ctas(smem_for(false, 2));
-  }();
-  // A third K/V stage (mainloop.h: tiles n + 1 and n + 2 in flight) where it too costs no CTA per
-  // multiprocessor: on an H100 / H200 (228 KB per SM) at head dim 64 beside the bands' buffers, at every
-  // head dim without them, two CTAs; on an A100 (164 KB) at none (docs/cuda.md). RANGESWA_CUDA_STAGES=2 or
-  // 3 forces it (3: where the device's opt-in allows).
-  const int32_t forced = kv_stages_forced();
-  const bool bands = band && edge_free_allowed();  // the buffers the kernel allots (plan_edges: geo.band_ok)
-  const bool third = q.scalar_type() != at::kFloat &&
-                     ctas(smem_for(bands, 3)) >= std::max<size_t>(1, ctas(smem_for(bands, 2)));
-  s.kv_stages = forced != 0 ? forced : third ? 3 : 2;
-  probe.kv_stages = s.kv_stages;
-  const size_t smem = smem_for(band, s.kv_stages);
-  probe.geo.band_ok = bands;  // as plan_edges sets it
-  // The body kernel first: its KV tile is the plan's (kernel_traits.h body_tile_cols: 64 keys on the sm_90a kernel).
-  const bool hopper = use_hopper_kernel(q, probe, ap.D);
-  plan_edges(s, body_tile_cols(q.scalar_type() != at::kFloat, Dp, hopper), band);
-  const std::string refusal = launch_refusal(ap, s, smem, size_t(max_shared_memory(q.device())));
+  const auto hopper_smem = [&](const AttnKernelParams& p) {
+    size_t bytes = 0;
+    dispatch_dtype(q.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, float>) bytes = hopper_smem_for<T>(p, ap.D);
+    });
+    return bytes;
+  };
+  const Config cfg = choose_config(call_shape(s, q.scalar_type() != at::kFloat, mma_smem, hopper_smem),
+                                   device_caps(q, ap.D, o), o);
+  if (cfg.refused) {
+    const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
+    TORCH_CHECK_VALUE(false, "RANGESWA_CUDA_KERNEL=hopper: ", cfg.why, " (this device: ", prop->major, ".",
+                      prop->minor, ")");
+  }
+  if (!cfg.why.empty() && o.kernel == BodyKernel::kHopper) TORCH_WARN("RANGESWA_CUDA_KERNEL=hopper: ", cfg.why);
+  apply_config(s, cfg);
+  const std::string refusal = launch_refusal(ap, s, cfg.smem, size_t(max_shared_memory(q.device())));
   TORCH_CHECK_VALUE(refusal.empty(), refusal);
-  return CallCheck{ap, s, given, computes, hopper, smem};
+  return CallCheck{ap, s, given, computes, cfg.hopper, cfg.smem};
 }
 
 // One call's device work before its attention kernel: retrieval, rope tables and, unless `packed`, the
@@ -426,15 +403,7 @@ CallState stage_call(const CallCheck& c, RSWA_ATTN_PARAMS, const std::optional<a
   // A prepared context gives every array computed from k alone; the call copies its control rows, and its
   // body values unless the kernel reads them in place (attn_setup.h values_in_place).
   const bool context = prepared.has_value();
-  buf.k_ctrl = array(ap.C > 0, ap.C);
-  buf.v_ctrl = array(ap.C > 0, ap.C);
-  body_values(ap, s, buf, int64_t(vc.element_size()), array);
-  if (context) {
-    use_context(*prepared, ap, s, buf);
-  } else {
-    cond_from_keys(ap, s, buf, int64_t(kc.element_size()));
-    own_arrays(ap, s, buf, array);
-  }
+  stage_arrays(ap, s, buf, prepared, int64_t(kc.element_size()), int64_t(vc.element_size()), array);
   std::pair<at::Tensor, at::Tensor> ints, cond;
   if (s.int_rows > 0) ints = tables().get(ap.rope, true, s.int_rows, 1.0, q.device());
   if (s.cond_rows > 0) cond = tables().get(ap.rope, false, s.cond_rows, s.cond_step, q.device());
@@ -459,12 +428,12 @@ CallState stage_call(const CallCheck& c, RSWA_ATTN_PARAMS, const std::optional<a
     buf.ctrl_lse = keep.back().data_ptr<float>();
   }
 
-  PrepareParams pp = prepare_params(ap, s, buf);
-  if (context) prepare_call_rows_only(pp);  // everything else is the context's
-  st.p = kernel_params(ap, s, buf);
+  // The preparation's and kernel's parameters (the preparation's work folded into the control CTAs where the
+  // configuration allows it: one call on the sm_90a launch).
+  const StagedParams staged = stage_params(ap, s, buf, context, packed);
+  PrepareParams pp = staged.pp;
+  st.p = staged.p;
   st.p.Nq = int32_t(rows);  // q rows per head of the output (the packed rows in a packed call)
-  // Lite's preparation folded into the control CTAs (sm_90a launch, one call): it reads no body row.
-  if (!packed && !context) fold_into_control(ap, pp, buf, c.hopper, st.p);
   st.given = buf.retrieved;
   dispatch_dtype(qc.scalar_type(), [&](auto tag) {
     using T = decltype(tag);

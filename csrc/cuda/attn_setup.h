@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "checks.h"
+#include "cuda/api/config.h"
 #include "cuda/attn_params.h"
 #include "cuda/kernel_traits.h"
 #include "cuda/plan.h"
@@ -40,40 +41,15 @@ struct AttnSetup {
   // retrieved_k: the sorted blocks a query block keeps (retrieved_room), given_k: the call's K (the columns of
   // the given or selected blocks, which the sort reads).
   int32_t nQb, retrieved_k, given_k, max_records, max_spans, span_budget;
-  int32_t kv_stages;  // K/V pipeline stages of the body walk (kv_stages_forced; attn_api.cpp per device)
+  int32_t kv_stages;  // K/V pipeline stages of the body walk (apply_config: api/config.h choose_config)
   float scale_log2, control_bias_log2;
+  Config config;  // how the call runs (apply_config; the default until then: two stages, no bands)
 
   int64_t ctas_per_head() const { return int64_t(control_tiles) * control_chunks + body_tiles; }
   int64_t plans() const { return BH * body_tiles; }
   // 16-byte entries per plan: its records, then its tile spans (attn_params.h plan_records / plan_spans).
   int64_t plan_entries() const { return int64_t(max_records) + max_spans; }
 };
-
-// Whether the environment variable `name` is set to `value` (the A/B switches below: RANGESWA_CUDA_EDGES=masked,
-// _VALUES=copy, _COND=copy, _FOLD=off).
-inline bool env_is(const char* name, const char* value) {
-  const char* env = std::getenv(name);
-  return env != nullptr && std::string(env) == value;
-}
-
-// The spans a plan may write (tile.h plan_spans; at most plan.h max_spans, the room each plan has).
-// RANGESWA_CUDA_SPANS=n lowers it to n, for tests of the plans that would pass it (their later records go
-// down the masked loop whole; a plan always gets one span per record).
-inline int32_t span_budget(int32_t k) {
-  const char* env = std::getenv("RANGESWA_CUDA_SPANS");
-  const int32_t room = max_spans(k);
-  if (env == nullptr || *env == 0) return room;
-  return std::max(1, std::min(room, int32_t(std::atoi(env))));
-}
-
-// The K/V pipeline stages RANGESWA_CUDA_STAGES asks for: 2 or 3 (tests and A/B measurements: the SIMT
-// emulation has no device and runs 2 unless told), 0 when unset (attn_api.cpp then decides per device:
-// 3 where shared memory holds two CTAs per multiprocessor with it).
-inline int32_t kv_stages_forced() {
-  const char* env = std::getenv("RANGESWA_CUDA_STAGES");
-  if (env == nullptr || *env == 0) return 0;
-  return std::atoi(env) == 3 ? 3 : 2;
-}
 
 // The retrieved blocks a query block can hold: rule 3 retrieves distinct key blocks, so never more than the
 // call's key blocks, whatever K is asked (K = 1000 at L = 180 retrieves at most 12 blocks of 16). The sorted
@@ -88,61 +64,8 @@ inline Rules selection_rules(Rules R) {
   return R;
 }
 
-// The body kernel RANGESWA_CUDA_KERNEL asks for: "mma" the mma.sync kernel on every device, "hopper" the
-// warp-specialized sm_90a kernel (hopper/body_kernel.h; an error where it cannot run: compute capability 9.0,
-// 16-bit elements, a build with its sm_90a code, its shared memory within the device's), "auto" (or unset)
-// the device's choice (attn_api.cpp use_hopper_kernel: the Hopper kernel where it can run when
-// kHopperByDefault, else the mma.sync kernel). The SIMT emulation has no device: it runs the mma.sync kernel
-// unless told "hopper".
-//
-// kHopperByDefault is false until a GPU run has checked the Hopper kernel's answers and its time against the
-// mma.sync kernel's on the same calls (scripts/gpu_check.sh runs both): it has run only in the SIMT
-// emulation, and the offline time model (benchmarks/cuda_time_model.py) predicts it issue-bound behind the
-// mma.sync kernel at head dim 64 (docs/cuda.md, "The sm_90a body kernel").
-enum class BodyKernel : int { kAuto = 0, kMma = 1, kHopper = 2 };
-inline constexpr bool kHopperByDefault = false;
-inline BodyKernel body_kernel_forced() {
-  const char* env = std::getenv("RANGESWA_CUDA_KERNEL");
-  if (env == nullptr) return BodyKernel::kAuto;
-  const std::string v(env);
-  return v == "mma" ? BodyKernel::kMma : v == "hopper" ? BodyKernel::kHopper : BodyKernel::kAuto;
-}
-
-// Which kernel runs a call's body tiles: the one function that decides, for the op (attn_api.cpp
-// use_hopper_kernel, where `device_runs_it` is compute capability 9.0 with the build's sm_90a code) and the SIMT
-// emulation (which runs either kernel). The sm_90a kernel when it is asked for (RANGESWA_CUDA_KERNEL=hopper, or
-// auto with kHopperByDefault), the inputs are 16-bit and its shared memory per CTA (`hopper_smem`) is within
-// the device's opt-in `limit`; else the mma.sync kernel, which takes every call the sm_90a kernel takes and more
-// (fp32: its FFMA path). Where the sm_90a kernel was asked for and a call's configuration keeps it out, `why` says
-// so (the op warns); where the device cannot run it at all, `refused` (RANGESWA_CUDA_KERNEL=hopper: an error).
-struct BodyKernelChoice {
-  bool hopper = false;
-  bool refused = false;
-  std::string why;
-};
-inline BodyKernelChoice choose_body_kernel(BodyKernel forced, bool sixteen_bit, bool device_runs_it,
-                                           size_t hopper_smem, size_t limit) {
-  BodyKernelChoice c;
-  const bool wanted = forced == BodyKernel::kHopper || (forced == BodyKernel::kAuto && kHopperByDefault);
-  if (!wanted || !sixteen_bit) return c;
-  if (!device_runs_it) {
-    c.refused = forced == BodyKernel::kHopper;
-    c.why = "the sm_90a body kernel needs compute capability 9.0 and a build with the 90a target "
-            "(RANGESWA_CUDA_ARCHS)";
-    return c;
-  }
-  if (hopper_smem > limit) {
-    c.why = "the sm_90a body kernel needs " + std::to_string(hopper_smem) +
-            " bytes of shared memory per CTA for this call (its plan's room grows with topk), more than the "
-            "device's " + std::to_string(limit) + "; its body tiles run on the mma.sync kernel";
-    return c;
-  }
-  c.hopper = true;
-  return c;
-}
-
 // Why a call's attention launch cannot be made (empty: it can), checked before anything is allocated: its
-// kernel's shared memory per CTA (`smem`, of the kernel choose_body_kernel chose) within the device's opt-in
+// kernel's shared memory per CTA (`smem`: api/config.h Config::smem) within the device's opt-in
 // `limit`, and its grid of CTAs within CUDA's 2^31 - 1. The plan's room, and so the shared memory, grows with
 // the retrieved blocks a query block keeps (retrieved_room: topk, at most the key blocks).
 inline std::string launch_refusal(const AttnParams& ap, const AttnSetup& s, size_t smem, size_t limit) {
@@ -193,28 +116,50 @@ inline AttnSetup setup_attn(const AttnParams& ap, int64_t retrieved_k) {
   s.retrieved_k = rangeswa ? int32_t(retrieved_room(R, retrieved_k)) : 0;
   s.max_records = max_records(s.retrieved_k);
   s.max_spans = max_spans(s.retrieved_k);
-  s.span_budget = span_budget(s.retrieved_k);
-  s.kv_stages = kv_stages_forced() == 3 ? 3 : 2;
+  s.span_budget = s.max_spans;
+  s.kv_stages = 2;
   const double log2e = 1.4426950408889634;
   s.scale_log2 = float(ap.scale * log2e);
   s.control_bias_log2 = float(ap.control_bias * log2e);
   return s;
 }
 
-// Whether a call may plan edge-free records (plan.h window_sums, hn_bands): yes unless the environment
-// variable RANGESWA_CUDA_EDGES is "masked", which keeps every edge a masked tile (for A/B measurements
-// and for testing that path).
-inline bool edge_free_allowed() { return !env_is("RANGESWA_CUDA_EDGES", "masked"); }
+// The call's shape for choose_config (api/config.h): the shared memory per CTA of the mma.sync kernel (`mma(p)`)
+// and of the sm_90a kernel (`hopper(p)`, asked for 16-bit calls alone) for each configuration it weighs, from
+// parameters that hold what their layouts read (the plan's room, the retrieved blocks, the bands, the stages; Dp
+// picks the SIMT emulation's instantiation).
+template <typename MmaSmem, typename HopperSmem>
+CallShape call_shape(const AttnSetup& s, bool sixteen_bit, const MmaSmem& mma, const HopperSmem& hopper) {
+  CallShape c;
+  c.sixteen_bit = sixteen_bit;
+  c.Dp = s.Dp;
+  c.G = s.geo.G;
+  c.max_spans = s.max_spans;
+  AttnKernelParams probe{};
+  probe.max_records = s.max_records;
+  probe.retrieved_k = s.retrieved_k;
+  probe.Dp = s.Dp;
+  for (int band = 0; band < 2; ++band) {
+    probe.geo.band_ok = band == 1;
+    for (int32_t stages = 2; stages <= 3; ++stages) {
+      probe.kv_stages = stages;
+      c.mma_smem[band][stages - 2] = mma(probe);
+    }
+    probe.kv_stages = 2;
+    c.hopper_smem[band] = sixteen_bit ? hopper(probe) : 0;
+  }
+  return c;
+}
 
-// The plan's edge-free records for a kernel with KV tiles of `kv_cols` columns: window sums when G = 16
-// and the tiles have 64 keys (each lane of the kernel then holds one whole G-block of a row, mainloop.h
-// tile_column; bf16 / fp16 up to head dim 80); Hn bands when `band` (the kernel allots its band
-// buffers: attn_api.cpp when they cost no CTA per multiprocessor, always on the host).
-inline void plan_edges(AttnSetup& s, int kv_cols, bool band) {
-  const bool allowed = edge_free_allowed();
-  s.geo.window_sums_ok = allowed && s.geo.G == 16 && kv_cols == 64;
-  s.geo.band_ok = allowed && band;
-  s.geo.tile_cols = kv_cols;
+// The chosen configuration into the setup: its stages, span budget and the plan's edge-free records (plan.h
+// window_sums, hn_bands) for the body kernel's KV tile.
+inline void apply_config(AttnSetup& s, const Config& c) {
+  s.config = c;
+  s.kv_stages = c.kv_stages;
+  s.span_budget = c.span_budget;
+  s.geo.window_sums_ok = c.window_sums;
+  s.geo.band_ok = c.bands;
+  s.geo.tile_cols = c.tile_cols;
 }
 
 // Device (or host) pointers of one call.
@@ -253,10 +198,10 @@ inline bool rows_in_place(const AttnParams& ap, const AttnSetup& s, const void* 
 }
 
 // Whether the kernel reads the body values in place from v instead of a padded copy (rows_in_place: D = Dp,
-// 64, 80 or 128, and 16-byte rows). RANGESWA_CUDA_VALUES=copy keeps the copy (for A/B measurements and tests).
+// 64, 80 or 128, and 16-byte rows) and the configuration allows it (RANGESWA_CUDA_VALUES=copy keeps the copy).
 inline bool values_in_place(const AttnParams& ap, const AttnSetup& s, const void* v, const RowStrides& vs,
                             int64_t element_bytes) {
-  return !env_is("RANGESWA_CUDA_VALUES", "copy") && rows_in_place(ap, s, v, vs, element_bytes);
+  return s.config.values_in_place && rows_in_place(ap, s, v, vs, element_bytes);
 }
 
 // The body values the kernel reads (buf.v and buf.v_strides set): v itself when values_in_place, else a
@@ -280,11 +225,11 @@ void body_values(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int
 // cache holds k_cond), the head dim is its own padding, k's rows start on 16 bytes (cp.async 16) as
 // values_in_place asks of v, and the rotary half is 4 x a power of two pairs (rotate_cond_rows: a thread's
 // step of 4 pairs the same in every row it rotates; 64 at head dim 128, 32 at 64). The same products
-// as the preparation's, one array less written and read. RANGESWA_CUDA_COND=copy keeps the array (for A/B
-// measurements and tests).
+// as the preparation's, one array less written and read. Where the configuration allows it (RANGESWA_CUDA_COND=copy
+// keeps the array).
 inline bool cond_keys_in_place(const AttnParams& ap, const AttnSetup& s, const void* k, const RowStrides& ks,
                                int64_t element_bytes) {
-  if (env_is("RANGESWA_CUDA_COND", "copy")) return false;
+  if (!s.config.cond_in_place) return false;
   const int64_t steps = ap.rope.rotary_dim / 8;  // of 4 pairs
   return s.cond_keys && ap.rope.rotary_dim % 8 == 0 && (steps & (steps - 1)) == 0 &&
          rows_in_place(ap, s, k, ks, element_bytes);
@@ -306,14 +251,14 @@ inline void cond_from_keys(const AttnParams& ap, const AttnSetup& s, AttnBuffers
 // s_v alone (Lite: no grouping, prefix sums or far summaries), head dim 64 with every dim rotated and G = 16
 // (a 64-key tile holds 4 whole G-blocks; at head dim 128 the control CTA's registers would not hold the
 // natural tables beside its output). The preparation then reads no body row and writes the control rows
-// alone: one pass over k and v instead of two. RANGESWA_CUDA_FOLD=off keeps the preparation's (A/B
-// measurements and tests).
-inline bool nat_keys_from_control(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf, bool hopper) {
-  return !env_is("RANGESWA_CUDA_FOLD", "off") && hopper && buf.cond_raw && buf.values_in_place && ap.C > 0 &&
-         ap.L > 0 && pp.row0 == 0 && ap.D == 64 && pp.Dp == 64 && 2 * int64_t(pp.rotary_half) == ap.D && pp.G == 16 &&
-         pp.unit_tokens == 16 && pp.k_nat != nullptr && pp.s_nat != nullptr && pp.s_v != nullptr &&
-         pp.k_grp == nullptr && pp.k_cond == nullptr && pp.v_body == nullptr && pp.s_grp == nullptr &&
-         pp.p_nat == nullptr && pp.p_grp == nullptr;
+// alone: one pass over k and v instead of two. `fold` is Config::fold (api/config.h: the sm_90a launch;
+// RANGESWA_CUDA_FOLD=off clears it, for A/B measurements and tests).
+inline bool nat_keys_from_control(const AttnParams& ap, const PrepareParams& pp, const AttnBuffers& buf, bool fold) {
+  return fold && buf.cond_raw && buf.values_in_place && ap.C > 0 && ap.L > 0 && pp.row0 == 0 && ap.D == 64 &&
+         pp.Dp == 64 && 2 * int64_t(pp.rotary_half) == ap.D && pp.G == 16 && pp.unit_tokens == 16 &&
+         pp.k_nat != nullptr && pp.s_nat != nullptr && pp.s_v != nullptr && pp.k_grp == nullptr &&
+         pp.k_cond == nullptr && pp.v_body == nullptr && pp.s_grp == nullptr && pp.p_nat == nullptr &&
+         pp.p_grp == nullptr;
 }
 
 // The call's k_nat, s_nat and s_v to the control CTAs (p.fold) and out of the preparation, which then runs its
@@ -323,11 +268,12 @@ inline void nat_keys_to_control(PrepareParams& pp, AttnKernelParams& p) {
   prepare_call_rows_only(pp);
 }
 
-// What of a call's preparation its control CTAs take over (p.fold), where they can: Lite's body rows. One call on
-// the sm_90a launch (`hopper`), without a prepared context (whose cache holds them).
-inline void fold_into_control(const AttnParams& ap, PrepareParams& pp, const AttnBuffers& buf, bool hopper,
+// What of a call's preparation its control CTAs take over (p.fold), where they can: Lite's body rows. One call
+// whose configuration folds (`fold`: Config::fold, api/config.h: the sm_90a launch), without a prepared context
+// (whose cache holds them).
+inline void fold_into_control(const AttnParams& ap, PrepareParams& pp, const AttnBuffers& buf, bool fold,
                               AttnKernelParams& p) {
-  if (nat_keys_from_control(ap, pp, buf, hopper)) nat_keys_to_control(pp, p);
+  if (nat_keys_from_control(ap, pp, buf, fold)) nat_keys_to_control(pp, p);
 }
 
 inline PrepareParams prepare_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf) {
@@ -418,6 +364,22 @@ inline AttnKernelParams kernel_params(const AttnParams& ap, const AttnSetup& s, 
   p.ctrl_o = buf.ctrl_o;
   p.ctrl_lse = buf.ctrl_lse;
   return p;
+}
+
+// The preparation's and the kernel's parameters of a staged call (context.h stage_arrays; its tables, blocks and
+// plan buffers in `buf`): with a prepared `context` the preparation writes the control rows alone; one call (not
+// `packed`, whose sequences share the preparation's launches) without a context folds into its control CTAs what
+// its configuration allows (fold_into_control).
+struct StagedParams {
+  PrepareParams pp;  // before prepare_ready
+  AttnKernelParams p;
+};
+inline StagedParams stage_params(const AttnParams& ap, const AttnSetup& s, const AttnBuffers& buf, bool context,
+                                 bool packed) {
+  StagedParams st{prepare_params(ap, s, buf), kernel_params(ap, s, buf)};
+  if (context) prepare_call_rows_only(st.pp);
+  if (!packed && !context) fold_into_control(ap, st.pp, buf, s.config.fold, st.p);
+  return st;
 }
 
 // Element offsets inside one KV head's prepared array are 32-bit (prepare.h prepare_range, the kernel's

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "checks.h"
@@ -90,6 +91,25 @@ void own_arrays(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, cons
   buf.p_grp = array(s.prefix, ap.L);
   buf.key_stride = ap.L * s.Dp;
   buf.sum_stride = int64_t(s.geo.nG) * s.Dp;
+}
+
+// The arrays of one call, as the op (attn_api.cpp stage_call) and the emulations (emulator/host_call.h build) stage
+// them: `buf` holds q, k, v with contiguous rows (k_bytes, v_bytes per element) and their strides; `array(needed,
+// rows)` gives one array of `rows` rows of Dp elements per KV head (null when not needed). The control rows' copies,
+// the body values (v itself where the kernel reads it in place), then every array computed from k alone: a prepared
+// context's, or the call's own (the control rows' body keys k itself where the control CTAs rotate them).
+template <typename Array>
+void stage_arrays(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf,
+                  const std::optional<at::TensorList>& prepared, int64_t k_bytes, int64_t v_bytes, const Array& array) {
+  buf.k_ctrl = array(ap.C > 0, ap.C);
+  buf.v_ctrl = array(ap.C > 0, ap.C);
+  body_values(ap, s, buf, v_bytes, array);
+  if (prepared.has_value()) {
+    use_context(*prepared, ap, s, buf);
+  } else {
+    cond_from_keys(ap, s, buf, k_bytes);
+    own_arrays(ap, s, buf, array);
+  }
 }
 
 // The prepare op's arrays for body rows [first_key, L): the call's setup for the context's numbers, the

@@ -29,7 +29,7 @@ inline constexpr int kv_tile_cols(bool tensor_cores, int Dp) { return !tensor_co
 // warps hold 16 rows, so a 64-key tile's scores and a head dim 128 output fit their registers, and a tile's fixed
 // costs (its mbarriers, the softmax's reductions, the loop) are paid once per 64 keys.
 inline constexpr int kHopperTileCols = 64;
-// The plan's KV tile (plan_edges, geo.tile_cols) for the body kernel that runs the call.
+// The plan's KV tile (api/config.h choose_config, geo.tile_cols) for the body kernel that runs the call.
 inline constexpr int body_tile_cols(bool tensor_cores, int Dp, bool hopper) {
   return hopper ? kHopperTileCols : kv_tile_cols(tensor_cores, Dp);
 }

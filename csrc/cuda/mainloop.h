@@ -694,7 +694,7 @@ __device__ __forceinline__ void tile_logits(float (&s)[MB][kCols / 8][4], const 
   };
   // Columns the fix-ups leave, the same for every row: those within the keys, bar excluded G-blocks.
   const uint32_t live = fixups ? bits(0, t.n - base) & ~uint32_t(t.excluded >> base) : ~0u;
-  // Window sums run on 64-key tiles (attn_setup.h plan_edges), where each lane holds one G-block.
+  // Window sums run on 64-key tiles (api/config.h choose_config), where each lane holds one G-block.
   constexpr bool kSums = kPermuted && NT == 8;
   float inv = 0.f;  // 1 / the keys of this lane's block in the tile
   if constexpr (kSums) inv = __fdividef(1.f, float(imax(1, imin(16, t.n - base))));

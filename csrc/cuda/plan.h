@@ -111,10 +111,10 @@ struct Geometry {
   bool summaries;      // rule 4 at all
   bool cond;           // conditioning correction (body rows score control keys at i T / L)
   // Edge-free records (window_sums, hn_bands below), chosen by the host for the kernel instantiation
-  // (attn_setup.h plan_edges): window_sums_ok when G = 16 on 64-key tiles, band_ok when the kernel's band
+  // (api/config.h choose_config): window_sums_ok when G = 16 on 64-key tiles, band_ok when the kernel's band
   // buffers fit without costing a CTA per multiprocessor.
   bool window_sums_ok, band_ok;
-  int32_t tile_cols;  // keys per KV tile of the kernel instantiation (kernel_traits.h kv_tile_cols; plan_edges)
+  int32_t tile_cols;  // keys per KV tile of the kernel instantiation (kernel_traits.h kv_tile_cols; choose_config)
   float log2_block, log2_last_block;  // rule 4's summary bias log2 n_b: full blocks, the last block
   FastDiv by_G, by_cb, by_g, by_blocks_per_key_block;  // / G, / cb, / g, / (Rb / G) (1 when unused)
 };

@@ -11,12 +11,14 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <vector>
 
 #include "checks.h"
+#include "cuda/api/config.h"
 #include "cuda/attn_params.h"
 #include "cuda/attn_setup.h"
 #include "cuda/context.h"
@@ -52,6 +54,14 @@ struct CallKernels {
   virtual void plan(HostCall& hc) const = 0;
   // The prepare op's retrieval key means: float64 [B, H_kv, nKb - first_block, D] of the pre-RoPE keys kc.
   virtual at::Tensor key_means(const at::Tensor& kc, const ContextParams& cp, int64_t first_block) const = 0;
+  // What choose_config (api/config.h) reads of the emulated device and of the call's kernels (attn_setup.h
+  // call_shape): here the plan census's, a device that runs either kernel and no shared-memory limit (the kernels'
+  // shared memory not computed); the SIMT emulation's are its emulated device's and its kernels' layouts.
+  virtual DeviceCaps device() const { return DeviceCaps{true, SIZE_MAX, 0}; }
+  virtual CallShape shape(const AttnSetup& s, at::ScalarType type) const {
+    const auto none = [](const AttnKernelParams&) { return size_t(0); };
+    return call_shape(s, type != at::kFloat, none, none);
+  }
 };
 
 // One call's host arrays: inputs, prepared arrays, tables, plan.
@@ -65,22 +75,18 @@ struct HostCall {
   AttnBuffers buf{};
   AttnKernelParams p{};
   PrepareParams pp{};  // its preparation's parameters (before prepare_ready)
-  // Whether its body runs on the sm_90a kernel: the SIMT emulation sets it (attn_setup.h choose_body_kernel, on
-  // its emulated device) before build; unset, RANGESWA_CUDA_KERNEL=hopper with 16-bit inputs (the plan census).
-  std::optional<bool> hopper;
+  // The switches the call runs under (api/config.h): the environment's by default, with the emulations' bands and
+  // stages (emulator_overrides); a test may give its own before build.
+  Overrides overrides = emulator_overrides(overrides_from_env());
 };
 
-inline bool runs_hopper(const HostCall& hc) {
-  return hc.hopper.has_value() ? *hc.hopper
-                               : hc.q.scalar_type() != at::kFloat && body_kernel_forced() == BodyKernel::kHopper;
-}
-
-// The plan's KV tile on the host (attn_api.cpp's choice): the sm_90a kernel's 64 keys when its body runs there
-// (runs_hopper: the SIMT emulation launches that kernel then, and the census counts its plan), the mma.sync
-// kernel's otherwise.
-inline int host_tile_cols(const HostCall& hc) {
-  const bool tensor_cores = hc.q.scalar_type() != at::kFloat;
-  return body_tile_cols(tensor_cores, hc.s.Dp, tensor_cores && runs_hopper(hc));
+// How a call of K retrieved blocks per query block runs on the emulated device: setup_attn with choose_config's
+// configuration (the op's attn_api.cpp check_call, on `kernels`' device and kernel layouts).
+inline AttnSetup emulated_setup(const AttnParams& ap, int64_t K, at::ScalarType type, const CallKernels& kernels,
+                                const Overrides& o) {
+  AttnSetup s = setup_attn(ap, K);
+  apply_config(s, choose_config(kernels.shape(s, type), kernels.device(), o));
+  return s;
 }
 
 inline at::Tensor table(const AttnParams& ap, int64_t rows, double step) {
@@ -151,8 +157,7 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
     given = kernels.select(hc, prepared);
   }
   if (given.defined() && given.size(3) == 0) given = at::Tensor();
-  hc.s = setup_attn(ap, given.defined() ? given.size(3) : 0);
-  plan_edges(hc.s, host_tile_cols(hc), true);
+  hc.s = emulated_setup(ap, given.defined() ? given.size(3) : 0, hc.q.scalar_type(), kernels, hc.overrides);
   const AttnSetup& s = hc.s;
   hc.out = at::zeros(q.sizes(), hc.q.options());
   hc.lse = at::zeros({ap.B, ap.Hq, ap.Nq}, hc.q.options().dtype(at::kFloat));
@@ -171,27 +176,10 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
     hc.keep.push_back(at::full({s.BH, rows, s.Dp}, NAN, hc.q.options()));
     return hc.keep.back().data_ptr();
   };
-  b.k_ctrl = array(true, ap.C);
-  b.v_ctrl = array(true, ap.C);
-  body_values(ap, s, b, int64_t(hc.v.element_size()), array);
-  if (prepared.has_value()) {
-    use_context(*prepared, ap, s, b);
+  stage_arrays(ap, s, b, prepared, int64_t(hc.k.element_size()), int64_t(hc.v.element_size()), array);
+  if (prepared.has_value())
     for (const at::Tensor& t : *prepared) hc.keep.push_back(t);  // (the SIMT emulation guards what keep holds)
-  } else {
-    cond_from_keys(ap, s, b, int64_t(hc.k.element_size()));
-    own_arrays(ap, s, b, array);
-  }
   kernels.tables(ap, s, b, hc.keep);
-  PrepareParams pp = prepare_params(ap, s, b);
-  if (prepared.has_value()) prepare_call_rows_only(pp);
-  // The sm_90a launch (RANGESWA_CUDA_KERNEL=hopper, 16-bit, one call) may fold Lite's preparation into its
-  // control CTAs (folded.fold: the arrays they write).
-  const bool hopper = runs_hopper(hc);
-  AttnKernelParams folded{};
-  if (!packed && !prepared.has_value()) fold_into_control(ap, pp, b, hopper, folded);
-  hc.pp = pp;
-  if (!packed) kernels.prepare(pp, s.BH, hc.q.scalar_type());
-
   if (given.defined()) {
     hc.retrieved_sorted.resize(given.numel() / std::max<int64_t>(1, s.given_k) * s.retrieved_k);
     b.retrieved = given.data_ptr<int32_t>();
@@ -206,9 +194,15 @@ inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const 
   b.ctrl_o = hc.keep.back().data_ptr<float>();
   hc.keep.push_back(at::zeros({s.control_chunks * kControlSplit, ap.B * ap.Hq, std::max<int64_t>(ap.C, 1)}, at::kFloat));
   b.ctrl_lse = hc.keep.back().data_ptr<float>();
-  hc.p = kernel_params(ap, s, b);
-  hc.p.fold = folded.fold;
-  if (!packed) kernels.plan(hc);
+  // The preparation's and kernel's parameters, as the op stages them (the sm_90a launch of one call may fold some
+  // of the preparation into its control CTAs: p.fold, the arrays they write).
+  const StagedParams staged = stage_params(ap, s, b, prepared.has_value(), packed);
+  hc.p = staged.p;
+  hc.pp = staged.pp;
+  if (!packed) {
+    kernels.prepare(hc.pp, s.BH, hc.q.scalar_type());
+    kernels.plan(hc);
+  }
 }
 
 // The plan emulator's kernels: per-unit functions on the host, one lane each; no selection.

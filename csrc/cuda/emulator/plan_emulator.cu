@@ -75,7 +75,7 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared R
   const AttnKernelParams& p = hc.p;
   const Geometry& g = p.geo;
   constexpr int M = kAttnTileRows, W = M / 4;
-  const int N = host_tile_cols(hc);
+  const int N = g.tile_cols;  // the body kernel's KV tile (api/config.h choose_config)
   constexpr int kColumns = 27;
   at::Tensor stats = at::zeros({p.body_tiles, kColumns}, at::kDouble);
   for (int32_t x = 0; x < p.body_tiles; ++x) {

@@ -277,8 +277,40 @@ at::Tensor select_blocks(const at::Tensor& q, const at::Tensor& k, int64_t contr
   return sel.out;
 }
 
+// The attention kernel's dynamic shared memory per CTA for one call.
+size_t attn_smem_of(const AttnKernelParams& p, at::ScalarType type) {
+  size_t bytes = 0;
+  dispatch_dtype(type, [&](auto tag) {
+    using Element = decltype(tag);
+    bytes = p.Dp == 64 ? simt_attn::attn_smem<Element, 64>(p) : p.Dp == 80 ? simt_attn::attn_smem<Element, 80>(p)
+                                                                            : simt_attn::attn_smem<Element, 128>(p);
+  });
+  return bytes;
+}
+
+// The emulated device and a call's shape for choose_config (api/config.h): the kernels' shared memory per CTA from
+// their layouts (attn_setup.h call_shape).
+DeviceCaps simt_device() { return DeviceCaps{true, ::simt::options().max_shared_bytes, 0}; }
+CallShape simt_shape(const AttnSetup& s, at::ScalarType type) {
+  const auto mma = [&](const AttnKernelParams& p) { return attn_smem_of(p, type); };
+  const auto hopper = [&](const AttnKernelParams& p) {
+    size_t bytes = 0;
+    dispatch_dtype(type, [&](auto tag) {
+      using Element = decltype(tag);
+      if constexpr (!std::is_same_v<Element, float>)
+        bytes = p.Dp == 64   ? simt_attn::hopper_smem<Element, 64>(p)
+                : p.Dp == 80 ? simt_attn::hopper_smem<Element, 80>(p)
+                             : simt_attn::hopper_smem<Element, 128>(p);
+    });
+    return bytes;
+  };
+  return call_shape(s, type != at::kFloat, mma, hopper);
+}
+
 // The small kernels of a call as the device runs them: their launchers, on the host's fibers.
 struct SimtLaunches final : CallKernels {
+  DeviceCaps device() const override { return simt_device(); }
+  CallShape shape(const AttnSetup& s, at::ScalarType type) const override { return simt_shape(s, type); }
   void tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& keep) const override {
     set_tables(ap, s, b, keep, [&](int64_t rows, double step) {
       const int64_t half = ap.rope.rotary_dim / 2;
@@ -350,6 +382,8 @@ struct SimtLaunches final : CallKernels {
 // selection only sets up its arrays (sel), launched with the other sequences'.
 struct SimtPackedSequence final : CallKernels {
   SimtLaunches launches;
+  DeviceCaps device() const override { return launches.device(); }
+  CallShape shape(const AttnSetup& s, at::ScalarType type) const override { return launches.shape(s, type); }
   mutable Selection sel{};
   void tables(const AttnParams& ap, const AttnSetup& s, AttnBuffers& b, std::vector<at::Tensor>& k) const override {
     launches.tables(ap, s, b, k);
@@ -369,49 +403,21 @@ struct SimtPackedSequence final : CallKernels {
   }
 };
 
-// The attention kernel's dynamic shared memory per CTA for one call.
-size_t attn_smem_of(const AttnKernelParams& p, at::ScalarType type) {
-  size_t bytes = 0;
-  dispatch_dtype(type, [&](auto tag) {
-    using Element = decltype(tag);
-    bytes = p.Dp == 64 ? simt_attn::attn_smem<Element, 64>(p) : p.Dp == 80 ? simt_attn::attn_smem<Element, 80>(p)
-                                                                            : simt_attn::attn_smem<Element, 128>(p);
-  });
-  return bytes;
-}
-
-// A call's body kernel on the emulated device (an sm_90a GPU whose opt-in shared memory per CTA is
-// Options::max_shared_bytes) and its launch's limits, as attn_api.cpp check_call decides and checks them, before
-// any work: attn_setup.h choose_body_kernel (RANGESWA_CUDA_KERNEL=hopper where the sm_90a kernel cannot take
-// the call: the mma.sync kernel, with a warning that says why), then launch_refusal on the mma.sync kernel's
-// shared memory (the sm_90a launch's control CTAs run that kernel too). K: the given blocks' or topk.
-bool body_kernel_of(const AttnParams& ap, const std::optional<at::Tensor>& retrieved, at::ScalarType type) {
+// A call's configuration on the emulated device (an sm_90a GPU whose opt-in shared memory per CTA is
+// Options::max_shared_bytes), as attn_api.cpp check_call decides and checks it, before any work: api/config.h
+// choose_config (RANGESWA_CUDA_KERNEL=hopper where the sm_90a kernel cannot take the call: the mma.sync kernel, with
+// a warning that says why), then launch_refusal on the mma.sync kernel's shared memory (the sm_90a launch's control
+// CTAs run that kernel too). K: the given blocks' or topk. build (host_call.h) chooses the same for the call.
+void check_config(const AttnParams& ap, const std::optional<at::Tensor>& retrieved, at::ScalarType type,
+                  const Overrides& o) {
   const Rules& R = ap.rules;
   const bool retrieves = R.method == Method::kRangeSwa && ap.L > 0;
   const int64_t K = !retrieves ? 0 : retrieved.has_value() ? retrieved->size(3) : retrieved_room(R, R.topk);
-  const AttnSetup s = setup_attn(ap, K);
-  AttnKernelParams probe{};
-  probe.max_records = s.max_records;
-  probe.max_spans = s.max_spans;
-  probe.retrieved_k = s.retrieved_k;
-  probe.kv_stages = s.kv_stages;
-  probe.geo.band_ok = edge_free_allowed();  // host_call.h build: plan_edges(s, cols, true)
-  probe.Dp = s.Dp;
-  const size_t limit = ::simt::options().max_shared_bytes;
-  size_t hopper_smem = 0;
-  dispatch_dtype(type, [&](auto tag) {
-    using Element = decltype(tag);
-    if constexpr (!std::is_same_v<Element, float>)
-      hopper_smem = s.Dp == 64 ? simt_attn::hopper_smem<Element, 64>(probe)
-                    : s.Dp == 80 ? simt_attn::hopper_smem<Element, 80>(probe)
-                                 : simt_attn::hopper_smem<Element, 128>(probe);
-  });
-  const BodyKernel forced = body_kernel_forced();
-  const BodyKernelChoice choice = choose_body_kernel(forced, type != at::kFloat, true, hopper_smem, limit);
-  if (!choice.why.empty() && forced == BodyKernel::kHopper) TORCH_WARN("RANGESWA_CUDA_KERNEL=hopper: ", choice.why);
-  const std::string refusal = launch_refusal(ap, s, attn_smem_of(probe, type), limit);
+  const AttnSetup s = emulated_setup(ap, K, type, SimtLaunches{}, o);
+  if (!s.config.why.empty() && o.kernel == BodyKernel::kHopper)
+    TORCH_WARN("RANGESWA_CUDA_KERNEL=hopper: ", s.config.why);
+  const std::string refusal = launch_refusal(ap, s, s.config.smem, ::simt::options().max_shared_bytes);
   TORCH_CHECK_VALUE(refusal.empty(), refusal);
-  return choice.hopper;
 }
 
 std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared) {
@@ -419,7 +425,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional
   hc.ap = checked(RSWA_ATTN_ARGS, prepared);
   if (hc.ap.Nq == 0 || hc.ap.B == 0 || hc.ap.Hq == 0)
     return {at::zeros(q.sizes(), q.options()), at::zeros({hc.ap.B, hc.ap.Hq, hc.ap.Nq}, q.options().dtype(at::kFloat))};
-  hc.hopper = body_kernel_of(hc.ap, retrieved, q.scalar_type());
+  check_config(hc.ap, retrieved, q.scalar_type(), hc.overrides);
   if (::simt::options().workers == 0) ::simt::options().workers = at::get_num_threads();
   const SimtLaunches kernels;
   simt_errors_as_runtime_errors([&] {
@@ -439,10 +445,10 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_one(RSWA_ATTN_PARAMS, std::optional
     dispatch_dtype(hc.q.scalar_type(), [&](auto tag) {
       using Element = decltype(tag);
       const auto start = std::chrono::steady_clock::now();
-      // The sm_90a body kernel where body_kernel_of chose it (16-bit elements only).
+      // The sm_90a body kernel where choose_config chose it (16-bit elements only).
       bool hopper = false;
       if constexpr (!std::is_same_v<Element, float>) {
-        hopper = *hc.hopper;
+        hopper = hc.s.config.hopper;
         if (hopper) {
           if (hc.s.Dp == 64) g_smem_bytes = int64_t(simt_attn::run_attn_hopper<Element, 64>(hc.p));
           else if (hc.s.Dp == 80) g_smem_bytes = int64_t(simt_attn::run_attn_hopper<Element, 80>(hc.p));
@@ -488,8 +494,9 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
                      const std::optional<at::TensorList>& prepared) { return checked(RSWA_ATTN_ARGS, prepared); };
       return one(x.q, x.k, x.v, x.C, x.context());
     }));
-  std::vector<bool> hoppers;  // every sequence's body kernel and launch checked before any work
-  for (const AttnParams& ap : aps) hoppers.push_back(body_kernel_of(ap, std::nullopt, q.scalar_type()));
+  const Overrides o = emulator_overrides(overrides_from_env());
+  for (const AttnParams& ap : aps)  // every sequence's configuration and launch checked before any work
+    check_config(ap, std::nullopt, q.scalar_type(), o);
   const int64_t total_q = q.size(2), D = q.size(3);
   if (q.size(1) == 0 || seqs.empty())
     return {at::zeros(q.sizes(), q.options()), at::zeros({1, q.size(1), total_q}, q.options().dtype(at::kFloat))};
@@ -506,7 +513,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
       calls.push_back(std::make_unique<HostCall>());
       HostCall& hc = *calls.back();
       hc.ap = aps[x];
-      hc.hopper = hoppers[x];
+      hc.overrides = o;
       kernels.push_back(std::make_unique<SimtPackedSequence>());
       build(hc, seqs[x].q, seqs[x].k, seqs[x].v, std::nullopt, seqs[x].context(), *kernels.back(), /*packed=*/true);
       // Its rows of the packed output (B = 1): q rows per head are the packed rows.
@@ -532,7 +539,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
       }
       PrepareParams pp{};
       dispatch_dtype(q.scalar_type(), [&](auto tag) { pp = prepare_ready<decltype(tag)>(given_pp); });
-      table.add(p, pp, kx.sel.launch ? &topk : nullptr, hc.ap.rules, given, hc.s.given_k, !*hc.hopper,
+      table.add(p, pp, kx.sel.launch ? &topk : nullptr, hc.ap.rules, given, hc.s.given_k, !hc.s.config.hopper,
                 attn_smem_of(hc.p, q.scalar_type()));
     }
     TORCH_CHECK(table.prepare_fits, "attn on CUDA: a sequence's preparation has more work items than a launch indexes");
@@ -608,7 +615,7 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
       g_hopper = 0;
       if constexpr (!std::is_same_v<Element, float>) {
         for (size_t x = 0; x < calls.size(); ++x)  // the sm_90a body kernel: per sequence that runs it
-          if (*calls[x]->hopper) {
+          if (calls[x]->s.config.hopper) {
             const AttnKernelParams& p = table.seq[x];
             const int64_t bytes = int64_t(D <= 64    ? simt_attn::run_attn_hopper<Element, 64>(p)
                                           : D <= 80 ? simt_attn::run_attn_hopper<Element, 80>(p)
@@ -862,7 +869,7 @@ int64_t packed_launch_seqs(int64_t seqs) {
 // of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place, how
 // many launches of the attention kernels it made (a packed call on the mma.sync kernel: one), whether its
 // control CTAs read their body keys from k in place, whether they did Lite's preparation of the body rows,
-// and whether its body ran on the sm_90a kernel (body_kernel_of).
+// and whether its body ran on the sm_90a kernel (choose_config).
 std::vector<int64_t> stats() {
   const ::simt::Stats s = ::simt::last_stats();
   return {s.ctas, s.switches, s.warp_collectives, s.barriers, s.mmas, s.ldmatrix, s.cp_async,
