@@ -347,10 +347,11 @@ def test_torch_compile_runs_a_padded_batch():
 
 # ------------------------------------------------------------------- the CUDA op's packed path, emulated
 # attn_cuda runs a packed call's sequences in shared launches (attn_api.cpp attn_cuda_packed: one launch of the
-# preparation per kernel variant, of the sort, the plan, the attention kernel and the combine; docs/cuda.md
-# "Packed calls"); prepare_cuda writes every sequence's rows of the packed arrays in place, in one launch per
-# preparation kernel variant and one key-means launch (context.h packed_prepare). The SIMT emulation registers
-# the same paths over the kernels' own sources and launchers; the plan emulator's host prepare the same layout.
+# preparation per kernel variant, of the sort, the plan, the attention kernel (at head dim 128 one per sequence,
+# attn_params.h packed_per_sequence) and the combine; docs/cuda.md "Packed calls"); prepare_cuda writes every
+# sequence's rows of the packed arrays in place, in one launch per preparation kernel variant and one key-means
+# launch (context.h packed_prepare). The SIMT emulation registers the same paths over the kernels' own sources and
+# launchers; the plan emulator's host prepare the same layout.
 
 SIMT_SEQUENCES = [(150, None, 0), (37, None, 4), (290, 20, 3), (5, 1, 2)]
 
@@ -489,19 +490,35 @@ def test_simt_packed_call_is_one_launch_with_each_sequences_bits(simt, name, dty
     assert not out.isnan().any() and not lse.isnan().any()
 
 
-def test_simt_packed_call_over_several_launches_keeps_each_sequences_bits(simt):
-    """More sequences than one launch takes (attn_launch.h run_attn_packed: the parameters of at most
-    PackedAttnLaunch::kSeqs a launch; here 2, rangeswa_simt.packed_launch_seqs): the five sequences with query rows
-    go on three launches, each CTA on its own sequence's parameters, each sequence's rows bit for bit its own call's."""
+def _simt_packed_launches(simt, per_launch, head_dim, seed):
+    """The attention launches of SIMT_MIXED's packed call (RangeSWA, bf16) at `head_dim` with at most `per_launch`
+    sequences a launch (rangeswa_simt.packed_launch_seqs), each sequence's rows checked bit for bit its own call's."""
     cfg = _cfg("rangeswa")
-    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_MIXED, Hq=2, Hkv=1, seed=29, dtype=torch.bfloat16)
-    old = simt.packed_launch_seqs(2)
+    parts, q, k, v, cq, ck, counts = _packed_inputs(SIMT_MIXED, Hq=2, Hkv=1, D=head_dim, seed=seed, dtype=torch.bfloat16)
+    old = simt.packed_launch_seqs(per_launch)
     try:
         out, lse, launches = _simt_packed_is_each_sequence(simt, cfg, parts, q, k, v, cq, ck, counts)
     finally:
         simt.packed_launch_seqs(old)
-    assert launches == 3
     assert not out.isnan().any() and not lse.isnan().any()
+    return launches
+
+
+def test_simt_packed_call_over_several_launches_keeps_each_sequences_bits(simt):
+    """More sequences than one launch takes (attn_launch.h run_attn_packed: the parameters of at most
+    PackedAttnLaunch::kSeqs a launch; here 2, rangeswa_simt.packed_launch_seqs): the five sequences with query rows
+    go on three launches, each CTA on its own sequence's parameters, each sequence's rows bit for bit its own call's."""
+    assert _simt_packed_launches(simt, 2, 64, seed=29) == 3
+
+
+@pytest.mark.parametrize("stages", ["2", "3"])
+def test_simt_packed_call_at_head_dim_128_is_a_launch_per_sequence(simt, monkeypatch, stages):
+    """Head dim 128 (attn_params.h packed_per_sequence): a packed call runs attn_kernel once per sequence with query
+    rows (five of SIMT_MIXED's seven: none for the one without query rows and the empty one), whatever a launch
+    could take, at either stage count, each sequence's rows bit for bit its own call's."""
+    monkeypatch.setenv("RANGESWA_CUDA_STAGES", stages)
+    assert _simt_packed_launches(simt, 2, 128, seed=41) == 5
+    assert _simt_packed_launches(simt, 54, 128, seed=42) == 5
 
 
 def test_simt_packed_call_with_three_kv_stages(simt, monkeypatch):

@@ -68,43 +68,55 @@ cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream) {
 // `smem` bytes per CTA (the largest of the sequences' attn_smem_bytes), the traits of `kv_stages` (every
 // sequence's p.kv_stages; attn_api.cpp groups them). The sequences with CTAs go `per_launch` (at most
 // PackedAttnLaunch::kSeqs; fewer: the SIMT emulation's tests) to a launch: one launch for any call of up to that many.
+// At a head dim where attn_params.h packed_per_sequence holds (128), each sequence with CTAs is a launch of
+// attn_kernel of its own (run_attn: its CTAs, its shared memory) and attn_packed_kernel is not instantiated.
 template <typename Element, int kHeadDim>
 cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem,
                             cudaStream_t stream, int32_t per_launch) {
-  AttnKernelParams probe{};
-  probe.kv_stages = kv_stages;
-  return with_traits<Element, kHeadDim>(probe, [&](auto traits) -> cudaError_t {
-    using Traits = decltype(traits);
-    auto kernel = attn_packed_kernel<Traits>;
-    if (smem > 48 * 1024) {
-      const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
-      if (err != cudaSuccess) return err;
-    }
-    if (blocks == 0) return cudaSuccess;
+  if constexpr (packed_per_sequence(kHeadDim)) {
     if (blocks != pk.first[pk.S]) return cudaErrorInvalidValue;
-    auto launch = std::make_unique<PackedAttnLaunch>();  // ~32 KB: off the stack
-    PackedAttnLaunch& one = *launch;
-    constexpr int64_t kMaxGrid = 0x7fffffff;
-    int32_t s = 0;
-    while (s < pk.S) {
-      one.S = 0;
-      one.first[0] = 0;
-      for (; s < pk.S && one.S < imin(imax(per_launch, 1), PackedAttnLaunch::kSeqs); ++s) {
-        const int64_t ctas = pk.first[s + 1] - pk.first[s];
-        if (ctas == 0) continue;
-        if (ctas > kMaxGrid) return cudaErrorInvalidConfiguration;
-        if (one.first[one.S] + ctas > kMaxGrid) break;  // the next launch's
-        one.seq[one.S] = pk.seq[s];
-        one.first[one.S + 1] = int32_t(one.first[one.S] + ctas);
-        ++one.S;
-      }
-      const int32_t grid = one.first[one.S];
-      if (grid == 0) continue;
-      const cudaError_t err = RSWA_LAUNCH(kernel, unsigned(grid), Traits::kThreads, smem, stream, one);
+    for (int32_t s = 0; s < pk.S; ++s) {
+      if (pk.first[s + 1] == pk.first[s]) continue;  // no CTAs in this stage count's launch
+      const cudaError_t err = run_attn<Element, kHeadDim>(pk.seq[s], stream);
       if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
-  });
+  } else {
+    AttnKernelParams probe{};
+    probe.kv_stages = kv_stages;
+    return with_traits<Element, kHeadDim>(probe, [&](auto traits) -> cudaError_t {
+      using Traits = decltype(traits);
+      auto kernel = attn_packed_kernel<Traits>;
+      if (smem > 48 * 1024) {
+        const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
+        if (err != cudaSuccess) return err;
+      }
+      if (blocks == 0) return cudaSuccess;
+      if (blocks != pk.first[pk.S]) return cudaErrorInvalidValue;
+      auto launch = std::make_unique<PackedAttnLaunch>();  // ~32 KB: off the stack
+      PackedAttnLaunch& one = *launch;
+      constexpr int64_t kMaxGrid = 0x7fffffff;
+      int32_t s = 0;
+      while (s < pk.S) {
+        one.S = 0;
+        one.first[0] = 0;
+        for (; s < pk.S && one.S < imin(imax(per_launch, 1), PackedAttnLaunch::kSeqs); ++s) {
+          const int64_t ctas = pk.first[s + 1] - pk.first[s];
+          if (ctas == 0) continue;
+          if (ctas > kMaxGrid) return cudaErrorInvalidConfiguration;
+          if (one.first[one.S] + ctas > kMaxGrid) break;  // the next launch's
+          one.seq[one.S] = pk.seq[s];
+          one.first[one.S + 1] = int32_t(one.first[one.S] + ctas);
+          ++one.S;
+        }
+        const int32_t grid = one.first[one.S];
+        if (grid == 0) continue;
+        const cudaError_t err = RSWA_LAUNCH(kernel, unsigned(grid), Traits::kThreads, smem, stream, one);
+        if (err != cudaSuccess) return err;
+      }
+      return cudaSuccess;
+    });
+  }
 }
 
 }  // namespace rangeswa::cuda

@@ -132,6 +132,13 @@ struct PackedAttnLaunch {
 };
 static_assert(sizeof(PackedAttnLaunch) <= kMaxKernelParamBytes, "a packed attention launch fits the parameter space");
 
+// Whether a packed call's sequences at (padded) head dim D run one launch each on attn_kernel rather than kSeqs a
+// launch on attn_packed_kernel: the one place that chooses (attn_launch.h run_attn_packed launches by it, the SIMT
+// emulation counts launches by it). At head dim 128 attn_kernel holds 254-255 registers and the packed kernel's
+// sequence (its parameters' offset, one more live value) spilled 4-8 B on sm_90a however it was found (issue 49:
+// a uniform scan 4-28 B, a binary search 106 B; a shared-memory copy of the parameters brought 25 CALLs back).
+constexpr bool packed_per_sequence(int head_dim) { return head_dim > 80; }
+
 // The control rows' partial results: one per chunk of body keys and warp of its CTA (kControlSplit).
 RSWA_HD int32_t control_partials(const AttnKernelParams& p) { return p.control_chunks * kControlSplit; }
 

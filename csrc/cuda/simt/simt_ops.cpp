@@ -36,7 +36,8 @@ int64_t g_cond_raw = 0;         // ... and its control rows' body keys from k it
 int64_t g_folded = 0;           // ... and whether its control CTAs did Lite's preparation (attn_setup.h nat_keys_from_control)
 int g_plan_fault = 0;            // plan_fault below
 int g_guard_cut = 0;             // guard_cut below
-int64_t g_attn_launches = 0;     // launches of the attention kernels in the last attn call (a packed call: one)
+int64_t g_attn_launches = 0;     // launches of the attention kernels in the last attn call (a packed call: one, or
+                                 // one per sequence where attn_params.h packed_per_sequence holds)
 int32_t g_packed_seqs = PackedAttnLaunch::kSeqs;  // packed_launch_seqs below
 int64_t g_hopper = 0;            // whether the last attn call's body ran on the sm_90a kernel (one sequence's did)
 
@@ -605,9 +606,10 @@ std::tuple<at::Tensor, at::Tensor> attn_simt_packed(RSWA_ATTN_PARAMS, std::optio
         const PackedLaunch launch = table.attn_launch(PackedCalls::kAttn + x);
         const size_t smem = table.smem[x];
         g_smem_bytes = std::max(g_smem_bytes, int64_t(smem));
-        int32_t busy = 0;  // the sequences with CTAs in this launch: g_packed_seqs of them a launch
+        int32_t busy = 0;  // the sequences with CTAs in this launch: g_packed_seqs of them a launch, or one
         for (int32_t s = 0; s < launch.S; ++s) busy += launch.first[s + 1] > launch.first[s];
-        g_attn_launches += (busy + g_packed_seqs - 1) / g_packed_seqs;
+        const int32_t per = packed_per_sequence(D <= 64 ? 64 : D <= 80 ? 80 : 128) ? 1 : g_packed_seqs;
+        g_attn_launches += (busy + per - 1) / per;
         if (D <= 64) simt_attn::run_attn_packed<Element, 64>(launch, ctas, x + 2, smem, g_packed_seqs);
         else if (D <= 80) simt_attn::run_attn_packed<Element, 80>(launch, ctas, x + 2, smem, g_packed_seqs);
         else simt_attn::run_attn_packed<Element, 128>(launch, ctas, x + 2, smem, g_packed_seqs);
@@ -867,7 +869,8 @@ int64_t packed_launch_seqs(int64_t seqs) {
 
 // The last launch: CTAs, fiber switches, warp collectives, CTA barriers, mmas, ldmatrix, cp.async, kernel time
 // of the last attn call in microseconds, its dynamic shared memory per CTA, whether it read v in place, how
-// many launches of the attention kernels it made (a packed call on the mma.sync kernel: one), whether its
+// many launches of the attention kernels it made (a packed call on the mma.sync kernel: one; at head dim 128 one per
+// sequence, attn_params.h packed_per_sequence), whether its
 // control CTAs read their body keys from k in place, whether they did Lite's preparation of the body rows,
 // and whether its body ran on the sm_90a kernel (choose_config).
 std::vector<int64_t> stats() {
