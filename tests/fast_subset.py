@@ -11,7 +11,7 @@ import inspect
 from functools import lru_cache
 from pathlib import Path
 
-from _pytest.mark.structures import ParameterSet
+from pytest import ParameterSet
 
 #: Source that names one of these builds the emulators or runs nvcc.
 HEAVY_WORDS = ("cuda_emulator", "nvcc")
@@ -44,7 +44,7 @@ def _module_reason(path: Path):
 
 
 def _fixture_reason(item):
-    """A fixture from conftest.py (the `emulator` fixture) that builds an emulator or runs nvcc."""
+    """A fixture from conftest.py (`simt`, and `emulator`, which takes it) that builds an emulator or runs nvcc."""
     info = getattr(item, "_fixtureinfo", None)
     for name in getattr(item, "fixturenames", ()):
         for fixturedef in (info.name2fixturedefs.get(name, ()) if info else ()):
