@@ -238,6 +238,70 @@ def test_padded_rows_equal_the_sequence_alone_through_a_backbone_method():
         assert torch.equal(out[b:b + 1, :, s:e], alone)
 
 
+
+# ------------------------------------------------------------------------- the mask read on the host once
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """The masks `masking._runs` copied to the host (each a device sync on a GPU), in order."""
+    from rangeswa_ext import masking
+
+    reads, read = [], masking._runs
+    monkeypatch.setattr(masking, "_runs", lambda mask: (reads.append(mask), read(mask))[1])
+    return reads
+
+
+def test_a_padded_forward_reads_its_mask_on_the_host_once_not_per_layer(host_reads):
+    """Every layer's attention of a padded forward gets the same mask tensor: its runs cross to the host once
+    per forward (the model's check of its input), not once per layer, and a sampling run's next step with the
+    same mask reads nothing; the cached runs give the logits that reading the mask every time gives."""
+    from rangeswa_ext import backbones
+
+    backbone = backbones.backbone_for("llada-tiny")
+    net = backbone.random_model("llada-tiny")
+    net.set_attention(backbone.attention(net, "rangeswa"))
+    assert len(net.model.transformer.blocks) >= 2
+    ids = torch.randint(0, 100, (3, 40), generator=torch.Generator().manual_seed(5))
+    mask = torch.ones(3, 40, dtype=torch.bool)
+    mask[0, :7], mask[2, 30:] = False, False
+    with torch.no_grad():
+        first = net(ids, attention_mask=mask)
+        assert len(host_reads) == 1 and host_reads[0] is mask
+        again = net(ids, attention_mask=mask)
+        assert len(host_reads) == 1
+        with torch.inference_mode():  # an inference tensor keeps no version counter: read at every call
+            fresh = net(ids, attention_mask=mask.clone())
+    assert len(host_reads) > 2
+    assert torch.equal(first, again) and torch.equal(first, fresh)
+
+
+def test_an_in_place_change_of_the_mask_is_read_again(host_reads):
+    """A mask changed in place (itself, or its base through a view) gives its new runs; errors are raised at
+    every call, whatever an earlier call with another ``allow_empty`` read."""
+    mask = torch.ones(3, 12, dtype=torch.long)
+    view = mask[1:]
+    assert valid_ranges(mask, 3, 12) is None and valid_ranges(view, 2, 12) is None
+    mask[1, :4] = 0
+    assert valid_ranges(mask, 3, 12) == [(0, 12), (4, 12), (0, 12)]
+    assert valid_ranges(view, 2, 12) == [(4, 12), (0, 12)]
+    assert valid_ranges(mask, 3, 12) == [(0, 12), (4, 12), (0, 12)] and len(host_reads) == 4
+    mask[2] = 0
+    assert valid_ranges(mask, 3, 12, allow_empty=True) == [(0, 12), (4, 12), (0, 0)]
+    for _ in range(2):
+        with pytest.raises(ValueError, match="row 2 has no real token"):
+            valid_ranges(mask, 3, 12)
+    mask[2, 3:5], mask[2, 8] = 1, 1
+    for _ in range(2):
+        with pytest.raises(ValueError, match="row 2 has its real tokens in more than one run"):
+            valid_ranges(mask, 3, 12)
+    mask[0, 0] = 2
+    for _ in range(2):
+        with pytest.raises(ValueError, match="must hold only 0 and 1"):
+            valid_ranges(mask, 3, 12)
+    assert len(host_reads) == 8
+
+
 # --------------------------------------------------------------------------------------------- bad input
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 
 def check_call(q: torch.Tensor, k: torch.Tensor, control_tokens: int, causal_block: int) -> None:
@@ -32,36 +33,66 @@ def check_call(q: torch.Tensor, k: torch.Tensor, control_tokens: int, causal_blo
         raise ValueError(f"causal_block must be >= 0 (0 = bidirectional), got {causal_block}")
 
 
-def valid_ranges(attention_mask: torch.Tensor, batch: int, length: int,
-                 allow_empty: bool = False) -> Optional[list[tuple[int, int]]]:
-    """Each sample's run of real body tokens ``(s, e)`` from a [B, L] mask (bool or 0/1), or None when no
-    token is padded. Raises ValueError for a wrong shape, real tokens in several runs, or (unless
-    ``allow_empty``, which gives ``(0, 0)``) a row without a real token."""
-    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, length):
-        raise ValueError(f"attention_mask must be [B, L] = [{batch}, {length}] over the body tokens (True = real "
-                         f"token), got shape {tuple(attention_mask.shape)}")
-    if attention_mask.dtype != torch.bool:
-        if attention_mask.is_floating_point() or attention_mask.is_complex():
-            raise ValueError(f"attention_mask must be bool or integer 0/1, got {attention_mask.dtype}")
-        if ((attention_mask != 0) & (attention_mask != 1)).any():
+#: Each mask's runs as `_runs` read them, by tensor (weakly: an entry goes with its tensor), with the version
+#: counter and shape they were read at. Every layer of a forward, and usually every step of a sampling run, is
+#: given the same mask tensor, so it is copied to the host once, not once per layer (a device sync each on a GPU);
+#: an in-place change bumps the version and the mask is read again.
+_READ = WeakIdKeyDictionary()
+
+
+def _runs(mask: torch.Tensor) -> Optional[list[tuple[int, int, int]]]:
+    """Each row's (count of real tokens, index of the first, count of runs of real tokens) of a [B, L] bool or
+    integer mask, or None when every token is real: one copy of the mask to the host. ValueError for an integer
+    mask holding other values than 0 and 1."""
+    if mask.dtype != torch.bool:
+        if ((mask != 0) & (mask != 1)).any():
             raise ValueError("attention_mask must hold only 0 and 1 (1 = real token)")
-        attention_mask = attention_mask != 0
-    real = attention_mask.cpu()
+        mask = mask != 0
+    real = mask.cpu()
     if bool(real.all()):
         return None
     counts = real.sum(dim=1).tolist()
     first = real.int().argmax(dim=1).tolist()
-    # Runs of real tokens per row: the starts of runs (a real token after padding or at the row's start).
+    # The starts of runs: a real token after padding or at the row's start.
     runs = (real[:, :1].int() + (real[:, 1:] & ~real[:, :-1]).sum(dim=1, keepdim=True)).flatten().tolist()
+    return list(zip(counts, first, runs))
+
+
+def _read_runs(mask: torch.Tensor) -> Optional[list[tuple[int, int, int]]]:
+    """`_runs` of ``mask``, remembered while the tensor is unchanged (`_READ`). Under torch.compile, and for an
+    inference tensor (which keeps no version counter), it is read every time: nothing is remembered there."""
+    if torch.compiler.is_compiling() or mask.is_inference():
+        return _runs(mask)
+    key = (mask._version, tuple(mask.shape))
+    seen = _READ.get(mask)
+    if seen is None or seen[0] != key:
+        seen = (key, _runs(mask))
+        _READ[mask] = seen
+    return seen[1]
+
+
+def valid_ranges(attention_mask: torch.Tensor, batch: int, length: int,
+                 allow_empty: bool = False) -> Optional[list[tuple[int, int]]]:
+    """Each sample's run of real body tokens ``(s, e)`` from a [B, L] mask (bool or 0/1), or None when no
+    token is padded. Raises ValueError for a wrong shape, real tokens in several runs, or (unless
+    ``allow_empty``, which gives ``(0, 0)``) a row without a real token. The mask is read on the host once
+    while the tensor is unchanged (`_read_runs`)."""
+    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch, length):
+        raise ValueError(f"attention_mask must be [B, L] = [{batch}, {length}] over the body tokens (True = real "
+                         f"token), got shape {tuple(attention_mask.shape)}")
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise ValueError(f"attention_mask must be bool or integer 0/1, got {attention_mask.dtype}")
+    rows = _read_runs(attention_mask)
+    if rows is None:
+        return None
     ranges = []
-    for b in range(batch):
-        n, s = counts[b], first[b]
+    for b, (n, s, runs) in enumerate(rows):
         if n == 0 and allow_empty:
             ranges.append((0, 0))
             continue
         if n == 0:
             raise ValueError(f"attention_mask row {b} has no real token; every sample needs at least one")
-        if runs[b] != 1:
+        if runs != 1:
             raise ValueError(f"attention_mask row {b} has its real tokens in more than one run; padding may only "
                              f"stand before and after a sample's tokens (left or right padding)")
         ranges.append((s, s + n))

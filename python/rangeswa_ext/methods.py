@@ -213,14 +213,14 @@ class OpAttention:
     def __call__(self, q, k, v, control_tokens: int, stage: str = "late", causal_block: int = 0,
                  attention_mask: Optional[torch.Tensor] = None, context=None, stable: int = 0) -> torch.Tensor:
         C, B = control_tokens, k.shape[0]
-        if context is not None and attention_mask is not None \
-                and valid_ranges(attention_mask, B, k.shape[2] - C, allow_empty=True) is not None:
+        ranges = None if context is None or attention_mask is None else \
+            valid_ranges(attention_mask, B, k.shape[2] - C, allow_empty=True)
+        if ranges is not None:
             computed = set()
 
             def one(qb, kb, vb, b):
                 computed.add(b)
-                start = int(attention_mask[b].int().argmax())
-                prepared = context.sample_update(b, B, start, kb, vb, self.config, C, stable)
+                prepared = context.sample_update(b, B, ranges[b][0], kb, vb, self.config, C, stable)
                 return ops.attn(qb, kb, vb, self.config, C, stage, causal_block=causal_block, prepared=prepared)
 
             check_call(q, k, C, causal_block)

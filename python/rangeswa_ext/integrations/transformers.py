@@ -90,6 +90,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from .. import ops
 from ..config import STAGES
+from ..masking import valid_ranges
 from ..methods import causal_mask, make_attention
 from ..prepared import PreparedCache, grown
 
@@ -219,8 +220,10 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     out = run(q, k, value, control_tokens=0, stage=stage, causal_block=1 if causal else 0,
               attention_mask=attention_mask, **extra).transpose(1, 2).contiguous()
     if attention_mask is not None and settings.native_within_train_length:
-        short = attention_mask.sum(1) <= T  # samples that fit T alone run the model's own attention, as alone
-        if bool(short.any()):
+        # Samples that fit T alone run the model's own attention, as alone (their runs as the op read them).
+        ranges = valid_ranges(attention_mask, *attention_mask.shape, allow_empty=True) or []
+        short = [b for b, (s, e) in enumerate(ranges) if e - s <= T]
+        if short:
             out[short] = _native(query[short], key[short], value[short], causal, scale, None, attention_mask[short])
     return out, None
 
