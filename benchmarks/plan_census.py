@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "tests"))
 from cuda_emulator import emulator_ops  # noqa: E402
-from rangeswa_ext import ops, preset  # noqa: E402
+from rangeswa_ext import check, ops, preset  # noqa: E402
 
 CASES = (("rangeswa late", "rangeswa", "late"), ("rangeswa early", "rangeswa", "early"),
          ("rangeswa decode", "rangeswa", "decode"), ("rangeswa_lite", "rangeswa_lite", "late"))
@@ -64,15 +63,8 @@ def census(cfg, stage: str, L: int, D: int, retrieved, kernel: str = "mma") -> d
     """The census of one call's plan as the op builds it for body kernel `kernel` ("mma" or "hopper": the
     plan's KV tile is the kernel's, RANGESWA_CUDA_KERNEL)."""
     q = torch.zeros(1, 1, C + L, D, dtype=torch.bfloat16)
-    before = os.environ.get("RANGESWA_CUDA_KERNEL")
-    os.environ["RANGESWA_CUDA_KERNEL"] = kernel
-    try:
+    with check.body_kernel(kernel):
         st = emulator_ops().plan_stats(q, q, q, retrieved, **ops.attn_arguments(cfg, C, stage))
-    finally:
-        if before is None:
-            del os.environ["RANGESWA_CUDA_KERNEL"]
-        else:
-            os.environ["RANGESWA_CUDA_KERNEL"] = before
     st = st[st[:, 5] > 0]
     rows = st[:, 5].sum().item()
     return dict(ctas=len(st), records=st[:, 0].mean().item(), kv_tiles=st[:, 1].mean().item(),

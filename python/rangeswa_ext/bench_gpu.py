@@ -28,7 +28,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import re
 import statistics
 import time
@@ -69,15 +68,8 @@ def median_ms(fn: Callable[[], object], repeats: int, warmup: int = 2) -> float:
 
 def fold_off_ms(fn: Callable[[], object], repeats: int) -> float:
     """``fn``'s median time with RANGESWA_CUDA_FOLD=off (the preparation not folded into the control CTAs)."""
-    saved = os.environ.get("RANGESWA_CUDA_FOLD")
-    os.environ["RANGESWA_CUDA_FOLD"] = "off"
-    try:
+    with check.cuda_switch("RANGESWA_CUDA_FOLD", "off"):
         return median_ms(fn, repeats)
-    finally:
-        if saved is None:
-            os.environ.pop("RANGESWA_CUDA_FOLD", None)
-        else:
-            os.environ["RANGESWA_CUDA_FOLD"] = saved
 
 
 def kernels_ran(fn: Callable[[], object]) -> dict:

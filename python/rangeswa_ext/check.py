@@ -211,20 +211,26 @@ def other_op_checks(device: torch.device, dtype) -> list[tuple[str, Callable[[],
 
 
 @contextlib.contextmanager
-def body_kernel(kernel: Optional[str]):
-    """RANGESWA_CUDA_KERNEL set to ``kernel`` (None: unset, the device's choice) for the calls inside."""
-    saved = os.environ.get("RANGESWA_CUDA_KERNEL")
-    if kernel is None:
-        os.environ.pop("RANGESWA_CUDA_KERNEL", None)
+def cuda_switch(name: str, value: Optional[str]):
+    """The run-time switch ``name`` (a RANGESWA_CUDA_* variable, csrc/cuda/api/config.h) set to ``value`` (None:
+    unset) for the calls inside, restored after."""
+    saved = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
     else:
-        os.environ["RANGESWA_CUDA_KERNEL"] = kernel
+        os.environ[name] = value
     try:
         yield
     finally:
         if saved is None:
-            os.environ.pop("RANGESWA_CUDA_KERNEL", None)
+            os.environ.pop(name, None)
         else:
-            os.environ["RANGESWA_CUDA_KERNEL"] = saved
+            os.environ[name] = saved
+
+
+def body_kernel(kernel: Optional[str]):
+    """RANGESWA_CUDA_KERNEL set to ``kernel`` (None: unset, the device's choice) for the calls inside."""
+    return cuda_switch("RANGESWA_CUDA_KERNEL", kernel)
 
 
 def kernels_for(device: torch.device, dtype: torch.dtype) -> list[str]:
