@@ -383,12 +383,16 @@ def hopper_design(gates: dict, head_dim: int) -> Design:
 FIRST_CTAS_PER_HEAD = 129
 FIRST_EDGE = {"late": dict(column_count=1.00, body_window=1.97, summary=7.23),
               "lite": dict(column_count=1.00, body_window=1.97, summary=1.97)}
+
+
+def _per_cta(edge: dict) -> dict:
+    """A body CTA's edge tiles averaged over a head's CTAs (its control CTA has none)."""
+    return {k: v * (FIRST_CTAS_PER_HEAD - 1) / FIRST_CTAS_PER_HEAD for k, v in edge.items()}
+
+
 FIRST_CENSUS = {"late": dict(kv_tiles=27.2, passes=32.0 - 27.2 + 4.8, fills=3.98, cols=2048,
-                             edge={k: v * (FIRST_CTAS_PER_HEAD - 1) / FIRST_CTAS_PER_HEAD
-                                   for k, v in FIRST_EDGE["late"].items()}),
-                "lite": dict(kv_tiles=8.9, passes=0.0, fills=1.99, cols=567,
-                             edge={k: v * (FIRST_CTAS_PER_HEAD - 1) / FIRST_CTAS_PER_HEAD
-                                   for k, v in FIRST_EDGE["lite"].items()})}
+                             edge=_per_cta(FIRST_EDGE["late"])),
+                "lite": dict(kv_tiles=8.9, passes=0.0, fills=1.99, cols=567, edge=_per_cta(FIRST_EDGE["lite"]))}
 
 
 def load_first_paths(path: Path | None = None) -> dict:
