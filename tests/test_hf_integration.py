@@ -176,22 +176,28 @@ def test_what_it_refuses():
             model(tokens, attention_mask=holes)
         with pytest.raises(ValueError, match="needs the keys at positions 0 .. L-1"):
             model(tokens, position_ids=torch.arange(tokens.shape[1])[None] + 5)
-    # RoPE whose cos and sin are not those of the rotary embedding's inv_freq (here: shifted by one position)
+    # RoPE whose cos and sin are not those of the rotary embedding's inv_freq (here: shifted by one position). A
+    # module's RoPE is checked once (the checks above built and checked it): each rotary embedding here is a new one.
     from rangeswa_ext.integrations import transformers as integration
 
     attn = model.model.layers[0].self_attn
-    rope = integration._rope(attn)
-    original = rope.rotary.forward
-    rope.rotary.forward = lambda x, position_ids: original(x, position_ids + 1)
+
+    def rotary_giving(cos_sin):
+        vars(attn).pop(integration.ROPE_ATTRIBUTE, None)
+        rope = integration._rope(attn)
+        original = rope.rotary.forward
+        rope.rotary.forward = lambda x, position_ids: cos_sin(original, x, position_ids)
+
     try:
+        rotary_giving(lambda original, x, position_ids: original(x, position_ids + 1))
         with torch.no_grad(), pytest.raises(ValueError, match=r"not cos\(p inv_freq\) and sin\(p inv_freq\)"):
             model(tokens)
-        rope.rotary.forward = original
+        rotary_giving(lambda original, x, position_ids: original(x, position_ids))
         with torch.no_grad():
             assert model(tokens).logits.isfinite().all()
         # cos and sin wider than two copies of inv_freq (a layout other than rotate_half's)
-        rope.rotary.forward = lambda x, position_ids: tuple(torch.cat([t, t[..., :2]], dim=-1)
-                                                            for t in original(x, position_ids))
+        rotary_giving(lambda original, x, position_ids: tuple(torch.cat([t, t[..., :2]], dim=-1)
+                                                              for t in original(x, position_ids)))
         with torch.no_grad(), pytest.raises(ValueError, match=r"holds \(8,\) frequencies for 18 rotated dims"):
             model(tokens)
     finally:
