@@ -41,8 +41,14 @@ How a call runs (``attention``):
   mark of every row checks against the cache, so a cropped, reordered or replaced cache is prepared again
   from its first changed row. That state costs a copy of the keys plus the prepared arrays per layer; a
   call without a cache frees it. The answers are those of preparing the whole cache at every step. A static
-  cache (``cache_implementation="static"``) hands over all its preallocated rows: a causal call reads those
+  cache (``cache_implementation="static"``) hands over all its preallocated rows: a causal call sees those
   up to its last query (its position ids, or the padding mask's length), the rest are empty.
+- Host reads (each a device sync on a GPU, docs/gpu.md "CUDA graphs"): a cached call that runs the model's own
+  attention masks the rows past its queries by their position ids on the device, so a step on a static cache
+  that fits T reads no tensor on the host and can be captured in a CUDA graph. Past T the op's shapes follow
+  the visible length: it is read once per call of the model (the position ids, remembered per tensor:
+  `masking.read_once`), with each layer's first changed cache row (the decode state); the RoPE check runs
+  once per module (its frequencies, m and device), not per call.
 - Padded batches (``attention_mask`` with zeros, left or right padding: each row's real tokens one run):
   the mask function hands the attention the [B, L] mask of real tokens, and each sample is computed as if
   its padding were absent (the op's ``attention_mask``: one packed call, docs/spec_decisions.md 17 and 28),
