@@ -195,7 +195,7 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     if torch.compiler.is_compiling():
         return _traced(module, query, key, value, attention_mask, given, causal, scaling, settings, method, kwargs)
     Lq, rows_given = query.shape[2], key.shape[2]
-    if attention_mask is not None and Lq <= attention_mask.shape[1] < rows_given:  # a static cache's empty rows follow
+    if causal and attention_mask is not None and Lq <= attention_mask.shape[1] < rows_given:  # a static cache's rows
         key, value = key[:, :, :attention_mask.shape[1]], value[:, :, :attention_mask.shape[1]]
     L = key.shape[2]
     if attention_mask is not None and attention_mask.shape[1] != L:
@@ -228,7 +228,7 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     positions = _key_positions(attention_mask, given, L, Lq, query.device)
     rope = _rope(module)
     rope.check(query, L if rope.moves else max(L, rows_given))  # first: a dynamic RoPE takes this call's frequencies
-    q = rope.unrotate(query, positions[:, L - Lq:])  # first: a dynamic RoPE takes this call's frequencies here
+    q = rope.unrotate(query, positions[:, L - Lq:])
     D, rd = query.shape[-1], rope.rotary_dim
     run = _method(method, settings, _theta(config), rope.frequencies(), None if rd == D else rd, D, T,
                   scale * rope.logit_factor)
