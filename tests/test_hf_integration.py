@@ -4,8 +4,9 @@ when L > T, for causal and bidirectional models with grouped-query attention, KV
 the refusals (padding, other positions, RoPE whose cos and sin are not its frequencies', dropout, soft-capping);
 sliding-window layers (the model's own windowed attention); every family of `MODELS` (RoPE given as the
 model's frequencies: llama3, linear, dynamic, yarn, longrope, partial rotary; Granite's attention multiplier,
-Gemma's query scalar, Phi-3's fused qkv) equal to SDPA within T and to the float64 reference past T; and past T
-the bounded difference between cached decoding and a recomputation on each of them."""
+Gemma's query scalar, Phi-3's fused qkv) equal to SDPA within T and to the float64 reference past T; past T
+the bounded difference between cached decoding and a recomputation on each of them; and the host reads of a
+static-cache step (none within T) and, on a GPU, a step captured in a CUDA graph."""
 
 from typing import Optional
 
