@@ -571,8 +571,8 @@ class _Rope:
         tol = 2 * torch.finfo(cos.dtype).eps * max(1.0, abs(m))
         message = ("rangeswa attention re-applies RoPE from the rotary embedding's inv_freq, but this model's cos and "
                    "sin are not cos(p inv_freq) and sin(p inv_freq) times a constant")
-        wrong = torch.stack([(got[0].float() - f(want) * m).abs().max() for got, f in ((cos, torch.cos), (sin, torch.sin))
-                             ]).max() > tol
+        errors = [(got[0].float() - f(want) * m).abs().max() for got, f in ((cos, torch.cos), (sin, torch.sin))]
+        wrong = torch.stack(errors).max() > tol  # cos and sin in one read
         if torch.compiler.is_compiling():  # checked on the device, no host read
             torch._assert_async(~wrong, message)
         elif wrong:
