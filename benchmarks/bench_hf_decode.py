@@ -6,8 +6,9 @@ step's time does not depend on their values). The steps feed one token each at p
 as ``generate`` does (every step a new length), are timed one by one, and the cache is then cropped back to
 L for the next implementation. Two caches of transformers (``--caches``): ``dynamic`` appends by a ``cat``
 of the whole cache at every step, a copy that every implementation pays and that dominates a long step on a
-CPU; ``static`` preallocates its rows and writes the step's row in place (SDPA attends over all of them under
-transformers' mask, the integration over the rows up to the query). Implementations: ``sdpa``
+CPU; ``static`` preallocates its rows (``--cache-rows``, default the fewest the steps need) and writes the step's
+row in place (SDPA attends over all of them under transformers' mask; the integration, while the cache fits T,
+too, masking by position on the device, and past T over the rows up to the query). Implementations: ``sdpa``
 (transformers' own), ``rangeswa`` and ``rangeswa_lite`` (`rangeswa_ext.integrations.transformers`, late
 stage). The step's time includes the MLPs and the LM head; the integration keeps its decode state (pre-RoPE
 keys, prepared context) across the steps, as in ``generate``. Also timed: the attention function alone on
@@ -15,7 +16,7 @@ layer 0's cache without that state (every call un-rotates and prepares the whole
 before the integration kept it).
 
     python benchmarks/bench_hf_decode.py [--lengths 2048,8192] [--caches dynamic,static] [--layers 2]
-                                         [--repeats 5] [--threads N]
+                                         [--repeats 5] [--threads N] [--cache-rows N] [--out DIR]
 
 Results: benchmarks/results/hf_decode_<date>.{json,md}. Medians of ``--repeats`` steps after one warm-up step.
 """
@@ -29,6 +30,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -38,7 +40,7 @@ IMPLEMENTATIONS = ("sdpa", "rangeswa", "rangeswa_lite")
 HIDDEN, HEADS, T, VOCAB = 768, 12, 1024, 1000
 
 
-def model_with_cache(layers: int, length: int, kind: str = "dynamic", steps: int = 0):
+def model_with_cache(layers: int, length: int, kind: str = "dynamic", steps: int = 0, rows: Optional[int] = None):
     import transformers
     from transformers import DynamicCache, StaticCache
 
@@ -47,7 +49,7 @@ def model_with_cache(layers: int, length: int, kind: str = "dynamic", steps: int
                                       max_position_embeddings=T)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
-    cache = DynamicCache(config=config) if kind == "dynamic" else StaticCache(config=config, max_cache_len=length + 1 + steps)
+    cache = DynamicCache(config=config) if kind == "dynamic" else StaticCache(config=config, max_cache_len=rows or length + 1 + steps)
     generator = torch.Generator().manual_seed(1)
     for layer in range(layers):
         k, v = (torch.randn(1, HEADS, length, HIDDEN // HEADS, generator=generator) for _ in "kv")
@@ -78,10 +80,12 @@ def decode_ms(model, cache, length: int, repeats: int) -> float:
     return statistics.median(times[1:])
 
 
-def measure(length: int, layers: int, repeats: int, kind: str) -> dict:
+def measure(length: int, layers: int, repeats: int, kind: str, rows: Optional[int] = None) -> dict:
     from rangeswa_ext.integrations.transformers import attention, enable
 
-    model, cache = model_with_cache(layers, length, kind, repeats + 1)
+    if rows is not None and rows < length + repeats + 2:
+        raise ValueError(f"--cache-rows {rows} cannot hold L = {length} and {repeats + 1} steps")
+    model, cache = model_with_cache(layers, length, kind, repeats + 1, rows)
     position = torch.tensor([[length]])
     row = {"L": length, "cache": kind}
     for name in IMPLEMENTATIONS:
@@ -113,11 +117,14 @@ def measure(length: int, layers: int, repeats: int, kind: str) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", default="2048,8192", help="comma-separated cache lengths L (> T = 1024)")
+    parser.add_argument("--lengths", default="2048,8192", help="comma-separated cache lengths L (past T = 1024 the "
+                        "method runs; within it the model's own attention)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--caches", default="dynamic,static", help="comma-separated KV cache kinds of transformers")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--cache-rows", type=int, default=None,
+                        help="a static cache's preallocated rows (default: L + the steps, the fewest)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args(argv)
     if args.threads:
@@ -125,7 +132,7 @@ def main(argv=None) -> int:
     rows = []
     for length in (int(x) for x in args.lengths.split(",")):
         for kind in args.caches.split(","):
-            row = measure(length, args.layers, args.repeats, kind)
+            row = measure(length, args.layers, args.repeats, kind, args.cache_rows if kind == "static" else None)
             rows.append(row)
             print(json.dumps(row))
     header = ["L", "cache"] + [f"{n} step ms (x SDPA)" for n in IMPLEMENTATIONS] + [f"{n} stateless attention ms" for n in IMPLEMENTATIONS]
@@ -134,6 +141,7 @@ def main(argv=None) -> int:
              for r in rows]
     date = datetime.date.today().isoformat()
     meta = dict(date=date, threads=torch.get_num_threads(), layers=args.layers, repeats=args.repeats,
+                cache_rows=args.cache_rows,
                 load_average=os.getloadavg(), torch=torch.__version__)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"hf_decode_{date}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")

@@ -14,7 +14,8 @@
 #     ValueError on the CPU and, on the GPU, the plan kernel's device-side assertion (checked on the
 #     device, no sync: a RuntimeError at the next synchronization, its message printed by the kernel);
 #  5. the CUDA tests (tests/test_ops_cuda.py without the host-emulator ones, tests/test_prepared.py,
-#     tests/test_build.py, tests/test_varlen.py without its SIMT ones: packed calls); a test that crashes
+#     tests/test_build.py, tests/test_varlen.py without its SIMT ones: packed calls; a static-cache decode step
+#     of the transformers integration captured in a CUDA graph); a test that crashes
 #     the interpreter is deselected and the rest rerun; then the attn tests of tests/test_ops_cuda.py again on the sm_90a body kernel (RANGESWA_CUDA_KERNEL=hopper,
 #     csrc/cuda/hopper/body_kernel.h: the first run of its answers on the device);
 #  6. `rangeswa check` (every op on the device against the CPU op and the float64 reference, each body
@@ -157,7 +158,8 @@ EOF
       budget=$(left tests)
       [ "$budget" -gt 20 ] || break
       (cd "$ROOT" && timeout "$budget" "$PY" -X faulthandler -m pytest -q -p no:cacheprovider tests/test_ops_cuda.py \
-          tests/test_prepared.py tests/test_build.py tests/test_varlen.py -k "not emulat and not simt" "${DESELECT[@]}") >"$WORK/tests_run$attempt.log" 2>&1
+          tests/test_prepared.py tests/test_build.py tests/test_varlen.py \
+          tests/test_hf_integration.py::test_a_cuda_graph_replays_a_static_cache_step -k "not emulat and not simt" "${DESELECT[@]}") >"$WORK/tests_run$attempt.log" 2>&1
       TESTS_RC=$?
       log "tests (run $attempt) exit $TESTS_RC: $(tail -1 "$WORK/tests_run$attempt.log")"
       [ $TESTS_RC -ge 128 ] || break  # finished (passed or failed) or timed out (124)

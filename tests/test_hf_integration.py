@@ -4,8 +4,11 @@ when L > T, for causal and bidirectional models with grouped-query attention, KV
 the refusals (padding, other positions, RoPE whose cos and sin are not its frequencies', dropout, soft-capping);
 sliding-window layers (the model's own windowed attention); every family of `MODELS` (RoPE given as the
 model's frequencies: llama3, linear, dynamic, yarn, longrope, partial rotary; Granite's attention multiplier,
-Gemma's query scalar, Phi-3's fused qkv) equal to SDPA within T and to the float64 reference past T; and past T
-the bounded difference between cached decoding and a recomputation on each of them."""
+Gemma's query scalar, Phi-3's fused qkv) equal to SDPA within T and to the float64 reference past T; past T
+the bounded difference between cached decoding and a recomputation on each of them; and the host reads of a
+static-cache step (none within T) and, on a GPU, a step captured in a CUDA graph."""
+
+from typing import Optional
 
 import pytest
 import torch
@@ -176,22 +179,28 @@ def test_what_it_refuses():
             model(tokens, attention_mask=holes)
         with pytest.raises(ValueError, match="needs the keys at positions 0 .. L-1"):
             model(tokens, position_ids=torch.arange(tokens.shape[1])[None] + 5)
-    # RoPE whose cos and sin are not those of the rotary embedding's inv_freq (here: shifted by one position)
+    # RoPE whose cos and sin are not those of the rotary embedding's inv_freq (here: shifted by one position). A
+    # module's RoPE is checked once (the checks above built and checked it): each rotary embedding here is a new one.
     from rangeswa_ext.integrations import transformers as integration
 
     attn = model.model.layers[0].self_attn
-    rope = integration._rope(attn)
-    original = rope.rotary.forward
-    rope.rotary.forward = lambda x, position_ids: original(x, position_ids + 1)
+
+    def rotary_giving(cos_sin):
+        vars(attn).pop(integration.ROPE_ATTRIBUTE, None)
+        rope = integration._rope(attn)
+        original = rope.rotary.forward
+        rope.rotary.forward = lambda x, position_ids: cos_sin(original, x, position_ids)
+
     try:
+        rotary_giving(lambda original, x, position_ids: original(x, position_ids + 1))
         with torch.no_grad(), pytest.raises(ValueError, match=r"not cos\(p inv_freq\) and sin\(p inv_freq\)"):
             model(tokens)
-        rope.rotary.forward = original
+        rotary_giving(lambda original, x, position_ids: original(x, position_ids))
         with torch.no_grad():
             assert model(tokens).logits.isfinite().all()
         # cos and sin wider than two copies of inv_freq (a layout other than rotate_half's)
-        rope.rotary.forward = lambda x, position_ids: tuple(torch.cat([t, t[..., :2]], dim=-1)
-                                                            for t in original(x, position_ids))
+        rotary_giving(lambda original, x, position_ids: tuple(torch.cat([t, t[..., :2]], dim=-1)
+                                                              for t in original(x, position_ids)))
         with torch.no_grad(), pytest.raises(ValueError, match=r"holds \(8,\) frequencies for 18 rotated dims"):
             model(tokens)
     finally:
@@ -549,3 +558,118 @@ def test_generate_on_a_left_padded_batch_decodes_each_sequence_as_alone(method):
             alone = model.generate(x[None], attention_mask=torch.ones(1, len(x), dtype=torch.long), **options)
             assert torch.equal(alone.sequences[0, -6:], batch.sequences[b, -6:])
             assert max(rel_err(one[0], many[b]) for one, many in zip(alone.logits, batch.logits)) < 1e-5
+
+
+# ------------------------------------------------------------------------- host reads and CUDA graphs (issue 52)
+
+
+class HostReads:
+    """Counts the reads of a tensor's value on the host while entered: Python's (``bool``, ``int``, ``float``,
+    ``item``, ``tolist``, ``numpy``: a TorchFunctionMode) and the dispatcher's (``_local_scalar_dense``,
+    ``is_nonzero``, ``item``, a copy of a device tensor to the CPU: a TorchDispatchMode). Each is a device sync
+    on a GPU, which a CUDA graph's capture refuses."""
+
+    PYTHON = {"__bool__", "__int__", "__float__", "__index__", "item", "tolist", "numpy"}
+    DISPATCH = {"aten._local_scalar_dense", "aten.is_nonzero", "aten.item"}
+
+    def __init__(self):
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.seen = []
+        seen = self.seen
+
+        class Python(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                if getattr(func, "__name__", None) in HostReads.PYTHON:
+                    seen.append(func.__name__)
+                return func(*args, **(kwargs or {}))
+
+        class Dispatch(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                name = func._schema.name
+                to_host = name in ("aten._to_copy", "aten.copy_") and isinstance(out, torch.Tensor) and \
+                    out.device.type == "cpu" and any(isinstance(a, torch.Tensor) and a.device.type != "cpu"
+                                                     for a in args)
+                if name in HostReads.DISPATCH or to_host:
+                    seen.append(name)
+                return out
+
+        self.modes = (Python(), Dispatch())
+
+    def __enter__(self):
+        for mode in self.modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for mode in reversed(self.modes):
+            mode.__exit__(*exc)
+
+
+def static_steps(model, prompt: torch.Tensor, rows: int, steps: int, reads: Optional[list] = None) -> list:
+    """The logits of a prefill of ``prompt`` into a StaticCache of ``rows`` rows on the model's device, then of
+    ``steps`` decode steps feeding tokens 1, 2, ...; ``reads`` gets each call's `HostReads`."""
+    device = next(model.parameters()).device
+    cache = transformers.StaticCache(config=model.config, max_cache_len=rows)
+    out = []
+    with torch.no_grad():
+        for tokens in [prompt] + [torch.tensor([[1 + s]] * len(prompt)) for s in range(steps)]:
+            with HostReads() as counted:
+                out.append(model(tokens.to(device), past_key_values=cache, use_cache=True).logits)
+            if reads is not None:
+                reads.append(counted.seen)
+    return out
+
+
+@pytest.mark.parametrize("family,method", [("llama", "rangeswa"), ("qwen2", "rangeswa_lite"), ("mistral", "rangeswa")])
+def test_a_static_cache_step_reads_no_tensor_on_the_host(family, method):
+    """A prefill and decode steps into a static cache that fits T read no tensor's value on the host (so a step can
+    be captured in a CUDA graph): the model's own attention masks the cache's rows past the last query by position,
+    on the device; its logits are SDPA's. Past T (a longer cache) the visible length is read once per call of the
+    model (the op's shapes, and the model's own attention or the method, follow it) and each layer's first
+    changed row once (the prepared context's rows to prepare again): 1 + layers reads, not 7 per layer."""
+    model = enable(decoder(family), method)
+    prompt = ids(10, batch=2)
+    reads = []
+    got = static_steps(model, prompt, 48, 4, reads)
+    assert reads == [[]] * 5
+    model.set_attn_implementation("sdpa")
+    want = static_steps(model, prompt, 48, 4)
+    assert max(rel_err(g, w) for g, w in zip(got, want)) < 1e-5
+
+    enable(model, method)
+    reads = []
+    static_steps(model, ids(T + 36, batch=2), 2 * T, 3, reads)
+    layers = model.config.num_hidden_layers
+    assert [len(r) for r in reads[1:]] == [1 + layers] * 3, reads
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("method", NAMES)
+def test_a_cuda_graph_replays_a_static_cache_step(method):
+    """A decode step on a static cache that fits T, captured in a CUDA graph through the integration (the cache's
+    write position is a tensor of the cache), replays the eager steps' logits."""
+    model = enable(decoder("llama").cuda(), method)
+    prompt, rows, steps = ids(10, batch=2).cuda(), 48, 4
+    eager = static_steps(model, prompt, rows, steps)
+    cache = transformers.StaticCache(config=model.config, max_cache_len=rows)
+    token = torch.ones(2, 1, dtype=torch.long, device="cuda")
+    with torch.no_grad():
+        model(prompt, past_key_values=cache, use_cache=True)
+        written = [layer.cumulative_length.clone() for layer in cache.layers]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up, as capture asks; then the cache is put back where it was
+            model(token, past_key_values=cache, use_cache=True)
+        torch.cuda.current_stream().wait_stream(side)
+        for layer, length in zip(cache.layers, written):
+            layer.cumulative_length.copy_(length)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = model(token, past_key_values=cache, use_cache=True).logits
+        for s in range(steps):
+            token.fill_(1 + s)
+            graph.replay()
+            assert rel_err(logits, eager[1 + s]) < 1e-5, s

@@ -58,17 +58,23 @@ def _runs(mask: torch.Tensor) -> Optional[list[tuple[int, int, int]]]:
     return list(zip(counts, first, runs))
 
 
-def _read_runs(mask: torch.Tensor) -> Optional[list[tuple[int, int, int]]]:
-    """`_runs` of ``mask``, remembered while the tensor is unchanged (`_READ`). Under torch.compile, and for an
-    inference tensor (which keeps no version counter), it is read every time: nothing is remembered there."""
-    if torch.compiler.is_compiling() or mask.is_inference():
-        return _runs(mask)
-    key = (mask._version, tuple(mask.shape))
-    seen = _READ.get(mask)
+def read_once(tensor: torch.Tensor, read, store: WeakIdKeyDictionary):
+    """``read(tensor)``, a read of its values on the host, remembered in ``store`` while the tensor is unchanged
+    (its version counter and shape). Under torch.compile, and for an inference tensor (which keeps no version
+    counter), it is read every time: nothing is remembered there."""
+    if torch.compiler.is_compiling() or tensor.is_inference():
+        return read(tensor)
+    key = (tensor._version, tuple(tensor.shape))
+    seen = store.get(tensor)
     if seen is None or seen[0] != key:
-        seen = (key, _runs(mask))
-        _READ[mask] = seen
+        seen = (key, read(tensor))
+        store[tensor] = seen
     return seen[1]
+
+
+def _read_runs(mask: torch.Tensor) -> Optional[list[tuple[int, int, int]]]:
+    """`_runs` of ``mask``, remembered while the tensor is unchanged (`_READ`, `read_once`)."""
+    return read_once(mask, _runs, _READ)
 
 
 def valid_ranges(attention_mask: torch.Tensor, batch: int, length: int,

@@ -41,8 +41,14 @@ How a call runs (``attention``):
   mark of every row checks against the cache, so a cropped, reordered or replaced cache is prepared again
   from its first changed row. That state costs a copy of the keys plus the prepared arrays per layer; a
   call without a cache frees it. The answers are those of preparing the whole cache at every step. A static
-  cache (``cache_implementation="static"``) hands over all its preallocated rows: a causal call reads those
+  cache (``cache_implementation="static"``) hands over all its preallocated rows: a causal call sees those
   up to its last query (its position ids, or the padding mask's length), the rest are empty.
+- Host reads (each a device sync on a GPU, docs/gpu.md "CUDA graphs"): a cached call that runs the model's own
+  attention masks the rows past its queries by their position ids on the device, so a step on a static cache
+  that fits T reads no tensor on the host and can be captured in a CUDA graph. Past T the op's shapes follow
+  the visible length: it is read once per call of the model (the position ids, remembered per tensor:
+  `masking.read_once`), with each layer's first changed cache row (the decode state); the RoPE check runs
+  once per module (its frequencies, m and device), not per call.
 - Padded batches (``attention_mask`` with zeros, left or right padding: each row's real tokens one run):
   the mask function hands the attention the [B, L] mask of real tokens, and each sample is computed as if
   its padding were absent (the op's ``attention_mask``: one packed call, docs/spec_decisions.md 17 and 28),
@@ -85,13 +91,14 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch.utils.weak import WeakIdKeyDictionary
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
 from .. import ops
 from ..config import STAGES
-from ..masking import valid_ranges
-from ..methods import causal_mask, make_attention
+from ..masking import read_once, valid_ranges
+from ..methods import make_attention
 from ..prepared import PreparedCache, grown
 
 #: The attention implementations this module registers.
@@ -187,14 +194,29 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     given = kwargs.get("position_ids")
     if torch.compiler.is_compiling():
         return _traced(module, query, key, value, attention_mask, given, causal, scaling, settings, method, kwargs)
-    key, value = _visible_rows(key, value, attention_mask, given, causal, query.shape[2])
-    Lq, L = query.shape[2], key.shape[2]
+    Lq, rows_given = query.shape[2], key.shape[2]
+    if causal and attention_mask is not None and Lq <= attention_mask.shape[1] < rows_given:  # a static cache's rows
+        key, value = key[:, :, :attention_mask.shape[1]], value[:, :, :attention_mask.shape[1]]
+    L = key.shape[2]
     if attention_mask is not None and attention_mask.shape[1] != L:
         raise ValueError(f"the attention mask covers {attention_mask.shape[1]} rows but the call has {L} keys")
     scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
     T = _train_length(settings, config)
     window = kwargs.get("sliding_window")
-    if window is not None or (L <= T and settings.native_within_train_length):
+    native = settings.native_within_train_length
+    # A cached causal call without padding: its queries sit at their position ids, the rows of a full cache (a static
+    # cache's rows past the last are empty), which mask the model's own attention on the device (no host read). A
+    # sliding-window layer's cache may keep fewer rows than positions: its keys end at the last query's position.
+    rows = given.to(query.device) if causal and attention_mask is None and given is not None and Lq < L else None
+    if rows is not None and (window is not None or not (L <= T and native)):
+        end = _read_positions(rows)[0]  # the visible rows decide: read on the host once per call of the model
+        if window is None and end <= T and native:
+            L = end  # the model's own attention below, masked by position over the rows given
+        else:
+            rows = None
+            if Lq <= end < L:
+                key, value, L = key[:, :, :end], value[:, :, :end], end
+    if window is not None or (L <= T and native):
         try:
             rope = _rope(module)
         except ValueError:  # a RoPE the method cannot re-apply: refused past T, not on the model's own attention
@@ -202,10 +224,11 @@ def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         if rope is not None and rope.moves:  # dynamic / longrope: the rotary embedding follows every call's length
             last = given[..., -1:] if given is not None else torch.tensor([[L - 1]])
             rope.rotary(query[:, :1, :1], last.to(query.device))
-        return _native(query, key, value, causal, scale, window, attention_mask), None
+        return _native(query, key, value, causal, scale, window, attention_mask, rows), None
     positions = _key_positions(attention_mask, given, L, Lq, query.device)
     rope = _rope(module)
-    q = rope.unrotate(query, positions[:, L - Lq:])  # first: a dynamic RoPE takes this call's frequencies here
+    rope.check(query, L if rope.moves else max(L, rows_given))  # first: a dynamic RoPE takes this call's frequencies
+    q = rope.unrotate(query, positions[:, L - Lq:])
     D, rd = query.shape[-1], rope.rotary_dim
     run = _method(method, settings, _theta(config), rope.frequencies(), None if rd == D else rd, D, T,
                   scale * rope.logit_factor)
@@ -249,7 +272,8 @@ class _DecodeState:
         if held:
             n = min(self.length, L)
             changed = ((key[:, 0, :n, 0] != self.marks[0, :, :n]) | (value[:, 0, :n, 0] != self.marks[1, :, :n])).any(0)
-            stable = int(changed.int().argmax()) if bool(changed.any()) else n
+            changed = torch.cat([changed, changed.new_ones(1)])  # none changed: the first changed is n
+            stable = int(changed.int().argmax())  # one host read per layer and call: the rows to prepare again
         if not held or self.keys.shape[2] < L:  # grow by doubling, keeping the unchanged rows
             capacity = grown(L, self.keys.shape[2] if held else 0)
             keys, self.keys = self.keys, key.new_empty((*key.shape[:2], capacity, key.shape[3]))
@@ -297,6 +321,7 @@ def _traced(module, query, key, value, padding, given, causal: bool, scaling, se
     native = settings.native_within_train_length
     if window is not None or (L <= T and native):
         return _native(query, key, value, causal, scale, window, rows=rows), None
+    rope.check(query, L)
     q = rope.unrotate(query, torch.arange(L - Lq, L, device=query.device)[None] if rows is None else rows)
     k = rope.unrotate(key, torch.arange(L, device=query.device)[None])
     D, rd = query.shape[-1], rope.rotary_dim
@@ -339,15 +364,21 @@ def _attend_visible(q, k, v, end: torch.Tensor, cfg, stage: str) -> torch.Tensor
     return out.reshape(Hq, B, Lq, D).transpose(0, 1)
 
 
-def _visible_rows(key, value, padding: Optional[torch.Tensor], position_ids, causal: bool, Lq: int):
-    """A causal call's keys up to its last query (a static cache's preallocated rows past it are empty): the
-    padding mask's rows (with padding, positions are not row indices), else the last query's position + 1."""
-    if not causal or (padding is None and position_ids is None):
-        return key, value
-    end = padding.shape[1] if padding is not None else int(position_ids[..., -1].max()) + 1
-    if Lq <= end < key.shape[2]:
-        return key[:, :, :end], value[:, :, :end]
-    return key, value
+#: The position ids `_read_positions` read, by tensor (weakly), with the version and shape they were read at.
+_POSITIONS_READ = WeakIdKeyDictionary()
+
+
+def _read_positions(given: torch.Tensor) -> tuple[int, bool]:
+    """(the last query's position + 1, the largest over the batch; whether every row's ids are the same run of
+    consecutive positions) of position ids [1 or B, Lq], read on the host once per tensor: every layer of a model
+    call gets the same one."""
+    def read(given):
+        last = given[..., -1:].max()
+        run = (given == last - given.shape[-1] + 1 + torch.arange(given.shape[-1], device=given.device)).all()
+        end, consecutive = torch.stack([last + 1, run.long()]).tolist()
+        return end, bool(consecutive)
+
+    return read_once(given, read, _POSITIONS_READ)
 
 
 def _key_positions(padding: Optional[torch.Tensor], given, L: int, Lq: int, device) -> torch.Tensor:
@@ -358,6 +389,10 @@ def _key_positions(padding: Optional[torch.Tensor], given, L: int, Lq: int, devi
     candidates = [plain] if padding is None else [(padding.long().cumsum(1) - 1).clamp(min=0), plain]
     if given is None:
         return candidates[0]
+    if padding is None:  # read once per call of the model (`_read_positions`)
+        if _read_positions(given) == (L, True):
+            return plain
+        candidates = []
     given = given.to(device).expand(len(padding) if padding is not None else given.shape[0], Lq)
     real = torch.ones_like(given, dtype=torch.bool) if padding is None else padding[:, L - Lq:]
     for positions in candidates:
@@ -376,8 +411,8 @@ def _native(query, key, value, causal: bool, scale: float, window: Optional[int]
     transformers' sliding_window_overlay) or |i - j| <= window (bidirectional). With a padding mask no
     padded key is seen and padded query rows come back as zeros (as the op gives them)."""
     Lq, L = query.shape[2], key.shape[2]
-    mask = causal_mask(0, L, Lq, 1, query.device) if causal and (Lq < L or padding is not None) else None
-    if window is not None or rows is not None:
+    mask = None
+    if window is not None or rows is not None or (causal and (Lq < L or padding is not None)):  # built on the device
         i = torch.arange(L - Lq, L, device=query.device)[:, None] if rows is None else rows[:, None, :, None]
         j = torch.arange(L, device=query.device)
         mask = (j <= i) if causal else None
@@ -455,8 +490,9 @@ class _Rope:
                              f"{found[0].__name__} keeps none (one per layer type, as Gemma 3's, is not supported)")
         kind = getattr(self.rotary, "rope_type", "default")
         self.moves = isinstance(kind, str) and any(name in kind for name in self.MOVING)
-        self.rotary_dim, self._full = 0, True  # set by the first `unrotate`
+        self.rotary_dim, self._full = 0, True  # set by the first `check`
         self._frequencies: tuple = (None, None)  # ((buffer id, version), frequencies)
+        self._checked: tuple = (None, 0)  # ((buffer id, version, m, device), positions 0 .. n-1 checked)
 
     @property
     def scaling(self) -> float:
@@ -478,18 +514,42 @@ class _Rope:
             self._frequencies = (key, tuple(buffer.detach().double().cpu().tolist()))
         return self._frequencies[1]
 
+    def check(self, x: torch.Tensor, length: int) -> None:
+        """`_check` the cos and sin at positions 0 .. length-1, those of every row of a call with ``length`` key
+        rows (x [B, H, N, D]: any of its tensors); sets ``rotary_dim``. Eagerly a RoPE checked once is not checked
+        again while its frequencies, m and device stay and the positions were checked: a frequency that does not
+        move with the length is checked through twice the positions asked (`grown`), so a growing cache checks
+        again at each doubling; under torch.compile the check is in the graph (on the device)."""
+        compiling = torch.compiler.is_compiling()
+        if not compiling:
+            if self.rotary.inv_freq.device != x.device:  # once: a rotary embedding on the host would copy per call
+                self.rotary.to(x.device)
+            key, held = self._checked
+            if key == self._state(x) and length <= held:
+                return
+            length = length if self.moves else grown(length, held if key == self._state(x) else 0)
+        positions = torch.arange(length, device=x.device)[None]
+        cos, sin = self.rotary(x[:1, :1, :1], positions)
+        rd = cos.shape[-1]
+        self.rotary_dim, self._full = rd, rd == x.shape[-1]
+        self._check(cos, sin, positions[0], self.scaling)
+        if not compiling:  # a dynamic RoPE's forward above may have replaced its frequencies: those were checked
+            self._checked = (self._state(x), length)
+
+    def _state(self, x: torch.Tensor) -> tuple:
+        """What a `check` holds for: the frequency buffer (its id and version), m and the device."""
+        return id(self.rotary.inv_freq), self.rotary.inv_freq._version, self.scaling, x.device
+
     def unrotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The rows of x [B, H, N, D] (rotated by the model at `positions` [N]) before RoPE, in float32 at least
         and back in x's dtype: R(-p) with the model's cos and sin over m^2 (every dim rotated: x itself) or over
-        m (partial rotary: m kept on the rotated dims). Checks that the cos and sin are those of inv_freq."""
+        m (partial rotary: m kept on the rotated dims). `check` has checked that those are the cos and sin of
+        inv_freq at these positions."""
         if positions.numel() == 0:  # no rows (a cache whose rows are all kept): nothing to ask the rotary embedding
             return x
         positions = positions if positions.dim() == 2 else positions[None]  # [B or 1, N]: a padded batch's per row
         cos, sin = self.rotary(x, positions)
-        rd = cos.shape[-1]
-        self.rotary_dim, self._full = rd, rd == x.shape[-1]
-        m = self.scaling
-        self._check(cos[:1], sin[:1], positions[0], m)
+        rd, m = cos.shape[-1], self.scaling
         divide = m * m if self._full else m
         work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         cos, sin = (t[:, None].to(work.dtype) / divide for t in (cos, sin))
@@ -511,12 +571,12 @@ class _Rope:
         tol = 2 * torch.finfo(cos.dtype).eps * max(1.0, abs(m))
         message = ("rangeswa attention re-applies RoPE from the rotary embedding's inv_freq, but this model's cos and "
                    "sin are not cos(p inv_freq) and sin(p inv_freq) times a constant")
-        for got, f in ((cos, torch.cos), (sin, torch.sin)):
-            wrong = (got[0].float() - f(want) * m).abs().max() > tol
-            if torch.compiler.is_compiling():  # checked on the device, no host read
-                torch._assert_async(~wrong, message)
-            elif wrong:
-                raise ValueError(f"{message} (rope type {getattr(self.rotary, 'rope_type', '?')!r})")
+        errors = [(got[0].float() - f(want) * m).abs().max() for got, f in ((cos, torch.cos), (sin, torch.sin))]
+        wrong = torch.stack(errors).max() > tol  # cos and sin in one read
+        if torch.compiler.is_compiling():  # checked on the device, no host read
+            torch._assert_async(~wrong, message)
+        elif wrong:
+            raise ValueError(f"{message} (rope type {getattr(self.rotary, 'rope_type', '?')!r})")
 
 
 @torch.compiler.assume_constant_result
