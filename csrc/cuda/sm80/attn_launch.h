@@ -7,8 +7,8 @@
 
 #include <memory>
 
-#include "attn_params.h"
-#include "kernel_traits.h"
+#include "../attn_params.h"
+#include "../kernel_traits.h"
 #include "mainloop.h"
 
 namespace rangeswa::cuda {
@@ -56,14 +56,14 @@ cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
   return launch_tiles<Element, kHeadDim>(p, stream, [](auto traits) { return attn_kernel<decltype(traits)>; });
 }
 
-// The control CTAs alone, folding Lite's preparation in (mainloop.h control_kernel): p's CTAs per head are its
-// control tiles (hopper/body_launch.h run_attn_hopper's control grid when p.fold is set). Head dim 64, 16-bit.
+// The control CTAs alone, folding Lite's preparation in (common/control.h control_kernel): p's CTAs per head are its
+// control tiles (sm90/body_launch.h run_attn_hopper's control grid when p.fold is set). Head dim 64, 16-bit.
 template <typename Element, int kHeadDim>
 cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream) {
   return launch_tiles<Element, kHeadDim>(p, stream, [](auto traits) { return control_kernel<decltype(traits)>; });
 }
 
-// Every sequence of a packed call on the attention kernel (mainloop.h attn_packed_kernel): pk in host memory (the
+// Every sequence of a packed call on the attention kernel (sm80/mainloop.h attn_packed_kernel): pk in host memory (the
 // sequences' parameters and first CTAs, packed.h PackedCalls::attn_launch), `blocks` CTAs in all (pk.first[S]),
 // `smem` bytes per CTA (the largest of the sequences' attn_smem_bytes), the traits of `kv_stages` (every
 // sequence's p.kv_stages; attn_api.cpp groups them). The sequences with CTAs go `per_launch` (at most

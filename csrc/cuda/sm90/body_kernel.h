@@ -1,4 +1,4 @@
-// The warp-specialized body kernel for sm_90a (issue 30): the mma.sync kernel's body CTA (mainloop.h
+// The warp-specialized body kernel for sm_90a (issue 30): the mma.sync kernel's body CTA (sm80/mainloop.h
 // attn_kernel) on Hopper's asynchronous machinery, from the same plan (records and tile spans), with the
 // same logits, softmax and epilogue. One CTA per body tile of 128 query rows, a producer warpgroup and one or two
 // consumer warpgroups (HopperTraits::kMBlocks: at head dim 64 one consumer warpgroup of 128 rows, 256 threads,
@@ -20,7 +20,7 @@
 //                 the query slot per variant (with the straddling blocks' dots and the Hn bands' products it
 //                 gives) between named barriers of the consumer threads; per tile: wait on `full`, S = Q K^T
 //                 by wgmma from shared memory (one m64 product per block of a warp's rows, the same keys), the
-//                 logits (tile_logits) and the online softmax per warp (softmax.h, its m16 blocks), O += P V by
+//                 logits (tile_logits) and the online softmax per warp (common/softmax.h, its m16 blocks), O += P V by
 //                 wgmma with P in registers, then one arrival per warpgroup on `empty`
 //
 // The unmasked loop overlaps the softmax with the next tile's Q K^T: the next tile of the run is waited for
@@ -32,21 +32,24 @@
 // (Consumer::whole_tile).
 //
 // Control CTAs (their rows split a chunk's keys over the warps) stay on the mma.sync kernel: the launcher
-// (hopper/body_launch.h) runs them as a grid of their own before this one.
+// (sm90/body_launch.h) runs them as a grid of their own before this one.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "../attn_params.h"
-#include "../hopper.h"
-#include "../mainloop.h"
 #include "../plan.h"
-#include "../softmax.h"
 #include "../tile.h"
 #include "../utils.h"
+#include "../common/kv_copy.h"
+#include "../common/logits.h"
+#include "../common/query_slot.h"
+#include "../common/shared_layout.h"
+#include "../common/softmax.h"
 #include "body_gemm.h"
 #include "body_layout.h"
+#include "sm90/hopper.h"
 
 namespace rangeswa::cuda {
 
@@ -329,6 +332,7 @@ struct Consumer {
   // lanes l and l + 16 each rotate half its pairs, fill_row_vector's kSplit; a row into its slot row,
   // HopperTraits::slot_row), the async-proxy fence (wgmma reads the slot), a barrier, the straddling blocks'
   // dots (the row's terms split over the same two lanes) and the bands.
+  // [gate:hopper-fill-slots begin]
   __device__ __forceinline__ void fill_slots(int32_t from, int32_t to) {
 #pragma unroll 1
     for (int32_t at = from; at <= to; ++at) {
@@ -352,6 +356,7 @@ struct Consumer {
       band_dots(v);
     }
   }
+  // [gate:hopper-fill-slots end]
 
   __device__ __forceinline__ WarpTile<Element> warp_tile_of(const KvTile& t, TileWork work, float bias) const {
     return WarpTile<Element>{nullptr, nullptr, nullptr, lane, row0, work, false, false, t, -1, c.sLo, c.sHi,
@@ -609,6 +614,7 @@ struct Consumer {
 
   // O / l in the element type, staged through the slot (rows of Dp elements, in the CTA's row order) so that
   // rows leave in 16-byte stores; the log-sum-exp per row.
+  // [gate:hopper-epilogue begin]
   __device__ __forceinline__ void epilogue() {
     sync_consumers();  // every group is done with the slot
     Element* staged = c.sQ;
@@ -664,6 +670,7 @@ struct Consumer {
       }
     }
   }
+  // [gate:hopper-epilogue end]
 };
 
 // A body CTA: the prologue (every thread), then the roles.
@@ -725,7 +732,9 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
   constexpr int kPlanners = Traits::kBlockM;
   if (planner && t.nrows > 0) {
     const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
+    // [gate:hopper-plan-read begin]
     count = p.record_count[2 * plan];
+    // [gate:hopper-plan-read end]
     const int32_t spans = p.record_count[2 * plan + 1];
     if (tid == 0) shared_plan = make_int2(t.nrows, spans);
     const int4* src = reinterpret_cast<const int4*>(records_of(p, p.records, plan));
@@ -809,7 +818,7 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
 
 // The kernel: its body only where wgmma and setmaxnreg exist (the sm_90a pass, and the host SIMT emulation);
 // other passes of the build (sm_80 SASS, its PTX) get an empty kernel that the host never launches
-// (hopper/body_launch.h hopper_kernel_built).
+// (sm90/body_launch.h hopper_kernel_built).
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kResident) hopper_attn_kernel(const __grid_constant__ AttnKernelParams p) {
 #if defined(RANGESWA_SIMT) || defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -1,5 +1,5 @@
-// Launch of the sm_90a body kernel (hopper/body_kernel.h) for one (element type, padded head dim): the
-// control CTAs on the mma.sync kernel (attn_launch.h run_attn over a grid of the control tiles only: the
+// Launch of the sm_90a body kernel (sm90/body_kernel.h) for one (element type, padded head dim): the
+// control CTAs on the mma.sync kernel (sm80/attn_launch.h run_attn over a grid of the control tiles only: the
 // same parameters with ctas_per_head = the control tiles), then the body tiles on the Hopper kernel (a grid
 // of the body tiles only: ctas_per_head = the body tiles, which the kernel numbers past the control ones).
 // Both kernels read the same plan. Each instantiation lives in attn_hopper_<dtype>.cu; the host entry
