@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "sm90/hopper.h"
+#include "hopper.h"
 #include "../utils.h"
 #include "body_layout.h"
 

@@ -49,7 +49,7 @@
 #include "../common/softmax.h"
 #include "body_gemm.h"
 #include "body_layout.h"
-#include "sm90/hopper.h"
+#include "hopper.h"
 
 namespace rangeswa::cuda {
 
