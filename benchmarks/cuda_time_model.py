@@ -349,7 +349,7 @@ def hopper_design(gates: dict, head_dim: int) -> Design:
     'attn_hopper_bf16 D=<d>'): at head dim 64 one consumer warpgroup of 128 rows (4 warps of 32), two CTAs an SM;
     at 128 two consumer warpgroups of 16-row warps, one CTA an SM; one copying producer warp; its control CTAs on
     the mma.sync kernel's control kernel, which at head dim 64 folds Lite's preparation in. Round trips from the
-    source's loads: a fill two (body_kernel.h fill_slots: two lanes a row, 16-pair steps; two rows a lane at head
+    source's loads: a fill two (sm90/consumer.h fill_slots: two lanes a row, 16-pair steps; two rows a lane at head
     dim 64, two steps a row at 128), a late row's straddling dots one a term (kDotChunks), 8 a CTA at 64 and 4 at
     128."""
     s = gates["hopper"][f"attn_hopper_bf16 D={head_dim}"]

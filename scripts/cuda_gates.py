@@ -791,7 +791,7 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     voted = tile_path(sass, hgmma, through=votes, copy_ops=("SYNCS",)) if votes else dict(instructions=None)
     copy = tile_path(sass, counts["copies"], copy_ops=("SYNCS",), count_ops=("LDGSTS",))
     # The 16-column tiles of its masked loop (the census's control_tiles and direct_tiles): a tile of control keys
-    # (body_kernel.h whole_tile: Q K^T m64n16k16 a key step, then P V, one HGMMA), and a direct record's or an
+    # (consumer.h whole_tile: Q K^T m64n16k16 a key step, then P V, one HGMMA), and a direct record's or an
     # Hn band's (scores given: common/logits.h given_scores; P V alone; on an H100 / H200 the bands', whole_tile too).
     n16 = {a for a, _, line in sass if "HGMMA.64x16x16" in line}
     ctrl = tile_path(sass, counts["ctrl_hgmma"], through=n16, copy_ops=("SYNCS",)) if n16 else dict(instructions=None)
@@ -898,7 +898,7 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     takes (predicated-off instructions count; the prologue's strided loops a warp's lanes skip are skipped):
 
     - consumer_prologue: a consumer warp from the kernel's entry through its setmaxnreg.inc to the first
-      instruction of its first fill (body_kernel.h fill_slots, common/query_slot.h fill_slot_row and what it calls;
+      instruction of its first fill (consumer.h fill_slots, common/query_slot.h fill_slot_row and what it calls;
       before 2026-12-03's sixth session the fill_slots code ahead of fill_slot_row counted here): the prologue's barriers
       and shared stores (the producer warpgroup reads the plan), the roles' split, the Consumer's set-up
       and the walk's first cursor steps;
@@ -906,7 +906,7 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
       each, in steps of 16 pairs: two lanes a row, one step a row at head dim 64 (two rows a lane), two at 128),
       from that first instruction to the first of the straddling dots (the async-proxy fence and the barrier
       between);
-    - consumer_epilogue: from the epilogue's first instruction (body_kernel.h Consumer::epilogue) to EXIT with
+    - consumer_epilogue: from the epilogue's first instruction (consumer.h Consumer::epilogue) to EXIT with
       its 16-byte output stores a lane (16 rows x head_dim / 8 chunks over 32 lanes: 4 at head dim 64);
     - producer_prologue: a producer warpgroup warp whose lanes compute the rows' geometry (tid < 128: all
       four), from the entry through the plan's read and the row geometry (plan.h row_geometry) to its
@@ -925,7 +925,7 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     dealloc = {a for a, op, _ in sass if op.startswith("USETMAXREG.DEALLOC")}
     exits = {a for a, op, _ in sass if op.startswith("EXIT")}
     entry = {sass[0][0]}
-    # A fill starts at body_kernel.h fill_slots (its variant's test and barrier, the rows' slot addresses), so that
+    # A fill starts at consumer.h fill_slots (its variant's test and barrier, the rows' slot addresses), so that
     # what every fill runs there counts in each fill and not in the prologue alone.
     fill_start = fill | region_addresses(lines, "hopper-fill-slots")
     pro = cheapest_path(sass, entry, fill_start, through=(alloc,))

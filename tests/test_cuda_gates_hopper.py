@@ -130,7 +130,7 @@ def test_the_time_model_reads_the_measured_hopper_tiles(measured):
 
 @pytest.mark.parametrize("head_dim", (64, 128))
 def test_control_and_band_tiles_take_no_votes_or_group_barrier(measured, head_dim):
-    """A tile every row sees whole (control keys, an Hn band: body_kernel.h whole_tile) skips the masked loop's
+    """A tile every row sees whole (control keys, an Hn band: sm90/consumer.h whole_tile) skips the masked loop's
     votes and its warpgroup's bar.red.or: its trip holds Q K^T of 16 columns a key step and one P V (control keys),
     or P V alone (a band's given scores), per m64 product of the group, and no BAR; and it costs less than a
     masked 64-key tile."""

@@ -79,7 +79,7 @@ struct HopperTraits {
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   // The producer warpgroup's warps that copy (the others leave after setmaxnreg): one where a warp's 32 lanes
   // cover whole rows (head dims 64 and 128: a lane copies one 16-byte column of every (32 / kChunks)-th row,
-  // its shared offsets constant steps from one base, body_kernel.h ProducerLanes), so the steady state pays one
+  // its shared offsets constant steps from one base, producer.h ProducerLanes), so the steady state pays one
   // warp's loop overhead a tile instead of four; all four at head dim 80, whose chunks are placed one by one.
   static constexpr int kProducerWarps = 32 % kChunks == 0 ? 1 : 4;
   static constexpr int kProducerThreads = 32 * kProducerWarps;
