@@ -60,6 +60,52 @@ __device__ __forceinline__ void given_scores(float (&s)[MB][NT][4], const float*
 }
 // [gate:given-scores end]
 
+// An Hn band's product with the query slot (plan.h hn_bands: one side's band blocks, the slot's variant) into the
+// CTA's band logits of that side (`band`: kBandStride floats a row): each of the lane's rows keeps the columns of
+// its own class (plan.h band_columns, one field of its RowGeometry). sc in the accumulator layout: the lane's rows
+// row0 + 16 mb + 8 h, columns 8 n + 2 tq + j. Both body kernels' band products end here.
+template <int MB>
+__device__ __forceinline__ void keep_band_scores(const float (&sc)[MB][kBandBlocks / 8][4], const BandEdge& e,
+                                                 int32_t k0, int32_t nb, const RowGeometry* sRow, int row0, int tq,
+                                                 float* band, int stride) {
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 16 * mb + 8 * h;
+      const Bounds b = band_columns(e, reinterpret_cast<const int32_t*>(sRow + row)[e.field], k0, nb);
+      float* out = band + row * stride;
+#pragma unroll
+      for (int n = 0; n < kBandBlocks / 8; ++n)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int c = n * 8 + 2 * tq + j;
+          if (uint32_t(c - b.lo) < uint32_t(b.hi - b.lo)) out[c] = sc[mb][n][2 * h + j];
+        }
+    }
+}
+
+// The ragged last G-block's own summary bias (rule 4's log n_b for its n_b keys, plan.h log2_last_block) in the
+// one tile that holds its summary: the scores of its column, bit `last` of the lane's columns (off(n, j): the
+// lane's column n, j's bit; no column when the lane holds none), shifted by (its bias - the record's) / the scale,
+// so that the softmax's a x + b carries its bias. The only device home of the shift: tile_logits and the sm_90a
+// kernel's whole tiles (sm90/consumer.h whole_tile) call it.
+template <int MB, int NT, typename Off>
+__device__ __forceinline__ void shift_ragged_column(float (&s)[MB][NT][4], int32_t last, float last_bias, float bias,
+                                                    float scale_log2, Off off) {
+  const float delta = __fdividef(last_bias - bias, scale_log2);  // so that a x + b has last_bias
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float d = off(n, j) == last ? delta : 0.f;
+#pragma unroll
+      for (int mb = 0; mb < MB; ++mb)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) s[mb][n][2 * h + j] += d;
+    }
+}
+
 // The logits of one warp's scores on a KV tile of kCols columns (MB m16 blocks of rows), for the softmax's
 // FFMA a x + b (a = the scale, b = the record's bias): a full tile without column fix-ups (the steady state
 // of a record, warp-uniform) takes the scores as they are; a masked or fixed-up tile first replaces the
@@ -67,7 +113,7 @@ __device__ __forceinline__ void given_scores(float (&s)[MB][NT][4], const float*
 // window_sums, G = 16; bias 0) the mean score of the key's G-block over the tile's keys (spread over the
 // block's n_b columns it weighs n_b 2^mean: rule 4's log n_b). In the one tile holding the ragged last
 // G-block's summary, that column's score is shifted by (its bias - the record's) / the scale, so that a x + b
-// carries its own bias. Both kernels' warps call it (sm80/mainloop.h, sm90/body_kernel.h; the control CTAs' warp_tile).
+// carries its own bias. Both kernels' warps call it (sm80/mainloop.h, sm90/consumer.h; the control CTAs' warp_tile).
 template <int MB, int kCols, typename Element>
 __device__ __forceinline__ void tile_logits(float (&s)[MB][kCols / 8][4], const WarpTile<Element>& w) {
   const KvTile& t = w.tile;
@@ -136,20 +182,8 @@ __device__ __forceinline__ void tile_logits(float (&s)[MB][kCols / 8][4], const 
           // [gate:logit-select end]
         }
   }
-  if (ragged >= 0) {  // warp-uniform, one tile a call: the ragged block's column gets its own bias
-    const int32_t last = ragged - base;  // its bit in the lane's word, when the lane holds it
-    const float delta = __fdividef(last_bias - bias, scale_log2);  // so that a x + b has last_bias
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const float d = off(n, j) == last ? delta : 0.f;
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) s[mb][n][2 * h + j] += d;
-      }
-  }
+  // warp-uniform, one tile a call: the ragged block's column (its bit in the lane's word) gets its own bias
+  if (ragged >= 0) shift_ragged_column(s, ragged - base, last_bias, bias, scale_log2, off);
 }
 
 }  // namespace rangeswa::cuda

@@ -170,24 +170,9 @@ __device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_
       __syncthreads();
       float sc[MB][kBandBlocks / 8][4];
       WarpGemm<Traits>::template qk<kBandBlocks>(sc, sQ + warp * WR * Traits::kStride, sBandK, lane);
-      // plan.h band_columns, one field of each row's geometry read per row (rows past the tile store
-      // scores of their zero queries, never output).
-      const BandEdge e = band_edge(side, v);
-#pragma unroll
-      for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = warp * WR + mb * 16 + gq + h * 8;
-          const Bounds b = band_columns(e, reinterpret_cast<const int32_t*>(sRow + row)[e.field], k0, nb);
-          float* out = sBand + (side * M + row) * kBandStride;
-#pragma unroll
-          for (int n = 0; n < kBandBlocks / 8; ++n)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const int c = n * 8 + 2 * tq + j;
-              if (uint32_t(c - b.lo) < uint32_t(b.hi - b.lo)) out[c] = sc[mb][n][2 * h + j];
-            }
-        }
+      // Rows past the tile store scores of their zero queries, never output.
+      keep_band_scores<MB>(sc, band_edge(side, v), k0, nb, sRow, warp * WR + gq, tq, sBand + side * M * kBandStride,
+                           kBandStride);
       __syncthreads();  // every warp has read the band tile (the next band or call overwrites it)
     }
   };

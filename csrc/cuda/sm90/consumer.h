@@ -106,22 +106,8 @@ struct Consumer {
       qk_issue<Traits, kBandBlocks>(sc, q_lo, kmajor_lo<Dp>(hopper::smem_u32(c.sBandK)));
       hopper::wgmma_commit();
       wait_products<0>(sc);
-      const BandEdge e = band_edge(side, v);
-#pragma unroll
-      for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row0 + 16 * mb + 8 * h;
-          const Bounds b = band_columns(e, reinterpret_cast<const int32_t*>(c.sRow + row)[e.field], k0, nb);
-          float* out = c.sBand + (side * M + row) * kBandStride;
-#pragma unroll
-          for (int n = 0; n < kBandBlocks / 8; ++n)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const int col = n * 8 + 2 * tq + j;
-              if (uint32_t(col - b.lo) < uint32_t(b.hi - b.lo)) out[col] = sc[mb][4 * n + 2 * h + j];
-            }
-        }
+      keep_band_scores<MB>(as_blocks<MB, kBandBlocks>(sc), band_edge(side, v), k0, nb, c.sRow, row0, tq,
+                           c.sBand + side * M * kBandStride, kBandStride);
       sync_consumers();  // both groups read the band tile (the next side or variant overwrites it)
     }
   }
@@ -226,19 +212,9 @@ struct Consumer {
           for (int j = 0; j < 2; ++j)
             if ((dead >> (8 * n + 2 * tq + j)) & 1u) s[mb][4 * n + j] = s[mb][4 * n + 2 + j] = -INFINITY;
     }
-    if (ragged >= 0) {  // warp-uniform: its column's scores shifted so that the softmax's a x + b has its bias
-      const float delta = __fdividef(p.geo.log2_last_block - rec.bias_log2, p.scale_log2);
-#pragma unroll
-      for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int n = 0; n < kCtrlCols / 8; ++n)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            if (8 * n + 2 * tq + j == ragged) {
-              s[mb][4 * n + j] += delta;
-              s[mb][4 * n + 2 + j] += delta;
-            }
-    }
+    if (ragged >= 0)  // warp-uniform: its column's scores shifted so that the softmax's a x + b has its bias
+      shift_ragged_column(as_blocks<MB, kCtrlCols>(s), ragged - 2 * tq, p.geo.log2_last_block, rec.bias_log2,
+                          p.scale_log2, [](int n, int j) { return 8 * n + j; });
     uint32_t a[MB][kCtrlCols / 16][4];
     softmax.template update<kCtrlCols / 8, WT, false>(as_blocks<MB, kCtrlCols>(s), as_blocks<MB, W>(o), p.scale_log2,
                                                       rec.bias_log2);
