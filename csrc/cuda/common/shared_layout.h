@@ -101,6 +101,33 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
   out.v_row = body ? value_row : Dp;
 }
 
+// A body tile's plan into shared memory by kThreads threads (thread tid), as both body kernels' prologues read it:
+// its records and `spans` spans in one copy as the plan kernel laid them out (the records' unused entries too: one
+// loop; attn_params.h records_of), and its k retrieved blocks from `given` (null when k is 0).
+template <int kThreads>
+__device__ __forceinline__ void copy_plan(const AttnKernelParams& p, int64_t plan, int32_t spans, const int32_t* given,
+                                          int32_t k, Record* sRec, int32_t* sRet, int tid) {
+  const int4* src = reinterpret_cast<const int4*>(records_of(p, p.records, plan));
+#pragma unroll 1
+  for (int x = tid; x < p.max_records + spans; x += kThreads) reinterpret_cast<int4*>(sRec)[x] = src[x];
+#pragma unroll 1
+  for (int x = tid; x < k; x += kThreads) sRet[x] = given[x];
+}
+
+// Each of a body tile's `count` records' arrays for KV head bh (record_arrays), by kThreads threads (thread tid),
+// read by the tile copies.
+template <typename Element, int kThreads>
+__device__ __forceinline__ void find_record_arrays(const AttnKernelParams& p, const Record* sRec, int32_t count,
+                                                   int32_t bh, int32_t batch, int32_t Dp,
+                                                   RecordArrays<Element>* sArrays, int tid) {
+#pragma unroll 1
+  for (int x = tid; x < count; x += kThreads) {
+    RecordArrays<Element> ra;
+    record_arrays<Element>(p.kv, KeySet(sRec[x].keys), bh, batch, bh - batch * p.Hkv, Dp, ra);
+    sArrays[x] = ra;
+  }
+}
+
 // What a body CTA's fills, dots and epilogue need of its tile, kept in shared memory for the walk (not in
 // registers across it).
 struct BodyCta {

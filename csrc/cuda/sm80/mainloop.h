@@ -34,6 +34,7 @@
 #include "../tile.h"
 #include "../utils.h"
 #include "../common/control.h"
+#include "../common/epilogue.h"
 #include "../common/kv_copy.h"
 #include "../common/logits.h"
 #include "../common/query_slot.h"
@@ -95,22 +96,12 @@ __device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_
   // ---- prologue: records, retrieved blocks, straddling blocks --------------------------------------
   const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
   const int32_t count = p.record_count[2 * plan], spans = p.record_count[2 * plan + 1];
-  // The plan's records and spans in one copy, as laid out (the records' unused entries too: one loop).
-  const int4* src = reinterpret_cast<const int4*>(records_of(p, p.records, plan));
-#pragma unroll 1
-  for (int x = tid; x < p.max_records + spans; x += M) reinterpret_cast<int4*>(sRec)[x] = src[x];
   const int32_t k = p.retrieved != nullptr ? p.retrieved_k : 0;
   const int32_t* given = k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * k : nullptr;
-#pragma unroll 1
-  for (int x = tid; x < k; x += M) sRet[x] = given[x];
+  copy_plan<M>(p, plan, spans, given, k, sRec, sRet, tid);
   __syncthreads();
-  // Each record's arrays, read by the tile copies (the barriers below publish them).
-#pragma unroll 1
-  for (int x = tid; x < count; x += M) {
-    RecordArrays<Element> ra;
-    record_arrays<Element>(p.kv, KeySet(sRec[x].keys), bh, batch, bh - batch * p.Hkv, Dp, ra);
-    sArrays[x] = ra;
-  }
+  // Each record's arrays (the barriers below publish them).
+  find_record_arrays<Element, M>(p, sRec, count, bh, batch, Dp, sArrays, tid);
   // This thread's row, for record_bounds and its straddling blocks.
   const RowGeometry me = row_geometry(g, i, sRet, k);
   // [gate:body-row-geometry begin]
@@ -335,23 +326,8 @@ __device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_
     if (tq == 0 && row < nrows) lse[row] = (softmax.m[rr] + __log2f(row_sum[rr])) * kLn2;
   }
   __syncwarp();
-  Element* out = static_cast<Element*>(p.out);
-  constexpr int kChunk = 16 / int(sizeof(Element)), kChunks = Dp / kChunk;
-  if (p.D % kChunk == 0) {  // rows of D elements stay 16-byte aligned
-#pragma unroll 1
-    for (int x = lane; x < WR * kChunks; x += 32) {
-      const int row = warp * WR + x / kChunks, col = (x % kChunks) * kChunk;
-      if (row < nrows && col < p.D)
-        *reinterpret_cast<uint4*>(out + (row0 + row) * p.D + col) =
-            *reinterpret_cast<const uint4*>(sQ + row * Traits::kStride + col);
-    }
-  } else {
-#pragma unroll 1
-    for (int x = lane; x < WR * Dp; x += 32) {
-      const int row = warp * WR + x / Dp, col = x % Dp;
-      if (row < nrows && col < p.D) out[(row0 + row) * p.D + col] = sQ[row * Traits::kStride + col];
-    }
-  }
+  store_staged_rows<Element, Dp, WR>(static_cast<Element*>(p.out), sQ, Traits::kStride, row0, warp * WR, nrows, p.D,
+                                     lane);
 }
   // [gate:body-epilogue end]
 

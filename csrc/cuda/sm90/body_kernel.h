@@ -115,24 +115,16 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
     // [gate:hopper-plan-read end]
     const int32_t spans = p.record_count[2 * plan + 1];
     if (tid == 0) shared_plan = make_int2(t.nrows, spans);
-    const int4* src = reinterpret_cast<const int4*>(records_of(p, p.records, plan));
-#pragma unroll 1
-    for (int x = tid; x < p.max_records + spans; x += kPlanners) reinterpret_cast<int4*>(sRec)[x] = src[x];
     const int32_t* given = c.k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * c.k : nullptr;
-#pragma unroll 1
-    for (int x = tid; x < c.k; x += kPlanners) sRet[x] = given[x];
+    copy_plan<kPlanners>(p, plan, spans, given, c.k, sRec, sRet, tid);
   } else if (tid == 0) {
     shared_plan = make_int2(0, 0);
   }
   __syncthreads();
   if (shared_plan.x <= 0) return;  // the whole CTA leaves (the same value for every thread)
   c.spans = shared_plan.y;
-#pragma unroll 1
-  for (int x = tid; x < count; x += kPlanners) {  // count is 0 outside the producer warpgroup
-    RecordArrays<Element> ra;
-    record_arrays<Element>(p.kv, KeySet(sRec[x].keys), bh, batch, bh - batch * p.Hkv, Traits::kHeadDim, ra);
-    sArrays[x] = ra;
-  }
+  // count is 0 outside the producer warpgroup
+  find_record_arrays<Element, kPlanners>(p, sRec, count, bh, batch, Traits::kHeadDim, sArrays, tid);
   const bool row_thread = tid < M;
   RowGeometry me{};
   if (row_thread) {

@@ -10,6 +10,7 @@
 #include "../plan.h"
 #include "../tile.h"
 #include "../utils.h"
+#include "../common/epilogue.h"
 #include "../common/logits.h"
 #include "../common/query_slot.h"
 #include "../common/shared_layout.h"
@@ -429,21 +430,7 @@ struct Consumer {
         return;
       }
     }
-    if (p.D % kChunk == 0) {  // rows of D elements stay 16-byte aligned
-#pragma unroll 1
-      for (int x = lane; x < WR * Traits::kChunks; x += 32) {
-        const int row = first + x / Traits::kChunks, col = (x % Traits::kChunks) * kChunk;
-        if (row < nrows && col < p.D)
-          *reinterpret_cast<uint4*>(out + (out0 + row) * p.D + col) =
-              *reinterpret_cast<const uint4*>(staged + row * Dp + col);
-      }
-    } else {
-#pragma unroll 1
-      for (int x = lane; x < WR * Dp; x += 32) {
-        const int row = first + x / Dp, col = x % Dp;
-        if (row < nrows && col < p.D) out[(out0 + row) * p.D + col] = staged[row * Dp + col];
-      }
-    }
+    store_staged_rows<Element, Dp, WR>(out, staged, Dp, out0, first, nrows, p.D, lane);
   }
   // [gate:hopper-epilogue end]
 };
