@@ -101,15 +101,16 @@ __device__ __forceinline__ void record_arrays(const PreparedArrays& a, KeySet ke
   out.v_row = body ? value_row : Dp;
 }
 
-// A body tile's plan into shared memory by kThreads threads (thread tid), as both body kernels' prologues read it:
-// its records and `spans` spans in one copy as the plan kernel laid them out (the records' unused entries too: one
-// loop; attn_params.h records_of), and its k retrieved blocks from `given` (null when k is 0).
+// Body tile `plan` (of KV head bh, query block qb) into shared memory by kThreads threads (thread tid), as both body
+// kernels' prologues read it: its records and `spans` spans in one copy as the plan kernel laid them out (the
+// records' unused entries too: one loop; attn_params.h records_of), then its k retrieved blocks.
 template <int kThreads>
-__device__ __forceinline__ void copy_plan(const AttnKernelParams& p, int64_t plan, int32_t spans, const int32_t* given,
-                                          int32_t k, Record* sRec, int32_t* sRet, int tid) {
+__device__ __forceinline__ void copy_plan(const AttnKernelParams& p, int64_t plan, int32_t spans, int32_t bh,
+                                          int32_t qb, int32_t k, Record* sRec, int32_t* sRet, int tid) {
   const int4* src = reinterpret_cast<const int4*>(records_of(p, p.records, plan));
 #pragma unroll 1
   for (int x = tid; x < p.max_records + spans; x += kThreads) reinterpret_cast<int4*>(sRec)[x] = src[x];
+  const int32_t* given = k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + qb) * k : nullptr;
 #pragma unroll 1
   for (int x = tid; x < k; x += kThreads) sRet[x] = given[x];
 }

@@ -97,8 +97,7 @@ __device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_
   const int64_t plan = int64_t(bh) * p.body_tiles + t.index;
   const int32_t count = p.record_count[2 * plan], spans = p.record_count[2 * plan + 1];
   const int32_t k = p.retrieved != nullptr ? p.retrieved_k : 0;
-  const int32_t* given = k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * k : nullptr;
-  copy_plan<M>(p, plan, spans, given, k, sRec, sRet, tid);
+  copy_plan<M>(p, plan, spans, bh, t.qb, k, sRec, sRet, tid);
   __syncthreads();
   // Each record's arrays (the barriers below publish them).
   find_record_arrays<Element, M>(p, sRec, count, bh, batch, Dp, sArrays, tid);

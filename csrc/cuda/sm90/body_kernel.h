@@ -115,8 +115,7 @@ __device__ __forceinline__ void hopper_body_cta(const AttnKernelParams& p) {
     // [gate:hopper-plan-read end]
     const int32_t spans = p.record_count[2 * plan + 1];
     if (tid == 0) shared_plan = make_int2(t.nrows, spans);
-    const int32_t* given = c.k > 0 ? p.retrieved + (int64_t(bh) * p.nQb + t.qb) * c.k : nullptr;
-    copy_plan<kPlanners>(p, plan, spans, given, c.k, sRec, sRet, tid);
+    copy_plan<kPlanners>(p, plan, spans, bh, t.qb, c.k, sRec, sRet, tid);
   } else if (tid == 0) {
     shared_plan = make_int2(0, 0);
   }
