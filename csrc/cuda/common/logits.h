@@ -60,6 +60,22 @@ __device__ __forceinline__ void given_scores(float (&s)[MB][NT][4], const float*
 }
 // [gate:given-scores end]
 
+// An Hn band's summary rows of one side (blocks k0 .. k0 + nb - 1 of `src`, rows of Dp elements) as a 16-row K tile
+// in shared memory, zero past its blocks, by kThreads threads (thread tid) in 16-byte chunks; at(r, c): the element
+// offset of row r, dim c in the tile (the kernel's layout of a K operand). Both body kernels' band products start here.
+template <typename Element, int Dp, int kThreads, typename At>
+__device__ __forceinline__ void load_band_rows(Element* tile, const Element* src, int32_t k0, int32_t nb, int tid,
+                                               At at) {
+  constexpr int kChunk = 16 / int(sizeof(Element)), kChunks = Dp / kChunk;
+#pragma unroll 1
+  for (int x = tid; x < kBandBlocks * kChunks; x += kThreads) {
+    const int r = x / kChunks, c = (x % kChunks) * kChunk;
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (r < nb) val = *reinterpret_cast<const uint4*>(src + int64_t(k0 + r) * Dp + c);
+    *reinterpret_cast<uint4*>(tile + at(r, c)) = val;
+  }
+}
+
 // An Hn band's product with the query slot (plan.h hn_bands: one side's band blocks, the slot's variant) into the
 // CTA's band logits of that side (`band`: kBandStride floats a row): each of the lane's rows keeps the columns of
 // its own class (plan.h band_columns, one field of its RowGeometry). sc in the accumulator layout: the lane's rows

@@ -94,13 +94,8 @@ struct Consumer {
     for (int side = 0; side < 2; ++side) {
       if (!bands.uses(side, v)) continue;
       const int32_t k0 = bands.first(side), nb = bands.blocks(side);
-#pragma unroll 1
-      for (int x = ct; x < kBandBlocks * Traits::kChunks; x += Traits::kConsumerThreads) {
-        const int r = x / Traits::kChunks, col = (x % Traits::kChunks) * 8;
-        uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (r < nb) val = *reinterpret_cast<const uint4*>(src + int64_t(k0 + r) * Dp + col);
-        *reinterpret_cast<uint4*>(c.sBandK + core_offset<Dp>(r, col)) = val;
-      }
+      load_band_rows<Element, Dp, Traits::kConsumerThreads>(c.sBandK, src, k0, nb, ct,
+                                                           [](int r, int col) { return core_offset<Dp>(r, col); });
       hopper::fence_proxy_async_shared();
       sync_consumers();
       float sc[MB][kBandBlocks / 2];
