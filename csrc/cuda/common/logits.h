@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../attn_params.h"
 #include "../plan.h"
 #include "../tile.h"
 #include "../utils.h"
@@ -60,13 +61,15 @@ __device__ __forceinline__ void given_scores(float (&s)[MB][NT][4], const float*
 }
 // [gate:given-scores end]
 
-// An Hn band's summary rows of one side (blocks k0 .. k0 + nb - 1 of `src`, rows of Dp elements) as a 16-row K tile
-// in shared memory, zero past its blocks, by kThreads threads (thread tid) in 16-byte chunks; at(r, c): the element
-// offset of row r, dim c in the tile (the kernel's layout of a K operand). Both body kernels' band products start here.
+// An Hn band's summary rows of one side for variant v (blocks k0 .. k0 + nb - 1 of KV head bh's native means for
+// v = native, near blocks, else its grouped ones, far blocks; rows of Dp elements) as a 16-row K tile in shared
+// memory, zero past its blocks, by kThreads threads (thread tid) in 16-byte chunks; at(r, c): the element offset of
+// row r, dim c in the tile (the kernel's layout of a K operand). Both body kernels' band products start here.
 template <typename Element, int Dp, int kThreads, typename At>
-__device__ __forceinline__ void load_band_rows(Element* tile, const Element* src, int32_t k0, int32_t nb, int tid,
-                                               At at) {
+__device__ __forceinline__ void load_band_rows(Element* tile, const PreparedArrays& a, QVar v, int32_t bh, int32_t k0,
+                                               int32_t nb, int tid, At at) {
   constexpr int kChunk = 16 / int(sizeof(Element)), kChunks = Dp / kChunk;
+  const Element* src = static_cast<const Element*>(v == QVar::kNat ? a.s_nat : a.s_grp) + bh * a.sum_stride;
 #pragma unroll 1
   for (int x = tid; x < kBandBlocks * kChunks; x += kThreads) {
     const int r = x / kChunks, c = (x % kChunks) * kChunk;

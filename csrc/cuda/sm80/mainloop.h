@@ -142,14 +142,13 @@ __device__ __forceinline__ void attn_cta(const AttnKernelParams& p, int32_t cta_
   // class get their scores from a 16-column product per band with its summary rows (native means for near
   // blocks, grouped ones for far blocks). Every thread of the CTA calls it alike (barriers inside).
   auto band_dots = [&](QVar v) {
-    const PreparedArrays& a = p.kv;
-    const Element* src = static_cast<const Element*>(v == QVar::kNat ? a.s_nat : a.s_grp) + cta.bh * a.sum_stride;
 #pragma unroll 1
     for (int side = 0; side < 2; ++side) {
       if (!shared_bands.uses(side, v)) continue;
       const int32_t k0 = shared_bands.first(side), nb = shared_bands.blocks(side);
       // The band's summary rows of v's class (zero past its blocks).
-      load_band_rows<Element, Dp, M>(sBandK, src, k0, nb, tid, [](int r, int c) { return r * Traits::kStride + c; });
+      load_band_rows<Element, Dp, M>(sBandK, p.kv, v, cta.bh, k0, nb, tid,
+                                     [](int r, int c) { return r * Traits::kStride + c; });
       __syncthreads();
       float sc[MB][kBandBlocks / 8][4];
       WarpGemm<Traits>::template qk<kBandBlocks>(sc, sQ + warp * WR * Traits::kStride, sBandK, lane);

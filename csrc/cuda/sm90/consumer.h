@@ -88,13 +88,11 @@ struct Consumer {
   // The Hn bands (plan.h hn_bands, band_columns) while the slot holds variant v: per side whose blocks v
   // scores, the band's summary rows as a 16-key tile and a 64 x 16 product per group.
   __device__ __forceinline__ void band_dots(QVar v) {
-    const PreparedArrays& a = p.kv;
-    const Element* src = static_cast<const Element*>(v == QVar::kNat ? a.s_nat : a.s_grp) + cta.bh * a.sum_stride;
 #pragma unroll 1
     for (int side = 0; side < 2; ++side) {
       if (!bands.uses(side, v)) continue;
       const int32_t k0 = bands.first(side), nb = bands.blocks(side);
-      load_band_rows<Element, Dp, Traits::kConsumerThreads>(c.sBandK, src, k0, nb, ct,
+      load_band_rows<Element, Dp, Traits::kConsumerThreads>(c.sBandK, p.kv, v, cta.bh, k0, nb, ct,
                                                            [](int r, int col) { return core_offset<Dp>(r, col); });
       hopper::fence_proxy_async_shared();
       sync_consumers();
