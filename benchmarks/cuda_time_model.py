@@ -439,7 +439,7 @@ def control_phase(d: Design, L: int, head_dim: int = D, batch: int = B, heads: i
     into 16-column units, common/control.h control_unit), merged by the combine kernel; every warp rotates its share
     of each tile's keys read from k (common/cond_rotation.h rotate_cond_rows: batches of 256 / head_dim steps of 4 pairs a
     thread, one a 64-key tile at head dim 64 and two a 32-key tile at 128, a round trip each after the tile's
-    own; tables_first: one batch a tile whose cos / sin are loaded before the tile's wait, NatFold's, no round
+    own; tables_first: one batch a tile whose cos / sin are loaded before the tile's wait, LitePrep's, no round
     trip of its own). Every body key's k and v row is read once a head (common/shared_layout.h record_arrays)."""
     chunks = max(1, L // 1024)
     tiles = 1024 / (64 if head_dim <= 80 else 32)

@@ -406,7 +406,7 @@ FILL_REGIONS = ("fill-slot-row", "fill-row", "fill-row-vector", "rotate-pairs", 
 # Every region the gates read; the sources mark exactly these (tests/test_cuda_gates.py).
 GATE_REGIONS = MASKED_ONLY + FILL_REGIONS + (
     "body-row-geometry", "body-epilogue", "control-unit", "given-scores", "straddling-dots", "rotate-cond-rows",
-    "nat-fold-run", "row-geometry", "hopper-fill-slots", "hopper-epilogue", "hopper-plan-read")
+    "lite-prep-run", "row-geometry", "hopper-fill-slots", "hopper-epilogue", "hopper-plan-read")
 
 
 def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set | tuple | None = None,
@@ -807,10 +807,10 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
 
 def rotation_span(sass: list, lines: dict, which: str) -> list[str]:
     """The opcodes of the static SASS from the first to the last address of the lines of one of
-    common/cond_rotation.h's two rotations of a control tile's keys (`which`: "rotate_cond_rows" or "NatFold::run"), inlined helpers included,
+    common/cond_rotation.h's two rotations of a control tile's keys (`which`: "rotate_cond_rows" or "LitePrep::run"), inlined helpers included,
     in each stretch that no instruction of the other interrupts (ptxas may lay the other's instantiation between
     the two layouts' of this one)."""
-    spans = {"rotate_cond_rows": "rotate-cond-rows", "NatFold::run": "nat-fold-run"}
+    spans = {"rotate_cond_rows": "rotate-cond-rows", "LitePrep::run": "lite-prep-run"}
     own = region_addresses(lines, spans[which])
     others = set().union(*(region_addresses(lines, v) for k, v in spans.items() if k != which))
     ops, run, last_own = [], [], None
@@ -1088,7 +1088,7 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3) -> dict:
     """common/control.h control_kernel at head dim 64 (three K/V stages' traits, as an H100 / H200 runs it): its
     registers, spills and static SASS, held to attn_kernel's limits on registers, spills, local memory and CALLs;
     its control unit trip (control_unit, the same count as attn_tile_paths'); and a thread's share of a tile in
-    NatFold::run (the static span of its lines, halved: its two layouts; both rotations of its 4 rows, k_nat's
+    LitePrep::run (the static span of its lines, halved: its two layouts; both rotations of its 4 rows, k_nat's
     stores, the G-block sums and means of keys and values), what the time model's folded control phase reads."""
     name = control_kernel_name(stages)
     stats = dict(ptxas_stats(report, name), **sass_stats(cubin, name))
@@ -1096,7 +1096,7 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3) -> dict:
     lines = source_lines(cubin, name)
     unit = region_addresses(lines, "control-unit")
     control = tile_path(sass, CONTROL_UNIT_MMA, through=unit) if unit else dict(instructions=None, ops={})
-    fold = rotation_span(sass, lines, "NatFold::run")
+    fold = rotation_span(sass, lines, "LitePrep::run")
     stats.update(control_unit=control["instructions"], nat_fold=len(fold) // 2 if fold else None,
                  nat_fold_ops={op: fold.count(op) for op in sorted(set(fold), key=fold.count, reverse=True)})
     fails = []
@@ -1107,7 +1107,7 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3) -> dict:
     if stats.get("subroutine_calls") or stats["division_calls"]:
         fails.append("CALLs into subroutines")
     if stats["nat_fold"] is None or stats["control_unit"] is None:
-        fails.append("no NatFold::run or control unit path found in the SASS")
+        fails.append("no LitePrep::run or control unit path found in the SASS")
     stats["failures"] = fails
     return stats
 

@@ -142,7 +142,7 @@ def test_the_time_model_reads_the_measured_tiles(measured):
 def test_the_control_kernel_that_folds_lites_preparation_passes_the_limits(measured, arch):
     """common/control.h control_kernel (the sm_90a launch's control CTAs when Lite's preparation is folded in): no
     spills, stack or local memory, at most 255 registers, no CALL into a subroutine; its fold of a tile
-    (NatFold::run) holds both rotations of a thread's 4 rows (8 FFMA a row and rotation at least), k_nat's stores
+    (LitePrep::run) holds both rotations of a thread's 4 rows (8 FFMA a row and rotation at least), k_nat's stores
     and the means' shuffles (4 + 4 keys' and 8 values' sums over 2 lane steps), and its control unit is a whole
     unit (32 MMAs); attn_kernel, beside it, carries none of the fold (its rotation batch is rotate_cond_rows')."""
     c = measured[arch]["control_fold"]

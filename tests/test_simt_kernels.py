@@ -382,7 +382,7 @@ def test_the_preparation_folded_into_the_control_ctas(simt, monkeypatch, case, f
     """attn_setup.h fold_into_control: on the sm_90a launch (its control grid before its body grid), a Lite call at
     head dim 64 with every dim rotated, the body keys read from k and the values read in place
     (nat_keys_from_control) has its control CTAs do its whole preparation of the body rows from the tiles as they
-    land (common/cond_rotation.h NatFold: R(j) k_j into k_nat, the G-block means s_nat and s_v; the first control tile of each
+    land (common/cond_rotation.h LitePrep: R(j) k_j into k_nat, the G-block means s_nat and s_v; the first control tile of each
     KV head's first query head, over its chunks), so that the preparation reads no body row. Not Lite at head dim
     128 or with a partial rotary dim (its preparation is bound by its instructions, not by memory), not a late call
     (grouped keys: the preparation writes them) and not on the mma.sync kernel (control and body CTAs share its

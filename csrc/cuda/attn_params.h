@@ -46,7 +46,7 @@ struct PreparedArrays {
   bool cond_raw;
 };
 
-// Lite's preparation folded into the control CTAs (common/cond_rotation.h NatFold; attn_setup.h nat_keys_from_control):
+// Lite's preparation folded into the control CTAs (common/cond_rotation.h LitePrep; attn_setup.h nat_keys_from_control):
 // the arrays they write in its place, k_nat, s_nat and s_v.
 struct FoldedPrepare {
   void *k_nat, *s_nat, *s_v;  // the KV heads' arrays (kv's k_nat, s_nat, s_v, writable); s_v null: no fold

@@ -244,7 +244,7 @@ inline void cond_from_keys(const AttnParams& ap, const AttnSetup& s, AttnBuffers
   buf.cond = buf.k_strides;
 }
 
-// Whether Lite's preparation folds into the control CTAs (common/cond_rotation.h NatFold): the body runs on the sm_90a
+// Whether Lite's preparation folds into the control CTAs (common/cond_rotation.h LitePrep): the body runs on the sm_90a
 // kernel (whose launch runs the control grid first, sm90/body_launch.h, so every array is whole before a
 // body CTA reads it), the control CTAs load every body key and value from k and v themselves (cond_raw, and v
 // read in place), and what the preparation would write of the body rows is k_nat and rule 4's means s_nat and

@@ -1,5 +1,5 @@
 // The control rows' body keys read from k itself, rotated to the conditioning positions in a control CTA's
-// K stage as each tile lands (rotate_cond_keys), and Lite's preparation folded into the control CTAs (NatFold).
+// K stage as each tile lands (rotate_cond_keys), and Lite's preparation folded into the control CTAs (LitePrep).
 #pragma once
 
 #include <cstdint>
@@ -74,14 +74,14 @@ __device__ __forceinline__ void rotate_cond_keys(typename Traits::Element* sk, c
 // preparation's (a block's rows in turn), so the means may differ from its in the last bit.
 
 template <typename Traits>
-struct NatFold {
+struct LitePrep {
   using Element = typename Traits::Element;
   static constexpr int kSteps = Traits::kHeadDim / 8;  // of 4 pairs: the rotary half / 4, every dim rotated
   static_assert(Traits::kBlockN == 64 && kSteps == 8, "a 64-key tile at head dim 64: 4 rows a thread");
   int u, b, q;  // the thread's step (pairs u .. u + 3; the values' dims 2 u .. 2 u + 7), G-block, first row
   float c[4][4], s[4][4], nc[4][4], ns[4][4];  // its rows' conditioning and natural cos / sin
 
-  __device__ __forceinline__ explicit NatFold(const AttnKernelParams&) {
+  __device__ __forceinline__ explicit LitePrep(const AttnKernelParams&) {
     const int t = int(threadIdx.x);
     q = t % 4;
     u = 4 * ((t / 4) % kSteps);
@@ -101,7 +101,7 @@ struct NatFold {
     }
   }
   // Tile t's keys (sk) and values (sv) as they landed, the tables loaded; out: the KV head's arrays.
-  // [gate:nat-fold-run begin]
+  // [gate:lite-prep-run begin]
   template <bool kInterleaved>
   __device__ __forceinline__ void run(Element* sk, const Element* sv, const KvTile& t, const AttnKernelParams& p,
                                       Element* k_nat, Element* s_nat, Element* s_v) const {
@@ -157,16 +157,16 @@ struct NatFold {
       store_elements<Element, 8>(s_v + at + vd, vs);
     }
   }
-  // [gate:nat-fold-run end]
+  // [gate:lite-prep-run end]
   __device__ __forceinline__ void run(Element* sk, const Element* sv, const KvTile& t, const AttnKernelParams& p,
                                       Element* k_nat, Element* s_nat, Element* s_v) const {
     if (p.interleaved) run<true>(sk, sv, t, p, k_nat, s_nat, s_v);
     else run<false>(sk, sv, t, p, k_nat, s_nat, s_v);
   }
 };
-// control_walk's stand-in for NatFold in a CTA that folds nothing.
-struct NoFold {
-  __device__ __forceinline__ explicit NoFold(const AttnKernelParams&) {}
+// control_walk's stand-in for LitePrep in a CTA that folds nothing.
+struct NoLitePrep {
+  __device__ __forceinline__ explicit NoLitePrep(const AttnKernelParams&) {}
 };
 
 }  // namespace rangeswa::cuda

@@ -41,7 +41,7 @@ RSWA_HD KvTile control_unit(const KvTile& t, int warp, int32_t first) {
 // key of the records, so a unit is a full tile (column fix-ups past its keys). Each warp leaves its
 // normalised partial output and base-2 log-sum-exp, merged with the other parts by the combine kernel.
 // sBounds: the body's row-bounds buffer, which warp_tile reads on a fixed-up tile but uses only on masked
-// ones (any values serve here). kFold: this CTA folds Lite's preparation in (NatFold: nat, s_nat and s_v the KV
+// ones (any values serve here). kFold: this CTA folds Lite's preparation in (LitePrep: nat, s_nat and s_v the KV
 // head's k_nat, s_nat and s_v; a walk of its own, so that the fold's registers cost the other CTAs' walk nothing).
 template <typename Traits, bool kFold>
 __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const QueryTile& t, int32_t head,
@@ -62,10 +62,10 @@ __device__ __forceinline__ void control_walk(const AttnKernelParams& p, const Qu
   bool have_cur = false;
   int stage = 1;
   int32_t first = 0;  // the warp of the current tile's first unit
-  // Keys read from k itself are rotated as each tile lands (rotate_cond_keys; folding, NatFold, its cos / sin
+  // Keys read from k itself are rotated as each tile lands (rotate_cond_keys; folding, LitePrep, its cos / sin
   // loaded before the tile's wait).
   const bool cond_raw = p.kv.cond_raw && p.cos_cond != nullptr;
-  [[maybe_unused]] std::conditional_t<kFold, NatFold<Traits>, NoFold> fold(p);
+  [[maybe_unused]] std::conditional_t<kFold, LitePrep<Traits>, NoLitePrep> fold(p);
   // Iteration n issues the copy of tile n (plain row order) and computes tile n - 1.
   for (;;) {
     const bool have_nxt = cursor.advance<N, kCtrlCols>(p.geo, sRec, count, nullptr, 0, nxt);
@@ -146,7 +146,7 @@ __device__ __forceinline__ void control_cta(const AttnKernelParams& p, const Que
   fill_row<Traits>(sQ + tid * Traits::kStride, row, nullptr, nullptr, 1.f, p.rotary_half, p.D, p.interleaved,
                    slot_rows_in_chunks<Traits>(p, q_rows));
   // Lite's preparation folded in (attn_setup.h nat_keys_from_control): by the first control tile of the KV head's
-  // first query head, once for every body key over its chunks. NatFold exists where the control CTAs' tiles are
+  // first query head, once for every body key over its chunks. LitePrep exists where the control CTAs' tiles are
   // 64 keys at head dim 64 on the tensor cores.
   constexpr bool kNat = kMayFold && Traits::kHeadDim == 64 && Traits::kBlockN == 64 && Traits::kTensorCores;
   Element* sK = reinterpret_cast<Element*>(smem + Layout::kK);
