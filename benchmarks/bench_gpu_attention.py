@@ -138,7 +138,7 @@ def fold_ab_ms(q, k, v, C: int, repeats: int) -> dict:
 
 def kernels_side_by_side(q, k, v, C: int, repeats: int, kernels: list) -> dict:
     """Each body kernel (RANGESWA_CUDA_KERNEL: mma, the mma.sync kernel; hopper, the sm_90a warp-specialized
-    one, csrc/cuda/hopper/body_kernel.h) on every case of the same inputs: its time, and the largest difference
+    one, csrc/cuda/sm90/body_kernel.h) on every case of the same inputs: its time, and the largest difference
     of its output from the first kernel's (both compute the same plan's answer). A kernel the device cannot
     run records its error."""
     out, first = {}, {}

@@ -326,7 +326,7 @@ def mma_sync_design(gates: dict, head_dim: int) -> Design:
     """The mma.sync kernel an H100 / H200 runs (sm_90a, bf16, three K/V stages) at `head_dim`, every count from
     the gates' JSON (model_paths: the cheapest trips of a converged warp, so lower bounds where a plan takes
     more): its tiles, a control unit, a control CTA's rotation batch, prologue, epilogue and fill step; the
-    preparation's per-element count. Round trips from the source's loads (mainloop.h fill_row_vector: 4-pair
+    preparation's per-element count. Round trips from the source's loads (common/query_slot.h fill_row_vector: 4-pair
     steps with every load issued first, 8 a fill at 64 and 16 at 128, a control CTA's plain copy one a 16-byte chunk;
     mixed_dots: two 16-byte loads a term, 24 round trips a late row at 64 and 48 at 128)."""
     p = gates["model_paths"][str(head_dim)]
@@ -345,11 +345,11 @@ def mma_sync_design(gates: dict, head_dim: int) -> Design:
 
 
 def hopper_design(gates: dict, head_dim: int) -> Design:
-    """The sm_90a warp-specialized body kernel (hopper/body_kernel.h), every count from the gates' JSON (hopper
+    """The sm_90a warp-specialized body kernel (sm90/body_kernel.h), every count from the gates' JSON (hopper
     'attn_hopper_bf16 D=<d>'): at head dim 64 one consumer warpgroup of 128 rows (4 warps of 32), two CTAs an SM;
     at 128 two consumer warpgroups of 16-row warps, one CTA an SM; one copying producer warp; its control CTAs on
     the mma.sync kernel's control kernel, which at head dim 64 folds Lite's preparation in. Round trips from the
-    source's loads: a fill two (body_kernel.h fill_slots: two lanes a row, 16-pair steps; two rows a lane at head
+    source's loads: a fill two (sm90/consumer.h fill_slots: two lanes a row, 16-pair steps; two rows a lane at head
     dim 64, two steps a row at 128), a late row's straddling dots one a term (kDotChunks), 8 a CTA at 64 and 4 at
     128."""
     s = gates["hopper"][f"attn_hopper_bf16 D={head_dim}"]
@@ -436,11 +436,11 @@ def body_phase(d: Design, census: dict, L: int, lite: bool, head_dim: int = D, b
 def control_phase(d: Design, L: int, head_dim: int = D, batch: int = B, heads: int = H,
                   tables_first: bool = False) -> Phase:
     """C control rows x every body key, chunks of 1,024 keys (one 32-row CTA each, its 4 warps splitting each tile
-    into 16-column units, mainloop.h control_unit), merged by the combine kernel; every warp rotates its share
-    of each tile's keys read from k (mainloop.h rotate_cond_rows: batches of 256 / head_dim steps of 4 pairs a
+    into 16-column units, common/control.h control_unit), merged by the combine kernel; every warp rotates its share
+    of each tile's keys read from k (common/cond_rotation.h rotate_cond_rows: batches of 256 / head_dim steps of 4 pairs a
     thread, one a 64-key tile at head dim 64 and two a 32-key tile at 128, a round trip each after the tile's
-    own; tables_first: one batch a tile whose cos / sin are loaded before the tile's wait, NatFold's, no round
-    trip of its own). Every body key's k and v row is read once a head (mainloop.h record_arrays)."""
+    own; tables_first: one batch a tile whose cos / sin are loaded before the tile's wait, LitePrep's, no round
+    trip of its own). Every body key's k and v row is read once a head (common/shared_layout.h record_arrays)."""
     chunks = max(1, L // 1024)
     tiles = 1024 / (64 if head_dim <= 80 else 32)
     reads = _heads(batch, heads) * L * head_dim * ELEMENT_BYTES * 2

@@ -26,7 +26,7 @@ Every tensor-core source instantiates the kernel with two K/V stages and with th
 runs three where shared memory holds two CTAs per SM with it): both are held to every limit, the three-stage
 kernel's figures under 'stages3'.
 
-The sm_90a body kernel (hopper/body_kernel.h; attn_hopper_{bf16,fp16}.cu, issue 30) has limits of its own
+The sm_90a body kernel (sm90/body_kernel.h; attn_hopper_{bf16,fp16}.cu, issue 30) has limits of its own
 (HOPPER_LIMITS, hopper_gate): no spills / stack / local memory, no CALL, HGMMA present at a work share of at
 least 4% (each m64nNk16 counted as N / 8 m16n8k16), the register split per role read off its setmaxnreg
 instructions (producer 40, consumers 232) and honoured by ptxas, exactly the split's registers at entry (168 for
@@ -39,7 +39,7 @@ tests/test_cuda_gates_hopper.py holds every head dim to them.
 (benchmarks/cuda_time_model.py) reads its inputs from the newest benchmarks/results/cuda_gates_*.json and
 refuses one whose digest is not the tree's.
 
-The packed kernel (mainloop.h attn_packed_kernel, every padded batch's path; its sequences' parameters in the kernel
+The packed kernel (sm80/mainloop.h attn_packed_kernel, every padded batch's path; its sequences' parameters in the kernel
 parameter space, attn_params.h PackedAttnLaunch) is held beside attn_kernel in every source the spill gate compiles,
 at both stage counts (packed_stats, issue 49): no spill, stack or local memory at any head dim on either
 architecture, no CALL into a subroutine (sm_80's warp-sync slow paths, or division), divergent regions (BSSY) at most
@@ -78,13 +78,13 @@ def attn_kernel_name(stages: int) -> tuple[str, str]:
 
 
 def control_kernel_name(stages: int) -> tuple[str, str]:
-    """... and of control_kernel<AttnTraits<Element, D, stages>> (mainloop.h: the control CTAs that fold Lite's
+    """... and of control_kernel<AttnTraits<Element, D, stages>> (common/control.h: the control CTAs that fold Lite's
     preparation in, head dim 64 in bf16 / fp16)."""
     return "14control_kernelI", f"Li{stages}EEEEEvNS0_16AttnKernelParamsE"
 
 
 def packed_kernel_name(stages: int) -> tuple[str, str]:
-    """... and of attn_packed_kernel<AttnTraits<Element, D, stages>> (mainloop.h: one launch for every sequence of
+    """... and of attn_packed_kernel<AttnTraits<Element, D, stages>> (sm80/mainloop.h: one launch for every sequence of
     a packed call, each CTA on its sequence's parameters passed by value; the same CTA code)."""
     return "18attn_packed_kernelI", f"Li{stages}EEEEEvNS0_16PackedAttnLaunchE"
 
@@ -127,7 +127,7 @@ LIMITS = dict(max_registers=255, max_sass=8000, min_mma_share=0.04, max_isetp64=
               max_masked_tile=800)
 # MMAs of one 64-key tile at head dim 64 for a warp of 32 rows: Q K^T 2 x 8 x 4 and P V 2 x 8 x 4 (m16n8k16).
 FULL_TILE_MMA = 128
-# ... and of one 16-column unit of a control CTA's warp (mainloop.h control_unit): Q K^T 2 x 2 x 4, P V 2 x 8 x 1.
+# ... and of one 16-column unit of a control CTA's warp (common/control.h control_unit): Q K^T 2 x 2 x 4, P V 2 x 8 x 1.
 CONTROL_UNIT_MMA = 32
 # CALL targets that are arithmetic subroutines (what the gate forbids).
 DIVISION = re.compile(r"div|rcp|sqrt|rem", re.IGNORECASE)
@@ -332,52 +332,81 @@ def source_lines(cubin: str, kernel: str = KERNEL) -> dict[int, tuple[str, int]]
     return out
 
 
-def logit_block_lines() -> tuple[int, int]:
-    """The lines of mainloop.h warp_tile's logit block (a masked or fixed-up tile) that a full tile without
-    fix-ups never runs: the per-element select of the scores a row does not see (on a tile without window
-    sums: the cheaper of the two). (first, last) line."""
-    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
-    first = next(n for n, t in enumerate(text, 1) if "x = ((seen[rr] >> off(n, j)) & 1u) ? x : -INFINITY" in t)
-    return first, first
+GATE_MARKER = re.compile(r"//\s*\[gate:([a-z0-9-]+) (begin|end)\]")
 
 
-def function_lines(name: str, file: str = "mainloop.h", root: Path = ROOT) -> tuple[int, int]:
-    """The lines of csrc/cuda/`file` function `name` (its signature to its closing brace at column 0)."""
+def gate_regions(root: Path = ROOT) -> dict[str, tuple[str, int, int]]:
+    """Every region the gates read in csrc/cuda (its .h / .cu files, the SIMT emulation's folder aside): name ->
+    (file name, first, last line), the lines strictly between `// [gate:NAME begin]` and `// [gate:NAME end]`.
+    A marker without its pair, a name marked twice, an end before its begin, or two marked files of the same
+    name (source_lines keeps file names) raise ValueError."""
+    cuda = root / "csrc" / "cuda"
+    found: dict[str, dict] = {}
+    names: dict[str, Path] = {}
+    for path in sorted(cuda.rglob("*")):
+        if path.suffix not in (".h", ".cu") or "simt" in path.relative_to(cuda).parts:
+            continue
+        for n, text in enumerate(path.read_text().splitlines(), 1):
+            m = GATE_MARKER.search(text)
+            if m is None:
+                continue
+            if names.setdefault(path.name, path) != path:
+                raise ValueError(f"gate markers in two files named {path.name}: {names[path.name]} and {path}")
+            entry = found.setdefault(m.group(1), {})
+            if m.group(2) in entry:
+                raise ValueError(f"gate marker [gate:{m.group(1)} {m.group(2)}] doubled: {path}:{n} and "
+                                 f"{entry[m.group(2)][0]}:{entry[m.group(2)][1]}")
+            entry[m.group(2)] = (path, n)
+    out = {}
+    for name, entry in found.items():
+        if set(entry) != {"begin", "end"}:
+            missing = ({"begin", "end"} - set(entry)).pop()
+            raise ValueError(f"gate marker [gate:{name} {missing}] missing")
+        (path, begin), (path_end, finish) = entry["begin"], entry["end"]
+        if path_end != path or finish <= begin + 1:
+            raise ValueError(f"gate region {name}: its end ({path_end}:{finish}) does not follow its begin "
+                             f"({path}:{begin})")
+        out[name] = (path.name, begin + 1, finish - 1)
+    return out
+
+
+def region(name: str, root: Path = ROOT) -> tuple[str, int, int]:
+    """The region `name` of csrc/cuda (gate_regions): (file name, first, last line); a name no file marks
+    raises ValueError."""
+    assert name in GATE_REGIONS, f"{name}: not a region of GATE_REGIONS"
+    regions = gate_regions(root)
+    if name not in regions:
+        raise ValueError(f"gate region {name}: no marker [gate:{name} begin] in csrc/cuda")
+    return regions[name]
+
+
+def region_addresses(lines: dict[int, tuple[str, int]], *names: str) -> set[int]:
+    """The addresses of the instructions whose source line (source_lines) lies in one of the regions `names`."""
+    spans = [region(name) for name in names]
+    return {a for a, (file, n) in lines.items() if any(file == f and first <= n <= last for f, first, last in spans)}
+
+
+def function_lines(name: str, file: str, root: Path = ROOT) -> tuple[int, int]:
+    """The lines of csrc/cuda/`file` function `name` (its signature to its closing brace at column 0): another
+    commit's tree (scripts/first_design_paths.py; this tree's gates read region markers, gate_regions)."""
     text = (root / "csrc" / "cuda" / file).read_text().splitlines()
     first = next(n for n, t in enumerate(text, 1) if f" {name}(" in t and not t.lstrip().startswith("//"))
     last = next(n for n, t in enumerate(text[first - 1:], first) if t == "}")
     return first, last
 
 
-def masked_loop_lines() -> tuple[int, int]:
-    """The lines of mainloop.h attn_kernel's masked loop: its comment "// The masked loop" to the `} while` that
-    closes it. (first, last) line."""
-    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
-    first = next(n for n, t in enumerate(text, 1) if t.strip().startswith("// The masked loop"))
-    last = next(n for n, t in enumerate(text[first - 1:], first) if t.strip().startswith("} while"))
-    return first, last
-
-
-def masked_only_lines() -> dict[str, set[int]]:
-    """{file: lines} of the code only the kernel's masked loop runs (mainloop.h attn_kernel): the loop's own
-    lines (from its comment "// The masked loop" to the `} while` that closes it: each row's bounds in a new
-    record, the exclusion bits, the two votes, the fix-up flags), the logit block of warp_tile (logit_block_lines)
-    and the functions they call (tile.h row_sees_all / row_sees_any / classify / has_column_fixups /
-    ragged_column, plan.h record_bounds / exclusion_bits). The full tile's trip (the unmasked loop) must pass
-    none of them."""
-    first, last = masked_loop_lines()
-    out = {"mainloop.h": set(range(first, last + 1)) | set(range(logit_block_lines()[0], logit_block_lines()[1] + 1))}
-    for file, names in (("tile.h", ("row_sees_all", "row_sees_any", "classify", "has_column_fixups", "ragged_column")),
-                        ("plan.h", ("record_bounds", "exclusion_bits"))):
-        text = (ROOT / "csrc" / "cuda" / file).read_text().splitlines()
-        lines = set()
-        for name in names:
-            for n, t in enumerate(text, 1):  # every definition (overloads too), signature to closing brace
-                if f" {name}(" in t and t.startswith("RSWA_HD"):
-                    end = n if t.rstrip().endswith("}") else next(m for m, u in enumerate(text[n - 1:], n) if u == "}")
-                    lines |= set(range(n, end + 1))
-        out[file] = lines
-    return out
+# The code only the kernel's masked loop runs (sm80/mainloop.h attn_cta): the loop's own lines (each row's bounds
+# in a new record, the exclusion bits, the two votes, the fix-up flags), the logit block's select
+# (common/logits.h tile_logits: on a tile without window sums the cheaper of its two) and the functions they call
+# (tile.h, plan.h). The full tile's trip (the unmasked loop) must pass none of them.
+MASKED_ONLY = ("masked-loop", "logit-select", "row-sees-all", "row-sees-any", "classify", "has-column-fixups",
+               "ragged-column", "record-bounds", "exclusion-bits")
+# The regions of common/query_slot.h a fill of a query slot row runs (fill_slot_row and what it calls).
+FILL_REGIONS = ("fill-slot-row", "fill-row", "fill-row-vector", "rotate-pairs", "rotate-loaded")
+# Every region the gates read; the sources mark exactly these (tests/test_cuda_gates.py).
+GATE_REGIONS = MASKED_ONLY + FILL_REGIONS + (
+    "body-row-geometry", "body-epilogue", "control-unit", "given-scores", "straddling-dots", "rotate-cond-rows",
+    "lite-prep-run", "row-geometry", "hopper-fill-slots", "hopper-epilogue", "hopper-plan-read")
 
 
 def tile_path(sass: list[tuple[int, str, str]], mma_per_tile: int, through: set | tuple | None = None,
@@ -621,30 +650,26 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
     # The full tile's trip is the unmasked loop's: none of the masked loop's code (bounds, votes,
     # fix-ups, selects) on it.
     lines = source_lines(cubin, kernel)
-    masked_only = masked_only_lines()
-    stats["full_tile_masked_code"] = sum(lines.get(a, ("", 0))[1] in masked_only.get(lines.get(a, ("", 0))[0], ())
-                                         for a in path.get("path", []))
+    masked_only = region_addresses(lines, *MASKED_ONLY)
+    stats["full_tile_masked_code"] = sum(a in masked_only for a in path.get("path", []))
     # The masked tile (or a full one with column fix-ups): the trip through the per-element logits.
-    first, last = logit_block_lines()
-    block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    block = region_addresses(lines, "logit-select")
     masked = tile_path(sass, FULL_TILE_MMA, through=block) if block else dict(instructions=None, ops={})
     stats.update(masked_tile=masked["instructions"], masked_tile_ops=masked["ops"],
                  logit_block_instructions=len(block))
     # A tile of the masked loop that the warp takes whole (its votes, then no logit block: full, no
     # fix-up): the trip through the votes (tile.h row_sees_any, the masked loop's alone).
-    first, last = function_lines("row_sees_any", "tile.h")
-    votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
+    votes = region_addresses(lines, "row-sees-any")
     voted = tile_path(sass, FULL_TILE_MMA, through=votes) if votes else dict(instructions=None, ops={})
     stats.update(masked_loop_full_tile=voted["instructions"], masked_loop_full_tile_ops=voted["ops"])
     # A control CTA's warp on its 16-column unit of a tile (the trip through control_unit): Q K^T 2 x 2 x D / 16,
     # P V 2 x D / 8 x 1 (32 MMAs at head dim 64, 64 at 128).
-    first, last = function_lines("control_unit")
-    unit = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    unit = region_addresses(lines, "control-unit")
     unit_mma = CONTROL_UNIT_MMA * head_dim // 64
     control = tile_path(sass, unit_mma, through=unit) if unit else dict(instructions=None, mma=0, ops={})
     stats.update(control_unit=control["instructions"], control_unit_mma=control["mma"],
                  control_unit_ops=control["ops"])
-    # A control CTA thread's rotation of one batch of its tile's keys read from k itself (mainloop.h
+    # A control CTA thread's rotation of one batch of its tile's keys read from k itself (common/cond_rotation.h
     # rotate_cond_rows: kBatch = 256 / head_dim steps of 4 pairs, 8 FFMA and two 4-element stores a step): the
     # static SASS between the first and the last address of its lines, halved. Its two layouts' instantiations
     # lie there one after the other, each a straight-line batch (unrolled) with the tile's set-up and the loop's
@@ -656,23 +681,21 @@ def attn_tile_paths(cubin: str, kernel: str, head_dim: int) -> dict:
                  cond_rotation_ops={op: span.count(op) for op in sorted(set(span), key=span.count, reverse=True)})
     # A body warp's 16-column tiles in its masked loop (the census's control_tiles and direct_tiles): a tile of
     # control keys, Q K^T and P V through the logit block (its columns past the keys; 32 MMAs at head dim 64), and
-    # a direct record's or an Hn band's, scores given (mainloop.h given_scores) and P V alone (16).
-    start, end = masked_loop_lines()
-    loop = {a for a, (name, n) in lines.items() if name == "mainloop.h" and start <= n <= end}  # its own lines
+    # a direct record's or an Hn band's, scores given (common/logits.h given_scores) and P V alone (16).
+    loop = region_addresses(lines, "masked-loop")  # its own lines
     ctrl = tile_path(sass, unit_mma, through=(loop, block)) if loop and block else dict(instructions=None, ops={})
-    first, last = function_lines("given_scores")
-    given = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    given = region_addresses(lines, "given-scores")
     direct = tile_path(sass, unit_mma // 2, through=(loop, given)) if loop and given else dict(instructions=None, ops={})
     stats.update(ctrl_tile=ctrl["instructions"], ctrl_tile_ops=ctrl["ops"], direct_tile=direct["instructions"],
                  direct_tile_ops=direct["ops"])
     return stats
 
 
-# ---- the sm_90a body kernel (hopper/body_kernel.h; issue 30) -------------------------------------------------
+# ---- the sm_90a body kernel (sm90/body_kernel.h; issue 30) -------------------------------------------------
 HOPPER_SOURCES = ("csrc/cuda/attn_hopper_bf16.cu", "csrc/cuda/attn_hopper_fp16.cu")
 HOPPER_KERNEL = "hopper_attn_kernel"
 # Its limits: no spills, stack or local memory; no CALL (division or other); the register split of
-# hopper/body_layout.h HopperTraits (setmaxnreg, hopper_roles: at head dim 64 the producer warpgroup down to 32
+# sm90/body_layout.h HopperTraits (setmaxnreg, hopper_roles: at head dim 64 the producer warpgroup down to 32
 # and the one consumer warpgroup up to 224, two CTAs a multiprocessor; at 80 and 128 40 and two consumer
 # warpgroups at 232; within the 64K register file, and the registers at launch too) present in the SASS; the
 # registers at entry exactly the split's mean (hopper_roles entry_regs: 128 at head dim 64, 168 at 80 and 128);
@@ -688,7 +711,7 @@ SETMAXREG = re.compile(r"USETMAXREG\.(DEALLOC|TRY_ALLOC)\S*\s+(?:U?P\d+,\s*)?(0x
 
 
 def hopper_roles(head_dim: int) -> dict:
-    """hopper/body_layout.h HopperTraits at `head_dim`: a consumer warp's m16 blocks (kMBlocks: 2 at head dim 64,
+    """sm90/body_layout.h HopperTraits at `head_dim`: a consumer warp's m16 blocks (kMBlocks: 2 at head dim 64,
     one consumer warpgroup of 128 rows and two CTAs a multiprocessor; else 1, two warpgroups of 64 rows and one
     CTA), the consumer threads, the CTAs a multiprocessor, and the register split per role (setmaxnreg: the
     producer warpgroup down to 32 or 40, the consumers up to 224 or 232, within the 64K register file for
@@ -730,7 +753,7 @@ def register_roles(cubin: str, kernel: str) -> dict:
 # 16-byte chunks, keys and values, over HopperTraits::kProducerWarps warps (one where 32 lanes cover whole rows,
 # head dims 64 and 128; four at 80).
 def hopper_tile_counts(head_dim: int) -> dict:
-    """What one tile and one fill of the Hopper kernel at `head_dim` issue (hopper/body_layout.h HopperTraits):
+    """What one tile and one fill of the Hopper kernel at `head_dim` issue (sm90/body_layout.h HopperTraits):
     the tile's HGMMA per consumer warpgroup (each of its m_blocks m64 products), a 16-column tile's (control keys:
     Q K^T and P V; given scores: P V), its cp.async per copying producer thread, the fill's rotation FFMA per
     lane (two lanes a row, half the rotated pairs each, 2 FFMA a pair, 16 rows at a time: m_blocks passes) and
@@ -761,21 +784,18 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     hgmma = counts["hgmma"]
     full = tile_path(sass, hgmma, copy_ops=("SYNCS",))
     lines = source_lines(cubin, kernel)
-    first, last = logit_block_lines()
-    block = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    block = region_addresses(lines, "logit-select")
     masked = tile_path(sass, hgmma, through=block, copy_ops=("SYNCS",)) if block else dict(instructions=None)
     # A tile the masked loop takes whole (through the warps' votes, tile.h row_sees_any; no logit block).
-    first, last = function_lines("row_sees_any", "tile.h")
-    votes = {a for a, (name, n) in lines.items() if name == "tile.h" and first <= n <= last}
+    votes = region_addresses(lines, "row-sees-any")
     voted = tile_path(sass, hgmma, through=votes, copy_ops=("SYNCS",)) if votes else dict(instructions=None)
     copy = tile_path(sass, counts["copies"], copy_ops=("SYNCS",), count_ops=("LDGSTS",))
     # The 16-column tiles of its masked loop (the census's control_tiles and direct_tiles): a tile of control keys
-    # (body_kernel.h whole_tile: Q K^T m64n16k16 a key step, then P V, one HGMMA), and a direct record's or an
-    # Hn band's (scores given: mainloop.h given_scores; P V alone; on an H100 / H200 the bands', whole_tile too).
+    # (consumer.h whole_tile: Q K^T m64n16k16 a key step, then P V, one HGMMA), and a direct record's or an
+    # Hn band's (scores given: common/logits.h given_scores; P V alone; on an H100 / H200 the bands', whole_tile too).
     n16 = {a for a, _, line in sass if "HGMMA.64x16x16" in line}
     ctrl = tile_path(sass, counts["ctrl_hgmma"], through=n16, copy_ops=("SYNCS",)) if n16 else dict(instructions=None)
-    first, last = function_lines("given_scores")
-    given = {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
+    given = region_addresses(lines, "given-scores")
     direct = tile_path(sass, counts["direct_hgmma"], through=given, copy_ops=("SYNCS",)) if given else dict(instructions=None)
     return dict(consumer_full_tile=full["instructions"], consumer_full_tile_hgmma=full.get("mma"),
                 consumer_full_tile_ops=full.get("ops", {}), consumer_masked_tile=masked["instructions"],
@@ -786,19 +806,13 @@ def hopper_tile_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
 
 
 def rotation_span(sass: list, lines: dict, which: str) -> list[str]:
-    """The opcodes of the static SASS from the first to the last address of the lines of one of mainloop.h's two
-    rotations of a control tile's keys (`which`: "rotate_cond_rows" or "NatFold::run"), inlined helpers included,
+    """The opcodes of the static SASS from the first to the last address of the lines of one of
+    common/cond_rotation.h's two rotations of a control tile's keys (`which`: "rotate_cond_rows" or "LitePrep::run"), inlined helpers included,
     in each stretch that no instruction of the other interrupts (ptxas may lay the other's instantiation between
     the two layouts' of this one)."""
-    spans = {"rotate_cond_rows": function_lines("rotate_cond_rows"),
-             "NatFold::run": member_lines("run", "mainloop.h", after="struct NatFold")}
-
-    def addresses(first_last: tuple[int, int]) -> set:
-        first, last = first_last
-        return {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
-
-    own = addresses(spans[which])
-    others = set().union(*(addresses(v) for k, v in spans.items() if k != which))
+    spans = {"rotate_cond_rows": "rotate-cond-rows", "LitePrep::run": "lite-prep-run"}
+    own = region_addresses(lines, spans[which])
+    others = set().union(*(region_addresses(lines, v) for k, v in spans.items() if k != which))
     ops, run, last_own = [], [], None
     for a, op, _ in sass:
         if a in others and run:
@@ -878,17 +892,13 @@ def cheapest_path(sass: list[tuple[int, str, str]], starts: set, ends: set, thro
     return dict(instructions=finish[0], ops=dict(sorted(ops.items(), key=lambda x: -x[1])), path=path[::-1])
 
 
-# mainloop.h's functions a fill of a query slot row runs (fill_slot_row and what it calls).
-FILL_FUNCTIONS = ("fill_slot_row", "fill_row", "fill_row_vector", "rotate_pairs", "rotate_loaded")
-
-
 def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     """The Hopper kernel's per-CTA costs outside the tile loops at `head_dim`, counted on its SASS (what the
     time model reads in place of the mma.sync kernel's estimates), each the cheapest path a converged warp
     takes (predicated-off instructions count; the prologue's strided loops a warp's lanes skip are skipped):
 
     - consumer_prologue: a consumer warp from the kernel's entry through its setmaxnreg.inc to the first
-      instruction of its first fill (body_kernel.h fill_slots, mainloop.h fill_slot_row and what it calls;
+      instruction of its first fill (consumer.h fill_slots, common/query_slot.h fill_slot_row and what it calls;
       before 2026-12-03's sixth session the fill_slots code ahead of fill_slot_row counted here): the prologue's barriers
       and shared stores (the producer warpgroup reads the plan), the roles' split, the Consumer's set-up
       and the walk's first cursor steps;
@@ -896,7 +906,7 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
       each, in steps of 16 pairs: two lanes a row, one step a row at head dim 64 (two rows a lane), two at 128),
       from that first instruction to the first of the straddling dots (the async-proxy fence and the barrier
       between);
-    - consumer_epilogue: from the epilogue's first instruction (body_kernel.h Consumer::epilogue) to EXIT with
+    - consumer_epilogue: from the epilogue's first instruction (consumer.h Consumer::epilogue) to EXIT with
       its 16-byte output stores a lane (16 rows x head_dim / 8 chunks over 32 lanes: 4 at head dim 64);
     - producer_prologue: a producer warpgroup warp whose lanes compute the rows' geometry (tid < 128: all
       four), from the entry through the plan's read and the row geometry (plan.h row_geometry) to its
@@ -906,22 +916,18 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
     sass = function_sass(cubin, kernel)
     lines = source_lines(cubin, kernel)
 
-    def at(file, first_last):
-        first, last = first_last
-        return {a for a, (name, n) in lines.items() if name == file and first <= n <= last}
-
-    fill = set().union(*(at("mainloop.h", function_lines(f)) for f in FILL_FUNCTIONS))
-    rotate = at("mainloop.h", function_lines("rotate_pairs")) | at("mainloop.h", function_lines("rotate_loaded"))
-    dots = at("mainloop.h", function_lines("straddling_dots"))
-    epilogue = at("body_kernel.h", member_lines("epilogue", "hopper/body_kernel.h"))
-    geometry = at("plan.h", function_lines("row_geometry", "plan.h"))
+    fill = region_addresses(lines, *FILL_REGIONS)
+    rotate = region_addresses(lines, "rotate-pairs", "rotate-loaded")
+    dots = region_addresses(lines, "straddling-dots")
+    epilogue = region_addresses(lines, "hopper-epilogue")
+    geometry = region_addresses(lines, "row-geometry")
     alloc = {a for a, op, _ in sass if op.startswith("USETMAXREG.TRY_ALLOC")}
     dealloc = {a for a, op, _ in sass if op.startswith("USETMAXREG.DEALLOC")}
     exits = {a for a, op, _ in sass if op.startswith("EXIT")}
     entry = {sass[0][0]}
-    # A fill starts at body_kernel.h fill_slots (its variant's test and barrier, the rows' slot addresses), so that
+    # A fill starts at consumer.h fill_slots (its variant's test and barrier, the rows' slot addresses), so that
     # what every fill runs there counts in each fill and not in the prologue alone.
-    fill_start = fill | at("body_kernel.h", member_lines("fill_slots", "hopper/body_kernel.h"))
+    fill_start = fill | region_addresses(lines, "hopper-fill-slots")
     pro = cheapest_path(sass, entry, fill_start, through=(alloc,))
     # The fill from the prologue's last instruction (the first of fill_slots on the consumer's path).
     first_fill = min(fill_start & {a for a, _, _ in sass if a >= min(alloc)}) if alloc and fill_start else None
@@ -934,9 +940,7 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
            if epilogue else dict(instructions=None))
     # ... through the plan's read too (the producer warpgroup reads it; a path that skips it, as a tile with no
     # rows does, never reaches the roles).
-    text = (ROOT / "csrc" / "cuda" / "hopper" / "body_kernel.h").read_text().splitlines()
-    reads = {n for n, t in enumerate(text, 1) if "p.record_count[2 * plan]" in t}
-    plan = {a for a, (name, n) in lines.items() if name == "body_kernel.h" and n in reads}
+    plan = region_addresses(lines, "hopper-plan-read")
     prod = cheapest_path(sass, entry, dealloc, through=(geometry, plan)) if geometry and plan else dict(instructions=None)
     done = cheapest_path(sass, dealloc, exits)
     return dict(consumer_prologue=pro["instructions"], consumer_prologue_ops=pro["ops"],
@@ -947,31 +951,23 @@ def hopper_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
 
 
 def attn_fixed_paths(cubin: str, kernel: str, head_dim: int = 64) -> dict:
-    """The mma.sync kernel's per-CTA costs outside its tile loops (mainloop.h attn_cta, at `head_dim`), counted as
-    hopper_fixed_paths counts the Hopper kernel's, so that the time model compares the two on the same
+    """The mma.sync kernel's per-CTA costs outside its tile loops (sm80/mainloop.h attn_cta, at `head_dim`), counted
+    as hopper_fixed_paths counts the Hopper kernel's, so that the time model compares the two on the same
     footing (cheapest paths of a converged warp): a body warp's prologue from the entry through its rows'
     geometry (every thread a row) to the first instruction of its first fill; one fill step (a thread a row:
     head_dim / 2 rotated pairs, 2 FFMA each, in 4-pair steps) to the straddling dots; the epilogue from its first
-    line (mainloop.h "---- epilogue") to EXIT with its 16-byte output stores a lane (32 rows x head_dim / 8
+    line (sm80/mainloop.h, region body-epilogue) to EXIT with its 16-byte output stores a lane (32 rows x head_dim / 8
     chunks: 8 at head dim 64)."""
     sass = function_sass(cubin, kernel)
     lines = source_lines(cubin, kernel)
-
-    def at(first, last):
-        return {a for a, (name, n) in lines.items() if name == "mainloop.h" and first <= n <= last}
-
-    fill = set().union(*(at(*function_lines(f))
-                         for f in FILL_FUNCTIONS))
-    rotate = at(*function_lines("rotate_pairs")) | at(*function_lines("rotate_loaded"))
-    dots = at(*function_lines("straddling_dots"))
-    text = (ROOT / "csrc" / "cuda" / "mainloop.h").read_text().splitlines()
+    fill = region_addresses(lines, *FILL_REGIONS)
+    rotate = region_addresses(lines, "rotate-pairs", "rotate-loaded")
+    dots = region_addresses(lines, "straddling-dots")
     # The body prologue's own line after its row geometry (the control CTAs' walk has fills too).
-    row = next(n for n, t in enumerate(text, 1) if t.strip() == "sRow[tid] = me;")
-    first = next(n for n, t in enumerate(text, 1) if "// ---- epilogue ---" in t)
-    last = next(n for n, t in enumerate(text[first:], first + 1) if t == "}")
-    epilogue = at(first, last)
+    row = region_addresses(lines, "body-row-geometry")
+    epilogue = region_addresses(lines, "body-epilogue")
     exits = {a for a, op, _ in sass if op.startswith("EXIT")}
-    pro = cheapest_path(sass, {sass[0][0]}, fill, through=(at(row, row),))
+    pro = cheapest_path(sass, {sass[0][0]}, fill, through=(row,))
     step = (cheapest_path(sass, {pro["path"][-1]}, dots, count_ops=("FFMA",), min_count=head_dim,
                           count_within=rotate)
             if pro["instructions"] else dict(instructions=None, ops={}))
@@ -1089,19 +1085,18 @@ def gate(src: str = "csrc/cuda/attn_hdim64_bf16.cu", archs=("80", "90a")) -> dic
 
 
 def control_fold_paths(cubin: str, report: str, stages: int = 3) -> dict:
-    """mainloop.h control_kernel at head dim 64 (three K/V stages' traits, as an H100 / H200 runs it): its
+    """common/control.h control_kernel at head dim 64 (three K/V stages' traits, as an H100 / H200 runs it): its
     registers, spills and static SASS, held to attn_kernel's limits on registers, spills, local memory and CALLs;
     its control unit trip (control_unit, the same count as attn_tile_paths'); and a thread's share of a tile in
-    NatFold::run (the static span of its lines, halved: its two layouts; both rotations of its 4 rows, k_nat's
+    LitePrep::run (the static span of its lines, halved: its two layouts; both rotations of its 4 rows, k_nat's
     stores, the G-block sums and means of keys and values), what the time model's folded control phase reads."""
     name = control_kernel_name(stages)
     stats = dict(ptxas_stats(report, name), **sass_stats(cubin, name))
     sass = function_sass(cubin, name)
     lines = source_lines(cubin, name)
-    first, last = function_lines("control_unit")
-    unit = {a for a, (n, line) in lines.items() if n == "mainloop.h" and first <= line <= last}
+    unit = region_addresses(lines, "control-unit")
     control = tile_path(sass, CONTROL_UNIT_MMA, through=unit) if unit else dict(instructions=None, ops={})
-    fold = rotation_span(sass, lines, "NatFold::run")
+    fold = rotation_span(sass, lines, "LitePrep::run")
     stats.update(control_unit=control["instructions"], nat_fold=len(fold) // 2 if fold else None,
                  nat_fold_ops={op: fold.count(op) for op in sorted(set(fold), key=fold.count, reverse=True)})
     fails = []
@@ -1112,7 +1107,7 @@ def control_fold_paths(cubin: str, report: str, stages: int = 3) -> dict:
     if stats.get("subroutine_calls") or stats["division_calls"]:
         fails.append("CALLs into subroutines")
     if stats["nat_fold"] is None or stats["control_unit"] is None:
-        fails.append("no NatFold::run or control unit path found in the SASS")
+        fails.append("no LitePrep::run or control unit path found in the SASS")
     stats["failures"] = fails
     return stats
 

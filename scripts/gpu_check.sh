@@ -17,7 +17,7 @@
 #     tests/test_build.py, tests/test_varlen.py without its SIMT ones: packed calls; a static-cache decode step
 #     of the transformers integration captured in a CUDA graph); a test that crashes
 #     the interpreter is deselected and the rest rerun; then the attn tests of tests/test_ops_cuda.py again on the sm_90a body kernel (RANGESWA_CUDA_KERNEL=hopper,
-#     csrc/cuda/hopper/body_kernel.h: the first run of its answers on the device);
+#     csrc/cuda/sm90/body_kernel.h: the first run of its answers on the device);
 #  6. `rangeswa check` (every op on the device against the CPU op and the float64 reference, each body
 #     kernel, with ptxas's registers and spills), then the user's benchmark, `rangeswa bench --device cuda
 #     --quick` (B = 16, H = 12, C = 12, D = 64, bf16, L = 8k and 32k: the op on each body kernel against

@@ -1,4 +1,4 @@
-"""Offline gate of the Hopper primitives (csrc/cuda/hopper.h): compiles tests/cpp/hopper_tile.cu (the 64 x 64 x 64
+"""Offline gate of the Hopper primitives (csrc/cuda/sm90/hopper.h): compiles tests/cpp/hopper_tile.cu (the 64 x 64 x 64
 TMA + wgmma tile kernel Q K^T in three instantiations, P V with P in registers and V N-major, and the two-stage
 producer / consumer ring) with nvcc for
 sm_90a, reads ptxas's register / spill report and the SASS (cuobjdump), and checks that the primitives became

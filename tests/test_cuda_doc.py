@@ -69,8 +69,8 @@ def test_every_file_the_cuda_doc_names_exists():
 def test_the_scan_sees_paths_and_braces():
     """The helpers above, on text they must read right (so the checks above cannot pass by seeing nothing)."""
     assert expand_braces("a{1,2}_{x,y}.h") == ["a1_x.h", "a1_y.h", "a2_x.h", "a2_y.h"]
-    text = ("run `tile.h plan_spans` and `cp.async`; see docs/spec_decisions.md, `hopper/body_{gemm,kernel}.h` and "
+    text = ("run `tile.h plan_spans` and `cp.async`; see docs/spec_decisions.md, `sm90/body_{gemm,kernel}.h` and "
             "`topk_blocks.{h,cu}`.")
-    assert named_paths(text) == {"tile.h", "docs/spec_decisions.md", "hopper/body_{gemm,kernel}.h", "topk_blocks.{h,cu}"}
-    assert exists("tile.h") and exists("hopper/body_{gemm,kernel}.h") and exists("cuda_gates_*.json")
-    assert not exists("no_such_file.h") and not exists("hopper/body_{gemm,nothing}.h")
+    assert named_paths(text) == {"tile.h", "docs/spec_decisions.md", "sm90/body_{gemm,kernel}.h", "topk_blocks.{h,cu}"}
+    assert exists("tile.h") and exists("sm90/body_{gemm,kernel}.h") and exists("cuda_gates_*.json")
+    assert not exists("no_such_file.h") and not exists("sm90/body_{gemm,nothing}.h")

@@ -111,7 +111,7 @@ def test_the_masked_tile_path_is_a_whole_tile_through_the_row_masks(measured):
 
 
 def test_the_control_unit_path_is_a_whole_unit(measured):
-    """A control CTA's warp on its 16-column unit (mainloop.h control_walk, control_unit): Q K^T and P V of 32
+    """A control CTA's warp on its 16-column unit (common/control.h control_walk, control_unit): Q K^T and P V of 32
     rows x 16 keys (32 MMAs), the next tile's copy and 16 exponentials per lane (32 rows x 16 keys / 32
     lanes), no more MMAs than a unit has (the trip is not a body tile's)."""
     for arch, stages in ((a, n) for a in ARCHS for n in STAGES):
@@ -140,9 +140,9 @@ def test_the_time_model_reads_the_measured_tiles(measured):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_control_kernel_that_folds_lites_preparation_passes_the_limits(measured, arch):
-    """mainloop.h control_kernel (the sm_90a launch's control CTAs when Lite's preparation is folded in): no
+    """common/control.h control_kernel (the sm_90a launch's control CTAs when Lite's preparation is folded in): no
     spills, stack or local memory, at most 255 registers, no CALL into a subroutine; its fold of a tile
-    (NatFold::run) holds both rotations of a thread's 4 rows (8 FFMA a row and rotation at least), k_nat's stores
+    (LitePrep::run) holds both rotations of a thread's 4 rows (8 FFMA a row and rotation at least), k_nat's stores
     and the means' shuffles (4 + 4 keys' and 8 values' sums over 2 lane steps), and its control unit is a whole
     unit (32 MMAs); attn_kernel, beside it, carries none of the fold (its rotation batch is rotate_cond_rows')."""
     c = measured[arch]["control_fold"]
@@ -330,3 +330,34 @@ def test_the_spill_gate_fails_a_packed_kernel_where_packed_calls_run_attn_kernel
         assert stats["packed"] == {} and stats["registers"] == 254
         assert stats["failures"] == (["a packed kernel at a head dim whose packed calls run attn_kernel per sequence"]
                                      if packed else [])
+
+
+def test_gate_regions_are_the_marked_ones():
+    """The gates find code by explicit markers (`// [gate:NAME begin]` / `// [gate:NAME end]`), not by function
+    names or comment text: the sources mark exactly the regions the gates read, each once, in one file."""
+    regions = cuda_gates.gate_regions()
+    assert set(regions) == set(cuda_gates.GATE_REGIONS)
+    assert all(first <= last for _, first, last in regions.values())
+    file, first, last = cuda_gates.region("masked-loop")
+    assert file == "mainloop.h" and last - first > 10
+
+
+@pytest.mark.parametrize("broken", ["missing_end", "doubled", "end_first", "same_name"])
+def test_gate_regions_fail_loudly(tmp_path, broken):
+    """A marker without its pair, a region marked twice, an end before its begin, or marks in two files of the
+    same name (the SASS's line map keeps file names) stop the gates with an error naming the region or file."""
+    cuda = tmp_path / "csrc" / "cuda"
+    (cuda / "sub").mkdir(parents=True)
+    text = {"missing_end": "// [gate:a begin]\nx;\n",
+            "doubled": "// [gate:a begin]\nx;\n// [gate:a end]\n// [gate:a begin]\ny;\n// [gate:a end]\n",
+            "end_first": "// [gate:a end]\nx;\n// [gate:a begin]\n",
+            "same_name": "// [gate:a begin]\nx;\n// [gate:a end]\n"}[broken]
+    (cuda / "k.h").write_text(text)
+    if broken == "same_name":
+        (cuda / "sub" / "k.h").write_text("// [gate:b begin]\ny;\n// [gate:b end]\n")
+    with pytest.raises(ValueError, match="gate"):
+        cuda_gates.gate_regions(tmp_path)
+    (cuda / "k.h").write_text("int a;\n// [gate:a begin]\nx;\ny;\n// [gate:a end]\n")
+    if broken == "same_name":
+        (cuda / "sub" / "k.h").unlink()
+    assert cuda_gates.gate_regions(tmp_path) == {"a": ("k.h", 3, 4)}

@@ -1,4 +1,4 @@
-"""Offline gates of the sm_90a body kernel (csrc/cuda/hopper/body_kernel.h, issue 30), no GPU needed: its
+"""Offline gates of the sm_90a body kernel (csrc/cuda/sm90/body_kernel.h, issue 30), no GPU needed: its
 bf16 and fp16 sources compiled by nvcc for sm_90a, ptxas's report and the SASS held to scripts/cuda_gates.py's
 HOPPER_LIMITS: no spills, stack or local memory; no CALL; HGMMA present at every product's shape (Q K^T at the
 KV tile's width and at 16 columns, P V at the head dim) and no HMMA; HGMMA's work share; the register split
@@ -59,7 +59,7 @@ def test_hopper_kernel_gate(measured, case, limit):
 def test_the_hopper_gate_sees_every_product(measured, case):
     """The measured kernel is the wgmma one: Q K^T at the plan's KV tile width (64 keys at every head dim:
     kernel_traits.h kHopperTileCols) and at 16 columns (control keys in body tiles, the Hn bands), P V at the
-    head dim plus the 8 columns of ones that give the row sums (hopper/body_layout.h kValueCols); no mma.sync
+    head dim plus the 8 columns of ones that give the row sums (sm90/body_layout.h kValueCols); no mma.sync
     in it (its control CTAs run on the mma.sync kernel, another source)."""
     _, d = case
     stats = measured[case]
@@ -70,7 +70,7 @@ def test_the_hopper_gate_sees_every_product(measured, case):
 
 
 def test_the_register_split_fits_the_register_file():
-    """The traits' split (hopper/body_layout.h: two CTAs of one consumer warpgroup, or one of two) is the gate's
+    """The traits' split (sm90/body_layout.h: two CTAs of one consumer warpgroup, or one of two) is the gate's
     (cuda_gates.hopper_roles), and the resident CTAs' 128 producer threads at its count plus their consumer
     threads at theirs fit a multiprocessor's 64K registers."""
     text = open(os.path.join(ROOT, "csrc", "cuda", "hopper", "body_layout.h")).read()
@@ -130,7 +130,7 @@ def test_the_time_model_reads_the_measured_hopper_tiles(measured):
 
 @pytest.mark.parametrize("head_dim", (64, 128))
 def test_control_and_band_tiles_take_no_votes_or_group_barrier(measured, head_dim):
-    """A tile every row sees whole (control keys, an Hn band: body_kernel.h whole_tile) skips the masked loop's
+    """A tile every row sees whole (control keys, an Hn band: sm90/consumer.h whole_tile) skips the masked loop's
     votes and its warpgroup's bar.red.or: its trip holds Q K^T of 16 columns a key step and one P V (control keys),
     or P V alone (a band's given scores), per m64 product of the group, and no BAR; and it costs less than a
     masked 64-key tile."""
@@ -173,7 +173,7 @@ def test_the_time_model_reads_the_measured_hopper_fixed_costs(measured):
     assert s["consumer_prologue_ops"].get("USETMAXREG", 0) == 1
     assert s["consumer_epilogue_ops"].get("STG", 0) >= 8 and s["consumer_epilogue_ops"].get("EXIT", 0) >= 1
     assert s["fill_step_ops"].get("FFMA", 0) >= 64
-    # ... and writes its 16 rotated pairs (64 bytes a lane) a pass in 16-byte shared stores (mainloop.h
+    # ... and writes its 16 rotated pairs (64 bytes a lane) a pass in 16-byte shared stores (common/query_slot.h
     # store_slot, kCore)
     assert s["fill_step_ops"].get("STS", 0) == 8
     assert s["fill_step_ops"].get("CCTL", 0) == 0

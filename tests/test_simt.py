@@ -7,8 +7,8 @@ run into this checkout's build/simt (about 1.5 minutes on 2 cores); it needs the
 no GPU, no nvcc and no CUDA build of torch.
 
 - the emulator itself: PTX semantics of ldmatrix / mma on marked data, barriers, shuffles, misuse detection;
-- the project's WarpGemm (warp_gemm.h) against a plain matmul, for every dtype, head dim and tile width;
-- the real attention kernel (mainloop.h attn_kernel) as torch.ops.rangeswa_simt.attn (the attn schema) on a
+- the project's WarpGemm (common/warp_gemm.h) against a plain matmul, for every dtype, head dim and tile width;
+- the real attention kernel (sm80/mainloop.h attn_kernel) as torch.ops.rangeswa_simt.attn (the attn schema) on a
   handful of cases of tests/attn_cases.py, against the float64 reference;
 - the whole grid through the kernel (GRID x fp32 / bf16 / fp16, and CAUSAL_GRID), about 3.5 minutes on 2
   shared cores: python -m pytest tests/test_simt.py -k simt_grid; and with three K/V stages (GRID x bf16 /
@@ -60,7 +60,7 @@ def test_simt_mma_m16n8k16_is_a_b_plus_c(simt, dtype, name):
 @pytest.mark.parametrize("D", [64, 80, 128])
 @pytest.mark.parametrize("cols", [16, 32, 64])
 def test_simt_warp_gemm_matches_matmul(simt, dtype, D, cols):
-    """warp_gemm.h's fragment usage under PTX semantics: S = Q K^T (qk) and O = P V (pv, P rounded to the element
+    """common/warp_gemm.h's fragment usage under PTX semantics: S = Q K^T (qk) and O = P V (pv, P rounded to the element
     type) of the four warps of a 128-row tile, held to float64 matmuls of the same operands. A wrong fragment
     mapping on either side gives errors of the order of the values, not of fp32 rounding."""
     g = torch.Generator().manual_seed(D + cols)
@@ -193,7 +193,7 @@ def test_simt_kernel_causal_and_cached(simt, index):
 
 @pytest.mark.parametrize("stages", ["2", "3"])
 def test_simt_kernel_is_schedule_independent_on_the_edge_free_records(simt, monkeypatch, stages):
-    """The Hn bands' barriers and shared buffers (mainloop.h band_dots) and the window sums: the same output,
+    """The Hn bands' barriers and shared buffers (sm80/mainloop.h band_dots) and the window sums: the same output,
     bit for bit, when the threads run in other orders and cp.async copies land early or at their wait_group
     (a race would change it). With three K/V stages a tile's copy stays in flight across the barrier; the
     emulator's race checks (a copy's data read before its wait, a stage overwritten while a warp reads it)
@@ -253,7 +253,7 @@ def test_simt_kernel_takes_each_tile_in_its_loop(simt):
 @pytest.mark.parametrize("method,C,L", [("rangeswa_lite", 40, 1029), ("rangeswa", 12, 1024 + 20)],
                          ids=["C40-two-control-tiles", "C12-short-last-chunk"])
 def test_simt_kernel_control_rows_split_over_the_warps(simt, method, C, L):
-    """Control CTAs hold 32 rows and their 4 warps split each chunk's keys in 16-column units (mainloop.h
+    """Control CTAs hold 32 rows and their 4 warps split each chunk's keys in 16-column units (common/control.h
     control_walk, control_unit): C = 40 takes two control tiles and three 16-key control tiles that go round
     the warps; a last chunk of 5 or 20 keys leaves warps with no key, whose empty parts (o = 0, lse = -inf)
     the combine must pass over. Held to the float64 reference, control rows first."""

@@ -1,7 +1,7 @@
-"""The sm_90a body kernel (csrc/cuda/hopper/body_kernel.h) run through the host SIMT emulation.
+"""The sm_90a body kernel (csrc/cuda/sm90/body_kernel.h) run through the host SIMT emulation.
 
 RANGESWA_CUDA_KERNEL=hopper makes torch.ops.rangeswa_simt.attn launch what attn_api.cpp launches on an H100 /
-H200 (hopper/body_launch.h run_attn_hopper): the control CTAs on the mma.sync kernel, the body tiles on the
+H200 (sm90/body_launch.h run_attn_hopper): the control CTAs on the mma.sync kernel, the body tiles on the
 warp-specialized kernel (a producer warp, wgmma consumer warpgroups: one of 128 rows at head dim 64, two of 64 at
 80 and 128; an mbarrier ring, named barriers),
 all of it the kernel's own source on csrc/cuda/simt/simt_hopper.cpp's wgmma / mbarrier / setmaxnreg. Held to
@@ -146,7 +146,7 @@ def test_hopper_kernel_only_for_16_bit_elements(simt, monkeypatch):
 
 def test_hopper_kernel_at_head_dim_128_fits_an_h200_on_64_key_tiles(simt, monkeypatch):
     """At head dim 128 the kernel runs its own 64-key tiles (kernel_traits.h kHopperTileCols; the mma.sync
-    kernel's plan has 32): the query slot and 4 K and V stages of 64 keys (hopper/body_layout.h), 167,936 bytes,
+    kernel's plan has 32): the query slot and 4 K and V stages of 64 keys (sm90/body_layout.h), 167,936 bytes,
     with the plan's region still fit the H100 / H200's opt-in shared memory (232,448 bytes) for the benchmark's
     rangeswa late call (top-K 8), and the answer is the mma.sync kernel's."""
     cfg, C, L = preset("rangeswa"), 12, 1024
@@ -165,7 +165,7 @@ def test_hopper_kernel_at_head_dim_128_fits_an_h200_on_64_key_tiles(simt, monkey
 
 @pytest.mark.parametrize("name,stage", [("rangeswa", "late"), ("rangeswa", "early"), ("rangeswa_lite", "late")])
 def test_hopper_kernel_at_head_dim_64_fits_two_ctas_a_multiprocessor(simt, monkeypatch, name, stage):
-    """At head dim 64 a CTA is one consumer warpgroup of 128 rows (hopper/body_layout.h kMBlocks = 2) and two
+    """At head dim 64 a CTA is one consumer warpgroup of 128 rows (sm90/body_layout.h kMBlocks = 2) and two
     CTAs share a multiprocessor: with 3 K/V stages and the plan's region each takes at most half an H100 /
     H200's 233,472 bytes of shared memory less the 1,024 the driver reserves a CTA, for the benchmark's calls
     (benchmarks/bench_gpu_attention.py: rangeswa late with top-K 8 and early, Lite); and the answer is the

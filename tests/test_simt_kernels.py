@@ -1,5 +1,5 @@
 """Every CUDA kernel of the package, its own source run thread by thread on the CPU (csrc/cuda/simt) through
-the device's own launchers (launch.h, attn_launch.h: the grids, blocks and shared memory a GPU would get):
+the device's own launchers (launch.h, sm80/attn_launch.h: the grids, blocks and shared memory a GPU would get):
 
 - rope, block_summary: against the CPU op, within fp32 rounding;
 - rule 3's selection (block means, key means, the select kernel's chunked merge): the reference's blocks
@@ -349,7 +349,7 @@ def test_body_values_read_in_place_are_the_copy_bit_for_bit(simt, monkeypatch, l
 def test_control_keys_rotated_from_k_are_the_prepared_ones_bit_for_bit(simt, monkeypatch, layout, raw):
     """attn_setup.h cond_keys_in_place: with D = Dp, 16-byte rows and a rotary half in steps of 4 pairs, the
     control CTAs read the control rows' body keys from k itself and rotate each tile to the conditioning
-    positions in shared memory (mainloop.h rotate_cond_keys), and the preparation writes no k_cond; otherwise
+    positions in shared memory (common/cond_rotation.h rotate_cond_keys), and the preparation writes no k_cond; otherwise
     (head dim 66, a rotary half of 18, a misaligned k) the preparation writes k_cond. Either way the output is
     bit for bit the one RANGESWA_CUDA_COND=copy forces (the same products, on the host's compile), and close to
     the reference, control rows included."""
@@ -382,7 +382,7 @@ def test_the_preparation_folded_into_the_control_ctas(simt, monkeypatch, case, f
     """attn_setup.h fold_into_control: on the sm_90a launch (its control grid before its body grid), a Lite call at
     head dim 64 with every dim rotated, the body keys read from k and the values read in place
     (nat_keys_from_control) has its control CTAs do its whole preparation of the body rows from the tiles as they
-    land (mainloop.h NatFold: R(j) k_j into k_nat, the G-block means s_nat and s_v; the first control tile of each
+    land (common/cond_rotation.h LitePrep: R(j) k_j into k_nat, the G-block means s_nat and s_v; the first control tile of each
     KV head's first query head, over its chunks), so that the preparation reads no body row. Not Lite at head dim
     128 or with a partial rotary dim (its preparation is bound by its instructions, not by memory), not a late call
     (grouped keys: the preparation writes them) and not on the mma.sync kernel (control and body CTAs share its

@@ -569,7 +569,7 @@ def _simt_packed_launches(simt, per_launch, head_dim, seed):
 
 
 def test_simt_packed_call_over_several_launches_keeps_each_sequences_bits(simt):
-    """More sequences than one launch takes (attn_launch.h run_attn_packed: the parameters of at most
+    """More sequences than one launch takes (sm80/attn_launch.h run_attn_packed: the parameters of at most
     PackedAttnLaunch::kSeqs a launch; here 2, rangeswa_simt.packed_launch_seqs): the five sequences with query rows
     go on three launches, each CTA on its own sequence's parameters, each sequence's rows bit for bit its own call's."""
     assert _simt_packed_launches(simt, 2, 64, seed=29) == 3

@@ -255,7 +255,7 @@ size_t attn_smem_for(const AttnKernelParams& p, int64_t D) {
                                                              : attn_smem_bytes<Element, 128>(p);
 }
 
-// The warp-specialized sm_90a body kernel (16-bit elements; hopper/body_launch.h): its launch, whether the
+// The warp-specialized sm_90a body kernel (16-bit elements; sm90/body_launch.h): its launch, whether the
 // build holds its code for this device, its shared memory per CTA.
 template <typename Element>
 void run_attn_hopper_for(const AttnKernelParams& p, int64_t D, cudaStream_t stream) {
@@ -490,7 +490,7 @@ at::Tensor device_table(const Table& calls, const at::Tensor& like) {
 // A packed call (csrc/varlen.h) in shared launches (docs/cuda.md "Packed calls"): every sequence checked as its
 // own call first; then per sequence its arrays and rope tables (cached across calls), and for all sequences at
 // once the retrieval (block means, then top-K selection: topk_blocks.h PackedTopk), the preparation (one launch
-// per kernel variant the sequences use, prepare.h prepare_variant), the sort, the plan, the attention kernel (mainloop.h attn_packed_kernel: one launch per K/V
+// per kernel variant the sequences use, prepare.h prepare_variant), the sort, the plan, the attention kernel (sm80/mainloop.h attn_packed_kernel: one launch per K/V
 // stage count the sequences use, one in practice) and the combine. A sequence whose body runs on the sm_90a kernel
 // (RANGESWA_CUDA_KERNEL=hopper) has its body and control CTAs launched on its own.
 std::tuple<at::Tensor, at::Tensor> attn_cuda_packed(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
@@ -556,7 +556,7 @@ std::tuple<at::Tensor, at::Tensor> attn_cuda_packed(RSWA_ATTN_PARAMS, std::optio
       if (ctas == 0) continue;
       const PackedLaunch launch = calls.attn_launch(PackedCalls::kAttn + x);
       const size_t smem = calls.smem[x];
-      const int32_t per = PackedAttnLaunch::kSeqs;  // sequences a launch (attn_launch.h run_attn_packed)
+      const int32_t per = PackedAttnLaunch::kSeqs;  // sequences a launch (sm80/attn_launch.h run_attn_packed)
       if (D <= 64) check_launch(run_attn_packed<T, 64>(launch, ctas, x + 2, smem, stream, per), "attn");
       else if (D <= 80) check_launch(run_attn_packed<T, 80>(launch, ctas, x + 2, smem, stream, per), "attn");
       else check_launch(run_attn_packed<T, 128>(launch, ctas, x + 2, smem, stream, per), "attn");

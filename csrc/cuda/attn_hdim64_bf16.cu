@@ -1,5 +1,5 @@
 // One instantiation of the fused attention kernel (attn_api.cpp dispatches here).
-#include "attn_launch.h"
+#include "sm80/attn_launch.h"
 
 RANGESWA_INSTANTIATE_ATTN(__nv_bfloat16, 64)
 RANGESWA_INSTANTIATE_CONTROL_FOLD(__nv_bfloat16, 64)

@@ -41,12 +41,12 @@ struct PreparedArrays {
   RowStrides values;
   // cond_raw: k_cond is k itself at its first body row, rows at cond.at(b, h, r), unrotated; the control
   // CTAs rotate each tile to the conditioning positions as it lands (attn_setup.h cond_keys_in_place,
-  // mainloop.h rotate_cond_keys), and the preparation writes no k_cond.
+  // common/cond_rotation.h rotate_cond_keys), and the preparation writes no k_cond.
   RowStrides cond;
   bool cond_raw;
 };
 
-// Lite's preparation folded into the control CTAs (mainloop.h NatFold; attn_setup.h nat_keys_from_control):
+// Lite's preparation folded into the control CTAs (common/cond_rotation.h LitePrep; attn_setup.h nat_keys_from_control):
 // the arrays they write in its place, k_nat, s_nat and s_v.
 struct FoldedPrepare {
   void *k_nat, *s_nat, *s_v;  // the KV heads' arrays (kv's k_nat, s_nat, s_v, writable); s_v null: no fold
@@ -95,7 +95,7 @@ struct AttnKernelParams {
   // tile's rows share their retrieved blocks).
   int32_t control_tiles, control_chunks, control_chunk_keys, body_tiles;
   int32_t tile_block, tiles_per_block, first_tile_block;
-  // One launch runs every tile of every head (attn_launch.h run_attn). Divisions of the CTA index: by the
+  // One launch runs every tile of every head (sm80/attn_launch.h run_attn). Divisions of the CTA index: by the
   // CTAs per head, the control chunks, the tiles per block, Hq and the query heads per KV head.
   FastDiv by_ctas_per_head, by_chunks, by_tiles_per_block, by_Hq, by_group;
   float* ctrl_o;    // [control_partials, B * Hq, C, Dp] normalised partial outputs (fp32)
@@ -117,12 +117,12 @@ struct PackedLaunch {
 // The bytes of kernel parameters a launch may pass (CUDA 12.1 and later, Volta and later devices).
 constexpr size_t kMaxKernelParamBytes = 32764;
 
-// The attention kernel's packed launch (mainloop.h attn_packed_kernel): up to kSeqs sequences' parameters and
+// The attention kernel's packed launch (sm80/mainloop.h attn_packed_kernel): up to kSeqs sequences' parameters and
 // first CTAs (as PackedLaunch's) passed by value, in the kernel parameter space, as attn_kernel's own parameters
 // are: each CTA reads its sequence's fields from the constant bank at an offset that depends only on blockIdx, so
 // ptxas knows every field warp-uniform (read through a pointer into global or shared memory, they are not: the
 // branches on them diverge and sm_80's shuffles after them take the warp-sync slow path). A call with more
-// sequences takes several launches (attn_launch.h run_attn_packed).
+// sequences takes several launches (sm80/attn_launch.h run_attn_packed).
 struct PackedAttnLaunch {
   static constexpr int kSeqs =
       int((kMaxKernelParamBytes - 2 * sizeof(int64_t)) / (sizeof(AttnKernelParams) + sizeof(int32_t)));
@@ -133,7 +133,7 @@ struct PackedAttnLaunch {
 static_assert(sizeof(PackedAttnLaunch) <= kMaxKernelParamBytes, "a packed attention launch fits the parameter space");
 
 // Whether a packed call's sequences at (padded) head dim D run one launch each on attn_kernel rather than kSeqs a
-// launch on attn_packed_kernel: the one place that chooses (attn_launch.h run_attn_packed launches by it, the SIMT
+// launch on attn_packed_kernel: the one place that chooses (sm80/attn_launch.h run_attn_packed launches by it, the SIMT
 // emulation counts launches by it). At head dim 128 attn_kernel holds 254-255 registers and the packed kernel's
 // sequence (its parameters' offset, one more live value) spilled 4-8 B on sm_90a however it was found (issue 49:
 // a uniform scan 4-28 B, a binary search 106 B; a shared-memory copy of the parameters brought 25 CALLs back).

@@ -220,7 +220,7 @@ void body_values(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int
 }
 
 // Whether the control CTAs read the control rows' body keys from k itself and rotate them to the
-// conditioning positions as each tile lands (mainloop.h rotate_cond_keys) instead of reading a k_cond array
+// conditioning positions as each tile lands (common/cond_rotation.h rotate_cond_keys) instead of reading a k_cond array
 // that the preparation writes: the call has the conditioning correction and no prepared context (whose
 // cache holds k_cond), the head dim is its own padding, k's rows start on 16 bytes (cp.async 16) as
 // values_in_place asks of v, and the rotary half is 4 x a power of two pairs (rotate_cond_rows: a thread's
@@ -244,8 +244,8 @@ inline void cond_from_keys(const AttnParams& ap, const AttnSetup& s, AttnBuffers
   buf.cond = buf.k_strides;
 }
 
-// Whether Lite's preparation folds into the control CTAs (mainloop.h NatFold): the body runs on the sm_90a
-// kernel (whose launch runs the control grid first, hopper/body_launch.h, so every array is whole before a
+// Whether Lite's preparation folds into the control CTAs (common/cond_rotation.h LitePrep): the body runs on the sm_90a
+// kernel (whose launch runs the control grid first, sm90/body_launch.h, so every array is whole before a
 // body CTA reads it), the control CTAs load every body key and value from k and v themselves (cond_raw, and v
 // read in place), and what the preparation would write of the body rows is k_nat and rule 4's means s_nat and
 // s_v alone (Lite: no grouping, prefix sums or far summaries), head dim 64 with every dim rotated and G = 16

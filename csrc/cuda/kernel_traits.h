@@ -15,7 +15,7 @@ inline constexpr int kAttnTileRows = 128;
 // Control keys are scored in tiles of 16 columns, not a whole KV tile.
 inline constexpr int kCtrlCols = 16;
 // Control query rows per CTA: one warp's rows. The CTA's warps split the keys among them instead (split-K
-// inside the CTA: warp w takes every kControlSplit-th 16-column unit of the chunk's tiles, mainloop.h
+// inside the CTA: warp w takes every kControlSplit-th 16-column unit of the chunk's tiles, common/control.h
 // control_unit), each leaving its own partial result for the combine kernel, so no warp idles while
 // another walks the chunk.
 inline constexpr int kControlTileRows = 32;
@@ -25,7 +25,7 @@ inline constexpr int kControlSplit = 4;
 // (SIMT path) halves it so its query tile and two K/V stages fit in an sm_80 multiprocessor's 163 KB; head
 // dim 128 halves it so the score and output accumulators fit in registers without spills.
 inline constexpr int kv_tile_cols(bool tensor_cores, int Dp) { return !tensor_cores || Dp > 80 ? 32 : 64; }
-// ... of the sm_90a body kernel (hopper/body_layout.h HopperTraits::kBlockN): 64 at every head dim. Its consumer
+// ... of the sm_90a body kernel (sm90/body_layout.h HopperTraits::kBlockN): 64 at every head dim. Its consumer
 // warps hold 16 rows, so a 64-key tile's scores and a head dim 128 output fit their registers, and a tile's fixed
 // costs (its mbarriers, the softmax's reductions, the loop) are paid once per 64 keys.
 inline constexpr int kHopperTileCols = 64;
@@ -37,7 +37,7 @@ inline constexpr int body_tile_cols(bool tensor_cores, int Dp, bool hopper) {
 // The padded head dim a head dim D runs as (0 = unsupported).
 inline constexpr int padded_head_dim(int64_t D) { return D <= 64 ? 64 : D <= 80 ? 80 : D <= 128 ? 128 : 0; }
 
-// K/V pipeline stages of the body walk (mainloop.h attn_kernel): 2 (tile n + 1 loads while tile n is
+// K/V pipeline stages of the body walk (sm80/mainloop.h attn_kernel): 2 (tile n + 1 loads while tile n is
 // computed) or 3 (tiles n + 1 and n + 2 in flight), chosen per call on the host (attn_api.cpp: 3 where the
 // device's shared memory holds two CTAs per multiprocessor with it) and passed as AttnKernelParams::kv_stages.
 template <typename Element_, int kHeadDim_, int kStages_ = 2>

@@ -42,17 +42,17 @@ template <typename Element, int kHeadDim>
 cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream);
 template <typename Element, int kHeadDim>
 size_t attn_smem_bytes(const AttnKernelParams& p);
-// ... its control CTAs alone, folding Lite's preparation in (attn_launch.h run_control_fold; head dim 64, 16-bit:
+// ... its control CTAs alone, folding Lite's preparation in (sm80/attn_launch.h run_control_fold; head dim 64, 16-bit:
 // attn_hdim64_<dtype>.cu) ...
 template <typename Element, int kHeadDim>
 cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream);
-// ... and for every sequence of a packed call, pk in host memory (attn_launch.h run_attn_packed: one launch per
+// ... and for every sequence of a packed call, pk in host memory (sm80/attn_launch.h run_attn_packed: one launch per
 // PackedAttnLaunch::kSeqs sequences).
 template <typename Element, int kHeadDim>
 cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_stages, size_t smem,
                             cudaStream_t stream, int32_t per_launch);
 
-// The warp-specialized sm_90a body kernel (hopper/body_kernel.h) with the control CTAs on the mma.sync one:
+// The warp-specialized sm_90a body kernel (sm90/body_kernel.h) with the control CTAs on the mma.sync one:
 // attn_hopper_<dtype>.cu (16-bit elements). hopper_kernel_built: whether the build holds its sm_90a code for
 // the current device.
 template <typename Element, int kHeadDim>

@@ -185,6 +185,7 @@ RSWA_HD int32_t far_right_begin(const Geometry& g, int32_t i) { return imin(g.nG
 
 // Bit x set: G-block b0 + x (x < 64) lies in one of the query block's retrieved key blocks (sorted
 // ascending, -1 after the last), which every row of the tile sees exactly (rule 3), so it is no summary.
+// [gate:exclusion-bits begin]
 RSWA_HD uint64_t exclusion_bits(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b0, int32_t n) {
   uint64_t bits = 0;
   const int32_t per = g.by_blocks_per_key_block.d;
@@ -199,6 +200,7 @@ RSWA_ROLLED
   }
   return bits;
 }
+// [gate:exclusion-bits end]
 
 RSWA_HD bool is_retrieved_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b) {
   const int32_t kb = g.by_blocks_per_key_block.div(b);
@@ -304,6 +306,7 @@ inline constexpr int kRowFle = int(offsetof(RowGeometry, fle) / sizeof(int32_t))
 inline constexpr int kRowFrb = int(offsetof(RowGeometry, frb) / sizeof(int32_t));
 
 // Row i of a tile whose query block retrieved `sorted` (k entries; null for control rows).
+// [gate:row-geometry begin]
 RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i, const int32_t* sorted = nullptr, int32_t k = 0) {
   RowGeometry r;
   r.wf = window_first(g, i);
@@ -328,6 +331,7 @@ RSWA_HD RowGeometry row_geometry(const Geometry& g, int32_t i, const int32_t* so
   }
   return r;
 }
+// [gate:row-geometry end]
 
 // Which blocks of an Hn band (G-blocks [k0, k0 + n) on `side`, 0 left, 1 right) take their score from
 // variant v's product for a row: far blocks the side's grouped variant, near ones the native variant; the
@@ -359,6 +363,7 @@ RSWA_HD Bounds band_columns(const RowGeometry& row, int side, QVar v, int32_t k0
 // The keys [lo, hi) of record r that a body row sees (control rows see every key: kPlain records). A
 // window record with kRecWindowSums gives the keys the row sees exactly; it sees the rest of the record
 // as near summaries.
+// [gate:record-bounds begin]
 RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, const RowGeometry& row, int32_t i) {
   if (r.flags & kRecBand) return Bounds{r.k0, r.k0 + r.n};  // every row sees the whole band
   if (Scope(r.scope) == Scope::kMixedLeft || Scope(r.scope) == Scope::kMixedRight) {
@@ -394,6 +399,7 @@ RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, int32_t i, cons
                               int32_t k = 0) {
   return record_bounds(g, r, row_geometry(g, i, sorted, k), i);
 }
+// [gate:record-bounds end]
 
 // --- the plan of one CTA ------------------------------------------------------------------------------
 

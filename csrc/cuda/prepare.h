@@ -60,7 +60,7 @@ struct PrepareParams {
 };
 
 // 1 / the tokens of the last of L's G-blocks (rule 4's mean over a ragged block), as a float: the preparation's
-// and the control CTAs' (mainloop.h NatFold) factor.
+// and the control CTAs' (common/cond_rotation.h LitePrep) factor.
 inline float last_block_inverse(int32_t L, int32_t G) { return L > 0 ? 1.f / float(L - (L - 1) / G * G) : 0.f; }
 
 // A call whose body rows' arrays someone else holds (a prepared context's cache, or the control CTAs that fold

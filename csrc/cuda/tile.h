@@ -1,5 +1,5 @@
 // What one warp does with one KV tile of a record (plan.h), and the walk over a CTA's records in KV
-// tiles. Host and device code: the attention kernel (mainloop.h) and the plan census (emulator/
+// tiles. Host and device code: the attention kernels (sm80/, sm90/) and the plan census (emulator/
 // plan_emulator.cu plan_stats) share every decision here, so the census counts the kernel's own choices.
 //
 // A warp owns 32 query rows. In the kernel's masked loop each row keeps its bounds [lo, hi) in the record
@@ -37,33 +37,43 @@ RSWA_HD bool summary_keys(const Record& r) {
 }
 
 // The column of the ragged last G-block's summary in a tile (its bias is log2 n_b, not log2 G), or -1.
+// [gate:ragged-column begin]
 RSWA_HD int32_t ragged_column(const Geometry& g, const Record& r, const KvTile& t) {
   if (!summary_keys(r) || g.log2_last_block == g.log2_block) return -1;
   const int32_t last = g.nG - 1;
   return last >= t.a && last < t.a + t.n ? last - t.a : -1;
 }
+// [gate:ragged-column end]
 
 // A row's part in its warp's choice for tile t (rows past the tile's end take none): whether it sees every
 // key of the tile, and whether it sees any.
+// [gate:row-sees-all begin]
 RSWA_HD bool row_sees_all(const Bounds& b, const KvTile& t, bool row) { return !row || (b.lo <= t.a && t.a + t.n <= b.hi); }
+// [gate:row-sees-all end]
+// [gate:row-sees-any begin]
 RSWA_HD bool row_sees_any(const Bounds& b, const KvTile& t, bool row) {
   return row && b.lo < b.hi && b.lo < t.a + t.n && t.a < b.hi;
 }
+// [gate:row-sees-any end]
 
 // A warp's work on tile t of record r from two votes of its rows: skip when no row sees a key of it, full
 // when every row sees all of it, else masked. In a window record with its edges' summaries (plan.h
-// window_sums) every row sees every key, exactly or in its G-block's mean, so no tile is skipped (mainloop.h
-// warp_tile takes the G-block means on a masked tile).
+// window_sums) every row sees every key, exactly or in its G-block's mean, so no tile is skipped (common/logits.h
+// tile_logits takes the G-block means on a masked tile).
+// [gate:classify begin]
 RSWA_HD TileWork classify(bool all, bool any, const Record& r) {
   if (!any) return (r.flags & kRecWindowSums) ? TileWork::kMasked : TileWork::kSkip;
   return all ? TileWork::kFull : TileWork::kMasked;
 }
+// [gate:classify end]
 
 // Whether some columns of the tile differ from the rest for every row alike: past the keys (n < width),
 // retrieved G-blocks of a summary record, or the ragged last G-block's bias.
+// [gate:has-column-fixups begin]
 RSWA_HD bool has_column_fixups(const KvTile& t, int32_t ragged) {
   return t.n < t.width || t.excluded != 0 || ragged >= 0;
 }
+// [gate:has-column-fixups end]
 
 // The KV tiles of a CTA's records in record order: `width` columns each (kCtrlCols for control keys and for
 // the direct records of straddling blocks). The control walk's cursor (body CTAs walk their spans:

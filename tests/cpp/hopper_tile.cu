@@ -1,4 +1,4 @@
-// Small sm_90a kernels on hopper.h's primitives: S = Q K^T for one 64 x 64 tile with head dim 64 (TMA into
+// Small sm_90a kernels on sm90/hopper.h's primitives: S = Q K^T for one 64 x 64 tile with head dim 64 (TMA into
 // swizzled shared memory, an mbarrier, four k16 steps of wgmma m64n64k16, A from shared memory or from
 // registers), O = P V for one tile (V an N-major B), and Q K^T over a ring of K tiles (a producer warp issuing
 // TMA into two stages, a consumer warpgroup waiting on full barriers and releasing stages on empty barriers,
@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/hopper.h"
+#include "cuda/sm90/hopper.h"
 #include "cuda/utils.h"
 
 namespace rangeswa::cuda::hopper_tile {
@@ -38,7 +38,7 @@ __host__ __device__ constexpr uint32_t step_offset(int ks) {
   return (32u * uint32_t(ks) / kW) * 64u * kW + 32u * uint32_t(ks) % kW;
 }
 
-// The A fragment of the k16 step ks (hopper.h: a[0] = (16 w + g, 2q..), a[1] = (+8, 2q..), a[2] = (16 w + g,
+// The A fragment of the k16 step ks (sm90/hopper.h: a[0] = (16 w + g, 2q..), a[1] = (+8, 2q..), a[2] = (16 w + g,
 // 2q+8..), a[3] = (+8, 2q+8..)) read from the swizzled tile with plain loads.
 template <uint32_t kW>
 __device__ __forceinline__ void load_a_fragment(uint32_t (&a)[4], const unsigned char* tile, int ks) {
@@ -113,7 +113,7 @@ __device__ __forceinline__ void pv_tile(float (&d)[32], const unsigned char* sP,
   fence_operand(d);
 }
 
-// The accumulator of thread t of the warpgroup (hopper.h): d[i] = (16 w + g + 8 ((i / 2) % 2), 8 (i / 4) + 2q + i % 2).
+// The accumulator of thread t of the warpgroup (sm90/hopper.h): d[i] = (16 w + g + 8 ((i / 2) % 2), 8 (i / 4) + 2q + i % 2).
 __device__ __forceinline__ void store_tile(float* out, const float (&d)[32]) {
   const int t = threadIdx.x % 128, w = t / 32, g = (t % 32) / 4, q = t % 4;
 #pragma unroll

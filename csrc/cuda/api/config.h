@@ -28,7 +28,7 @@
 namespace rangeswa::cuda {
 
 // The body kernel asked for: "mma" the mma.sync kernel on every device, "hopper" the warp-specialized sm_90a kernel
-// (hopper/body_kernel.h; an error where it cannot run: compute capability 9.0, 16-bit elements, a build with its
+// (sm90/body_kernel.h; an error where it cannot run: compute capability 9.0, 16-bit elements, a build with its
 // sm_90a code, its shared memory within the device's), "auto" the device's choice (the sm_90a kernel where it can
 // run when kHopperByDefault, else the mma.sync kernel).
 //
@@ -120,7 +120,7 @@ struct Config {
 // The one function that decides how a call runs.
 // - Hn bands: the plan's band records when their buffers cost no CTA per multiprocessor (on an H100 / H200 always,
 //   on an A100 at head dims whose tiles leave room), or always (o.bands); never with RANGESWA_CUDA_EDGES=masked.
-// - K/V stages: a third (mainloop.h: tiles n + 1 and n + 2 in flight) where it too costs no CTA per
+// - K/V stages: a third (sm80/mainloop.h: tiles n + 1 and n + 2 in flight) where it too costs no CTA per
 //   multiprocessor: on an H100 / H200 (228 KB per SM) at head dim 64 beside the bands' buffers, at every head dim
 //   without them, two CTAs; on an A100 (164 KB) at none (docs/cuda.md). RANGESWA_CUDA_STAGES forces it.
 // - The body kernel: the sm_90a kernel when it is asked for, the inputs are 16-bit and its shared memory per CTA is
@@ -128,7 +128,7 @@ struct Config {
 //   (fp32: its FFMA path). Where the sm_90a kernel was asked for and the call keeps it out, `why` says so; where the
 //   device cannot run it at all, `refused` when it was asked for by name.
 // - The plan's KV tile is the body kernel's (kernel_traits.h body_tile_cols); its window sums need G = 16 on 64-key
-//   tiles (each lane of the kernel then holds one whole G-block of a row, mainloop.h tile_column).
+//   tiles (each lane of the kernel then holds one whole G-block of a row, common/kv_copy.h tile_column).
 inline Config choose_config(const CallShape& c, const DeviceCaps& d, const Overrides& o) {
   Config cfg;
   cfg.span_budget = !o.spans.has_value() ? c.max_spans : std::max(1, std::min(c.max_spans, *o.spans));

@@ -150,7 +150,7 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared R
         }
         if (!direct) {
           st[work == TileWork::kSkip ? 6 : work == TileWork::kFull ? 4 : 3] += 1;
-          // the logits computed before the softmax (mainloop.h warp_tile): a masked tile, or column fix-ups
+          // the logits computed before the softmax (common/warp_tile.h warp_tile): a masked tile, or column fix-ups
           if (KeySet(r.keys) != KeySet::kCtrl)
             st[22] += work == TileWork::kMasked || (work == TileWork::kFull && has_column_fixups(kv, ragged));
           masked = masked || work == TileWork::kMasked;
@@ -166,7 +166,7 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared R
           }
         }
       }
-      // The sm_90a kernel's consumer warps (hopper/body_kernel.h masked_run): 16 rows each, warpgroups of 4
+      // The sm_90a kernel's consumer warps (sm90/body_kernel.h masked_run): 16 rows each, warpgroups of 4
       // (rows 0..63, 64..127). Its masked loop has a warpgroup compute a tile when any of its warps' votes is
       // not a skip (wgmma is the group's instruction); a warp then takes the logit path when its tile is masked,
       // fixed up, or one it would skip (taken masked, every score -inf). Its unmasked loop computes every
@@ -205,7 +205,7 @@ at::Tensor plan_stats(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared R
   // 20 tiles of window records with their edges' summaries (plan.h window_sums), 21 Hn band tiles, 22 warp-tiles
   // of KV tiles (column 1's) whose logits are computed before the softmax (masked, or full with column fix-ups),
   // 23 tiles of the unmasked loop (tile.h plan_spans), 24 tile spans, 25 warp-tiles of the sm_90a kernel's
-  // 16-row consumer warps that take the logit path (column 22's tiles, counted as hopper/body_kernel.h's masked
+  // 16-row consumer warps that take the logit path (column 22's tiles, counted as sm90/body_kernel.h's masked
   // loop decides: per warpgroup of 4), 26 its 16-row warp-tiles whose warpgroup skips the tile (masked loop).
   return stats;
 }

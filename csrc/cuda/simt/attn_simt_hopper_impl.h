@@ -4,8 +4,8 @@
 #include "cuda/simt/simt.h"
 // The kernels' sources and the launcher, unmodified, compiled for the host (simt.h force-included: the
 // kernels run on its primitives, hopper.h's on simt_hopper.cpp).
-#include "cuda/attn_launch.h"
-#include "cuda/hopper/body_launch.h"
+#include "cuda/sm80/attn_launch.h"
+#include "cuda/sm90/body_launch.h"
 #include "cuda/simt/attn_simt.h"
 
 namespace rangeswa::cuda::simt_attn {

@@ -3,7 +3,7 @@
 
 #include "cuda/simt/simt.h"
 // The kernel source and its launcher, unmodified, compiled for the host (the build force-includes simt.h: the kernels run on its primitives).
-#include "cuda/attn_launch.h"
+#include "cuda/sm80/attn_launch.h"
 #include "cuda/simt/attn_simt.h"
 
 namespace rangeswa::cuda::simt_attn {

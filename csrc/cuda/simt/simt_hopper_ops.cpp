@@ -6,7 +6,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include "cuda/hopper.h"
+#include "cuda/sm90/hopper.h"
 #include "cuda/simt/simt.h"
 #include "cuda/simt/simt_hopper_tests.h"
 

@@ -7,7 +7,7 @@
 // The kernel sources under test, unmodified.
 #include "cuda/kernel_traits.h"
 #include "cuda/utils.h"
-#include "cuda/warp_gemm.h"
+#include "cuda/common/warp_gemm.h"
 
 namespace rangeswa::cuda::simt_tests {
 namespace {

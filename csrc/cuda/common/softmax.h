@@ -1,5 +1,5 @@
 // The one online softmax of SPEC section 2 ("everything selected for row i goes into one softmax"),
-// over the accumulator layout of warp_gemm.h: each lane holds rows g and g + 8 of each of its warp's m16
+// over the accumulator layout of common/warp_gemm.h: each lane holds rows g and g + 8 of each of its warp's m16
 // blocks (row slot rr = 2 mb + h), the 4 lanes of a quad share a row. Logits arrive in base 2 (scale *
 // log2(e) folded in, biases added before the max), -inf marking pairs the row does not see. fp32 running
 // max and sum.
@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "utils.h"
+#include "../utils.h"
 
 namespace rangeswa::cuda {
 
@@ -34,7 +34,7 @@ struct OnlineSoftmax {
   // first tiles the maxima rarely move, and alpha = 1 exactly otherwise (FlashAttention-4's conditional
   // rescaling, without its threshold).
   // kRowSum false: the row sums are left to the caller (l stays 0): the sm_90a body kernel gets them from its
-  // P V product, whose values carry a column of ones (hopper/body_layout.h kValueCols).
+  // P V product, whose values carry a column of ones (sm90/body_layout.h kValueCols).
   template <int NT, int DT, bool kRowSum = true>
   __device__ __forceinline__ void update(float (&x)[MB][NT][4], float (&o)[MB][DT][4], float a, float b) {
     float alpha[R];

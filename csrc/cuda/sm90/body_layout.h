@@ -1,4 +1,4 @@
-// The sm_90a body kernel's sizes and shared memory (hopper/body_kernel.h): the same plan as the mma.sync
+// The sm_90a body kernel's sizes and shared memory (sm90/body_kernel.h): the same plan as the mma.sync
 // kernel, laid out on its own tile width (128-row query tiles, KV tiles of kHopperTileCols = 64 keys at every
 // head dim, 16-column tiles for control keys, direct records and Hn bands), a producer warpgroup and consumer
 // warpgroups of 64 rows a wgmma product (wgmma's M; HopperTraits::kMBlocks products a group), and every wgmma
@@ -14,7 +14,7 @@
 //     next 8 keys); the key step ks starts 32 W ks bytes in. A V stage's rows are W = Dp + 8 columns wide
 //     (HopperTraits::kValueCols: the values, then a chunk of ones).
 // A row's 16-byte chunks are whole, so the producer's cp.async copies and the slot's fills write 16 bytes at a
-// time (mainloop.h slot_col<true> is the column part of this offset).
+// time (common/query_slot.h slot_col<true> is the column part of this offset).
 #pragma once
 
 #include <cstddef>
@@ -22,9 +22,10 @@
 #include <type_traits>
 
 #include "../kernel_traits.h"
-#include "../mainloop.h"
 #include "../plan.h"
 #include "../tile.h"
+#include "../common/kv_copy.h"
+#include "../common/shared_layout.h"
 
 namespace rangeswa::cuda {
 
@@ -78,13 +79,13 @@ struct HopperTraits {
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   // The producer warpgroup's warps that copy (the others leave after setmaxnreg): one where a warp's 32 lanes
   // cover whole rows (head dims 64 and 128: a lane copies one 16-byte column of every (32 / kChunks)-th row,
-  // its shared offsets constant steps from one base, body_kernel.h ProducerLanes), so the steady state pays one
+  // its shared offsets constant steps from one base, producer.h ProducerLanes), so the steady state pays one
   // warp's loop overhead a tile instead of four; all four at head dim 80, whose chunks are placed one by one.
   static constexpr int kProducerWarps = 32 % kChunks == 0 ? 1 : 4;
   static constexpr int kProducerThreads = 32 * kProducerWarps;
   // The query slot's fills and the straddling blocks' dots issue more loads before using any than the
   // mma.sync kernel's (one CTA a multiprocessor: nothing else issues while the consumers wait on them): 16
-  // rotated pairs a step (mainloop.h fill_row_vector: half / 16 round trips a fill, 2 at head dim 64), a whole
+  // rotated pairs a step (common/query_slot.h fill_row_vector: half / 16 round trips a fill, 2 at head dim 64), a whole
   // row of 16-byte chunks a term (straddling_dots: one round trip a term; two at head dim 128).
   static constexpr int kFillPairs = 16;
   static constexpr int kDotChunks = kChunks;
@@ -116,14 +117,14 @@ RSWA_HD int core_offset(int row, int d) {
   return core_row<Dp>(row) + slot_col<true>(d);
 }
 
-// Barrier ids of the consumers' named barriers (hopper.h named_barrier_*; 0 is __syncthreads'): both
+// Barrier ids of the consumers' named barriers (sm90/hopper.h named_barrier_*; 0 is __syncthreads'): both
 // consumer warpgroups, then one per warpgroup.
 inline constexpr int kConsumersBarrier = 1;
 inline constexpr int kGroupBarrier0 = 2;
 
 // Shared memory of the body kernel: the query slot, the K and V stages, the ring's mbarriers; per row its
 // bounds in the current record, its straddling blocks' parts and a direct record's score, and per consumer
-// warp the record whose bounds they hold; then the PlanRegion both body kernels share (mainloop.h).
+// warp the record whose bounds they hold; then the PlanRegion both body kernels share (common/shared_layout.h).
 template <typename Traits>
 struct HopperRows {
   using Element = typename Traits::Element;

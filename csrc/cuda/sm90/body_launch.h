@@ -1,5 +1,5 @@
-// Launch of the sm_90a body kernel (hopper/body_kernel.h) for one (element type, padded head dim): the
-// control CTAs on the mma.sync kernel (attn_launch.h run_attn over a grid of the control tiles only: the
+// Launch of the sm_90a body kernel (sm90/body_kernel.h) for one (element type, padded head dim): the
+// control CTAs on the mma.sync kernel (sm80/attn_launch.h run_attn over a grid of the control tiles only: the
 // same parameters with ctas_per_head = the control tiles), then the body tiles on the Hopper kernel (a grid
 // of the body tiles only: ctas_per_head = the body tiles, which the kernel numbers past the control ones).
 // Both kernels read the same plan. Each instantiation lives in attn_hopper_<dtype>.cu; the host entry
@@ -11,6 +11,7 @@
 #include "../attn_params.h"
 #include "../launch.h"
 #include "../plan.h"
+#include "../common/launch_checks.h"
 #include "body_kernel.h"
 #include "body_layout.h"
 
@@ -53,7 +54,6 @@ cudaError_t run_attn_hopper(const AttnKernelParams& p, cudaStream_t stream) {
   }
   const int64_t blocks = int64_t(body) * p.B * p.Hq;
   if (blocks == 0) return cudaSuccess;
-  if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
   AttnKernelParams pb = p;
   pb.by_ctas_per_head = FastDiv::make(body);
   const size_t smem = hopper_smem_bytes<Element, kHeadDim>(p);
@@ -65,14 +65,10 @@ cudaError_t run_attn_hopper(const AttnKernelParams& p, cudaStream_t stream) {
   if (const cudaError_t err = cudaFuncGetAttributes(&attr, kernel); err != cudaSuccess) return err;
   if (attr.numRegs != Traits::kEntryRegs) return cudaErrorInvalidConfiguration;
 #endif
-  if (smem > 48 * 1024) {
-    const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
-    if (err != cudaSuccess) return err;
-  }
 #if defined(RANGESWA_SIMT)
   ::simt::hopper::registers_at_entry(Traits::kEntryRegs);  // this launch's pool
 #endif
-  return RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, pb);
+  return launch_checked(kernel, blocks, Traits::kThreads, smem, stream, pb);
 }
 
 }  // namespace rangeswa::cuda

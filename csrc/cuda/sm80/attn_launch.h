@@ -7,8 +7,9 @@
 
 #include <memory>
 
-#include "attn_params.h"
-#include "kernel_traits.h"
+#include "../attn_params.h"
+#include "../kernel_traits.h"
+#include "../common/launch_checks.h"
 #include "mainloop.h"
 
 namespace rangeswa::cuda {
@@ -36,15 +37,8 @@ cudaError_t launch_tiles(const AttnKernelParams& p, cudaStream_t stream, const K
   return with_traits<Element, kHeadDim>(p, [&](auto traits) -> cudaError_t {
     using Traits = decltype(traits);
     const size_t smem = SharedLayout<Traits>::bytes(p.max_records, p.retrieved_k, p.geo.band_ok);
-    auto kernel = kernel_of(traits);
-    if (smem > 48 * 1024) {
-      const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
-      if (err != cudaSuccess) return err;
-    }
     const int64_t blocks = int64_t(p.by_ctas_per_head.d) * p.B * p.Hq;
-    if (blocks == 0) return cudaSuccess;
-    if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-    return RSWA_LAUNCH(kernel, unsigned(blocks), Traits::kThreads, smem, stream, p);
+    return launch_checked(kernel_of(traits), blocks, Traits::kThreads, smem, stream, p);
   });
 }
 
@@ -56,14 +50,14 @@ cudaError_t run_attn(const AttnKernelParams& p, cudaStream_t stream) {
   return launch_tiles<Element, kHeadDim>(p, stream, [](auto traits) { return attn_kernel<decltype(traits)>; });
 }
 
-// The control CTAs alone, folding Lite's preparation in (mainloop.h control_kernel): p's CTAs per head are its
-// control tiles (hopper/body_launch.h run_attn_hopper's control grid when p.fold is set). Head dim 64, 16-bit.
+// The control CTAs alone, folding Lite's preparation in (common/control.h control_kernel): p's CTAs per head are its
+// control tiles (sm90/body_launch.h run_attn_hopper's control grid when p.fold is set). Head dim 64, 16-bit.
 template <typename Element, int kHeadDim>
 cudaError_t run_control_fold(const AttnKernelParams& p, cudaStream_t stream) {
   return launch_tiles<Element, kHeadDim>(p, stream, [](auto traits) { return control_kernel<decltype(traits)>; });
 }
 
-// Every sequence of a packed call on the attention kernel (mainloop.h attn_packed_kernel): pk in host memory (the
+// Every sequence of a packed call on the attention kernel (sm80/mainloop.h attn_packed_kernel): pk in host memory (the
 // sequences' parameters and first CTAs, packed.h PackedCalls::attn_launch), `blocks` CTAs in all (pk.first[S]),
 // `smem` bytes per CTA (the largest of the sequences' attn_smem_bytes), the traits of `kv_stages` (every
 // sequence's p.kv_stages; attn_api.cpp groups them). The sequences with CTAs go `per_launch` (at most
@@ -87,15 +81,11 @@ cudaError_t run_attn_packed(const PackedLaunch& pk, int64_t blocks, int32_t kv_s
     return with_traits<Element, kHeadDim>(probe, [&](auto traits) -> cudaError_t {
       using Traits = decltype(traits);
       auto kernel = attn_packed_kernel<Traits>;
-      if (smem > 48 * 1024) {
-        const cudaError_t err = RSWA_OPT_IN_SMEM(kernel, smem);
-        if (err != cudaSuccess) return err;
-      }
+      if (const cudaError_t err = opt_in_smem(kernel, smem); err != cudaSuccess) return err;
       if (blocks == 0) return cudaSuccess;
       if (blocks != pk.first[pk.S]) return cudaErrorInvalidValue;
       auto launch = std::make_unique<PackedAttnLaunch>();  // ~32 KB: off the stack
       PackedAttnLaunch& one = *launch;
-      constexpr int64_t kMaxGrid = 0x7fffffff;
       int32_t s = 0;
       while (s < pk.S) {
         one.S = 0;

@@ -8,8 +8,8 @@
 // (kBlockN, or kCtrlCols for control keys).
 #pragma once
 
-#include "kernel_traits.h"
-#include "utils.h"
+#include "../kernel_traits.h"
+#include "../utils.h"
 
 namespace rangeswa::cuda {
 

@@ -181,7 +181,7 @@ RSWA_WGMMA_ASM(64,
                "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}",
                RSWA_SS64, RSWA_RS64, RSWA_F8(0), RSWA_F8(8), RSWA_F8(16), RSWA_F8(24))
 
-// N = 72: 36 accumulators (P V of head dim 64 with the body kernel's column of ones: hopper/body_layout.h kValueCols).
+// N = 72: 36 accumulators (P V of head dim 64 with the body kernel's column of ones: sm90/body_layout.h kValueCols).
 #define RSWA_SS72(TY, DL) "setp.ne.b32 p, %38, 0;\nwgmma.mma_async.sync.aligned.m64n72k16.f32" TY TY " " DL \
                           ", %36, %37, p, 1, 1, %39, %40;\n"
 #define RSWA_RS72(TY, DL) "setp.ne.b32 p, %41, 0;\nwgmma.mma_async.sync.aligned.m64n72k16.f32" TY TY " " DL \

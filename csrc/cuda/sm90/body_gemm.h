@@ -1,19 +1,19 @@
 // The body kernel's two products for one consumer warpgroup (64 query rows) on core-matrix tiles
-// (hopper/body_layout.h), as asynchronous wgmma: S = Q K^T with both operands in shared memory, O += P V with
+// (sm90/body_layout.h), as asynchronous wgmma: S = Q K^T with both operands in shared memory, O += P V with
 // P in registers. Each issues its instructions only (after wgmma.fence); the caller commits the group and
 // waits for it, so that a product can run while the warpgroup does other work (the softmax of the tile before).
 //
-// Accumulators are wgmma's m64nN fragment (hopper.h): d[4 n + e] is row 16 w + g + 8 (e / 2), column
+// Accumulators are wgmma's m64nN fragment (sm90/hopper.h): d[4 n + e] is row 16 w + g + 8 (e / 2), column
 // 8 n + 2 q + e % 2 for warp w of the warpgroup, lane 4 g + q: per warp exactly mma.sync's m16n8 C fragments
 // of one m16 block. A group's MB products (HopperTraits::kMBlocks) give each warp MB such blocks, which the
 // query slot's row order (HopperTraits::slot_row) makes the warp's consecutive rows, so the mma.sync kernel's
-// logits and softmax (mainloop.h tile_logits, softmax.h) run on them unchanged, viewed as [MB][N / 8][4]
+// logits and softmax (common/logits.h tile_logits, common/softmax.h) run on them unchanged, viewed as [MB][N / 8][4]
 // (as_blocks).
 #pragma once
 
 #include <cstdint>
 
-#include "../hopper.h"
+#include "hopper.h"
 #include "../utils.h"
 #include "body_layout.h"
 
@@ -26,7 +26,7 @@ __device__ __forceinline__ float (&as_blocks(float (&d)[MB][N / 2]))[MB][N / 8][
   return *reinterpret_cast<float(*)[MB][N / 8][4]>(&d);
 }
 
-// The registers of a group's products pinned where the source puts them (hopper.h fence_operand, CUTLASS's
+// The registers of a group's products pinned where the source puts them (sm90/hopper.h fence_operand, CUTLASS's
 // warpgroup_fence_operand, as FlashAttention-3 does): around each product's issue and after the wait that
 // retires it, so that the compiler moves no access of the accumulators (or of P, the A registers) into a
 // wgmma's flight, which ptxas would answer by serializing every wgmma (advisories C7514 / C7515, refused by
@@ -104,7 +104,7 @@ __device__ __forceinline__ void qk_issue(float (&s)[MB][kCols / 2], uint32_t q_l
   fence_products(s);
 }
 
-// P as wgmma's A fragments, per product and key step (hopper.h: a[0] = (row g, keys 2q..2q+1), a[1] = (row
+// P as wgmma's A fragments, per product and key step (sm90/hopper.h: a[0] = (row g, keys 2q..2q+1), a[1] = (row
 // g + 8, ..), a[2] = (row g, keys 2q+8..), a[3] = (row g + 8, keys 2q+8..)), rounded to the element type.
 template <typename Traits, int kCols, int MB>
 __device__ __forceinline__ void pack_p(uint32_t (&a)[MB][kCols / 16][4], const float (&p)[MB][kCols / 2]) {
