@@ -58,7 +58,7 @@ def emulator_ops():
 
 SIMT_SOURCES = ["simt.cpp", "simt_fiber.cpp", "simt_warp.cpp", "simt_shared.cpp", "simt_faults.cpp", "simt_ops.cpp", "simt_tests.cpp", "attn_simt_bf16.cpp", "attn_simt_fp16.cpp",
                 "attn_simt_fp32.cpp", "kernels_prepare.cpp", "kernels_plan.cpp", "kernels_topk_blocks.cpp",
-                "kernels_block_summary.cpp", "kernels_rope.cpp", "simt_hopper.cpp", "simt_hopper_tests.cpp",
+                "kernels_block_summary.cpp", "kernels_rope.cpp", "simt_hopper.cpp", "simt_wgmma.cpp", "simt_mbarrier_tma.cpp", "simt_hopper_tests.cpp",
                 "simt_hopper_ops.cpp", "attn_simt_hopper_bf16.cpp", "attn_simt_hopper_fp16.cpp"]
 
 
