@@ -35,6 +35,7 @@ std::vector<Extension>& extensions() {
   return list;
 }
 
+void add_extension(const Extension& e) { extensions().push_back(e); }
 
 namespace runtime {
 

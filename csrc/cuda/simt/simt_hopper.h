@@ -1,8 +1,9 @@
 // The Hopper primitives of csrc/cuda/hopper.h in the host SIMT emulation (included at the end of simt.h, so
 // force-included ahead of every SIMT source): RSWA_HOPPER_PRIMITIVES makes hopper.h leave its inline PTX out
-// and the same names, in rangeswa::cuda::hopper, run on simt_hopper.cpp. No kernel header names this one.
+// and the same names, in rangeswa::cuda::hopper, run on simt_hopper.cpp, simt_wgmma.cpp and simt_mbarrier_tma.cpp.
+// No kernel header names this one.
 //
-// What is emulated (simt_hopper.cpp has the details and the PTX ISA sections):
+// What is emulated (those files have the details and the PTX ISA sections):
 //   smem_u32                   the shared-window address of dynamic shared memory (kSharedBase + offset)
 //   wgmma_fence / _commit /    warpgroup collectives (.sync.aligned: all 128 threads of the warpgroup at the
 //   _wait<N>, wgmma_ss / _rs   same instruction); mma_async is deferred: it runs at the wait_group that retires

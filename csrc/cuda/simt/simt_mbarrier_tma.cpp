@@ -10,9 +10,10 @@
 //   reports a deadlock if no thread can make it happen). Barriers live in dynamic shared memory.
 // cp.async.bulk.tensor.2d (9.7.9.25.5.1) with a tensor map of encode_tensor_map_2d (cuTensorMapEncodeTiled's
 //   checks): the box at (c0, c1), elements outside the tensor zero (or NaN with OOB_FILL_NAN), written densely
-//   (rows of box0 elements) from dst and swizzled as above (the map's swizzle; reading of the ISA: the row
-//   pitch is the box's inner size, at most the swizzle span). A copy is in flight until no thread can run
-//   otherwise (or at issue with Options::eager_copies); then it lands and completes its bytes on its mbarrier.
+//   (rows of box0 elements) from dst and swizzled as simt_wgmma.cpp's header says (the map's swizzle; reading
+//   of the ISA: the row pitch is the box's inner size, at most the swizzle span). A copy is in flight until no
+//   thread can run otherwise (or at issue with Options::eager_copies); then it lands and completes its bytes on
+//   its mbarrier.
 //   Checked: a wgmma reading bytes of a copy in flight, a copy onto bytes an unfinished wgmma reads, a copy
 //   onto bytes a wgmma reads that was not complete when its thread arrived on a barrier the copying thread has
 //   waited on since (a stage released before wgmma.wait_group), copies overlapping each other.
