@@ -132,6 +132,10 @@ uint32_t to_shared(const Cta& c, const void* p, size_t bytes, const char* what, 
 unsigned char* from_shared(const Cta& c, uint32_t addr, size_t bytes, const char* what, Site site);
 // Pending (not executed) ops of warpgroup wg, oldest first.
 std::vector<Op*> pending_ops(Cta& c, int wg);
+// A write of shared chunks [lo, hi) (16 bytes each) by `what` (a TMA copy or a cp.async) of thread tid: refused
+// while a wgmma in flight reads them, or one released early (in flight when its threads arrived on an mbarrier
+// the writer has waited on since) (simt_wgmma.cpp).
+void check_operands_free(Cta& c, int tid, uint32_t lo, uint32_t hi, const char* what, Site site);
 // A TMA copy lands: its box written, its bytes completed on its mbarrier (simt_mbarrier_tma.cpp).
 void land(Cta& c, const Tma& t);
 

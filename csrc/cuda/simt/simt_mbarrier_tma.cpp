@@ -17,6 +17,8 @@
 //   Checked: a wgmma reading bytes of a copy in flight, a copy onto bytes an unfinished wgmma reads, a copy
 //   onto bytes a wgmma reads that was not complete when its thread arrived on a barrier the copying thread has
 //   waited on since (a stage released before wgmma.wait_group), copies overlapping each other.
+#include <algorithm>
+
 #include "cuda/simt/simt_hopper_internal.h"
 
 namespace simt::hopper {
@@ -150,24 +152,7 @@ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* ba
   if (addr % 128)
     throw Error("cp.async.bulk.tensor at " + site.str() + ": shared destination " + hex(addr) + " is not 128-byte aligned");
   barrier_at(c, bar, "cp.async.bulk.tensor (its mbarrier)", site);
-  const uint32_t lo = addr / 16, hi = (addr + bytes) / 16;
-  auto overlaps = [&](const Op& op) {
-    return std::any_of(op.reads.begin(), op.reads.end(), [&](uint32_t ch) { return ch >= lo && ch < hi; });
-  };
-  for (int id : c.threads[size_t(tid)].hazards) {
-    const Op& op = *c.ops[size_t(id)];
-    if (overlaps(op))
-      throw Error("cp.async.bulk.tensor at " + site.str() + " by " + who(tid) + " overwrites shared memory that the "
-                  "wgmma.mma_async at " + op.site.str() + " (warpgroup " + std::to_string(op.wg) + ") reads, which was "
-                  "still in flight when its threads arrived on an mbarrier this thread has waited on since (release "
-                  "the stage after wgmma.wait_group)");
-  }
-  for (size_t wg = 0; wg < c.wgs.size(); ++wg)
-    for (const Op* op : pending_ops(c, int(wg)))
-      if (overlaps(*op))
-        throw Error("cp.async.bulk.tensor at " + site.str() + " by " + who(tid) + " overwrites shared memory that the "
-                    "wgmma.mma_async at " + op->site.str() + " (warpgroup " + std::to_string(wg) + ") reads and has "
-                    "not finished (no wgmma.wait_group retired it)");
+  check_operands_free(c, tid, addr / 16, (addr + bytes) / 16, "cp.async.bulk.tensor", site);
   const size_t first = (addr - kSharedBase) / 16;
   for (size_t i = first; i < first + bytes / 16; ++i)
     if (c.inflight[i])

@@ -220,6 +220,27 @@ void execute(Cta& c, Op& op) {
 }
 
 }  // namespace
+
+void check_operands_free(Cta& c, int tid, uint32_t lo, uint32_t hi, const char* what, Site site) {
+  auto overlaps = [&](const Op& op) {
+    return std::any_of(op.reads.begin(), op.reads.end(), [&](uint32_t ch) { return ch >= lo && ch < hi; });
+  };
+  for (int id : c.threads[size_t(tid)].hazards) {
+    const Op& op = *c.ops[size_t(id)];
+    if (overlaps(op))
+      throw Error(std::string(what) + " at " + site.str() + " by " + who(tid) + " overwrites shared memory that the "
+                  "wgmma.mma_async at " + op.site.str() + " (warpgroup " + std::to_string(op.wg) + ") reads, which was "
+                  "still in flight when its threads arrived on an mbarrier this thread has waited on since (release "
+                  "the stage after wgmma.wait_group)");
+  }
+  for (size_t wg = 0; wg < c.wgs.size(); ++wg)
+    for (const Op* op : pending_ops(c, int(wg)))
+      if (overlaps(*op))
+        throw Error(std::string(what) + " at " + site.str() + " by " + who(tid) + " overwrites shared memory that the "
+                    "wgmma.mma_async at " + op->site.str() + " (warpgroup " + std::to_string(wg) + ") reads and has "
+                    "not finished (no wgmma.wait_group retired it)");
+}
+
 }  // namespace internal
 
 using namespace internal;
@@ -367,20 +388,7 @@ void check_async_overwrite(const void* dst, size_t bytes, Site site) {
   if (p < c.dyn || p + bytes > c.dyn + c.dyn_size) return;
   const int tid = thread_rank();
   const uint32_t lo = to_shared(c, dst, bytes, "cp.async", site) / 16, hi = lo + uint32_t((bytes + 15) / 16);
-  auto overlaps = [&](const Op& op) {
-    return std::any_of(op.reads.begin(), op.reads.end(), [&](uint32_t ch) { return ch >= lo && ch < hi; });
-  };
-  for (int id : c.threads[size_t(tid)].hazards)
-    if (overlaps(*c.ops[size_t(id)]))
-      throw Error("cp.async at " + site.str() + " by " + who(tid) + " overwrites shared memory that the wgmma.mma_async "
-                  "at " + c.ops[size_t(id)]->site.str() + " reads, which was still in flight when its threads arrived "
-                  "on an mbarrier this thread has waited on since (release the stage after wgmma.wait_group)");
-  for (size_t wg = 0; wg < c.wgs.size(); ++wg)
-    for (const Op* op : pending_ops(c, int(wg)))
-      if (overlaps(*op))
-        throw Error("cp.async at " + site.str() + " by " + who(tid) + " overwrites shared memory that the "
-                    "wgmma.mma_async at " + op->site.str() + " (warpgroup " + std::to_string(wg) + ") reads and has "
-                    "not finished (no wgmma.wait_group retired it)");
+  check_operands_free(c, tid, lo, hi, "cp.async", site);
 }
 
 uint32_t descriptor_address(uint64_t desc, int mn, int k, bool mn_major) {
