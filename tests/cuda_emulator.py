@@ -56,10 +56,17 @@ def emulator_ops():
     return torch.ops.rangeswa_emulator
 
 
-SIMT_SOURCES = ["simt.cpp", "simt_ops.cpp", "simt_tests.cpp", "attn_simt_bf16.cpp", "attn_simt_fp16.cpp",
-                "attn_simt_fp32.cpp", "kernels_prepare.cpp", "kernels_plan.cpp", "kernels_topk_blocks.cpp",
-                "kernels_block_summary.cpp", "kernels_rope.cpp", "simt_hopper.cpp", "simt_hopper_tests.cpp",
-                "simt_hopper_ops.cpp", "attn_simt_hopper_bf16.cpp", "attn_simt_hopper_fp16.cpp"]
+SIMT_SOURCES = [
+    # the runtime (simt_runtime.h): scheduler, fibers, warp collectives, shared memory and cp.async, memory faults
+    "simt.cpp", "simt_fiber.cpp", "simt_warp.cpp", "simt_shared.cpp", "simt_faults.cpp",
+    # the Hopper primitives (simt_hopper_internal.h): the CTA's state and named barriers, wgmma, mbarrier and TMA
+    "simt_hopper.cpp", "simt_wgmma.cpp", "simt_mbarrier_tma.cpp",
+    # torch.ops.rangeswa_simt (simt_ops.h) and the emulation's test kernels
+    "simt_ops.cpp", "simt_tests.cpp", "simt_hopper_tests.cpp", "simt_hopper_ops.cpp",
+    # the kernels' own source
+    "attn_simt_bf16.cpp", "attn_simt_fp16.cpp", "attn_simt_fp32.cpp", "attn_simt_hopper_bf16.cpp",
+    "attn_simt_hopper_fp16.cpp", "kernels_prepare.cpp", "kernels_plan.cpp", "kernels_topk_blocks.cpp",
+    "kernels_block_summary.cpp", "kernels_rope.cpp"]
 
 
 @functools.lru_cache(maxsize=None)

@@ -77,8 +77,9 @@ def test_the_configuration_is_chosen_in_one_function():
     assert definitions == [CONFIG]
     assert callers == {"attn_api.cpp", "emulator/host_call.h"}, callers
     # The SIMT emulation sets its calls up through host_call.h's emulated_setup (the same choose_config).
-    simt = _code((CUDA / "simt" / "simt_ops.cpp").read_text())
-    assert "emulated_setup(" in simt and "choose_config(" not in simt
+    simt = {p.name: _code(p.read_text()) for p in (CUDA / "simt").iterdir() if p.suffix in (".cpp", ".h")}
+    assert "emulated_setup(" in simt["simt_attn_ops.h"]
+    assert not [name for name, code in simt.items() if "choose_config(" in code]
     # The plan's KV tile comes from the configuration alone.
     for path, text in _sources():
         if path not in (CONFIG, CUDA / "kernel_traits.h"):

@@ -1,4 +1,4 @@
-"""The Hopper primitives (csrc/cuda/sm90/hopper.h) and their SIMT emulation (csrc/cuda/simt/simt_hopper.cpp).
+"""The Hopper primitives (csrc/cuda/sm90/hopper.h) and their SIMT emulation (csrc/cuda/simt/simt_hopper.h).
 
 Hand-worked cases from the PTX ISA's wgmma layout figures and descriptor format, TMA's tensor-map semantics
 (cuTensorMapEncodeTiled), mbarrier phases, and the sm_90a kernels of tests/cpp/hopper_tile.cu run through the

@@ -4,7 +4,7 @@ RANGESWA_CUDA_KERNEL=hopper makes torch.ops.rangeswa_simt.attn launch what attn_
 H200 (sm90/body_launch.h run_attn_hopper): the control CTAs on the mma.sync kernel, the body tiles on the
 warp-specialized kernel (a producer warp, wgmma consumer warpgroups: one of 128 rows at head dim 64, two of 64 at
 80 and 128; an mbarrier ring, named barriers),
-all of it the kernel's own source on csrc/cuda/simt/simt_hopper.cpp's wgmma / mbarrier / setmaxnreg. Held to
+all of it the kernel's own source on the SIMT's wgmma / mbarrier / setmaxnreg (csrc/cuda/simt/simt_hopper.h). Held to
 the float64 reference with the mma.sync kernel's tolerances (bf16 / fp16: attn_cases.assert_low_precision_close)
 on the grids of tests/test_simt.py, and to the mma.sync kernel's own output; the same output bit for bit under
 other thread orders and copy landings (the producer, the consumers and the two warpgroups interleave

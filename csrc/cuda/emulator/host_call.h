@@ -1,5 +1,5 @@
 // The host side of one fused attention call without a GPU, shared by the plan census and host prepare op
-// (plan_emulator.cu) and the SIMT emulation of the device source (csrc/cuda/simt/simt_ops.cpp): the checked
+// (plan_emulator.cu) and the SIMT emulation of the device source (csrc/cuda/simt/simt_attn_ops.h): the checked
 // arguments, the setup (attn_setup.h) and the arrays exactly as the op (attn_api.cpp) makes them. The small
 // kernels of a call (rope tables, preparation, rule 3's selection, sort and plan) run through a
 // `CallKernels`: `HostLanes` here runs their per-unit functions on the host, one lane each, and runs no
@@ -139,7 +139,7 @@ inline void prepare_on_host(const PrepareParams& given, int64_t BH, at::ScalarTy
 // Setup, preparation, selection and plan of a call, exactly as the op does them on the device; with a
 // prepared context (checked by `checked`), its arrays as the op takes them (context.h use_context). A sequence
 // of a packed call (`packed`) is set up and selects its blocks here, and leaves its preparation (hc.pp) and plan
-// to the packed call's shared launches (simt_ops.cpp, as attn_api.cpp attn_cuda_packed).
+// to the packed call's shared launches (simt_attn_ops.h, as attn_api.cpp attn_cuda_packed).
 inline void build(HostCall& hc, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const std::optional<at::Tensor>& retrieved, const std::optional<at::TensorList>& prepared,
                   const CallKernels& kernels, bool packed = false) {

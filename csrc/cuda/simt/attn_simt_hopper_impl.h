@@ -3,7 +3,7 @@
 
 #include "cuda/simt/simt.h"
 // The kernels' sources and the launcher, unmodified, compiled for the host (simt.h force-included: the
-// kernels run on its primitives, hopper.h's on simt_hopper.cpp).
+// kernels run on its primitives, sm90/hopper.h's on simt_hopper.cpp).
 #include "cuda/sm80/attn_launch.h"
 #include "cuda/sm90/body_launch.h"
 #include "cuda/simt/attn_simt.h"

@@ -1,5 +1,5 @@
 // Host SIMT emulation of the CUDA kernels: the kernel source compiled by a host C++ compiler (g++) and run
-// with one fiber per CUDA thread (simt.cpp). The SIMT build force-includes this header (g++ -include, with
+// with one fiber per CUDA thread (simt_runtime.h). The SIMT build force-includes this header (g++ -include, with
 // -DRANGESWA_SIMT) ahead of every source: it defines RSWA_DEVICE_PRIMITIVES, so utils.h leaves out its
 // inline-PTX device primitives and the kernel headers, included as usual, run on these (see
 // csrc/cuda/simt/README.md). No kernel header names this one.
@@ -84,7 +84,7 @@ struct Options {
   size_t stack_bytes = 256 * 1024;     // per fiber (one per CUDA thread); a guard page below each
   size_t max_shared_bytes = 232448;    // dynamic + static shared memory per CTA (sm_90: 227 KB)
   bool poison_shared = true;           // fill shared memory with 0xff bytes (NaN / -1) at CTA start
-  bool check_races = true;             // cp.async vs ldmatrix ordering checks (see simt.cpp)
+  bool check_races = true;             // cp.async vs ldmatrix ordering checks (see simt_shared.cpp)
   bool eager_copies = false;           // cp.async lands at issue (default: at the wait, the latest PTX allows)
   uint64_t schedule_seed = 0;          // 0: threads run in order; else a random order per scheduling pass
   bool guard_global = true;            // the attn op runs on copies of its arrays that end at a PROT_NONE page
@@ -114,7 +114,7 @@ uint3 block_idx();
 dim3 block_dim();
 dim3 grid_dim();
 
-// ---- collectives (simt.cpp) ------------------------------------------------------------------------------
+// ---- collectives (simt_warp.cpp, simt_shared.cpp, simt.cpp) -------------------------------------------------
 int barrier(Barrier kind, int predicate, Site site);
 void syncwarp(unsigned mask, Site site);
 uint32_t shfl(Shfl mode, unsigned mask, uint32_t value, int lane_arg, int width, Site site);
@@ -378,5 +378,5 @@ inline float exp2_approx(float x) { return ::simt::detail::ftz(std::exp2(::simt:
 
 }  // namespace rangeswa::cuda
 
-// ---- the Hopper primitives of hopper.h (wgmma, mbarrier, TMA, setmaxnreg) ----------------------------------------
+// ---- the Hopper primitives of sm90/hopper.h (wgmma, mbarrier, TMA, setmaxnreg) ----------------------------------------
 #include "cuda/simt/simt_hopper.h"

@@ -1,8 +1,9 @@
-// The Hopper primitives of csrc/cuda/hopper.h in the host SIMT emulation (included at the end of simt.h, so
-// force-included ahead of every SIMT source): RSWA_HOPPER_PRIMITIVES makes hopper.h leave its inline PTX out
-// and the same names, in rangeswa::cuda::hopper, run on simt_hopper.cpp. No kernel header names this one.
+// The Hopper primitives of csrc/cuda/sm90/hopper.h in the host SIMT emulation (included at the end of simt.h, so
+// force-included ahead of every SIMT source): RSWA_HOPPER_PRIMITIVES makes sm90/hopper.h leave its inline PTX out
+// and the same names, in rangeswa::cuda::hopper, run on simt_hopper.cpp, simt_wgmma.cpp and simt_mbarrier_tma.cpp.
+// No kernel header names this one.
 //
-// What is emulated (simt_hopper.cpp has the details and the PTX ISA sections):
+// What is emulated (those files have the details and the PTX ISA sections):
 //   smem_u32                   the shared-window address of dynamic shared memory (kSharedBase + offset)
 //   wgmma_fence / _commit /    warpgroup collectives (.sync.aligned: all 128 threads of the warpgroup at the
 //   _wait<N>, wgmma_ss / _rs   same instruction); mma_async is deferred: it runs at the wait_group that retires
@@ -80,7 +81,7 @@ namespace rangeswa::cuda::hopper {
 inline uint32_t smem_u32(const void* p, std::source_location site = RSWA_SIMT_HERE) {
   return ::simt::hopper::smem_u32(p, site);
 }
-// cp_async_16 to a shared-window address (hopper.h): the emulation's cp.async on the bytes there.
+// cp_async_16 to a shared-window address (sm90/hopper.h): the emulation's cp.async on the bytes there.
 inline void cp_async_16_shared(uint32_t dst, const void* src, bool valid, std::source_location site = RSWA_SIMT_HERE) {
   ::simt::cp_async_16(::simt::hopper::smem_pointer(dst, 16, site), src, valid, site);
 }

@@ -87,7 +87,7 @@ at::Tensor hopper_desc_address(int64_t desc, int64_t rows, bool mn_major) {
   return out;
 }
 
-// hopper.h make_smem_desc, as a signed 64-bit integer.
+// sm90/hopper.h make_smem_desc, as a signed 64-bit integer.
 int64_t hopper_make_desc(int64_t addr, int64_t lbo, int64_t sbo, int64_t swizzle, int64_t base_offset) {
   return int64_t(hopper::make_smem_desc(uint32_t(addr), uint32_t(lbo), uint32_t(sbo), hopper::Swizzle(uint32_t(swizzle)),
                                         uint32_t(base_offset)));

@@ -53,7 +53,7 @@ void tile_e(int which, int swizzle, bool a_regs, const uint16_t* x, const uint16
 // exact in E), C = 0. A and B are stored by plain stores in the no-swizzle K-major core-matrix layout (8 x 8
 // elements = 128 contiguous bytes; LBO 128 bytes between the two core matrices along k, SBO 256 between 8-row
 // groups), then fence.proxy.async. kForm 0: A from shared memory; 1: A from registers built by the
-// fragment layout of hopper.h. out[t * N / 2 + i] = d[i] of thread t.
+// fragment layout of sm90/hopper.h. out[t * N / 2 + i] = d[i] of thread t.
 // mode: 0 correct; 1 reads d[0] between commit and wait (into out[4096 + t]); 2 no wgmma.fence; 3 writes d[0]
 // before the wait; 4 no wait_group; 5 only threads 0-63 issue the wgmma; 6 changes an A register before the
 // wait (kForm 1); 7 writes d[0] between wgmma.fence and the mma_async; 8 changes an A register between them
@@ -174,7 +174,7 @@ __global__ void tma_kernel(const __grid_constant__ CUtensorMap map, int c0, int 
   for (int x = threadIdx.x; x < bytes / 2; x += blockDim.x) out[x] = s[x];
 }
 
-// Named barriers (hopper.h named_barrier_sync / _or), 256 threads. mode 0: each warpgroup reduces its own
+// Named barriers (sm90/hopper.h named_barrier_sync / _or), 256 threads. mode 0: each warpgroup reduces its own
 // predicate with bar.red.or on barrier 2 + warpgroup (true in thread 5 of warpgroup 0 only), then all 256 meet
 // at bar.sync 1, 256; out[t] = the reduction thread t got. mode 1: warpgroup 0 at bar.sync 1, 256 while
 // warpgroup 1 comes to bar.sync 1, 128 (one barrier, two counts). mode 2: bar.sync 1, 256 with warpgroup 1 gone.

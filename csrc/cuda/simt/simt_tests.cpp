@@ -1,5 +1,5 @@
 // Small kernels that test the SIMT emulation (tests/test_simt.py through simt_ops.cpp): the project's WarpGemm
-// (warp_gemm.h) on tiles in shared memory, the PTX semantics of ldmatrix and mma on marked data, barriers and
+// (common/warp_gemm.h) on tiles in shared memory, the PTX semantics of ldmatrix and mma on marked data, barriers and
 // shuffles, and kernels that misuse a primitive (each must raise, not hang). Torch-free.
 #include "cuda/simt/simt_tests.h"
 
@@ -19,7 +19,7 @@ struct GemmArgs {
 };
 
 // Each of the 4 warps: S = Q K^T for its 32 rows, then O = P V with P given (rounded to the element type by pv).
-// The accumulators are written out in the layout warp_gemm.h documents.
+// The accumulators are written out in the layout common/warp_gemm.h documents.
 template <typename Traits, int kCols>
 __global__ void warp_gemm_kernel(const GemmArgs a) {
   using E = typename Traits::Element;
