@@ -92,7 +92,9 @@ def packed_kernel_name(stages: int) -> tuple[str, str]:
 # The packed kernel against attn_kernel of the same source (issue 49): its divergent regions (BSSY) at most this
 # much above attn_kernel's.
 PACKED_BSSY_SLACK = 0.10
-PACKED_PER_SEQUENCE_RULE = re.compile(r"constexpr bool packed_per_sequence\(int head_dim\) \{ return head_dim > (\d+); \}")
+# attn_params.h packed_per_sequence as the gates read it (packed_per_sequence below).
+PACKED_PER_SEQUENCE_RULE = re.compile(
+    r"constexpr bool packed_per_sequence\(int head_dim\) \{ return head_dim > (\d+); \}")
 
 
 def packed_per_sequence(head_dim: int, root: Path = ROOT) -> bool:
