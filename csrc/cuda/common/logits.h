@@ -105,14 +105,6 @@ __device__ __forceinline__ void keep_band_scores(const float (&sc)[MB][kBandBloc
     }
 }
 
-// The columns of a tile of n keys that its column fix-ups leave, the same for every row, as the bits of a word from
-// column `base` on: those within its keys, bar the G-blocks that a retrieved block overlaps (excluded: bit c column
-// c, tile.h exclusion_bits; exact keys of another record). The one device home of the excluded columns: tile_logits
-// and the sm_90a kernel's whole tiles (sm90/consumer.h whole_tile) take them here.
-__device__ __forceinline__ uint32_t live_columns(int32_t n, uint64_t excluded, int32_t base) {
-  return bit_range(0u, uint32_t(imax(n - base, 0))) & ~uint32_t(excluded >> base);
-}
-
 // The logits of one warp's scores on a KV tile of kCols columns (MB m16 blocks of rows), for the softmax's
 // FFMA a x + b (a = the scale, b = the record's bias): a full tile without column fix-ups (the steady state
 // of a record, warp-uniform) takes the scores as they are; a masked or fixed-up tile first replaces the
@@ -146,7 +138,7 @@ __device__ __forceinline__ void tile_logits(float (&s)[MB][kCols / 8][4], const 
     return bit_range(uint32_t(from), uint32_t(imax(c1 - from, 0)));
   };
   // Columns the fix-ups leave, the same for every row: those within the keys, bar excluded G-blocks.
-  const uint32_t live = fixups ? live_columns(t.n, t.excluded, base) : ~0u;
+  const uint32_t live = fixups ? bits(0, t.n - base) & ~uint32_t(t.excluded >> base) : ~0u;
   // Window sums run on 64-key tiles (api/config.h choose_config), where each lane holds one G-block.
   constexpr bool kSums = kPermuted && NT == 8;
   float inv = 0.f;  // 1 / the keys of this lane's block in the tile

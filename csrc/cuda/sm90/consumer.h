@@ -188,16 +188,15 @@ struct Consumer {
       hopper::wgmma_commit();
       wait_products<0>(s);
     }
-    // The column fix-ups, the same for every row (tile_logits' live_columns and its ragged column): the columns past
-    // the keys, a band's G-blocks that a retrieved block overlaps, and the ragged last G-block's bias in a band that
-    // holds it.
-    uint64_t excluded = 0;
+    // The column fix-ups, the same for every row (tile_logits' `live` and its ragged column): the columns past the
+    // keys, a band's G-blocks that a retrieved block overlaps (exact keys of another record: exclusion_bits, bit c
+    // column c), and the ragged last G-block's bias in a band that holds it.
+    uint32_t dead = t.n < kCtrlCols ? ~0u << t.n : 0u;
     int32_t ragged = -1;
     if constexpr (kBand) {
-      if (rec.flags & kRecExclude) excluded = exclusion_bits(p.geo, c.sRet, c.k, t.a, t.n);
+      if (rec.flags & kRecExclude) dead |= uint32_t(exclusion_bits(p.geo, c.sRet, c.k, t.a, t.n));
       ragged = ragged_column(p.geo, rec, t);
     }
-    const uint32_t dead = ~live_columns(t.n, excluded, 0) & ((1u << kCtrlCols) - 1);
     if (dead != 0) {  // warp-uniform: s[mb][4 n + 2 h + j] is column 8 n + 2 tq + j (rows row0 + 16 mb + 8 h)
 #pragma unroll
       for (int mb = 0; mb < MB; ++mb)
