@@ -44,7 +44,7 @@ parameter space, attn_params.h PackedAttnLaunch) is held beside attn_kernel in e
 at both stage counts (packed_stats, issue 49): no spill, stack or local memory at any head dim on either
 architecture, no CALL into a subroutine (sm_80's warp-sync slow paths, or division), divergent regions (BSSY) at most
 PACKED_BSSY_SLACK (10%) above attn_kernel's of the same source; a breach fails the spill gate. At head dim 128
-(PACKED_PER_SEQUENCE, attn_params.h packed_per_sequence) packed calls run attn_kernel a launch per sequence, its
+(attn_params.h packed_per_sequence, read from the source) packed calls run attn_kernel a launch per sequence, its
 sources hold no packed kernel, and the gate fails one that does.
 
 tests/test_cuda_gates.py runs the same checks in the test suite; scripts/gpu_check.sh runs this script on
@@ -92,10 +92,21 @@ def packed_kernel_name(stages: int) -> tuple[str, str]:
 # The packed kernel against attn_kernel of the same source (issue 49): its divergent regions (BSSY) at most this
 # much above attn_kernel's.
 PACKED_BSSY_SLACK = 0.10
-# Head dims whose packed calls run each sequence on attn_kernel, a launch each (attn_params.h packed_per_sequence: at
-# head dim 128 attn_kernel holds 254-255 registers and the packed kernel's sequence, one more live value, spilled 4-8 B
-# on sm_90a, measured 2026-12-06): their sources instantiate no packed kernel, and the gate holds them to that.
-PACKED_PER_SEQUENCE = (128,)
+# attn_params.h packed_per_sequence as the gates read it (packed_per_sequence below).
+PACKED_PER_SEQUENCE_RULE = re.compile(
+    r"constexpr bool packed_per_sequence\(int head_dim\) \{ return head_dim > (\d+); \}")
+
+
+def packed_per_sequence(head_dim: int, root: Path = ROOT) -> bool:
+    """Whether packed calls at `head_dim` run each sequence on attn_kernel, a launch each: attn_params.h
+    packed_per_sequence, read from the source (its one line, `return head_dim > N;`; another form raises ValueError).
+    Such head dims' sources instantiate no packed kernel, and the gate holds them to that."""
+    text = (root / "csrc" / "cuda" / "attn_params.h").read_text()
+    found = PACKED_PER_SEQUENCE_RULE.findall(text)
+    if len(found) != 1:
+        raise ValueError("attn_params.h packed_per_sequence is not the one line `constexpr bool "
+                         "packed_per_sequence(int head_dim) { return head_dim > N; }` the gates read")
+    return head_dim > int(found[0])
 
 
 def packed_stats(cubin: str, report: str, arch: str, stages: int) -> dict:
@@ -577,9 +588,9 @@ def spill_gate(sources=SPILL_SOURCES, archs=("80", "90a")) -> dict:
             else:
                 out[f"stages{stages}"] = stats
         # The packed kernel of the same source against attn_kernel's gates (issue 49): its breaches are this gate's;
-        # at PACKED_PER_SEQUENCE's head dims the source has none (attn_kernel, held above, runs the packed calls).
+        # at packed_per_sequence's head dims the source has none (attn_kernel, held above, runs the packed calls).
         head_dim = int(Path(src).stem.split("hdim")[1].split("_")[0])
-        if head_dim in PACKED_PER_SEQUENCE:
+        if packed_per_sequence(head_dim):
             out["packed"] = {}
             if any(named(line, "18attn_packed_kernelI") for line in report.splitlines()):
                 fails.append("a packed kernel at a head dim whose packed calls run attn_kernel per sequence")

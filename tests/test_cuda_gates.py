@@ -290,11 +290,11 @@ def test_the_packed_kernel_holds_attn_kernels_gates(spills_measured, src, arch):
     """attn_packed_kernel beside attn_kernel in each source, at both stage counts (its sequences' parameters in the
     kernel parameter space, attn_params.h PackedAttnLaunch): no spill, stack or local memory, no CALL into a
     subroutine (sm_80's warp-sync slow paths, or division), at most PACKED_BSSY_SLACK more divergent regions (BSSY)
-    than attn_kernel; each breach is a failure of the spill gate. At head dim 128 (cuda_gates.PACKED_PER_SEQUENCE,
-    attn_params.h packed_per_sequence) packed calls run attn_kernel per sequence: the source has no packed kernel."""
+    than attn_kernel; each breach is a failure of the spill gate. At head dim 128 (cuda_gates.packed_per_sequence,
+    attn_params.h's rule read from the source) packed calls run attn_kernel per sequence: the source has no packed kernel."""
     stats = spills_measured[(src, arch)]
     head_dim = int(src.split("hdim")[1].split("_")[0])
-    if head_dim in cuda_gates.PACKED_PER_SEQUENCE:
+    if cuda_gates.packed_per_sequence(head_dim):
         assert stats["packed"] == {} and not stats["failures"], (src, arch, stats["failures"])
         return
     for key in ("stages2", "stages3"):
@@ -307,7 +307,7 @@ def test_the_packed_kernel_holds_attn_kernels_gates(spills_measured, src, arch):
 
 
 def test_the_spill_gate_fails_a_packed_kernel_where_packed_calls_run_attn_kernel(monkeypatch):
-    """At a PACKED_PER_SEQUENCE head dim the host never launches attn_packed_kernel: a source that still instantiates
+    """At a packed_per_sequence head dim (128) the host never launches attn_packed_kernel: a source that still instantiates
     it fails the spill gate (ptxas's report read as compiled; no nvcc run here), one without it passes."""
     def report(packed: bool) -> str:
         entries = [attn_entry(stages) for stages in STAGES]
@@ -321,7 +321,8 @@ def test_the_spill_gate_fails_a_packed_kernel_where_packed_calls_run_attn_kernel
         return (f"ptxas info    : Compiling entry function '_ZN8rangeswa4cuda{name}XX{args}'\n"
                 "ptxas info    : Used 254 registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads")
 
-    src = f"csrc/cuda/attn_hdim{cuda_gates.PACKED_PER_SEQUENCE[0]}_bf16.cu"
+    src = "csrc/cuda/attn_hdim128_bf16.cu"
+    assert cuda_gates.packed_per_sequence(128)
     monkeypatch.setattr(cuda_gates, "nvcc_path", lambda: "nvcc")
     monkeypatch.setattr(cuda_gates, "cuobjdump_path", lambda: "cuobjdump")
     for packed in (False, True):
@@ -361,3 +362,18 @@ def test_gate_regions_fail_loudly(tmp_path, broken):
     if broken == "same_name":
         (cuda / "sub" / "k.h").unlink()
     assert cuda_gates.gate_regions(tmp_path) == {"a": ("k.h", 3, 4)}
+
+
+def test_the_gates_read_packed_per_sequence_from_attn_params(tmp_path):
+    """cuda_gates.packed_per_sequence is attn_params.h's rule read from the source: head dims above its bound (80 in
+    this tree) run per sequence; a tree whose rule reads otherwise moves the gates with it, and one whose rule is not
+    the one line the gates read (or is missing) raises rather than guessing."""
+    assert [d for d in (64, 80, 96, 128) if cuda_gates.packed_per_sequence(d)] == [96, 128]
+    cuda = tmp_path / "csrc" / "cuda"
+    cuda.mkdir(parents=True)
+    text = (cuda_gates.ROOT / "csrc" / "cuda" / "attn_params.h").read_text()
+    (cuda / "attn_params.h").write_text(text.replace("return head_dim > 80;", "return head_dim > 64;"))
+    assert cuda_gates.packed_per_sequence(80, root=tmp_path) and not cuda_gates.packed_per_sequence(64, root=tmp_path)
+    (cuda / "attn_params.h").write_text(text.replace("return head_dim > 80;", "return head_dim >= 96;"))
+    with pytest.raises(ValueError, match="packed_per_sequence"):
+        cuda_gates.packed_per_sequence(128, root=tmp_path)

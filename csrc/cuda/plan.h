@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "rules.h"
+#include "summary_bias.h"
 
 // A loop the compiler keeps rolled (cold setup code: the kernel's instruction footprint stays small).
 #if defined(__CUDACC__)
@@ -115,7 +116,7 @@ struct Geometry {
   // buffers fit without costing a CTA per multiprocessor.
   bool window_sums_ok, band_ok;
   int32_t tile_cols;  // keys per KV tile of the kernel instantiation (kernel_traits.h kv_tile_cols; choose_config)
-  float log2_block, log2_last_block;  // rule 4's summary bias log2 n_b: full blocks, the last block
+  float log2_block, log2_last_block;  // rule 4's summary bias log2 n_b (summary_bias.h): full blocks, the last block
   FastDiv by_G, by_cb, by_g, by_blocks_per_key_block;  // / G, / cb, / g, / (Rb / G) (1 when unused)
 };
 
@@ -146,8 +147,8 @@ inline Geometry make_geometry(const Rules& R, int64_t C) {
   g.far_summaries = R.far_summaries;
   g.summaries = R.summaries && R.method == Method::kRangeSwa;
   g.cond = conditioned(R, C);
-  g.log2_block = float(std::log2(double(G)));
-  g.log2_last_block = L > 0 ? float(std::log2(double(L - (g.nG - 1) * G))) : 0.f;
+  g.log2_block = summary_bias_log2(G);
+  g.log2_last_block = last_block_bias_log2(L, G, g.nG);
   g.by_G = FastDiv::make(g.G);
   g.by_cb = FastDiv::make(g.cb > 0 ? g.cb : 1);
   g.by_g = FastDiv::make(g.g > 0 ? g.g : 1);

@@ -205,8 +205,8 @@ RSWA_HD void load_float4(const float* src, float (&x)[4]) {
   x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
 }
 
-// The pairs of dim unit w (pieces x and y) rotated by the table entries (cs[e], sn[e]): (a c - b s, a s + b c)
-// per pair e; interleaved the pairs are (x0, x1), (x2, x3), (y0, y1), (y2, y3), half split (x_e, y_e).
+// The pairs of dim unit w (pieces x and y) rotated by the table entries (cs[e], sn[e]) (rotary.h rotate_loaded's
+// pairs and products): interleaved the pairs are (x0, x1), (x2, x3), (y0, y1), (y2, y3), half split (x_e, y_e).
 template <bool kInterleaved>
 RSWA_HD void rotate_unit(const float (&x)[4], const float (&y)[4], const float* cs, const float* sn,
                          float (&ox)[4], float (&oy)[4]) {
@@ -214,14 +214,8 @@ RSWA_HD void rotate_unit(const float (&x)[4], const float (&y)[4], const float* 
   load_float4(cs, c);
   load_float4(sn, s);
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float* from = e < 2 ? x : y;
-    float* to = e < 2 ? ox : oy;
-    const float a = kInterleaved ? from[2 * (e % 2)] : x[e], b = kInterleaved ? from[2 * (e % 2) + 1] : y[e];
-    const float ra = a * c[e] - b * s[e], rb = a * s[e] + b * c[e];
-    (kInterleaved ? to[2 * (e % 2)] : ox[e]) = ra;
-    (kInterleaved ? to[2 * (e % 2) + 1] : oy[e]) = rb;
-  }
+  for (int e = 0; e < 4; ++e) ox[e] = x[e], oy[e] = y[e];
+  rotate_loaded<4>(ox, oy, c, s, 1.f, kInterleaved);
 }
 
 // Lane work of the vector preparation: dim unit w of unit `unit` (prepare_unit's units) of KV head bh.

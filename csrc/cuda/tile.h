@@ -36,14 +36,11 @@ RSWA_HD bool summary_keys(const Record& r) {
   return KeySet(r.keys) == KeySet::kSumNat || KeySet(r.keys) == KeySet::kSumGrp;
 }
 
-// The column of the ragged last G-block's summary in a tile (its bias is log2 n_b, not log2 G), or -1.
-// [gate:ragged-column begin]
+// The column of the ragged last G-block's summary in a tile (its bias is log2 n_b, not log2 G), or -1
+// (summary_bias.h ragged_summary_column).
 RSWA_HD int32_t ragged_column(const Geometry& g, const Record& r, const KvTile& t) {
-  if (!summary_keys(r) || g.log2_last_block == g.log2_block) return -1;
-  const int32_t last = g.nG - 1;
-  return last >= t.a && last < t.a + t.n ? last - t.a : -1;
+  return ragged_summary_column(summary_keys(r), g, t);
 }
-// [gate:ragged-column end]
 
 // A row's part in its warp's choice for tile t (rows past the tile's end take none): whether it sees every
 // key of the tile, and whether it sees any.

@@ -15,7 +15,7 @@ namespace rangeswa::cuda {
 
 // A control CTA's tile of the control rows' body keys read from k itself (PreparedArrays::cond_raw), rotated
 // in its stage to the conditioning positions (key t.a + r at cos_cond / sin_cond row t.a + r) by the CTA's
-// threads, as the preparation would have written k_cond: the same pairs and products (rotate_loaded). A thread
+// threads, as the preparation would have written k_cond: the same pairs and products (rotary.h rotate_loaded). A thread
 // keeps one step of 4 pairs (the rotary half is 4 x a power of two: attn_setup.h cond_keys_in_place) in rows
 // kThreads / steps apart, kBatch of them with every load issued before any is used (one round trip a batch:
 // one a 64-key tile at head dim 64, two a 32-key tile at 128); the layout is a template, branched on once.

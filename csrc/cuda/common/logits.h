@@ -8,6 +8,7 @@
 
 #include "../attn_params.h"
 #include "../plan.h"
+#include "../summary_bias.h"
 #include "../tile.h"
 #include "../utils.h"
 
@@ -104,27 +105,6 @@ __device__ __forceinline__ void keep_band_scores(const float (&sc)[MB][kBandBloc
     }
 }
 
-// The ragged last G-block's own summary bias (rule 4's log n_b for its n_b keys, plan.h log2_last_block) in the
-// one tile that holds its summary: the scores of its column, bit `last` of the lane's columns (off(n, j): the
-// lane's column n, j's bit; no column when the lane holds none), shifted by (its bias - the record's) / the scale,
-// so that the softmax's a x + b carries its bias. The only device home of the shift: tile_logits and the sm_90a
-// kernel's whole tiles (sm90/consumer.h whole_tile) call it.
-template <int MB, int NT, typename Off>
-__device__ __forceinline__ void shift_ragged_column(float (&s)[MB][NT][4], int32_t last, float last_bias, float bias,
-                                                    float scale_log2, Off off) {
-  const float delta = __fdividef(last_bias - bias, scale_log2);  // so that a x + b has last_bias
-#pragma unroll
-  for (int n = 0; n < NT; ++n)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const float d = off(n, j) == last ? delta : 0.f;
-#pragma unroll
-      for (int mb = 0; mb < MB; ++mb)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) s[mb][n][2 * h + j] += d;
-    }
-}
-
 // The logits of one warp's scores on a KV tile of kCols columns (MB m16 blocks of rows), for the softmax's
 // FFMA a x + b (a = the scale, b = the record's bias): a full tile without column fix-ups (the steady state
 // of a record, warp-uniform) takes the scores as they are; a masked or fixed-up tile first replaces the
@@ -202,6 +182,7 @@ __device__ __forceinline__ void tile_logits(float (&s)[MB][kCols / 8][4], const 
         }
   }
   // warp-uniform, one tile a call: the ragged block's column (its bit in the lane's word) gets its own bias
+  // (summary_bias.h)
   if (ragged >= 0) shift_ragged_column(s, ragged - base, last_bias, bias, scale_log2, off);
 }
 

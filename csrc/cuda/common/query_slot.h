@@ -1,6 +1,6 @@
 // The query slot: its rows rotated from q with the rope tables (fill_slot_row and the fills it calls, in
 // the mma.sync kernel's plain layout or a wgmma operand's core matrices), the rotation of loaded pairs both
-// fills and the conditioning rotation use (rotate_loaded), and the straddling blocks' dots made from a slot row.
+// fills and the conditioning rotation use (rotary.h rotate_loaded), and the straddling blocks' dots made from a slot row.
 #pragma once
 
 #include <cstdint>
@@ -57,38 +57,6 @@ __device__ __forceinline__ void store_slot(Element* dst, int x, const float (&v)
 // u + half.., the interleaved layout's 2u..2u + 2 kPairs - 1), every load issued before any is used.
 // kLayout: -1 the layout read from `interleaved` at run time (a select per element), 0 the half layout, 1 the
 // interleaved one (known at compile time: no selects).
-// The rotation of P pairs loaded as rotate_pairs loads them (a: dims x.., b: dims y..), in place: pair e is
-// (a[e], b[e]) in the half layout, two neighbours of a (e < P / 2) or of b in the interleaved one; its
-// first dim becomes a cos - b sin, its second a sin + b cos (rotary.h rotated_element's products).
-// [gate:rotate-loaded begin]
-template <int P>
-__device__ __forceinline__ void rotate_loaded(float (&a)[P], float (&b)[P], const float (&c)[P], const float (&s)[P],
-                                              float sign, bool interleaved) {
-  constexpr int P2 = P / 2;
-  float pa[P], pb[P];
-#pragma unroll
-  for (int e = 0; e < P; ++e) {
-    const float* first = e < P2 ? a : b;
-    pa[e] = interleaved ? first[2 * (e % P2)] : a[e];
-    pb[e] = interleaved ? first[2 * (e % P2) + 1] : b[e];
-    const float se = s[e] * sign;
-    const float ra = pa[e] * c[e] - pb[e] * se, rb = pa[e] * se + pb[e] * c[e];
-    pa[e] = ra;
-    pb[e] = rb;
-  }
-#pragma unroll
-  for (int e = 0; e < P; ++e) {
-    float* first = e < P2 ? a : b;
-    if (interleaved) {
-      first[2 * (e % P2)] = pa[e];
-      first[2 * (e % P2) + 1] = pb[e];
-    } else {
-      a[e] = pa[e];
-      b[e] = pb[e];
-    }
-  }
-}
-// [gate:rotate-loaded end]
 
 // [gate:rotate-pairs begin]
 template <typename Traits, bool kCore, int kPairs, int kLayout = -1>
