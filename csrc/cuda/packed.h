@@ -1,7 +1,7 @@
 // The host side of a packed call's shared launches (csrc/varlen.h; docs/cuda.md "Packed calls"): every
 // sequence's own kernel parameters and, per kernel, the first work item of each sequence in the launch
 // (attn_params.h PackedLaunch), laid out in one buffer that the op copies to the device once (the SIMT
-// emulation reads it where it is). Shared by the op (attn_api.cpp) and the SIMT emulation (simt_ops.cpp), so
+// emulation reads it where it is). Shared by the op (attn_api.cpp) and the SIMT emulation (simt/simt_attn_ops.h), so
 // both run the same launches. Torch-free.
 #pragma once
 
@@ -105,7 +105,7 @@ struct PackedCalls {
   }
 };
 
-// The host side of a packed prepare op's shared launches (attn_api.cpp prepare_cuda_packed, simt_ops.cpp): every
+// The host side of a packed prepare op's shared launches (attn_api.cpp prepare_cuda_packed, simt/simt_attn_ops.h): every
 // sequence's preparation (readied) and key-means job, and the first CTA of each per launch (the preparation per
 // kernel variant, then the key means), in one buffer.
 struct PackedPrepares {

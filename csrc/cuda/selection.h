@@ -1,6 +1,6 @@
 // The host side of rule 3's selection on the kernels' side (topk_blocks.h): the parameters and workspaces
 // of one launch_topk_blocks, and of the prepare op's launch_key_means, on the device of their inputs. Shared
-// by the op (attn_api.cpp) and the SIMT emulation (simt/simt_ops.cpp), so both launch the selection alike.
+// by the op (attn_api.cpp) and the SIMT emulation (simt/simt_launches.h), so both launch the selection alike.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -55,7 +55,7 @@ __host__ __device__ constexpr uint64_t descriptor_encode(uint32_t x) { return ui
 // The 64-bit shared-memory matrix descriptor: start address (bits 0-13), leading dimension byte offset
 // (16-29), stride dimension byte offset (32-45), matrix base offset (49-51), swizzle mode (62-63). All three
 // byte quantities must be 16-byte aligned. base_offset: 0 when the start lies in a swizzle pattern that starts
-// at a multiple of 8 W bytes (the only case the emulation runs; see simt_hopper.cpp).
+// at a multiple of 8 W bytes (the only case the emulation runs; see simt/simt_wgmma.cpp).
 __host__ __device__ constexpr uint64_t make_smem_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
                                                       Swizzle swizzle, uint32_t base_offset = 0) {
   return descriptor_encode(smem_addr) | descriptor_encode(lbo_bytes) << 16 | descriptor_encode(sbo_bytes) << 32 |
