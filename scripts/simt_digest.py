@@ -25,7 +25,6 @@ import contextlib
 import datetime
 import hashlib
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -39,6 +38,7 @@ import torch  # noqa: E402
 
 from attn_cases import CAUSAL_GRID, CAUSAL_HANDFUL, GRID, HANDFUL, case_id, causal_id, causal_setup, config, grid_index, inputs, retrieved_for  # noqa: E402,E501
 from rangeswa_ext import ops  # noqa: E402
+from rangeswa_ext.check import cuda_switch  # noqa: E402
 
 DIGEST = ROOT / "benchmarks" / "results" / "simt_digest.json"
 KERNEL_DTYPES = {"mma": (torch.float32, torch.bfloat16, torch.float16), "hopper": (torch.bfloat16, torch.float16)}
@@ -53,17 +53,11 @@ PACKED = [(300, None, 0), (41, None, 3), (700, 64, 12), (130, 7, 0)]
 
 @contextlib.contextmanager
 def environment(values: dict):
-    """The RANGESWA_CUDA_* switches set for one call, the former values restored after it."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
+    """The RANGESWA_CUDA_* switches set for one call (check.cuda_switch each), the former values restored after."""
+    with contextlib.ExitStack() as stack:
+        for name, value in values.items():
+            stack.enter_context(cuda_switch(name, value))
         yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def fingerprint(result) -> str:
