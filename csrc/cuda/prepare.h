@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "convert.h"
+#include "grouped_positions.h"
 #include "layout.h"
 #include "plan.h"
 #include "rotary.h"
@@ -121,7 +122,7 @@ RSWA_HD void prepare_unit(const PrepareParams& p, int32_t bh, int32_t unit, int 
       run_nat += nat;
       run_v += val;
       if (p.k_grp != nullptr) {
-        const int32_t s = j / p.g;
+        const int32_t s = grouped_key_position(p.g, j);
         const float grp = rotated_element(x, d, half, p.interleaved, p.cos_int + s * half, p.sin_int + s * half);
         out(p.k_grp, p.body_stride, j - p.row0)[d] = from_float<Element>(grp);
         if (p.p_grp != nullptr) out(p.p_grp, p.body_stride, j - p.row0)[d] = from_float<Element>(run_grp);
@@ -264,7 +265,8 @@ RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int
   Element *o_cond = base(p.k_cond, p.body_stride), *o_v = full(p.v_body, p.body_stride);
   Element *o_pnat = full(p.p_nat, p.body_stride), *o_pgrp = full(p.p_grp, p.body_stride);
   // Table offsets of this unit's entries: native and conditioning j half + u, grouped (j / g) half + u.
-  int32_t s = p.by_g.div(j0), s_rem = j0 - s * p.g;  // grouped position j / g, and j - g (j / g)
+  int32_t s_rem;  // j - g (j / g)
+  const int32_t s = grouped_key_position(p.by_g, p.g, j0, s_rem);  // grouped position j / g
   int32_t t_nat = j0 * half + u, t_grp = s * half + u;
   float run_nat[2][4] = {}, run_grp[2][4] = {}, run_v[2][4] = {};
   const bool vxin = !kLean && xin && p.reads_values(), vyin = !kLean && yin && p.reads_values();  // v, when read
@@ -311,7 +313,7 @@ RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int
       for (int e = 0; e < 4; ++e) run_grp[0][e] += grp[0][e], run_grp[1][e] += grp[1][e];
     }
     t_nat += half;
-    if (++s_rem == p.g) s_rem = 0, t_grp += half;
+    if (next_key_moves(s_rem, p.g)) t_grp += half;
   }
   // Rule 4: the block's means (the unit is one whole block when they are written: unit_tokens = G), by the
   // host's reciprocal of its size (G, or the last block's).
