@@ -73,7 +73,7 @@ def test_the_register_split_fits_the_register_file():
     """The traits' split (sm90/body_layout.h: two CTAs of one consumer warpgroup, or one of two) is the gate's
     (cuda_gates.hopper_roles), and the resident CTAs' 128 producer threads at its count plus their consumer
     threads at theirs fit a multiprocessor's 64K registers."""
-    text = open(os.path.join(ROOT, "csrc", "cuda", "hopper", "body_layout.h")).read()
+    text = open(os.path.join(ROOT, "csrc", "cuda", "sm90", "body_layout.h")).read()
     producer = re.search(r"kProducerRegs = kResident == 2 \? (\d+) : (\d+);", text)
     consumer = re.search(r"kConsumerRegs = kResident == 2 \? (\d+) : (\d+);", text)
     two, one = ROLES[64], ROLES[128]
@@ -209,8 +209,9 @@ def test_the_products_registers_are_fenced_around_issue_and_wait():
     before wgmma.fence and after the last mma_async, and every wait of the body kernel is wait_products, which
     fences what it retired; so no accumulator access drifts into a wgmma's flight (the gate refuses C7514 /
     C7515, which such a drift would bring)."""
-    gemm = open(os.path.join(ROOT, "csrc", "cuda", "hopper", "body_gemm.h")).read()
-    body = open(os.path.join(ROOT, "csrc", "cuda", "hopper", "body_kernel.h")).read()
+    gemm = open(os.path.join(ROOT, "csrc", "cuda", "sm90", "body_gemm.h")).read()
+    # the consumer warpgroups' mainloop (sm90/consumer.h) issues and waits every product of the body kernel
+    body = open(os.path.join(ROOT, "csrc", "cuda", "sm90", "consumer.h")).read()
     for name, regs in (("qk_issue", ("s",)), ("pv_issue", ("o", "a"))):
         text = gemm[gemm.index(f"void {name}("):]
         text = text[:text.index("\n}\n")]
