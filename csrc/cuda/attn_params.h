@@ -50,7 +50,7 @@ struct PreparedArrays {
 // the arrays they write in its place, k_nat, s_nat and s_v.
 struct FoldedPrepare {
   void *k_nat, *s_nat, *s_v;  // the KV heads' arrays (kv's k_nat, s_nat, s_v, writable); s_v null: no fold
-  float inv_last;             // 1 / the last G-block's tokens (prepare.h last_block_inverse)
+  float inv_last;             // 1 / the last G-block's tokens (block_means.h last_block_inverse)
 };
 
 struct AttnKernelParams {

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "grouped_positions.h"
 #include "rules.h"
 #include "summary_bias.h"
 
@@ -387,11 +388,11 @@ RSWA_HD Bounds record_bounds(const Geometry& g, const Record& r, const RowGeomet
   // Section 3's position classes: exact keys within Hn are native, farther ones grouped; near G-blocks
   // are native, blocks wholly beyond Hn grouped, straddling ones in no record.
   if (cls && v == QVar::kNat) {
-    lo = imax(lo, summary ? row.nf : i - g.Hn);
-    hi = imin(hi, summary ? row.nl1 : i + g.Hn + 1);
+    lo = imax(lo, summary ? row.nf : native_first(g.Hn, i));
+    hi = imin(hi, summary ? row.nl1 : grouped_right_first(g.Hn, i));
   }
-  if (cls && v == QVar::kLeft) hi = imin(hi, summary ? row.fle : i - g.Hn);
-  if (cls && v == QVar::kRight) lo = imax(lo, summary ? row.frb : i + g.Hn + 1);
+  if (cls && v == QVar::kLeft) hi = imin(hi, summary ? row.fle : native_first(g.Hn, i));
+  if (cls && v == QVar::kRight) lo = imax(lo, summary ? row.frb : grouped_right_first(g.Hn, i));
   if (r.flags & kRecCausal) hi = imin(hi, summary ? row.vis_blocks : row.vis_end);
   return Bounds{lo, imax(lo, hi)};
 }
@@ -436,10 +437,12 @@ RSWA_HD void exact_records(const Geometry& g, PlanWriter& w, QVar pass, Scope sc
     return;
   }
   const uint8_t f = uint8_t(kRecClass | causal);
-  if (pass == QVar::kLeft) w.add(KeySet::kGrp, QVar::kLeft, scope, f, a, imin(b, i1 - g.Hn), 0.f);
+  if (pass == QVar::kLeft) w.add(KeySet::kGrp, QVar::kLeft, scope, f, a, imin(b, native_first(g.Hn, i1)), 0.f);
   if (pass == QVar::kNat)
-    w.add(KeySet::kNat, QVar::kNat, scope, uint8_t(f | sums), imax(a, i0 - g.Hn), imin(b, i1 + g.Hn + 1), 0.f);
-  if (pass == QVar::kRight) w.add(KeySet::kGrp, QVar::kRight, scope, f, imax(a, i0 + g.Hn + 1), b, 0.f);
+    w.add(KeySet::kNat, QVar::kNat, scope, uint8_t(f | sums), imax(a, native_first(g.Hn, i0)),
+          imin(b, grouped_right_first(g.Hn, i1)), 0.f);
+  if (pass == QVar::kRight)
+    w.add(KeySet::kGrp, QVar::kRight, scope, f, imax(a, grouped_right_first(g.Hn, i0)), b, 0.f);
 }
 
 // Summary records of the rows [i0, i1] on one side of their windows: blocks [lo, hi) (the union over the

@@ -11,7 +11,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "block_means.h"
 #include "convert.h"
+#include "grouped_positions.h"
 #include "layout.h"
 #include "plan.h"
 #include "rotary.h"
@@ -58,10 +60,6 @@ struct PrepareParams {
            !reads_values();
   }
 };
-
-// 1 / the tokens of the last of L's G-blocks (rule 4's mean over a ragged block), as a float: the preparation's
-// and the control CTAs' (common/cond_rotation.h LitePrep) factor.
-inline float last_block_inverse(int32_t L, int32_t G) { return L > 0 ? 1.f / float(L - (L - 1) / G * G) : 0.f; }
 
 // A call whose body rows' arrays someone else holds (a prepared context's cache, or the control CTAs that fold
 // Lite's preparation in): the preparation writes none of them; with the values read in place nothing of the
@@ -121,7 +119,7 @@ RSWA_HD void prepare_unit(const PrepareParams& p, int32_t bh, int32_t unit, int 
       run_nat += nat;
       run_v += val;
       if (p.k_grp != nullptr) {
-        const int32_t s = j / p.g;
+        const int32_t s = grouped_key_position(p.g, j);
         const float grp = rotated_element(x, d, half, p.interleaved, p.cos_int + s * half, p.sin_int + s * half);
         out(p.k_grp, p.body_stride, j - p.row0)[d] = from_float<Element>(grp);
         if (p.p_grp != nullptr) out(p.p_grp, p.body_stride, j - p.row0)[d] = from_float<Element>(run_grp);
@@ -131,9 +129,10 @@ RSWA_HD void prepare_unit(const PrepareParams& p, int32_t bh, int32_t unit, int 
       if (p.s_nat != nullptr && (j + 1 == j1 || p.j_starts_block(j + 1))) {
         const int32_t blk = j / p.G;
         const float n = float(j + 1 - blk * p.G);
-        out(p.s_nat, p.sum_stride, blk - block0)[d] = from_float<Element>(run_nat / n);
-        if (p.s_v != nullptr) out(p.s_v, p.sum_stride, blk - block0)[d] = from_float<Element>(run_v / n);
-        if (p.s_grp != nullptr) out(p.s_grp, p.sum_stride, blk - block0)[d] = from_float<Element>(run_grp / n);
+        out(p.s_nat, p.sum_stride, blk - block0)[d] = from_float<Element>(block_mean_of(run_nat, n));
+        if (p.s_v != nullptr) out(p.s_v, p.sum_stride, blk - block0)[d] = from_float<Element>(block_mean_of(run_v, n));
+        if (p.s_grp != nullptr)
+          out(p.s_grp, p.sum_stride, blk - block0)[d] = from_float<Element>(block_mean_of(run_grp, n));
       }
     }
   }
@@ -170,7 +169,7 @@ inline PrepareParams prepare_ready(PrepareParams p) {
   p.by_g = FastDiv::make(p.g);
   p.by_units = FastDiv::make(prepare_units(p));
   p.by_dim_units = FastDiv::make(prepare_dim_units(p));
-  p.inv_G = 1.f / float(p.G);
+  p.inv_G = block_inverse(p.G);
   p.inv_last = last_block_inverse(p.L, p.G);
   return p;
 }
@@ -264,7 +263,8 @@ RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int
   Element *o_cond = base(p.k_cond, p.body_stride), *o_v = full(p.v_body, p.body_stride);
   Element *o_pnat = full(p.p_nat, p.body_stride), *o_pgrp = full(p.p_grp, p.body_stride);
   // Table offsets of this unit's entries: native and conditioning j half + u, grouped (j / g) half + u.
-  int32_t s = p.by_g.div(j0), s_rem = j0 - s * p.g;  // grouped position j / g, and j - g (j / g)
+  int32_t s_rem;  // j - g (j / g)
+  const int32_t s = grouped_key_position(p.by_g, p.g, j0, s_rem);  // grouped position j / g
   int32_t t_nat = j0 * half + u, t_grp = s * half + u;
   float run_nat[2][4] = {}, run_grp[2][4] = {}, run_v[2][4] = {};
   const bool vxin = !kLean && xin && p.reads_values(), vyin = !kLean && yin && p.reads_values();  // v, when read
@@ -311,17 +311,17 @@ RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int
       for (int e = 0; e < 4; ++e) run_grp[0][e] += grp[0][e], run_grp[1][e] += grp[1][e];
     }
     t_nat += half;
-    if (++s_rem == p.g) s_rem = 0, t_grp += half;
+    if (next_key_moves(s_rem, p.g)) t_grp += half;
   }
   // Rule 4: the block's means (the unit is one whole block when they are written: unit_tokens = G), by the
   // host's reciprocal of its size (G, or the last block's).
   if (!kLean && p.s_nat != nullptr && j1 > j0) {
-    const float inv = j1 - j0 == p.G ? p.inv_G : p.inv_last;
+    const float inv = mean_factor(j1 - j0 == p.G, p.inv_G, p.inv_last);
     auto mean = [&](void* array, const float (&r)[2][4]) {
       if (array == nullptr) return;
       float m0[4], m1[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) m0[e] = r[0][e] * inv, m1[e] = r[1][e] * inv;
+      for (int e = 0; e < 4; ++e) m0[e] = block_mean(r[0][e], inv), m1[e] = block_mean(r[1][e], inv);
       put(base(array, p.sum_stride), unit * p.Dp, m0, m1);  // block (row0 / G + unit) - row0 / G
     };
     mean(p.s_nat, run_nat);

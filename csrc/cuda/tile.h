@@ -323,8 +323,8 @@ RSWA_ROLLED
 // The position a query variant rotates body row i to (section 3; the conditioning variant reads its own
 // table at row i, the plain one is not rotated).
 RSWA_HD int32_t variant_position(const Geometry& g, QVar v, int32_t i) {
-  if (v == QVar::kLeft) return g.by_g.div(i) + g.c;
-  if (v == QVar::kRight) return g.by_g.div(i) - g.c;
+  if (v == QVar::kLeft) return grouped_query_position(g, i, true);
+  if (v == QVar::kRight) return grouped_query_position(g, i, false);
   return i;
 }
 

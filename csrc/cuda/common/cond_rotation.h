@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "../attn_params.h"
+#include "../block_means.h"
 #include "../kernel_traits.h"
 #include "../tile.h"
 #include "../utils.h"
@@ -146,11 +147,11 @@ struct LitePrep {
     const int32_t first = t.a + 16 * b;  // the block's first key
     if (q == 0 && first < t.a + t.n) {
       // 1 / G (G = 16), or, for a ragged block (the last of L's), 1 / its tokens
-      const float scale = t.a + t.n - first < 16 ? p.fold.inv_last : 0.0625f;
+      const float scale = mean_factor(t.a + t.n - first >= 16, 0.0625f, p.fold.inv_last);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) kx[e] *= scale, ky[e] *= scale;
+      for (int e = 0; e < 4; ++e) kx[e] = block_mean(kx[e], scale), ky[e] = block_mean(ky[e], scale);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) vs[e] *= scale;
+      for (int e = 0; e < 8; ++e) vs[e] = block_mean(vs[e], scale);
       const int64_t at = int64_t(first / 16) * Traits::kHeadDim;
       store_elements<Element, 4>(s_nat + at + xa, kx);
       store_elements<Element, 4>(s_nat + at + ya, ky);
