@@ -321,7 +321,6 @@ def _traced(module, query, key, value, padding, given, causal: bool, scaling, se
     native = settings.native_within_train_length
     if window is not None or (L <= T and native):
         return _native(query, key, value, causal, scale, window, rows=rows), None
-    rope.check(query, L)
     q = rope.unrotate(query, torch.arange(L - Lq, L, device=query.device)[None] if rows is None else rows)
     k = rope.unrotate(key, torch.arange(L, device=query.device)[None])
     D, rd = query.shape[-1], rope.rotary_dim
@@ -519,7 +518,7 @@ class _Rope:
         rows (x [B, H, N, D]: any of its tensors); sets ``rotary_dim``. Eagerly a RoPE checked once is not checked
         again while its frequencies, m and device stay and the positions were checked: a frequency that does not
         move with the length is checked through twice the positions asked (`grown`), so a growing cache checks
-        again at each doubling; under torch.compile the check is in the graph (on the device)."""
+        again at each doubling; under torch.compile `unrotate` checks in the graph instead."""
         compiling = torch.compiler.is_compiling()
         if not compiling:
             if self.rotary.inv_freq.device != x.device:  # once: a rotary embedding on the host would copy per call
@@ -544,12 +543,15 @@ class _Rope:
         """The rows of x [B, H, N, D] (rotated by the model at `positions` [N]) before RoPE, in float32 at least
         and back in x's dtype: R(-p) with the model's cos and sin over m^2 (every dim rotated: x itself) or over
         m (partial rotary: m kept on the rotated dims). `check` has checked that those are the cos and sin of
-        inv_freq at these positions."""
+        inv_freq at these positions (under torch.compile it checks them here)."""
         if positions.numel() == 0:  # no rows (a cache whose rows are all kept): nothing to ask the rotary embedding
             return x
         positions = positions if positions.dim() == 2 else positions[None]  # [B or 1, N]: a padded batch's per row
         cos, sin = self.rotary(x, positions)
         rd, m = cos.shape[-1], self.scaling
+        if torch.compiler.is_compiling():  # checked in the graph on the cos and sin used here (no second call)
+            self.rotary_dim, self._full = rd, rd == x.shape[-1]
+            self._check(cos[:1], sin[:1], positions[0], m)
         divide = m * m if self._full else m
         work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         cos, sin = (t[:, None].to(work.dtype) / divide for t in (cos, sin))
