@@ -155,3 +155,23 @@ def test_summary_logit_is_mean_exact_logit_plus_log_block_size():
     terms = [torch.logsumexp(logits[0, 0, i, 32:48], 0)]
     terms += [logits[0, 0, i, b * G:(b + 1) * G].mean() + math.log(G) for b in (0, 1)]
     assert lse[0, 0, i].item() == pytest.approx(torch.logsumexp(torch.stack(terms), 0).item(), abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_inputs_are_computed_in_fp32(dtype):
+    """SPEC sections 1 and 5 (docs/spec_decisions.md item 7): bf16 / fp16 inputs are computed in fp32 and only the
+    output is rounded; ``compute_dtype`` keeps the low-precision computation the kernels' tests measure against."""
+    torch.manual_seed(3)
+    cfg = preset("rangeswa", train_length=32, near_range=8, summary_block=4, retrieval_block=8, query_block=8,
+                 topk=2, late_window=9)
+    q, k, v = (torch.randn(1, 2, 3 + 70, 16).to(dtype) for _ in range(3))
+    out, lse = ref.attention(q, k, v, cfg, 3)
+    up, up_lse = ref.attention(q.float(), k.float(), v.float(), cfg, 3)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert torch.equal(out, up.to(dtype)) and torch.equal(lse, up_lse)
+    low, _ = ref.attention(q, k, v, cfg, 3, compute_dtype=dtype)
+    exact, _ = ref.attention(q.double(), k.double(), v.double(), cfg, 3)
+    assert (out.double() - exact).abs().max() < (low.double() - exact).abs().max()
+    keys, values = ref.block_summary(k, v, torch.arange(73.0), cfg)
+    keys32, values32 = ref.block_summary(k.float(), v.float(), torch.arange(73.0), cfg)
+    assert keys.dtype == dtype and torch.equal(keys, keys32.to(dtype)) and torch.equal(values, values32.to(dtype))

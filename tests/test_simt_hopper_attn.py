@@ -66,7 +66,8 @@ def _check_causal_case(simt, monkeypatch, case, dtype):
     out, lse = _attn(simt, monkeypatch, "hopper", q, k, v, retrieved, args)
     exact, exact_lse = ref.attention(q.double(), k.double(), v.double(), cfg, C, case["stage"], retrieved=retrieved,
                                      causal_block=cb)
-    same, _ = ref.attention(q, k, v, cfg, C, case["stage"], retrieved=retrieved, causal_block=cb)
+    same, _ = ref.attention(q, k, v, cfg, C, case["stage"], retrieved=retrieved, causal_block=cb,
+                            compute_dtype=dtype)
     assert out.shape == q.shape and not torch.isnan(out).any()
     err = (out.double() - exact).abs().max().item()
     ref_err = (same.double() - exact).abs().max().item()

@@ -1,7 +1,10 @@
 """SPEC sections 1-4 as one dense computation: every logit of every pair, then masks, then one softmax.
 
-Slow (N x N per head) and obviously right; the oracle every kernel is tested against. Inputs are
-used in their own dtype (pass float64 for an exact oracle).
+Slow (N x N per head) and obviously right; the oracle every kernel is tested against. As SPEC sections 1
+and 5 say (docs/spec_decisions.md item 7), bf16 / fp16 inputs are computed in fp32 and the result is rounded to
+their dtype; fp32 and float64 inputs in their own (pass float64 for an exact oracle). ``compute_dtype`` overrides
+it: the same computation in the inputs' low precision is the yardstick of the kernels' low-precision tests
+(tests/attn_cases.py assert_low_precision_close, as FlashAttention's tests judge theirs).
 """
 
 from __future__ import annotations
@@ -26,13 +29,27 @@ def _check_inputs(q, k, v, control_tokens, causal_block):
         raise ValueError("q must hold the control rows and the last 1 <= Lq <= L body rows")
 
 
-def block_summary(k: torch.Tensor, v: torch.Tensor, positions_: torch.Tensor | None, cfg: RangeSWAConfig):
+def _working_dtype(x: torch.Tensor, given: torch.dtype | None = None) -> torch.dtype:
+    """The dtype the reference computes inputs of x's dtype in: ``given``, else fp32 for bf16 / fp16 (SPEC section
+    5: they accumulate in fp32) and the inputs' own otherwise."""
+    if given is not None:
+        return given
+    return torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+
+
+def block_summary(k: torch.Tensor, v: torch.Tensor, positions_: torch.Tensor | None, cfg: RangeSWAConfig,
+                  compute_dtype: torch.dtype | None = None):
     """SPEC section 2 rule 4 / section 5 `block_summary`: per G-block mean of the keys rotated to
-    `positions_` (no rotation when None) and mean of the values; [B, H, ceil(L/G), D] each."""
+    `positions_` (no rotation when None) and mean of the values; [B, H, ceil(L/G), D] each, in k's and v's
+    dtypes (computed in `_working_dtype`'s)."""
+    dtype = _working_dtype(k, compute_dtype)
+    out_k, out_v = k.dtype, v.dtype
+    k, v = k.to(dtype), v.to(dtype)
     if positions_ is not None:
         rd = cfg.resolved_rotary_dim(k.shape[-1])
         k = rope.rotate(k, positions_, cfg.theta, rd, cfg.rope_style, cfg.frequencies(k.shape[-1]))
-    return selection.block_means(k, cfg.summary_block), selection.block_means(v, cfg.summary_block)
+    return (selection.block_means(k, cfg.summary_block).to(out_k),
+            selection.block_means(v, cfg.summary_block).to(out_v))
 
 
 def _expand_kv(x: torch.Tensor, q_heads: int) -> torch.Tensor:
@@ -42,8 +59,9 @@ def _expand_kv(x: torch.Tensor, q_heads: int) -> torch.Tensor:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig, control_tokens: int,
               stage: str = "late", retrieved: torch.Tensor | None = None,
-              causal_block: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """The attention of one call: output [B, H, Nq, D] and log-sum-exp [B, H, Nq] (float32).
+              causal_block: int = 0, compute_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention of one call: output [B, H, Nq, D] in q's dtype and log-sum-exp [B, H, Nq] (float32),
+    computed in `_working_dtype`'s dtype (``compute_dtype`` when given).
 
     q: [B, H_q, Nq, D], k, v: [B, H_kv, N, D] before RoPE, N = C + L; the first `control_tokens` rows
     of each are control tokens. q holds the control rows and the last Lq = Nq - C body rows (SPEC
@@ -54,6 +72,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWACo
     j // cb <= i // cb, after sections 2-3 have decided.
     """
     _check_inputs(q, k, v, control_tokens, causal_block)
+    out_dtype, dtype = q.dtype, _working_dtype(q, compute_dtype)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     B, Hq, Nq, D = q.shape
     C, L = control_tokens, k.shape[2] - control_tokens
     first = L - (Nq - C)  # body index of q's first body row
@@ -102,7 +122,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWACo
     spread = torch.zeros_like(logits)
     spread[:, :, C:, C:] = seen * (p_sum[:, :, C:] / n_b)[..., selection.block_of(L, G)]
     out = (p_exact + spread) @ ve
-    return out, lse.to(torch.float32)
+    return out.to(out_dtype), lse.to(torch.float32)
 
 
 def attention_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWAConfig,
