@@ -14,6 +14,13 @@
 #define RSWA_HD inline
 #endif
 
+// A loop the compiler keeps rolled (cold setup code: the kernel's instruction footprint stays small).
+#if defined(__CUDACC__)
+#define RSWA_ROLLED _Pragma("unroll 1")
+#else
+#define RSWA_ROLLED
+#endif
+
 namespace rangeswa {
 
 // The attention methods the op implements (SPEC section 4). rangeswa_lite is rangeswa with
@@ -38,6 +45,8 @@ RSWA_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 RSWA_HD int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 RSWA_HD int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 RSWA_HD int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+RSWA_HD int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
+RSWA_HD int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
 
 // Section 3: the Self-Extend group size, the smallest g >= 1 with (L-1)/g + Hn - Hn/g <= T-1.
 // Returns 0 when no g exists (Hn >= T): then every body pair keeps its native position.

@@ -198,41 +198,4 @@ RSWA_HD void plan_tile(const AttnKernelParams& p, int32_t bh, int32_t t, Record*
                  kCtrlCols);
 }
 
-// Rule 3's blocks of one (KV head, query block qb) in ascending order, -1 last (the plan's input), checked
-// against checks.cpp check_retrieved_values' rules: each given block is -1 or a candidate of qb in
-// [0, nKb), and none is given twice. Returns false at the first that breaks them, its value in *bad (not
-// placed: the sorted row stays inside the arrays). The CUDA op checks a user's blocks here, on the device,
-// so a call neither syncs nor breaks CUDA-graph capture (plan.cu sort_kernel). The given row has `given_k`
-// entries, the sorted one `k` (attn_setup.h retrieved_room: at most the key blocks, which the distinct given
-// blocks never outnumber, so no given block is lost).
-// The message of a row that breaks them (printf: the block, the query block, nKb).
-#define RSWA_BAD_RETRIEVED                                                                                  \
-  "rangeswa attn: retrieved holds block %d for query block %lld: outside [-1, %lld), not a candidate (it " \
-  "overlaps the query block's local windows) or given twice\n"
-RSWA_HD bool sort_retrieved(const int32_t* given, int32_t given_k, int32_t* sorted, int32_t k, const Rules& R,
-                            int64_t qb, int32_t* bad) {
-  const int64_t nKb = R.num_key_blocks();
-  int32_t n = 0;
-  bool ok = true;
-  for (int32_t x = 0; x < given_k; ++x) {
-    const int32_t kb = given[x];
-    if (kb == -1) continue;
-    bool fits = kb >= 0 && kb < nKb && R.is_candidate(qb, kb) && n < k;  // (n < k: distinct blocks below nKb)
-    for (int32_t y = 0; fits && y < n; ++y) fits = sorted[y] != kb;
-    if (!fits) {
-      if (ok) *bad = kb;
-      ok = false;
-      continue;
-    }
-    int32_t y = n++;
-    while (y > 0 && sorted[y - 1] > kb) {
-      sorted[y] = sorted[y - 1];
-      --y;
-    }
-    sorted[y] = kb;
-  }
-  for (int32_t x = n; x < k; ++x) sorted[x] = -1;
-  return ok;
-}
-
 }  // namespace rangeswa::cuda

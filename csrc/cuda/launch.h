@@ -13,7 +13,7 @@
 namespace rangeswa::cuda {
 
 // Rule 3's retrieved blocks sorted per (KV head, query block) and checked against `rules` (an invalid one
-// is a device-side assertion: attn_params.h sort_retrieved), then the records of every body tile. `given` has
+// is a device-side assertion: retrieved_blocks.h sort_retrieved), then the records of every body tile. `given` has
 // `given_k` blocks per row (the call's K), `sorted` p.retrieved_k (attn_setup.h retrieved_room).
 cudaError_t launch_plan(const AttnKernelParams& p, const Rules& rules, const int32_t* given, int32_t given_k,
                         int32_t* sorted, Record* records, int32_t* counts, int64_t plans, cudaStream_t stream);

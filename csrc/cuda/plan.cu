@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "combine.h"
+#include "retrieved_blocks.h"
 #include "utils.h"
 
 namespace rangeswa::cuda {
@@ -16,7 +17,7 @@ constexpr int kThreads = 128;
 
 // A user's invalid block stops the kernel with a device-side assertion, as torch's indexing does (the
 // host would have to wait for the device to see the values and raise).
-// Row `row` (a (KV head, query block)) of one call's blocks: `given_k` given, `k` sorted (attn_params.h
+// Row `row` (a (KV head, query block)) of one call's blocks: `given_k` given, `k` sorted (retrieved_blocks.h
 // sort_retrieved).
 __device__ __forceinline__ void sort_row(const Rules& rules, const int32_t* given, int32_t given_k, int32_t* sorted,
                                          int64_t row, int32_t k) {

@@ -22,7 +22,7 @@
 // (section 7). Exact keys are every key of the window records and of the retrieved blocks; a G-block
 // is a summary for a row when it lies outside the row's window, is not retrieved and (Lite) is near:
 // the summary records cover those blocks, and the retrieved ones are removed per KV tile (a 64-bit
-// column mask, exclusion_bits). Blocks straddling distance Hn (class kMixed) are in no record: the
+// column mask, retrieved_blocks.h exclusion_bits). Blocks straddling distance Hn (class kMixed) are in no record: the
 // kernel scores them per row from prefix sums (mixed_block), so no KV tile is spent on them.
 // Each row thus meets each key it sees in exactly one record, and every key it sees is in one.
 #pragma once
@@ -32,15 +32,9 @@
 #include <cstdint>
 
 #include "grouped_positions.h"
+#include "retrieved_blocks.h"
 #include "rules.h"
 #include "summary_bias.h"
-
-// A loop the compiler keeps rolled (cold setup code: the kernel's instruction footprint stays small).
-#if defined(__CUDACC__)
-#define RSWA_ROLLED _Pragma("unroll 1")
-#else
-#define RSWA_ROLLED
-#endif
 
 namespace rangeswa::cuda {
 
@@ -157,9 +151,6 @@ inline Geometry make_geometry(const Rules& R, int64_t C) {
   return g;
 }
 
-RSWA_HD int32_t imin(int32_t a, int32_t b) { return a < b ? a : b; }
-RSWA_HD int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
-
 // --- rows (rules.h in int32; i >= 0 throughout) -------------------------------------------------------
 
 // Rule 2: the row's window blocks [first, last] (rangeswa).
@@ -182,35 +173,6 @@ RSWA_HD int32_t near_last(const Geometry& g, int32_t i) {
 }
 RSWA_HD int32_t far_left_end(const Geometry& g, int32_t i) { return i - g.Hn > 0 ? g.by_G.div(i - g.Hn) : 0; }
 RSWA_HD int32_t far_right_begin(const Geometry& g, int32_t i) { return imin(g.nG, g.by_G.div(i + g.Hn) + 1); }
-
-// --- retrieved blocks -----------------------------------------------------------------------------
-
-// Bit x set: G-block b0 + x (x < 64) lies in one of the query block's retrieved key blocks (sorted
-// ascending, -1 after the last), which every row of the tile sees exactly (rule 3), so it is no summary.
-// [gate:exclusion-bits begin]
-RSWA_HD uint64_t exclusion_bits(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b0, int32_t n) {
-  uint64_t bits = 0;
-  const int32_t per = g.by_blocks_per_key_block.d;
-  // Every entry is looked at (no early exit: the -1 padding overlaps nothing), so the loop has one exit.
-RSWA_ROLLED
-  for (int32_t x = 0; x < k; ++x) {
-    const int32_t kb = sorted[x];
-    const int32_t lo = imax(kb * per, b0), hi = imin(imin(kb * per + per, g.nG), b0 + n);
-    const int32_t width = imin(64, imax(0, hi - lo));
-    const uint64_t run = width >= 64 ? ~uint64_t(0) : ((uint64_t(1) << width) - 1);
-    bits |= kb >= 0 && width > 0 ? run << (lo - b0) : 0;
-  }
-  return bits;
-}
-// [gate:exclusion-bits end]
-
-RSWA_HD bool is_retrieved_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t b) {
-  const int32_t kb = g.by_blocks_per_key_block.div(b);
-RSWA_ROLLED
-  for (int32_t x = 0; x < k && sorted[x] >= 0 && sorted[x] <= kb; ++x)
-    if (sorted[x] == kb) return true;
-  return false;
-}
 
 // --- blocks straddling distance Hn ------------------------------------------------------------------
 
@@ -473,14 +435,6 @@ RSWA_HD void summary_records(const Geometry& g, PlanWriter& w, QVar pass, Scope 
   }
 }
 
-// Whether any retrieved block overlaps G-blocks [lo, hi).
-RSWA_HD bool overlaps_retrieved(const Geometry& g, const int32_t* sorted, int32_t k, int32_t lo, int32_t hi) {
-  const int32_t per = g.by_blocks_per_key_block.d;
-  for (int32_t x = 0; x < k && sorted[x] >= 0; ++x)
-    if (sorted[x] * per < hi && imin(sorted[x] * per + per, g.nG) > lo) return true;
-  return false;
-}
-
 // The records of a tile of body rows [i0, i0 + nrows) (inside one query block for rangeswa), whose
 // query block retrieved `sorted` (ascending, -1 padded, k entries). Records come in the order the
 // kernel fills its query slot: cond, left, nat, right.
@@ -512,10 +466,9 @@ RSWA_HD int32_t plan_body_tile(const Geometry& g, int32_t i0, int32_t nrows, con
                     sums ? kRecWindowSums : 0);
       // Rule 3: the retrieved key blocks, adjacent ones merged into one range.
       for (int32_t x = 0; x < k && sorted[x] >= 0;) {
-        int32_t y = x + 1;
-        while (y < k && sorted[y] == sorted[y - 1] + 1) ++y;
-        exact_records(g, w, pass, Scope::kAll, i0, i1, sorted[x] * g.Rb, imin(g.L, sorted[y - 1] * g.Rb + g.Rb));
-        x = y;
+        const RetrievedRun run = retrieved_run(g, sorted, k, x);
+        exact_records(g, w, pass, Scope::kAll, i0, i1, run.k0, run.k1);
+        x = run.next;
       }
       if (g.summaries) {
         const int32_t vis = visible_blocks(g, i1);

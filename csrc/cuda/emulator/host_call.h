@@ -25,6 +25,7 @@
 #include "cuda/kernel_traits.h"
 #include "cuda/plan.h"
 #include "cuda/prepare.h"
+#include "cuda/retrieved_blocks.h"
 #include "cuda/rotary.h"
 #include "cuda/utils.h"
 
