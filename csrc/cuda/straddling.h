@@ -32,7 +32,8 @@ struct MixedBlock {
 // block's first token (the class changes on a block boundary: both blocks lie wholly in one class), or when
 // the row sees the block otherwise: in its window (rule 2), not at all (section 7) or retrieved (rule 3).
 // g: the plan's Geometry; sorted / k: the query block's retrieved blocks. window_first, window_last,
-// visible_blocks and is_retrieved_block are plan.h's, found through g's namespace where plan.h calls this.
+// visible_blocks and is_retrieved_block are the plan's, found through g's namespace where plan.h row_geometry
+// calls this. (plan.h plan_body_tile's direct records cover the blocks of the tokens m of a tile's rows.)
 template <typename Geometry>
 RSWA_HD MixedBlock mixed_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t i, int side) {
   MixedBlock none{-1, 0};
