@@ -32,7 +32,7 @@ struct PreparedArrays {
   const void* s_grp;   // [nG] G-block means of R(j / g) k_j       ... and grouping
   const void* s_v;     // [nG] G-block means of v_j
   const void* p_nat;   // [L]  in-block exclusive prefix sums of R(j) k_j       blocks straddling Hn
-  const void* p_grp;   // [L]  in-block exclusive prefix sums of R(j / g) k_j   (plan.h mixed_block)
+  const void* p_grp;   // [L]  in-block exclusive prefix sums of R(j / g) k_j   (straddling.h)
   // Elements between KV heads: control arrays, body keys (and prefix sums), summaries (a call's own arrays:
   // C * Dp, L * Dp, nG * Dp; a prepared context's keep their cache's strides).
   int64_t ctrl_stride, key_stride, sum_stride;

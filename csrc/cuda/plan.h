@@ -34,6 +34,7 @@
 #include "grouped_positions.h"
 #include "retrieved_blocks.h"
 #include "rules.h"
+#include "straddling.h"
 #include "summary_bias.h"
 
 namespace rangeswa::cuda {
@@ -176,31 +177,8 @@ RSWA_HD int32_t far_right_begin(const Geometry& g, int32_t i) { return imin(g.nG
 
 // --- blocks straddling distance Hn ------------------------------------------------------------------
 
-// Rule 4 for a G-block holding tokens on both sides of distance Hn from row i (rules.h kMixed): its
-// summary logit is the mean of its exact logits, each under its own class. With in-block exclusive
-// prefix sums P[m] = sum of the block's keys before token m (prepared per array), that mean is
-//   left  (tokens before m = i - Hn grouped):        q_nat . S_nat[b] + (q_left . P_grp[m] - q_nat . P_nat[m]) / n_b
-//   right (tokens from  m = i + Hn + 1 grouped):     q_right . S_grp[b] + (q_nat . P_nat[m] - q_right . P_grp[m]) / n_b
-// so the kernel scores each such block with three dot products per row: the plan's direct records
-// (kRecDirect) then fold it into the softmax like any key, with no Q K^T.
-struct MixedBlock {
-  int32_t block;  // -1: none on this side
-  int32_t m;      // the token where the class changes
-};
-
-// Row i's straddling block on `side` (0 left, 1 right) when it is a summary for the row: outside its
-// window, not retrieved, seen (section 7), with far summaries on and grouping.
-RSWA_HD MixedBlock mixed_block(const Geometry& g, const int32_t* sorted, int32_t k, int32_t i, int side) {
-  MixedBlock none{-1, 0};
-  if (!g.grouping || !g.summaries || !g.far_summaries) return none;
-  const int32_t m = side == 0 ? i - g.Hn : i + g.Hn + 1;
-  if (m <= 0 || m >= g.L || g.by_G.mod(m) == 0) return none;  // the class changes on a block boundary
-  const int32_t b = g.by_G.div(m);
-  if (b >= window_first(g, i) && b <= window_last(g, i)) return none;
-  if (b >= visible_blocks(g, i)) return none;
-  if (is_retrieved_block(g, sorted, k, b)) return none;
-  return MixedBlock{b, m};
-}
+// Which G-block of a row straddles distance Hn on each side, and the token where its class changes:
+// straddling.h mixed_block (row_geometry keeps them per row; the direct records below cover the tile's).
 
 // --- edge-free records ------------------------------------------------------------------------------
 //

@@ -1,6 +1,6 @@
 // The per-call preparation of the fused attention: the keys and values of every (batch, KV head) under
 // each position map a key range uses, with their G-block means (rule 4's summary keys and values) and
-// in-block prefix sums (blocks straddling Hn, plan.h mixed_block), padded to the kernel's head dim with
+// in-block prefix sums (blocks straddling Hn, straddling.h), padded to the kernel's head dim with
 // zeros: the arrays of attn_params.h PreparedArrays. Host and device code: the preparation kernel runs
 // prepare_unit with one warp per unit (lanes over the head dim), the host emulation with one lane.
 #pragma once
@@ -18,6 +18,7 @@
 #include "plan.h"
 #include "rotary.h"
 #include "rules.h"
+#include "straddling.h"
 
 namespace rangeswa::cuda {
 
@@ -103,7 +104,8 @@ RSWA_HD void prepare_unit(const PrepareParams& p, int32_t bh, int32_t unit, int 
   const int32_t block0 = p.row0 / p.G;
   const int half = p.rotary_half;
   for (int d = lane; d < p.Dp; d += lanes) {
-    // Running sums of the current G-block (fp32): rotated keys under each map, and values.
+    // Running sums of the current G-block (fp32): rotated keys under each map (straddling.h: the prefix sums P
+    // are each token's sum before its key joins), and values.
     float run_nat = 0.f, run_grp = 0.f, run_v = 0.f;
     for (int32_t j = j0; j < j1; ++j) {
       const auto x = element(k + (p.C + j) * p.k_strides.row);
@@ -114,16 +116,16 @@ RSWA_HD void prepare_unit(const PrepareParams& p, int32_t bh, int32_t unit, int 
       if (p.k_cond != nullptr)
         out(p.k_cond, p.body_stride, j - p.row0)[d] =
             from_float<Element>(rotated_element(x, d, half, p.interleaved, p.cos_cond + j * half, p.sin_cond + j * half));
-      if (p.j_starts_block(j)) run_nat = run_grp = run_v = 0.f;
+      if (prefix_restarts(j, p.G)) run_nat = run_grp = run_v = 0.f;
       if (p.p_nat != nullptr) out(p.p_nat, p.body_stride, j - p.row0)[d] = from_float<Element>(run_nat);
-      run_nat += nat;
+      run_nat = prefix_step(run_nat, nat);
       run_v += val;
       if (p.k_grp != nullptr) {
         const int32_t s = grouped_key_position(p.g, j);
         const float grp = rotated_element(x, d, half, p.interleaved, p.cos_int + s * half, p.sin_int + s * half);
         out(p.k_grp, p.body_stride, j - p.row0)[d] = from_float<Element>(grp);
         if (p.p_grp != nullptr) out(p.p_grp, p.body_stride, j - p.row0)[d] = from_float<Element>(run_grp);
-        run_grp += grp;
+        run_grp = prefix_step(run_grp, grp);
       }
       // Rule 4: the block's means once its last token is in (units hold whole blocks when they are written).
       if (p.s_nat != nullptr && (j + 1 == j1 || p.j_starts_block(j + 1))) {
@@ -298,17 +300,20 @@ RSWA_HD void prepare_range(const PrepareParams& p, int32_t bh, int32_t unit, int
       vx.store(o_v + at + x);
       vy.store(o_v + at + y);
     }
-    put(o_pnat, at, run_nat[0], run_nat[1]);  // exclusive in-block prefix (the unit is one block when written)
+    // The in-block prefix sums (straddling.h; the unit is one block when they are written): P at token j is the
+    // sum before j's key joins it.
+    put(o_pnat, at, run_nat[0], run_nat[1]);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      run_nat[0][e] += nat[0][e], run_nat[1][e] += nat[1][e];
+      run_nat[0][e] = prefix_step(run_nat[0][e], nat[0][e]), run_nat[1][e] = prefix_step(run_nat[1][e], nat[1][e]);
       run_v[0][e] += va[e], run_v[1][e] += vc[e];
     }
     if (o_grp != nullptr) {
       put(o_grp, at, grp[0], grp[1]);
       put(o_pgrp, at, run_grp[0], run_grp[1]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) run_grp[0][e] += grp[0][e], run_grp[1][e] += grp[1][e];
+      for (int e = 0; e < 4; ++e)
+        run_grp[0][e] = prefix_step(run_grp[0][e], grp[0][e]), run_grp[1][e] = prefix_step(run_grp[1][e], grp[1][e]);
     }
     t_nat += half;
     if (next_key_moves(s_rem, p.g)) t_grp += half;

@@ -267,7 +267,7 @@ struct SpanCursor {
 };
 
 // The query variants a body tile fills, in the records' order (plan_body_tile): a variant is filled when
-// a record scores with it or a row's straddling block needs it (plan.h mixed_block: nat and left on the
+// a record scores with it or a row's straddling block needs it (straddling.h mixed_block: nat and left on the
 // left, nat and right on the right; the direct records come last, after every fill).
 RSWA_HD uint32_t variants_needed(const Record* records, int32_t count, bool mixed_left, bool mixed_right) {
   uint32_t mask = 0;
@@ -281,17 +281,6 @@ RSWA_ROLLED
   if (mixed_left) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kLeft));
   if (mixed_right) mask |= (1u << int(QVar::kNat)) | (1u << int(QVar::kRight));
   return mask;
-}
-
-// A direct record's raw score for a row: the mean exact logit of its straddling block from the parts the
-// query variants gave (plan.h mixed_block), before scale and bias.
-RSWA_HD float straddling_score(const Geometry& g, int32_t block, float whole, float parts) {
-  const int32_t n = imin(g.G, g.L - block * g.G);
-#if defined(__CUDA_ARCH__)
-  return whole + __fdividef(parts, float(n));
-#else
-  return whole + parts / float(n);
-#endif
 }
 
 // The Hn band records of a CTA (plan.h hn_bands; at most one per side), as the kernel keeps them.

@@ -203,7 +203,7 @@ __device__ __forceinline__ void fill_slot_row(const AttnKernelParams& p, const B
 }
 // [gate:fill-slot-row end]
 
-// Straddling blocks (plan.h mixed_block): the parts of row r's logits that variant v gives, as (array, row,
+// Straddling blocks (straddling.h, its formula): the parts of row r's logits that variant v gives, as (array, row,
 // target, sign) terms, from its slot row qr (kCore: slot_col's layout); sMixA / sMixB [2][M] per side and row.
 // kStep: the 16-byte loads of a term issued before any is used (2: the mma.sync kernel's; the sm_90a kernel's
 // whole row, one round trip a term at head dims 64 and 80). kSplit: two threads take the row's terms, `part` 0
