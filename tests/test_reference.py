@@ -175,3 +175,15 @@ def test_low_precision_inputs_are_computed_in_fp32(dtype):
     keys, values = ref.block_summary(k, v, torch.arange(73.0), cfg)
     keys32, values32 = ref.block_summary(k.float(), v.float(), torch.arange(73.0), cfg)
     assert keys.dtype == dtype and torch.equal(keys, keys32.to(dtype)) and torch.equal(values, values32.to(dtype))
+
+
+def test_a_topk_past_the_key_blocks_retrieves_them_all_without_a_table_of_k_columns():
+    """Decision 20: K may be up to 2^31 - 1; the reference's own selection keeps at most the key blocks' columns
+    (the rest would hold -1), so such a call runs and equals K = the key block count."""
+    torch.manual_seed(5)
+    base = dict(train_length=32, near_range=8, summary_block=4, retrieval_block=8, query_block=8, late_window=9)
+    q, k, v = (torch.randn(1, 2, 70, 16, dtype=torch.float64) for _ in range(3))
+    few, _ = ref.attention(q, k, v, preset("rangeswa", topk=9, **base), 0)  # 9 = ceil(70 / 8) key blocks
+    huge, _ = ref.attention(q, k, v, preset("rangeswa", topk=2**31 - 1, **base), 0)
+    some, _ = ref.attention(q, k, v, preset("rangeswa", topk=2, **base), 0)
+    assert torch.equal(few, huge) and not torch.equal(few, some)

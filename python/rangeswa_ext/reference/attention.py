@@ -92,7 +92,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWACo
     # Section 2: exact keys and summarised blocks of body rows (control rows see everything); then
     # section 7 drops the pairs a causal block hides.
     if retrieved is None and cfg.method == "rangeswa" and cfg.topk > 0 and L > 0:
-        retrieved = selection.retrieved_blocks(q, k, C, cfg, window, causal_block)
+        # Columns past the key blocks would hold only -1 (rule 3 retrieves distinct blocks): the same blocks
+        # from at most that many columns, so a K up to decision 20's 2^31 - 1 forms no [.., K] table here.
+        room = cfg.replace(topk=min(cfg.topk, -(-L // cfg.retrieval_block)))
+        retrieved = selection.retrieved_blocks(q, k, C, room, window, causal_block)
     Hkv = k.shape[1]
     decided = selection.exact_keys(L, cfg, window, retrieved, B, Hkv)[:, :, first:]  # [B, Hkv, Lq, L]
     visible = selection.visible_keys(L, causal_block, body_rows)  # [Lq, L]
