@@ -286,6 +286,34 @@ def test_draws_follow_the_official_sample_tokens():
     assert torch.equal(drawn, expect)
 
 
+def test_a_low_precision_call_the_official_draw_refuses_takes_the_most_probable_tokens():
+    """The official draw, Categorical(probs).sample() in a bare try, falls back to the argmax when Categorical's
+    argument check refuses the probabilities (a bf16 row whose rounded sum misses 1): every row of that call is
+    then greedy, with no draw; a call it accepts draws as before."""
+    from torch.distributions import Categorical, constraints
+
+    config = SamplerConfig(temperature=0.2, top_k=50)  # the README's sampling, peaked rows
+    g = torch.Generator().manual_seed(1)
+    refused = None
+    for _ in range(40):  # a bf16 call whose rounded sums miss 1 in some row (about one in seven)
+        logits = (3 * torch.randn(64, 4096, generator=g)).to(torch.bfloat16)
+        probs = torch.softmax(filtered(logits, config), -1)
+        if not constraints.simplex.check(probs / probs.sum(-1, keepdim=True)).all():
+            refused = logits
+            break
+    assert refused is not None
+    probs = torch.softmax(filtered(refused, config), -1)
+    with pytest.raises(ValueError):
+        Categorical(probs=probs)  # the official draw raises here
+    state = torch.Generator().manual_seed(7)
+    conf, tokens = draw_tokens(refused, config, state)
+    assert torch.equal(tokens, probs.argmax(-1)) and torch.equal(conf, probs.max(-1).values)
+    assert torch.equal(state.get_state(), torch.Generator().manual_seed(7).get_state())  # no draw made
+    drawn = torch.Generator().manual_seed(7)
+    draw_tokens(refused.float(), config, drawn)  # fp32: Categorical accepts it, so a draw is made
+    assert not torch.equal(drawn.get_state(), torch.Generator().manual_seed(7).get_state())
+
+
 def test_sampler_config_errors_and_presets():
     with pytest.raises(ValueError, match="alg must be one of"):
         SamplerConfig(alg="random")

@@ -103,13 +103,18 @@ def filtered(logits: torch.Tensor, config: SamplerConfig) -> torch.Tensor:
 def draw_tokens(logits: torch.Tensor, config: SamplerConfig,
                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """(confidence, token) of each row of ``logits`` [n, V] (the official sample_tokens): the most probable token,
-    or with temperature > 0 one drawn from the generator; the confidence is its probability, the margin of the
-    two most probable tokens (topk_margin) or the negative entropy (entropy)."""
+    or with temperature > 0 one drawn from the generator (unless the official draw would fall back to the most
+    probable: low-precision probabilities that torch.distributions.Categorical refuses); the confidence is its
+    probability, the margin of the two most probable tokens (topk_margin) or the negative entropy (entropy)."""
     probs = torch.softmax(filtered(logits, config), dim=-1)
-    if config.temperature > 0:
-        # torch.distributions.Categorical: the probabilities normalised, one multinomial draw a row.
-        normalised = (probs / probs.sum(-1, keepdim=True)).cpu()
-        tokens = torch.multinomial(normalised, 1, True, generator=generator)[:, 0].to(probs.device)
+    normalised = probs / probs.sum(-1, keepdim=True) if config.temperature > 0 else None
+    # The official draw is torch.distributions.Categorical(probs=probs).sample() inside a bare try, whose except
+    # takes the most probable token: Categorical's own argument check (each normalised row >= 0 and summing to 1
+    # within 1e-6, the sum in the probabilities' dtype) rejects a bf16 / fp16 call whose rounded sum misses 1 in
+    # any row, and then every row of the call is taken greedily, without a draw.
+    if normalised is not None and bool(torch.distributions.constraints.simplex.check(normalised).all()):
+        # Categorical's sample: one multinomial draw a row of the normalised probabilities.
+        tokens = torch.multinomial(normalised.cpu(), 1, True, generator=generator)[:, 0].to(probs.device)
         confidence = torch.gather(probs, -1, tokens[:, None])[:, 0]
     else:
         confidence, tokens = probs.max(dim=-1)
