@@ -6,8 +6,10 @@ generation settings per backbone, and clear errors."""
 import collections
 import json
 import re
+import types
 
 import pytest
+import torch
 
 from conftest import json_lines
 from helpers_models import tiny_checkpoint
@@ -19,6 +21,7 @@ from rangeswa_ext.eval.ruler_tasks import (DEPTHS, NOISE, SYNTHETIC, TASKS, TEMP
                                            read_hotpotqa, read_squad, score, sentences)
 from rangeswa_ext.models.dream import load_dream
 from rangeswa_ext.models.llada import load_llada
+from rangeswa_ext.samplers.llada_sampler import generate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 LENGTH = 2048
@@ -170,9 +173,8 @@ def test_ruler_end_to_end_every_task(assets, sources, tmp_path):
     model = load_llada(assets[0])
     model.set_attention(backbone.attention(model, "full"))
     config = backbone.sampler_config.for_model("llada-tiny", steps=8, block_length=8, temperature=0.0)
-    rows = backbone.sample(model, tok, x["index"], 1, 8, 0, config, autocast_dtype=None, progress=False,
-                           prompts=[tok(text)["input_ids"]])
-    assert x["prediction"] == backbone.decode(tok, rows)[0]
+    generated = generate(model, torch.tensor([tok(text)["input_ids"]]), 8, config, indices=[x["index"]])
+    assert x["prediction"] == tok.decode(generated[0].tolist(), skip_special_tokens=True)  # LongLLaDA's decoding
 
     summary = json.loads((out / "ruler_summary.json").read_text())
     full = json_lines(out / "full.jsonl")
@@ -181,6 +183,23 @@ def test_ruler_end_to_end_every_task(assets, sources, tmp_path):
     md = (out / "ruler_summary.md").read_text()
     assert md.startswith(f"## length {LENGTH}\n\n| method | niah_single_1 |") and "| rangeswa_lite |" in md
     assert (out / "ruler_table.csv").read_text().splitlines()[0] == "method,length,task,samples,score"
+
+
+def test_an_answer_keeps_text_generated_after_an_eos_as_longlladas_wrapper(assets, monkeypatch):
+    """LongLLaDA's wrapper, which runs its NIAH and RULER, decodes every generated id with special tokens skipped:
+    text after an EOS stays in the prediction (`Backbone.answer`), where a sample row ends at the EOS."""
+    _, _, tok, _ = assets
+    backbone = backbones.backbone_for("llada-tiny")
+    words = tok("river mill", add_special_tokens=False)["input_ids"]
+    made = torch.tensor([[*words[:1], tok.eos_token_id, *words[1:]]])
+    monkeypatch.setattr(type(backbone), "sampler_sample", lambda *args, **kwargs: made)
+    config = backbone.sampler_config.for_model("llada-tiny", steps=4, block_length=4, temperature=0.0)
+    net = types.SimpleNamespace(config=types.SimpleNamespace(pad_id=tok.eos_token_id, eos_id=tok.eos_token_id))
+    answer = backbone.answer(net, tok, 0, len(made[0]), 0, config, [5, 6], autocast_dtype=None)
+    assert answer == tok.decode(made[0].tolist(), skip_special_tokens=True) and "mill" in answer
+    row = backbone.sample(net, tok, 0, 1, len(made[0]), 0, config, autocast_dtype=None, progress=False,
+                          prompts=[[5, 6]])
+    assert "mill" not in backbone.decode(tok, row)[0]
 
 
 def test_rerun_resumes_after_a_cut_line(assets, tmp_path):

@@ -138,6 +138,15 @@ class Backbone:
         one list of prompt token ids per sample, the rows then hold the continuation only."""
         raise NotImplementedError
 
+    def answer(self, model, tokenizer, index: int, length: int, seed: int, config, prompt_ids: list[int], *,
+               autocast_dtype: Optional[torch.dtype]) -> str:
+        """The text a prompt-answering evaluation (`rangeswa ruler`, `rangeswa niah`) scores: sample ``index`` of
+        run ``seed`` continuing ``prompt_ids`` by ``length`` tokens, decoded (by default the sample row, cut at
+        its end, `decode`)."""
+        rows = self.sample(model, tokenizer, index, 1, length, seed, config, autocast_dtype=autocast_dtype,
+                           progress=False, prompts=[prompt_ids])
+        return self.decode(tokenizer, rows)[0]
+
     def sampler_settings(self, config) -> dict:
         """The sampler settings a JSON line records, in order (default: every field of the dataclass)."""
         return dataclasses.asdict(config)
@@ -177,6 +186,14 @@ class MaskedDiffusionBackbone(Backbone):
 
     def encode(self, tokenizer, text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
+
+    def answer(self, model, tokenizer, index, length, seed, config, prompt_ids, *, autocast_dtype):
+        """LongLLaDA's evaluation wrapper (llada/llada_wrapper.py, NIAH and RULER alike) decodes every generated id
+        with the special tokens skipped (its split at the EOS string then finds none), so text generated after an
+        EOS is kept, unlike a sample row (`sample`)."""
+        ids = type(self).sampler_sample(model, 1, length, seed, index, config, prompts=torch.tensor([prompt_ids]),
+                                        autocast_dtype=autocast_dtype, progress=False)
+        return tokenizer.decode(ids[0].tolist(), skip_special_tokens=True)
 
     def sample(self, model, tokenizer, first, count, length, seed, config, *, autocast_dtype, progress, prompts=None):
         eos = model.config.eos_id if getattr(tokenizer, "eos_token_id", None) is None else tokenizer.eos_token_id

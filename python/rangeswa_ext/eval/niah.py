@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-import torch
 from tqdm import tqdm
 
 from .. import backbones, distributed, resumable
@@ -349,14 +348,13 @@ def _run_tasks(lines: resumable.LineFile, tasks: list[Task], backbone, net, tok,
                needles: list[Needle], sampler_config, gen_length: int, autocast_dtype, progress: bool) -> None:
     """Generate and score ``tasks``, appending one line each to ``lines``: the prompt read as the backbone reads a
     document (`Backbone.document_ids`: the tokenizer's special tokens, Dream's BOS first, as LongLLaDA's wrapper
-    feeds it), the whole answer decoded without its special tokens (text after an EOS kept, as LongLLaDA's
-    OpenCompass model decodes it)."""
+    feeds it), the answer as `Backbone.answer` reads it (the whole answer decoded without its special tokens: text
+    after an EOS kept, as LongLLaDA's OpenCompass model decodes it)."""
     for task in tqdm(tasks, desc=f"niah {lines.settings['method']}", unit="sample", disable=not progress):
         needle = needles[task.needle]
         ids = backbone.document_ids(tok, builder.prompt(needle, task.length, task.depth, task.repeat))
-        answer = backbone.sampler_sample(net, 1, gen_length, lines.settings["seed"], task.index, sampler_config,
-                                         prompts=torch.tensor([ids]), autocast_dtype=autocast_dtype, progress=False)
-        prediction = tok.decode(answer[0].tolist(), skip_special_tokens=True)
+        prediction = backbone.answer(net, tok, task.index, gen_length, lines.settings["seed"], sampler_config, ids,
+                                     autocast_dtype=autocast_dtype)
         lines.append({task.index: {**dataclasses.asdict(task), "prompt_tokens": len(ids), "prediction": prediction,
                                    "keyword_hit": needle.keyword in prediction,
                                    "score": score(prediction, needle.needle, needle.keyword)}})

@@ -191,9 +191,8 @@ def _run_items(lines: resumable.LineFile, work: list[Item], backbone, net, tok, 
         task = TASKS[item.task]
         text, answers, size = fit(task, item.seed_text, sources, item.length, count, item.sample)
         ids = backbone.document_ids(tok, text)
-        rows = backbone.sample(net, tok, item.index, 1, gen_length, lines.settings["seed"], sampler_config,
-                               autocast_dtype=autocast_dtype, progress=False, prompts=[ids])
-        prediction = backbone.decode(tok, rows)[0]
+        prediction = backbone.answer(net, tok, item.index, gen_length, lines.settings["seed"], sampler_config, ids,
+                                     autocast_dtype=autocast_dtype)
         lines.append({item.index: dict(length=item.length, task=item.task, sample=item.sample, size=size,
                                        prompt_tokens=len(ids), answers=list(answers), prediction=prediction,
                                        score=score(prediction, answers, task.metric))})
