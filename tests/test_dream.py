@@ -286,11 +286,14 @@ def test_draws_follow_the_official_sample_tokens():
     assert torch.equal(drawn, expect)
 
 
-def test_a_low_precision_call_the_official_draw_refuses_takes_the_most_probable_tokens():
+def test_a_low_precision_call_the_official_draw_refuses_takes_the_most_probable_tokens(monkeypatch):
     """The official draw, Categorical(probs).sample() in a bare try, falls back to the argmax when Categorical's
     argument check refuses the probabilities (a bf16 row whose rounded sum misses 1): every row of that call is
-    then greedy, with no draw; a call it accepts draws as before."""
-    from torch.distributions import Categorical, constraints
+    then greedy, with no draw; a call it accepts draws as before, and so does every call while the argument checks
+    are off (torch.compile turns them off for the process: the official code then draws too)."""
+    from torch.distributions import Categorical, Distribution, constraints
+
+    monkeypatch.setattr(Distribution, "_validate_args", True)  # Python's default (a compile in this process clears it)
 
     config = SamplerConfig(temperature=0.2, top_k=50)  # the README's sampling, peaked rows
     g = torch.Generator().manual_seed(1)
@@ -312,6 +315,11 @@ def test_a_low_precision_call_the_official_draw_refuses_takes_the_most_probable_
     drawn = torch.Generator().manual_seed(7)
     draw_tokens(refused.float(), config, drawn)  # fp32: Categorical accepts it, so a draw is made
     assert not torch.equal(drawn.get_state(), torch.Generator().manual_seed(7).get_state())
+    monkeypatch.setattr(Distribution, "_validate_args", False)
+    Categorical(probs=probs)  # no check: the official draw goes through
+    unchecked = torch.Generator().manual_seed(7)
+    draw_tokens(refused, config, unchecked)
+    assert not torch.equal(unchecked.get_state(), torch.Generator().manual_seed(7).get_state())
 
 
 def test_sampler_config_errors_and_presets():

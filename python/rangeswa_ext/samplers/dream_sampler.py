@@ -100,6 +100,16 @@ def filtered(logits: torch.Tensor, config: SamplerConfig) -> torch.Tensor:
     return logits
 
 
+def refused_by_categorical(normalised: torch.Tensor) -> bool:
+    """Whether the official draw, torch.distributions.Categorical(probs=probs).sample() inside a bare try, raises
+    on these normalised probabilities, so that its except takes every row of the call greedily: when the
+    distributions' argument checks are on (Python's default; torch.compile turns them off for the whole process,
+    and then the official code draws too), Categorical refuses a row that is not >= 0 or does not sum to 1 within
+    1e-6, the sum taken in the probabilities' dtype: a bf16 / fp16 call whose rounded sum misses 1."""
+    checks_on = getattr(torch.distributions.Distribution, "_validate_args", __debug__)
+    return bool(checks_on) and not bool(torch.distributions.constraints.simplex.check(normalised).all())
+
+
 def draw_tokens(logits: torch.Tensor, config: SamplerConfig,
                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """(confidence, token) of each row of ``logits`` [n, V] (the official sample_tokens): the most probable token,
@@ -108,11 +118,7 @@ def draw_tokens(logits: torch.Tensor, config: SamplerConfig,
     probability, the margin of the two most probable tokens (topk_margin) or the negative entropy (entropy)."""
     probs = torch.softmax(filtered(logits, config), dim=-1)
     normalised = probs / probs.sum(-1, keepdim=True) if config.temperature > 0 else None
-    # The official draw is torch.distributions.Categorical(probs=probs).sample() inside a bare try, whose except
-    # takes the most probable token: Categorical's own argument check (each normalised row >= 0 and summing to 1
-    # within 1e-6, the sum in the probabilities' dtype) rejects a bf16 / fp16 call whose rounded sum misses 1 in
-    # any row, and then every row of the call is taken greedily, without a draw.
-    if normalised is not None and bool(torch.distributions.constraints.simplex.check(normalised).all()):
+    if normalised is not None and not refused_by_categorical(normalised):
         # Categorical's sample: one multinomial draw a row of the normalised probabilities.
         tokens = torch.multinomial(normalised.cpu(), 1, True, generator=generator)[:, 0].to(probs.device)
         confidence = torch.gather(probs, -1, tokens[:, None])[:, 0]
