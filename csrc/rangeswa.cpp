@@ -37,12 +37,16 @@ PyObject* PyInit__C(void) {
 }
 }
 
+// The ops whose CUDA calls stage work on the host (cuda/attn_api.cpp refuse_capture: a packed call's offsets,
+// cached rope tables, given frequencies) carry the cudagraph_unsafe tag: torch.compile(mode="reduce-overhead")
+// then runs them between its CUDA graphs (inductor's graph partitions) instead of capturing them.
 TORCH_LIBRARY(rangeswa, m) {
-  m.def(schema::kRope);
-  m.def(schema::kBlockSummary);
+  const std::vector<at::Tag> host_staged = {at::Tag::cudagraph_unsafe};
+  m.def(schema::kRope, host_staged);
+  m.def(schema::kBlockSummary, host_staged);
   m.def(schema::kTopkBlocks);
-  m.def(schema::kAttn);
-  m.def(schema::kPrepare);
+  m.def(schema::kAttn, host_staged);
+  m.def(schema::kPrepare, host_staged);
 }
 
 namespace {

@@ -151,3 +151,48 @@ def test_packed_calls_and_prepared_contexts_compile():
     want, got = both(q, k, v), compiled(both)(q, k, v)
     for w, o in zip(want, got):
         assert rel_err(o, w) < 1e-6
+
+
+# ------------------------------------------------------------------------------------------- CUDA graphs
+
+
+@pytest.mark.parametrize("name", ["attn", "prepare", "rope", "block_summary", "topk_blocks"])
+def test_ops_that_stage_on_the_host_are_kept_out_of_cuda_graphs(name):
+    """The ops whose CUDA calls stage work on the host (a packed call's offsets, cached rope tables, given
+    frequencies) carry the cudagraph_unsafe tag, which inductor's graph partitions read: compiled with
+    mode="reduce-overhead", a model runs them between its CUDA graphs instead of capturing them. topk_blocks
+    stages nothing and stays capturable."""
+    from torch._inductor.utils import is_cudagraph_unsafe_fx_node
+
+    op = getattr(torch.ops.rangeswa, name).default
+    staged = name != "topk_blocks"
+    assert (torch.Tag.cudagraph_unsafe in op.tags) == staged
+    graph = torch.fx.Graph()
+    node = graph.call_function(op, ())
+    assert is_cudagraph_unsafe_fx_node(node) == staged
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_reduce_overhead_runs_the_method_between_cuda_graphs_past_T():
+    """torch.compile(mode="reduce-overhead") of a transformers model on a static cache past T: the rest of each
+    step replays in CUDA graphs, the op runs between them (its tag); the logits equal the eager steps'."""
+    model = tiny_hf("llama").cuda()
+    model.set_attn_implementation("rangeswa")
+    tokens = torch.randint(0, 97, (2, 100), generator=torch.Generator().manual_seed(1)).cuda()
+
+    def run(call):
+        from transformers import StaticCache
+
+        cache = StaticCache(config=model.config, max_cache_len=128)
+        with torch.no_grad():
+            out = [call(tokens, past_key_values=cache, use_cache=True, cache_position=torch.arange(100).cuda()).logits]
+            for step in range(4):
+                out.append(call(out[-1][:, -1:].argmax(-1), past_key_values=cache, use_cache=True,
+                                cache_position=torch.tensor([100 + step]).cuda()).logits.clone())
+        return out
+
+    eager = run(model)
+    torch._dynamo.reset()
+    got = run(torch.compile(model, mode="reduce-overhead", fullgraph=True))
+    for e, g in zip(eager, got):
+        assert rel_err(g, e) < 1e-4

@@ -401,3 +401,20 @@ def test_emulator_reads_strided_views(emulator):
     out, _ = emulator(q, k, v, retrieved, **ops.attn_arguments(cfg, 12))
     expect = ops.attn(q.contiguous(), k.contiguous(), v.contiguous(), cfg, 12, retrieved=retrieved)
     assert rel_err(out, expect) < FP32_TOL
+
+
+@needs_cuda
+@pytest.mark.parametrize("packed", [False, True])
+def test_attn_cuda_refuses_a_cuda_graph_capture(packed):
+    """attn stages its launches on the host per call (a packed call reads its offsets there): inside a CUDA graph
+    capture it raises before any launch, naming what works instead, and leaves the capture whole."""
+    cfg = preset("rangeswa", train_length=32)
+    q, k, v = _cuda(*make_qkv(1, 2, 2, 90, 16, seed=3))
+    kwargs = dict(cu_seqlens_q=torch.tensor([0, 40, 90], device="cuda"),
+                  cu_seqlens_k=torch.tensor([0, 40, 90], device="cuda"), causal_block=1) if packed else {}
+    want = ops.attn(q, k, v, cfg, **kwargs)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(NotImplementedError, match="reduce-overhead"):
+        with torch.cuda.graph(graph):
+            ops.attn(q, k, v, cfg, **kwargs)
+    assert torch.equal(ops.attn(q, k, v, cfg, **kwargs), want)

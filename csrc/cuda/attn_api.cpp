@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "checks.h"
+#include "cuda/api/host.h"
 #include "cuda/attn_setup.h"
 #include "cuda/context.h"
 #include "cuda/kernel_traits.h"
@@ -27,23 +28,6 @@
 
 namespace rangeswa::cuda {
 namespace {
-
-void check_launch(cudaError_t err, const char* what) {
-  TORCH_CHECK(err == cudaSuccess, what, " failed on the GPU: ", cudaGetErrorString(err));
-}
-
-// Runs f(Element{}) for the element type of a float32 / bfloat16 / float16 tensor.
-template <typename F>
-void dispatch_dtype(at::ScalarType type, const F& f) {
-  if (type == at::kBFloat16) f(__nv_bfloat16{});
-  else if (type == at::kHalf) f(__half{});
-  else f(float{});
-}
-
-// Shared memory a CTA may opt in to on `device` (ATen caches the properties).
-int max_shared_memory(const at::Device& device) {
-  return int(at::cuda::getDeviceProperties(device.index())->sharedMemPerBlockOptin);
-}
 
 // The positions argument of rope / block_summary: 1-D, n entries, floating, on `device`.
 void check_positions_on(const at::Tensor& positions, int64_t n, const char* what, const at::Device& device) {
@@ -143,17 +127,13 @@ TableCache& tables() {
   return cache;
 }
 
-template <typename T>
-T* ptr_or_null(const at::Tensor& t) {
-  return t.defined() && t.numel() > 0 ? static_cast<T*>(t.data_ptr()) : nullptr;
-}
-
 // ---------------------------------------------------------------------------------------------- rope
 
 at::Tensor rope_cuda(const at::Tensor& x, const at::Tensor& positions, double theta,
                      std::optional<int64_t> rotary_dim, c10::string_view rope_style,
                      const std::optional<at::Tensor>& inv_freq) {
   check_bhnd(x, "x");
+  refuse_capture("rope", x.device());
   const RopeParams rope = check_rope(x.size(3), theta, rotary_dim, rope_style, inv_freq, x.device());
   check_positions_on(positions, x.size(2), "token of x", x.device());
   const c10::cuda::CUDAGuard guard(x.device());
@@ -182,6 +162,7 @@ std::tuple<at::Tensor, at::Tensor> block_summary_cuda(const at::Tensor& k, const
                                                       std::optional<int64_t> rotary_dim, c10::string_view rope_style,
                                                       const std::optional<at::Tensor>& inv_freq) {
   const RopeParams rope = check_block_summary(k, v, summary_block, theta, rotary_dim, rope_style, inv_freq);
+  refuse_capture("block_summary", k.device());
   if (positions.has_value()) check_positions_on(*positions, k.size(2), "body key", k.device());
   const c10::cuda::CUDAGuard guard(k.device());
   const int64_t BH = k.size(0) * k.size(1), L = k.size(2), D = k.size(3);
@@ -671,11 +652,13 @@ std::vector<at::Tensor> prepare_cuda_packed(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREP
 // (attn_cuda_packed; docs/cuda.md, "Packed calls").
 std::tuple<at::Tensor, at::Tensor> attn_cuda(RSWA_ATTN_PARAMS, std::optional<at::TensorList> prepared
                                                  RSWA_VARLEN_ATTN_PARAMS) {
+  refuse_capture("attn", q.device());
   if (!is_packed(cu_seqlens_q, cu_seqlens_k, control_counts)) return attn_cuda_one(RSWA_ATTN_ARGS, prepared);
   return attn_cuda_packed(RSWA_ATTN_ARGS, prepared RSWA_VARLEN_ATTN_ARGS);
 }
 
 std::vector<at::Tensor> prepare_cuda(RSWA_PREPARE_PARAMS RSWA_VARLEN_PREPARE_PARAMS) {
+  refuse_capture("prepare", k.device());
   if (!is_packed(std::nullopt, cu_seqlens_k, control_counts)) return prepare_cuda_one(RSWA_PREPARE_ARGS);
   return prepare_cuda_packed(RSWA_PREPARE_ARGS RSWA_VARLEN_PREPARE_ARGS);
 }
