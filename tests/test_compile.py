@@ -180,12 +180,12 @@ def test_reduce_overhead_runs_the_method_between_cuda_graphs_past_T():
     model.set_attn_implementation("rangeswa")
     tokens = torch.randint(0, 97, (2, 100), generator=torch.Generator().manual_seed(1)).cuda()
 
-    def run(call):
+    def run(call):  # each step's logits cloned: a CUDA graph's outputs are overwritten by its next replay
         from transformers import StaticCache
 
         cache = StaticCache(config=model.config, max_cache_len=128)
         with torch.no_grad():
-            out = [call(tokens, past_key_values=cache, use_cache=True, cache_position=torch.arange(100).cuda()).logits]
+            out = [call(tokens, past_key_values=cache, use_cache=True, cache_position=torch.arange(100).cuda()).logits.clone()]
             for step in range(4):
                 out.append(call(out[-1][:, -1:].argmax(-1), past_key_values=cache, use_cache=True,
                                 cache_position=torch.tensor([100 + step]).cuda()).logits.clone())
