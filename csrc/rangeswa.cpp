@@ -5,6 +5,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include "cpu/dispatch.h"
 #include "schema.h"
@@ -37,11 +38,16 @@ PyObject* PyInit__C(void) {
 }
 }
 
-// The ops whose CUDA calls stage work on the host (cuda/attn_api.cpp refuse_capture: a packed call's offsets,
+// The ops whose CUDA calls stage work on the host (cuda/api/host.h refuse_capture: a packed call's offsets,
 // cached rope tables, given frequencies) carry the cudagraph_unsafe tag: torch.compile(mode="reduce-overhead")
 // then runs them between its CUDA graphs (inductor's graph partitions) instead of capturing them.
+// (torch 2.8 and newer: older ones have no such tag, nor inductor's partitions.)
 TORCH_LIBRARY(rangeswa, m) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
   const std::vector<at::Tag> host_staged = {at::Tag::cudagraph_unsafe};
+#else
+  const std::vector<at::Tag> host_staged;
+#endif
   m.def(schema::kRope, host_staged);
   m.def(schema::kBlockSummary, host_staged);
   m.def(schema::kTopkBlocks);
