@@ -193,8 +193,12 @@ def test_reduce_overhead_runs_the_method_between_cuda_graphs_past_T():
                                 cache_position=torch.tensor([100 + step]).cuda()).logits.clone())
         return out
 
+    from torch._dynamo.utils import counters
+
     eager = run(model)
     torch._dynamo.reset()
+    counters.clear()
     got = run(torch.compile(model, mode="reduce-overhead", fullgraph=True))
     for e, g in zip(eager, got):
         assert rel_err(g, e) < 1e-4
+    assert counters["inductor"]["cudagraph_skips"] == 0, "inductor ran a graph without CUDA graphs (its log says why)"
