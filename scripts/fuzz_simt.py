@@ -78,8 +78,8 @@ def _draw_config(r: random.Random, method: str, D: int) -> dict:
     if r.random() < 0.35:
         cfg["rotary_dim"] = 2 * r.randint(0, D // 2)
     if r.random() < 0.15:
-        rd = cfg.get("rotary_dim") or 2 * (D // 2)
-        if cfg.get("rotary_dim") is None and D % 2:
+        rd = cfg["rotary_dim"] if "rotary_dim" in cfg else 2 * (D // 2)
+        if "rotary_dim" not in cfg and D % 2:
             cfg["rotary_dim"] = rd
         cfg["inv_freq"] = [round(10 ** r.uniform(-4, 0), 6) for _ in range(rd // 2)]
     if r.random() < 0.2:
@@ -103,6 +103,8 @@ def _draw_length(r: random.Random, T: int, top: int = 700) -> int:
         return r.randint(1, 5)
     if pick < 0.45:
         return r.randint(1, T)
+    if pick < 0.55:  # a long tail: past the usual sizes, far past T
+        return r.randint(max(T + 1, top), 2 * top)
     return r.randint(T + 1, max(T + 1, top))
 
 
@@ -145,7 +147,7 @@ def draw(seed: int, index: int) -> dict:
             for _ in range(r.randint(1, 4)):
                 L = _draw_length(r, T, top=400) if r.random() > 0.1 else 0
                 C = r.choice([0, r.randint(0, 12)])
-                Lq = None if r.random() < 0.6 else r.choice([0, 1, r.randint(0, L)])
+                Lq = None if r.random() < 0.6 else min(L, r.choice([0, 1, r.randint(0, L)]))
                 seqs.append([C + L, Lq, C])
             case.update(seqs=seqs, prepared=r.random() < 0.3)
     elif kind == "topk":
@@ -193,7 +195,9 @@ def packed_inputs(case: dict):
     parts = []
     for N, Lq, C in case["seqs"]:
         q, k, v = _randn(g, 1, case["Hq"], N, D), _randn(g, 1, case["Hkv"], N, D), _randn(g, 1, case["Hkv"], N, D)
-        if Lq is not None:
+        if Lq == 0:  # a sequence without query rows (its control rows not queried either)
+            q = q[:, :, :0]
+        elif Lq is not None:
             q = q[:, :, torch.cat([torch.arange(C), torch.arange(N - Lq, N)])]
         parts.append((q.contiguous().to(dtype), k.to(dtype), v.to(dtype), C))
     cq = torch.tensor([0] + [p[0].shape[2] for p in parts]).cumsum(0).to(torch.int32)
@@ -642,6 +646,8 @@ def campaign(seeds, cases: int, budget_s: float, timeout: float, first: int = 0)
                     refusals[result["detail"][0][:120]] += 1
                 print(f"[{done}/{total}] seed {seed} case {index}: {status:8s} {time.perf_counter() - t0:6.1f} s  "
                       f"{label(case)}", flush=True)
+                if status in ("refused", "invalid"):
+                    print(f"    {result['detail'][0][:160]}", flush=True)
                 if status in ("mismatch", "timeout", "oracle"):
                     (oracle if status == "oracle" else mismatches).append((case, result))
                     for line in result["detail"]:
