@@ -515,6 +515,24 @@ def run_case(simt, case: dict) -> dict:
     return dict(status="mismatch" if problems else "ok", detail=problems)
 
 
+def key_rows(case: dict) -> int:
+    """The key rows a case's call holds (all sequences of a packed call): a measure of its cost."""
+    if case["kind"] == "packed":
+        return sum(N for N, _, _ in case["seqs"])
+    return case.get("C", 0) + case["L"]
+
+
+def small_cases(seed: int, count: int, max_rows: int) -> list[dict]:
+    """The first ``count`` cases of campaign ``seed`` with at most ``max_rows`` key rows (a quick fixed run)."""
+    cases, index = [], 0
+    while len(cases) < count:
+        case = draw(seed, index)
+        if key_rows(case) <= max_rows:
+            cases.append(case)
+        index += 1
+    return cases
+
+
 def label(case: dict) -> str:
     """The case in one short line (its kind, method, dtype and shape)."""
     if case["kind"] == "attn":
