@@ -66,7 +66,7 @@ KINDS = (("attn", 6), ("packed", 2), ("topk", 1), ("block_summary", 1), ("rope",
 def _draw_config(r: random.Random, method: str, D: int) -> dict:
     """preset(method, **overrides)'s overrides: every number of the method drawn small enough for the emulation."""
     T = r.choice([16, 32, 64, 100, 128, 200])
-    G = r.choice([1, 4, 5, 8, 12, 16, 16, 32])
+    G = r.choice([1, 4, 5, 8, 12, 16, 16, 32, 64])
     cfg = dict(train_length=T, summary_block=G, retrieval_block=G * r.choice([1, 1, 2, 3, 4]),
                query_block=r.choice([1, 8, 16, 24, 32, 64, 64, 100, 128]),
                early_window=r.choice([1, 2, 7, 31, 32, 64, 127, r.randint(1, 2 * T)]),
@@ -119,8 +119,9 @@ def draw(seed: int, index: int) -> dict:
     dtype = r.choice(list(DTYPES))
     D = r.choice(HEAD_DIMS)
     Hkv = r.choice([1, 1, 2])
-    Hq = Hkv * r.choice([1, 2, 2, 4]) if Hkv == 1 else Hkv * r.choice([1, 2])
-    case = dict(kind=kind, seed=r.randrange(1 << 30), dtype=dtype, D=D, Hq=Hq, Hkv=Hkv)
+    Hq = Hkv * r.choice([1, 2, 2, 3, 4]) if Hkv == 1 else Hkv * r.choice([1, 2])
+    case = dict(kind=kind, seed=r.randrange(1 << 30), dtype=dtype, D=D, Hq=Hq, Hkv=Hkv,
+                layout=r.choice(["contiguous", "contiguous", "bnhd", "padded"]))
     if kind in ("attn", "packed"):
         method = r.choice(METHOD_NAMES)
         cfg = _draw_config(r, method, D)
@@ -130,7 +131,7 @@ def draw(seed: int, index: int) -> dict:
         T = cfg["train_length"]
         if kind == "attn":
             L = _draw_length(r, T)
-            C = r.choice([0, 0, r.randint(1, 20)])
+            C = r.choice([0, 0, r.randint(1, 20), r.randint(1, 20), r.randint(21, 70)])
             Lq = None
             if r.random() < 0.3:
                 Lq = r.choice([1, max(1, case["cb"]), r.randint(1, L)])
@@ -176,6 +177,18 @@ def _randn(g, *shape):
     return torch.randn(*shape, generator=g)
 
 
+def laid_out(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """x [B, H, N, D] with the same values in another memory layout: rows contiguous, the rest strided as a
+    model's projections leave them ([B, N, H, D] storage) or rows of a wider buffer (8 elements of padding)."""
+    if layout == "bnhd":
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "padded":
+        wide = torch.zeros(*x.shape[:3], x.shape[3] + 8, dtype=x.dtype)
+        wide[..., :x.shape[3]] = x
+        return wide[..., :x.shape[3]]
+    return x
+
+
 def attn_inputs(case: dict):
     """q (control rows + the last Lq body rows), k, v of an attn case, in its dtype."""
     g = torch.Generator().manual_seed(case["seed"])
@@ -185,7 +198,8 @@ def attn_inputs(case: dict):
         C, L = case["C"], case["L"]
         q = q[:, :, torch.cat([torch.arange(C), C + torch.arange(L - case["Lq"], L)])]
     dtype = DTYPES[case["dtype"]]
-    return q.contiguous().to(dtype), k.to(dtype), v.to(dtype)
+    layout = case.get("layout", "contiguous")
+    return tuple(laid_out(x.contiguous().to(dtype), layout) for x in (q, k, v))
 
 
 def packed_inputs(case: dict):
@@ -203,7 +217,8 @@ def packed_inputs(case: dict):
     cq = torch.tensor([0] + [p[0].shape[2] for p in parts]).cumsum(0).to(torch.int32)
     ck = torch.tensor([0] + [p[1].shape[2] for p in parts]).cumsum(0).to(torch.int32)
     counts = torch.tensor([p[3] for p in parts], dtype=torch.int32)
-    q, k, v = (torch.cat([p[x] for p in parts], dim=2) for x in range(3))
+    layout = case.get("layout", "contiguous")
+    q, k, v = (laid_out(torch.cat([p[x] for p in parts], dim=2), layout) for x in range(3))
     return parts, q, k, v, cq, ck, counts
 
 
@@ -454,7 +469,7 @@ def _rope_inputs(case: dict):
     g = torch.Generator().manual_seed(case["seed"])
     B, H, L, D = case["B"], case["Hkv"], case["L"], case["D"]
     dtype = DTYPES[case["dtype"]]
-    k, v = _randn(g, B, H, L, D).to(dtype), _randn(g, B, H, L, D).to(dtype)
+    k, v = (laid_out(_randn(g, B, H, L, D).to(dtype), case.get("layout", "contiguous")) for _ in range(2))
     positions = {"none": None, "arange": torch.arange(L, dtype=torch.float64) / 3,
                  "random": torch.randn(L, generator=g, dtype=torch.float64) * 3000}[case["positions"]]
     rd = D - D % 2 if case["rotary_dim"] is None else case["rotary_dim"]
@@ -538,10 +553,10 @@ def label(case: dict) -> str:
     if case["kind"] == "attn":
         return (f"attn {case['method']} {case['dtype']} {case['stage']} B{case['B']} H{case['Hq']}/{case['Hkv']} "
                 f"D{case['D']} C{case['C']} L{case['L']} Lq{case['Lq']} cb{case['cb']} T{case['cfg']['train_length']} "
-                f"retrieved={case['retrieved']}{' prepared' if case['prepared'] else ''}")
+                f"retrieved={case['retrieved']}{' prepared' if case['prepared'] else ''} {case.get('layout')}")
     if case["kind"] == "packed":
         return (f"packed {case['method']} {case['dtype']} H{case['Hq']}/{case['Hkv']} D{case['D']} cb{case['cb']} "
-                f"seqs={case['seqs']}{' prepared' if case['prepared'] else ''}")
+                f"seqs={case['seqs']}{' prepared' if case['prepared'] else ''} {case.get('layout')}")
     if case["kind"] == "topk":
         return f"topk {case['dtype']} B{case['B']} H{case['Hq']}/{case['Hkv']} C{case['C']} L{case['L']} cb{case['cb']}"
     return f"{case['kind']} {case['dtype']} D{case['D']} L{case['L']} G{case['G']} rd{case['rotary_dim']}"

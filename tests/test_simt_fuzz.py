@@ -12,7 +12,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SEED, COUNT, MAX_ROWS = 5, 16, 450
+SEED, COUNT, MAX_ROWS = 6, 16, 450
 
 
 def _fuzz():
@@ -37,6 +37,7 @@ def test_simt_fuzz_fixed_seed_run(simt):
     assert {c["dtype"] for c in cases} == {"fp32", "bf16", "fp16"}
     assert any(c.get("prepared") for c in cases) and any(c.get("cb") for c in cases)
     assert any(c.get("retrieved") == "random" for c in cases) and any(c.get("switches") for c in cases)
+    assert {c["layout"] for c in cases} == {"contiguous", "bnhd", "padded"}
     assert statuses["ok"] >= COUNT - 2, statuses
 
 
