@@ -12,7 +12,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SEED, COUNT, MAX_ROWS = 6, 16, 450
+SEED, COUNT, MAX_ROWS = 5, 24, 500
 
 
 def _fuzz():
@@ -38,6 +38,8 @@ def test_simt_fuzz_fixed_seed_run(simt):
     assert any(c.get("prepared") for c in cases) and any(c.get("cb") for c in cases)
     assert any(c.get("retrieved") == "random" for c in cases) and any(c.get("switches") for c in cases)
     assert {c["layout"] for c in cases} == {"contiguous", "bnhd", "padded"}
+    assert any(c.get("schedule") for c in cases) and any(c.get("ties") for c in cases)
+    assert any(c.get("amplitude", 1) > 1 for c in cases)
     assert statuses["ok"] >= COUNT - 2, statuses
 
 
