@@ -153,7 +153,7 @@ def draw(seed: int, index: int) -> dict:
                 case["Hq"] = Hkv
             retrieved = "none"
             if method == "rangeswa":
-                retrieved = r.choice(["none", "none", "reference", "random"])
+                retrieved = r.choice(["none", "none", "reference", "random", "random", "bad"])
             case.update(L=L, C=C, Lq=Lq, B=B, retrieved=retrieved, prepared=r.random() < 0.2,
                         amplitude=r.choice([1, 1, 1, 2, 4]), ties=_draw_ties(r, L, cfg["retrieval_block"]))
         else:
@@ -376,6 +376,48 @@ def rescheduled(simt, case: dict, call, first) -> list[str]:
     return [f"under thread schedule {seed} (eager copies: {eager}) the output differs: a race"]
 
 
+def bad_blocks(case: dict, cfg, q, k):
+    """Random valid blocks with one entry broken (docs/spec_decisions.md item 5): a block given twice, a block that
+    is no candidate of its query block, or one past the key blocks; None when the case leaves no room for one."""
+    blocks = random_blocks(case, cfg, q, k)
+    r = random.Random(case["seed"] + 2)
+    L, window = case["L"], cfg.window_for(case["stage"])
+    nKb = -(-L // cfg.retrieval_block)
+    allowed = selection.retrieval_candidates(L, cfg, window) & selection.causal_candidates(L, cfg, case["cb"])
+    b, h, qb = (r.randrange(n) for n in blocks.shape[:3])
+    row = blocks[b, h, qb]
+    kinds = ["past"]
+    if (row >= 0).any() and row.numel() >= 2:
+        kinds.append("twice")
+    if (~allowed[qb]).any():
+        kinds.append("not_candidate")
+    kind = r.choice(kinds)
+    if kind == "past":
+        row[r.randrange(row.numel())] = nKb + r.randint(0, 3)
+    elif kind == "twice":
+        given = (row >= 0).nonzero().flatten().tolist()
+        src = r.choice(given)
+        row[r.choice([i for i in range(row.numel()) if i != src])] = row[src]
+    else:
+        row[r.randrange(row.numel())] = r.choice((~allowed[qb]).nonzero().flatten().tolist())
+    return blocks
+
+
+def refuses_bad_blocks(simt, case, cfg, q, k, v, args) -> list[str]:
+    """Invalid given blocks: the CPU op's ValueError, and the SIMT op must stop too (its plan's sort kernel checks
+    them on the device: a device-side assertion), never return an answer."""
+    blocks = bad_blocks(case, cfg, q, k)
+    if _fails_cpu(lambda: torch.ops.rangeswa.attn(q, k, v, blocks, **args)) is None:
+        raise Invalid(f"the broken blocks {blocks.tolist()} are valid for the CPU op")
+    try:
+        with cuda_switch("RANGESWA_CUDA_KERNEL", "mma"):
+            simt.attn(q, k, v, blocks, **args)
+    except (RuntimeError, ValueError):
+        return []
+    return ["the SIMT op took invalid retrieved blocks (a duplicate, a non-candidate or one past the key blocks) "
+            "and returned an answer"]
+
+
 def run_attn(simt, case: dict) -> list[str]:
     cfg = config_of(case)
     q, k, v = attn_inputs(case)
@@ -386,6 +428,8 @@ def run_attn(simt, case: dict) -> list[str]:
         retrieved = ref.retrieved_blocks(q.double(), k.double(), C, cfg, cfg.window_for(stage), cb)
     elif case["retrieved"] == "random":
         retrieved = random_blocks(case, cfg, q, k)
+    elif case["retrieved"] == "bad":
+        return refuses_bad_blocks(simt, case, cfg, q, k, v, args)
     why = _fails_cpu(lambda: torch.ops.rangeswa.attn(q, k, v, retrieved, **args))
     if why is not None:
         raise Invalid(why)
