@@ -740,6 +740,7 @@ def campaign(seeds, cases: int, budget_s: float, timeout: float, first: int = 0)
     """Runs ``cases`` cases of each seed (until the budget is spent) in a worker; prints a line per case."""
     counts, refusals = collections.Counter(), collections.Counter()
     mismatches, oracle = [], []
+    knobs = collections.Counter()
     start = time.perf_counter()
     worker = Worker()
     total = len(seeds) * cases
@@ -749,7 +750,7 @@ def campaign(seeds, cases: int, budget_s: float, timeout: float, first: int = 0)
             for index in range(first, first + cases):
                 if time.perf_counter() - start > budget_s:
                     print(f"budget of {budget_s:.0f} s spent after {done} cases", file=sys.stderr)
-                    return dict(counts=counts, refusals=refusals, mismatches=mismatches, oracle=oracle, done=done)
+                    return dict(counts=counts, refusals=refusals, mismatches=mismatches, oracle=oracle, knobs=knobs, done=done)
                 case = draw(seed, index)
                 t0 = time.perf_counter()
                 if worker.proc.poll() is not None:
@@ -759,6 +760,8 @@ def campaign(seeds, cases: int, budget_s: float, timeout: float, first: int = 0)
                 status = result["status"]
                 key = (case["kind"], case.get("method", "-"), case["dtype"], status)
                 counts[key] += 1
+                if status == "ok":
+                    knobs.update(knobs_of(case))
                 if status == "refused":
                     refusals[result["detail"][0][:120]] += 1
                 print(f"[{done}/{total}] seed {seed} case {index}: {status:8s} {time.perf_counter() - t0:6.1f} s  "
@@ -772,7 +775,23 @@ def campaign(seeds, cases: int, budget_s: float, timeout: float, first: int = 0)
                     print(f"    reproduce: {reproducer(case)}", flush=True)
     finally:
         worker.close()
-    return dict(counts=counts, refusals=refusals, mismatches=mismatches, oracle=oracle, done=done)
+    return dict(counts=counts, refusals=refusals, mismatches=mismatches, oracle=oracle, knobs=knobs, done=done)
+
+
+def knobs_of(case: dict) -> list[str]:
+    """The code-choosing knobs a case turned on (tallied over the cases that passed)."""
+    on = [f"switch {name}" for name in case.get("switches", [])]
+    on += [f"layout {case['layout']}"] if case.get("layout", "contiguous") != "contiguous" else []
+    on += [f"retrieved {case['retrieved']}"] if case.get("retrieved", "none") != "none" else []
+    for name, test in (("prepared", case.get("prepared")), ("causal block", case.get("cb")),
+                       ("query suffix", case.get("Lq") is not None), ("thread schedule", case.get("schedule")),
+                       ("repeated key blocks", case.get("ties")), ("amplitude > 1", case.get("amplitude", 1) > 1),
+                       ("batch 2", case.get("B", 1) > 1), ("GQA", case["Hq"] > case["Hkv"]),
+                       ("L > T", "cfg" in case and case.get("L", 0) > case["cfg"]["train_length"]),
+                       ("control rows", case.get("C", 0) > 0), ("inv_freq", "inv_freq" in case.get("cfg", {}))):
+        if test:
+            on.append(name)
+    return on
 
 
 def summary(result: dict, wall: float) -> str:
@@ -782,6 +801,7 @@ def summary(result: dict, wall: float) -> str:
     for (kind, method, dtype, status), n in sorted(result["counts"].items()):
         by[(kind, method, dtype)] += n
         lines.append(f"  {kind:13s} {method:13s} {dtype:4s} {status:8s} {n}")
+    lines.append("  passed cases with: " + ", ".join(f"{k} {n}" for k, n in sorted(result["knobs"].items())))
     for reason, n in result["refusals"].most_common():
         lines.append(f"  refused x{n}: {reason}")
     return "\n".join(lines)
