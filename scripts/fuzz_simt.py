@@ -154,7 +154,8 @@ def draw(seed: int, index: int) -> dict:
             retrieved = "none"
             if method == "rangeswa":
                 retrieved = r.choice(["none", "none", "reference", "random", "random", "bad"])
-            case.update(L=L, C=C, Lq=Lq, B=B, retrieved=retrieved, prepared=r.random() < 0.2,
+            case.update(L=L, C=C, Lq=Lq, B=B, retrieved=retrieved,
+                        prepared=r.choice([False] * 7 + [True, True, "roomy"]),
                         amplitude=r.choice([1, 1, 1, 2, 4]), ties=_draw_ties(r, L, cfg["retrieval_block"]))
         else:
             seqs = []
@@ -376,6 +377,20 @@ def rescheduled(simt, case: dict, call, first) -> list[str]:
     return [f"under thread schedule {seed} (eager copies: {eager}) the output differs: a race"]
 
 
+def roomy(context):
+    """A prepared context moved into a cache's capacity buffers: 37 rows more per head than it holds, rows as far
+    apart as prepare padded them (tests/test_simt.py test_simt_kernel_reads_a_prepared_context)."""
+    out = []
+    for name, t in zip(ops.PREPARED_SLOTS, context):
+        if t.numel() == 0 or name in ("key_means", "signature"):
+            out.append(t)
+            continue
+        buffer = torch.zeros(*t.shape[:2], t.shape[2] + 37, t.stride(2), dtype=t.dtype)
+        buffer[:, :, :t.shape[2], :t.shape[3]] = t
+        out.append(buffer[:, :, :t.shape[2], :t.shape[3]])
+    return out
+
+
 def bad_blocks(case: dict, cfg, q, k):
     """Random valid blocks with one entry broken (docs/spec_decisions.md item 5): a block given twice, a block that
     is no candidate of its query block, or one past the key blocks; None when the case leaves no room for one."""
@@ -441,6 +456,8 @@ def run_attn(simt, case: dict) -> list[str]:
         problems = rescheduled(simt, case, lambda: simt.attn(q, k, v, retrieved, **args), (out, lse))
         if case["prepared"]:
             context = _call_simt(lambda: simt.prepare(k, v, **ops.prepare_arguments(cfg, C)))
+            if case["prepared"] == "roomy":
+                context = roomy(context)
             got, got_lse = _call_simt(lambda: simt.attn(q, k, v, retrieved, **args, prepared=context))
             if not (torch.equal(got, out) and torch.equal(got_lse, lse)):
                 problems.append("with its prepared context (simt.prepare) the output differs from without")
@@ -637,7 +654,8 @@ def label(case: dict) -> str:
     if case["kind"] == "attn":
         return (f"attn {case['method']} {case['dtype']} {case['stage']} B{case['B']} H{case['Hq']}/{case['Hkv']} "
                 f"D{case['D']} C{case['C']} L{case['L']} Lq{case['Lq']} cb{case['cb']} T{case['cfg']['train_length']} "
-                f"retrieved={case['retrieved']}{' prepared' if case['prepared'] else ''} {case.get('layout')}")
+                f"retrieved={case['retrieved']}{' prepared' if case['prepared'] else ''}"
+                f"{' roomy' if case['prepared'] == 'roomy' else ''} {case.get('layout')}")
     if case["kind"] == "packed":
         return (f"packed {case['method']} {case['dtype']} H{case['Hq']}/{case['Hkv']} D{case['D']} cb{case['cb']} "
                 f"seqs={case['seqs']}{' prepared' if case['prepared'] else ''} {case.get('layout')}")

@@ -12,7 +12,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SEED, COUNT, MAX_ROWS = 5, 24, 500
+SEED, COUNT, MAX_ROWS = 16, 40, 500
 
 
 def _fuzz():
@@ -39,7 +39,8 @@ def test_simt_fuzz_fixed_seed_run(simt):
     assert any(c.get("retrieved") == "random" for c in cases) and any(c.get("switches") for c in cases)
     assert {c["layout"] for c in cases} == {"contiguous", "bnhd", "padded"}
     assert any(c.get("schedule") for c in cases) and any(c.get("ties") for c in cases)
-    assert any(c.get("amplitude", 1) > 1 for c in cases)
+    assert any(c.get("amplitude", 1) > 1 for c in cases) and any(c.get("prepared") == "roomy" for c in cases)
+    assert any(c.get("retrieved") == "bad" for c in cases)
     assert statuses["ok"] >= COUNT - 2, statuses
 
 
@@ -47,7 +48,9 @@ def test_simt_fuzz_catches_a_wrong_kernel(simt):
     """With the SIMT op's plan fault (masked 64-key spans sent to the unmasked loop: a wrong answer on every case
     with such a span) the same comparison reports mismatches, and without it the cases pass."""
     fuzz = _fuzz()
-    cases = [c for c in fuzz.small_cases(SEED, COUNT, MAX_ROWS) if c["kind"] == "attn"][:4]
+    cases = [c for c in fuzz.small_cases(SEED, COUNT, MAX_ROWS)
+             if c["kind"] == "attn" and c["retrieved"] != "bad" and c["L"] >= 128][:4]
+    assert cases
     assert simt.plan_fault(1) == 0
     try:
         faulty = [fuzz.run_case(simt, c)["status"] for c in cases]
