@@ -10,7 +10,12 @@ the ops take and holds each answer to the float64 reference (rangeswa_ext.refere
   cond_correction, causal blocks, cached calls (a query suffix), GQA, head dims up to 128, fp32 / bf16 / fp16,
   RoPE style, partial rotary_dim, theta, inv_freq, scale, batch, given blocks (the reference's or random valid
   ones with -1 padding) or none (the kernels' own selection), a prepared context, the RANGESWA_CUDA_* switches;
-- packed calls (cu_seqlens_q / cu_seqlens_k / control_counts), bare or with a packed prepared context;
+- packed calls (cu_seqlens_q / cu_seqlens_k / control_counts), bare or with a packed prepared context, each sequence's
+  rows bit for bit its own call's;
+- a growing KV cache (prepared.PreparedCache over the SIMT prepare, appending from first_key): the context changes
+  no bit of attn's answer at any length;
+- prepared contexts (plain, or in a cache's capacity buffers), other thread schedules: no bit changes;
+- invalid given blocks (a duplicate, a non-candidate): the SIMT op stops, as the CPU op does;
 - topk_blocks (the reference's blocks exactly), block_summary and rope (the CPU op, within rounding).
 
 fp32 is held to tests/attn_cases.py's FP32_TOL / LSE_TOL; bf16 / fp16 to its FlashAttention-style bound (at most twice
@@ -57,7 +62,7 @@ HEAD_DIMS = (64, 66, 80, 128, 8, 16, 32, 48, 72, 96, 100, 112, 127)
 #: The run-time switches of csrc/cuda/api/config.h that change which code runs (the body kernel stays mma).
 SWITCHES = {"RANGESWA_CUDA_STAGES": "3", "RANGESWA_CUDA_EDGES": "masked", "RANGESWA_CUDA_VALUES": "copy",
             "RANGESWA_CUDA_COND": "copy", "RANGESWA_CUDA_FOLD": "off", "RANGESWA_CUDA_SPANS": "1"}
-KINDS = (("attn", 6), ("packed", 2), ("topk", 1), ("block_summary", 1), ("rope", 1))
+KINDS = (("attn", 6), ("packed", 2), ("cache", 1), ("topk", 1), ("block_summary", 1), ("rope", 1))
 
 
 # ------------------------------------------------------------------------------------------------ drawing
@@ -133,7 +138,7 @@ def draw(seed: int, index: int) -> dict:
     Hq = Hkv * r.choice([1, 2, 2, 3, 4]) if Hkv == 1 else Hkv * r.choice([1, 2])
     case = dict(kind=kind, seed=r.randrange(1 << 30), dtype=dtype, D=D, Hq=Hq, Hkv=Hkv,
                 layout=r.choice(["contiguous", "contiguous", "bnhd", "padded"]))
-    if kind in ("attn", "packed"):
+    if kind in ("attn", "packed", "cache"):
         method = r.choice(METHOD_NAMES)
         cfg = _draw_config(r, method, D)
         case.update(method=method, cfg=cfg, stage=r.choice(["late", "early", "decode"]),
@@ -157,6 +162,12 @@ def draw(seed: int, index: int) -> dict:
             case.update(L=L, C=C, Lq=Lq, B=B, retrieved=retrieved,
                         prepared=r.choice([False] * 7 + [True, True, "roomy"]),
                         amplitude=r.choice([1, 1, 1, 2, 4]), ties=_draw_ties(r, L, cfg["retrieval_block"]))
+        elif kind == "cache":
+            lengths = [_draw_length(r, T, top=500)]
+            for _ in range(r.randint(1, 3)):
+                lengths.append(lengths[-1] + r.choice([1, max(1, case["cb"]), r.randint(1, 200)]))
+            case.update(C=r.choice([0, r.randint(1, 20)]), lengths=lengths, B=1, whole_query=r.random() < 0.3,
+                        amplitude=1)
         else:
             seqs = []
             for _ in range(r.randint(1, 4)):
@@ -546,6 +557,58 @@ def packed_references(parts, q, cfg, cq, stage, cb):
     return exact, exact_lse, same, same_lse
 
 
+@contextlib.contextmanager
+def simt_prepare(simt):
+    """ops.prepare (which PreparedCache calls) run by the SIMT op's prepare, for the calls inside."""
+    saved = ops.prepare
+
+    def prepare(k, v, cfg, control_tokens=0, first_key=0):
+        return _call_simt(lambda: simt.prepare(k, v, **ops.prepare_arguments(cfg, control_tokens, first_key)))
+    ops.prepare = prepare
+    try:
+        yield
+    finally:
+        ops.prepare = saved
+
+
+def run_cache(simt, case: dict) -> list[str]:
+    """A growing KV cache (prepared.PreparedCache: each step prepares from the first changed key block on, with the
+    SIMT prepare's first_key, into capacity buffers): at every length the SIMT attn with the cache's context is bit for
+    bit the SIMT attn without one, and at the last length the answer is held to the reference. q holds the rows
+    the step added (cached decoding), or all rows."""
+    from rangeswa_ext.prepared import PreparedCache
+
+    cfg = config_of(case)
+    C, stage, cb, lengths = case["C"], case["stage"], case["cb"], case["lengths"]
+    q, k, v = attn_inputs(dict(case, L=lengths[-1], Lq=None))
+    args = ops.attn_arguments(cfg, C, stage, cb)
+    cache, problems = PreparedCache(), []
+    held = 0
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(cuda_switch("RANGESWA_CUDA_KERNEL", "mma"))
+        for name in case["switches"]:
+            stack.enter_context(cuda_switch(name, SWITCHES[name]))
+        for L in lengths:
+            Lq = L if case["whole_query"] or held == 0 else L - held
+            rows = torch.cat([torch.arange(C), C + torch.arange(L - Lq, L)])
+            qs, ks, vs = q[:, :, rows], k[:, :, :C + L], v[:, :, :C + L]
+            why = _fails_cpu(lambda: torch.ops.rangeswa.attn(qs, ks, vs, None, **args))
+            if why is not None:
+                raise Invalid(why)
+            with simt_prepare(simt):
+                context = cache.update(ks, vs, cfg, C, stable=held)
+            out, lse = _call_simt(lambda: simt.attn(qs, ks, vs, None, **args))
+            got, got_lse = _call_simt(lambda: simt.attn(qs, ks, vs, None, **args, prepared=context))
+            if not (torch.equal(got, out) and torch.equal(got_lse, lse)):
+                problems.append(f"at L = {L} (from {held}) the cache's context changes the output")
+            held = L
+    (exact, exact_lse), (same, same_lse) = _references(qs, ks, vs, cfg, C, stage, None, cb)
+    problems += judge_out(out, lse, qs, exact, exact_lse, same, same_lse)
+    if problems:
+        problems.append(where_wrong(out, exact))
+    return problems
+
+
 def run_topk(simt, case: dict) -> list[str]:
     cfg = config_of(case)
     q, k, _ = attn_inputs(case)
@@ -612,7 +675,7 @@ def run_rope(simt, case: dict) -> list[str]:
     return [] if problem is None else [f"rope: {problem}"]
 
 
-RUNNERS = {"attn": run_attn, "packed": run_packed, "topk": run_topk, "block_summary": run_block_summary,
+RUNNERS = {"attn": run_attn, "packed": run_packed, "cache": run_cache, "topk": run_topk, "block_summary": run_block_summary,
            "rope": run_rope}
 
 
@@ -635,6 +698,8 @@ def key_rows(case: dict) -> int:
     """The key rows a case's call holds (all sequences of a packed call): a measure of its cost."""
     if case["kind"] == "packed":
         return sum(N for N, _, _ in case["seqs"])
+    if case["kind"] == "cache":
+        return case["C"] + case["lengths"][-1]
     return case.get("C", 0) + case["L"]
 
 
@@ -659,6 +724,9 @@ def label(case: dict) -> str:
     if case["kind"] == "packed":
         return (f"packed {case['method']} {case['dtype']} H{case['Hq']}/{case['Hkv']} D{case['D']} cb{case['cb']} "
                 f"seqs={case['seqs']}{' prepared' if case['prepared'] else ''} {case.get('layout')}")
+    if case["kind"] == "cache":
+        return (f"cache {case['method']} {case['dtype']} H{case['Hq']}/{case['Hkv']} D{case['D']} C{case['C']} "
+                f"cb{case['cb']} lengths={case['lengths']}{' whole' if case['whole_query'] else ''} {case.get('layout')}")
     if case["kind"] == "topk":
         return f"topk {case['dtype']} B{case['B']} H{case['Hq']}/{case['Hkv']} C{case['C']} L{case['L']} cb{case['cb']}"
     return f"{case['kind']} {case['dtype']} D{case['D']} L{case['L']} G{case['G']} rd{case['rotary_dim']}"

@@ -1,5 +1,5 @@
 """A short fixed-seed run of scripts/fuzz_simt.py: random configurations through the SIMT emulation of the CUDA
-kernels' own source (the mma body kernel, packed and prepared calls, topk_blocks, block_summary, rope), each held to
+kernels' own source (the mma body kernel, packed and prepared calls, a growing cache's context, topk_blocks, block_summary, rope), each held to
 the float64 reference (fp32: FP32_TOL / LSE_TOL; bf16 / fp16: the FlashAttention-style bound) and the CPU op.
 The campaign itself (thousands of cases, several seeds) is the script; this keeps its coverage checked in the suite,
 and shows that its comparison catches a wrong kernel (the SIMT op's plan fault)."""
@@ -33,7 +33,7 @@ def test_simt_fuzz_fixed_seed_run(simt):
             f"{fuzz.label(case)}: {result['status']}: {result['detail']}\n{fuzz.reproducer(case)}")
     kinds = collections.Counter(c["kind"] for c in cases)
     # The run stays a test of every op and of the knobs that choose code paths (it compares, not only runs).
-    assert kinds["attn"] >= 5 and kinds["packed"] >= 1 and kinds["topk"] + kinds["block_summary"] + kinds["rope"] >= 2
+    assert kinds["attn"] >= 5 and kinds["packed"] >= 1 and kinds["cache"] >= 1 and kinds["topk"] + kinds["block_summary"] + kinds["rope"] >= 2
     assert {c["dtype"] for c in cases} == {"fp32", "bf16", "fp16"}
     assert any(c.get("prepared") for c in cases) and any(c.get("cb") for c in cases)
     assert any(c.get("retrieved") == "random" for c in cases) and any(c.get("switches") for c in cases)
