@@ -761,6 +761,9 @@ def shrink_steps(case: dict):
         yield dict(c, switches=[])
     if c.get("prepared"):
         yield dict(c, prepared=False)
+    for name, plain in (("layout", "contiguous"), ("amplitude", 1), ("ties", None), ("schedule", None)):
+        if c.get(name, plain) != plain:
+            yield dict(c, **{name: plain})
     if c["kind"] == "packed":
         for s in range(len(c["seqs"])):
             if len(c["seqs"]) > 1:
@@ -894,7 +897,7 @@ def summary(result: dict, wall: float) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--seed", type=int, nargs="+", default=[0], help="campaign seeds (each draws its own cases)")
     p.add_argument("--cases", type=int, default=50, help="cases per seed")
     p.add_argument("--first", type=int, default=0, help="index of the first case of each seed")
