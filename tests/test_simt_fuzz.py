@@ -46,7 +46,8 @@ def test_simt_fuzz_fixed_seed_run(simt):
 
 def test_simt_fuzz_catches_a_wrong_kernel(simt):
     """With the SIMT op's plan fault (masked 64-key spans sent to the unmasked loop: a wrong answer on every case
-    with such a span) the same comparison reports mismatches, and without it the cases pass."""
+    with such a span) the same comparison reports mismatches, which the shrinker makes smaller; without it the
+    cases pass."""
     fuzz = _fuzz()
     cases = [c for c in fuzz.small_cases(SEED, COUNT, MAX_ROWS)
              if c["kind"] == "attn" and c["retrieved"] != "bad" and c["L"] >= 128][:4]
@@ -54,9 +55,13 @@ def test_simt_fuzz_catches_a_wrong_kernel(simt):
     assert simt.plan_fault(1) == 0
     try:
         faulty = [fuzz.run_case(simt, c)["status"] for c in cases]
+        assert "mismatch" in faulty, faulty
+        # The shrinker keeps a failing case failing while it makes it smaller.
+        failing = cases[faulty.index("mismatch")]
+        small = fuzz.shrink(simt, failing, budget_s=60)
+        assert fuzz.key_rows(small) < fuzz.key_rows(failing) and fuzz.run_case(simt, small)["status"] == "mismatch"
     finally:
         simt.plan_fault(0)
-    assert "mismatch" in faulty, faulty
     assert all(fuzz.run_case(simt, c)["status"] in ("ok", "refused") for c in cases)
 
 
