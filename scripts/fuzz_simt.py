@@ -50,7 +50,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "python")]
 
 import torch  # noqa: E402
 
-from attn_cases import FP32_TOL, LSE_TOL  # noqa: E402
+from attn_cases import FP32_TOL, LSE_TOL, roomy_context  # noqa: E402
 from rangeswa_ext import ops, preset  # noqa: E402
 from rangeswa_ext import reference as ref  # noqa: E402
 from rangeswa_ext.check import cuda_switch  # noqa: E402
@@ -388,20 +388,6 @@ def rescheduled(simt, case: dict, call, first) -> list[str]:
     return [f"under thread schedule {seed} (eager copies: {eager}) the output differs: a race"]
 
 
-def roomy(context):
-    """A prepared context moved into a cache's capacity buffers: 37 rows more per head than it holds, rows as far
-    apart as prepare padded them (tests/test_simt.py test_simt_kernel_reads_a_prepared_context)."""
-    out = []
-    for name, t in zip(ops.PREPARED_SLOTS, context):
-        if t.numel() == 0 or name in ("key_means", "signature"):
-            out.append(t)
-            continue
-        buffer = torch.zeros(*t.shape[:2], t.shape[2] + 37, t.stride(2), dtype=t.dtype)
-        buffer[:, :, :t.shape[2], :t.shape[3]] = t
-        out.append(buffer[:, :, :t.shape[2], :t.shape[3]])
-    return out
-
-
 def bad_blocks(case: dict, cfg, q, k):
     """Random valid blocks with one entry broken (docs/spec_decisions.md item 5): a block given twice, a block that
     is no candidate of its query block, or one past the key blocks; None when the case leaves no room for one."""
@@ -468,7 +454,7 @@ def run_attn(simt, case: dict) -> list[str]:
         if case["prepared"]:
             context = _call_simt(lambda: simt.prepare(k, v, **ops.prepare_arguments(cfg, C)))
             if case["prepared"] == "roomy":
-                context = roomy(context)
+                context = roomy_context(context)
             got, got_lse = _call_simt(lambda: simt.attn(q, k, v, retrieved, **args, prepared=context))
             if not (torch.equal(got, out) and torch.equal(got_lse, lse)):
                 problems.append("with its prepared context (simt.prepare) the output differs from without")
