@@ -8,6 +8,7 @@ import collections
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,3 +81,27 @@ def test_fuzz_judge_flags_an_output_off_by_a_little():
     assert fuzz.judge_out(low, lse, q.bfloat16(), exact, lse, low, lse) == []
     low[0, 0, 0, 0] = float("nan")
     assert fuzz.judge_out(low, lse, q.bfloat16(), exact, lse, exact.bfloat16(), lse) == ["non-finite values in out or lse"]
+
+
+# ------------------------------------------------------------------------------ what the campaign found
+
+#: seed 60 case 50, minimised (scripts/fuzz_simt.py --shrink): control rows past T (the conditioning correction)
+#: with rotary_dim 0. attn_setup.h cond_keys_in_place took the control rows' body keys from k, rotated in place,
+#: at a rotary half of 0 pairs, and rotate_cond_rows' step mask (half / 4 - 1 = all ones) sent every thread to cos /
+#: sin rows past the empty tables: an illegal memory access in the control CTAs.
+ROTARY_DIM_0 = dict(kind="attn", seed=1, D=80, Hq=2, Hkv=1, layout="contiguous",
+                    cfg=dict(train_length=128, summary_block=16, retrieval_block=64, query_block=64, early_window=1,
+                             late_window=16, decode_window=255, near_range=1, rotary_dim=0),
+                    stage="decode", cb=0, switches=[], schedule=None, L=245, C=6, Lq=None, B=1, retrieved="none",
+                    prepared=False)
+
+
+@pytest.mark.parametrize("method,dtype", [("self_extend", "fp32"), ("rangeswa", "bf16"), ("rangeswa_lite", "fp16")])
+def test_simt_control_rows_past_t_without_rotary_dims(simt, method, dtype):
+    fuzz = _fuzz()
+    case = dict(ROTARY_DIM_0, method=method, dtype=dtype)
+    result = fuzz.run_case(simt, case)
+    assert result["status"] == "ok", result["detail"]
+    packed = dict(case, kind="packed", seqs=[[251, None, 6], [115, None, 0]], prepared=True, cb=4)
+    result = fuzz.run_case(simt, packed)
+    assert result["status"] == "ok", result["detail"]
