@@ -81,7 +81,8 @@ def _draw_config(r: random.Random, method: str, D: int) -> dict:
                theta=r.choice([10000.0, 10000.0, 500000.0, 100.0]),
                rope_style=r.choice(["interleaved", "half"]), cond_correction=r.random() > 0.1)
     if r.random() < 0.35:
-        cfg["rotary_dim"] = 2 * r.randint(0, D // 2)
+        # edges first: no rotated dim, fewer than one step of 4 pairs, one step, all but the last pair
+        cfg["rotary_dim"] = r.choice([0, 2, 4, 6, 8, 16, 2 * (D // 2) - 2, 2 * r.randint(0, D // 2)])
     if r.random() < 0.15:
         rd = cfg["rotary_dim"] if "rotary_dim" in cfg else 2 * (D // 2)
         if "rotary_dim" not in cfg and D % 2:
