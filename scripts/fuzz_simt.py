@@ -345,9 +345,15 @@ def judge_out(out, lse, q, exact, exact_lse, same_dtype, same_lse) -> list[str]:
         if err > 2 * ref_err + rounding:
             problems.append(f"{q.dtype} error {err:.3g} > 2 x the same-dtype reference's {ref_err:.3g} + rounding "
                             f"{rounding:.3g}")
+        # The lse (tests/attn_cases.py bounds only the output here): twice the same-dtype reference's error, plus
+        # one rounding of the logits' size, since the kernel rounds the rotated q and k to the inputs' dtype
+        # before its products (which the same-dtype reference does not: seed 83 case 107, fp16 at amplitude 4,
+        # whose lse is that rounding's to 5e-7).
         ref_lse = (same_lse.double() - exact_lse.double()).abs().max().item()
-        if lse_err > 2 * ref_lse + LSE_TOL:
-            problems.append(f"lse error {lse_err:.3g} > 2 x the same-dtype reference's {ref_lse:.3g} + {LSE_TOL}")
+        rounding_lse = torch.finfo(q.dtype).eps * exact_lse.double().abs().max().item()
+        if lse_err > 2 * ref_lse + rounding_lse + LSE_TOL:
+            problems.append(f"lse error {lse_err:.3g} > 2 x the same-dtype reference's {ref_lse:.3g} + rounding "
+                            f"{rounding_lse:.3g} + {LSE_TOL}")
     return problems
 
 
