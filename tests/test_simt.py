@@ -22,7 +22,7 @@ import torch
 
 from attn_cases import (CAUSAL_GRID, CAUSAL_HANDFUL, FP32_TOL, GRID, HANDFUL, LSE_TOL, TENSOR_CORE_HANDFUL,
                         assert_attn_close, case_id, causal_id, causal_setup, config, grid_index, inputs,
-                        retrieved_for)
+                        retrieved_for, roomy_context)
 from rangeswa_ext import ops
 from rangeswa_ext import reference as ref
 
@@ -304,14 +304,7 @@ def test_simt_kernel_reads_a_prepared_context(simt, dtype, C, Lq):
     if Lq:
         q = q[:, :, C + L - Lq:]
     context = emulator_ops().prepare(k, v, **ops.prepare_arguments(cfg, C))
-    roomy = []
-    for name, t in zip(ops.PREPARED_SLOTS, context):
-        if t.numel() == 0 or name in ("key_means", "signature"):
-            roomy.append(t)
-            continue
-        buffer = torch.zeros(*t.shape[:2], t.shape[2] + 37, t.stride(2), dtype=t.dtype)
-        buffer[:, :, :t.shape[2], :t.shape[3]] = t
-        roomy.append(buffer[:, :, :t.shape[2], :t.shape[3]])
+    roomy = roomy_context(context)
     retrieved = ops.topk_blocks(q, k, cfg, C, "late")
     arguments = ops.attn_arguments(cfg, C, "late", causal_block=cb)
     expect, expect_lse = simt.attn(q, k, v, retrieved, **arguments)

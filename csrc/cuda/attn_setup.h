@@ -224,14 +224,16 @@ void body_values(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int
 // that the preparation writes: the call has the conditioning correction and no prepared context (whose
 // cache holds k_cond), the head dim is its own padding, k's rows start on 16 bytes (cp.async 16) as
 // values_in_place asks of v, and the rotary half is 4 x a power of two pairs (rotate_cond_rows: a thread's
-// step of 4 pairs the same in every row it rotates; 64 at head dim 128, 32 at 64). The same products
+// step of 4 pairs the same in every row it rotates; 64 at head dim 128, 32 at 64), at least one step: at
+// rotary_dim 0 the step mask half / 4 - 1 would be all ones and every thread would read cos / sin rows past the
+// empty tables (found by scripts/fuzz_simt.py; the copy rotates nothing there). The same products
 // as the preparation's, one array less written and read. Where the configuration allows it (RANGESWA_CUDA_COND=copy
 // keeps the array).
 inline bool cond_keys_in_place(const AttnParams& ap, const AttnSetup& s, const void* k, const RowStrides& ks,
                                int64_t element_bytes) {
   if (!s.config.cond_in_place) return false;
   const int64_t steps = ap.rope.rotary_dim / 8;  // of 4 pairs
-  return s.cond_keys && ap.rope.rotary_dim % 8 == 0 && (steps & (steps - 1)) == 0 &&
+  return s.cond_keys && steps > 0 && ap.rope.rotary_dim % 8 == 0 && (steps & (steps - 1)) == 0 &&
          rows_in_place(ap, s, k, ks, element_bytes);
 }
 
