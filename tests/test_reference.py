@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import make_qkv, rel_err
-from rangeswa_ext import preset
+from rangeswa_ext import ops, preset
 from rangeswa_ext import reference as ref
 from rangeswa_ext.reference import positions, selection
 
@@ -187,3 +187,16 @@ def test_a_topk_past_the_key_blocks_retrieves_them_all_without_a_table_of_k_colu
     huge, _ = ref.attention(q, k, v, preset("rangeswa", topk=2**31 - 1, **base), 0)
     some, _ = ref.attention(q, k, v, preset("rangeswa", topk=2, **base), 0)
     assert torch.equal(few, huge) and not torch.equal(few, some)
+
+
+@pytest.mark.parametrize("name", ["rangeswa", "rangeswa_lite", "full", "swa", "self_extend"])
+def test_a_call_of_control_rows_alone(name):
+    """L = 0 (control rows only, SPEC section 7's packed sequences may have none else): the reference answers as
+    the CPU op does (it raised forming rule 4's block membership over no tokens)."""
+    cfg = preset(name, train_length=32)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 4, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    got = ref.attention(q, k, v, cfg, 4)
+    got = got[0] if isinstance(got, tuple) else got
+    want = ops.attn(q.float(), k.float(), v.float(), cfg, 4).double()
+    assert (got - want).abs().max() < 1e-6

@@ -105,7 +105,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: RangeSWACo
     # Rule 4: a summary logit is the mean of its tokens' exact logits plus log(n_b), over the tokens the
     # row can see; its value, the mean of their values (a block with none visible contributes nothing).
     G = cfg.summary_block
-    member = torch.nn.functional.one_hot(selection.block_of(L, G), selection.block_sizes(L, G).numel()).to(q.dtype)
+    # [L, nG] membership (a call of control rows alone, L = 0, has none: one_hot cannot form that)
+    member = (selection.block_of(L, G)[:, None] == torch.arange(selection.block_sizes(L, G).numel())).to(q.dtype)
     seen = visible.to(q.dtype)                                    # [Lq, L]
     n_seen = seen @ member                                        # [Lq, nG] tokens of each block seen
     summarised = _expand_kv(selection.summary_blocks(decided, L, cfg) & (n_seen > 0), Hq)
