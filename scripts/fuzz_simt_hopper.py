@@ -68,11 +68,12 @@ def _pick(rng: random.Random, weighted: dict):
     return rng.choices(list(weighted), weights=list(weighted.values()))[0]
 
 
-def draw(rng: random.Random) -> dict:
-    """One random case: plain values only (a case is its own JSON reproducer)."""
+def draw(rng: random.Random, max_length: int = 700) -> dict:
+    """One random case (body length at most ``max_length``, unless T + 1 is more): plain values only (a case is
+    its own JSON reproducer)."""
     name = rng.choice(OP_PRESETS)
     T = _pick(rng, {32: 1, 64: 2, 100: 1, 128: 3, 256: 1})
-    L = rng.randint(1, T) if rng.random() < 0.3 else rng.randint(T + 1, 700)
+    L = rng.randint(1, T) if rng.random() < 0.3 else rng.randint(T + 1, max(T + 1, max_length))
     G = _pick(rng, {16: 6, 8: 1, 4: 1, 32: 1, 12: 1})
     D = _pick(rng, {64: 4, 66: 2, 80: 3, 128: 3, 96: 1, 72: 1, 112: 1, 48: 1, 32: 1, 8: 1, 2 * rng.randint(1, 64): 1,
                     rng.randint(1, 128): 1})
