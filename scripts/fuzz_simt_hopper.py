@@ -101,6 +101,15 @@ def draw(rng: random.Random, max_length: int = 700) -> dict:
     if D % 2 and case["rotary_dim"] is None:  # an odd head dim rotates an even part of it
         case["rotary_dim"] = 2 * rng.randint(0, D // 2)
     case["Lq"] = _pick(rng, {L: 6, 1: 1, max(1, min(L, case["cb"])): 1, rng.randint(1, L): 2})
+    case["prepared"] = rng.random() < 0.25
+    case["packed"] = None
+    if rng.random() < 0.15:  # a packed call: [C_s, L_s, Lq_s] per sequence, its blocks selected inside
+        case["packed"] = []
+        for _ in range(rng.randint(2, 4)):
+            Ls = rng.randint(1, max(1, max_length // 2))
+            Cs = rng.randint(0, 20) if rng.random() < 0.6 else 0
+            case["packed"].append([Cs, Ls, _pick(rng, {Ls: 3, rng.randint(0 if Cs else 1, Ls): 2})])
+        case.update(B=1, C=0, retrieved="none", L=max(x[1] for x in case["packed"]))
     if name in ("rangeswa", "rangeswa_lite"):
         for flag in ("far_summaries", "summaries", "cond_correction"):
             if rng.random() < 0.12:
@@ -149,17 +158,30 @@ def _random_retrieved(case, cfg) -> torch.Tensor:
     return out
 
 
+def _sequence(g, B, Hq, Hkv, C, L, Lq, D, dtype):
+    """q (the control rows and the last Lq body rows), k, v of one sequence."""
+    q = torch.randn(B, Hq, C + L, D, generator=g)
+    k = torch.randn(B, Hkv, C + L, D, generator=g)
+    v = torch.randn(B, Hkv, C + L, D, generator=g)
+    rows = torch.cat([torch.arange(C), C + torch.arange(L - Lq, L)])
+    return q[:, :, rows].contiguous().to(dtype), k.to(dtype), v.to(dtype)
+
+
 def build(case):
-    """(cfg, q, k, v, retrieved, op arguments) of a case; q holds the control rows and the last Lq body rows."""
+    """(cfg, q, k, v, retrieved, op arguments) of a case; q holds the control rows and the last Lq body rows (a
+    packed case: every sequence's, packed, and the arguments carry the offsets and control counts)."""
     cfg = config(case)
     dtype = DTYPES[case["dtype"]]
     g = torch.Generator().manual_seed(case["seed"])
     B, C, L, Lq, D = case["B"], case["C"], case["L"], case["Lq"], case["D"]
-    q = torch.randn(B, case["Hq"], C + L, D, generator=g)
-    k = torch.randn(B, case["Hkv"], C + L, D, generator=g)
-    v = torch.randn(B, case["Hkv"], C + L, D, generator=g)
-    rows = torch.cat([torch.arange(C), C + torch.arange(L - Lq, L)])
-    q, k, v = q[:, :, rows].contiguous().to(dtype), k.to(dtype), v.to(dtype)
+    if case.get("packed"):
+        parts = [_sequence(g, 1, case["Hq"], case["Hkv"], Cs, Ls, Lqs, D, dtype) for Cs, Ls, Lqs in case["packed"]]
+        q, k, v = (torch.cat([p[x] for p in parts], dim=2) for x in range(3))
+        packed = dict(cu_seqlens_q=torch.tensor([0] + [p[0].shape[2] for p in parts]).cumsum(0).to(torch.int32),
+                      cu_seqlens_k=torch.tensor([0] + [p[1].shape[2] for p in parts]).cumsum(0).to(torch.int32),
+                      control_counts=torch.tensor([x[0] for x in case["packed"]], dtype=torch.int32))
+        return cfg, q, k, v, None, dict(ops.attn_arguments(cfg, 0, case["stage"], case["cb"]), **packed)
+    q, k, v = _sequence(g, B, case["Hq"], case["Hkv"], C, L, Lq, D, dtype)
     retrieved = None
     if cfg.method == "rangeswa" and case["retrieved"] == "reference":
         room = cfg.replace(topk=max(1, min(cfg.topk, -(-L // cfg.retrieval_block))))
@@ -182,6 +204,14 @@ def switches(case):
         for name, value in values.items():
             stack.enter_context(cuda_switch(name, value))
         yield
+
+
+def context(simt, case, cfg, k, v, args):
+    """The SIMT prepare's context of the call's k and v (None unless the case asks for one)."""
+    if not case.get("prepared"):
+        return None
+    packed = {name: args[name] for name in ("cu_seqlens_k", "control_counts") if name in args}
+    return simt.prepare(k, v, **ops.prepare_arguments(cfg, args["control_tokens"]), **packed)
 
 
 def _reason(error: Exception) -> str:
@@ -208,7 +238,8 @@ def run_case(simt, case) -> dict:
     with switches(case):
         simt.configure(schedule_seed=case["schedule"], eager_copies=case["eager"])
         try:
-            got, simt_error = _call(lambda: simt.attn(q, k, v, retrieved, **args))
+            got, simt_error = _call(lambda: simt.attn(q, k, v, retrieved, **args, prepared=context(simt, case, cfg,
+                                                                                                     k, v, args)))
             hopper = bool(simt.stats()[13]) if simt_error is None else False
         finally:
             simt.configure(schedule_seed=0, eager_copies=False)
@@ -222,7 +253,8 @@ def run_case(simt, case) -> dict:
         else:
             reason = _reason(simt_error)
             known = any(r in reason for r in KNOWN_REFUSALS)
-            partial = sees_a_summary_in_part(cfg, case["stage"], case["L"], case["cb"])
+            lengths = [x[1] for x in case["packed"]] if case.get("packed") else [case["L"]]
+            partial = any(sees_a_summary_in_part(cfg, case["stage"], n, case["cb"]) for n in lengths)
             if not isinstance(simt_error, ValueError) or not known or \
                     (KNOWN_REFUSALS[0] in reason) != partial:
                 result.update(status="mismatch", problems=[f"SIMT op error where the CPU op runs: "
@@ -237,13 +269,29 @@ def run_case(simt, case) -> dict:
     return result
 
 
+def reference(case, cfg, q, k, v, retrieved, compute_dtype=None):
+    """The reference's output and log-sum-exp of the call (a packed one sequence by sequence, as
+    reference.attention_packed, in ``compute_dtype``)."""
+    stage, cb = case["stage"], case["cb"]
+    if not case.get("packed"):
+        return ref.attention(q, k, v, cfg, case["C"], stage, retrieved=retrieved, causal_block=cb,
+                             compute_dtype=compute_dtype)
+    out, lse = q.new_zeros(q.shape), torch.zeros(q.shape[:3])
+    oq = ok = 0
+    for Cs, Ls, Lqs in case["packed"]:
+        nq, nk = Cs + Lqs, Cs + Ls
+        if nq:
+            o, s = ref.attention(q[:, :, oq:oq + nq], k[:, :, ok:ok + nk], v[:, :, ok:ok + nk], cfg, Cs, stage,
+                                 causal_block=cb, compute_dtype=compute_dtype)
+            out[:, :, oq:oq + nq], lse[:, :, oq:oq + nq] = o, s
+        oq, ok = oq + nq, ok + nk
+    return out, lse
+
+
 def judge(got, cpu, q, k, v, cfg, case, retrieved) -> list:
     """What is wrong with the SIMT answer (and, for the report, the CPU op's), against the float64 reference."""
-    C, stage, cb = case["C"], case["stage"], case["cb"]
-    exact, exact_lse = ref.attention(q.double(), k.double(), v.double(), cfg, C, stage, retrieved=retrieved,
-                                     causal_block=cb)
-    same, same_lse = ref.attention(q, k, v, cfg, C, stage, retrieved=retrieved, causal_block=cb,
-                                   compute_dtype=q.dtype)
+    exact, exact_lse = reference(case, cfg, q.double(), k.double(), v.double(), retrieved)
+    same, same_lse = reference(case, cfg, q, k, v, retrieved, compute_dtype=q.dtype)
     ref_err = (same.double() - exact).abs().max().item() if exact.numel() else 0.0
     rounding = (exact.to(q.dtype).double() - exact).abs().max().item() if exact.numel() else 0.0
     lse_tol = max(LSE_TOL, 4 * ((same_lse.double() - exact_lse).abs().max().item() if exact.numel() else 0.0))
@@ -273,7 +321,9 @@ def describe(case) -> str:
     flags = ",".join(case["switches"] + ([f"spans{case['spans']}"] if case["spans"] else []))
     return (f"{case['method']} {case['stage']} {case['dtype']} B{case['B']} H{case['Hq']}/{case['Hkv']} D{case['D']} "
             f"C{case['C']} L{case['L']} Lq{case['Lq']} T{case['T']} W{case['window']} G{case['G']} Rb{case['Rb']} "
-            f"Qb{case['Qb']} Hn{case['near']} K{case['topk']} cb{case['cb']} ret={case['retrieved']} [{flags}]")
+            f"Qb{case['Qb']} Hn{case['near']} K{case['topk']} cb{case['cb']} ret={case['retrieved']}"
+            f"{' prepared' if case.get('prepared') else ''}{' packed=' + str(case['packed']) if case.get('packed') else ''}"
+            f" [{flags}]")
 
 
 def reproducer(case) -> str:
@@ -344,8 +394,12 @@ def shrink(run, case, attempts: int = 40) -> dict:
                 out.append(dict(c, L=L, Lq=min(c["Lq"], L)))
         if c["Lq"] > 1:
             out.append(dict(c, Lq=max(1, c["Lq"] // 2)))
-        for key, small in (("C", 0), ("B", 1), ("Hq", c["Hkv"]), ("spans", None), ("schedule", 0), ("eager", False)):
-            if c[key] != small:
+        if c.get("packed"):
+            out = [dict(c, packed=c["packed"][:n] + c["packed"][n + 1:]) for n in range(len(c["packed"]))
+                   if len(c["packed"]) > 1]
+        for key, small in (("C", 0), ("B", 1), ("Hq", c["Hkv"]), ("spans", None), ("schedule", 0), ("eager", False),
+                           ("prepared", False)):
+            if c.get(key, small) != small:
                 out.append(dict(c, **{key: small}))
         if c["Hkv"] > 1:
             out.append(dict(c, Hkv=1, Hq=c["Hq"] // c["Hkv"]))
