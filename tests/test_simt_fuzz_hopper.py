@@ -49,3 +49,24 @@ def test_fuzz_judge_sees_a_wrong_answer(simt, fuzz):
         simt.plan_fault(0)
     assert result["status"] == "mismatch" and result["kernel"] == "hopper"
     assert all(p.startswith("SIMT") for p in result["problems"]), result["problems"]
+
+
+# Found by the campaign (seed 2): rotary_dim = 0 with control rows past T. cond_keys_in_place took 0 rotated dims
+# for a power of two of 4-pair steps, so the control CTAs "rotated" k in place with a rotary half of 0: thread t
+# read cos / sin at 4 t past their tables and wrote its 4 t-th elements of the stage's rows (an illegal access in
+# the emulation; on a GPU the control rows' keys overwritten). Fixed in attn_setup.h: no steps, no in-place keys.
+ROTARY_DIM_0 = dict(method="rangeswa", stage="late", dtype="bf16", B=1, Hkv=1, Hq=1, D=64, C=4, L=140, Lq=140, T=128,
+                    window=32, G=16, Rb=32, Qb=64, near=40, topk=2, cb=0, style="interleaved", rotary_dim=0,
+                    theta=10000.0, inv_freq=False, scale=None, sinks=0, far_summaries=None, summaries=None,
+                    cond_correction=None, retrieved="none", switches=[], spans=None, schedule=0, eager=False, seed=3)
+
+
+@pytest.mark.parametrize("kernel", ["hopper", "mma"])
+def test_no_rotated_dims_with_control_rows_past_t(simt, fuzz, monkeypatch, kernel):
+    case = ROTARY_DIM_0
+    cfg, q, k, v, retrieved, args = fuzz.build(case)
+    monkeypatch.setenv("RANGESWA_CUDA_KERNEL", kernel)
+    got = simt.attn(q, k, v, retrieved, **args)
+    assert not simt.stats()[11]  # the control rows' body keys from the preparation's k_cond, not k rotated in place
+    cpu = fuzz.torch.ops.rangeswa.attn(q, k, v, retrieved, **args)
+    assert fuzz.judge(got, cpu, q, k, v, cfg, case, retrieved) == []

@@ -230,8 +230,8 @@ void body_values(const AttnParams& ap, const AttnSetup& s, AttnBuffers& buf, int
 inline bool cond_keys_in_place(const AttnParams& ap, const AttnSetup& s, const void* k, const RowStrides& ks,
                                int64_t element_bytes) {
   if (!s.config.cond_in_place) return false;
-  const int64_t steps = ap.rope.rotary_dim / 8;  // of 4 pairs
-  return s.cond_keys && ap.rope.rotary_dim % 8 == 0 && (steps & (steps - 1)) == 0 &&
+  const int64_t steps = ap.rope.rotary_dim / 8;  // of 4 pairs (rotary_dim 0: none, no power of two)
+  return s.cond_keys && ap.rope.rotary_dim % 8 == 0 && steps > 0 && (steps & (steps - 1)) == 0 &&
          rows_in_place(ap, s, k, ks, element_bytes);
 }
 
