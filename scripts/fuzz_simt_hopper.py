@@ -48,7 +48,7 @@ from attn_cases import sees_a_summary_in_part  # noqa: E402
 from rangeswa_ext import ops, preset  # noqa: E402
 from rangeswa_ext import reference as ref  # noqa: E402
 from rangeswa_ext.check import cuda_switch  # noqa: E402
-from rangeswa_ext.methods import OP_PRESETS  # noqa: E402
+from rangeswa_ext.config import PRESETS  # noqa: E402
 from rangeswa_ext.reference import selection  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -71,7 +71,7 @@ def _pick(rng: random.Random, weighted: dict):
 def draw(rng: random.Random, max_length: int = 700) -> dict:
     """One random case (body length at most ``max_length``, unless T + 1 is more): plain values only (a case is
     its own JSON reproducer)."""
-    name = rng.choice(OP_PRESETS)
+    name = rng.choice(PRESETS)
     T = _pick(rng, {32: 1, 64: 2, 100: 1, 128: 3, 256: 1})
     L = rng.randint(1, T) if rng.random() < 0.3 else rng.randint(T + 1, max(T + 1, max_length))
     G = _pick(rng, {16: 6, 8: 1, 4: 1, 32: 1, 12: 1})
