@@ -83,7 +83,8 @@ def draw(rng: random.Random, max_length: int = 700) -> dict:
         method=name, stage=stage, dtype=rng.choice(tuple(DTYPES)), B=_pick(rng, {1: 6, 2: 2, 3: 1}), Hkv=Hkv,
         Hq=Hkv * rng.choice((1, 2, 4)), D=D, C=rng.randint(0, 20) if rng.random() < 0.8 else 0, L=L, T=T,
         window=_pick(rng, {rng.randint(1, 8): 1, rng.randint(9, 2 * T): 4, rng.randint(2 * T, 1100): 1}),
-        G=G, Rb=G * _pick(rng, {1: 2, 2: 3, 4: 2, 3: 1}), Qb=_pick(rng, {64: 3, 128: 2, 32: 1, 16: 1, rng.randint(1, 200): 2}),
+        G=G, Rb=G * _pick(rng, {1: 2, 2: 3, 4: 2, 3: 1}),
+        Qb=_pick(rng, {64: 3, 128: 2, 32: 1, 16: 1, rng.randint(1, 200): 2}),
         near=_pick(rng, {0: 1, rng.randint(1, 2 * T): 5, rng.randint(T, 1100): 2}),
         topk=_pick(rng, {0: 2, 1: 2, 2: 2, 3: 1, 8: 2, 1000: 1}),
         cb=_pick(rng, {0: 8, 1: 1, 4: 1, 16: 2, 24: 1, G: 1, rng.randint(2, 80): 2}),
@@ -249,7 +250,8 @@ def run_case(simt, case) -> dict:
         if simt_error is not None and cpu_error is not None:
             result.update(status="invalid", reason=_reason(cpu_error))
         elif cpu_error is not None:
-            result.update(status="mismatch", problems=[f"the CPU op refuses ({_reason(cpu_error)}) a call the SIMT op runs"])
+            result.update(status="mismatch",
+                          problems=[f"the CPU op refuses ({_reason(cpu_error)}) a call the SIMT op runs"])
         else:
             reason = _reason(simt_error)
             known = any(r in reason for r in KNOWN_REFUSALS)
@@ -322,7 +324,8 @@ def describe(case) -> str:
     return (f"{case['method']} {case['stage']} {case['dtype']} B{case['B']} H{case['Hq']}/{case['Hkv']} D{case['D']} "
             f"C{case['C']} L{case['L']} Lq{case['Lq']} T{case['T']} W{case['window']} G{case['G']} Rb{case['Rb']} "
             f"Qb{case['Qb']} Hn{case['near']} K{case['topk']} cb{case['cb']} ret={case['retrieved']}"
-            f"{' prepared' if case.get('prepared') else ''}{' packed=' + str(case['packed']) if case.get('packed') else ''}"
+            f"{' prepared' if case.get('prepared') else ''}"
+            f"{' packed=' + str(case['packed']) if case.get('packed') else ''}"
             f" [{flags}]")
 
 
