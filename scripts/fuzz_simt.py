@@ -889,14 +889,20 @@ def summary(result: dict, wall: float) -> str:
     return "\n".join(lines)
 
 
+def campaign_options(p: argparse.ArgumentParser, cases: int, timeout_s: float) -> None:
+    """The options both SIMT fuzz campaigns take (this one and scripts/fuzz_simt_hopper.py): cases per seed, the
+    campaign's budget, the per-case timeout and one case's reproducer."""
+    p.add_argument("--cases", type=int, default=cases, help="cases per seed")
+    p.add_argument("--budget-s", type=float, default=3600.0, help="stop drawing cases after this many seconds")
+    p.add_argument("--timeout-s", type=float, default=timeout_s, help="per-case timeout (the worker is restarted)")
+    p.add_argument("--case", help="run this one case (the JSON a mismatch line prints) and stop")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--seed", type=int, nargs="+", default=[0], help="campaign seeds (each draws its own cases)")
-    p.add_argument("--cases", type=int, default=50, help="cases per seed")
     p.add_argument("--first", type=int, default=0, help="index of the first case of each seed")
-    p.add_argument("--budget-s", type=float, default=3600.0, help="stop drawing cases after this many seconds")
-    p.add_argument("--timeout-s", type=float, default=300.0, help="per-case timeout (the worker is restarted)")
-    p.add_argument("--case", help="run this one case (the JSON a mismatch line prints) in this process")
+    campaign_options(p, cases=50, timeout_s=300.0)
     p.add_argument("--shrink", action="store_true", help="with --case: minimise a failing case")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)

@@ -40,11 +40,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "python")]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "python"), str(ROOT / "scripts")]
 
 import torch  # noqa: E402
 
 from attn_cases import sees_a_summary_in_part  # noqa: E402
+from fuzz_simt import campaign_options  # noqa: E402 (scripts/: the options both campaigns take)
 from rangeswa_ext import ops, preset  # noqa: E402
 from rangeswa_ext import reference as ref  # noqa: E402
 from rangeswa_ext.check import cuda_switch  # noqa: E402
@@ -476,10 +477,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0, help="the campaign's seed (the cases drawn)")
-    parser.add_argument("--cases", type=int, default=100, help="cases to draw")
-    parser.add_argument("--budget-s", type=float, default=3600.0, help="stop drawing after this many seconds")
-    parser.add_argument("--timeout-s", type=float, default=180.0, help="a case running longer is killed and reported")
-    parser.add_argument("--case", help="run one case given as JSON (a mismatch's reproducer) and stop")
+    campaign_options(parser, cases=100, timeout_s=180.0)
     parser.add_argument("--no-shrink", action="store_true", help="print mismatches as drawn, not minimized")
     args = parser.parse_args(argv)
     if args.case is not None:
